@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build the Kubernetes control plane, etcd, kwok and helm from Go modules into $BIN_DIR, once.
+# A binary is rebuilt only when hack/versions.env changes its version (stamp files).
+. "$(dirname "$0")/lib.sh"
+require_go
+mkdir -p "$BIN_DIR" "$CACHE_DIR/src"
+export GOFLAGS="${GOFLAGS:-} -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
+
+stamp() { echo "$BIN_DIR/.built-$1-$2"; }
+have() { [ -f "$(stamp "$1" "$2")" ] && for b in "${@:3}"; do [ -x "$BIN_DIR/$b" ] || return 1; done; }
+done_stamp() { rm -f "$BIN_DIR/.built-$1-"*; touch "$(stamp "$1" "$2")"; }
+
+build_kubernetes() {
+  local v=$KUBERNETES_VERSION minor gomod dir
+  have kubernetes "$v" kube-apiserver kube-controller-manager kube-scheduler && return 0
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler $v (cold: tens of minutes)"
+  minor=${v#v1.}; minor=${minor%%.*}
+  dir="$CACHE_DIR/src/kubernetes-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
+  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
+    || die "go mod download k8s.io/kubernetes@$v failed (is GOPROXY reachable?)"
+  {
+    echo "module local/kubernetes-build"
+    echo "go $(awk '/^go /{print $2; exit}' "$gomod")"
+    echo "require k8s.io/kubernetes $v"
+    # k8s.io/kubernetes replaces its staging modules with ./staging paths; use the published v0.X.Y.
+    grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$gomod" | awk -v sv="v0.${v#v1.}" '{print "replace " $1 " => " $1 " " sv}'
+  } > go.mod
+  [ "$(grep -c '^replace' go.mod)" -ge 20 ] || die "could not read staging modules from $gomod"
+  local cmds=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  go get "${cmds[@]/%/@$v}" >&2 || die "go get k8s.io/kubernetes@$v failed; see the output above"
+  local pkg="k8s.io/component-base/version"
+  local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  go build -ldflags "$ld" -o "$BIN_DIR/" "${cmds[@]}" >&2 \
+    || die "go build of Kubernetes $v failed; see the output above"
+  done_stamp kubernetes "$v"
+}
+
+build_etcd() {
+  local v=$ETCD_VERSION dir
+  have etcd "$v" etcd && return 0
+  log "building etcd $v"
+  dir="$CACHE_DIR/src/etcd-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
+  # go.etcd.io/etcd/server/v3 replaces its sibling modules with ../ paths; pin the published ones.
+  cat > go.mod <<MOD
+module local/etcd-build
+go 1.24
+require go.etcd.io/etcd/server/v3 $v
+replace (
+  go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 $v
+  go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 $v
+  go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 $v
+  go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 $v
+)
+MOD
+  go get "go.etcd.io/etcd/server/v3@$v" >&2 || die "go get etcd $v failed"
+  go build -ldflags "-s -w" -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3 >&2 || die "go build of etcd $v failed"
+  done_stamp etcd "$v"
+}
+
+build_plain() { # name version module/cmd binary: modules without replace directives
+  have "$1" "$2" "$4" && return 0
+  log "building $1 $2"
+  GOBIN="$BIN_DIR" go install -ldflags "-s -w" "$3@$2" >&2 || die "go install $3@$2 failed; see the output above"
+  done_stamp "$1" "$2"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes)
+for t in "${targets[@]}"; do
+  case $t in
+    kubernetes) build_kubernetes ;;
+    etcd) build_etcd ;;
+    kwok) build_plain kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok ;;
+    helm) build_plain helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm ;;
+    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm)" ;;
+  esac
+done
+log "binaries ready in $BIN_DIR"

@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# The local cluster: Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# kwok nodes) and Slurm (munged, slurmctld, slurmrestd in a Debian root), all on 127.0.0.1.
+#
+#   hack/cluster.sh up        build what is missing (cached), start everything, wait until ready
+#   hack/cluster.sh down      stop every process it started (by pid) and remove the cluster state
+#   hack/cluster.sh status    what runs where: ports, pids, log files
+#   hack/cluster.sh env       shell variables for kubectl/curl (eval "$(hack/cluster.sh env)")
+#
+# Ports, node count and capacities come from SB_* variables (see ports/defaults below).
+. "$(dirname "$0")/lib.sh"
+
+: "${SB_ETCD_PORT:=23790}" "${SB_ETCD_PEER_PORT:=23800}" "${SB_APISERVER_PORT:=26443}"
+: "${SB_KCM_PORT:=20257}" "${SB_SCHEDULER_PORT:=20259}" "${SB_KWOK_PORT:=20247}"
+: "${SB_SLURMCTLD_PORT:=26817}" "${SB_SLURMRESTD_PORT:=26820}"
+: "${SB_NODES:=4}" "${SB_GPU_NODES:=2}" "${SB_NODE_CPUS:=64}" "${SB_NODE_MEMORY_MIB:=262144}"
+: "${SB_NODE_PODS:=110}" "${SB_NODE_GPUS:=4}" "${SB_NODE_PREFIX:=kwok-node-}"
+: "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+
+SLURM_ROOT="$CACHE_DIR/slurm-root"
+PKI="$STATE_DIR/pki"
+LOGS="$STATE_DIR/logs"
+PIDS="$STATE_DIR/pids"
+KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
+SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
+JWT_FILE="$STATE_DIR/slurm/jwt"
+
+# ---- process management --------------------------------------------------------------------
+pid_of() { local f="$PIDS/$1.pid"; [ -f "$f" ] && cat "$f"; }
+alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+check_port() { # name port variable
+  if port_in_use "$2"; then
+    die "port $2 for $1 is in use on 127.0.0.1; stop what uses it (ss -ltnp 'sport = :$2'), run 'hack/cluster.sh down', or set $3 to a free port"
+  fi
+}
+
+start() { # name command... : run detached, record pid, log to $LOGS/name.log
+  local name=$1; shift
+  if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
+  mkdir -p "$LOGS" "$PIDS"
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+wait_ready() { # name timeout command... : poll until command succeeds, else print the log tail
+  local name=$1 timeout=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then
+      tail -n 25 "$LOGS/$name.log" >&2 2>/dev/null || true
+      die "$name exited during start-up (log above: $LOGS/$name.log)"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 25 "$LOGS/$name.log" >&2 2>/dev/null || true
+      die "$name did not become ready within ${timeout}s (log above: $LOGS/$name.log)"
+    fi
+    sleep 0.2
+  done
+}
+
+stop() { # name : TERM, wait, KILL; only the recorded pid and its process group
+  local name=$1 p
+  p=$(pid_of "$name") || return 0
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+    kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+  fi
+  rm -f "$PIDS/$name.pid"
+}
+
+# ---- certificates ----------------------------------------------------------------------------
+make_pki() {
+  [ -f "$PKI/.done" ] && return 0
+  mkdir -p "$PKI"; cd "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=slurm-bridge-local-ca" \
+    -keyout ca.key -out ca.crt 2>/dev/null
+  sign() { # name subject [san]
+    openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr" 2>/dev/null
+    if [ -n "${3:-}" ]; then printf 'subjectAltName=%s\n' "$3" > "$1.ext"; else : > "$1.ext"; fi
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+  }
+  sign apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes.default.svc"
+  sign admin "/O=system:masters/CN=admin"
+  # The bridge's own identity, so the webhook can tell its writes from users' (trustedUsers).
+  sign bridge "/O=system:masters/CN=slurm-bridge"
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  chmod 600 ./*.key; touch .done; cd - >/dev/null
+}
+
+write_kubeconfig() { # file user
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:$SB_APISERVER_PORT", certificate-authority: "$PKI/ca.crt"}
+users:
+- name: $2
+  user: {client-certificate: "$PKI/$2.crt", client-key: "$PKI/$2.key"}
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+EOF
+}
+
+# ---- Kubernetes ------------------------------------------------------------------------------
+kubectl_() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+up_kubernetes() {
+  make_pki
+  write_kubeconfig "$KUBECONFIG_FILE" admin
+  write_kubeconfig "$STATE_DIR/kubeconfig-bridge" bridge
+  mkdir -p "$STATE_DIR/etcd"
+
+  alive etcd || check_port etcd "$SB_ETCD_PORT" SB_ETCD_PORT
+  alive etcd || check_port etcd-peer "$SB_ETCD_PEER_PORT" SB_ETCD_PEER_PORT
+  start etcd "$BIN_DIR/etcd" --name local --data-dir "$STATE_DIR/etcd" --unsafe-no-fsync \
+    --listen-client-urls "http://127.0.0.1:$SB_ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$SB_ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$SB_ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$SB_ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$SB_ETCD_PEER_PORT" --listen-metrics-urls "" --log-level warn
+  wait_ready etcd "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_ETCD_PORT/health"
+
+  alive kube-apiserver || check_port kube-apiserver "$SB_APISERVER_PORT" SB_APISERVER_PORT
+  start kube-apiserver "$BIN_DIR/kube-apiserver" --etcd-servers "http://127.0.0.1:$SB_ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$SB_APISERVER_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$PKI/sa.pub" \
+    --service-account-signing-key-file "$PKI/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
+    --allow-privileged --enable-priority-and-fairness=false --max-requests-inflight 2000 \
+    --max-mutating-requests-inflight 1000 --profiling=false --endpoint-reconciler-type none
+  wait_ready kube-apiserver "$SB_READY_TIMEOUT" kubectl_ get --raw /readyz
+
+  alive kube-controller-manager || check_port kube-controller-manager "$SB_KCM_PORT" SB_KCM_PORT
+  start kube-controller-manager "$BIN_DIR/kube-controller-manager" --kubeconfig "$KUBECONFIG_FILE" \
+    --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
+    --bind-address 127.0.0.1 --secure-port "$SB_KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-persistentvolume-binder' \
+    --kube-api-qps 200 --kube-api-burst 400 --concurrent-job-syncs 20
+  wait_ready kube-controller-manager "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_KCM_PORT/healthz"
+
+  alive kube-scheduler || check_port kube-scheduler "$SB_SCHEDULER_PORT" SB_SCHEDULER_PORT
+  start kube-scheduler "$BIN_DIR/kube-scheduler" --kubeconfig "$KUBECONFIG_FILE" \
+    --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
+    --bind-address 127.0.0.1 --secure-port "$SB_SCHEDULER_PORT" --leader-elect=false
+  wait_ready kube-scheduler "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_SCHEDULER_PORT/healthz"
+
+  # kwok: stages from its own module (node ready + lease heartbeats, pods ready and deleted at
+  # once) plus ours (Job pods complete after an optional per-pod delay).
+  local kwokdir stages="$STATE_DIR/kwok-stages.yaml"
+  kwokdir=$(cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the kwok $KWOK_VERSION module for its stage files"
+  {
+    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+             pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml; do
+      cat "$kwokdir/kustomize/stage/$f"; echo "---"
+    done
+    cat "$HACK_DIR/kwok-pod-complete.yaml"
+  } > "$stages"
+  alive kwok || check_port kwok "$SB_KWOK_PORT" SB_KWOK_PORT
+  start kwok "$BIN_DIR/kwok" --kubeconfig "$KUBECONFIG_FILE" --config "$stages" \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake --node-lease-duration-seconds 40 \
+    --server-address "127.0.0.1:$SB_KWOK_PORT" --cidr 10.244.0.0/16 --node-ip 127.0.0.1
+  wait_ready kwok "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_KWOK_PORT/healthz"
+
+  create_nodes
+  wait_ready kube-apiserver "$SB_READY_TIMEOUT" nodes_ready
+}
+
+node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }
+is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
+
+create_nodes() {
+  local i name gpu
+  for i in $(seq 1 "$SB_NODES"); do
+    name="$SB_NODE_PREFIX$i"; gpu=""
+    is_gpu_node "$i" && gpu=", nvidia.com/gpu: \"$SB_NODE_GPUS\""
+    cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
+  labels: {type: kwok, kubernetes.io/hostname: $name, kubernetes.io/os: linux, kubernetes.io/arch: amd64$( is_gpu_node "$i" && echo ", nvidia.com/gpu.present: \"true\"")}
+spec: {}
+status:
+  capacity: {cpu: "$SB_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_NODE_PODS"$gpu}
+  allocatable: {cpu: "$SB_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_NODE_PODS"$gpu}
+---
+EOF
+  done > "$STATE_DIR/nodes.yaml"
+  # Status is part of the create body for Nodes; apply also updates an existing node's capacity.
+  kubectl_ apply -f "$STATE_DIR/nodes.yaml" >/dev/null || die "creating the kwok nodes failed"
+}
+
+nodes_ready() {
+  local ready
+  ready=$(kubectl_ get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
+  [ "$ready" -ge "$SB_NODES" ]
+}
+
+# ---- Slurm -------------------------------------------------------------------------------------
+in_root() { chroot "$SLURM_ROOT" "$@"; }
+
+write_slurm_conf() {
+  local conf="$SLURM_ROOT/etc/slurm/slurm.conf" cpu_nodes gpu_nodes
+  local n_cpu=$((SB_NODES - SB_GPU_NODES))
+  {
+    cat <<EOF
+# Written by hack/cluster.sh: external nodes (no slurmd) mirroring the kwok nodes.
+ClusterName=slurm-bridge-local
+SlurmctldHost=localhost
+SlurmctldPort=$SB_SLURMCTLD_PORT
+SlurmdPort=$((SB_SLURMCTLD_PORT + 1))
+SlurmUser=slurm
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$SLURM_STATE_IN_ROOT/jwt.key
+CredType=cred/munge
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SlurmdParameters=config_overrides
+StateSaveLocation=$SLURM_STATE_IN_ROOT/state
+SlurmdSpoolDir=$SLURM_STATE_IN_ROOT/spool
+SlurmctldPidFile=$SLURM_STATE_IN_ROOT/slurmctld.pid
+SchedulerType=sched/backfill
+ReturnToService=2
+MaxJobCount=100000
+MinJobAge=300
+DefMemPerCPU=256
+GresTypes=gpu
+EOF
+    [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL"
+    [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
+    echo "PartitionName=$SB_PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  } > "$conf"
+  : > "$SLURM_ROOT/etc/slurm/gres.conf"
+  if [ "$SB_GPU_NODES" -gt 0 ]; then
+    echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] Name=gpu Count=$SB_NODE_GPUS" > "$SLURM_ROOT/etc/slurm/gres.conf"
+  fi
+}
+
+up_slurm() {
+  [ -f "$SLURM_ROOT/.slurm-bridge-root-$SLURM_SUITE" ] || die "the Slurm root is missing; run hack/build-slurm-root.sh"
+  require_root "starting Slurm (chroot)"
+  cp /etc/hosts "$SLURM_ROOT/etc/hosts"
+  mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
+  local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
+  if ! alive slurmctld; then
+    rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
+    head -c 32 /dev/urandom > "$sdir/jwt.key"
+    in_root chown -R slurm:slurm "$SLURM_STATE_IN_ROOT"
+    chmod 600 "$sdir/jwt.key"
+    write_slurm_conf
+  fi
+  mkdir -p "$SLURM_ROOT/run/munge"; in_root chown munge:munge /run/munge /etc/munge /etc/munge/munge.key /var/lib/munge /var/log/munge
+
+  start munged chroot --userspec=munge:munge "$SLURM_ROOT" /usr/sbin/munged -F
+  wait_ready munged "$SB_READY_TIMEOUT" test -S "$SLURM_ROOT/run/munge/munge.socket.2"
+
+  alive slurmctld || check_port slurmctld "$SB_SLURMCTLD_PORT" SB_SLURMCTLD_PORT
+  start slurmctld chroot "$SLURM_ROOT" /usr/sbin/slurmctld -D -i
+  wait_ready slurmctld "$SB_READY_TIMEOUT" in_root scontrol ping
+
+  mkdir -p "$(dirname "$JWT_FILE")"
+  # Long-lived admin token for the bridge; the file is what the bridge and tests read.
+  in_root scontrol token username=root lifespan=2592000 | sed -n 's/^SLURM_JWT=//p' > "$JWT_FILE.tmp" \
+    && [ -s "$JWT_FILE.tmp" ] || die "scontrol token failed; see $LOGS/slurmctld.log"
+  chmod 600 "$JWT_FILE.tmp"; mv "$JWT_FILE.tmp" "$JWT_FILE"
+
+  alive slurmrestd || check_port slurmrestd "$SB_SLURMRESTD_PORT" SB_SLURMRESTD_PORT
+  start slurmrestd chroot "$SLURM_ROOT" env SLURM_JWT=daemon /usr/sbin/slurmrestd -a rest_auth/jwt \
+    -s openapi/slurmctld -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT"
+  wait_ready slurmrestd "$SB_READY_TIMEOUT" curl -sf -H "X-SLURM-USER-TOKEN: $(cat "$JWT_FILE")" \
+    "http://127.0.0.1:$SB_SLURMRESTD_PORT/slurm/v0.0.44/ping"
+}
+
+# ---- commands ----------------------------------------------------------------------------------
+cmd_up() {
+  require_root "hack/cluster.sh up"
+  command -v kubectl >/dev/null || die "kubectl is not on PATH; install kubectl and re-run"
+  command -v openssl >/dev/null || ensure_apt openssl
+  command -v curl >/dev/null || ensure_apt curl
+  mkdir -p "$STATE_DIR"
+  local t0=$SECONDS
+  bash "$HACK_DIR/build-binaries.sh"
+  bash "$HACK_DIR/build-slurm-root.sh"
+  local t1=$SECONDS
+  up_slurm
+  up_kubernetes
+  log "cluster up in $((SECONDS - t1))s (builds $((t1 - t0))s); kubeconfig: $KUBECONFIG_FILE"
+  cmd_status
+}
+
+cmd_down() {
+  local n
+  for n in kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld munged; do stop "$n"; done
+  for f in "$PIDS"/*.pid; do [ -f "$f" ] && stop "$(basename "$f" .pid)"; done
+  if mountpoint -q "$SLURM_ROOT/proc" 2>/dev/null; then umount "$SLURM_ROOT/proc" || umount -l "$SLURM_ROOT/proc" || true; fi
+  rm -rf "$STATE_DIR" "$SLURM_ROOT$SLURM_STATE_IN_ROOT"
+  log "cluster down; state removed"
+}
+
+cmd_status() {
+  local n p state port
+  printf '%-26s %-8s %-8s %-7s %s\n' COMPONENT STATE PID PORT LOG
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok munged slurmctld slurmrestd \
+           bridge-operator bridge-webhook bridge-extender bridge-scheduler; do
+    p=$(pid_of "$n" || true); state=stopped
+    [ -n "$p" ] && { alive "$n" && state=running || state=dead; }
+    case $n in
+      etcd) port=$SB_ETCD_PORT ;; kube-apiserver) port=$SB_APISERVER_PORT ;;
+      kube-controller-manager) port=$SB_KCM_PORT ;; kube-scheduler) port=$SB_SCHEDULER_PORT ;;
+      kwok) port=$SB_KWOK_PORT ;; slurmctld) port=$SB_SLURMCTLD_PORT ;; slurmrestd) port=$SB_SLURMRESTD_PORT ;;
+      bridge-*) port=$(cat "$STATE_DIR/$n.port" 2>/dev/null || echo -) ;;
+      *) port=- ;;
+    esac
+    [ "$state" = stopped ] && [ "${n#bridge-}" != "$n" ] && continue
+    printf '%-26s %-8s %-8s %-7s %s\n' "$n" "$state" "${p:--}" "$port" "$LOGS/$n.log"
+  done
+  echo "kubeconfig: $KUBECONFIG_FILE   slurmrestd: http://127.0.0.1:$SB_SLURMRESTD_PORT   jwt: $JWT_FILE"
+}
+
+cmd_env() {
+  cat <<EOF
+export KUBECONFIG=$KUBECONFIG_FILE
+export SLURM_REST_URL=http://127.0.0.1:$SB_SLURMRESTD_PORT
+export SLURM_JWT_FILE=$JWT_FILE
+export SLURM_ROOT=$SLURM_ROOT
+export SB_STATE_DIR=$STATE_DIR
+export SB_PARTITION=$SB_PARTITION
+export SB_NODES="$(node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_GPU_NODES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" && echo "$SB_NODE_PREFIX$i"; done | tr '\n' ' ' | sed 's/ $//')"
+EOF
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  scontrol) shift; in_root scontrol "$@" ;;
+  *) die "usage: hack/cluster.sh up|down|status|env|scontrol ARGS" ;;
+esac

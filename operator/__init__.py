@@ -1,0 +1,1 @@
+"""slurm-bridge operator component."""

@@ -1,0 +1,1 @@
+"""slurm-bridge: Kubernetes pods scheduled through Slurm."""

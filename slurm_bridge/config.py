@@ -1,0 +1,188 @@
+"""The bridge's one configuration file, validated once at start-up.
+
+Keys are those of the Go slurm-bridge (``schedulerName``, ``slurmRestApi``, ``managedNamespaces``,
+``managedNamespaceSelector``, ``mcsLabel``, ``partition``) plus the poll period and listen addresses.
+An unknown key or a bad value ends start-up with a message that names it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LISTEN = re.compile(r"^(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says which key and why."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class LabelSelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs a non-empty 'values' list")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no 'values'")
+        return self
+
+
+class LabelSelector(_Model):
+    """A Kubernetes LabelSelector, as in a namespaceSelector."""
+
+    matchLabels: dict[str, str] = Field(default_factory=dict)
+    matchExpressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.matchLabels.items()):
+            return False
+        for r in self.matchExpressions:
+            present = r.key in labels
+            if r.operator == "In" and labels.get(r.key) not in r.values:
+                return False
+            if r.operator == "NotIn" and present and labels[r.key] in r.values:
+                return False
+            if r.operator == "Exists" and not present:
+                return False
+            if r.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def is_empty(self) -> bool:
+        return not self.matchLabels and not self.matchExpressions
+
+    def to_kubernetes(self) -> dict[str, Any]:
+        return self.model_dump(exclude_defaults=True)
+
+
+Listen = Annotated[str, Field(description="host:port to listen on")]
+
+
+class Config(_Model):
+    """Bridge configuration (camelCase keys, as in the Go slurm-bridge's config file)."""
+
+    schedulerName: str = "slurm-bridge"
+    slurmRestApi: str = "http://127.0.0.1:6820"
+    slurmJwtFile: Path = Path("/var/run/secrets/slurm-bridge/jwt")
+    slurmUser: str = "slurm"
+    managedNamespaces: list[str] = Field(default_factory=list)
+    managedNamespaceSelector: LabelSelector | None = None
+    mcsLabel: str = ""
+    partition: str = "slurm-bridge"
+    # Identifies this bridge's jobs in Slurm, so several bridges can share one Slurm cluster.
+    bridgeId: str = "slurm-bridge"
+    pollPeriodSeconds: float = Field(default=1.0, gt=0, le=2.0)
+    slurmRequestTimeoutSeconds: float = Field(default=10.0, gt=0)
+    # Users (as the apiserver authenticates them) that may write the bridge's reserved keys.
+    trustedUsers: list[str] = Field(default_factory=list)
+    webhookListen: Listen = "0.0.0.0:9443"
+    webhookCertFile: Path = Path("/etc/slurm-bridge/tls/tls.crt")
+    webhookKeyFile: Path = Path("/etc/slurm-bridge/tls/tls.key")
+    extenderListen: Listen = "0.0.0.0:8090"
+    operatorHealthListen: Listen = "0.0.0.0:8080"
+    operatorWorkers: int = Field(default=16, ge=1, le=256)
+    # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
+    orphanGraceSeconds: float = Field(default=30.0, ge=0)
+
+    @field_validator("schedulerName", "bridgeId")
+    @classmethod
+    def _dns_label(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v) or len(v) > 63:
+            raise ValueError(f"{v!r} is not a DNS label (lowercase letters, digits and '-', at most 63)")
+        return v
+
+    @field_validator("slurmRestApi")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+(/.*)?$", v):
+            raise ValueError(f"{v!r} is not an http(s) URL such as http://slurmrestd:6820")
+        return v.rstrip("/")
+
+    @field_validator("managedNamespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        bad = [n for n in v if not _DNS_LABEL.match(n)]
+        if bad:
+            raise ValueError(f"not valid namespace names: {bad}")
+        return v
+
+    @field_validator("webhookListen", "extenderListen", "operatorHealthListen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        m = _LISTEN.match(v)
+        if not m or not 0 < int(m.group("port")) < 65536:
+            raise ValueError(f"{v!r} is not host:port (for example 127.0.0.1:9443 or :9443)")
+        return v
+
+    @property
+    def namespace_selector(self) -> LabelSelector:
+        """The namespaceSelector for webhook configurations: the label selector wins over the list."""
+        if self.managedNamespaceSelector is not None and not self.managedNamespaceSelector.is_empty():
+            return self.managedNamespaceSelector
+        return LabelSelector(
+            matchExpressions=[
+                LabelSelectorRequirement(
+                    key="kubernetes.io/metadata.name", operator="In", values=self.managedNamespaces or ["-"]
+                )
+            ]
+        )
+
+    def is_managed_namespace(self, name: str, labels: dict[str, str]) -> bool:
+        if self.managedNamespaceSelector is not None and not self.managedNamespaceSelector.is_empty():
+            return self.managedNamespaceSelector.matches(labels)
+        return name in self.managedNamespaces
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    m = _LISTEN.match(listen)
+    if not m:
+        raise ConfigError(f"{listen!r} is not host:port")
+    host = m.group("host").strip("[]") or "0.0.0.0"
+    return host, int(m.group("port"))
+
+
+def parse_config(data: Any, source: str = "config") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (check its spelling; see docs/configuration.md)"
+            lines.append(f"{source}: {key}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read and validate the YAML file; ``None`` gives the defaults."""
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return parse_config(data, str(p))

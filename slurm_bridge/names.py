@@ -1,0 +1,110 @@
+"""Every well-known name the bridge reads or writes, in one place.
+
+Keys shared with the Go slurm-bridge (Slinky) keep its exact spelling and meaning so that
+manifests written for it work unchanged here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SLINKY_PREFIX: Final = "slinky.slurm.net/"
+SCHEDULER_PREFIX: Final = "scheduler." + SLINKY_PREFIX
+SLURMJOB_PREFIX: Final = "slurmjob." + SLINKY_PREFIX
+
+# --- PlaceholderJob CRD -------------------------------------------------------------------
+GROUP: Final = "slinky.slurm.net"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "PlaceholderJob"
+PLURAL: Final = "placeholderjobs"
+SHORT_NAME: Final = "phj"
+
+# --- Annotations users may set (Go slurm-bridge compatible) --------------------------------
+ANN_ACCOUNT: Final = SLURMJOB_PREFIX + "account"
+ANN_CONSTRAINTS: Final = SLURMJOB_PREFIX + "constraints"
+ANN_CPU_PER_TASK: Final = SLURMJOB_PREFIX + "cpu-per-task"
+ANN_EXCLUSIVE: Final = SLURMJOB_PREFIX + "exclusive"
+ANN_GRES: Final = SLURMJOB_PREFIX + "gres"
+ANN_GROUP_ID: Final = SLURMJOB_PREFIX + "group-id"
+ANN_JOB_NAME: Final = SLURMJOB_PREFIX + "job-name"
+ANN_LICENSES: Final = SLURMJOB_PREFIX + "licenses"
+ANN_MAX_NODES: Final = SLURMJOB_PREFIX + "max-nodes"
+ANN_MEM_PER_NODE: Final = SLURMJOB_PREFIX + "mem-per-node"
+ANN_MIN_NODES: Final = SLURMJOB_PREFIX + "min-nodes"
+ANN_PARTITION: Final = SLURMJOB_PREFIX + "partition"
+ANN_PRIORITY: Final = SLURMJOB_PREFIX + "priority"
+ANN_QOS: Final = SLURMJOB_PREFIX + "qos"
+ANN_RESERVATION: Final = SLURMJOB_PREFIX + "reservation"
+ANN_TIMELIMIT: Final = SLURMJOB_PREFIX + "timelimit"
+ANN_USER_ID: Final = SLURMJOB_PREFIX + "user-id"
+ANN_WCKEY: Final = SLURMJOB_PREFIX + "wckey"
+
+SLURMJOB_ANNOTATIONS: Final = frozenset(
+    {
+        ANN_ACCOUNT,
+        ANN_CONSTRAINTS,
+        ANN_CPU_PER_TASK,
+        ANN_EXCLUSIVE,
+        ANN_GRES,
+        ANN_GROUP_ID,
+        ANN_JOB_NAME,
+        ANN_LICENSES,
+        ANN_MAX_NODES,
+        ANN_MEM_PER_NODE,
+        ANN_MIN_NODES,
+        ANN_PARTITION,
+        ANN_PRIORITY,
+        ANN_QOS,
+        ANN_RESERVATION,
+        ANN_TIMELIMIT,
+        ANN_USER_ID,
+        ANN_WCKEY,
+    }
+)
+
+# --- Names only the bridge writes (reserved: users may not set them) -----------------------
+# The Slurm node allocated to a pod (same key as the Go slurm-bridge).
+ANN_SLURM_NODE: Final = SLINKY_PREFIX + "slurm-node"
+# The Slurm job id of a pod's allocation (label, same key as the Go slurm-bridge).
+LABEL_SLURM_JOB_ID: Final = SCHEDULER_PREFIX + "slurm-jobid"
+# The PlaceholderJob a pod belongs to.
+LABEL_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
+
+RESERVED_POD_LABELS: Final = frozenset({LABEL_SLURM_JOB_ID, LABEL_PLACEHOLDER_JOB})
+RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE})
+
+# Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
+LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
+
+# --- Scheduling gate, taint, finalizers -----------------------------------------------------
+SCHEDULING_GATE: Final = SLINKY_PREFIX + "slurm-allocation"
+TAINT_MANAGED_NODE: Final = SLINKY_PREFIX + "managed-node"
+FINALIZER_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "slurm-job"
+
+# --- Status vocabulary ----------------------------------------------------------------------
+PHASE_PENDING: Final = "Pending"
+PHASE_ALLOCATED: Final = "Allocated"
+PHASE_RUNNING: Final = "Running"
+PHASE_COMPLETED: Final = "Completed"
+PHASE_FAILED: Final = "Failed"
+PHASE_CANCELLED: Final = "Cancelled"
+TERMINAL_PHASES: Final = frozenset({PHASE_COMPLETED, PHASE_FAILED, PHASE_CANCELLED})
+
+COND_SUBMITTED: Final = "Submitted"
+COND_ALLOCATED: Final = "Allocated"
+COND_READY: Final = "Ready"  # every member pod is bound
+COND_ENDED: Final = "Ended"
+
+# Pod condition set before the bridge ends a pod, as Kubernetes' own evictors do.
+POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
+
+# Marker at the start of every Slurm admin_comment the bridge writes; the rest is JSON naming
+# the PlaceholderJob, so a restarted bridge finds its jobs instead of submitting again.
+ADMIN_COMMENT_PREFIX: Final = "slurm-bridge:"
+
+# --- app.kubernetes.io labels ---------------------------------------------------------------
+APP_NAME: Final = "slurm-bridge"
+LABEL_APP_NAME: Final = "app.kubernetes.io/name"
+LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

@@ -1,0 +1,115 @@
+"""Version-neutral Slurm data the rest of the bridge works with.
+
+``JobRequest`` is what a PlaceholderJob asks Slurm for; its camelCase aliases are exactly the
+fields of the CRD's ``spec.slurm``. ``JobInfo`` and ``NodeInfo`` are Slurm's answers, already
+normalised across REST API versions by the client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class JobRequest(_Camel):
+    """One Slurm allocation: ``nodes`` nodes, ``tasks_per_node`` tasks of ``cpus_per_task`` cpus."""
+
+    job_name: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    licenses: str | None = None
+    nodes: int = Field(default=1, ge=1)
+    max_nodes: int | None = Field(default=None, ge=1)
+    tasks_per_node: int = Field(default=1, ge=1)
+    cpus_per_task: int = Field(default=1, ge=1)
+    memory_per_node_mib: int | None = Field(default=None, ge=1)
+    # Slurm TRES per node, for example "gres/gpu:2" or "gres/gpu:a100:1,gres/shard:2".
+    gres: str | None = None
+    time_limit_minutes: int | None = Field(default=None, ge=1)
+    # None leaves Slurm's default; False asks for shared nodes, True for whole nodes.
+    exclusive: bool | None = None
+    priority: int | None = Field(default=None, ge=0)
+    user_id: int | None = Field(default=None, ge=0)
+    group_id: int | None = Field(default=None, ge=0)
+    mcs_label: str | None = None
+
+    def crd_dict(self) -> dict[str, Any]:
+        """The CRD ``spec.slurm`` form (camelCase, unset fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class JobInfo(BaseModel):
+    """A Slurm job as one list/get call reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int
+    name: str = ""
+    # Every state flag Slurm reports, upper case; ``state`` is the base state (first one).
+    states: tuple[str, ...] = ()
+    reason: str = ""  # Slurm's state_reason, "None" normalised to ""
+    nodes: tuple[str, ...] = ()  # allocated nodes, hostlist expanded, in Slurm's order
+    admin_comment: str = ""
+    partition: str = ""
+    flags: tuple[str, ...] = ()
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    time_limit_minutes: int | None = None
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @property
+    def state(self) -> str:
+        return self.states[0] if self.states else "UNKNOWN"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_JOB_STATES
+
+
+FINISHED_JOB_STATES = frozenset(
+    {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT",
+    }
+)  # fmt: skip
+
+
+class NodeInfo(BaseModel):
+    """A Slurm node as one node list call reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    states: tuple[str, ...] = ()  # base state first, then flags such as DRAIN, NOT_RESPONDING
+    reason: str = ""
+    reason_user: str = ""
+    cpus: int = 0
+    real_memory_mib: int = 0
+    gres: str = ""
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @property
+    def state(self) -> str:
+        return self.states[0] if self.states else "UNKNOWN"

@@ -1,0 +1,96 @@
+"""Shared fixtures: the real local cluster (started once per session, or reused) and per-test
+namespaces. Unit tests use none of them and need no servers."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tests.harness import SlurmEnv, ensure_cluster, log_tails, slurm_env_from, wait_for
+
+MANAGED_LABEL = "slurm-bridge.local/managed"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by directory, so `-m unit|integration|e2e` selects a layer."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for layer in ("unit", "integration", "e2e"):
+            if layer in parts:
+                item.add_marker(getattr(pytest.mark, layer))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.failed and call.when in ("call", "setup") and _CLUSTER.get("state_dir"):
+        for name, tail in log_tails(Path(_CLUSTER["state_dir"])).items():
+            report.sections.append((f"log tail: {name}", tail))
+    return report
+
+
+_CLUSTER: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> dict[str, str]:
+    env = ensure_cluster()
+    _CLUSTER["state_dir"] = env["SB_STATE_DIR"]
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm_env(cluster: dict[str, str]) -> SlurmEnv:
+    return slurm_env_from(cluster)
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: dict[str, str]) -> Iterator[k8s.ApiClient]:
+    c = k8s_config.new_client_from_config(config_file=cluster["KUBECONFIG"])
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def core(api_client: k8s.ApiClient) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def batch(api_client: k8s.ApiClient) -> k8s.BatchV1Api:
+    return k8s.BatchV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def custom(api_client: k8s.ApiClient) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(api_client)
+
+
+def _make_namespace(core: k8s.CoreV1Api, request: pytest.FixtureRequest, labels: dict[str, str]) -> str:
+    base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
+    name = f"{base[:40].strip('-')}-{secrets.token_hex(3)}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels=labels)))
+    # Pods are refused until the ServiceAccount controller has made the default account.
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, f"default SA in {name}")
+    return name
+
+
+@pytest.fixture
+def namespace(core: k8s.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace the bridge does not manage."""
+    name = _make_namespace(core, request, {})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def managed_namespace(core: k8s.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace the bridge manages (selected by label)."""
+    name = _make_namespace(core, request, {MANAGED_LABEL: "true"})
+    yield name
+    core.delete_namespace(name)

@@ -1,0 +1,127 @@
+"""Test harness: the local cluster of hack/cluster.sh, seen from Python.
+
+Fixtures in conftest.py use these helpers; nothing here fakes a server.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "hack" / "cluster.sh"
+BRIDGE_SH = REPO / "hack" / "bridge.sh"
+
+T = TypeVar("T")
+
+
+class PrerequisiteMissing(RuntimeError):
+    """A test needs something the machine does not have; the message says what to run."""
+
+
+def wait_for(
+    check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2
+) -> T:
+    """Poll ``check`` until it returns something truthy, or fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # the condition may raise while the system converges
+            last_error = e
+        if time.monotonic() >= deadline:
+            suffix = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{suffix}")
+        time.sleep(interval)
+
+
+def run(cmd: list[str], check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=check, text=True, capture_output=True, timeout=timeout)
+
+
+def cluster_env() -> dict[str, str]:
+    """The variables `hack/cluster.sh env` prints (kubeconfig, slurmrestd URL, token file, nodes)."""
+    out = run(["bash", str(CLUSTER_SH), "env"]).stdout
+    env: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export ") :].partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def cluster_running() -> bool:
+    out = run(["bash", str(CLUSTER_SH), "status"], check=False).stdout
+    needed = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "munged",
+              "slurmctld", "slurmrestd"]  # fmt: skip
+    states = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[1:] if len(ln.split()) > 2}
+    return all(states.get(n) == "running" for n in needed)
+
+
+def ensure_cluster() -> dict[str, str]:
+    """Reuse a running cluster or start one (cached builds make that take well under a minute)."""
+    if not cluster_running():
+        if os.geteuid() != 0:
+            raise PrerequisiteMissing("the local cluster is not running and starting it needs root: run "
+                                      "`sudo hack/cluster.sh up` first")  # fmt: skip
+        proc = run(["bash", str(CLUSTER_SH), "up"], check=False, timeout=3600)
+        if proc.returncode != 0:
+            raise PrerequisiteMissing(f"`hack/cluster.sh up` failed:\n{proc.stderr[-3000:]}")
+    return cluster_env()
+
+
+def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
+    """The last lines of every daemon log, for failure reports."""
+    tails: dict[str, str] = {}
+    for log in sorted((state_dir / "logs").glob("*.log")):
+        try:
+            text = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        tails[log.stem] = "\n".join(text[-lines:])
+    return tails
+
+
+@dataclass
+class SlurmEnv:
+    """The real Slurm of the local cluster."""
+
+    url: str
+    token_file: Path
+    partition: str
+    nodes: list[str]
+    gpu_nodes: list[str]
+    root: Path
+    state_dir: Path
+    _token: str = field(default="", repr=False)
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def scontrol(self, *args: str) -> str:
+        return run(["bash", str(CLUSTER_SH), "scontrol", *args]).stdout
+
+    def headers(self) -> dict[str, str]:
+        return {"X-SLURM-USER-TOKEN": self.token}
+
+
+def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
+    return SlurmEnv(
+        url=env["SLURM_REST_URL"],
+        token_file=Path(env["SLURM_JWT_FILE"]),
+        partition=env["SB_PARTITION"],
+        nodes=env["SB_NODES"].split(),
+        gpu_nodes=env["SB_GPU_NODES"].split(),
+        root=Path(env["SLURM_ROOT"]),
+        state_dir=Path(env["SB_STATE_DIR"]),
+    )

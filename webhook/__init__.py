@@ -1,0 +1,1 @@
+"""slurm-bridge webhook component."""

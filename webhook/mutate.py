@@ -1,0 +1,133 @@
+"""Pod mutation: hand pods in managed namespaces to the bridge instead of the default scheduler.
+
+The patch must be idempotent because the apiserver may call a mutating webhook again
+(reinvocationPolicy IfNeeded) after other webhooks changed the pod: a pod that is already in
+the wanted shape yields no operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+
+from .review import JSON, AdmissionRequest, Decision, InvalidObject
+
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+# Mirror pods stand for static pods the kubelet already runs on its node; they are not scheduled.
+MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
+TAINT_EFFECT: Final = "NoExecute"
+
+
+def pointer(*parts: str | int) -> str:
+    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def managed_toleration(scheduler_name: str) -> JSON:
+    """Lets a pod run on (and stay on) nodes tainted as the bridge's."""
+    return {
+        "key": names.TAINT_MANAGED_NODE,
+        "operator": "Equal",
+        "value": scheduler_name,
+        "effect": TAINT_EFFECT,
+    }
+
+
+def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
+    """Whether ``toleration`` tolerates the taint for good, by Kubernetes' matching rules.
+
+    A toleration with ``tolerationSeconds`` only delays a NoExecute eviction, so it does not count.
+    """
+    if toleration.get("tolerationSeconds") is not None:
+        return False
+    t_effect = toleration.get("effect") or ""
+    if t_effect and t_effect != effect:
+        return False
+    t_key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not t_key:
+        return operator == "Exists"
+    if t_key != key:
+        return False
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == value
+
+
+@dataclass
+class PodMutation:
+    patch: list[JSON] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # Why the pod was left alone, when it was.
+    skipped: str = ""
+
+
+def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
+    """The JSONPatch that puts a new pod under the bridge's control (empty if it already is)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidObject("the pod has no spec object")
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    result = PodMutation()
+    if isinstance(annotations, Mapping) and MIRROR_POD_ANNOTATION in annotations:
+        result.skipped = "mirror pod of a static pod"
+        return result
+    current = spec.get("schedulerName") or ""
+    if current not in ("", DEFAULT_SCHEDULER, scheduler_name):
+        result.skipped = f"schedulerName is {current!r}"
+        return result
+
+    if current != scheduler_name:
+        op = "replace" if "schedulerName" in spec else "add"
+        result.patch.append({"op": op, "path": pointer("spec", "schedulerName"), "value": scheduler_name})
+        result.changes.append("schedulerName")
+
+    node_name = spec.get("nodeName")
+    if node_name:
+        # The apiserver refuses scheduling gates on a pod that already names its node, and the
+        # node must be one Slurm allocated, so the request is dropped.
+        result.patch.append({"op": "remove", "path": pointer("spec", "nodeName")})
+        result.changes.append("nodeName")
+        result.warnings.append(
+            f"spec.nodeName {node_name!r} was cleared: {scheduler_name} places the pod on a node Slurm allocates"
+        )
+
+    gates = spec.get("schedulingGates")
+    gate = {"name": names.SCHEDULING_GATE}
+    if not isinstance(gates, list):
+        result.patch.append({"op": "add", "path": pointer("spec", "schedulingGates"), "value": [gate]})
+        result.changes.append("schedulingGates")
+    elif not any(isinstance(g, Mapping) and g.get("name") == names.SCHEDULING_GATE for g in gates):
+        result.patch.append({"op": "add", "path": pointer("spec", "schedulingGates", "-"), "value": gate})
+        result.changes.append("schedulingGates")
+
+    tolerations = spec.get("tolerations")
+    toleration = managed_toleration(scheduler_name)
+    if not isinstance(tolerations, list):
+        result.patch.append({"op": "add", "path": pointer("spec", "tolerations"), "value": [toleration]})
+        result.changes.append("tolerations")
+    elif not any(
+        isinstance(t, Mapping) and tolerates(t, names.TAINT_MANAGED_NODE, scheduler_name, TAINT_EFFECT)
+        for t in tolerations
+    ):
+        result.patch.append({"op": "add", "path": pointer("spec", "tolerations", "-"), "value": toleration})
+        result.changes.append("tolerations")
+    return result
+
+
+def mutate(request: AdmissionRequest, config: Config) -> Decision:
+    """Mutating webhook decision: only pod CREATE is changed, everything else passes untouched."""
+    if request.operation != "CREATE" or request.sub_resource or (request.group, request.kind) != ("", "Pod"):
+        return Decision(allowed=True, reason="not a pod create")
+    assert request.object is not None  # parse_review guarantees it for CREATE
+    m = mutate_pod(request.object, config.schedulerName)
+    if m.skipped:
+        return Decision(allowed=True, reason=m.skipped)
+    reason = "set " + ", ".join(m.changes) if m.changes else "already mutated"
+    return Decision(allowed=True, reason=reason, patch=m.patch, warnings=m.warnings)
