@@ -55,3 +55,68 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 \
     || die "apt-get install ${missing[*]} failed; see the output above"
 }
+
+# ---- local cluster layout: ports (override with SB_* variables), state paths -----------------
+: "${SB_ETCD_PORT:=23790}" "${SB_ETCD_PEER_PORT:=23800}" "${SB_APISERVER_PORT:=26443}"
+: "${SB_KCM_PORT:=20257}" "${SB_SCHEDULER_PORT:=20259}" "${SB_KWOK_PORT:=20247}"
+: "${SB_SLURMCTLD_PORT:=26817}" "${SB_SLURMRESTD_PORT:=26820}"
+: "${SB_NODES:=4}" "${SB_GPU_NODES:=2}" "${SB_NODE_CPUS:=64}" "${SB_NODE_MEMORY_MIB:=262144}"
+: "${SB_NODE_PODS:=110}" "${SB_NODE_GPUS:=4}" "${SB_NODE_PREFIX:=kwok-node-}"
+: "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+: "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
+
+SLURM_ROOT="$CACHE_DIR/slurm-root"
+PKI="$STATE_DIR/pki"
+LOGS="$STATE_DIR/logs"
+PIDS="$STATE_DIR/pids"
+KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
+SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
+JWT_FILE="$STATE_DIR/slurm/jwt"
+
+# ---- process management --------------------------------------------------------------------
+pid_of() { local f="$PIDS/$1.pid"; [ -f "$f" ] && cat "$f"; }
+alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+check_port() { # name port variable
+  if port_in_use "$2"; then
+    die "port $2 for $1 is in use on 127.0.0.1; stop what uses it (ss -ltnp 'sport = :$2'), run 'hack/cluster.sh down', or set $3 to a free port"
+  fi
+}
+
+start() { # name command... : run detached, record pid, log to $LOGS/name.log
+  local name=$1; shift
+  if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
+  mkdir -p "$LOGS" "$PIDS"
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+wait_ready() { # name timeout command... : poll until command succeeds, else print the log tail
+  local name=$1 timeout=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then
+      tail -n 25 "$LOGS/$name.log" >&2 2>/dev/null || true
+      die "$name exited during start-up (log above: $LOGS/$name.log)"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 25 "$LOGS/$name.log" >&2 2>/dev/null || true
+      die "$name did not become ready within ${timeout}s (log above: $LOGS/$name.log)"
+    fi
+    sleep 0.2
+  done
+}
+
+stop() { # name : TERM, wait, KILL; only the recorded pid and its process group
+  local name=$1 p
+  p=$(pid_of "$name") || return 0
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+    kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+  fi
+  rm -f "$PIDS/$name.pid"
+}
+
+kubectl_() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }

@@ -11,4 +11,4 @@ for d in operator webhook extender; do ln -s "$REPO_DIR/$d" "$tree/slurm_bridge/
 "$PY" -m ruff check slurm_bridge operator webhook extender tests bench
 "$PY" -m ruff format --check slurm_bridge operator webhook extender tests bench
 MYPYPATH="$tree" "$PY" -m mypy -p slurm_bridge
-"$PY" -m mypy tests bench
+MYPYPATH="$tree" "$PY" -m mypy tests bench

@@ -77,7 +77,7 @@ class Config(_Model):
     schedulerName: str = "slurm-bridge"
     slurmRestApi: str = "http://127.0.0.1:6820"
     slurmJwtFile: Path = Path("/var/run/secrets/slurm-bridge/jwt")
-    slurmUser: str = "slurm"
+    slurmUser: str = ""
     managedNamespaces: list[str] = Field(default_factory=list)
     managedNamespaceSelector: LabelSelector | None = None
     mcsLabel: str = ""

@@ -14,6 +14,7 @@ import difflib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -39,6 +40,7 @@ __all__ = [
 # Slurm and slurmrestd keep these counts in signed 32-bit fields; cpus per task in 16 bits
 # (0xfffe and 0xffff are its NO_VAL16 and INFINITE16 markers).
 _INT32_MAX: Final = 2**31 - 1
+_INT64_MAX: Final = 2**63 - 1
 _CPUS_PER_TASK_MAX: Final = 0xFFFD
 _JOB_NAME_MAX: Final = 200
 _MIB: Final = 2**20
@@ -98,9 +100,7 @@ def _node_count(value: str) -> int:
 
 def _id(value: str) -> int:
     # Numeric only: JobRequest carries ids as integers, and a name would need a passwd lookup.
-    return _int(
-        value, lo=0, hi=_INT32_MAX, expected=f'expected a numeric id from 0 to {_INT32_MAX}, e.g. "1000"'
-    )
+    return _int(value, lo=0, hi=_INT32_MAX, expected=f'expected a numeric id from 0 to {_INT32_MAX}, e.g. "1000"')
 
 
 def _priority(value: str) -> int:
@@ -131,9 +131,7 @@ _TIME_FORMS: Final = tuple(
 
 def _timelimit(value: str) -> int:
     if value.upper() in ("UNLIMITED", "INFINITE"):
-        raise _Invalid(
-            f"no limit cannot be requested here (leave the key out for the partition's); {_TIME_HELP}"
-        )
+        raise _Invalid(f"no limit cannot be requested here (leave the key out for the partition's); {_TIME_HELP}")
     for form in _TIME_FORMS:
         m = form.fullmatch(value)
         if m is None:
@@ -144,10 +142,9 @@ def _timelimit(value: str) -> int:
         leading = next(iter(parts))
         for unit, bound in (("h", 24), ("m", 60), ("s", 60)):
             if unit in parts and unit != leading and parts[unit] >= bound:
-                raise _Invalid(f"{unit!r} field {parts[unit]} must be below {bound}; {_TIME_HELP}")
-        seconds = ((parts.get("d", 0) * 24 + parts.get("h", 0)) * 60 + parts.get("m", 0)) * 60 + parts.get(
-            "s", 0
-        )
+                word = {"h": "hours", "m": "minutes", "s": "seconds"}[unit]
+                raise _Invalid(f"the {word} field ({parts[unit]}) must be below {bound}; {_TIME_HELP}")
+        seconds = ((parts.get("d", 0) * 24 + parts.get("h", 0)) * 60 + parts.get("m", 0)) * 60 + parts.get("s", 0)
         minutes = -(-seconds // 60)  # Slurm rounds seconds up to the next minute
         if minutes < 1:
             raise _Invalid(f'0 means "no limit" to Slurm and is not accepted; {_TIME_HELP}')
@@ -190,6 +187,8 @@ def _mem(value: str) -> int:
     if mib < 1:
         # Slurm reads --mem=0 as "all of each node's memory", which is not what "0" looks like.
         raise _Invalid(f"the size must be at least 1 MiB; {_MEM_HELP}")
+    if mib > _INT64_MAX:
+        raise _Invalid(f"the size is too large; {_MEM_HELP}")
     return mib
 
 
@@ -223,7 +222,7 @@ def _job_name(value: str) -> str:
         raise _Invalid("expected a non-empty job name")
     if len(value) > _JOB_NAME_MAX:
         raise _Invalid(f"the name is {len(value)} characters long; expected at most {_JOB_NAME_MAX}")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
         raise _Invalid("expected a name on one line, without newlines or other control characters")
     return value
 
@@ -341,9 +340,7 @@ _GRES_ITEM = re.compile(
 
 def _gres(value: str) -> str:
     """Normalise to Slurm's TRES-per-node form, which is what slurmrestd's job field takes."""
-    expected = (
-        'expected name[:type][:count][,...] with counts >= 1, e.g. "gpu:2", "gpu:a100:1" or "gpu:1,shard:2"'
-    )
+    expected = 'expected name[:type][:count][,...] with counts >= 1, e.g. "gpu:2", "gpu:a100:1" or "gpu:1,shard:2"'
     out: list[str] = []
     seen: set[str] = set()
     for item in value.split(","):

@@ -25,9 +25,7 @@ class PrerequisiteMissing(RuntimeError):
     """A test needs something the machine does not have; the message says what to run."""
 
 
-def wait_for(
-    check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2
-) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
     """Poll ``check`` until it returns something truthy, or fail naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None

@@ -30,10 +30,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    """JSON lines on stderr, unless the embedding process (a test runner) already set up logging."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        root.addHandler(handler)
     root.setLevel(level.upper())
     # aiohttp's access log repeats every request without the decision; the webhook logs its own.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

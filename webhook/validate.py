@@ -53,7 +53,11 @@ def _slurmjob(annotations: Mapping[str, str]) -> dict[str, str]:
 
 
 def reserved_key_violations(
-    new: Mapping[str, str], old: Mapping[str, str] | None, reserved: frozenset[str], what: str, where: str = ""
+    new: Mapping[str, str],
+    old: Mapping[str, str] | None,
+    reserved: frozenset[str],
+    what: str,
+    where: str = "",
 ) -> list[str]:
     """Reserved keys set on create (``old`` is None) or added, changed or removed on update."""
     problems = []
@@ -69,17 +73,12 @@ def reserved_key_violations(
         elif after is None:
             problem = f"{what} {key} is reserved ({_ONLY_BRIDGE}); it may not be removed (value {before!r})"
         else:
-            problem = (
-                f"{what} {key} is reserved ({_ONLY_BRIDGE}); it may not be changed "
-                f"from {before!r} to {after!r}"
-            )
+            problem = f"{what} {key} is reserved ({_ONLY_BRIDGE}); it may not be changed from {before!r} to {after!r}"
         problems.append(where + problem)
     return problems
 
 
-def annotation_problems(
-    new: Mapping[str, str], old: Mapping[str, str] | None, where: str = ""
-) -> list[str]:
+def annotation_problems(new: Mapping[str, str], old: Mapping[str, str] | None, where: str = "") -> list[str]:
     """Errors in the slurmjob annotations, checked on create and whenever they change."""
     ours = _slurmjob(new)
     if old is not None and ours == _slurmjob(old):

@@ -26,6 +26,8 @@ SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR = 1803
 SLURMCTLD_COMMUNICATIONS_BACKOFF = 1804
 SLURMCTLD_COMMUNICATIONS_HARD_DROP = 1805
 ESLURM_ACCESS_DENIED = 2002
+ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE = 2014
+ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE = 2015
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_INVALID_NODE_NAME = 2018
 ESLURM_ALREADY_DONE = 2021
@@ -110,9 +112,7 @@ class SlurmError(Exception):
     error entries, so callers can test ``error_numbers`` instead of parsing text.
     """
 
-    def __init__(
-        self, message: str, *, status: int | None = None, errors: Sequence[SlurmErrorDetail] = ()
-    ) -> None:
+    def __init__(self, message: str, *, status: int | None = None, errors: Sequence[SlurmErrorDetail] = ()) -> None:
         self.message = message
         self.status = status
         self.errors = tuple(errors)

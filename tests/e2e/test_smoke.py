@@ -46,9 +46,7 @@ def test_pod_bound_by_default_scheduler_becomes_running(core: k8s.CoreV1Api, nam
     assert pod.spec.node_name, "the default scheduler bound the pod to a node"
 
 
-def test_job_pods_created_and_garbage_collected(
-    core: k8s.CoreV1Api, batch: k8s.BatchV1Api, namespace: str
-) -> None:
+def test_job_pods_created_and_garbage_collected(core: k8s.CoreV1Api, batch: k8s.BatchV1Api, namespace: str) -> None:
     job = k8s.V1Job(
         metadata=k8s.V1ObjectMeta(name="j"),
         spec=k8s.V1JobSpec(
@@ -57,16 +55,13 @@ def test_job_pods_created_and_garbage_collected(
             template=k8s.V1PodTemplateSpec(
                 # The local kwok stage keeps Job pods running for this long.
                 metadata=k8s.V1ObjectMeta(annotations={"pod-complete.stage.kwok.x-k8s.io/delay": "60s"}),
-                spec=k8s.V1PodSpec(
-                    restart_policy="Never", containers=[k8s.V1Container(name="c", image="busybox")]
-                ),
+                spec=k8s.V1PodSpec(restart_policy="Never", containers=[k8s.V1Container(name="c", image="busybox")]),
             ),
         ),
     )
     batch.create_namespaced_job(namespace, job)
     pods = wait_for(
-        lambda: len(items := core.list_namespaced_pod(namespace, label_selector="job-name=j").items) == 2
-        and items,
+        lambda: len(items := core.list_namespaced_pod(namespace, label_selector="job-name=j").items) == 2 and items,
         30,
         "2 pods created by the Job controller",
     )

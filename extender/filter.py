@@ -1,0 +1,41 @@
+"""The extender's decision, as a pure function: only the node Slurm allocated to the pod passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurm_bridge.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
+
+from slurm_bridge import names
+
+
+def _node_name(node: dict[str, Any]) -> str:
+    return str(node.get("metadata", {}).get("name", ""))
+
+
+def filter_nodes(args: ExtenderArgs) -> ExtenderFilterResult:
+    """Keep the allocated node; every other candidate fails with a reason the scheduler reports.
+
+    A pod without an allocation fails on every node as *unresolvable*: no amount of preemption
+    on the Kubernetes side can help until Slurm allocates.
+    """
+    annotations = args.Pod.get("metadata", {}).get("annotations") or {}
+    allocated = annotations.get(names.ANN_SLURM_NODE, "")
+    candidates = [_node_name(n) for n in args.Nodes.items] if args.Nodes else list(args.NodeNames or [])
+    if not allocated:
+        msg = "waiting for Slurm to allocate a node (see the pod's PlaceholderJob)"
+        return _result(args, [], {}, dict.fromkeys(candidates, msg))
+    keep = [n for n in candidates if n == allocated]
+    failed = {n: f"Slurm allocated node {allocated} to this pod" for n in candidates if n != allocated}
+    return _result(args, keep, failed, {})
+
+
+def _result(
+    args: ExtenderArgs, keep: list[str], failed: dict[str, str], unresolvable: dict[str, str]
+) -> ExtenderFilterResult:
+    if args.Nodes is not None:
+        nodes = [n for n in args.Nodes.items if _node_name(n) in keep]
+        return ExtenderFilterResult(
+            Nodes=NodeList(items=nodes), FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable
+        )
+    return ExtenderFilterResult(NodeNames=keep, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)

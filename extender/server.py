@@ -1,0 +1,73 @@
+"""HTTP server for the kube-scheduler extender: /filter, /bind, /healthz."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+from slurm_bridge.extender.filter import filter_nodes
+from slurm_bridge.extender.protocol import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+)
+
+from slurm_bridge.kube import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+KUBE_KEY = web.AppKey("kube", KubeClient)
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as e:
+        raise web.HTTPBadRequest(text=f"request body is not JSON: {e}") from None
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    try:
+        args = ExtenderArgs.model_validate(await _json(request))
+    except ValidationError as e:
+        raise web.HTTPBadRequest(text=f"not ExtenderArgs: {e}") from None
+    result = filter_nodes(args)
+    meta = args.Pod.get("metadata", {})
+    log.debug("filter %s/%s -> %s", meta.get("namespace"), meta.get("name"), result.NodeNames or result.Nodes)
+    return web.json_response(result.model_dump(exclude_none=True))
+
+
+async def handle_bind(request: web.Request) -> web.Response:
+    try:
+        args = ExtenderBindingArgs.model_validate(await _json(request))
+    except ValidationError as e:
+        raise web.HTTPBadRequest(text=f"not ExtenderBindingArgs: {e}") from None
+    kube = request.app[KUBE_KEY]
+    try:
+        # The uid precondition binds only the pod incarnation the scheduler filtered.
+        await kube.bind_pod(args.PodNamespace, args.PodName, args.PodUID, args.Node)
+    except KubeError as e:
+        log.warning("bind %s/%s to %s failed: %s", args.PodNamespace, args.PodName, args.Node, e)
+        return web.json_response(ExtenderBindingResult(Error=str(e)).model_dump())
+    log.info("bound %s/%s to %s", args.PodNamespace, args.PodName, args.Node)
+    return web.json_response(ExtenderBindingResult().model_dump())
+
+
+async def handle_health(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def make_app(kube: KubeClient) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)  # Nodes lists can be large
+    app[KUBE_KEY] = kube
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/bind", handle_bind)
+    app.router.add_get("/healthz", handle_health)
+    app.router.add_get("/readyz", handle_health)
+
+    async def _close(app: web.Application) -> None:
+        await app[KUBE_KEY].aclose()
+
+    app.on_cleanup.append(_close)
+    return app

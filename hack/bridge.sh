@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The bridge on the local cluster: CRDs, webhook TLS and configurations, and the four processes
+# (operator, webhook, extender, the bridge's kube-scheduler), each a plain local process.
+#
+#   hack/bridge.sh up               install and start everything (cluster must be up)
+#   hack/bridge.sh down             stop the bridge processes and remove the webhook configurations
+#   hack/bridge.sh restart NAME     restart one of operator|webhook|extender|scheduler
+#   hack/bridge.sh stop NAME        stop one component (tests use this to simulate crashes)
+#   hack/bridge.sh config           print the path of the bridge config file
+. "$(dirname "$0")/lib.sh"
+cd "$REPO_DIR"
+BRIDGE_DIR="$STATE_DIR/bridge"
+CONFIG="$BRIDGE_DIR/config.yaml"
+VENV_BIN="$REPO_DIR/.venv/bin"
+: "${SB_MANAGED_LABEL:=slurm-bridge.local/managed}" "${SB_POLL_PERIOD:=1.0}"
+
+write_config() {
+  mkdir -p "$BRIDGE_DIR"
+  cat > "$CONFIG" <<CFG
+# Local bridge config (written by hack/bridge.sh); keys are documented in docs/configuration.md.
+schedulerName: slurm-bridge
+slurmRestApi: http://127.0.0.1:$SB_SLURMRESTD_PORT
+slurmJwtFile: $JWT_FILE
+partition: $SB_PARTITION
+managedNamespaceSelector:
+  matchLabels: {$SB_MANAGED_LABEL: "true"}
+pollPeriodSeconds: $SB_POLL_PERIOD
+trustedUsers: [slurm-bridge]
+webhookListen: 127.0.0.1:$SB_WEBHOOK_PORT
+webhookCertFile: $BRIDGE_DIR/tls/tls.crt
+webhookKeyFile: $BRIDGE_DIR/tls/tls.key
+extenderListen: 127.0.0.1:$SB_EXTENDER_PORT
+operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
+CFG
+}
+
+start_component() {
+  local c=$1 kc="$STATE_DIR/kubeconfig-bridge"
+  case $c in
+    operator)
+      alive bridge-operator || check_port bridge-operator "$SB_OPERATOR_PORT" SB_OPERATOR_PORT
+      start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace default
+      echo "$SB_OPERATOR_PORT" > "$STATE_DIR/bridge-operator.port"
+      wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz" ;;
+    webhook)
+      alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
+      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" serve
+      echo "$SB_WEBHOOK_PORT" > "$STATE_DIR/bridge-webhook.port"
+      wait_ready bridge-webhook "$SB_READY_TIMEOUT" curl -sf --cacert "$BRIDGE_DIR/tls/ca.crt" "https://127.0.0.1:$SB_WEBHOOK_PORT/readyz" ;;
+    extender)
+      alive bridge-extender || check_port bridge-extender "$SB_EXTENDER_PORT" SB_EXTENDER_PORT
+      start bridge-extender "$VENV_BIN/slurm-bridge-extender" --config "$CONFIG" --kubeconfig "$kc"
+      echo "$SB_EXTENDER_PORT" > "$STATE_DIR/bridge-extender.port"
+      wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_PORT/healthz" ;;
+    scheduler)
+      KUBECONFIG="$kc" EXTENDER_URL="http://127.0.0.1:$SB_EXTENDER_PORT" SCHEDULER_NAME=slurm-bridge \
+        LEADER_ELECT=false NAMESPACE=default python3 -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
+        < "$REPO_DIR/extender/kube-scheduler.yaml" > "$BRIDGE_DIR/kube-scheduler.yaml"
+      alive bridge-scheduler || check_port bridge-scheduler "$SB_BRIDGE_SCHEDULER_PORT" SB_BRIDGE_SCHEDULER_PORT
+      start bridge-scheduler "$BIN_DIR/kube-scheduler" --config "$BRIDGE_DIR/kube-scheduler.yaml" \
+        --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+        --bind-address 127.0.0.1 --secure-port "$SB_BRIDGE_SCHEDULER_PORT"
+      echo "$SB_BRIDGE_SCHEDULER_PORT" > "$STATE_DIR/bridge-scheduler.port"
+      wait_ready bridge-scheduler "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_BRIDGE_SCHEDULER_PORT/healthz" ;;
+    *) die "unknown component '$c' (expected operator, webhook, extender or scheduler)" ;;
+  esac
+}
+
+cmd_up() {
+  [ -f "$KUBECONFIG_FILE" ] && kubectl_ get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not running; run hack/cluster.sh up first"
+  [ -x "$VENV_BIN/slurm-bridge-operator" ] || bash "$HACK_DIR/setup-python.sh"
+  write_config
+  kubectl_ apply -f "$REPO_DIR/crds/" >/dev/null || die "applying the CRDs failed"
+  kubectl_ wait --for condition=Established --timeout=30s -f "$REPO_DIR/crds/" >/dev/null || die "the CRDs did not become Established"
+  "$VENV_BIN/slurm-bridge-webhook" gen-certs --dir "$BRIDGE_DIR/tls" --host 127.0.0.1 --host localhost >/dev/null \
+    || die "generating the webhook certificates failed"
+  for c in extender scheduler webhook operator; do start_component "$c"; done
+  "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" render-config --url "https://127.0.0.1:$SB_WEBHOOK_PORT" \
+    --ca-file "$BRIDGE_DIR/tls/ca.crt" > "$BRIDGE_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
+  kubectl_ apply -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null || die "applying the webhook configurations failed"
+  log "bridge up: config $CONFIG; namespaces labelled $SB_MANAGED_LABEL=true are managed"
+}
+
+cmd_down() {
+  [ -f "$BRIDGE_DIR/webhooks.yaml" ] && kubectl_ delete --ignore-not-found -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null 2>&1 || true
+  for c in operator webhook scheduler extender; do stop "bridge-$c"; done
+  log "bridge processes stopped"
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  restart) [ -n "${2:-}" ] || die "usage: hack/bridge.sh restart operator|webhook|extender|scheduler"; stop "bridge-$2"; start_component "$2" ;;
+  stop) [ -n "${2:-}" ] || die "usage: hack/bridge.sh stop operator|webhook|extender|scheduler"; stop "bridge-$2" ;;
+  start) [ -n "${2:-}" ] || die "usage: hack/bridge.sh start operator|webhook|extender|scheduler"; start_component "$2" ;;
+  config) echo "$CONFIG" ;;
+  *) die "usage: hack/bridge.sh up|down|restart NAME|stop NAME|start NAME|config" ;;
+esac

@@ -1,0 +1,539 @@
+"""The two reconcilers: pods -> PlaceholderJobs, and PlaceholderJobs <-> Slurm jobs.
+
+Every step is idempotent and reads its state from Kubernetes objects and the latest Slurm
+snapshot, so a restart at any line neither duplicates nor leaks a Slurm job:
+- a job is found again by the PlaceholderJob uid in its admin_comment before anything is
+  submitted, and nothing is submitted before the first Slurm list after start-up;
+- the job id goes into status right after the submit; node assignments go into status before
+  any pod is touched;
+- a pod is only considered deleted after a direct GET says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Hashable
+from typing import Any, cast
+
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.groups import Group, controller_of, pod_group
+from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
+from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.translate import job_request
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+# A job submitted this recently may not be in the snapshot yet; wait for it rather than
+# concluding it vanished.
+SUBMIT_VISIBILITY_GRACE = 30.0
+
+
+class Controller:
+    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient) -> None:
+        self.config = config
+        self.kube = kube
+        self.slurm = slurm
+        self.pods = ObjectStore()
+        self.phjs = ObjectStore()
+        self.queue = WorkQueue(self._reconcile, workers=config.operatorWorkers)
+        self.poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, self._on_job_change, self._on_poll)
+        # uid -> (job id, when): jobs submitted but maybe not yet visible in a snapshot. A cache
+        # only: after a restart the admin_comment lookup finds them.
+        self._submitted: dict[str, tuple[int, float]] = {}
+        self._last_sweep = 0.0
+        self._sweeping: asyncio.Task[None] | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.poller.start()
+        self.queue.start()
+        for obj in self.phjs.values():
+            self.queue.add(("phj", *ObjectStore.key_of(obj)))
+        for obj in self.pods.values():
+            self.queue.add(("pod", *ObjectStore.key_of(obj)))
+
+    async def stop(self) -> None:
+        await self.queue.stop()
+        await self.poller.stop()
+
+    # ---- watch events (from kopf) -----------------------------------------------------------
+    def on_pod_event(self, etype: str, pod: Obj) -> None:
+        if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:
+            return
+        if etype == "DELETED":
+            self.pods.delete(pod)
+        else:
+            self.pods.upsert(pod)
+        ns, name = ObjectStore.key_of(pod)
+        self.queue.add(("pod", ns, name))
+
+    def on_phj_event(self, etype: str, phj: Obj) -> None:
+        if etype == "DELETED":
+            self.phjs.delete(phj)
+        else:
+            self.phjs.upsert(phj)
+        self.queue.add(("phj", *ObjectStore.key_of(phj)))
+
+    def _on_job_change(self, ref: PhjRef) -> None:
+        self.queue.add(("phj", ref.namespace, ref.name))
+
+    def _on_poll(self, snap: JobSnapshot) -> None:
+        now = time.monotonic()
+        if now - self._last_sweep >= max(10 * self.config.pollPeriodSeconds, 5.0) and (
+            self._sweeping is None or self._sweeping.done()
+        ):
+            self._last_sweep = now
+            self._sweeping = asyncio.create_task(self._sweep_orphans(snap))
+        # Forget submits the snapshot now shows.
+        for uid in [u for u in self._submitted if u in snap.by_uid]:
+            del self._submitted[uid]
+
+    # ---- dispatch ---------------------------------------------------------------------------
+    async def _reconcile(self, item: Hashable) -> float | None:
+        kind, ns, name = cast(tuple[str, str, str], item)
+        if kind == "pod":
+            return await self.reconcile_pod((ns, name))
+        return await self.reconcile_phj((ns, name))
+
+    # ---- pods -> PlaceholderJobs --------------------------------------------------------------
+    async def _group_for(self, pod: Obj) -> Group:
+        owner = controller_of(pod)
+        job = None
+        if owner and owner.get("kind") == "Job" and owner.get("apiVersion", "").startswith("batch/"):
+            job = await self.kube.get(f"/apis/batch/v1/namespaces/{pod['metadata']['namespace']}/jobs/{owner['name']}")
+        return pod_group(pod, job)
+
+    async def reconcile_pod(self, key: Key) -> float | None:
+        pod = self.pods.get(key)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or st.pod_ended(pod):
+            # The PlaceholderJob decides whether the Slurm job must end with it.
+            for phj in self._phjs_with_member(key):
+                self.queue.add(("phj", *ObjectStore.key_of(phj)))
+            return None
+        group = await self._group_for(pod)
+        existing = self.phjs.get((group.namespace, group.name))
+        if existing is not None:
+            if not self._owned_by_other_pod(existing, pod):
+                self.queue.add(("phj", group.namespace, group.name))
+                return None
+            if existing["metadata"].get("deletionTimestamp") is None:
+                # A PlaceholderJob left by an earlier pod of the same name: it goes with that pod.
+                await self.kube.delete(phj_path(group.namespace, group.name), uid=existing["metadata"]["uid"])
+            return 1.0
+        try:
+            request = job_request([pod], config=self.config, derived=group.derived, annotations=group.annotations)
+        except ValueError as e:
+            await self.kube.event(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}", warning=True)
+            return None
+        phj = self._new_phj(group, [pod["metadata"]["name"]], request)
+        try:
+            created = await self.kube.create(phj_path(group.namespace), phj)
+        except Conflict:
+            existing = await self.kube.get(phj_path(group.namespace, group.name))
+            if existing is None or existing["metadata"].get("deletionTimestamp"):
+                return 1.0  # an older incarnation is still being finalized
+            created = existing
+        self.phjs.upsert(created)
+        self.queue.add(("phj", group.namespace, group.name))
+        return None
+
+    def _new_phj(self, group: Group, pods: list[str], request: JobRequest) -> Obj:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {
+                "name": group.name,
+                "namespace": group.namespace,
+                "labels": {
+                    names.LABEL_APP_NAME: names.APP_NAME,
+                    names.LABEL_APP_MANAGED_BY: names.APP_NAME,
+                },
+                "ownerReferences": [group.owner],
+                "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
+            },
+            "spec": {
+                "pods": pods,
+                "minMember": group.min_member,
+                "group": group.source,
+                "slurm": request.crd_dict(),
+            },
+        }
+
+    @staticmethod
+    def _owned_by_other_pod(phj: Obj, pod: Obj | None) -> bool:
+        """A single-pod PlaceholderJob belongs to one pod incarnation (its Pod owner's uid)."""
+        if pod is None:
+            return False
+        for ref in phj["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
+                return bool(ref.get("uid") != pod["metadata"].get("uid"))
+        return False
+
+    def _members(self, phj: Obj) -> dict[str, Obj | None]:
+        ns = phj["metadata"]["namespace"]
+        members: dict[str, Obj | None] = {}
+        for name in phj["spec"]["pods"]:
+            pod = self.pods.get((ns, name))
+            members[name] = None if self._owned_by_other_pod(phj, pod) else pod
+        return members
+
+    def _phjs_with_member(self, pod_key: Key) -> list[Obj]:
+        ns, name = pod_key
+        return [
+            p for p in self.phjs.values()
+            if p["metadata"]["namespace"] == ns and name in p.get("spec", {}).get("pods", [])
+        ]  # fmt: skip
+
+    # ---- PlaceholderJobs <-> Slurm -------------------------------------------------------------
+    async def reconcile_phj(self, key: Key) -> float | None:
+        phj = self.phjs.get(key)
+        if phj is None:
+            return None
+        meta = phj["metadata"]
+        status: Obj = phj.get("status") or {}
+        if not self.poller.synced.is_set():
+            return self.config.pollPeriodSeconds  # adopt, never resubmit, after a restart
+        snap = self.poller.snapshot
+        assert snap is not None
+        job = self._find_job(phj, snap)
+        job_id: int | None = status.get("jobId") or (job.job_id if job else None)
+        if job_id is None and meta["uid"] in self._submitted:
+            job_id = self._submitted[meta["uid"]][0]
+
+        if meta.get("deletionTimestamp"):
+            return await self._finalize(phj, job_id, job)
+        if names.FINALIZER_PLACEHOLDER_JOB not in (meta.get("finalizers") or []):
+            phj = await self._add_finalizer(phj)
+
+        members = self._members(phj)
+        phase = status.get("phase")
+
+        if phase in names.TERMINAL_PHASES:
+            if job is not None and not job.is_finished:
+                await self._cancel(job.job_id)  # a cancel lost in a crash, done again
+            # Without an allocation no member may keep running (an end interrupted by a crash).
+            for pod in members.values():
+                if pod is not None and not st.pod_ended(pod) and not pod["metadata"].get("deletionTimestamp"):
+                    await self._end_pod(pod, status.get("reason") or "SlurmJobEnded", status.get("message") or "")
+            return None
+
+        if job_id is None:
+            if all(st.pod_ended(p) for p in members.values()) and await self._confirm_all_ended(phj, members):
+                await self._set_terminal(phj, *st.pods_end_phase({n: st.pod_phase(p) for n, p in members.items()}))
+                return None
+            return await self._submit(phj, members)
+
+        if job is None or job.job_id != job_id:
+            job = snap.by_id.get(job_id)
+        if status.get("jobId") != job_id:
+            phj = await self._patch_status(phj, {"jobId": job_id, "phase": names.PHASE_PENDING})
+
+        # Kubernetes -> Slurm: every member pod ended.
+        if all(st.pod_ended(p) for p in members.values()) and await self._confirm_all_ended(phj, members):
+            phase_, reason, message = st.pods_end_phase({n: st.pod_phase(p) for n, p in members.items()})
+            await self._set_terminal(phj, phase_, reason, message)
+            if job is None or not job.is_finished:
+                await self._cancel(job_id)
+            await self.kube.event(phj, reason, message)
+            return None
+
+        if job is None:
+            submitted = self._submitted.get(meta["uid"])
+            if submitted and time.monotonic() - submitted[1] < SUBMIT_VISIBILITY_GRACE:
+                return self.config.pollPeriodSeconds
+            if snap.taken_at < (submitted[1] if submitted else 0):
+                return self.config.pollPeriodSeconds
+            return await self._slurm_ended(phj, members, None, job_id)
+        if job.is_finished:
+            return await self._slurm_ended(phj, members, job, job_id)
+        if job.is_pending:
+            return await self._pending(phj, job)
+        if job.is_running and job.nodes:
+            return await self._allocated(phj, members, job)
+        # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
+        await self._mirror(phj, job, status.get("phase") or names.PHASE_PENDING)
+        return None
+
+    def _find_job(self, phj: Obj, snap: JobSnapshot) -> JobInfo | None:
+        job_id = (phj.get("status") or {}).get("jobId")
+        if job_id and job_id in snap.by_id:
+            return snap.by_id[job_id]
+        return snap.job_for_uid(phj["metadata"]["uid"])
+
+    async def _confirm_all_ended(self, phj: Obj, members: dict[str, Obj | None]) -> bool:
+        """Missing pods may only be missing from a watch that has not caught up: ask the API."""
+        ns = phj["metadata"]["namespace"]
+        for name, pod in members.items():
+            if pod is None:
+                live = await self.kube.get(pod_path(ns, name))
+                if live is None or self._owned_by_other_pod(phj, live):
+                    continue
+                if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+                    self.pods.upsert(live)
+                    if not st.pod_ended(live):
+                        return False
+        return True
+
+    async def _submit(self, phj: Obj, members: dict[str, Obj | None]) -> float | None:
+        meta, spec = phj["metadata"], phj["spec"]
+        present = [p for p in members.values() if p is not None and not st.pod_ended(p)]
+        if len(present) < int(spec.get("minMember", len(members))):
+            return None  # the gang is not complete yet; pod events bring us back
+        request = JobRequest.model_validate(spec.get("slurm", {}))
+        ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
+        name = request.job_name or default_job_name(meta["namespace"], meta["name"])
+        try:
+            job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=encode_admin_comment(ref))
+        except SlurmUnavailable:
+            # The submit may or may not have reached Slurm: the next snapshot tells, so never
+            # submit again before it.
+            self._submitted.pop(meta["uid"], None)
+            self.poller.poll_soon()
+            raise
+        except SlurmError as e:
+            message = f"Slurm refused the job: {e}"
+            await self._patch_status(phj, {
+                "phase": names.PHASE_PENDING, "reason": "SubmitRejected", "message": message,
+                "observedGeneration": meta.get("generation"),
+                "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_SUBMITTED,
+                                               False, "SubmitRejected", message, meta.get("generation")),
+            })  # fmt: skip
+            await self.kube.event(phj, "SubmitRejected", message, warning=True)
+            for pod in present:
+                await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
+            return 30.0  # Slurm's limits may change (partition up, QOS raised): try again later
+        self._submitted[meta["uid"]] = (job_id, time.monotonic())
+        self.poller.poll_soon()
+        message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
+        await self._patch_status(phj, {
+            "jobId": job_id, "phase": names.PHASE_PENDING, "slurmState": "PENDING", "reason": "",
+            "message": message, "submitTime": now_iso(), "observedGeneration": meta.get("generation"),
+            "podList": ",".join(spec["pods"]),
+            "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_SUBMITTED, True,
+                                           "Submitted", message, meta.get("generation")),
+        })  # fmt: skip
+        await self.kube.event(phj, "Submitted", message)
+        log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
+        return None
+
+    async def _pending(self, phj: Obj, job: JobInfo) -> float | None:
+        meta, status = phj["metadata"], phj.get("status") or {}
+        gen = meta.get("generation")
+        if gen and status.get("observedGeneration") != gen:
+            request = JobRequest.model_validate(phj["spec"].get("slurm", {}))
+            try:
+                await self.slurm.update_job(job.job_id, request)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as e:
+                await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
+            await self._patch_status(phj, {"observedGeneration": gen})
+        await self._mirror(phj, job, names.PHASE_PENDING)
+        return None
+
+    async def _mirror(self, phj: Obj, job: JobInfo, phase: str) -> Obj:
+        status = phj.get("status") or {}
+        reason = job.reason
+        if (
+            status.get("slurmState") == job.state
+            and status.get("reason", "") == reason
+            and status.get("phase") == phase
+        ):
+            return phj
+        patch: Obj = {"slurmState": job.state, "reason": reason, "phase": phase, "jobId": job.job_id}
+        if job.is_pending:
+            message = f"Slurm job {job.job_id} is pending" + (f": {reason}" if reason else "")
+            patch["message"] = message
+            patch["conditions"] = st.set_condition(status.get("conditions"), names.COND_ALLOCATED, False,
+                                                   reason or "Pending", message)  # fmt: skip
+        return await self._patch_status(phj, patch)
+
+    async def _allocated(self, phj: Obj, members: dict[str, Obj | None], job: JobInfo) -> float | None:
+        meta, status = phj["metadata"], phj.get("status") or {}
+        current = {a["pod"]: a["node"] for a in status.get("assignments") or []}
+        assignment = st.assign_nodes(list(members), list(job.nodes), current)
+        if assignment is None:
+            message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
+            await self._set_terminal(phj, names.PHASE_FAILED, "AllocationMismatch", message)
+            await self._cancel(job.job_id)
+            return None
+        if assignment != current or status.get("phase") not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
+            message = f"Slurm job {job.job_id} allocated {st.compress_hostlist(job.nodes)}"
+            phj = await self._patch_status(phj, {
+                "jobId": job.job_id, "phase": names.PHASE_ALLOCATED, "slurmState": job.state, "reason": "",
+                "message": message, "nodeList": st.compress_hostlist(job.nodes),
+                "assignments": [{"pod": p, "node": n} for p, n in sorted(assignment.items())],
+                "startTime": status.get("startTime") or now_iso(),
+                "conditions": st.set_condition(status.get("conditions"), names.COND_ALLOCATED, True,
+                                               "Allocated", message),
+            })  # fmt: skip
+            await self.kube.event(phj, "Allocated", message)
+        # Release the pods only once every member has its node: gangs start together.
+        bound = 0
+        for pod_name, pod in members.items():
+            if pod is None or st.pod_ended(pod):
+                continue
+            node = assignment[pod_name]
+            if pod.get("spec", {}).get("nodeName"):
+                bound += pod["spec"]["nodeName"] == node
+                continue
+            if not st.pod_is_released(pod, node):
+                await self._release_pod(pod, node, job.job_id, meta["name"])
+        live = sum(1 for p in members.values() if p is not None and not st.pod_ended(p))
+        if live and bound == live and status.get("phase") != names.PHASE_RUNNING:
+            message = f"every member pod is bound to its Slurm node ({st.compress_hostlist(job.nodes)})"
+            await self._patch_status(phj, {
+                "phase": names.PHASE_RUNNING,
+                "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_READY, True,
+                                               "PodsBound", message),
+            })  # fmt: skip
+        return None
+
+    async def _release_pod(self, pod: Obj, node: str, job_id: int, phj_name: str) -> None:
+        meta = pod["metadata"]
+        try:
+            updated = await self.kube.patch(
+                pod_path(meta["namespace"], meta["name"]),
+                st.release_pod_patch(pod, node, job_id, phj_name),
+                "json",
+            )
+        except (NotFound, Conflict):
+            return
+        except KubeError as e:
+            if e.status == 422:  # the uid test failed: a new pod with this name; its own events follow
+                return
+            raise
+        self.pods.upsert(updated)
+        await self.kube.event(updated, "SlurmAllocated", f"Slurm job {job_id} allocated node {node} to this pod")
+
+    async def _slurm_ended(
+        self, phj: Obj, members: dict[str, Obj | None], job: JobInfo | None, job_id: int
+    ) -> float | None:
+        """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
+        phase, reason, message = st.end_of_job(job, job_id)
+        phj = await self._set_terminal(phj, phase, reason, message, job)
+        await self.kube.event(phj, reason, message, warning=phase != names.PHASE_COMPLETED)
+        for pod in members.values():
+            if pod is not None and not st.pod_ended(pod):
+                await self._end_pod(pod, reason, message)
+        return None
+
+    async def _end_pod(self, pod: Obj, reason: str, message: str) -> None:
+        """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""
+        meta = pod["metadata"]
+        path = pod_path(meta["namespace"], meta["name"])
+        cond = {"type": names.POD_COND_DISRUPTION_TARGET, "status": "True", "reason": reason,
+                "message": message, "lastTransitionTime": now_iso()}  # fmt: skip
+        await self.kube.event(pod, reason, f"ending pod: {message}", warning=True)
+        try:
+            if pod.get("spec", {}).get("nodeName"):
+                await self.kube.patch(f"{path}/status", {"status": {"conditions": [cond]}}, "strategic")
+                await self.kube.delete(path, uid=meta["uid"])
+            else:
+                # Never started anywhere: fail it in place so its status keeps the reason.
+                await self.kube.patch(
+                    f"{path}/status",
+                    {
+                        "status": {
+                            "phase": "Failed",
+                            "reason": reason,
+                            "message": message,
+                            "conditions": [cond],
+                        }
+                    },
+                    "strategic",
+                )
+        except (NotFound, Conflict):
+            return
+
+    async def _set_terminal(self, phj: Obj, phase: str, reason: str, message: str, job: JobInfo | None = None) -> Obj:
+        status = phj.get("status") or {}
+        patch: Obj = {
+            "phase": phase,
+            "reason": reason,
+            "message": message,
+            "endTime": now_iso(),
+            "conditions": st.set_condition(status.get("conditions"), names.COND_ENDED, True, reason, message),
+        }
+        if job is not None:
+            patch["slurmState"] = job.state
+        return await self._patch_status(phj, patch)
+
+    async def _finalize(self, phj: Obj, job_id: int | None, job: JobInfo | None) -> float | None:
+        if job_id is not None and (job is None or not job.is_finished):
+            await self._cancel(job_id)
+            await self.kube.event(phj, "Cancelled", f"PlaceholderJob deleted: cancelled Slurm job {job_id}")
+        # Any other live job this PlaceholderJob made (a crash between submit and status).
+        snap = self.poller.snapshot
+        for other in snap.by_uid.get(phj["metadata"]["uid"], []) if snap else []:
+            if other.job_id != job_id and not other.is_finished:
+                await self._cancel(other.job_id)
+        finalizers = phj["metadata"].get("finalizers") or []
+        if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
+            idx = finalizers.index(names.FINALIZER_PLACEHOLDER_JOB)
+            meta = phj["metadata"]
+            with contextlib.suppress(NotFound):
+                await self.kube.patch(
+                    phj_path(meta["namespace"], meta["name"]),
+                    [{"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
+                     {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
+                    "json",
+                )  # fmt: skip
+        self._submitted.pop(phj["metadata"]["uid"], None)
+        return None
+
+    async def _add_finalizer(self, phj: Obj) -> Obj:
+        meta = phj["metadata"]
+        op = ({"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
+              if meta.get("finalizers") else
+              {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]})  # fmt: skip
+        updated = await self.kube.patch(phj_path(meta["namespace"], meta["name"]), [op], "json")
+        self.phjs.upsert(updated)
+        return updated
+
+    async def _cancel(self, job_id: int) -> None:
+        await self.slurm.cancel_job(job_id)
+        log.info("cancelled Slurm job %d", job_id)
+
+    async def _patch_status(self, phj: Obj, patch: Obj) -> Obj:
+        meta = phj["metadata"]
+        try:
+            updated = await self.kube.patch(f"{phj_path(meta['namespace'], meta['name'])}/status", {"status": patch})
+        except NotFound:
+            return phj
+        self.phjs.upsert(updated)
+        return updated
+
+    # ---- orphans -----------------------------------------------------------------------------
+    async def _sweep_orphans(self, snap: JobSnapshot) -> None:
+        """Cancel live bridge jobs whose PlaceholderJob is gone (deleted while the bridge was down)."""
+        known = {p["metadata"]["uid"] for p in self.phjs.values()}
+        now = time.time()
+        for job_id, ref in list(snap.refs.items()):
+            job = snap.by_id[job_id]
+            if job.is_finished or ref.uid in known or ref.uid in self._submitted:
+                continue
+            if job.submit_time and now - job.submit_time.timestamp() < self.config.orphanGraceSeconds:
+                continue
+            try:
+                live = await self.kube.get(phj_path(ref.namespace, ref.name))
+                if live is not None and live["metadata"]["uid"] == ref.uid:
+                    self.phjs.upsert(live)
+                    continue
+                await self._cancel(job_id)
+                log.warning("cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id,
+                            ref.namespace, ref.name)  # fmt: skip
+            except (KubeError, SlurmError) as e:
+                log.warning("orphan check of Slurm job %d failed: %s", job_id, e)

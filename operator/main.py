@@ -1,0 +1,32 @@
+"""Entry point: slurm-bridge-operator (pods -> PlaceholderJobs -> Slurm jobs, and back)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="slurm-bridge-operator",
+        description="Mirror managed pods to PlaceholderJobs and PlaceholderJobs to Slurm external jobs.",
+    )
+    add_common_args(parser)
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the leader-election Lease (default: $POD_NAMESPACE or default)",
+    )
+    args = parser.parse_args(argv)
+    cfg = config_or_exit(args.config)
+    setup_logging(args.log_level, args.log_format)
+    from slurm_bridge.operator.app import run  # kopf is heavy: import after the arguments are valid
+
+    asyncio.run(run(cfg, args.kubeconfig, args.lease_namespace))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Pure decisions of the PlaceholderJob controller: phases, conditions, assignments, pod patches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import hostlist
+
+from slurm_bridge import names
+from slurm_bridge.kube import escape_pointer, now_iso
+from slurm_bridge.slurm.models import JobInfo
+
+Obj = dict[str, Any]
+
+# Slurm end states -> (PlaceholderJob phase, what to tell the user).
+_END_STATES: dict[str, tuple[str, str]] = {
+    "COMPLETED": (names.PHASE_COMPLETED, "the Slurm job completed"),
+    "CANCELLED": (names.PHASE_CANCELLED, "the Slurm job was cancelled (scancel or an administrator)"),
+    "TIMEOUT": (names.PHASE_FAILED, "the Slurm job reached its time limit"),
+    "NODE_FAIL": (names.PHASE_FAILED, "a node of the Slurm job failed"),
+    "PREEMPTED": (names.PHASE_FAILED, "the Slurm job was preempted"),
+    "BOOT_FAIL": (names.PHASE_FAILED, "a node of the Slurm job failed to boot"),
+    "DEADLINE": (names.PHASE_FAILED, "the Slurm job reached its deadline"),
+    "OUT_OF_MEMORY": (names.PHASE_FAILED, "the Slurm job ran out of memory"),
+    "FAILED": (names.PHASE_FAILED, "the Slurm job failed"),
+}
+
+
+def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:
+    """Phase, reason and message for a Slurm job that ended (or vanished) under live pods."""
+    if job is None:
+        return (names.PHASE_FAILED, "SlurmJobVanished", f"Slurm job {job_id} no longer exists in Slurm")
+    phase, what = _END_STATES.get(job.state, (names.PHASE_FAILED, f"the Slurm job ended as {job.state}"))
+    detail = f" ({job.reason})" if job.reason else ""
+    return (phase, f"SlurmJob{job.state.title().replace('_', '')}", f"Slurm job {job_id}: {what}{detail}")
+
+
+def pods_end_phase(phases: Mapping[str, str | None]) -> tuple[str, str, str]:
+    """Phase, reason, message once every member pod ended (phase None: the pod was deleted)."""
+    if all(p == "Succeeded" for p in phases.values()):
+        return names.PHASE_COMPLETED, "PodsSucceeded", "every member pod succeeded; Slurm job released"
+    if all(p is None for p in phases.values()):
+        return names.PHASE_CANCELLED, "PodsDeleted", "every member pod was deleted; Slurm job cancelled"
+    failed = sorted(n for n, p in phases.items() if p == "Failed")
+    deleted = sorted(n for n, p in phases.items() if p is None)
+    parts = [
+        f"failed: {', '.join(failed)}" if failed else "",
+        f"deleted: {', '.join(deleted)}" if deleted else "",
+    ]
+    return names.PHASE_FAILED, "PodsFailed", "member pods ended (" + "; ".join(p for p in parts if p) + ")"
+
+
+def assign_nodes(pods: Sequence[str], nodes: Sequence[str], current: Mapping[str, str]) -> dict[str, str] | None:
+    """One distinct allocated node per pod; keeps assignments already made. None if too few nodes."""
+    result = {p: n for p, n in current.items() if p in pods and n in nodes}
+    free = [n for n in nodes if n not in result.values()]
+    for pod in sorted(p for p in pods if p not in result):
+        if not free:
+            return None
+        result[pod] = free.pop(0)
+    return result
+
+
+def compress_hostlist(nodes: Sequence[str]) -> str:
+    return str(hostlist.collect_hostlist(list(nodes))) if nodes else ""
+
+
+def set_condition(
+    conditions: list[Obj] | None,
+    ctype: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None = None,
+) -> list[Obj]:
+    """Conditions with ``ctype`` set; lastTransitionTime moves only when the status flips."""
+    out: list[Obj] = []
+    found = False
+    value = "True" if status else "False"
+    for c in conditions or []:
+        if c.get("type") != ctype:
+            out.append(c)
+            continue
+        found = True
+        new = dict(c, status=value, reason=reason, message=message)
+        if c.get("status") != value:
+            new["lastTransitionTime"] = now_iso()
+        if generation is not None:
+            new["observedGeneration"] = generation
+        out.append(new)
+    if not found:
+        cond: Obj = {"type": ctype, "status": value, "reason": reason, "message": message,
+                     "lastTransitionTime": now_iso()}  # fmt: skip
+        if generation is not None:
+            cond["observedGeneration"] = generation
+        out.append(cond)
+    return out
+
+
+def pod_phase(pod: Obj | None) -> str | None:
+    return None if pod is None else str(pod.get("status", {}).get("phase") or "Pending")
+
+
+def pod_ended(pod: Obj | None) -> bool:
+    return pod is None or pod_phase(pod) in ("Succeeded", "Failed")
+
+
+def pod_is_released(pod: Obj, node: str) -> bool:
+    annotations = pod["metadata"].get("annotations") or {}
+    gates = pod.get("spec", {}).get("schedulingGates") or []
+    return annotations.get(names.ANN_SLURM_NODE) == node and all(g.get("name") != names.SCHEDULING_GATE for g in gates)
+
+
+def release_pod_patch(pod: Obj, node: str, job_id: int, phj_name: str) -> list[Obj]:
+    """One JSON patch: name the node, label the job, and lift the bridge's scheduling gate."""
+    meta = pod["metadata"]
+    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
+    annotations = {names.ANN_SLURM_NODE: node}
+    labels = {names.LABEL_SLURM_JOB_ID: str(job_id), names.LABEL_PLACEHOLDER_JOB: phj_name}
+    for field, values in (("annotations", annotations), ("labels", labels)):
+        if meta.get(field):
+            ops += [{"op": "add", "path": f"/metadata/{field}/{escape_pointer(k)}", "value": v}
+                    for k, v in values.items()]  # fmt: skip
+        else:
+            ops.append({"op": "add", "path": f"/metadata/{field}", "value": values})
+    gates = pod.get("spec", {}).get("schedulingGates") or []
+    remaining = [g for g in gates if g.get("name") != names.SCHEDULING_GATE]
+    if len(remaining) != len(gates):
+        if remaining:
+            ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": remaining})
+        else:
+            ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+    return ops

@@ -1,0 +1,157 @@
+"""In-memory views fed by watches, and the work queue the controllers drain.
+
+Nothing here is the source of truth: PlaceholderJob status and Slurm are. A restart rebuilds
+these from the watches' initial lists and the first Slurm poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion", "0"))
+    except ValueError:
+        return 0
+
+
+class ObjectStore:
+    """Latest known version of each object by (namespace, name); never goes back in time.
+
+    Writes the bridge makes are stored from the API's answer at once, so the next reconcile
+    sees them even before the watch delivers them.
+    """
+
+    def __init__(self) -> None:
+        self._objs: dict[Key, Obj] = {}
+        self._deleted_rv: dict[Key, int] = {}
+
+    @staticmethod
+    def key_of(obj: Obj) -> Key:
+        meta = obj.get("metadata", {})
+        return (meta.get("namespace", ""), meta.get("name", ""))
+
+    def upsert(self, obj: Obj) -> bool:
+        """Store ``obj`` unless an equal or newer version is known; True when stored."""
+        key = self.key_of(obj)
+        rv = _rv(obj)
+        cur = self._objs.get(key)
+        if cur is not None and _rv(cur) >= rv and cur["metadata"].get("uid") == obj["metadata"].get("uid"):
+            return False
+        if self._deleted_rv.get(key, -1) >= rv:
+            return False
+        self._objs[key] = obj
+        return True
+
+    def delete(self, obj: Obj) -> None:
+        key = self.key_of(obj)
+        cur = self._objs.get(key)
+        if cur is not None and cur["metadata"].get("uid") != obj["metadata"].get("uid"):
+            return  # a newer incarnation with the same name already replaced it
+        self._objs.pop(key, None)
+        self._deleted_rv[key] = _rv(obj)
+
+    def get(self, key: Key) -> Obj | None:
+        return self._objs.get(key)
+
+    def values(self) -> list[Obj]:
+        return list(self._objs.values())
+
+    def __len__(self) -> int:
+        return len(self._objs)
+
+
+class WorkQueue:
+    """A de-duplicating queue: a key waits at most once, and is never processed concurrently.
+
+    A key added while it is being processed is processed again afterwards, so no change is lost.
+    Failed keys come back with exponential backoff.
+    """
+
+    def __init__(self, handler: Callable[[Hashable], Awaitable[float | None]], workers: int) -> None:
+        self._handler = handler
+        self._workers = workers
+        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
+        self._queued: set[Hashable] = set()
+        self._active: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()
+        self._failures: dict[Hashable, int] = {}
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, key: Hashable) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._queue.put_nowait(key)
+
+    def add_after(self, key: Hashable, delay: float) -> None:
+        """Re-add later, keeping only the earliest pending timer for a key."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timers.get(key)
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self._workers)]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for timer in self._timers.values():
+            timer.cancel()
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            started = time.monotonic()
+            try:
+                requeue = await self._handler(key)
+                self._failures.pop(key, None)
+                if requeue is not None:
+                    self.add_after(key, requeue)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                n = self._failures.get(key, 0) + 1
+                self._failures[key] = n
+                delay = min(0.2 * 2 ** (n - 1), 30.0)
+                log.warning("reconcile %s failed (attempt %d, retry in %.1fs): %s", key, n, delay, e,
+                            exc_info=n == 1 and not isinstance(e, OSError))  # fmt: skip
+                self.add_after(key, delay)
+            finally:
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)
+                log.debug("reconciled %s in %.3fs", key, time.monotonic() - started)

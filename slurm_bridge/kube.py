@@ -1,0 +1,259 @@
+"""A small async Kubernetes client (httpx) for the calls the bridge makes.
+
+kopf watches; this client writes. The official ``kubernetes`` package only loads credentials
+(kubeconfig or in-cluster) here: its API calls are blocking and would stall the event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import ssl
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+from slurm_bridge import names
+
+log = logging.getLogger(__name__)
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PatchType = Literal["merge", "json", "strategic"]
+_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+class KubeError(Exception):
+    """An API call failed; ``status`` is the HTTP code, ``reason`` the Status reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    """409: AlreadyExists on create, or a resourceVersion/precondition conflict on update."""
+
+
+class _TokenAuth(httpx.Auth):
+    """Bearer token re-read when its file changes (projected service-account tokens rotate)."""
+
+    def __init__(self, token: str | None = None, token_file: Path | None = None) -> None:
+        self._token = token or ""
+        self._file = token_file
+        self._stamp: tuple[float, int] | None = None
+
+    def _current(self) -> str:
+        if self._file is not None:
+            st = self._file.stat()
+            if (st.st_mtime, st.st_size) != self._stamp:
+                self._token = self._file.read_text().strip()
+                self._stamp = (st.st_mtime, st.st_size)
+        return self._token
+
+    def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
+        token = self._current()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext | bool, httpx.Auth | None]:
+    """Server URL, TLS context and auth from a kubeconfig, or from the pod's service account."""
+    from kubernetes import client as k8s_client  # credentials loading only
+    from kubernetes import config as k8s_config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if not path and (SA_DIR / "token").exists():
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
+        return f"https://{host}:{port}", ctx, _TokenAuth(token_file=SA_DIR / "token")
+    cfg = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    bearer = (cfg.api_key or {}).get("authorization", "")
+    auth = _TokenAuth(token=bearer.removeprefix("Bearer ").strip()) if bearer else None
+    return str(cfg.host).rstrip("/"), ctx, auth
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def escape_pointer(key: str) -> str:
+    """JSON-pointer escaping for label/annotation keys in JSON patches."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def pod_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def phj_path(namespace: str | None, name: str | None = None) -> str:
+    if namespace is None:
+        return f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
+    base = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The API path of an object from its apiVersion/kind/metadata (core and a few known kinds)."""
+    api_version: str = obj["apiVersion"]
+    kind: str = obj["kind"]
+    meta = obj["metadata"]
+    plural = {"Pod": "pods", "Node": "nodes", "PlaceholderJob": names.PLURAL, "Job": "jobs"}.get(kind)
+    if plural is None:
+        plural = kind.lower() + "s"
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    ns = meta.get("namespace")
+    return f"{prefix}/namespaces/{ns}/{plural}/{meta['name']}" if ns else f"{prefix}/{plural}/{meta['name']}"
+
+
+class KubeClient:
+    """Async JSON calls against the apiserver; errors become ``KubeError`` subclasses."""
+
+    def __init__(
+        self,
+        server: str,
+        verify: ssl.SSLContext | bool = True,
+        auth: httpx.Auth | None = None,
+        *,
+        component: str = names.APP_NAME,
+        timeout: float = 30.0,
+        max_connections: int = 64,
+    ) -> None:
+        self.server = server
+        self.component = component
+        self.instance = os.environ.get("POD_NAME") or os.uname().nodename
+        self._http = httpx.AsyncClient(
+            base_url=server,
+            verify=verify,
+            auth=auth,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            headers={"User-Agent": f"{component}/0.1"},
+        )
+        self._event_seq = itertools.count()
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None, *, component: str = names.APP_NAME) -> KubeClient:
+        server, verify, auth = _load_credentials(kubeconfig)
+        return cls(server, verify, auth, component=component)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        headers = {"Content-Type": content_type} if body is not None else {}
+        resp = await self._http.request(method, path, json=body, params=params, headers=headers)
+        if resp.status_code >= 400:
+            try:
+                status = resp.json()
+                reason, message = status.get("reason", ""), status.get("message", resp.text)
+            except ValueError:
+                reason, message = "", resp.text
+            exc = {404: NotFound, 409: Conflict}.get(resp.status_code, KubeError)
+            raise exc(resp.status_code, reason, message)
+        if not resp.content:
+            return {}
+        data: dict[str, Any] = resp.json()
+        return data
+
+    async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", path, params=params)
+        except NotFound:
+            return None
+
+    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, body=obj)
+
+    async def patch(self, path: str, patch: Any, patch_type: PatchType = "merge") -> dict[str, Any]:
+        return await self.request("PATCH", path, body=patch, content_type=_CONTENT_TYPES[patch_type])
+
+    async def delete(
+        self, path: str, *, uid: str | None = None, grace_seconds: int | None = None
+    ) -> dict[str, Any] | None:
+        """Delete, optionally only that incarnation (``uid`` precondition); None when already gone."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        try:
+            return await self.request("DELETE", path, body=body)
+        except NotFound:
+            return None
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.create(f"{pod_path(namespace, name)}/binding", binding)
+
+    async def event(
+        self, obj: dict[str, Any], reason: str, message: str, *, warning: bool = False, action: str = ""
+    ) -> None:
+        """Record a core/v1 Event on ``obj``; failures are logged, never raised (events are advisory)."""
+        meta = obj.get("metadata", {})
+        ns = meta.get("namespace") or "default"
+        ts = now_iso()
+        name = f"{meta.get('name', 'object')}.{secrets.token_hex(6)}{next(self._event_seq):x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name[:253], "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", "v1"),
+                "kind": obj.get("kind", ""),
+                "name": meta.get("name", ""),
+                "namespace": meta.get("namespace", ""),
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self.component},
+            "reportingComponent": f"{names.GROUP}/{self.component}",
+            "reportingInstance": self.instance[:128],
+            "action": action or reason,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            await self.create(f"/api/v1/namespaces/{ns}/events", event)
+        except (TimeoutError, KubeError, httpx.HTTPError) as e:
+            log.warning("could not record event %s on %s/%s: %s", reason, ns, meta.get("name"), e)

@@ -1,0 +1,469 @@
+"""Async client for slurmrestd: the bridge's only way to talk to Slurm.
+
+It finds the REST API version the server speaks, authenticates with a JWT read from a file
+(re-read when the file changes, so a rotated token needs no restart), checks every answer's
+``errors[]`` (slurmrestd can answer HTTP 200 and still report a failure) and retries what is
+safe to retry. Answers come back as the version-neutral models of :mod:`.models`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+from .errors import (
+    AUTH_ERRORS,
+    ESLURM_ALREADY_DONE,
+    ESLURM_INVALID_JOB_ID,
+    ESLURM_JOB_FINISHED,
+    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
+    ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE,
+    NOT_DELIVERED_ERRORS,
+    NOT_FOUND_ERRORS,
+    TRANSIENT_ERRORS,
+    SlurmAuthError,
+    SlurmError,
+    SlurmErrorDetail,
+    SlurmNotFound,
+    SlurmUnavailable,
+    SlurmUnsupportedVersion,
+)
+from .models import JobInfo, JobRequest, NodeInfo
+from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+log = logging.getLogger(__name__)
+
+# The request never left this process or never reached slurmrestd: always safe to send again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# The request may have reached slurmrestd (and Slurm) before the failure.
+_MAYBE_SENT = (
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+_GATEWAY_STATUSES = frozenset({502, 503, 504})
+_AUTH_STATUSES = frozenset({401, 403, 511})
+_VERSION_IN_PATH = re.compile(r"/slurm/(v\d+\.\d+\.\d+)/")
+
+
+class _TokenFile:
+    """The JWT file, re-read only when its mtime, size or inode changes.
+
+    A Kubernetes Secret volume swaps a symlink on update, which changes the inode; a plain
+    rewrite changes mtime/size. The token itself never leaves this object except into a header.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._key: tuple[int, int, int] | None = None
+        self._token = ""
+
+    def __repr__(self) -> str:
+        return f"_TokenFile({str(self.path)!r})"
+
+    def get(self) -> str:
+        try:
+            st = self.path.stat()
+        except OSError as e:
+            raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}: {e.strerror}") from None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key != self._key or not self._token:
+            try:
+                text = self.path.read_text(encoding="utf-8", errors="replace")
+            except OSError as e:
+                raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}: {e.strerror}") from None
+            token = _parse_token(text)
+            if not token:
+                raise SlurmAuthError(f"the Slurm JWT file {self.path} is empty")
+            self._key, self._token = key, token
+        return self._token
+
+    def invalidate(self) -> None:
+        self._key = None
+
+
+def _parse_token(text: str) -> str:
+    """A bare token, or the ``SLURM_JWT=<token>`` line that ``scontrol token`` prints."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    for ln in lines:
+        ln = ln.removeprefix("export ").strip()
+        if ln.startswith("SLURM_JWT="):
+            return ln.removeprefix("SLURM_JWT=").strip().strip("'\"")
+    return lines[0].strip("'\"") if lines else ""
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: Any  # parsed JSON (normally a dict), or None
+    errors: tuple[SlurmErrorDetail, ...]
+    text: str  # the body when it was not JSON, shortened
+
+
+def _parse_reply(resp: httpx.Response, codec: Codec | None) -> _Reply:
+    body: Any = None
+    text = ""
+    if resp.content:
+        try:
+            body = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            text = resp.text.strip()[:500]
+    errors: tuple[SlurmErrorDetail, ...] = ()
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        try:
+            env = (codec or codec_for(SUPPORTED_VERSIONS[0])).envelope(body)
+            errors = tuple(e.detail() for e in env.errors)
+        except SlurmError:
+            errors = (SlurmErrorDetail(error=str(body.get("errors"))[:500]),)
+    return _Reply(resp.status_code, body, errors, text)
+
+
+class SlurmClient:
+    """One slurmrestd endpoint. Use as ``async with SlurmClient(...) as c:`` or call ``aclose()``.
+
+    ``retries`` is how many times a failed request is sent again (connection errors, timeouts,
+    HTTP 5xx and Slurm's "controller busy/unreachable" errors; never 4xx). A job submit is only
+    sent again when it certainly did not reach Slurm, because a second copy would be a second job.
+    ``request_count`` counts every HTTP request sent, retries included.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token_file: Path,
+        user: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        api_version: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        backoff_base: float = 0.2,
+        backoff_max: float = 5.0,
+    ) -> None:
+        if api_version is not None:
+            codec_for(api_version)  # fail fast on a version this client cannot speak
+        self.base_url = base_url.rstrip("/")
+        self.user = user or None
+        self.retries = max(0, retries)
+        self.request_count = 0
+        self._token = _TokenFile(Path(token_file))
+        self._pinned = api_version
+        self._codec: Codec | None = codec_for(api_version) if api_version else None
+        self._version_lock = asyncio.Lock()
+        self._backoff_base = backoff_base
+        self._backoff_max = backoff_max
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            headers={"Accept": "application/json"},
+            follow_redirects=False,
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> SlurmClient:
+        return cls(
+            cfg.slurmRestApi,
+            cfg.slurmJwtFile,
+            user=cfg.slurmUser or None,
+            timeout=cfg.slurmRequestTimeoutSeconds,
+        )
+
+    def __repr__(self) -> str:
+        version = self._codec.version if self._codec else "not yet known"
+        return f"SlurmClient({self.base_url!r}, user={self.user!r}, api_version={version!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- version -------------------------------------------------------------------------------
+
+    async def api_version(self) -> str:
+        """The highest supported REST API version the server offers, found once and cached."""
+        return (await self._get_codec()).version
+
+    async def _get_codec(self) -> Codec:
+        if self._codec is not None:
+            return self._codec
+        async with self._version_lock:
+            if self._codec is None:
+                self._codec = codec_for(await self._discover_version())
+                log.info("Slurm REST API %s at %s", self._codec.version, self.base_url)
+        return self._codec
+
+    async def _discover_version(self) -> str:
+        # A ping per candidate (highest first) costs one small request on a current server; the
+        # OpenAPI document is hundreds of kilobytes, so it is only read to explain a failure.
+        for version in SUPPORTED_VERSIONS:
+            reply = await self._request("GET", f"/slurm/{version}/ping", not_found_ok=True, probe=True)
+            if reply.status != 404:
+                return version
+        offered = await self._offered_versions()
+        raise SlurmUnsupportedVersion(
+            f"slurmrestd at {self.base_url} offers REST API "
+            f"{', '.join(offered) if offered else 'no recognisable version'}; this client needs one of "
+            f"{', '.join(SUPPORTED_VERSIONS)} (load a matching data_parser plugin or upgrade Slurm)",
+            offered=offered,
+        )
+
+    async def _offered_versions(self) -> list[str]:
+        try:
+            reply = await self._request("GET", "/openapi/v3", not_found_ok=True, probe=True)
+        except SlurmError:
+            return []
+        paths = reply.body.get("paths", {}) if isinstance(reply.body, dict) else {}
+        found = {m.group(1) for p in paths for m in [_VERSION_IN_PATH.search(p)] if m}
+        return sorted(found, key=lambda v: tuple(int(x) for x in v[1:].split(".")), reverse=True)
+
+    # --- operations ----------------------------------------------------------------------------
+
+    async def ping(self) -> list[ControllerPing]:
+        """Every slurmctld's ping result; raises SlurmUnavailable when none responds."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("ping"))
+        pings = codec.decode_ping(reply.body)
+        if not any(p.responding for p in pings):
+            hosts = ", ".join(p.hostname for p in pings) or "none listed"
+            raise SlurmUnavailable(f"no slurmctld responds to slurmrestd's ping (controllers: {hosts})")
+        return pings
+
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        """Submit ``req`` as an external job and return its id.
+
+        On a timeout after the request was sent this raises SlurmUnavailable with
+        ``maybe_applied=True`` instead of sending it again: the caller finds out by listing jobs
+        (``admin_comment`` identifies the job) whether Slurm made it.
+        """
+        codec = await self._get_codec()
+        body = codec.submit_body(req, name=name, admin_comment=admin_comment)
+        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
+        return codec.decode_submit(reply.body)
+
+    async def update_job(self, job_id: int, req: JobRequest) -> None:
+        """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`).
+
+        Slurm applies the change and still answers "Requested partition/node configuration not
+        available now" when the job cannot run even after it; that is not a failure here (the job
+        stays pending with that reason). A job that is no longer pending raises SlurmError.
+        """
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("POST", path, json_body=codec.update_body(req), ok_errors=_UPDATE_OK)
+        if reply.errors:
+            log.info("job %d updated but still cannot run: %s", job_id, "; ".join(map(str, reply.errors)))
+        failed = codec.decode_update(reply.body)
+        if failed:
+            raise _classify(f"POST {path}: Slurm refused the job update", reply.status, failed)
+
+    async def list_jobs(self) -> list[JobInfo]:
+        """Every job slurmctld still knows, in one request."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("jobs"))
+        return codec.decode_jobs(reply.body)
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        """The job, or None when Slurm does not know it (never existed, or purged after MinJobAge)."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path(f"job/{int(job_id)}"), not_found_ok=True)
+        if reply.status == 404:
+            return None
+        jobs = codec.decode_jobs(reply.body)
+        return next((j for j in jobs if j.job_id == job_id), jobs[0] if jobs else None)
+
+    async def cancel_job(self, job_id: int) -> None:
+        """Cancel the job; a job that is unknown or already finished counts as cancelled."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("DELETE", path, not_found_ok=True, ok_errors=_CANCEL_OK)
+        if reply.status == 404:
+            return
+        failed = [e for e in codec.decode_kill(reply.body) if e.error_number not in _CANCEL_OK]
+        if failed:
+            raise _classify(f"DELETE {path}: Slurm could not cancel job {job_id}", reply.status, failed)
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        """Every node, in one request."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("nodes"))
+        return codec.decode_nodes(reply.body)
+
+    async def update_node(self, name: str, *, state: str | None = None, reason: str | None = None) -> None:
+        """Set a node's state and/or reason.
+
+        ``state`` is one of the state verbs of ``scontrol update node`` as the REST API names them:
+        DRAIN (Slurm requires a ``reason``), RESUME (ends DRAIN and DOWN), UNDRAIN (ends only DRAIN),
+        DOWN, FAIL, FUTURE, POWER_DOWN, POWER_UP, ... (``Codec.node_update_states``).
+        """
+        if state is None and reason is None:
+            raise ValueError("update_node needs a state or a reason")
+        codec = await self._get_codec()
+        body = codec.node_update_body(state, reason)
+        await self._request("POST", codec.path(f"node/{name}"), json_body=body)
+
+    # --- transport -----------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: dict[str, str] | None = None,
+        idempotent: bool = True,
+        not_found_ok: bool = False,
+        ok_errors: frozenset[int] = frozenset(),
+        probe: bool = False,
+    ) -> _Reply:
+        """Send one REST call with retries; return the reply or raise a typed SlurmError.
+
+        ``not_found_ok`` returns 404-like answers (status 404 or Slurm's invalid job/node id) as a
+        reply with status 404 instead of raising. An answer whose errors all have numbers in
+        ``ok_errors`` counts as success. ``probe`` returns every answer but an auth failure
+        unexamined (version discovery only needs to know whether the path exists).
+        """
+        what = f"{method} {path}"
+        attempt = 0
+        auth_retried = False
+        while True:
+            token = self._token.get()
+            headers = {"X-SLURM-USER-TOKEN": token}
+            if self.user:
+                headers["X-SLURM-USER-NAME"] = self.user
+            self.request_count += 1
+            maybe_applied = False
+            try:
+                resp = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+            except _NOT_SENT as e:
+                problem = f"cannot reach slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
+            except _MAYBE_SENT as e:
+                problem = f"no complete answer from slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
+                maybe_applied = True
+                if not idempotent:
+                    raise SlurmUnavailable(
+                        f"{what}: {problem}; the request may have reached Slurm, so it is not sent again",
+                        maybe_applied=True,
+                    ) from None  # the message has the cause, scrubbed of the JWT
+            except httpx.HTTPError as e:
+                raise SlurmError(f"{what}: {self._scrub(_describe(e))}") from None
+            else:
+                reply = _parse_reply(resp, self._codec)
+                status = reply.status
+                if reply.errors and all(e.error_number in ok_errors for e in reply.errors):
+                    return reply
+                numbers = {e.error_number for e in reply.errors if e.error_number}
+                if status in _AUTH_STATUSES or numbers & AUTH_ERRORS:
+                    if not auth_retried and self._token_changed(token):
+                        auth_retried = True  # the file was rotated meanwhile: one more try
+                        continue
+                    self._token.invalidate()
+                    raise SlurmAuthError(
+                        f"{what}: slurmrestd rejected the request's credentials; check the Slurm JWT file "
+                        f"{self._token.path} (a valid, unexpired token"
+                        f"{f' for user {self.user}' if self.user else ''}, allowed to do this)"
+                        + self._text_suffix(reply),
+                        status=status,
+                        errors=self._scrub_errors(reply.errors),
+                    )
+                if probe:
+                    return reply
+                transient = (numbers & TRANSIENT_ERRORS) or (
+                    status >= 500 and (status in _GATEWAY_STATUSES or not reply.errors)
+                )
+                if transient:
+                    not_delivered = bool(numbers) and numbers <= NOT_DELIVERED_ERRORS
+                    maybe_applied = not not_delivered
+                    problem = f"Slurm is unavailable (HTTP {status})" + self._text_suffix(reply)
+                    if not idempotent and not not_delivered:
+                        raise SlurmUnavailable(
+                            f"{what}: {problem}; the request may have reached Slurm, so it is not sent again",
+                            status=status,
+                            errors=self._scrub_errors(reply.errors),
+                            maybe_applied=True,
+                        )
+                    if attempt >= self.retries:
+                        raise SlurmUnavailable(
+                            f"{what}: {problem}; gave up after {attempt + 1} attempts",
+                            status=status,
+                            errors=self._scrub_errors(reply.errors),
+                            maybe_applied=maybe_applied,
+                        )
+                else:
+                    if not_found_ok and (status == 404 or numbers & NOT_FOUND_ERRORS):
+                        return _Reply(404, reply.body, reply.errors, reply.text)
+                    if status >= 400 or reply.errors:
+                        raise _classify(
+                            f"{what}: Slurm refused the request" + self._text_suffix(reply),
+                            status,
+                            self._scrub_errors(reply.errors),
+                        )
+                    return reply
+            if attempt >= self.retries:
+                raise SlurmUnavailable(
+                    f"{what}: {problem}; gave up after {attempt + 1} attempts", maybe_applied=maybe_applied
+                )
+            delay = min(self._backoff_max, self._backoff_base * 2**attempt)
+            delay = delay / 2 + random.uniform(0, delay / 2)
+            attempt += 1
+            log.warning("%s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.retries, delay)
+            await asyncio.sleep(delay)
+
+    def _token_changed(self, used: str) -> bool:
+        self._token.invalidate()
+        try:
+            return self._token.get() != used
+        except SlurmAuthError:
+            return False
+
+    def _scrub(self, text: str) -> str:
+        """Never let the JWT into an exception, whatever the server echoed."""
+        token = self._token._token
+        return text.replace(token, "<redacted>") if token and token in text else text
+
+    def _scrub_errors(self, errors: tuple[SlurmErrorDetail, ...]) -> tuple[SlurmErrorDetail, ...]:
+        return tuple(
+            SlurmErrorDetail(self._scrub(e.error), e.error_number, self._scrub(e.description), e.source) for e in errors
+        )
+
+    def _text_suffix(self, reply: _Reply) -> str:
+        return f" ({self._scrub(reply.text)})" if reply.text and not reply.errors else ""
+
+
+_CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
+_UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
+
+
+def _classify(message: str, status: int | None, errors: Sequence[SlurmErrorDetail]) -> SlurmError:
+    numbers = {e.error_number for e in errors}
+    if status == 404 or numbers & NOT_FOUND_ERRORS:
+        return SlurmNotFound(message, status=status, errors=errors)
+    if numbers & TRANSIENT_ERRORS:
+        return SlurmUnavailable(message, status=status, errors=errors)
+    return SlurmError(message, status=status, errors=errors)
+
+
+def _describe(e: Exception) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

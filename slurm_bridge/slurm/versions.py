@@ -1,0 +1,443 @@
+"""Wire formats of slurmrestd's REST API versions v0.0.43, v0.0.44 and v0.0.45.
+
+Each version has a codec that turns the version-neutral models into request bodies and Slurm's
+answers back into them, so nothing outside this package sees a REST API version. The three
+versions agree on every field the bridge uses (checked against the OpenAPI specs that Slurm
+26.05's data_parser plugins generate); they differ only in the node states an update accepts.
+Decoding is lenient (unknown fields ignored, older shapes such as a ``job_state`` string
+accepted) because a Slurm upgrade adds fields to answers without changing the version.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Final, TypeVar
+
+import hostlist
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import SlurmError, SlurmErrorDetail
+from .models import JobInfo, JobRequest, NodeInfo
+
+# Highest first: the client picks the first one the server offers.
+SUPPORTED_VERSIONS: Final = ("v0.0.45", "v0.0.44", "v0.0.43")
+
+# Base job states; Slurm lists flags (COMPLETING, REQUEUED, ...) beside them.
+_JOB_BASE_STATES: Final = frozenset(
+    {
+        "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+    }
+)  # fmt: skip
+# (EXTERNAL, new in 26.05, is a flag: scontrol shows IDLE+EXTERNAL.)
+_NODE_BASE_STATES: Final = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+# Node states an update may ask for: the REST enum's names for the state verbs of
+# `scontrol update node` (NOT_RESPONDING is scontrol's NoResp, POWER_DRAIN its POWER_DOWN_ASAP).
+_NODE_UPDATE_STATES_V43: Final = frozenset(
+    {
+        "DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWER_DOWN", "POWER_DRAIN",
+        "POWER_UP", "RESUME", "UNDRAIN",
+    }
+)  # fmt: skip
+
+
+# --- wire models ---------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        # slurmrestd writes null for empty lists ("results": null); defaults cover them.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class NoVal(_Wire):
+    """Slurm's "number with flags": ``set`` False means unset, ``infinite`` means no limit."""
+
+    set: bool = False
+    infinite: bool = False
+    number: int | None = None
+
+    @classmethod
+    def of(cls, number: int) -> NoVal:
+        return cls(set=True, infinite=False, number=number)
+
+    def value(self) -> int | None:
+        """The number, or None when unset or infinite."""
+        if self.infinite or not self.set:
+            return None
+        return self.number
+
+
+class WireError(_Wire):
+    error: str = ""
+    error_number: int = 0
+    description: str = ""
+    source: str = ""
+
+    def detail(self) -> SlurmErrorDetail:
+        return SlurmErrorDetail(self.error, self.error_number, self.description, self.source)
+
+
+class WireWarning(_Wire):
+    description: str = ""
+    source: str = ""
+
+
+class WireResponse(_Wire):
+    """The envelope of every answer: Slurm reports failures here, even with HTTP 200."""
+
+    errors: list[WireError] = Field(default_factory=list)
+    warnings: list[WireWarning] = Field(default_factory=list)
+
+
+class JobDesc(BaseModel):
+    """``job_desc_msg``: only the fields the bridge sets; unset fields are left out of the JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    flags: list[str] | None = None
+    current_working_directory: str | None = None
+    admin_comment: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    licenses: str | None = None
+    minimum_nodes: int | None = None
+    maximum_nodes: int | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    memory_per_node: NoVal | None = None
+    tres_per_node: str | None = None
+    time_limit: NoVal | None = None
+    shared: list[str] | None = None
+    priority: NoVal | None = None
+    user_id: str | None = None
+    group_id: str | None = None
+    mcs_label: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class UpdateNode(BaseModel):
+    """``update_node_msg``: the node state change and its reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: list[str] | None = None
+    reason: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+_Time = NoVal | int | None
+
+
+class JobWire(_Wire):
+    job_id: int
+    name: str = ""
+    job_state: list[str] | str = Field(default_factory=list)
+    state_reason: str = ""
+    nodes: str | None = None
+    admin_comment: str | None = None
+    partition: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    submit_time: _Time = None
+    start_time: _Time = None
+    end_time: _Time = None
+    time_limit: _Time = None
+
+
+class NodeWire(_Wire):
+    name: str
+    state: list[str] | str = Field(default_factory=list)
+    reason: str | None = None
+    reason_set_by_user: str | None = None
+    cpus: int | None = None
+    real_memory: int | None = None
+    gres: str | None = None
+    features: list[str] | str | None = None
+    partitions: list[str] | str | None = None
+
+
+class SubmitWire(WireResponse):
+    job_id: int | None = None
+    job_submit_user_msg: str | None = None
+
+
+class UpdateResult(_Wire):
+    job_id: int | None = None
+    error_code: int = 0
+    error: str = ""
+    why: str = ""
+
+
+class JobPostWire(WireResponse):
+    results: list[UpdateResult] = Field(default_factory=list)
+
+
+class KillError(_Wire):
+    string: str = ""
+    code: int = 0
+    message: str = ""
+
+
+class KillStatus(_Wire):
+    error: KillError = Field(default_factory=KillError)
+    job_id: NoVal | int | None = None
+
+
+class KillWire(WireResponse):
+    status: list[KillStatus] = Field(default_factory=list)
+
+
+class ControllerPing(_Wire):
+    hostname: str = ""
+    responding: bool = False
+    primary: bool = False
+    latency: int | None = None  # microseconds
+
+
+class PingWire(WireResponse):
+    pings: list[ControllerPing] = Field(default_factory=list)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _time(v: _Time) -> datetime | None:
+    n = v.value() if isinstance(v, NoVal) else v
+    return datetime.fromtimestamp(n, tz=UTC) if n else None
+
+
+def _minutes(v: _Time) -> int | None:
+    return v.value() if isinstance(v, NoVal) else v
+
+
+def _base_first(states: list[str] | str, base: frozenset[str]) -> tuple[str, ...]:
+    """Upper-cased states with the base state first, whatever order the server used."""
+    items = [s.upper() for s in ([states] if isinstance(states, str) else states) if s]
+    if isinstance(states, str):  # old "RUNNING+COMPLETING" style
+        items = [p for s in items for p in s.replace("+", " ").split()]
+    bases = [s for s in items if s in base]
+    return tuple(bases[:1] + [s for s in items if s not in bases[:1]])
+
+
+def _csv(v: list[str] | str | None) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    items = v.split(",") if isinstance(v, str) else v
+    return tuple(s.strip() for s in items if s.strip())
+
+
+def expand_nodes(nodes: str | None) -> tuple[str, ...]:
+    """``"kwok-node-[1-2,4]"`` -> the node names, in Slurm's order."""
+    if not nodes or nodes in ("(null)", "None"):
+        return ()
+    names: list[str] = hostlist.expand_hostlist(nodes)
+    return tuple(names)
+
+
+def gres_to_tres_per_node(gres: str) -> str:
+    """Accept sbatch's ``--gres`` form ("gpu:2") as well as Slurm's TRES form ("gres/gpu:2")."""
+    items = [g.strip() for g in gres.split(",") if g.strip()]
+    return ",".join(g if "/" in g.split(":", 1)[0] else f"gres/{g}" for g in items)
+
+
+_WireT = TypeVar("_WireT", bound=BaseModel)
+
+
+def _validate(model: type[_WireT], body: Any, what: str) -> _WireT:
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise SlurmError(f"unexpected {what} from slurmrestd: {e.error_count()} field(s) invalid: {e}") from None
+
+
+# --- codecs ----------------------------------------------------------------------------------
+
+
+class Codec:
+    """Encode and decode one REST API version (the v0.0.43 layout; later versions override)."""
+
+    version: ClassVar[str] = "v0.0.43"
+    node_update_states: ClassVar[frozenset[str]] = _NODE_UPDATE_STATES_V43
+
+    def path(self, suffix: str) -> str:
+        return f"/slurm/{self.version}/{suffix}"
+
+    # -- requests
+
+    def job_desc(self, req: JobRequest, *, for_update: bool = False) -> JobDesc:
+        """The job description for ``req``.
+
+        Node count: ``minimum_nodes`` is ``req.nodes`` and ``maximum_nodes`` is ``req.max_nodes``,
+        or also ``req.nodes`` so that pods get exactly the nodes they were counted for.
+
+        Sharing: ``exclusive=True`` sends ``shared: ["none"]``, which is sbatch's ``--exclusive``
+        (whole nodes). ``exclusive=False`` sends nothing, which under select/cons_tres lets other
+        jobs use the node's remaining cpus, memory and GRES (partition OverSubscribe=NO, the
+        default) -- that is what "shared node" means here. ``["oversubscribe"]`` is deliberately
+        not used: it means sbatch's ``--oversubscribe``, sharing the *same* cpus with other jobs
+        where the partition allows it, and it cannot undo a partition's OverSubscribe=EXCLUSIVE.
+        ``None`` also sends nothing (the partition's default).
+
+        ``user_id``/``group_id`` are strings on the wire (the API also accepts names there).
+        """
+        d = JobDesc(
+            partition=req.partition,
+            account=req.account,
+            qos=req.qos,
+            reservation=req.reservation,
+            wckey=req.wckey,
+            constraints=req.constraints,
+            licenses=req.licenses,
+            minimum_nodes=req.nodes,
+            maximum_nodes=req.max_nodes if req.max_nodes is not None else req.nodes,
+            tasks_per_node=req.tasks_per_node,
+            cpus_per_task=req.cpus_per_task,
+            memory_per_node=None if req.memory_per_node_mib is None else NoVal.of(req.memory_per_node_mib),
+            tres_per_node=gres_to_tres_per_node(req.gres) if req.gres else None,
+            time_limit=None if req.time_limit_minutes is None else NoVal.of(req.time_limit_minutes),
+            shared=["none"] if req.exclusive else None,
+            priority=None if req.priority is None else NoVal.of(req.priority),
+            mcs_label=req.mcs_label,
+        )
+        if not for_update:
+            d.user_id = None if req.user_id is None else str(req.user_id)
+            d.group_id = None if req.group_id is None else str(req.group_id)
+        return d
+
+    def submit_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
+        """An external job: Slurm allocates the nodes and runs nothing on them (the pods do)."""
+        d = self.job_desc(req)
+        d.name = name
+        d.admin_comment = admin_comment
+        d.flags = ["EXTERNAL_JOB"]
+        d.current_working_directory = "/tmp"
+        return {"job": d.body()}
+
+    def update_body(self, req: JobRequest) -> dict[str, Any]:
+        """Fields a pending job may change; name, admin comment and owner are kept as submitted."""
+        return self.job_desc(req, for_update=True).body()
+
+    def node_update_body(self, state: str | None, reason: str | None) -> dict[str, Any]:
+        if state is not None:
+            state = state.upper()
+            if state not in self.node_update_states:
+                raise ValueError(
+                    f"node state {state!r} cannot be set through REST API {self.version}; "
+                    f"use one of {', '.join(sorted(self.node_update_states))}"
+                )
+        return UpdateNode(state=None if state is None else [state], reason=reason).body()
+
+    # -- answers
+
+    def envelope(self, body: Any) -> WireResponse:
+        return _validate(WireResponse, body if isinstance(body, dict) else {}, "answer")
+
+    def decode_submit(self, body: Any) -> int:
+        r = _validate(SubmitWire, body, "job submit answer")
+        if not r.job_id:
+            raise SlurmError("slurmrestd accepted the job submission but returned no job id")
+        return r.job_id
+
+    def decode_update(self, body: Any) -> list[SlurmErrorDetail]:
+        """Per-job failures of a job update (the envelope may still be error free)."""
+        r = _validate(JobPostWire, body if body is not None else {}, "job update answer")
+        return [
+            SlurmErrorDetail(x.error or x.why, x.error_code, x.why if x.error else "", "job update")
+            for x in r.results
+            if x.error_code
+        ]
+
+    def decode_kill(self, body: Any) -> list[SlurmErrorDetail]:
+        r = _validate(KillWire, body if body is not None else {}, "job cancel answer")
+        return [
+            SlurmErrorDetail(s.error.string, s.error.code, s.error.message, "job cancel")
+            for s in r.status
+            if s.error.code
+        ]
+
+    def decode_ping(self, body: Any) -> list[ControllerPing]:
+        return _validate(PingWire, body, "ping answer").pings
+
+    def decode_job(self, raw: dict[str, Any]) -> JobInfo:
+        w = _validate(JobWire, raw, "job")
+        return JobInfo(
+            job_id=w.job_id,
+            name=w.name,
+            states=_base_first(w.job_state, _JOB_BASE_STATES),
+            reason="" if w.state_reason in ("None", "none") else w.state_reason,
+            nodes=expand_nodes(w.nodes),
+            admin_comment=w.admin_comment or "",
+            partition=w.partition or "",
+            flags=tuple(w.flags),
+            submit_time=_time(w.submit_time),
+            start_time=_time(w.start_time),
+            end_time=_time(w.end_time),
+            time_limit_minutes=_minutes(w.time_limit),
+            raw=raw,
+        )
+
+    def decode_jobs(self, body: Any) -> list[JobInfo]:
+        jobs = body.get("jobs") if isinstance(body, dict) else None
+        if not isinstance(jobs, list):
+            raise SlurmError("unexpected jobs answer from slurmrestd: no 'jobs' list")
+        return [self.decode_job(j) for j in jobs]
+
+    def decode_node(self, raw: dict[str, Any]) -> NodeInfo:
+        w = _validate(NodeWire, raw, "node")
+        return NodeInfo(
+            name=w.name,
+            states=_base_first(w.state, _NODE_BASE_STATES),
+            reason=w.reason or "",
+            reason_user=w.reason_set_by_user or "",
+            cpus=w.cpus or 0,
+            real_memory_mib=w.real_memory or 0,
+            gres=w.gres or "",
+            features=_csv(w.features),
+            partitions=_csv(w.partitions),
+            raw=raw,
+        )
+
+    def decode_nodes(self, body: Any) -> list[NodeInfo]:
+        nodes = body.get("nodes") if isinstance(body, dict) else None
+        if not isinstance(nodes, list):
+            raise SlurmError("unexpected nodes answer from slurmrestd: no 'nodes' list")
+        return [self.decode_node(n) for n in nodes]
+
+
+class CodecV0043(Codec):
+    version = "v0.0.43"
+
+
+class CodecV0044(CodecV0043):
+    version = "v0.0.44"
+
+
+class CodecV0045(CodecV0044):
+    version = "v0.0.45"
+    # 26.05 adds POWER_DOWN_ASAP and POWER_DOWN_FORCE to the node update states.
+    node_update_states = _NODE_UPDATE_STATES_V43 | {"POWER_DOWN_ASAP", "POWER_DOWN_FORCE"}
+
+
+CODECS: Final[dict[str, Codec]] = {c.version: c for c in (CodecV0045(), CodecV0044(), CodecV0043())}
+
+
+def codec_for(version: str) -> Codec:
+    try:
+        return CODECS[version]
+    except KeyError:
+        raise ValueError(
+            f"unsupported Slurm REST API version {version!r}; supported: {', '.join(SUPPORTED_VERSIONS)}"
+        ) from None

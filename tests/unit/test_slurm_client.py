@@ -1,0 +1,657 @@
+"""SlurmClient against a scripted slurmrestd (httpx.MockTransport): versions, errors, retries, JWT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from slurm_bridge.config import Config
+from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import (
+    SlurmAuthError,
+    SlurmError,
+    SlurmNotFound,
+    SlurmUnavailable,
+    SlurmUnsupportedVersion,
+)
+from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for, expand_nodes, gres_to_tres_per_node
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s1gnature-TOKEN-abc123"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def ok(body: dict[str, Any] | None = None, status: int = 200) -> httpx.Response:
+    return httpx.Response(status, json={"errors": [], "warnings": [], **(body or {})})
+
+
+def err(status: int, number: int, error: str, description: str = "") -> httpx.Response:
+    return httpx.Response(
+        status,
+        json={"errors": [{"error": error, "error_number": number, "description": description, "source": "t"}]},
+    )
+
+
+class FakeSlurm:
+    """Routes ``(method, path)`` to handlers; a list of handlers is consumed one per request."""
+
+    def __init__(self, versions: tuple[str, ...] = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42")) -> None:
+        self.versions = versions
+        self.routes: dict[tuple[str, str], Handler | list[Handler]] = {}
+        self.requests: list[httpx.Request] = []
+
+    def on(self, method: str, path: str, *handlers: Handler) -> None:
+        self.routes[(method, path)] = handlers[0] if len(handlers) == 1 else list(handlers)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        key = (request.method, request.url.path)
+        route = self.routes.get(key)
+        if isinstance(route, list):
+            return route.pop(0)(request) if len(route) > 1 else route[0](request)
+        if route is not None:
+            return route(request)
+        if request.url.path.endswith("/ping") and request.url.path.split("/")[2] in self.versions:
+            return ok({"pings": [{"hostname": "ctl", "responding": True, "primary": True, "latency": 9}]})
+        if request.url.path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {f"/slurm/{v}/jobs/": {} for v in self.versions}})
+        return httpx.Response(404, text="Unable to find requested URL endpoint.")
+
+    def paths(self) -> list[str]:
+        return [f"{r.method} {r.url.path}" for r in self.requests]
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    p = tmp_path / "jwt"
+    p.write_text(TOKEN + "\n")
+    return p
+
+
+def rewrite(path: Path, text: str, *, bump_mtime: bool = False) -> None:
+    path.write_text(text)
+    if bump_mtime:  # a coarse filesystem clock may not move between two quick writes
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def client(fake: FakeSlurm, token_file: Path, **kw: Any) -> SlurmClient:
+    kw.setdefault("backoff_base", 0.0)
+    return SlurmClient("http://slurm.test:6820/", token_file, transport=httpx.MockTransport(fake), **kw)
+
+
+def job_json(job_id: int = 7, **kw: Any) -> dict[str, Any]:
+    j: dict[str, Any] = {
+        "job_id": job_id,
+        "name": "pj-a",
+        "job_state": ["RUNNING"],
+        "state_reason": "None",
+        "nodes": "kwok-node-[1-2,4]",
+        "admin_comment": "bridge=x",
+        "partition": "debug",
+        "flags": ["EXTERNAL_JOB"],
+        "submit_time": {"set": True, "infinite": False, "number": 1_700_000_000},
+        "start_time": {"set": True, "infinite": False, "number": 1_700_000_005},
+        "end_time": {"set": True, "infinite": False, "number": 0},
+        "time_limit": {"set": True, "infinite": False, "number": 30},
+    }
+    j.update(kw)
+    return j
+
+
+# --- version discovery ---------------------------------------------------------------------
+
+
+async def test_picks_highest_version_the_server_offers_and_caches_it(token_file: Path) -> None:
+    fake = FakeSlurm(versions=("v0.0.44", "v0.0.43", "v0.0.42"))
+    async with client(fake, token_file) as c:
+        assert await c.api_version() == "v0.0.44"
+        assert await c.api_version() == "v0.0.44"
+        assert fake.paths() == ["GET /slurm/v0.0.45/ping", "GET /slurm/v0.0.44/ping"]
+        assert c.request_count == 2
+        fake.on("GET", "/slurm/v0.0.44/jobs", lambda r: ok({"jobs": []}))
+        assert await c.list_jobs() == []
+        assert fake.paths()[-1] == "GET /slurm/v0.0.44/jobs"
+
+
+async def test_concurrent_callers_discover_the_version_once(token_file: Path) -> None:
+    fake = FakeSlurm()
+    async with client(fake, token_file) as c:
+        versions = await asyncio.gather(*(c.api_version() for _ in range(10)))
+        assert set(versions) == {"v0.0.45"}
+        assert fake.paths() == ["GET /slurm/v0.0.45/ping"]
+
+
+async def test_server_without_a_supported_version_is_named(token_file: Path) -> None:
+    fake = FakeSlurm(versions=("v0.0.42", "v0.0.41"))
+    async with client(fake, token_file) as c:
+        with pytest.raises(SlurmUnsupportedVersion) as e:
+            await c.list_jobs()
+    assert e.value.offered == ("v0.0.42", "v0.0.41")
+    assert "v0.0.42, v0.0.41" in str(e.value) and "v0.0.45" in str(e.value)
+
+
+async def test_pinned_version_skips_discovery(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.43/jobs", lambda r: ok({"jobs": []}))
+    async with client(fake, token_file, api_version="v0.0.43") as c:
+        assert await c.api_version() == "v0.0.43"
+        await c.list_jobs()
+    assert fake.paths() == ["GET /slurm/v0.0.43/jobs"]
+    with pytest.raises(ValueError, match=r"v0\.0\.42"):
+        SlurmClient("http://x", token_file, api_version="v0.0.42")
+
+
+# --- errors and retries ----------------------------------------------------------------------
+
+
+async def test_errors_in_a_200_answer_raise_with_slurms_text(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(200, 2002, "Access/permission denied", "list"))
+    fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: err(200, 0, "No error", "Failure to query nodes"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmAuthError) as e:
+            await c.list_jobs()
+        assert e.value.error_numbers == {2002}
+        with pytest.raises(SlurmError) as e2:
+            await c.list_nodes()
+        assert "Failure to query nodes" in str(e2.value)
+        assert type(e2.value) is SlurmError
+        assert c.request_count == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        lambda r: httpx.Response(500, text="oops"),
+        lambda r: httpx.Response(503),
+        lambda r: err(502, 1800, "Unable to contact slurm controller (connect failure)"),
+        lambda r: err(200, 1802, "Communication receive failure"),
+    ],
+    ids=["500-no-body", "503", "502-ctld-connect", "200-ctld-receive"],
+)
+async def test_5xx_and_unreachable_controller_are_retried(token_file: Path, failure: Handler) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", failure, failure, lambda r: ok({"jobs": [job_json()]}))
+    async with client(fake, token_file, api_version="v0.0.45", retries=3) as c:
+        jobs = await c.list_jobs()
+        assert [j.job_id for j in jobs] == [7]
+        assert c.request_count == 3
+
+
+async def test_connection_errors_and_read_timeouts_are_retried_for_reads(token_file: Path) -> None:
+    def refuse(r: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=r)
+
+    def slow(r: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=r)
+
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/nodes", refuse, slow, lambda r: ok({"nodes": []}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        assert await c.list_nodes() == []
+        assert c.request_count == 3
+
+
+async def test_retries_give_up_with_slurm_unavailable(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(502, 1001, "Communication connection failure"))
+    async with client(fake, token_file, api_version="v0.0.45", retries=2) as c:
+        with pytest.raises(SlurmUnavailable) as e:
+            await c.list_jobs()
+        assert c.request_count == 3
+    assert "Communication connection failure" in str(e.value) and "3 attempts" in str(e.value)
+    assert e.value.status == 502 and e.value.error_numbers == {1001}
+
+
+@pytest.mark.parametrize(
+    ("response", "exc"),
+    [
+        (err(422, 2000, "Invalid partition name specified", "Batch job submission failed"), SlurmError),
+        (err(400, 9001, "Failed to parse"), SlurmError),
+        (err(404, 2017, "Invalid job id specified"), SlurmNotFound),
+        (err(500, 2000, "Invalid partition name specified"), SlurmError),  # a refusal, not an outage
+    ],
+)
+async def test_refusals_are_not_retried(token_file: Path, response: httpx.Response, exc: type[Exception]) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: response)
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(exc) as e:
+            await c.list_jobs()
+        assert c.request_count == 1
+    assert type(e.value) is exc
+    assert "Invalid" in str(e.value) or "parse" in str(e.value)
+
+
+async def test_submit_is_not_resent_after_a_read_timeout(token_file: Path) -> None:
+    def slow(r: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=r)
+
+    fake = FakeSlurm()
+    fake.on("POST", "/slurm/v0.0.45/job/submit", slow, lambda r: ok({"job_id": 99}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmUnavailable) as e:
+            await c.submit_external_job(JobRequest(), name="n", admin_comment="c")
+        assert c.request_count == 1
+    assert e.value.maybe_applied
+    assert "not sent again" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        lambda r: httpx.Response(503),
+        lambda r: err(502, 1802, "Communication receive failure"),
+        lambda r: httpx.Response(500, text="internal"),
+    ],
+    ids=["503", "ctld-receive", "500"],
+)
+async def test_submit_is_not_resent_when_slurm_may_have_made_the_job(token_file: Path, failure: Handler) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", "/slurm/v0.0.45/job/submit", failure, lambda r: ok({"job_id": 99}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmUnavailable) as e:
+            await c.submit_external_job(JobRequest(), name="n", admin_comment="c")
+        assert c.request_count == 1
+    assert e.value.maybe_applied
+
+
+async def test_submit_is_resent_when_it_certainly_did_not_arrive(token_file: Path) -> None:
+    def refuse(r: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=r)
+
+    fake = FakeSlurm()
+    fake.on(
+        "POST",
+        "/slurm/v0.0.45/job/submit",
+        refuse,
+        lambda r: err(502, 1800, "Unable to contact slurm controller (connect failure)"),
+        lambda r: ok({"job_id": 99}),
+    )
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        assert await c.submit_external_job(JobRequest(), name="n", admin_comment="c") == 99
+        assert c.request_count == 3
+
+
+async def test_submit_that_made_a_pending_job_with_warnings_returns_its_id(token_file: Path) -> None:
+    fake = FakeSlurm()
+    warning = {"description": "Requested partition configuration not available now", "source": "x"}
+    fake.on("POST", "/slurm/v0.0.45/job/submit", lambda r: ok({"job_id": 12, "warnings": [warning]}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        assert await c.submit_external_job(JobRequest(), name="n", admin_comment="c") == 12
+
+
+# --- JWT -------------------------------------------------------------------------------------
+
+
+async def test_headers_carry_the_token_and_user(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
+    async with client(fake, token_file, api_version="v0.0.45", user="slurm") as c:
+        await c.list_jobs()
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        await c.list_jobs()
+    with_user, without = fake.requests
+    assert with_user.headers["X-SLURM-USER-TOKEN"] == TOKEN
+    assert with_user.headers["X-SLURM-USER-NAME"] == "slurm"
+    assert "X-SLURM-USER-NAME" not in without.headers
+
+
+@pytest.mark.parametrize(
+    "content", [f"SLURM_JWT={TOKEN}\n", f"  {TOKEN}  ", f"export SLURM_JWT='{TOKEN}'\n", f"# t\n\n{TOKEN}\n"]
+)
+async def test_token_file_forms(tmp_path: Path, content: str) -> None:
+    p = tmp_path / "jwt"
+    p.write_text(content)
+    fake = FakeSlurm()
+    async with client(fake, p) as c:
+        await c.api_version()
+    assert fake.requests[0].headers["X-SLURM-USER-TOKEN"] == TOKEN
+
+
+async def test_token_is_reread_when_the_file_changes(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        await c.list_jobs()
+        rewrite(token_file, "SLURM_JWT=second-token-longer-than-before\n")  # new size
+        await c.list_jobs()
+        rewrite(token_file, "SLURM_JWT=third--token-longer-than-before\n", bump_mtime=True)  # same size
+        await c.list_jobs()
+        await c.list_jobs()
+    seen = [r.headers["X-SLURM-USER-TOKEN"] for r in fake.requests]
+    assert seen == [TOKEN, "second-token-longer-than-before", *["third--token-longer-than-before"] * 2]
+
+
+async def test_auth_failure_says_to_check_the_jwt_file_and_is_not_retried(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(511, 1007, "Protocol authentication error"))
+    fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: httpx.Response(401, text="Authentication failure"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmAuthError) as e:
+            await c.list_jobs()
+        assert str(token_file) in str(e.value) and "Protocol authentication error" in str(e.value)
+        assert e.value.status == 511
+        with pytest.raises(SlurmAuthError, match="Authentication failure"):
+            await c.list_nodes()
+        assert c.request_count == 2
+
+
+async def test_auth_failure_after_token_rotation_is_tried_once_with_the_new_token(token_file: Path) -> None:
+    fake = FakeSlurm()
+
+    def jobs(r: httpx.Request) -> httpx.Response:
+        if r.headers["X-SLURM-USER-TOKEN"] == TOKEN:
+            rewrite(token_file, "rotated-token")  # rotated while the request was in flight
+            return err(511, 1007, "Protocol authentication error")
+        return ok({"jobs": []})
+
+    fake.on("GET", "/slurm/v0.0.45/jobs", jobs)
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        assert await c.list_jobs() == []
+        assert c.request_count == 2
+
+
+async def test_missing_or_empty_token_file(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    async with client(fake, tmp_path / "absent", api_version="v0.0.45") as c:
+        with pytest.raises(SlurmAuthError, match="cannot read the Slurm JWT file"):
+            await c.list_jobs()
+    (tmp_path / "empty").write_text("\n")
+    async with client(fake, tmp_path / "empty", api_version="v0.0.45") as c:
+        with pytest.raises(SlurmAuthError, match="is empty"):
+            await c.list_jobs()
+    assert fake.requests == []
+
+
+async def test_token_never_appears_in_exceptions_or_repr(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(511, 1007, f"bad token {TOKEN}", f"token={TOKEN}"))
+    fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: httpx.Response(422, text=f"cannot parse {TOKEN}"))
+    fake.on("GET", "/slurm/v0.0.45/ping", lambda r: err(422, 9001, f"echo {TOKEN}"))
+
+    def boom(r: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout(f"timeout with {r.headers['X-SLURM-USER-TOKEN']}", request=r)
+
+    fake.on("POST", "/slurm/v0.0.45/job/submit", boom)
+    async with client(fake, token_file, api_version="v0.0.45", retries=0) as c:
+        texts = [repr(c)]
+        for call in (c.list_jobs, c.list_nodes, c.ping):
+            with pytest.raises(SlurmError) as e:
+                await call()
+            texts += [str(e.value), repr(e.value), *e.value.error_texts]
+        with pytest.raises(SlurmUnavailable) as e2:
+            await c.submit_external_job(JobRequest(), name="n", admin_comment="c")
+        texts += [str(e2.value), repr(e2.value)]
+    assert all(TOKEN not in t for t in texts), [t for t in texts if TOKEN in t]
+    assert any("<redacted>" in t for t in texts)
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+def test_hostlist_expansion() -> None:
+    assert expand_nodes("kwok-node-[1-2,4]") == ("kwok-node-1", "kwok-node-2", "kwok-node-4")
+    assert expand_nodes("a[09-11],b") == ("a09", "a10", "a11", "b")
+    assert expand_nodes("") == () and expand_nodes(None) == ()
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_list_jobs_decodes_every_field(token_file: Path, version: str) -> None:
+    fake = FakeSlurm()
+    pending = job_json(
+        8,
+        job_state="PENDING",  # older servers send a string
+        state_reason="Resources",
+        nodes="",
+        time_limit={"set": False, "infinite": True, "number": 0},
+        start_time=1_700_000_100,
+    )
+    completing = job_json(9, job_state=["COMPLETING", "CANCELLED"], flags=None, admin_comment=None)
+    fake.on("GET", f"/slurm/{version}/jobs", lambda r: ok({"jobs": [job_json(), pending, completing]}))
+    async with client(fake, token_file, api_version=version) as c:
+        running, pend, compl = await c.list_jobs()
+        assert c.request_count == 1
+    assert running.job_id == 7 and running.name == "pj-a" and running.state == "RUNNING" and running.is_running
+    assert running.nodes == ("kwok-node-1", "kwok-node-2", "kwok-node-4")
+    assert running.reason == "" and running.admin_comment == "bridge=x" and running.partition == "debug"
+    assert running.flags == ("EXTERNAL_JOB",)
+    assert running.submit_time == datetime.fromtimestamp(1_700_000_000, tz=UTC)
+    assert running.start_time == datetime.fromtimestamp(1_700_000_005, tz=UTC)
+    assert running.end_time is None and running.time_limit_minutes == 30
+    assert running.raw["job_id"] == 7
+    assert pend.states == ("PENDING",) and pend.reason == "Resources" and pend.nodes == ()
+    assert pend.time_limit_minutes is None and pend.start_time == datetime.fromtimestamp(1_700_000_100, tz=UTC)
+    assert compl.states == ("CANCELLED", "COMPLETING") and compl.is_finished
+    assert compl.flags == () and compl.admin_comment == ""
+
+
+async def test_get_job_returns_none_for_an_unknown_job(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/job/7", lambda r: ok({"jobs": [job_json()]}))
+    fake.on("GET", "/slurm/v0.0.45/job/8", lambda r: err(404, 2017, "Invalid job id specified"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        job = await c.get_job(7)
+        assert job is not None and job.job_id == 7
+        assert await c.get_job(8) is None
+
+
+async def test_list_nodes_decodes_states_reason_and_resources(token_file: Path) -> None:
+    node = {
+        "name": "kwok-node-3",
+        "state": ["DRAIN", "IDLE", "EXTERNAL"],
+        "reason": "maintenance",
+        "reason_set_by_user": "slurm",
+        "cpus": 64,
+        "real_memory": 262144,
+        "gres": "gpu:4",
+        "features": ["kwok", "gpu"],
+        "partitions": "a,b",
+    }
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.44/nodes", lambda r: ok({"nodes": [node, {"name": "n2", "state": "DOWN"}]}))
+    async with client(fake, token_file, api_version="v0.0.44") as c:
+        n, n2 = await c.list_nodes()
+    assert n.name == "kwok-node-3" and n.state == "IDLE" and n.states == ("IDLE", "DRAIN", "EXTERNAL")
+    assert n.reason == "maintenance" and n.reason_user == "slurm"
+    assert (n.cpus, n.real_memory_mib, n.gres) == (64, 262144, "gpu:4")
+    assert n.features == ("kwok", "gpu") and n.partitions == ("a", "b")
+    assert n2.states == ("DOWN",) and n2.reason == ""
+
+
+async def test_ping_raises_when_no_controller_responds(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/ping", lambda r: ok({"pings": [{"hostname": "ctl", "responding": False}]}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmUnavailable, match="ctl"):
+            await c.ping()
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+FULL = JobRequest(
+    job_name="ignored",
+    partition="debug",
+    account="acct",
+    qos="high",
+    reservation="resv",
+    wckey="wk",
+    constraints="gpu&kwok",
+    licenses="lic:1",
+    nodes=2,
+    max_nodes=3,
+    tasks_per_node=4,
+    cpus_per_task=2,
+    memory_per_node_mib=1024,
+    gres="gpu:2",
+    time_limit_minutes=45,
+    exclusive=True,
+    priority=100,
+    user_id=1000,
+    group_id=1001,
+    mcs_label="team",
+)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_submit_maps_every_job_request_field(token_file: Path, version: str) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", f"/slurm/{version}/job/submit", lambda r: ok({"job_id": 42, "step_id": "batch"}))
+    async with client(fake, token_file, api_version=version) as c:
+        assert await c.submit_external_job(FULL, name="ns.pj-a", admin_comment="bridge=x") == 42
+    body = json.loads(fake.requests[0].content)
+    assert body == {
+        "job": {
+            "name": "ns.pj-a",
+            "admin_comment": "bridge=x",
+            "flags": ["EXTERNAL_JOB"],
+            "current_working_directory": "/tmp",
+            "partition": "debug",
+            "account": "acct",
+            "qos": "high",
+            "reservation": "resv",
+            "wckey": "wk",
+            "constraints": "gpu&kwok",
+            "licenses": "lic:1",
+            "minimum_nodes": 2,
+            "maximum_nodes": 3,
+            "tasks_per_node": 4,
+            "cpus_per_task": 2,
+            "memory_per_node": {"set": True, "infinite": False, "number": 1024},
+            "tres_per_node": "gres/gpu:2",
+            "time_limit": {"set": True, "infinite": False, "number": 45},
+            "shared": ["none"],
+            "priority": {"set": True, "infinite": False, "number": 100},
+            "user_id": "1000",
+            "group_id": "1001",
+            "mcs_label": "team",
+        }
+    }
+
+
+@pytest.mark.parametrize("exclusive", [False, None])
+def test_minimal_request_leaves_slurm_defaults(exclusive: bool | None) -> None:
+    body = codec_for("v0.0.45").submit_body(JobRequest(exclusive=exclusive), name="n", admin_comment="c")
+    assert body == {
+        "job": {
+            "name": "n",
+            "admin_comment": "c",
+            "flags": ["EXTERNAL_JOB"],
+            "current_working_directory": "/tmp",
+            "minimum_nodes": 1,
+            "maximum_nodes": 1,
+            "tasks_per_node": 1,
+            "cpus_per_task": 1,
+        }
+    }
+
+
+def test_gres_is_sent_in_tres_form() -> None:
+    assert gres_to_tres_per_node("gpu:2") == "gres/gpu:2"
+    assert gres_to_tres_per_node("gres/gpu:a100:1, shard:2") == "gres/gpu:a100:1,gres/shard:2"
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_update_job_sends_only_changeable_fields(token_file: Path, version: str) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", f"/slurm/{version}/job/5", lambda r: ok({"results": None}))
+    async with client(fake, token_file, api_version=version) as c:
+        await c.update_job(5, FULL)
+    body = json.loads(fake.requests[0].content)
+    assert not {"name", "admin_comment", "flags", "user_id", "group_id", "current_working_directory"} & set(body)
+    assert body["time_limit"] == {"set": True, "infinite": False, "number": 45}
+    assert body["partition"] == "debug" and body["tres_per_node"] == "gres/gpu:2"
+
+
+async def test_update_job_results(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on(
+        "POST",
+        "/slurm/v0.0.45/job/5",
+        # Slurm applied the update but the job still cannot run: not a failure.
+        lambda r: err(422, 2015, "Requested partition configuration not available now"),
+        lambda r: err(422, 2073, "Job is no longer pending execution"),
+        lambda r: ok({"results": [{"job_id": 5, "error_code": 2050, "error": "Job violates accounting"}]}),
+    )
+    fake.on("POST", "/slurm/v0.0.45/job/6", lambda r: err(404, 2017, "Invalid job id specified"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        await c.update_job(5, JobRequest(time_limit_minutes=5))
+        with pytest.raises(SlurmError, match="no longer pending"):
+            await c.update_job(5, JobRequest(time_limit_minutes=5))
+        with pytest.raises(SlurmError, match="accounting"):
+            await c.update_job(5, JobRequest(time_limit_minutes=5))
+        with pytest.raises(SlurmNotFound):
+            await c.update_job(6, JobRequest())
+
+
+async def test_cancel_is_idempotent(token_file: Path) -> None:
+    def kill_status(code: int, text: str) -> Handler:
+        return lambda r: ok({"status": [{"error": {"string": text, "code": code, "message": text}}]})
+
+    fake = FakeSlurm()
+    fake.on("DELETE", "/slurm/v0.0.45/job/1", lambda r: ok({"status": []}))
+    fake.on("DELETE", "/slurm/v0.0.45/job/2", kill_status(2021, "Job/step already completing or completed"))
+    fake.on("DELETE", "/slurm/v0.0.45/job/3", kill_status(2017, "Invalid job id specified"))
+    fake.on("DELETE", "/slurm/v0.0.45/job/4", lambda r: err(404, 2017, "Invalid job id specified"))
+    fake.on("DELETE", "/slurm/v0.0.45/job/5", lambda r: err(500, 2021, "Job/step already completing"))
+    fake.on("DELETE", "/slurm/v0.0.45/job/6", kill_status(2002, "Access/permission denied"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        for job_id in (1, 2, 3, 4, 5):
+            await c.cancel_job(job_id)
+        with pytest.raises(SlurmError, match="permission denied"):
+            await c.cancel_job(6)
+        assert c.request_count == 6
+
+
+async def test_update_node_body_and_state_check(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", "/slurm/v0.0.45/node/kwok-node-1", lambda r: ok())
+    fake.on("POST", "/slurm/v0.0.43/node/kwok-node-1", lambda r: ok())
+    fake.on("POST", "/slurm/v0.0.45/node/nope", lambda r: err(422, 2018, "Invalid node name specified"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        await c.update_node("kwok-node-1", state="drain", reason="maintenance")
+        await c.update_node("kwok-node-1", state="RESUME")
+        await c.update_node("kwok-node-1", state="POWER_DOWN_ASAP")
+        with pytest.raises(ValueError, match="IDLE"):
+            await c.update_node("kwok-node-1", state="IDLE")
+        with pytest.raises(ValueError):
+            await c.update_node("kwok-node-1")
+        with pytest.raises(SlurmNotFound, match="Invalid node name"):
+            await c.update_node("nope", state="DRAIN", reason="x")
+    async with client(fake, token_file, api_version="v0.0.43") as c:
+        with pytest.raises(ValueError, match=r"v0\.0\.43"):
+            await c.update_node("kwok-node-1", state="POWER_DOWN_ASAP")
+        await c.update_node("kwok-node-1", reason="just a note")
+    bodies = [json.loads(r.content) for r in fake.requests]
+    assert bodies == [
+        {"state": ["DRAIN"], "reason": "maintenance"},
+        {"state": ["RESUME"]},
+        {"state": ["POWER_DOWN_ASAP"]},
+        {"state": ["DRAIN"], "reason": "x"},
+        {"reason": "just a note"},
+    ]
+
+
+def test_from_config(token_file: Path) -> None:
+    cfg = Config(
+        slurmRestApi="http://slurmrestd:6820",
+        slurmJwtFile=token_file,
+        slurmUser="bridge",
+        slurmRequestTimeoutSeconds=3.5,
+    )
+    c = SlurmClient.from_config(cfg)
+    assert c.base_url == "http://slurmrestd:6820" and c.user == "bridge"
+    assert c._http.timeout.read == 3.5
+    assert TOKEN not in repr(c)
+    asyncio.run(c.aclose())

@@ -1,0 +1,134 @@
+"""``slurm-bridge-webhook``: serve the admission webhook, or prepare what registering it needs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import ssl
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurm_bridge.config import Config, ConfigError, load_config
+
+from .certs import DEFAULT_HOSTS, CertError, write_certs
+from .logs import setup_logging
+from .render import RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
+from .server import WebhookServer
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slurm-bridge-webhook",
+        description="Admission webhook of slurm-bridge: hands pods in managed namespaces to Slurm "
+        "and rejects invalid slurmjob annotations and reserved labels.",
+    )
+    p.add_argument("--config", metavar="PATH", help="bridge configuration file (YAML); defaults apply without it")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = p.add_subparsers(dest="command", metavar="{serve,render-config,gen-certs}")
+
+    sub.add_parser("serve", help="run the HTTPS webhook server (the default command)")
+
+    r = sub.add_parser(
+        "render-config",
+        help="print the Mutating- and ValidatingWebhookConfiguration as YAML",
+        description="Print a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration "
+        "(multi-document YAML) scoped by the configured managed namespaces.",
+    )
+    target = r.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="base URL the apiserver calls, for example https://127.0.0.1:9443")
+    target.add_argument(
+        "--service", metavar="NAMESPACE/NAME[:PORT]", help="in-cluster Service to call (port 443 by default)"
+    )
+    r.add_argument("--ca-file", required=True, type=Path, help="PEM CA certificate that signed the serving certificate")
+    r.add_argument("--name", default="slurm-bridge", help="name of both configuration objects (default: %(default)s)")
+
+    g = sub.add_parser(
+        "gen-certs",
+        help="write a self-signed CA and a serving certificate",
+        description="Write ca.crt, ca.key, tls.crt and tls.key into DIR. An existing CA there is reused "
+        "unless --new-ca is given, so the registered caBundle stays valid.",
+    )
+    g.add_argument("--dir", required=True, type=Path, help="output directory (created if missing)")
+    g.add_argument(
+        "--host",
+        action="append",
+        default=None,
+        help=f"IP address or DNS name to serve; repeat it (default: {' '.join(DEFAULT_HOSTS)})",
+    )
+    g.add_argument("--days", type=int, default=365, help="serving certificate lifetime (default: %(default)s)")
+    g.add_argument("--new-ca", action="store_true", help="make a new CA even if DIR already has one")
+    return p
+
+
+async def _serve(config: Config) -> None:
+    server = WebhookServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    setup_logging(args.log_level)
+    try:
+        asyncio.run(_serve(config))
+    except (OSError, ssl.SSLError) as e:
+        print(
+            f"slurm-bridge-webhook: cannot serve on {config.webhookListen} with certificate "
+            f"{config.webhookCertFile} and key {config.webhookKeyFile}: {e}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        pem = args.ca_file.read_bytes()
+    except OSError as e:
+        raise RenderError(f"cannot read --ca-file {args.ca_file}: {e.strerror}") from None
+    service = parse_service(args.service) if args.service else None
+    docs = webhook_configurations(
+        config, bundle=ca_bundle(pem, str(args.ca_file)), url=args.url, service=service, name=args.name
+    )
+    sys.stdout.write(render_yaml(docs))
+    return 0
+
+
+def _cmd_gen_certs(args: argparse.Namespace) -> int:
+    files = write_certs(args.dir, args.host or list(DEFAULT_HOSTS), days=args.days, new_ca=args.new_ca)
+    ca = "reused" if files.reused_ca else "new"
+    print(f"CA ({ca}): {files.ca_cert} {files.ca_key}")
+    print(f"serving certificate: {files.cert} {files.key}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = args.command or "serve"
+    try:
+        if command == "render-config":
+            return _cmd_render(args)
+        if command == "gen-certs":
+            return _cmd_gen_certs(args)
+        return _cmd_serve(args)
+    except (ConfigError, RenderError, CertError) as e:
+        print(f"slurm-bridge-webhook: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The Mutating- and ValidatingWebhookConfiguration that register the webhook with the apiserver.
+
+Both carry the configured namespaceSelector: it is the only place namespace scoping happens,
+so the server itself never has to look namespaces up.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import yaml
+from cryptography import x509
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+
+from .validate import WORKLOAD_POD_TEMPLATES
+
+ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
+TIMEOUT_SECONDS: Final = 10
+# The plural resource of each validated workload kind, for the webhook rules.
+_RESOURCES: Final = {
+    ("batch", "Job"): "jobs",
+    ("jobset.x-k8s.io", "JobSet"): "jobsets",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
+    ("scheduling.x-k8s.io", "PodGroup"): "podgroups",
+}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class RenderError(Exception):
+    """An argument cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class ServiceRef:
+    namespace: str
+    name: str
+    port: int = 443
+
+
+def parse_service(value: str) -> ServiceRef:
+    """``NAMESPACE/NAME[:PORT]``."""
+    m = re.match(r"^([^/:]+)/([^/:]+)(?::(\d+))?$", value)
+    if not m:
+        raise RenderError(f"--service {value!r} is not NAMESPACE/NAME[:PORT]")
+    namespace, name, port = m.group(1), m.group(2), int(m.group(3) or 443)
+    if not _DNS_LABEL.match(namespace) or not _DNS_LABEL.match(name):
+        raise RenderError(f"--service {value!r}: namespace and name must be DNS labels")
+    if not 0 < port < 65536:
+        raise RenderError(f"--service {value!r}: port {port} is out of range")
+    return ServiceRef(namespace, name, port)
+
+
+def check_url(url: str) -> str:
+    """The apiserver only calls https URLs without query or fragment."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        raise RenderError(f"--url {url!r} must be an https URL such as https://127.0.0.1:9443")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise RenderError(f"--url {url!r} must not have user info, a query or a fragment")
+    return url.rstrip("/")
+
+
+def ca_bundle(pem: bytes, source: str = "CA file") -> str:
+    """Base64 of the PEM, after checking it holds at least one certificate."""
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError as e:
+        raise RenderError(f"{source} is not a PEM certificate: {e}") from None
+    if not certs:
+        raise RenderError(f"{source} holds no certificate")
+    return base64.b64encode(pem).decode()
+
+
+def _client_config(url: str | None, service: ServiceRef | None, path: str, bundle: str) -> dict[str, Any]:
+    if service is not None:
+        svc = {"namespace": service.namespace, "name": service.name, "path": path, "port": service.port}
+        return {"service": svc, "caBundle": bundle}
+    if url is None:
+        raise RenderError("either --url or --service is needed")
+    return {"url": check_url(url) + path, "caBundle": bundle}
+
+
+def _labels() -> dict[str, str]:
+    return {
+        names.LABEL_APP_NAME: names.APP_NAME,
+        names.LABEL_APP_COMPONENT: "webhook",
+        names.LABEL_APP_MANAGED_BY: names.APP_NAME,
+    }
+
+
+def webhook_configurations(
+    config: Config,
+    *,
+    bundle: str,
+    url: str | None = None,
+    service: ServiceRef | None = None,
+    name: str = names.APP_NAME,
+) -> list[dict[str, Any]]:
+    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] as plain objects."""
+    if not _DNS_SUBDOMAIN.match(name) or len(name) > 200:
+        raise RenderError(f"--name {name!r} is not a DNS subdomain name")
+    selector = config.namespace_selector.to_kubernetes()
+    common: dict[str, Any] = {
+        "namespaceSelector": selector,
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": TIMEOUT_SECONDS,
+    }
+    pod_rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
+    workload_rules = [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "resources": [_RESOURCES[(group, kind)]],
+            "scope": "Namespaced",
+        }
+        for group, kind in WORKLOAD_POD_TEMPLATES
+    ]
+    mutating = {
+        "apiVersion": ADMISSION_API,
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": _labels()},
+        "webhooks": [
+            {
+                "name": f"mutate-pods.{name}.slinky.slurm.net",
+                "clientConfig": _client_config(url, service, "/mutate", bundle),
+                "rules": [{"operations": ["CREATE"], **pod_rule}],
+                "reinvocationPolicy": "IfNeeded",
+                **common,
+            }
+        ],
+    }
+    validating = {
+        "apiVersion": ADMISSION_API,
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": _labels()},
+        "webhooks": [
+            {
+                "name": f"validate.{name}.slinky.slurm.net",
+                "clientConfig": _client_config(url, service, "/validate", bundle),
+                "rules": [{"operations": ["CREATE", "UPDATE"], **r} for r in [pod_rule, *workload_rules]],
+                **common,
+            }
+        ],
+    }
+    return [mutating, validating]
+
+
+def render_yaml(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
