@@ -291,5 +291,8 @@ case "${1:-}" in
   status) cmd_status ;;
   env) cmd_env ;;
   scontrol) shift; in_root scontrol "$@" ;;
-  *) die "usage: hack/cluster.sh up|down|status|env|scontrol ARGS" ;;
+  stop) [ -n "${2:-}" ] || die "usage: hack/cluster.sh stop COMPONENT"; stop "$2" ;;
+  start-slurm) up_slurm ;;
+  slurm) shift; case "${1:-}" in scontrol|scancel|squeue|sinfo|sbatch|sacct) in_root "$@" ;; *) die "usage: hack/cluster.sh slurm scontrol|scancel|squeue|sinfo ARGS" ;; esac ;;
+  *) die "usage: hack/cluster.sh up|down|status|env|stop COMPONENT|start-slurm|scontrol ARGS|slurm COMMAND ARGS" ;;
 esac

@@ -440,23 +440,15 @@ class Controller:
         try:
             if pod.get("spec", {}).get("nodeName"):
                 await self.kube.patch(f"{path}/status", {"status": {"conditions": [cond]}}, "strategic")
-                await self.kube.delete(path, uid=meta["uid"])
+                updated = await self.kube.delete(path, uid=meta["uid"])
             else:
                 # Never started anywhere: fail it in place so its status keeps the reason.
-                await self.kube.patch(
-                    f"{path}/status",
-                    {
-                        "status": {
-                            "phase": "Failed",
-                            "reason": reason,
-                            "message": message,
-                            "conditions": [cond],
-                        }
-                    },
-                    "strategic",
-                )
+                status = {"phase": "Failed", "reason": reason, "message": message, "conditions": [cond]}
+                updated = await self.kube.patch(f"{path}/status", {"status": status}, "strategic")
         except (NotFound, Conflict):
             return
+        if updated and updated.get("kind") == "Pod":
+            self.pods.upsert(updated)
 
     async def _set_terminal(self, phj: Obj, phase: str, reason: str, message: str, job: JobInfo | None = None) -> Obj:
         status = phj.get("status") or {}

@@ -11,7 +11,16 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from tests.harness import SlurmEnv, ensure_cluster, log_tails, slurm_env_from, wait_for
+from tests.harness import (
+    BRIDGE_SH,
+    PrerequisiteMissing,
+    SlurmEnv,
+    ensure_cluster,
+    log_tails,
+    run,
+    slurm_env_from,
+    wait_for,
+)
 
 MANAGED_LABEL = "slurm-bridge.local/managed"
 
@@ -42,6 +51,15 @@ def cluster() -> dict[str, str]:
     env = ensure_cluster()
     _CLUSTER["state_dir"] = env["SB_STATE_DIR"]
     return env
+
+
+@pytest.fixture(scope="session")
+def bridge(cluster: dict[str, str]) -> dict[str, str]:
+    """The bridge's four processes running against the local cluster (started once, reused)."""
+    proc = run(["bash", str(BRIDGE_SH), "up"], check=False, timeout=300)
+    if proc.returncode != 0:
+        raise PrerequisiteMissing(f"`hack/bridge.sh up` failed:\n{proc.stderr[-3000:]}")
+    return cluster
 
 
 @pytest.fixture(scope="session")

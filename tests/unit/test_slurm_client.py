@@ -423,6 +423,7 @@ async def test_list_jobs_decodes_every_field(token_file: Path, version: str) -> 
     async with client(fake, token_file, api_version=version) as c:
         running, pend, compl = await c.list_jobs()
         assert c.request_count == 1
+        assert fake.requests[0].url.params["flags"] == "ALL"  # not DETAIL: no job_resources bitmaps
     assert running.job_id == 7 and running.name == "pj-a" and running.state == "RUNNING" and running.is_running
     assert running.nodes == ("kwok-node-1", "kwok-node-2", "kwok-node-4")
     assert running.reason == "" and running.admin_comment == "bridge=x" and running.partition == "debug"

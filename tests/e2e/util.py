@@ -1,0 +1,104 @@
+"""Helpers for end-to-end tests: pods, PlaceholderJobs and the Slurm jobs behind them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from slurm_bridge import names
+from tests.harness import SlurmEnv
+
+API = "/slurm/v0.0.44"
+
+
+def make_pod(
+    name: str,
+    *,
+    cpu: str = "100m",
+    memory: str = "64Mi",
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    gpus: int = 0,
+) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, **({"limits": limits} if limits else {})},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {"containers": [container], "restartPolicy": "Never"},
+    }
+
+
+def get_phj(custom: k8s.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL, name)
+        return obj
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def list_phjs(custom: k8s.CustomObjectsApi, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)[
+        "items"
+    ]
+    return items
+
+
+def read_pod(core: k8s.CoreV1Api, ns: str, name: str) -> k8s.V1Pod | None:
+    try:
+        return core.read_namespaced_pod(name, ns)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def slurm_jobs(slurm: SlurmEnv) -> list[dict[str, Any]]:
+    r = httpx.get(f"{slurm.url}{API}/jobs", headers=slurm.headers(), timeout=20)
+    r.raise_for_status()
+    jobs: list[dict[str, Any]] = r.json()["jobs"]
+    return jobs
+
+
+def slurm_job(slurm: SlurmEnv, job_id: int) -> dict[str, Any] | None:
+    r = httpx.get(f"{slurm.url}{API}/job/{job_id}", headers=slurm.headers(), timeout=20)
+    if r.status_code != 200 or not r.json().get("jobs"):
+        return None
+    job: dict[str, Any] = r.json()["jobs"][0]
+    return job
+
+
+def bridge_jobs_in(slurm: SlurmEnv, ns: str) -> list[dict[str, Any]]:
+    """Slurm jobs the bridge made for PlaceholderJobs in namespace ``ns`` (from admin_comment)."""
+    out = []
+    for job in slurm_jobs(slurm):
+        comment = job.get("admin_comment") or ""
+        if comment.startswith(names.ADMIN_COMMENT_PREFIX):
+            ref = json.loads(comment[len(names.ADMIN_COMMENT_PREFIX) :])
+            if ref.get("ns") == ns:
+                out.append(job | {"_ref": ref})
+    return out
+
+
+def pod_events(core: k8s.CoreV1Api, ns: str, name: str) -> list[k8s.CoreV1Event]:
+    events: list[k8s.CoreV1Event] = core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"
+    ).items
+    return events
+
+
+def has_gate(pod: k8s.V1Pod) -> bool:
+    return any(g.name == names.SCHEDULING_GATE for g in (pod.spec.scheduling_gates or []))

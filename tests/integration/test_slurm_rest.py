@@ -1,0 +1,240 @@
+"""SlurmClient against the real slurmrestd of the local cluster: every call the bridge makes."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmNotFound
+from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS
+from tests.harness import SlurmEnv
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+RUN = secrets.token_hex(3)  # tells this session's jobs apart from anyone else's
+
+
+async def eventually(check: Callable[[], Awaitable[T | None]], within: float, what: str) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {within:.0f}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(0.2)
+
+
+class Jobs:
+    """Submits this test's jobs with one admin comment and cancels all of them afterwards."""
+
+    def __init__(self, client: SlurmClient, test_name: str) -> None:
+        self.client = client
+        self.marker = f"slurm-bridge-it {RUN} {test_name}"
+        self.ids: list[int] = []
+
+    async def submit(self, req: JobRequest, name: str = "it") -> int:
+        job_id = await self.client.submit_external_job(req, name=f"it-{RUN}-{name}", admin_comment=self.marker)
+        self.ids.append(job_id)
+        return job_id
+
+    async def cleanup(self) -> None:
+        mine = {j.job_id for j in await self.client.list_jobs() if j.admin_comment == self.marker}
+        for job_id in sorted(mine | set(self.ids)):
+            await self.client.cancel_job(job_id)
+
+        async def all_finished() -> bool:
+            return not any(j.admin_comment == self.marker and not j.is_finished for j in await self.client.list_jobs())
+
+        await eventually(all_finished, 30, f"jobs of {self.marker!r} to finish")
+
+
+@pytest.fixture
+async def slurm(slurm_env: SlurmEnv) -> AsyncIterator[SlurmClient]:
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+async def jobs(slurm: SlurmClient, request: pytest.FixtureRequest) -> AsyncIterator[Jobs]:
+    tracker = Jobs(slurm, request.node.name)
+    yield tracker
+    await tracker.cleanup()
+
+
+async def _job(client: SlurmClient, job_id: int) -> JobInfo:
+    job = await client.get_job(job_id)
+    assert job is not None, f"job {job_id} unknown to Slurm"
+    return job
+
+
+async def test_version_discovery_and_ping(slurm: SlurmClient) -> None:
+    # Slurm 26.05 offers v0.0.42..v0.0.45: the client must pick the highest it speaks.
+    assert await slurm.api_version() == SUPPORTED_VERSIONS[0]
+    pings = await slurm.ping()
+    assert any(p.responding and p.primary for p in pings)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_external_job_runs_on_two_nodes_and_cancels(slurm_env: SlurmEnv, version: str) -> None:
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+        jobs = Jobs(client, f"two-nodes-{version}")
+        try:
+            req = JobRequest(
+                partition=slurm_env.partition,
+                nodes=2,
+                tasks_per_node=1,
+                cpus_per_task=1,
+                memory_per_node_mib=100,
+                time_limit_minutes=10,
+            )
+            job_id = await jobs.submit(req, name="two")
+
+            async def running() -> JobInfo | None:
+                job = await _job(client, job_id)
+                return job if job.is_running else None
+
+            job = await eventually(running, 30, f"job {job_id} RUNNING")
+            assert len(job.nodes) == 2 and set(job.nodes) <= set(slurm_env.nodes), job.nodes
+            assert "EXTERNAL_JOB" in job.flags
+            assert job.admin_comment == jobs.marker and job.name == f"it-{RUN}-two"
+            assert job.partition == slurm_env.partition and job.time_limit_minutes == 10
+            assert job.start_time is not None and job.submit_time is not None and job.reason == ""
+
+            before = client.request_count
+            listed = {j.job_id: j for j in await client.list_jobs()}
+            assert client.request_count == before + 1  # one REST call for every job
+            assert listed[job_id].nodes == job.nodes and listed[job_id].admin_comment == jobs.marker
+
+            await client.cancel_job(job_id)
+
+            async def gone_or_cancelled() -> bool:
+                j = await client.get_job(job_id)
+                return j is None or j.state == "CANCELLED"
+
+            await eventually(gone_or_cancelled, 30, f"job {job_id} CANCELLED")
+            await client.cancel_job(job_id)  # idempotent
+        finally:
+            await jobs.cleanup()
+
+
+async def test_exclusive_gres_job_gets_a_whole_gpu_node(slurm: SlurmClient, slurm_env: SlurmEnv, jobs: Jobs) -> None:
+    req = JobRequest(partition=slurm_env.partition, gres="gpu:1", exclusive=True, memory_per_node_mib=100)
+    job_id = await jobs.submit(req, name="gpu")
+
+    async def running() -> JobInfo | None:
+        job = await _job(slurm, job_id)
+        return job if job.is_running else None
+
+    job = await eventually(running, 30, f"job {job_id} RUNNING")
+    assert len(job.nodes) == 1 and job.nodes[0] in slurm_env.gpu_nodes
+    node_cpus = {n.name: n.cpus for n in await slurm.list_nodes()}[job.nodes[0]]
+    shown = await asyncio.to_thread(slurm_env.scontrol, "show", "job", str(job_id))
+    assert f"NumCPUs={node_cpus} " in shown and "Exclusive=NODE" in shown, shown  # shared=["none"]
+    assert "TresPerNode=gres/gpu:1" in shown, shown
+
+
+async def test_pending_job_reason_and_update(slurm: SlurmClient, slurm_env: SlurmEnv, jobs: Jobs) -> None:
+    # More cpus than the whole partition has: Slurm keeps the job pending (PartitionConfig), as
+    # limits may change. (More than one node has, but fewer than the partition, is refused.)
+    all_cpus = sum(n.cpus for n in await slurm.list_nodes() if n.name in slurm_env.nodes)
+    req = JobRequest(partition=slurm_env.partition, cpus_per_task=all_cpus + 1, time_limit_minutes=5)
+    job_id = await jobs.submit(req, name="pending")
+
+    async def pending_with_reason() -> JobInfo | None:
+        job = await _job(slurm, job_id)
+        return job if job.is_pending and job.reason else None
+
+    job = await eventually(pending_with_reason, 30, f"job {job_id} PENDING with a reason")
+    assert job.nodes == () and job.time_limit_minutes == 5
+
+    # Slurm applies the change, then says the job still cannot run: update_job must not fail.
+    await slurm.update_job(job_id, req.model_copy(update={"time_limit_minutes": 42}))
+    job = await _job(slurm, job_id)
+    assert job.time_limit_minutes == 42 and job.is_pending
+    shown = await asyncio.to_thread(slurm_env.scontrol, "show", "job", str(job_id))
+    assert "TimeLimit=00:42:00" in shown, shown
+
+    await slurm.cancel_job(job_id)
+
+    async def finished() -> bool:
+        j = await slurm.get_job(job_id)
+        return j is None or j.is_finished
+
+    await eventually(finished, 30, f"job {job_id} finished")
+    with pytest.raises(SlurmError, match="finished"):
+        await slurm.update_job(job_id, req)
+
+
+async def test_list_nodes_returns_every_node(slurm: SlurmClient, slurm_env: SlurmEnv) -> None:
+    nodes = {n.name: n for n in await slurm.list_nodes()}
+    assert set(slurm_env.nodes) <= set(nodes), sorted(nodes)
+    for name in slurm_env.nodes:
+        n = nodes[name]
+        assert n.cpus > 0 and n.real_memory_mib > 0 and n.state != "UNKNOWN", n
+        assert slurm_env.partition in n.partitions
+    for name in slurm_env.gpu_nodes:
+        assert "gpu" in nodes[name].gres, nodes[name]
+
+
+async def test_drain_and_resume_node(slurm: SlurmClient, slurm_env: SlurmEnv) -> None:
+    name = slurm_env.nodes[-1]
+    reason = f"slurm-bridge-it {RUN} drain test"
+
+    async def node_states() -> tuple[tuple[str, ...], str]:
+        node = {n.name: n for n in await slurm.list_nodes()}[name]
+        return node.states, node.reason
+
+    try:
+        await slurm.update_node(name, state="DRAIN", reason=reason)
+        states, got_reason = await node_states()
+        assert "DRAIN" in states and got_reason == reason, (states, got_reason)
+        shown = await asyncio.to_thread(slurm_env.scontrol, "show", "node", name)
+        assert "DRAIN" in shown and f"Reason={reason}" in shown, shown
+    finally:
+        await slurm.update_node(name, state="RESUME")
+    states, got_reason = await node_states()
+    assert "DRAIN" not in states and got_reason == "", (states, got_reason)
+
+
+@pytest.fixture
+def bad_token_file(tmp_path: Path) -> Path:
+    bad = tmp_path / "jwt"
+    bad.write_text("SLURM_JWT=not-a-valid-token\n")
+    return bad
+
+
+async def test_bad_token_is_an_auth_error(slurm_env: SlurmEnv, bad_token_file: Path) -> None:
+    bad = bad_token_file
+    async with SlurmClient(slurm_env.url, bad) as client:
+        with pytest.raises(SlurmAuthError) as e:
+            await client.list_jobs()
+    assert str(bad) in str(e.value) and "not-a-valid-token" not in str(e.value)
+
+
+async def test_impossible_job_is_refused_with_slurms_reason(
+    slurm: SlurmClient, slurm_env: SlurmEnv, jobs: Jobs
+) -> None:
+    most_cpus = max(n.cpus for n in await slurm.list_nodes() if n.name in slurm_env.nodes)
+    with pytest.raises(SlurmError) as e:
+        await jobs.submit(JobRequest(partition=slurm_env.partition, cpus_per_task=most_cpus + 1))
+    assert type(e.value) is SlurmError and "Requested node configuration is not available" in str(e.value)
+    with pytest.raises(SlurmError, match="Invalid partition name"):
+        await jobs.submit(JobRequest(partition=f"no-such-partition-{RUN}"))
+
+
+async def test_unknown_job_and_node(slurm: SlurmClient) -> None:
+    assert await slurm.get_job(99_999_999) is None
+    await slurm.cancel_job(99_999_999)
+    with pytest.raises(SlurmNotFound):
+        await slurm.update_node("no-such-node", state="DRAIN", reason="test")
