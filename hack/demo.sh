@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# README command (1): on a fresh machine, build/start the local cluster (Kubernetes + real
+# Slurm), start the bridge, and run the example workload through Slurm.
+. "$(dirname "$0")/lib.sh"
+cd "$REPO_DIR"
+require_root "hack/demo.sh (the local Slurm runs in a chroot)"
+t0=$SECONDS
+bash hack/setup-python.sh
+bash hack/cluster.sh up
+bash hack/bridge.sh up
+log "setup done in $((SECONDS - t0))s; applying examples/demo.yaml"
+kubectl_ delete namespace slurm-bridge-demo --ignore-not-found --wait=true >/dev/null
+kubectl_ apply -f examples/demo.yaml
+ns=slurm-bridge-demo
+deadline=$((SECONDS + 120))
+until [ "$(kubectl_ -n $ns get pods --no-headers 2>/dev/null | grep -c Running)" -ge 4 ]; do
+  [ $SECONDS -lt $deadline ] || { kubectl_ -n $ns get placeholderjobs,pods -o wide; die "demo pods did not all run within 120s; see hack/cluster.sh status for logs"; }
+  sleep 0.5
+done
+echo; echo "# Kubernetes: every pod has a PlaceholderJob; Slurm chose the node"
+kubectl_ -n $ns get placeholderjobs,pods -o wide
+echo; echo "# Slurm: the matching external jobs"
+bash hack/cluster.sh slurm squeue -o '%.6i %.30j %.9T %.10M %.8l %R'
+echo; echo "# When the Job's pods complete, their Slurm jobs end with them (waiting up to 60s)"
+deadline=$((SECONDS + 60))
+until [ "$(kubectl_ -n $ns get placeholderjobs --no-headers 2>/dev/null | grep -c Completed)" -ge 3 ]; do
+  [ $SECONDS -lt $deadline ] || break
+  sleep 1
+done
+kubectl_ -n $ns get placeholderjobs,pods -o wide
+log "demo done in $((SECONDS - t0))s. Explore: eval \"\$(hack/cluster.sh env)\"; kubectl -n $ns describe placeholderjob hello-slurm"
