@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the Kubernetes control plane, etcd, kwok and helm from Go modules into $BIN_DIR, once.
+# Build the Kubernetes control plane, etcd, kwok, helm and the JobSet and LeaderWorkerSet
+# controllers from Go modules into $BIN_DIR, once.
 # A binary is rebuilt only when hack/versions.env changes its version (stamp files).
 . "$(dirname "$0")/lib.sh"
 require_go
@@ -64,14 +65,31 @@ build_plain() { # name version module/cmd binary: modules without replace direct
   done_stamp "$1" "$2"
 }
 
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes)
+build_module() { # name version module package binary: build a module's command from its own
+  # go.mod and go.sum. `go install module@version` would ask the proxy for the module's version
+  # list (deprecation check), which the proxy refuses for some sigs.k8s.io modules.
+  local name=$1 v=$2 mod=$3 pkg=$4 bin=$5 dir src
+  have "$name" "$v" "$bin" && return 0
+  log "building $bin $v"
+  src=$(cd "$CACHE_DIR" && go mod download -json "$mod@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
+    || die "go mod download $mod@$v failed (is GOPROXY reachable?)"
+  dir="$CACHE_DIR/src/$name-$v"; rm -rf "$dir"; cp -r "$src" "$dir"; chmod -R u+w "$dir"
+  (cd "$dir" && go build -ldflags "-s -w -X $mod/pkg/version.GitVersion=$v" -o "$BIN_DIR/$bin" "$pkg") >&2 \
+    || die "go build of $mod $v failed; see the output above"
+  done_stamp "$name" "$v"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes jobset lws)
 for t in "${targets[@]}"; do
   case $t in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_plain kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok ;;
     helm) build_plain helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm ;;
-    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm)" ;;
+    # The workload controllers of the e2e cluster (started by hack/cluster.sh).
+    jobset) build_module jobset "$JOBSET_VERSION" sigs.k8s.io/jobset . jobset-controller ;;
+    lws) build_module lws "$LWS_VERSION" sigs.k8s.io/lws ./cmd lws-controller ;;
+    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, jobset, lws)" ;;
   esac
 done
 log "binaries ready in $BIN_DIR"

@@ -6,6 +6,7 @@ kopf watches; this client writes. The official ``kubernetes`` package only loads
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -22,6 +23,7 @@ from slurm_bridge import names
 
 log = logging.getLogger(__name__)
 
+EVENT_CONCURRENCY = 8
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PatchType = Literal["merge", "json", "strategic"]
 _CONTENT_TYPES = {
@@ -84,7 +86,7 @@ def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext | boo
         ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
         return f"https://{host}:{port}", ctx, _TokenAuth(token_file=SA_DIR / "token")
     cfg = k8s_client.Configuration()
-    k8s_config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     if not cfg.verify_ssl:
         ctx.check_hostname = False
@@ -155,6 +157,8 @@ class KubeClient:
             headers={"User-Agent": f"{component}/0.1"},
         )
         self._event_seq = itertools.count()
+        self._event_tasks: set[asyncio.Task[None]] = set()
+        self._event_slots = asyncio.Semaphore(EVENT_CONCURRENCY)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, *, component: str = names.APP_NAME) -> KubeClient:
@@ -162,6 +166,7 @@ class KubeClient:
         return cls(server, verify, auth, component=component)
 
     async def aclose(self) -> None:
+        await self.drain_events()
         await self._http.aclose()
 
     async def request(
@@ -226,7 +231,21 @@ class KubeClient:
     async def event(
         self, obj: dict[str, Any], reason: str, message: str, *, warning: bool = False, action: str = ""
     ) -> None:
-        """Record a core/v1 Event on ``obj``; failures are logged, never raised (events are advisory)."""
+        """Record a core/v1 Event on ``obj`` in the background.
+
+        Events are advisory: they never delay the reconcile that reports them, and a failure to
+        record one is logged, not raised. At most ``EVENT_CONCURRENCY`` are in flight.
+        """
+        task = asyncio.create_task(self._post_event(obj, reason, message, warning=warning, action=action))
+        self._event_tasks.add(task)
+        task.add_done_callback(self._event_tasks.discard)
+
+    async def drain_events(self) -> None:
+        """Wait for Events still being posted (call before closing)."""
+        if self._event_tasks:
+            await asyncio.gather(*self._event_tasks, return_exceptions=True)
+
+    async def _post_event(self, obj: dict[str, Any], reason: str, message: str, *, warning: bool, action: str) -> None:
         meta = obj.get("metadata", {})
         ns = meta.get("namespace") or "default"
         ts = now_iso()
@@ -254,6 +273,7 @@ class KubeClient:
             "count": 1,
         }
         try:
-            await self.create(f"/api/v1/namespaces/{ns}/events", event)
+            async with self._event_slots:
+                await self.create(f"/api/v1/namespaces/{ns}/events", event)
         except (TimeoutError, KubeError, httpx.HTTPError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, meta.get("name"), e)

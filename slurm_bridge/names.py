@@ -108,3 +108,27 @@ APP_NAME: Final = "slurm-bridge"
 LABEL_APP_NAME: Final = "app.kubernetes.io/name"
 LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+
+# --- Node sync: cordon/drain <-> Slurm DRAIN/DOWN/FAIL (operator/nodes.py, docs/nodes.md) -----
+# Effect of TAINT_MANAGED_NODE (the webhook gives bridge pods the matching toleration).
+TAINT_MANAGED_NODE_EFFECT: Final = "NoExecute"
+# Taint naming the state ("drain", "down" or "fail") in which Slurm or an administrator holds the
+# node out of service; it is also the bridge's record that it has mirrored that outage.
+TAINT_SLURM_STATE: Final = SLINKY_PREFIX + "slurm-state"
+TAINT_SLURM_STATE_EFFECT: Final = "NoSchedule"
+# Slurm's reason for the state in TAINT_SLURM_STATE, verbatim.
+ANN_SLURM_REASON: Final = SLINKY_PREFIX + "slurm-reason"
+# Value NODE_SYNC_OWNER: the bridge cordoned this node because Slurm holds it out of service.
+ANN_CORDONED_BY: Final = SLINKY_PREFIX + "cordoned-by"
+# Value NODE_SYNC_OWNER: the bridge drained the Slurm node because this node is cordoned.
+ANN_SLURM_DRAINED_BY: Final = SLINKY_PREFIX + "slurm-drained-by"
+NODE_SYNC_OWNER: Final = APP_NAME
+# Every Slurm node reason the bridge writes starts with this: a DRAIN is the bridge's own only then.
+SLURM_NODE_REASON_PREFIX: Final = "slurm-bridge:"
+
+# --- Workload grouping (read only; operator/groups.py, docs/workloads.md) --------------------
+# A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).
+LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
+# The LeaderWorkerSet and group a pod belongs to (set by the LeaderWorkerSet controller).
+LABEL_LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
+LABEL_LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"

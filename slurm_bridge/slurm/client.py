@@ -9,7 +9,6 @@ safe to retry. Answers come back as the version-neutral models of :mod:`.models`
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import re
@@ -20,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
+import pydantic_core
 
 from .errors import (
     AUTH_ERRORS,
@@ -120,8 +120,9 @@ def _parse_reply(resp: httpx.Response, codec: Codec | None) -> _Reply:
     text = ""
     if resp.content:
         try:
-            body = resp.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            # pydantic's Rust parser: job lists run to megabytes and are read every poll period.
+            body = pydantic_core.from_json(resp.content)
+        except ValueError:
             text = resp.text.strip()[:500]
     errors: tuple[SlurmErrorDetail, ...] = ()
     if isinstance(body, dict) and isinstance(body.get("errors"), list):
@@ -280,9 +281,20 @@ class SlurmClient:
 
     async def list_jobs(self) -> list[JobInfo]:
         """Every job slurmctld still knows (hidden partitions included), in one request."""
+        return (await self.list_jobs_since(None))[0]
+
+    async def list_jobs_since(self, since: int | None) -> tuple[list[JobInfo], int | None]:
+        """Jobs changed after ``since`` (Slurm's own clock; None: every job), and Slurm's
+        ``last_update`` to pass next time. One request; an unchanged cluster costs a few bytes
+        instead of every job's full record."""
         codec = await self._get_codec()
-        reply = await self._request("GET", codec.path("jobs"), params=_JOB_QUERY)
-        return codec.decode_jobs(reply.body)
+        params = dict(_JOB_QUERY)
+        if since is not None:
+            params["update_time"] = str(int(since))
+        reply = await self._request("GET", codec.path("jobs"), params=params)
+        last = reply.body.get("last_update") if isinstance(reply.body, dict) else None
+        last_update = last.get("number") if isinstance(last, dict) and last.get("set", True) else None
+        return codec.decode_jobs(reply.body), int(last_update) if last_update is not None else None
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """The job, or None when Slurm does not know it (never existed, or purged after MinJobAge)."""

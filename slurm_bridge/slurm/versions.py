@@ -157,6 +157,9 @@ class JobWire(_Wire):
     time_limit: _Time = None
 
 
+_JOB_KEYS = tuple(JobWire.model_fields)
+
+
 class NodeWire(_Wire):
     name: str
     state: list[str] | str = Field(default_factory=list)
@@ -372,8 +375,10 @@ class Codec:
         return _validate(PingWire, body, "ping answer").pings
 
     def decode_job(self, raw: dict[str, Any]) -> JobInfo:
-        w = _validate(JobWire, raw, "job")
-        return JobInfo(
+        # Validate only the fields read (a job record has ~150) and build JobInfo from values
+        # already checked: a poll decodes every job Slurm knows, so this is the hot path.
+        w = _validate(JobWire, {k: raw[k] for k in _JOB_KEYS if k in raw}, "job")
+        return JobInfo.model_construct(
             job_id=w.job_id,
             name=w.name,
             states=_base_first(w.job_state, _JOB_BASE_STATES),

@@ -28,15 +28,20 @@ pytestmark = pytest.mark.usefixtures("bridge")
 
 
 def _running_phj(custom: k8s.CustomObjectsApi, ns: str, name: str, timeout: float = 30) -> dict[str, Any]:
-    return wait_for(
+    phj: dict[str, Any] = wait_for(
         lambda: (p := get_phj(custom, ns, name)) and (p.get("status") or {}).get("phase") == "Running" and p,
         timeout,
         f"PlaceholderJob {ns}/{name} Running",
     )
+    return phj
 
 
 def test_bare_pod_runs_on_the_node_slurm_chose(
-    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, slurm_env: SlurmEnv, cluster: dict[str, str]
+    core: k8s.CoreV1Api,
+    custom: k8s.CustomObjectsApi,
+    managed_namespace: str,
+    slurm_env: SlurmEnv,
+    cluster: dict[str, str],
 ) -> None:
     ns = managed_namespace
     core.create_namespaced_pod(ns, make_pod("p"))
@@ -72,11 +77,18 @@ def test_pod_in_unmanaged_namespace_is_untouched(
     assert bridge_jobs_in(slurm_env, namespace) == []
 
 
+@pytest.mark.parametrize(
+    "cpu",
+    [
+        "100",  # more than one node has: Slurm refuses the submit
+        "1000",  # more than the whole partition: Slurm queues it with a reason
+    ],
+)
 def test_pod_larger_than_any_node_stays_gated_with_slurms_reason(
-    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, slurm_env: SlurmEnv
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, cpu: str
 ) -> None:
     ns = managed_namespace
-    core.create_namespaced_pod(ns, make_pod("huge", cpu="1000"))
+    core.create_namespaced_pod(ns, make_pod("huge", cpu=cpu))
     phj = wait_for(
         lambda: (p := get_phj(custom, ns, "huge")) and (p.get("status") or {}).get("reason") and p,
         30,
@@ -116,7 +128,9 @@ def test_scancel_ends_the_pod_with_an_event(
     job_id = _running_phj(custom, ns, "victim")["status"]["jobId"]
     run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job_id)])
     wait_for(
-        lambda: (p := read_pod(core, ns, "victim")) is None or p.metadata.deletion_timestamp or p.status.phase == "Failed",
+        lambda: (
+            (p := read_pod(core, ns, "victim")) is None or p.metadata.deletion_timestamp or p.status.phase == "Failed"
+        ),
         30,
         "pod ended",
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.harness import SlurmEnv, wait_for
@@ -29,13 +31,13 @@ def test_external_job_runs_on_expected_nodes_and_cancels(slurm_env: SlurmEnv) ->
         assert r.json()["errors"] == []
         job_id = r.json()["job_id"]
 
-        def job() -> dict[str, object]:
-            jobs: list[dict[str, object]] = c.get(f"{API}/job/{job_id}").json()["jobs"]
+        def job() -> dict[str, Any]:
+            jobs: list[dict[str, Any]] = c.get(f"{API}/job/{job_id}").json()["jobs"]
             return jobs[0]
 
         running = wait_for(lambda: (j := job())["job_state"] == ["RUNNING"] and j, 20, "job RUNNING")
         assert running["nodes"] == f"{slurm_env.nodes[0][:-1]}[1-2]"
-        assert "EXTERNAL_JOB" in running["flags"]  # type: ignore[operator]
+        assert "EXTERNAL_JOB" in running["flags"]
         r = c.delete(f"{API}/job/{job_id}")
         assert r.status_code == 200, r.text
         wait_for(lambda: job()["job_state"] == ["CANCELLED"], 20, "job CANCELLED")

@@ -1,0 +1,181 @@
+"""Benchmark: pod-created-to-bound latency through the bridge, beside the default scheduler.
+
+Creates N pods in a managed namespace (bridge: webhook -> PlaceholderJob -> Slurm external job ->
+extender bind) and N pods in an unmanaged namespace (default-scheduler), in the same run on the
+local cluster, and prints p50/p99 latency, pods bound per second and Slurm REST calls per pod.
+
+    .venv/bin/python bench/pipeline_latency.py [--pods 200] [--concurrency 16]
+
+Needs the local cluster and bridge (`hack/cluster.sh up && hack/bridge.sh up`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch
+
+REPO = Path(__file__).resolve().parent.parent
+MANAGED_LABEL = "slurm-bridge.local/managed"
+
+
+@dataclass
+class Run:
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def cluster_env() -> dict[str, str]:
+    out = subprocess.run(["bash", str(REPO / "hack" / "cluster.sh"), "env"], check=True, capture_output=True, text=True)
+    env = {}
+    for line in out.stdout.splitlines():
+        k, _, v = line.removeprefix("export ").partition("=")
+        env[k] = v.strip('"')
+    return env
+
+
+def operator_stats(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
+        stats: dict[str, Any] = json.load(r)
+        return stats
+
+
+def pod_body(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+            ],
+        },
+    }
+
+
+def watch_bindings(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event) -> None:
+    w = watch.Watch()
+    while not stop.is_set():
+        for ev in w.stream(core.list_namespaced_pod, ns, timeout_seconds=5):
+            pod = ev["object"]
+            if pod.spec.node_name:
+                with run.lock:
+                    run.bound.setdefault(pod.metadata.name, time.monotonic())
+                    if len(run.bound) >= n:
+                        run.done.set()
+                        stop.set()
+            if stop.is_set():
+                w.stop()
+                break
+
+
+def measure(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int, timeout: float) -> Run:
+    run = Run()
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_bindings, args=(core, ns, run, n, stop), daemon=True)
+    watcher.start()
+    time.sleep(0.5)  # let the watch establish before the first create (not a condition wait)
+
+    def create(i: int) -> None:
+        name = f"b{i:04d}"
+        core.create_namespaced_pod(ns, pod_body(name))
+        with run.lock:
+            run.created[name] = time.monotonic()
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(create, range(n)))
+    if not run.done.wait(timeout):
+        print(f"warning: only {len(run.bound)}/{n} pods bound in {ns} within {timeout:.0f}s", file=sys.stderr)
+    stop.set()
+    return run
+
+
+def summarize(label: str, run: Run, slurm_calls: int | None) -> dict[str, Any]:
+    lat = sorted(run.bound[p] - run.created[p] for p in run.bound if p in run.created)
+    if not lat:
+        return {"scheduler": label, "bound": 0}
+    span = max(run.bound.values()) - min(run.created.values())
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
+    return {
+        "scheduler": label,
+        "pods": len(run.created),
+        "bound": len(lat),
+        "p50_s": round(q[49], 3),
+        "p99_s": round(q[98], 3),
+        "max_s": round(lat[-1], 3),
+        "pods_per_s": round(len(lat) / span, 1) if span > 0 else None,
+        "slurm_calls_per_pod": round(slurm_calls / len(lat), 2) if slurm_calls is not None else None,
+    }
+
+
+def make_namespace(core: k8s.CoreV1Api, name: str, managed: bool) -> None:
+    labels = {MANAGED_LABEL: "true"} if managed else {}
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels=labels)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return
+        except k8s.exceptions.ApiException:
+            time.sleep(0.2)
+    raise SystemExit(f"namespace {name}: default ServiceAccount did not appear within 30s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=16, help="parallel pod creates")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--operator-port", type=int, default=28080)
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args()
+
+    env = cluster_env()
+    api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
+    api.configuration.connection_pool_maxsize = args.concurrency + 4
+    core = k8s.CoreV1Api(api)
+    try:
+        operator_stats(args.operator_port)
+    except OSError as e:
+        raise SystemExit(f"the bridge operator is not reachable on 127.0.0.1:{args.operator_port} ({e}); "
+                         "run hack/cluster.sh up && hack/bridge.sh up") from None  # fmt: skip
+    suffix = f"{int(time.time()) % 100000}"
+    bridge_ns, default_ns = f"bench-bridge-{suffix}", f"bench-default-{suffix}"
+    make_namespace(core, bridge_ns, managed=True)
+    make_namespace(core, default_ns, managed=False)
+    try:
+        before = operator_stats(args.operator_port)["slurm_requests"]
+        bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout)
+        after = operator_stats(args.operator_port)["slurm_requests"]
+        default_run = measure(core, default_ns, args.pods, args.concurrency, args.timeout)
+    finally:
+        for ns in (bridge_ns, default_ns):
+            core.delete_namespace(ns)
+    rows = [summarize("slurm-bridge", bridge_run, after - before), summarize("default-scheduler", default_run, None)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    cols = ["scheduler", "pods", "bound", "p50_s", "p99_s", "max_s", "pods_per_s", "slurm_calls_per_pod"]
+    print("  ".join(f"{c:>19}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{r.get(c)!s:>19}" for c in cols))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+{{/* Names ------------------------------------------------------------------------------ */}}
+
+{{- define "slurm-bridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every object name; cluster-scoped objects carry it too. */}}
+{{- define "slurm-bridge.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "slurm-bridge.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<fullname>-<component>"; call with (dict "root" $ "component" "operator"). */}}
+{{- define "slurm-bridge.componentName" -}}
+{{- printf "%s-%s" (include "slurm-bridge.fullname" .root) .component }}
+{{- end }}
+
+{{/* The ServiceAccount name of a component; call with (dict "root" $ "component" "operator"). */}}
+{{- define "slurm-bridge.serviceAccountName" -}}
+{{- $sa := (index .root.Values .component).serviceAccount }}
+{{- default (include "slurm-bridge.componentName" .) $sa.name }}
+{{- end }}
+
+{{- define "slurm-bridge.operatorUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "slurm-bridge.serviceAccountName" (dict "root" . "component" "operator")) }}
+{{- end }}
+
+{{- define "slurm-bridge.configMapName" -}}
+{{- printf "%s-config" (include "slurm-bridge.fullname" .) }}
+{{- end }}
+
+{{- define "slurm-bridge.jwtSecretName" -}}
+{{- default (printf "%s-slurm-jwt" (include "slurm-bridge.fullname" .)) .Values.slurmJwt.secretName }}
+{{- end }}
+
+{{- define "slurm-bridge.webhookTlsSecretName" -}}
+{{- printf "%s-webhook-tls" (include "slurm-bridge.fullname" .) }}
+{{- end }}
+
+{{/* The Lease names are those the components derive from the config. */}}
+{{- define "slurm-bridge.operatorLeaseName" -}}
+{{- printf "%s-operator" .Values.config.bridgeId }}
+{{- end }}
+
+{{- define "slurm-bridge.schedulerLeaseName" -}}
+{{- printf "%s-scheduler" .Values.config.schedulerName }}
+{{- end }}
+
+{{/* Labels ----------------------------------------------------------------------------- */}}
+
+{{- define "slurm-bridge.labels" -}}
+helm.sh/chart: {{ include "slurm-bridge.chart" . }}
+app.kubernetes.io/name: {{ include "slurm-bridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slurm-bridge
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of a component's objects; call with (dict "root" $ "component" "operator"). */}}
+{{- define "slurm-bridge.componentLabels" -}}
+{{ include "slurm-bridge.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "slurm-bridge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "slurm-bridge.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Images ----------------------------------------------------------------------------- */}}
+
+{{- define "slurm-bridge.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* registry.k8s.io/kube-scheduler of the cluster's own version (vMAJOR.MINOR.PATCH, without
+     vendor suffixes such as +k3s1 or -eks-...), unless scheduler.image.tag is set. */}}
+{{- define "slurm-bridge.schedulerImage" -}}
+{{- $tag := .Values.scheduler.image.tag }}
+{{- if not $tag }}
+{{- $tag = regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version }}
+{{- if not $tag }}
+{{- fail (printf "cannot derive the kube-scheduler tag from the cluster version %q; set scheduler.image.tag" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
+{{- printf "%s:%s" .Values.scheduler.image.repository $tag }}
+{{- end }}
+
+{{/* Configuration ---------------------------------------------------------------------- */}}
+
+{{/* The namespaceSelector of both webhook configurations, shaped as webhook/render.py shapes it:
+     a non-empty managedNamespaceSelector wins; otherwise the managedNamespaces list becomes a
+     kubernetes.io/metadata.name In [...] expression ("-" when empty: no namespace matches). */}}
+{{- define "slurm-bridge.namespaceSelector" -}}
+{{- $sel := .Values.config.managedNamespaceSelector | default dict }}
+{{- if or $sel.matchLabels $sel.matchExpressions }}
+{{- $out := dict }}
+{{- if $sel.matchLabels }}
+{{- $_ := set $out "matchLabels" $sel.matchLabels }}
+{{- end }}
+{{- if $sel.matchExpressions }}
+{{- $exprs := list }}
+{{- range $sel.matchExpressions }}
+{{- $e := dict "key" .key "operator" .operator }}
+{{- if .values }}
+{{- $_ := set $e "values" .values }}
+{{- end }}
+{{- $exprs = append $exprs $e }}
+{{- end }}
+{{- $_ := set $out "matchExpressions" $exprs }}
+{{- end }}
+{{- toYaml $out }}
+{{- else }}
+{{- $names := .Values.config.managedNamespaces | default (list "-") }}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values:
+      {{- toYaml $names | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/* config.yaml: only keys slurm_bridge/config.py knows (an unknown key stops every component). */}}
+{{- define "slurm-bridge.configYaml" -}}
+{{- $c := .Values.config }}
+{{- if has .Release.Namespace ($c.managedNamespaces | default list) }}
+{{- fail (printf "config.managedNamespaces must not include the release namespace %q: the bridge's own pods would need the webhook to start" .Release.Namespace) }}
+{{- end }}
+{{- $trusted := concat ($c.trustedUsers | default list) (list (include "slurm-bridge.operatorUsername" .)) | uniq }}
+{{- $cfg := dict
+  "schedulerName" $c.schedulerName
+  "slurmRestApi" $c.slurmRestApi
+  "slurmJwtFile" "/var/run/secrets/slurm-bridge/jwt"
+  "slurmUser" $c.slurmUser
+  "managedNamespaces" ($c.managedNamespaces | default list)
+  "mcsLabel" $c.mcsLabel
+  "partition" $c.partition
+  "bridgeId" $c.bridgeId
+  "pollPeriodSeconds" $c.pollPeriodSeconds
+  "slurmRequestTimeoutSeconds" $c.slurmRequestTimeoutSeconds
+  "trustedUsers" $trusted
+  "webhookListen" (printf "0.0.0.0:%d" (int .Values.webhook.port))
+  "webhookCertFile" "/etc/slurm-bridge/tls/tls.crt"
+  "webhookKeyFile" "/etc/slurm-bridge/tls/tls.key"
+  "extenderListen" (printf "0.0.0.0:%d" (int .Values.extender.port))
+  "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
+  "operatorWorkers" $c.operatorWorkers
+  "orphanGraceSeconds" $c.orphanGraceSeconds
+}}
+{{- $sel := $c.managedNamespaceSelector | default dict }}
+{{- if or $sel.matchLabels $sel.matchExpressions }}
+{{- $_ := set $cfg "managedNamespaceSelector" (include "slurm-bridge.namespaceSelector" . | fromYaml) }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Pod parts shared by the components ------------------------------------------------- */}}
+
+{{/* Scheduling fields of a component's pod spec; call with (dict "root" $ "component" "operator"). */}}
+{{- define "slurm-bridge.podScheduling" -}}
+{{- $v := index .root.Values .component }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/* POD_NAME and POD_NAMESPACE (leader-election identity, event source), then extraEnv. */}}
+{{- define "slurm-bridge.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: PYTHONUNBUFFERED
+  value: "1"
+{{- with (index .root.Values .component).extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The annotations that roll a component when its configuration changes, then podAnnotations. */}}
+{{- define "slurm-bridge.configChecksum" -}}
+checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
+{{- end }}
