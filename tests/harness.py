@@ -12,13 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "hack" / "cluster.sh"
 BRIDGE_SH = REPO / "hack" / "bridge.sh"
-
-T = TypeVar("T")
 
 
 class PrerequisiteMissing(RuntimeError):
