@@ -23,7 +23,7 @@ class PrerequisiteMissing(RuntimeError):
     """A test needs something the machine does not have; the message says what to run."""
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     """Poll ``check`` until it returns something truthy, or fail naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
@@ -72,6 +72,11 @@ def ensure_cluster() -> dict[str, str]:
         proc = run(["bash", str(CLUSTER_SH), "up"], check=False, timeout=3600)
         if proc.returncode != 0:
             raise PrerequisiteMissing(f"`hack/cluster.sh up` failed:\n{proc.stderr[-3000:]}")
+    else:
+        # A cluster started by an older hack/cluster.sh lacks the nodes that are not in Slurm.
+        proc = run(["bash", str(CLUSTER_SH), "nodes"], check=False, timeout=120)
+        if proc.returncode != 0:
+            raise PrerequisiteMissing(f"`hack/cluster.sh nodes` failed:\n{proc.stderr[-3000:]}")
     return cluster_env()
 
 

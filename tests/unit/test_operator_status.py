@@ -1,0 +1,128 @@
+"""Pure decisions of the PlaceholderJob controller."""
+
+from __future__ import annotations
+
+import jsonpatch  # type: ignore[import-untyped]
+import pytest
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment, encode_admin_comment
+
+from slurm_bridge import names
+from slurm_bridge.slurm.models import JobInfo
+
+
+def test_admin_comment_round_trip_and_foreign_comments() -> None:
+    ref = PhjRef("slurm-bridge", "ns", "name", "0000-1111")
+    comment = encode_admin_comment(ref)
+    assert comment.startswith(names.ADMIN_COMMENT_PREFIX)
+    assert decode_admin_comment(comment) == ref
+    assert decode_admin_comment("set by an admin") is None
+    assert decode_admin_comment(names.ADMIN_COMMENT_PREFIX + "{not json") is None
+    assert decode_admin_comment(names.ADMIN_COMMENT_PREFIX + '{"ns": "a"}') is None
+
+
+@pytest.mark.parametrize(
+    ("pods", "nodes", "current", "expected"),
+    [
+        (["p"], ["n1"], {}, {"p": "n1"}),
+        (["b", "a"], ["n1", "n2"], {}, {"a": "n1", "b": "n2"}),
+        (["a", "b"], ["n1", "n2"], {"b": "n1"}, {"b": "n1", "a": "n2"}),  # kept across restarts
+        (["a", "b"], ["n1"], {}, None),  # too few nodes
+        (["a"], ["n2"], {"a": "n1"}, {"a": "n2"}),  # stale assignment to a node no longer held
+    ],
+)
+def test_assign_nodes(
+    pods: list[str], nodes: list[str], current: dict[str, str], expected: dict[str, str] | None
+) -> None:
+    assert st.assign_nodes(pods, nodes, current) == expected
+
+
+def test_assignments_are_distinct() -> None:
+    got = st.assign_nodes([f"p{i}" for i in range(8)], [f"n{i}" for i in range(8)], {})
+    assert got is not None and len(set(got.values())) == 8
+
+
+@pytest.mark.parametrize(
+    ("phases", "phase", "reason"),
+    [
+        ({"a": "Succeeded", "b": "Succeeded"}, names.PHASE_COMPLETED, "PodsSucceeded"),
+        ({"a": None}, names.PHASE_CANCELLED, "PodsDeleted"),
+        ({"a": "Failed", "b": "Succeeded"}, names.PHASE_FAILED, "PodsFailed"),
+        ({"a": None, "b": "Succeeded"}, names.PHASE_FAILED, "PodsFailed"),
+    ],
+)
+def test_pods_end_phase(phases: dict[str, str | None], phase: str, reason: str) -> None:
+    got = st.pods_end_phase(phases)
+    assert got[:2] == (phase, reason)
+
+
+@pytest.mark.parametrize(
+    ("state", "phase", "reason"),
+    [
+        ("CANCELLED", names.PHASE_CANCELLED, "SlurmJobCancelled"),
+        ("TIMEOUT", names.PHASE_FAILED, "SlurmJobTimeout"),
+        ("NODE_FAIL", names.PHASE_FAILED, "SlurmJobNodeFail"),
+        ("PREEMPTED", names.PHASE_FAILED, "SlurmJobPreempted"),
+        ("COMPLETED", names.PHASE_COMPLETED, "SlurmJobCompleted"),
+    ],
+)
+def test_end_of_job_names_what_slurm_did(state: str, phase: str, reason: str) -> None:
+    got = st.end_of_job(JobInfo(job_id=7, states=(state,), reason="SomeReason"), 7)
+    assert got[:2] == (phase, reason)
+    assert "Slurm job 7" in got[2] and "SomeReason" in got[2]
+
+
+def test_vanished_job() -> None:
+    assert st.end_of_job(None, 9)[1] == "SlurmJobVanished"
+
+
+def test_set_condition_keeps_transition_time_unless_status_flips() -> None:
+    conds = st.set_condition(None, "Ready", False, "Waiting", "m")
+    t0 = conds[0]["lastTransitionTime"]
+    conds[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
+    same = st.set_condition(conds, "Ready", False, "StillWaiting", "m2", 3)
+    assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z"
+    assert same[0]["reason"] == "StillWaiting" and same[0]["observedGeneration"] == 3
+    flipped = st.set_condition(same, "Ready", True, "Bound", "ok")
+    assert flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z" and t0
+    assert [c["type"] for c in st.set_condition(flipped, "Other", True, "r", "m")] == ["Ready", "Other"]
+
+
+def _pod(annotations: dict[str, str] | None, labels: dict[str, str] | None, gates: list[str]) -> dict[str, object]:
+    meta: dict[str, object] = {"name": "p", "uid": "u1"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if labels is not None:
+        meta["labels"] = labels
+    return {"metadata": meta, "spec": {"schedulingGates": [{"name": g} for g in gates]}}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "labels", "gates", "left_gates"),
+    [
+        (None, None, [names.SCHEDULING_GATE], None),
+        ({"a": "1"}, {"l": "x"}, [names.SCHEDULING_GATE, "other/gate"], [{"name": "other/gate"}]),
+        ({}, {}, ["other/gate"], [{"name": "other/gate"}]),
+    ],
+)
+def test_release_patch_applies_cleanly(
+    annotations: dict[str, str] | None, labels: dict[str, str] | None, gates: list[str], left_gates: object
+) -> None:
+    pod = _pod(annotations, labels, gates)
+    patched = jsonpatch.apply_patch(pod, st.release_pod_patch(pod, "node-3", 42, "phj"))
+    assert patched["metadata"]["annotations"][names.ANN_SLURM_NODE] == "node-3"
+    assert patched["metadata"]["labels"][names.LABEL_SLURM_JOB_ID] == "42"
+    assert patched["metadata"]["labels"][names.LABEL_PLACEHOLDER_JOB] == "phj"
+    assert patched["spec"].get("schedulingGates") == left_gates
+    assert st.pod_is_released(patched, "node-3")
+    assert not st.pod_is_released(pod, "node-3")
+
+
+def test_release_patch_tests_the_pod_uid() -> None:
+    ops = st.release_pod_patch(_pod(None, None, []), "n", 1, "p")
+    assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "u1"}
+
+
+def test_hostlist_compression() -> None:
+    assert st.compress_hostlist(["kwok-node-1", "kwok-node-2", "kwok-node-4"]) == "kwok-node-[1-2,4]"
+    assert st.compress_hostlist([]) == ""
