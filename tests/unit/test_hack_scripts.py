@@ -1,0 +1,101 @@
+"""The cluster scripts fail with one clear line that says what to do, never a hang."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.harness import REPO
+
+LIB = REPO / "hack" / "lib.sh"
+
+
+def _bash(script: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", f". {LIB}; {script}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_port_in_use_names_the_port_and_the_variable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = _bash(f"check_port kube-apiserver {port} SB_APISERVER_PORT")
+    assert proc.returncode == 1
+    assert f"port {port} for kube-apiserver is in use" in proc.stderr
+    assert "SB_APISERVER_PORT" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_daemon_not_ready_prints_its_log_tail(tmp_path: Path) -> None:
+    proc = _bash(
+        "start fake bash -c 'echo starting fake; echo fake is stuck >&2; sleep 30'; wait_ready fake 1 false",
+        env={"SLURM_BRIDGE_STATE": str(tmp_path)},
+    )
+    _bash("stop fake", env={"SLURM_BRIDGE_STATE": str(tmp_path)})
+    assert proc.returncode == 1
+    assert "fake did not become ready within 1s" in proc.stderr
+    assert "fake is stuck" in proc.stderr, "the log tail is shown"
+
+
+def test_daemon_that_exits_is_reported_at_once(tmp_path: Path) -> None:
+    proc = _bash("start fake bash -c 'echo bad flag >&2; exit 3'; wait_ready fake 30 false",
+                 env={"SLURM_BRIDGE_STATE": str(tmp_path)}, timeout=20)  # fmt: skip
+    assert proc.returncode == 1
+    assert "fake exited during start-up" in proc.stderr and "bad flag" in proc.stderr
+
+
+def test_missing_go_is_reported() -> None:
+    go = shutil.which("go")
+    assert go, "this test needs Go on PATH (the project builds its cluster binaries with it)"
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not Path(p, "go").exists())
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-binaries.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path},
+    )
+    assert proc.returncode == 1
+    assert "Go is not installed" in proc.stderr
+
+
+def test_not_root_is_reported() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test checks the root requirement and must itself run as root (as CI does)")
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            str(REPO / "hack" / "cluster.sh"),
+            "up",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": "/tmp"},
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "must run as root" in proc.stderr
+
+
+def test_failing_go_build_is_reported(tmp_path: Path) -> None:
+    # No module proxy: the build cannot fetch its sources and must say which build failed.
+    env = {**os.environ, "SLURM_BRIDGE_CACHE": str(tmp_path), "GOPROXY": "off", "GOFLAGS": "-mod=mod"}
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-binaries.sh"), "kwok"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 1
+    assert "error: go install sigs.k8s.io/kwok/cmd/kwok@" in proc.stderr and "failed" in proc.stderr
