@@ -93,7 +93,10 @@ def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext | boo
         ctx.verify_mode = ssl.CERT_NONE
     if cfg.cert_file and cfg.key_file:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    bearer = (cfg.api_key or {}).get("authorization", "")
+    # load_kube_config stores a kubeconfig token as api_key["BearerToken"] ("Bearer <t>");
+    # older clients and exec plugins use "authorization".
+    keys = cfg.api_key or {}
+    bearer = keys.get("authorization") or keys.get("BearerToken") or ""
     auth = _TokenAuth(token=bearer.removeprefix("Bearer ").strip()) if bearer else None
     return str(cfg.host).rstrip("/"), ctx, auth
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import jsonpatch  # type: ignore[import-untyped]
+import jsonpatch
 import pytest
 from slurm_bridge.operator import status as st
 from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment, encode_admin_comment

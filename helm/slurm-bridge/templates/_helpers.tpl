@@ -143,6 +143,14 @@ matchExpressions:
 {{- if has .Release.Namespace ($c.managedNamespaces | default list) }}
 {{- fail (printf "config.managedNamespaces must not include the release namespace %q: the bridge's own pods would need the webhook to start" .Release.Namespace) }}
 {{- end }}
+{{- $poll := float64 $c.pollPeriodSeconds }}
+{{- if or (le $poll 0.0) (gt $poll 2.0) }}
+{{- fail (printf "config.pollPeriodSeconds must be > 0 and <= 2, got %v" $c.pollPeriodSeconds) }}
+{{- end }}
+{{- $timeout := float64 $c.slurmRequestTimeoutSeconds }}
+{{- if le $timeout 0.0 }}
+{{- fail (printf "config.slurmRequestTimeoutSeconds must be > 0, got %v" $c.slurmRequestTimeoutSeconds) }}
+{{- end }}
 {{- $trusted := concat ($c.trustedUsers | default list) (list (include "slurm-bridge.operatorUsername" .)) | uniq }}
 {{- $cfg := dict
   "schedulerName" $c.schedulerName
@@ -153,8 +161,8 @@ matchExpressions:
   "mcsLabel" $c.mcsLabel
   "partition" $c.partition
   "bridgeId" $c.bridgeId
-  "pollPeriodSeconds" $c.pollPeriodSeconds
-  "slurmRequestTimeoutSeconds" $c.slurmRequestTimeoutSeconds
+  "pollPeriodSeconds" $poll
+  "slurmRequestTimeoutSeconds" $timeout
   "trustedUsers" $trusted
   "webhookListen" (printf "0.0.0.0:%d" (int .Values.webhook.port))
   "webhookCertFile" "/etc/slurm-bridge/tls/tls.crt"
@@ -162,7 +170,7 @@ matchExpressions:
   "extenderListen" (printf "0.0.0.0:%d" (int .Values.extender.port))
   "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
   "operatorWorkers" $c.operatorWorkers
-  "orphanGraceSeconds" $c.orphanGraceSeconds
+  "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
 }}
 {{- $sel := $c.managedNamespaceSelector | default dict }}
 {{- if or $sel.matchLabels $sel.matchExpressions }}

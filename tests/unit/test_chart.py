@@ -1,0 +1,622 @@
+"""The Helm chart, rendered with the real helm binary (no cluster): CRDs, config, webhook
+configurations, TLS, RBAC, pod security, schema. tests/e2e/test_helm.py installs it for real.
+
+The helpers at the top are shared with the e2e chart tests."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
+
+from slurm_bridge.config import Config, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "slurm-bridge"
+NS = "slurm-bridge"
+RELEASE = "slurm-bridge"
+COMPONENTS = ("operator", "webhook", "extender", "scheduler")
+Obj = dict[str, Any]
+
+
+# ---- helpers (also used by tests/e2e/test_helm.py and test_rbac.py) -----------------------------
+@functools.cache
+def helm_binary() -> Path:
+    """hack/lib.sh's $BIN_DIR/helm, built by `hack/build-binaries.sh helm` when missing."""
+    proc = subprocess.run(
+        ["bash", "-c", '. hack/lib.sh && echo "$BIN_DIR"'], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        pytest.fail(f"cannot read BIN_DIR from hack/lib.sh: {proc.stderr[-1000:]}")
+    helm = Path(proc.stdout.strip()) / "helm"
+    if not os.access(helm, os.X_OK):
+        build = subprocess.run(
+            ["bash", "hack/build-binaries.sh", "helm"], cwd=REPO, capture_output=True, text=True, timeout=1800
+        )
+        if build.returncode != 0 or not os.access(helm, os.X_OK):
+            pytest.fail(
+                f"helm is missing at {helm} and `bash hack/build-binaries.sh helm` could not build it "
+                f"(it needs Go >= 1.24 and the Go module proxy):\n{build.stderr[-2000:]}"
+            )
+    return helm
+
+
+@functools.cache
+def pinned_kube_version() -> str:
+    """KUBERNETES_VERSION of hack/versions.env (the local cluster's version)."""
+    text = (REPO / "hack" / "versions.env").read_text()
+    m = re.search(r"^KUBERNETES_VERSION=(\S+)$", text, re.M)
+    assert m, "hack/versions.env has no KUBERNETES_VERSION"
+    return m.group(1)
+
+
+def helm(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
+
+
+def render_text(
+    values: Obj | None = None,
+    *extra: str,
+    release: str = RELEASE,
+    namespace: str = NS,
+    kube_version: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`helm template` of the chart; ``values`` are passed as a values file."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        json.dump(values or {}, f)
+        path = f.name
+    try:
+        return helm(
+            "template", release, str(CHART), "--namespace", namespace,
+            "--kube-version", kube_version or pinned_kube_version(), "--values", path, *extra,
+        )  # fmt: skip
+    finally:
+        os.unlink(path)
+
+
+def render(
+    values: Obj | None = None,
+    *extra: str,
+    release: str = RELEASE,
+    namespace: str = NS,
+    kube_version: str | None = None,
+) -> list[Obj]:
+    proc = render_text(values, *extra, release=release, namespace=namespace, kube_version=kube_version)
+    assert proc.returncode == 0, f"helm template failed:\n{proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def find(docs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def find_all(docs: list[Obj], kind: str) -> list[Obj]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def rendered_config(docs: list[Obj], fullname: str = RELEASE) -> Obj:
+    cm = find(docs, "ConfigMap", f"{fullname}-config")
+    data: Obj = yaml.safe_load(cm["data"]["config.yaml"])
+    return data
+
+
+def deployment(docs: list[Obj], component: str, fullname: str = RELEASE) -> Obj:
+    return find(docs, "Deployment", f"{fullname}-{component}")
+
+
+# ---- CRDs --------------------------------------------------------------------------------------
+def test_chart_crds_are_identical_to_the_top_level_crds() -> None:
+    top = {p.name: p.read_bytes() for p in (REPO / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert top, "crds/ holds no CRD"
+    assert sorted(chart) == sorted(top), "helm/slurm-bridge/crds/ must hold exactly the files of crds/"
+    stale = [name for name in top if chart[name] != top[name]]
+    assert not stale, f"helm/slurm-bridge/crds/ differs from crds/ for {stale}: cp crds/*.yaml helm/slurm-bridge/crds/"
+
+
+# ---- lint and schema ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"webhook": {"tls": {"certManager": {"enabled": True}}}},
+        {"slurmJwt": {"token": "x"}, "operator": {"replicas": 3}, "config": {"managedNamespaces": ["a", "b"]}},
+    ],
+    ids=["defaults", "cert-manager", "token-and-replicas"],
+)
+def test_helm_lint_is_clean(values: Obj, tmp_path: Path) -> None:
+    f = tmp_path / "values.yaml"
+    f.write_text(json.dumps(values))
+    proc = helm("lint", str(CHART), "--strict", "--values", str(f), "--kube-version", pinned_kube_version())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "0 chart(s) failed" in out
+    assert not re.search(r"\[(INFO|WARNING|ERROR)\]", out), out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "config.pollPeriodSecond=1"], "pollPeriodSecond"),
+        (["--set", "operator.replica=2"], "replica"),
+        (["--set", "config.bridgeId=Not_A_Label"], "bridgeId"),
+        (["--set", "config.pollPeriodSeconds=5"], "pollPeriodSeconds"),
+        (["--set", "config.slurmRestApi=slurmrestd:6820"], "slurmRestApi"),
+        (["--set", "webhook.failurePolicy=Maybe"], "failurePolicy"),
+        (["--set", "logLevel=LOUD"], "logLevel"),
+        (["--set-json", 'config.managedNamespaceSelector={"matchExpressions":[{"key":"a","operator":"In"}]}'],
+         "values"),
+        (["--set-json", 'config.managedNamespaceSelector={"matchLabel":{"a":"b"}}'], "matchLabel"),
+        (["--set", "config.managedNamespaces={slurm-bridge}"], "release namespace"),
+        (["--set", "operator.podDisruptionBudget.minAvailable=1"], "podDisruptionBudget"),
+        (["--set", "scheduler.extraArgs={-v=4}"], "extraArgs"),
+    ],
+)  # fmt: skip
+def test_invalid_values_are_refused_with_the_key_named(args: list[str], message: str) -> None:
+    proc = render_text({}, *args)
+    assert proc.returncode != 0, f"{args} was accepted"
+    assert message in proc.stderr, proc.stderr
+
+
+# Kubernetes objects passed through as they are: documented and validated as one value.
+OPAQUE = frozenset({"resources", "podSecurityContext", "containerSecurityContext"})
+
+
+def _leaf_paths(obj: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(obj, dict) and obj and prefix.rsplit(".", 1)[-1] not in OPAQUE:
+        for k, v in obj.items():
+            yield from _leaf_paths(v, f"{prefix}.{k}" if prefix else k)
+    else:
+        yield prefix
+
+
+def _schema_for(schema: Obj, path: str) -> Obj | None:
+    node: Obj | None = schema
+    for part in path.split("."):
+        if node is None:
+            return None
+        props = node.get("properties")
+        if props is None and node.get("type") == "object" and "additionalProperties" not in node:
+            return node  # an opaque Kubernetes object: everything below it is its own business
+        if props and part in props:
+            node = props[part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return None
+    return node
+
+
+def _values() -> Obj:
+    values: Obj = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+def _schema() -> Obj:
+    schema: Obj = json.loads((CHART / "values.schema.json").read_text())
+    return schema
+
+
+def test_schema_describes_every_value_and_forbids_unknown_keys() -> None:
+    schema = _schema()
+    missing = [p for p in _leaf_paths(_values()) if _schema_for(schema, p) is None]
+    assert not missing, f"values.schema.json does not describe: {missing}"
+    closed = ["", "image", "config", "slurmJwt", *COMPONENTS, "webhook.tls", "webhook.tls.certManager"]
+    for path in closed:
+        node = schema if not path else _schema_for(schema, path)
+        assert node is not None and node.get("additionalProperties") is False, f"{path or 'top level'} is open"
+
+
+# ---- the bridge config -------------------------------------------------------------------------
+def test_rendered_config_is_valid_for_every_component() -> None:
+    docs = render()
+    cfg = parse_config(rendered_config(docs), "chart config.yaml")  # what the components do at start-up
+    assert f"system:serviceaccount:{NS}:{RELEASE}-operator" in cfg.trustedUsers
+    # Paths and ports agree with the mounts and container ports.
+    op = deployment(docs, "operator")["spec"]["template"]["spec"]
+    jwt_vol = next(v for v in op["volumes"] if v["name"] == "slurm-jwt")
+    jwt_mount = next(m for m in op["containers"][0]["volumeMounts"] if m["name"] == "slurm-jwt")
+    assert str(cfg.slurmJwtFile) == f"{jwt_mount['mountPath']}/{jwt_vol['secret']['items'][0]['path']}"
+    assert jwt_vol["secret"]["secretName"] == f"{RELEASE}-slurm-jwt"
+    assert op["containers"][0]["ports"][0]["containerPort"] == int(cfg.operatorHealthListen.rsplit(":", 1)[1])
+    wh = deployment(docs, "webhook")["spec"]["template"]["spec"]
+    tls_mount = next(m for m in wh["containers"][0]["volumeMounts"] if m["name"] == "tls")["mountPath"]
+    assert {str(cfg.webhookCertFile), str(cfg.webhookKeyFile)} == {f"{tls_mount}/tls.crt", f"{tls_mount}/tls.key"}
+    assert wh["containers"][0]["ports"][0]["containerPort"] == int(cfg.webhookListen.rsplit(":", 1)[1])
+    ex = deployment(docs, "extender")["spec"]["template"]["spec"]
+    assert ex["containers"][0]["ports"][0]["containerPort"] == int(cfg.extenderListen.rsplit(":", 1)[1])
+    # Only the operator talks to Slurm, so only it mounts the token.
+    for component in ("webhook", "extender", "scheduler"):
+        vols = deployment(docs, component)["spec"]["template"]["spec"]["volumes"]
+        assert not any("secret" in v and v["secret"]["secretName"].endswith("slurm-jwt") for v in vols), component
+
+
+def test_every_config_key_is_emitted_or_settable() -> None:
+    fields = set(Config.model_fields)
+    values_config = set(_values()["config"])
+    assert values_config <= fields, f"values.config keys unknown to slurm_bridge/config.py: {values_config - fields}"
+    selector = {"managedNamespaceSelector": {"matchLabels": {"team": "hpc"}}}
+    emitted = set(rendered_config(render({"config": selector})))
+    assert emitted == fields, f"config.yaml misses {fields - emitted}, has unknown {emitted - fields}"
+
+
+def test_values_config_defaults_follow_config_py() -> None:
+    defaults = Config()
+    # The in-cluster slurmrestd URL and the empty selector are deliberate differences.
+    different = {"slurmRestApi", "managedNamespaceSelector"}
+    for key, value in _values()["config"].items():
+        if key not in different:
+            assert value == getattr(defaults, key), (
+                f"values.config.{key}={value!r}, config.py: {getattr(defaults, key)!r}"
+            )
+
+
+def test_config_values_pass_through() -> None:
+    values = {
+        "config": {
+            "schedulerName": "hpc-bridge",
+            "slurmRestApi": "https://slurmrestd.hpc.example:6820/",
+            "slurmUser": "slurm",
+            "managedNamespaces": ["team-a", "team-b"],
+            "mcsLabel": "hpc",
+            "partition": "k8s",
+            "bridgeId": "cluster-east",
+            "pollPeriodSeconds": 0.5,
+            "slurmRequestTimeoutSeconds": 20,
+            "trustedUsers": ["admin"],
+            "operatorWorkers": 32,
+            "orphanGraceSeconds": 60,
+        }
+    }
+    cfg = parse_config(rendered_config(render(values)))
+    assert cfg.schedulerName == "hpc-bridge"
+    assert cfg.slurmRestApi == "https://slurmrestd.hpc.example:6820"
+    assert cfg.managedNamespaces == ["team-a", "team-b"]
+    assert cfg.pollPeriodSeconds == 0.5 and cfg.operatorWorkers == 32 and cfg.orphanGraceSeconds == 60
+    assert cfg.trustedUsers == ["admin", f"system:serviceaccount:{NS}:{RELEASE}-operator"]
+    # --set passes decimals as strings: the chart turns them back into numbers.
+    cfg = parse_config(rendered_config(render({}, "--set", "config.pollPeriodSeconds=0.25")))
+    assert cfg.pollPeriodSeconds == 0.25
+
+
+# ---- webhook configurations and TLS ------------------------------------------------------------
+def _strip(obj: Obj) -> Obj:
+    out: Obj = json.loads(json.dumps(obj))
+    out["metadata"].pop("labels", None)
+    out["metadata"].pop("annotations", None)
+    for w in out["webhooks"]:
+        w["clientConfig"].pop("caBundle", None)
+    return out
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"managedNamespaces": ["team-a", "team-b"]},
+        {"managedNamespaceSelector": {"matchLabels": {"slurm-bridge/managed": "true"}}},
+        {
+            "managedNamespaces": ["ignored"],
+            "managedNamespaceSelector": {
+                "matchLabels": {"a": "b"},
+                "matchExpressions": [{"key": "team", "operator": "Exists"},
+                                     {"key": "tier", "operator": "NotIn", "values": ["web"]}],
+            },
+        },
+        {"managedNamespaceSelector": {}, "managedNamespaces": ["only-this"]},
+    ],
+    ids=["nothing-managed", "list", "labels", "selector-wins", "empty-selector-uses-list"],
+)  # fmt: skip
+def test_webhook_configurations_have_the_shape_render_py_gives(config: Obj) -> None:
+    docs = render({"config": config})
+    cfg = parse_config(rendered_config(docs))
+    expected = webhook_configurations(
+        cfg, bundle="unused", service=ServiceRef(NS, f"{RELEASE}-webhook", 443), name=RELEASE
+    )
+    got = [find(docs, "MutatingWebhookConfiguration"), find(docs, "ValidatingWebhookConfiguration")]
+    assert [_strip(g) for g in got] == [_strip(e) for e in expected]
+    for g in got:
+        assert g["webhooks"][0]["failurePolicy"] == "Fail"
+        assert g["webhooks"][0]["namespaceSelector"] == cfg.namespace_selector.to_kubernetes()
+
+
+def test_generated_tls_signs_the_service_names_and_fills_the_ca_bundle() -> None:
+    docs = render()
+    secret = find(docs, "Secret", f"{RELEASE}-webhook-tls")
+    ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName))  # fmt: skip
+    svc = f"{RELEASE}-webhook"
+    assert {svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cluster.local"} <= names
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in usages
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        client = find(docs, kind)["webhooks"][0]["clientConfig"]
+        assert client["caBundle"] == secret["data"]["ca.crt"]
+        assert client["service"]["name"] == svc and client["service"]["namespace"] == NS
+
+
+def test_cert_manager_issues_the_certificate_and_injects_the_ca() -> None:
+    docs = render({"webhook": {"tls": {"certManager": {"enabled": True}}}})
+    assert not [d for d in find_all(docs, "Secret") if d["metadata"]["name"].endswith("webhook-tls")]
+    issuer = find(docs, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    cert = find(docs, "Certificate")
+    assert cert["spec"]["secretName"] == f"{RELEASE}-webhook-tls"
+    assert f"{RELEASE}-webhook.{NS}.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        obj = find(docs, kind)
+        assert obj["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NS}/{cert['metadata']['name']}"
+        assert "caBundle" not in obj["webhooks"][0]["clientConfig"]
+    docs = render({"webhook": {"tls": {"certManager": {"enabled": True, "issuerRef": {
+        "name": "corp-ca", "kind": "ClusterIssuer"}}}}})  # fmt: skip
+    assert not find_all(docs, "Issuer")
+    assert find(docs, "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+# ---- RBAC --------------------------------------------------------------------------------------
+Grant = set[tuple[str, str, str, tuple[str, ...]]]
+
+
+def _rules(obj: Obj) -> Grant:
+    """(apiGroup, resource, verb, resourceNames) for every combination a role grants."""
+    out = set()
+    for r in obj["rules"]:
+        for g in r["apiGroups"]:
+            for res in r["resources"]:
+                for v in r["verbs"]:
+                    out.add((g, res, v, tuple(r.get("resourceNames", ()))))
+    return out
+
+
+def _grant(group: str, resource: str, *verbs: str, names: tuple[str, ...] = ()) -> Grant:
+    return {(group, resource, v, names) for v in verbs}
+
+
+def test_rbac_grants_exactly_what_the_code_uses() -> None:
+    docs = render()
+    for role in find_all(docs, "ClusterRole") + find_all(docs, "Role"):
+        text = json.dumps(role["rules"])
+        assert '"*"' not in text, f"{role['metadata']['name']} uses a wildcard"
+    operator = (
+        _grant("", "pods", "get", "list", "watch", "patch", "delete")
+        | _grant("", "pods/status", "patch")
+        | _grant("", "nodes", "get", "list", "watch", "patch")  # node sync (docs/nodes.md)
+        | _grant("", "events", "create")
+        # the owner chain of managed pods (docs/workloads.md)
+        | _grant("", "replicationcontrollers", "get")
+        | _grant("apps", "replicasets", "get")
+        | _grant("apps", "deployments", "get")
+        | _grant("apps", "statefulsets", "get")
+        | _grant("apps", "daemonsets", "get")
+        | _grant("batch", "jobs", "get")
+        | _grant("jobset.x-k8s.io", "jobsets", "get")
+        | _grant("leaderworkerset.x-k8s.io", "leaderworkersets", "get")
+        | _grant("scheduling.x-k8s.io", "podgroups", "get")
+        | _grant("slinky.slurm.net", "placeholderjobs", "get", "list", "watch", "create", "patch", "delete")
+        | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
+        | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")
+        | _grant("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")  # kopf's resource scan
+    )
+    assert _rules(find(docs, "ClusterRole", f"{RELEASE}-operator")) == operator
+    assert _rules(find(docs, "Role", f"{RELEASE}-operator-lease")) == (
+        _grant("coordination.k8s.io", "leases", "create")
+        | _grant("coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-operator",))
+    )
+    assert _rules(find(docs, "ClusterRole", f"{RELEASE}-extender")) == _grant("", "pods/binding", "create")
+    assert _rules(find(docs, "Role", f"{RELEASE}-scheduler-lease")) == _grant(
+        "coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-scheduler",)
+    )
+    bindings: dict[str, set[str]] = {}
+    for b in find_all(docs, "ClusterRoleBinding") + find_all(docs, "RoleBinding"):
+        (subject,) = b["subjects"]
+        assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NS
+        bindings.setdefault(subject["name"], set()).add(f"{b['roleRef']['kind']}/{b['roleRef']['name']}")
+    assert bindings == {
+        f"{RELEASE}-operator": {f"ClusterRole/{RELEASE}-operator", f"Role/{RELEASE}-operator-lease"},
+        f"{RELEASE}-extender": {f"ClusterRole/{RELEASE}-extender"},
+        f"{RELEASE}-scheduler": {
+            "ClusterRole/system:kube-scheduler",
+            "ClusterRole/system:volume-scheduler",
+            "Role/extension-apiserver-authentication-reader",
+            f"Role/{RELEASE}-scheduler-lease",
+        },
+    }, "the webhook makes no API calls, so it has no binding"
+    auth_reader = find(docs, "RoleBinding", f"{RELEASE}-scheduler-auth-reader")
+    assert auth_reader["metadata"]["namespace"] == "kube-system"
+
+
+def test_extra_operator_rules_are_added_without_wildcards() -> None:
+    rule = {"apiGroups": ["example.com"], "resources": ["trainjobs"], "verbs": ["get"]}
+    docs = render({"operator": {"extraRules": [rule]}})
+    assert ("example.com", "trainjobs", "get", ()) in _rules(find(docs, "ClusterRole", f"{RELEASE}-operator"))
+    proc = render_text({"operator": {"extraRules": [{**rule, "verbs": ["*"]}]}})
+    assert proc.returncode != 0 and "extraRules" in proc.stderr
+
+
+def test_lease_names_follow_the_config() -> None:
+    docs = render({"config": {"bridgeId": "east", "schedulerName": "hpc"}})
+    op_lease = find(docs, "Role", f"{RELEASE}-operator-lease")
+    assert {"east-operator"} == {n for r in op_lease["rules"] for n in r.get("resourceNames", [])}
+    sched_cfg = yaml.safe_load(find(docs, "ConfigMap", f"{RELEASE}-scheduler-config")["data"]["kube-scheduler.yaml"])
+    assert sched_cfg["leaderElection"]["resourceName"] == "hpc-scheduler"
+    sched_lease = find(docs, "Role", f"{RELEASE}-scheduler-lease")
+    assert sched_lease["rules"][0]["resourceNames"] == ["hpc-scheduler"]
+
+
+def test_webhook_pods_get_no_api_token() -> None:
+    docs = render()
+    assert deployment(docs, "webhook")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert find(docs, "ServiceAccount", f"{RELEASE}-webhook")["automountServiceAccountToken"] is False
+
+
+# ---- workloads ---------------------------------------------------------------------------------
+def test_every_pod_is_locked_down_probed_labelled_and_budgeted() -> None:
+    docs = render()
+    deployments = find_all(docs, "Deployment")
+    assert sorted(d["metadata"]["name"] for d in deployments) == sorted(f"{RELEASE}-{c}" for c in COMPONENTS)
+    pdbs = {p["metadata"]["name"]: p for p in find_all(docs, "PodDisruptionBudget")}
+    for d in deployments:
+        name = d["metadata"]["name"]
+        component = name.removeprefix(f"{RELEASE}-")
+        meta = d["spec"]["template"]["metadata"]
+        for key in ("name", "instance", "version", "managed-by", "component", "part-of"):
+            assert f"app.kubernetes.io/{key}" in meta["labels"], (name, key)
+        assert meta["labels"]["app.kubernetes.io/component"] == component
+        assert d["spec"]["selector"]["matchLabels"].items() <= meta["labels"].items()
+        assert "checksum/config" in meta["annotations"], name
+        spec = d["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == f"{RELEASE}-{component}"
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] != 0
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"] == {"drop": ["ALL"]}, name
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            assert c["livenessProbe"] and c["readinessProbe"], name
+            assert c["resources"]["requests"] and c["resources"]["limits"], name
+        pdb = pdbs[name]
+        assert pdb["spec"]["selector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
+
+
+def test_operator_elects_a_leader_in_the_release_namespace() -> None:
+    docs = render({"operator": {"replicas": 3}})
+    d = deployment(docs, "operator")
+    assert d["spec"]["replicas"] == 3
+    c = d["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["slurm-bridge-operator"]
+    assert "--lease-namespace=$(POD_NAMESPACE)" in c["args"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    assert env["POD_NAMESPACE"] == "metadata.namespace" and env["POD_NAME"] == "metadata.name"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_each_component_runs_its_own_entry_point_of_one_image() -> None:
+    docs = render({"image": {"repository": "registry.example/slurm-bridge", "tag": "1.2.3"}})
+    for component in ("operator", "webhook", "extender"):
+        c = deployment(docs, component)["spec"]["template"]["spec"]["containers"][0]
+        assert c["image"] == "registry.example/slurm-bridge:1.2.3"
+        assert c["command"] == [f"slurm-bridge-{component}"]
+        assert "--config=/etc/slurm-bridge/config/config.yaml" in c["args"]
+    default = deployment(render(), "operator")["spec"]["template"]["spec"]["containers"][0]["image"]
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert default == f"slurm-bridge:{chart_yaml['appVersion']}"
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "tag"), [("v1.31.4", "v1.31.4"), ("v1.36.3", "v1.36.3"), ("v1.33.1+k3s1", "v1.33.1")]
+)
+def test_scheduler_image_follows_the_cluster_version(kube_version: str, tag: str) -> None:
+    d = deployment(render(kube_version=kube_version), "scheduler")
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
+    d = deployment(render({"scheduler": {"image": {"tag": "v1.36.0"}}}, kube_version=kube_version), "scheduler")
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.36.0"
+
+
+def test_chart_refuses_clusters_without_scheduling_gates() -> None:
+    proc = render_text(kube_version="v1.29.5")
+    assert proc.returncode != 0 and "kubeVersion" in proc.stderr
+
+
+def test_scheduler_config_matches_the_local_template() -> None:
+    docs = render()
+    got = yaml.safe_load(find(docs, "ConfigMap", f"{RELEASE}-scheduler-config")["data"]["kube-scheduler.yaml"])
+    template = (REPO / "extender" / "kube-scheduler.yaml").read_text()
+    for var, value in {"KUBECONFIG": "x", "LEADER_ELECT": "true", "SCHEDULER_NAME": "slurm-bridge",
+                       "NAMESPACE": NS, "EXTENDER_URL": "http://x"}.items():  # fmt: skip
+        template = template.replace("${" + var + "}", value)
+    local = yaml.safe_load(template)
+    assert got["leaderElection"]["leaderElect"] is True
+    assert got["leaderElection"]["resourceNamespace"] == NS
+    assert got["leaderElection"]["resourceName"] == local["leaderElection"]["resourceName"]
+    assert got["profiles"] == local["profiles"]
+    ext_url = got["extenders"][0].pop("urlPrefix")
+    local["extenders"][0].pop("urlPrefix")
+    assert got["extenders"] == local["extenders"]
+    assert ext_url == f"http://{RELEASE}-extender.{NS}.svc:8090"
+    assert "kubeconfig" not in got["clientConnection"], "in-cluster credentials"
+    for key in ("podInitialBackoffSeconds", "podMaxBackoffSeconds"):
+        assert got[key] == local[key]
+    svc = find(docs, "Service", f"{RELEASE}-extender")
+    assert svc["spec"]["ports"][0]["port"] == 8090
+    policy = find(docs, "NetworkPolicy", f"{RELEASE}-extender")
+    assert policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"][
+        "app.kubernetes.io/component"] == "scheduler"  # fmt: skip
+
+
+def test_a_config_change_rolls_exactly_the_components_that_read_it() -> None:
+    def checksums(values: Obj) -> dict[str, str]:
+        docs = render(values)
+        return {c: deployment(docs, c)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+                for c in COMPONENTS}  # fmt: skip
+
+    base = checksums({})
+    assert checksums({}) == base, "checksums are stable (no random input)"
+    changed = checksums({"config": {"pollPeriodSeconds": 0.5}})
+    assert {c for c in COMPONENTS if changed[c] != base[c]} == {"operator", "webhook", "extender"}
+    sched = checksums({"config": {"schedulerName": "other"}})
+    assert sched["scheduler"] != base["scheduler"]
+
+
+def test_jwt_secret_is_referenced_or_created() -> None:
+    docs = render()
+    assert not [s for s in find_all(docs, "Secret") if s["metadata"]["name"].endswith("slurm-jwt")]
+    docs = render({"slurmJwt": {"secretName": "site-jwt", "secretKey": "token", "token": "abc"}})
+    secret = find(docs, "Secret", "site-jwt")
+    assert secret["stringData"] == {"token": "abc"}
+    vol = next(v for v in deployment(docs, "operator")["spec"]["template"]["spec"]["volumes"]
+               if v["name"] == "slurm-jwt")  # fmt: skip
+    assert vol["secret"]["secretName"] == "site-jwt"
+    assert vol["secret"]["items"] == [{"key": "token", "path": "jwt"}]
+
+
+def test_names_follow_release_and_overrides() -> None:
+    docs = render(release="hpc", namespace="bridge")
+    assert deployment(docs, "operator", "hpc-slurm-bridge")["metadata"]["namespace"] == "bridge"
+    assert find(docs, "MutatingWebhookConfiguration")["metadata"]["name"] == "hpc-slurm-bridge"
+    cfg = parse_config(rendered_config(docs, "hpc-slurm-bridge"))
+    assert cfg.trustedUsers == ["system:serviceaccount:bridge:hpc-slurm-bridge-operator"]
+    docs = render({"fullnameOverride": "sb"}, release="x")
+    assert find(docs, "ValidatingWebhookConfiguration")["metadata"]["name"] == "sb"
+    assert find(docs, "ValidatingWebhookConfiguration")["webhooks"][0]["name"] == "validate.sb.slinky.slurm.net"
+    for d in docs:
+        labels = d["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/instance") == "x", d["metadata"]["name"]
+
+
+# ---- docs --------------------------------------------------------------------------------------
+def test_configuration_doc_covers_every_config_key_and_helm_value() -> None:
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    missing_keys = [k for k in Config.model_fields if f"`{k}`" not in doc]
+    assert not missing_keys, f"docs/configuration.md does not document config keys {missing_keys}"
+
+    def documented(path: str) -> bool:
+        head, _, rest = path.partition(".")
+        return f"`{path}`" in doc or (head in COMPONENTS and f"`<component>.{rest}`" in doc)
+
+    missing_values = [p for p in _leaf_paths(_values()) if not documented(p)]
+    assert not missing_values, f"docs/configuration.md does not document Helm values {missing_values}"
