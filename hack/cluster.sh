@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The local cluster: Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kwok nodes) and Slurm (munged, slurmctld, slurmrestd in a Debian root), all on 127.0.0.1.
+# kwok nodes), the JobSet and LeaderWorkerSet controllers (and the coscheduling PodGroup CRD), and
+# Slurm (munged, slurmctld, slurmrestd in a Debian root), all on 127.0.0.1.
 #
 #   hack/cluster.sh up        build what is missing (cached), start everything, wait until ready
 #   hack/cluster.sh down      stop every process it started (by pid) and remove the cluster state
 #   hack/cluster.sh status    what runs where: ports, pids, log files
 #   hack/cluster.sh env       shell variables for kubectl/curl (eval "$(hack/cluster.sh env)")
+#   hack/cluster.sh start-workloads   start only the workload controllers (on a running cluster)
+#   hack/cluster.sh nodes     create (or update) the kwok nodes, and SB_EXTRA_NODES ones not in Slurm
 #
 # Ports, node count and capacities come from SB_* variables (defaults in hack/lib.sh).
 . "$(dirname "$0")/lib.sh"
@@ -115,6 +118,7 @@ up_kubernetes() {
 }
 
 node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }
+extra_node_names() { for i in $(seq 1 "$SB_EXTRA_NODES"); do echo "$SB_EXTRA_NODE_PREFIX$i"; done; }
 is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
 
 create_nodes() {
@@ -136,14 +140,121 @@ status:
 ---
 EOF
   done > "$STATE_DIR/nodes.yaml"
+  for name in $(extra_node_names); do
+    cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
+  labels: {type: kwok, kubernetes.io/hostname: $name, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+spec: {}
+status:
+  capacity: {cpu: "$SB_EXTRA_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_EXTRA_NODE_PODS"}
+  allocatable: {cpu: "$SB_EXTRA_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_EXTRA_NODE_PODS"}
+---
+EOF
+  done >> "$STATE_DIR/nodes.yaml"
   # Status is part of the create body for Nodes; apply also updates an existing node's capacity.
   kubectl_ apply -f "$STATE_DIR/nodes.yaml" >/dev/null || die "creating the kwok nodes failed"
+  # apply leaves an existing node's status alone: set the extra nodes' capacity explicitly.
+  local res="{\"cpu\": \"$SB_EXTRA_NODE_CPUS\", \"memory\": \"${SB_NODE_MEMORY_MIB}Mi\", \"pods\": \"$SB_EXTRA_NODE_PODS\"}"
+  for name in $(extra_node_names); do
+    kubectl_ patch node "$name" --subresource=status --type=merge \
+      -p "{\"status\": {\"capacity\": $res, \"allocatable\": $res}}" >/dev/null || die "setting $name's capacity failed"
+  done
 }
 
 nodes_ready() {
   local ready
   ready=$(kubectl_ get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
-  [ "$ready" -ge "$SB_NODES" ]
+  [ "$ready" -ge $((SB_NODES + SB_EXTRA_NODES)) ]
+}
+
+# ---- workload controllers ----------------------------------------------------------------------
+# JobSet and LeaderWorkerSet run their own managers, built from their Go modules, with their CRDs
+# and webhooks taken from the same module directories; the webhooks serve on 127.0.0.1 with a
+# certificate of the cluster CA. Only the coscheduling PodGroup CRD comes from scheduler-plugins.
+
+module_dir() { # module version : the module's directory in the Go module cache (downloaded if missing)
+  (cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "$1@$2" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the Go module $1@$2 (is GOPROXY reachable?)"
+}
+
+workload_certs() {
+  local d="$STATE_DIR/workload-webhooks"
+  [ -f "$d/tls.crt" ] && return 0
+  mkdir -p "$d"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=workload-webhooks" -keyout "$d/tls.key" -out "$d/tls.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$d/tls.ext"
+  openssl x509 -req -in "$d/tls.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$d/tls.ext" -out "$d/tls.crt" 2>/dev/null || die "signing the workload webhooks' certificate failed"
+  chmod 600 "$d/tls.key"
+}
+
+write_workload_config() { # name config-group webhook-port health-port
+  cat > "$STATE_DIR/$1.yaml" <<EOF
+apiVersion: config.$2/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+health: {healthProbeBindAddress: "127.0.0.1:$4"}
+metrics: {bindAddress: "0"}
+webhook: {port: $3, host: 127.0.0.1, certDir: "$STATE_DIR/workload-webhooks"}
+EOF
+}
+
+register_webhooks() { # prefix port kustomize-dir : the module's webhook configurations, served on 127.0.0.1:port
+  kubectl kustomize "$3" | kubectl_ create --dry-run=client -o json -f - \
+    | PREFIX=$1 URL="https://127.0.0.1:$2" CA=$(base64 -w0 < "$PKI/ca.crt") python3 -c '
+import json, os, sys
+text, at, docs = sys.stdin.read(), 0, []
+while text[at:].strip():  # kubectl prints one JSON document per object
+    doc, end = json.JSONDecoder().raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    docs, at = docs + doc.get("items", [doc]), end
+out = []
+for o in docs:
+    if not o["kind"].endswith("WebhookConfiguration"):
+        continue
+    o["metadata"] = {"name": os.environ["PREFIX"] + "-" + o["metadata"]["name"]}
+    for w in o["webhooks"]:
+        w["clientConfig"] = {"url": os.environ["URL"] + w["clientConfig"]["service"]["path"], "caBundle": os.environ["CA"]}
+    out.append(o)
+json.dump({"apiVersion": "v1", "kind": "List", "items": out}, sys.stdout)' \
+    | kubectl_ apply -f - >/dev/null || die "registering the $1 webhooks failed"
+}
+
+workload_crds_established() {
+  local crd
+  for crd in jobsets.jobset.x-k8s.io leaderworkersets.leaderworkerset.x-k8s.io podgroups.scheduling.x-k8s.io; do
+    [ "$(kubectl_ get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] || return 1
+  done
+}
+
+up_workloads() {
+  local jobset lws plugins
+  jobset=$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")
+  lws=$(module_dir sigs.k8s.io/lws "$LWS_VERSION")
+  plugins=$(module_dir sigs.k8s.io/scheduler-plugins "$SCHEDULER_PLUGINS_VERSION")
+  # Server-side: the JobSet CRD is too large for kubectl's last-applied annotation.
+  kubectl_ apply --server-side --force-conflicts -f "$jobset/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" \
+    -f "$lws/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+    -f "$plugins/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml" >/dev/null || die "applying the workload CRDs failed"
+  wait_ready kube-apiserver "$SB_READY_TIMEOUT" workload_crds_established
+  workload_certs
+  write_workload_config jobset-controller jobset.x-k8s.io "$SB_JOBSET_WEBHOOK_PORT" "$SB_JOBSET_HEALTH_PORT"
+  write_workload_config lws-controller lws.x-k8s.io "$SB_LWS_WEBHOOK_PORT" "$SB_LWS_HEALTH_PORT"
+  alive jobset-controller || check_port jobset-controller "$SB_JOBSET_WEBHOOK_PORT" SB_JOBSET_WEBHOOK_PORT
+  start jobset-controller env KUBECONFIG="$KUBECONFIG_FILE" "$BIN_DIR/jobset-controller" \
+    --config "$STATE_DIR/jobset-controller.yaml" --zap-log-level=info
+  alive lws-controller || check_port lws-controller "$SB_LWS_WEBHOOK_PORT" SB_LWS_WEBHOOK_PORT
+  start lws-controller env KUBECONFIG="$KUBECONFIG_FILE" "$BIN_DIR/lws-controller" \
+    --config "$STATE_DIR/lws-controller.yaml" --leader-elect=false --zap-log-level=info
+  # Ready once the webhook server answers TLS (any HTTP status).
+  wait_ready jobset-controller "$SB_READY_TIMEOUT" curl -sk -o /dev/null "https://127.0.0.1:$SB_JOBSET_WEBHOOK_PORT/"
+  wait_ready lws-controller "$SB_READY_TIMEOUT" curl -sk -o /dev/null "https://127.0.0.1:$SB_LWS_WEBHOOK_PORT/"
+  register_webhooks jobset "$SB_JOBSET_WEBHOOK_PORT" "$jobset/config/components/webhook"
+  register_webhooks lws "$SB_LWS_WEBHOOK_PORT" "$lws/config/webhook"
 }
 
 # ---- Slurm -------------------------------------------------------------------------------------
@@ -239,13 +350,14 @@ cmd_up() {
   local t1=$SECONDS
   up_slurm
   up_kubernetes
+  up_workloads
   log "cluster up in $((SECONDS - t1))s (builds $((t1 - t0))s); kubeconfig: $KUBECONFIG_FILE"
   cmd_status
 }
 
 cmd_down() {
   local n
-  for n in kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld munged; do stop "$n"; done
+  for n in lws-controller jobset-controller kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld munged; do stop "$n"; done
   for f in "$PIDS"/*.pid; do [ -f "$f" ] && stop "$(basename "$f" .pid)"; done
   if mountpoint -q "$SLURM_ROOT/proc" 2>/dev/null; then umount "$SLURM_ROOT/proc" || umount -l "$SLURM_ROOT/proc" || true; fi
   rm -rf "$STATE_DIR" "$SLURM_ROOT$SLURM_STATE_IN_ROOT"
@@ -255,14 +367,15 @@ cmd_down() {
 cmd_status() {
   local n p state port
   printf '%-26s %-8s %-8s %-7s %s\n' COMPONENT STATE PID PORT LOG
-  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok munged slurmctld slurmrestd \
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset-controller lws-controller munged slurmctld slurmrestd \
            bridge-operator bridge-webhook bridge-extender bridge-scheduler; do
     p=$(pid_of "$n" || true); state=stopped
     [ -n "$p" ] && { alive "$n" && state=running || state=dead; }
     case $n in
       etcd) port=$SB_ETCD_PORT ;; kube-apiserver) port=$SB_APISERVER_PORT ;;
       kube-controller-manager) port=$SB_KCM_PORT ;; kube-scheduler) port=$SB_SCHEDULER_PORT ;;
-      kwok) port=$SB_KWOK_PORT ;; slurmctld) port=$SB_SLURMCTLD_PORT ;; slurmrestd) port=$SB_SLURMRESTD_PORT ;;
+      kwok) port=$SB_KWOK_PORT ;; jobset-controller) port=$SB_JOBSET_WEBHOOK_PORT ;; lws-controller) port=$SB_LWS_WEBHOOK_PORT ;;
+      slurmctld) port=$SB_SLURMCTLD_PORT ;; slurmrestd) port=$SB_SLURMRESTD_PORT ;;
       bridge-*) port=$(cat "$STATE_DIR/$n.port" 2>/dev/null || echo -) ;;
       *) port=- ;;
     esac
@@ -281,6 +394,7 @@ export SLURM_ROOT=$SLURM_ROOT
 export SB_STATE_DIR=$STATE_DIR
 export SB_PARTITION=$SB_PARTITION
 export SB_NODES="$(node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_PLAIN_NODES="$(extra_node_names | tr '\n' ' ' | sed 's/ $//')"
 export SB_GPU_NODES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" && echo "$SB_NODE_PREFIX$i"; done | tr '\n' ' ' | sed 's/ $//')"
 EOF
 }
@@ -293,6 +407,8 @@ case "${1:-}" in
   scontrol) shift; in_root scontrol "$@" ;;
   stop) [ -n "${2:-}" ] || die "usage: hack/cluster.sh stop COMPONENT"; stop "$2" ;;
   start-slurm) up_slurm ;;
+  start-workloads) up_workloads ;;
+  nodes) create_nodes; wait_ready kube-apiserver "$SB_READY_TIMEOUT" nodes_ready ;;
   slurm) shift; case "${1:-}" in scontrol|scancel|squeue|sinfo|sbatch|sacct) in_root "$@" ;; *) die "usage: hack/cluster.sh slurm scontrol|scancel|squeue|sinfo ARGS" ;; esac ;;
-  *) die "usage: hack/cluster.sh up|down|status|env|stop COMPONENT|start-slurm|scontrol ARGS|slurm COMMAND ARGS" ;;
+  *) die "usage: hack/cluster.sh up|down|status|env|nodes|stop COMPONENT|start-slurm|start-workloads|scontrol ARGS|slurm COMMAND ARGS" ;;
 esac

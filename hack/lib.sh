@@ -62,8 +62,13 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_SLURMCTLD_PORT:=26817}" "${SB_SLURMRESTD_PORT:=26820}"
 : "${SB_NODES:=4}" "${SB_GPU_NODES:=2}" "${SB_NODE_CPUS:=64}" "${SB_NODE_MEMORY_MIB:=262144}"
 : "${SB_NODE_PODS:=110}" "${SB_NODE_GPUS:=4}" "${SB_NODE_PREFIX:=kwok-node-}"
+# Extra kwok nodes that are not in Slurm (no managed-node taint): default-scheduler pods run there,
+# all of them (the bench makes 200 at once), hence the larger capacity.
+: "${SB_EXTRA_NODES:=1}" "${SB_EXTRA_NODE_PREFIX:=kwok-plain-}" "${SB_EXTRA_NODE_CPUS:=1000}" "${SB_EXTRA_NODE_PODS:=1000}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
 : "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
+# The JobSet and LeaderWorkerSet controllers of the local cluster: webhook and health ports.
+: "${SB_JOBSET_WEBHOOK_PORT:=29444}" "${SB_JOBSET_HEALTH_PORT:=20283}" "${SB_LWS_WEBHOOK_PORT:=29445}" "${SB_LWS_HEALTH_PORT:=20284}"
 
 SLURM_ROOT="$CACHE_DIR/slurm-root"
 PKI="$STATE_DIR/pki"

@@ -11,6 +11,7 @@ import kopf
 from aiohttp import web
 from slurm_bridge.operator.controller import Controller
 from slurm_bridge.operator.leader import LeaderElector
+from slurm_bridge.operator.nodes import NodeController
 
 from slurm_bridge import names
 from slurm_bridge.config import Config, split_listen
@@ -20,7 +21,9 @@ from slurm_bridge.slurm.client import SlurmClient
 log = logging.getLogger(__name__)
 
 
-def build_registry(ctrl: Controller, elector: LeaderElector) -> kopf.OperatorRegistry:
+def build_registry(
+    ctrl: Controller, elector: LeaderElector, nodes: NodeController | None = None
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.startup(registry=registry)
@@ -46,6 +49,13 @@ def build_registry(ctrl: Controller, elector: LeaderElector) -> kopf.OperatorReg
     async def phj_event(event: kopf.RawEvent, **_: Any) -> None:
         if event.get("object"):
             ctrl.on_phj_event(event.get("type") or "ADDED", dict(event["object"]))
+
+    if nodes is not None:
+
+        @kopf.on.event("v1", "nodes", registry=registry)
+        async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+            if event.get("object"):
+                nodes.on_node_event(event.get("type") or "ADDED", dict(event["object"]))
 
     return registry
 
@@ -87,6 +97,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     kube = KubeClient.from_environment(kubeconfig, component="slurm-bridge-operator")
     slurm = SlurmClient.from_config(cfg)
     ctrl = Controller(cfg, kube, slurm)
+    node_ctrl = NodeController(cfg, kube, slurm)
     elector = LeaderElector(kube, lease_namespace, f"{cfg.bridgeId}-operator")
     runner = await health_server(cfg, ctrl, elector)
     stop = asyncio.Event()
@@ -94,13 +105,17 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     async def lead() -> None:
         await elector.is_leader.wait()
         ctrl.start()
+        node_ctrl.start()
 
     tasks = [asyncio.create_task(elector.run(), name="leader"), asyncio.create_task(lead(), name="lead")]
     try:
-        await kopf.operator(registry=build_registry(ctrl, elector), clusterwide=True, standalone=True, stop_flag=stop)
+        await kopf.operator(
+            registry=build_registry(ctrl, elector, node_ctrl), clusterwide=True, standalone=True, stop_flag=stop
+        )
     finally:
         for t in tasks:
             t.cancel()
+        await node_ctrl.stop()
         await ctrl.stop()
         await runner.cleanup()
         await slurm.aclose()

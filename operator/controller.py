@@ -6,7 +6,10 @@ snapshot, so a restart at any line neither duplicates nor leaks a Slurm job:
   submitted, and nothing is submitted before the first Slurm list after start-up;
 - the job id goes into status right after the submit; node assignments go into status before
   any pod is touched;
-- a pod is only considered deleted after a direct GET says so.
+- a pod is only considered deleted after a direct GET says so;
+- a gang's membership only changes with a resourceVersion test, and its PlaceholderJob is fenced
+  (status reason ``Submitting``, written with the same test) before its job is submitted, so no
+  member joins a job that was sized without it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import Group, controller_of, pod_group
+from slurm_bridge.operator.groups import Group, GroupError, GroupResolver, is_gang, plan_join, same_group
 from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
@@ -38,6 +41,9 @@ Obj = dict[str, Any]
 # A job submitted this recently may not be in the snapshot yet; wait for it rather than
 # concluding it vanished.
 SUBMIT_VISIBILITY_GRACE = 30.0
+# Status reasons of a gang PlaceholderJob before its job exists.
+REASON_WAITING_FOR_PODS = "WaitingForPods"
+REASON_SUBMITTING = "Submitting"
 
 
 class Controller:
@@ -54,6 +60,12 @@ class Controller:
         self._submitted: dict[str, tuple[int, float]] = {}
         self._last_sweep = 0.0
         self._sweeping: asyncio.Task[None] | None = None
+        self.groups = GroupResolver(kube.get)
+        # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
+        # membership is read from the PlaceholderJob's spec.
+        self._member_of: dict[str, Key] = {}
+        # pod uid -> the last problem reported in an Event, so a retry does not repeat it.
+        self._told: dict[str, tuple[str, str]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -74,6 +86,9 @@ class Controller:
             return
         if etype == "DELETED":
             self.pods.delete(pod)
+            uid = pod.get("metadata", {}).get("uid", "")
+            self._member_of.pop(uid, None)
+            self._told.pop(uid, None)
         else:
             self.pods.upsert(pod)
         ns, name = ObjectStore.key_of(pod)
@@ -108,13 +123,6 @@ class Controller:
         return await self.reconcile_phj((ns, name))
 
     # ---- pods -> PlaceholderJobs --------------------------------------------------------------
-    async def _group_for(self, pod: Obj) -> Group:
-        owner = controller_of(pod)
-        job = None
-        if owner and owner.get("kind") == "Job" and owner.get("apiVersion", "").startswith("batch/"):
-            job = await self.kube.get(f"/apis/batch/v1/namespaces/{pod['metadata']['namespace']}/jobs/{owner['name']}")
-        return pod_group(pod, job)
-
     async def reconcile_pod(self, key: Key) -> float | None:
         pod = self.pods.get(key)
         if pod is None or pod["metadata"].get("deletionTimestamp") or st.pod_ended(pod):
@@ -122,9 +130,57 @@ class Controller:
             for phj in self._phjs_with_member(key):
                 self.queue.add(("phj", *ObjectStore.key_of(phj)))
             return None
-        group = await self._group_for(pod)
+        known = self._known_phj(pod)
+        if known is not None:
+            self.queue.add(("phj", *ObjectStore.key_of(known)))
+            return None
+        try:
+            group = await self.groups.resolve(pod)
+        except GroupError as e:
+            await self._tell(pod, e.reason, e.message)
+            return e.retry_after
+        if group.gang:
+            return await self._join_gang(pod, group)
+        return await self._single(pod, group)
+
+    def _known_phj(self, pod: Obj) -> Obj | None:
+        """The PlaceholderJob the pod is already a member of, found without an owner walk."""
+        meta = pod["metadata"]
+        key = self._member_of.get(meta["uid"])
+        if key is not None:
+            phj = self.phjs.get(key)
+            if (
+                phj is not None
+                and not phj["metadata"].get("deletionTimestamp")
+                and meta["name"] in phj["spec"].get("pods", [])
+                and self._is_member(phj, pod)
+            ):
+                return phj
+            self._member_of.pop(meta["uid"], None)
+        phj = self.phjs.get((meta["namespace"], meta["name"]))
+        if phj is not None and not is_gang(phj) and self._pod_owner_uid(phj) == meta["uid"]:
+            return phj
+        return None
+
+    async def _tell(self, pod: Obj, reason: str, message: str) -> None:
+        """A Warning Event on the pod, once per distinct problem (retries repeat nothing)."""
+        uid = pod["metadata"]["uid"]
+        if self._told.get(uid) == (reason, message):
+            return
+        self._told[uid] = (reason, message)
+        log.info("pod %s/%s: %s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], reason, message)
+        await self.kube.event(pod, reason, message, warning=True)
+
+    async def _single(self, pod: Obj, group: Group) -> float | None:
+        """A pod that is its own group: one PlaceholderJob named after it, owned by it."""
         existing = self.phjs.get((group.namespace, group.name))
         if existing is not None:
+            if self._pod_owner_uid(existing) is None:
+                source = existing["spec"].get("group") or {}
+                await self._tell(pod, "PlaceholderJobNameTaken",
+                                 f"PlaceholderJob {group.name} belongs to {source.get('kind')} {source.get('name')}; "
+                                 "the pod waits until it is gone")  # fmt: skip
+                return 30.0
             if not self._owned_by_other_pod(existing, pod):
                 self.queue.add(("phj", group.namespace, group.name))
                 return None
@@ -149,6 +205,153 @@ class Controller:
         self.queue.add(("phj", group.namespace, group.name))
         return None
 
+    # ---- gangs -------------------------------------------------------------------------------
+    async def _join_gang(self, pod: Obj, group: Group) -> float | None:
+        """Make the pod a member of its gang's PlaceholderJob (docs/workloads.md, "Late members")."""
+        meta = pod["metadata"]
+        key = (group.namespace, group.name)
+        if not self.poller.synced.is_set():
+            return self.config.pollPeriodSeconds  # whether the gang's job exists is not known yet
+        for _ in range(10):
+            phj = self.phjs.get(key)
+            if phj is None:
+                return await self._create_gang(pod, group)
+            pmeta, spec, status = phj["metadata"], phj["spec"], phj.get("status") or {}
+            if pmeta.get("deletionTimestamp"):
+                return 1.0  # an ended run's PlaceholderJob is being finalized
+            if not same_group(phj, group):
+                source = spec.get("group") or {}
+                if source.get("kind") == group.source["kind"] and source.get("name") == group.source["name"]:
+                    # Left by an earlier workload of the same name: garbage collection removes it.
+                    await self._tell(pod, "WaitingForOldPlaceholderJob",
+                                     f"PlaceholderJob {group.name} still belongs to an earlier {source.get('kind')} "
+                                     f"{source.get('name')}; the pod waits until it is removed")  # fmt: skip
+                    return 2.0
+                await self._tell(pod, "PlaceholderJobNameTaken",
+                                 f"PlaceholderJob {group.name} belongs to {source.get('kind')} {source.get('name')}; "
+                                 "the pod waits until it is gone")  # fmt: skip
+                return 30.0
+            submitted = self._is_submitted(phj)
+            plan = plan_join(
+                spec.get("pods", []),
+                spec.get("podUIDs") or {},
+                meta["name"],
+                meta["uid"],
+                submitted=submitted,
+                terminal=status.get("phase") in names.TERMINAL_PHASES,
+                ended=await self._ended_members(phj, exclude=meta["name"]),
+            )
+            if plan.action == "member":
+                self._member_of[meta["uid"]] = key
+                self.queue.add(("phj", *key))
+                return None
+            if plan.action == "recycle":
+                await self.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the gang; this ended "
+                                      "PlaceholderJob is deleted and a new one made")  # fmt: skip
+                await self.kube.delete(phj_path(*key), uid=pmeta["uid"])
+                return 1.0
+            if plan.action == "wait":
+                await self._tell(pod, "GangFull",
+                                 f"the gang's Slurm job was submitted for {len(spec.get('pods', []))} other pods and "
+                                 "none of them has ended; the pod waits for a free place")  # fmt: skip
+                return 5.0
+            ops: list[Obj] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": pmeta["resourceVersion"]},
+                {"op": "replace", "path": "/spec/pods", "value": list(plan.pods)},
+                {"op": "add", "path": "/spec/podUIDs", "value": plan.uids},
+            ]
+            if not submitted:
+                try:
+                    request = await self._gang_request(group, list(plan.pods), pod)
+                except ValueError as e:
+                    await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
+                    return 30.0
+                ops.append({"op": "add", "path": "/spec/slurm", "value": request.crd_dict()})
+                ops.append({"op": "add", "path": "/spec/minMember", "value": group.min_member})
+            try:
+                updated = await self.kube.patch(phj_path(*key), ops, "json")
+            except KubeError as e:
+                if not isinstance(e, Conflict) and e.status != 422:
+                    raise
+                # Another member joined first (the resourceVersion test failed): read it again.
+                fresh = await self.kube.get(phj_path(*key))
+                if fresh is None:
+                    self.phjs.delete(phj)
+                else:
+                    self.phjs.upsert(fresh)
+                continue
+            self.phjs.upsert(updated)
+            self._member_of[meta["uid"]] = key
+            self._told.pop(meta["uid"], None)
+            if plan.slot and plan.slot != meta["name"]:
+                message = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot}"
+                await self.kube.event(updated, "MemberReplaced", message)
+            self.queue.add(("phj", *key))
+            return None
+        return 1.0
+
+    async def _create_gang(self, pod: Obj, group: Group) -> float | None:
+        meta = pod["metadata"]
+        try:
+            request = await self._gang_request(group, [meta["name"]], pod)
+        except ValueError as e:
+            await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
+            return 30.0
+        phj = self._new_phj(group, [meta["name"]], request)
+        phj["spec"]["podUIDs"] = {meta["name"]: meta["uid"]}
+        try:
+            created = await self.kube.create(phj_path(group.namespace), phj)
+        except Conflict:
+            existing = await self.kube.get(phj_path(group.namespace, group.name))
+            if existing is None or existing["metadata"].get("deletionTimestamp"):
+                return 1.0
+            self.phjs.upsert(existing)
+            return 0.05  # another member created it: join it
+        self.phjs.upsert(created)
+        self._member_of[meta["uid"]] = (group.namespace, group.name)
+        for warning in group.warnings:
+            await self.kube.event(created, "GangWillNotStart", warning, warning=True)
+        self.queue.add(("phj", group.namespace, group.name))
+        return None
+
+    async def _gang_request(self, group: Group, members: list[str], pod: Obj) -> JobRequest:
+        """The job for every member pod, sized for the whole gang, with the root's options."""
+        ns = group.namespace
+        pods: list[Obj] = []
+        for name in members:
+            p = pod if name == pod["metadata"]["name"] else self.pods.get((ns, name))
+            if p is None:
+                p = await self.kube.get(pod_path(ns, name))
+            if p is not None:
+                pods.append(p)
+        return job_request(pods, config=self.config, derived=group.derived_for(len(members)),
+                           annotations=group.annotations)  # fmt: skip
+
+    def _is_submitted(self, phj: Obj) -> bool:
+        """Whether the gang's job is (or may be) in Slurm: its size is then fixed."""
+        status, uid = phj.get("status") or {}, phj["metadata"]["uid"]
+        if status.get("jobId") or status.get("reason") == REASON_SUBMITTING or uid in self._submitted:
+            return True
+        snap = self.poller.snapshot
+        return snap is not None and snap.job_for_uid(uid) is not None
+
+    async def _ended_members(self, phj: Obj, exclude: str) -> set[str]:
+        """Members whose recorded pod ended or is gone (a pod missing from the cache is asked for)."""
+        ns = phj["metadata"]["namespace"]
+        ended: set[str] = set()
+        for name in phj["spec"].get("pods", []):
+            if name == exclude:
+                continue
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                pod = await self.kube.get(pod_path(ns, name))
+                if pod is not None and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+                    self.pods.upsert(pod)
+            gone = pod is None or not self._is_member(phj, pod)
+            if gone or st.pod_ended(pod) or (pod or {}).get("metadata", {}).get("deletionTimestamp"):
+                ended.add(name)
+        return ended
+
     def _new_phj(self, group: Group, pods: list[str], request: JobRequest) -> Obj:
         return {
             "apiVersion": names.API_VERSION,
@@ -172,21 +375,35 @@ class Controller:
         }
 
     @staticmethod
+    def _pod_owner_uid(phj: Obj) -> str | None:
+        for ref in phj["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
+                return str(ref.get("uid"))
+        return None
+
+    @staticmethod
     def _owned_by_other_pod(phj: Obj, pod: Obj | None) -> bool:
         """A single-pod PlaceholderJob belongs to one pod incarnation (its Pod owner's uid)."""
         if pod is None:
             return False
-        for ref in phj["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
-                return bool(ref.get("uid") != pod["metadata"].get("uid"))
-        return False
+        owner = Controller._pod_owner_uid(phj)
+        return owner is not None and owner != pod["metadata"].get("uid")
+
+    @staticmethod
+    def _is_member(phj: Obj, pod: Obj) -> bool:
+        """Whether ``pod`` is the incarnation the PlaceholderJob counts as its member of that name:
+        a gang records each member's uid in spec.podUIDs, a single pod is the PlaceholderJob's owner."""
+        if is_gang(phj):
+            uid = (phj["spec"].get("podUIDs") or {}).get(pod["metadata"]["name"])
+            return uid is None or uid == pod["metadata"].get("uid")
+        return not Controller._owned_by_other_pod(phj, pod)
 
     def _members(self, phj: Obj) -> dict[str, Obj | None]:
         ns = phj["metadata"]["namespace"]
         members: dict[str, Obj | None] = {}
         for name in phj["spec"]["pods"]:
             pod = self.pods.get((ns, name))
-            members[name] = None if self._owned_by_other_pod(phj, pod) else pod
+            members[name] = pod if pod is not None and self._is_member(phj, pod) else None
         return members
 
     def _phjs_with_member(self, pod_key: Key) -> list[Obj]:
@@ -278,7 +495,7 @@ class Controller:
         for name, pod in members.items():
             if pod is None:
                 live = await self.kube.get(pod_path(ns, name))
-                if live is None or self._owned_by_other_pod(phj, live):
+                if live is None or not self._is_member(phj, live):
                     continue
                 if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
                     self.pods.upsert(live)
@@ -289,8 +506,22 @@ class Controller:
     async def _submit(self, phj: Obj, members: dict[str, Obj | None]) -> float | None:
         meta, spec = phj["metadata"], phj["spec"]
         present = [p for p in members.values() if p is not None and not st.pod_ended(p)]
-        if len(present) < int(spec.get("minMember", len(members))):
-            return None  # the gang is not complete yet; pod events bring us back
+        need = int(spec.get("minMember", len(members)))
+        if len(present) < need:
+            # The gang is not complete yet; pod events bring us back.
+            message = f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
+            status = phj.get("status") or {}
+            if status.get("reason") != REASON_WAITING_FOR_PODS or status.get("message") != message:
+                await self._patch_status(phj, {
+                    "phase": names.PHASE_PENDING, "reason": REASON_WAITING_FOR_PODS, "message": message,
+                    "podList": ",".join(spec["pods"]),
+                })  # fmt: skip
+            return None
+        if is_gang(phj) and (phj.get("status") or {}).get("reason") != REASON_SUBMITTING:
+            fenced = await self._fence(phj)
+            if fenced is None:
+                return 0.05  # a member joined meanwhile: size the job again
+            phj = fenced
         request = JobRequest.model_validate(spec.get("slurm", {}))
         ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
         name = request.job_name or default_job_name(meta["namespace"], meta["name"])
@@ -327,6 +558,34 @@ class Controller:
         await self.kube.event(phj, "Submitted", message)
         log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
         return None
+
+    async def _fence(self, phj: Obj) -> Obj | None:
+        """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
+
+        Members join with the same resourceVersion test and treat a fenced PlaceholderJob as
+        submitted, so the job is never sized without a member that joined meanwhile. None: the
+        object changed (it is read again).
+        """
+        meta = phj["metadata"]
+        path = phj_path(meta["namespace"], meta["name"])
+        fields = {"phase": names.PHASE_PENDING, "reason": REASON_SUBMITTING,
+                  "message": f"submitting the gang's Slurm job for {len(phj['spec']['pods'])} pods"}  # fmt: skip
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]
+        if phj.get("status"):
+            ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in fields.items()]
+        else:
+            ops.append({"op": "add", "path": "/status", "value": fields})
+        try:
+            updated = await self.kube.patch(f"{path}/status", ops, "json")
+        except KubeError as e:
+            if not isinstance(e, Conflict) and e.status != 422:
+                raise
+            fresh = await self.kube.get(path)
+            if fresh is not None:
+                self.phjs.upsert(fresh)
+            return None
+        self.phjs.upsert(updated)
+        return updated
 
     async def _pending(self, phj: Obj, job: JobInfo) -> float | None:
         meta, status = phj["metadata"], phj.get("status") or {}
@@ -374,6 +633,7 @@ class Controller:
             phj = await self._patch_status(phj, {
                 "jobId": job.job_id, "phase": names.PHASE_ALLOCATED, "slurmState": job.state, "reason": "",
                 "message": message, "nodeList": st.compress_hostlist(job.nodes),
+                "podList": ",".join(phj["spec"]["pods"]),
                 "assignments": [{"pod": p, "node": n} for p, n in sorted(assignment.items())],
                 "startTime": status.get("startTime") or now_iso(),
                 "conditions": st.set_condition(status.get("conditions"), names.COND_ALLOCATED, True,

@@ -1,53 +1,472 @@
 """Which PlaceholderJob a pod belongs to, and where that job's options come from.
 
-A bare pod, and each pod of a batch Job, is its own group: one PlaceholderJob named after the
-pod, one Slurm job on one node. Options are read from the root workload (the pod for a bare
-pod, the Job for a Job's pods).
+The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
+
+- A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
+- Otherwise the pod's *controller* owner chain is walked, at most ``MAX_OWNER_DEPTH`` owners up,
+  and the highest recognised workload decides: a JobSet is one gang, a LeaderWorkerSet one gang
+  per group index, a batch Job one group per pod (not a gang).
+- With no recognised workload the pod is its own group; its options come from the highest
+  controller the bridge could read, or from the pod itself when it has no controller.
+
+Options (``slurmjob.slinky.slurm.net/*``) are read from that root object only, so a pod template
+cannot override what the workload says. A gang is one PlaceholderJob named after its root and
+owned by it (garbage collection removes it with the workload), holding one Slurm job with one
+node per member pod.
+
+Resolution does I/O only through the ``get`` callable it is given, so the rules can be tested
+with a dict of objects; everything else here is pure.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from slurm_bridge import names
+from slurm_bridge.kube import KubeError
 from slurm_bridge.translate import time_limit_from_deadline
 
 Obj = dict[str, Any]
+# GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
+Getter = Callable[[str], Awaitable[Obj | None]]
+
+# As the Go slurm-bridge: a longer chain is a loop or a mistake, not a workload.
+MAX_OWNER_DEPTH: Final = 32
+# Kubernetes object names (DNS subdomains) are at most this long.
+MAX_NAME: Final = 253
+
+GroupKind = tuple[str, str]  # (API group, kind)
+POD: Final[GroupKind] = ("", "Pod")
+JOB: Final[GroupKind] = ("batch", "Job")
+JOBSET: Final[GroupKind] = ("jobset.x-k8s.io", "JobSet")
+LWS: Final[GroupKind] = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
+PODGROUP: Final[GroupKind] = ("scheduling.x-k8s.io", "PodGroup")
+PODGROUP_API_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
+
+# Workloads that decide grouping when found in the owner chain (the highest one wins).
+RECOGNIZED: Final = frozenset({JOB, JOBSET, LWS})
+# spec.group.kind of a gang PlaceholderJob.
+GANG_KINDS: Final = frozenset({JOBSET[1], LWS[1], PODGROUP[1]})
+
+# Exclusive-placement annotations: the workload's controller or webhook holds back the other pods
+# until a leader pod is scheduled, which a gang never is alone.
+_LWS_EXCLUSIVE: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+_JOBSET_EXCLUSIVE: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+# Resource names of kinds that commonly own pods, so no discovery call is needed for them.
+_PLURALS: Final[Mapping[GroupKind, str]] = {
+    POD: "pods",
+    ("", "ReplicationController"): "replicationcontrollers",
+    JOB: "jobs",
+    ("batch", "CronJob"): "cronjobs",
+    ("apps", "ReplicaSet"): "replicasets",
+    ("apps", "StatefulSet"): "statefulsets",
+    ("apps", "Deployment"): "deployments",
+    ("apps", "DaemonSet"): "daemonsets",
+    JOBSET: "jobsets",
+    LWS: "leaderworkersets",
+    PODGROUP: "podgroups",
+}
+
+
+class GroupError(Exception):
+    """The pod's group cannot be resolved now; ``reason`` names it in the pod's Event.
+
+    The pod stays gated; ``retry_after`` says when to look again (owners appear, RBAC is fixed).
+    """
+
+    def __init__(self, reason: str, message: str, retry_after: float = 30.0) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
 class Group:
     name: str  # the PlaceholderJob's name
     namespace: str
-    min_member: int
+    min_member: int  # pods that must exist before the Slurm job is submitted
     owner: Obj  # ownerReference placed on the PlaceholderJob
     source: Obj  # group reference recorded in spec.group
-    annotations: dict[str, str] = field(default_factory=dict)  # root workload's annotations
+    annotations: dict[str, str] = field(default_factory=dict)  # root workload's slurmjob annotations
     derived: dict[str, object] = field(default_factory=dict)  # options derived from the workload
+    gang: bool = False
+    warnings: tuple[str, ...] = ()  # workload settings that defeat gang scheduling
+
+    def derived_for(self, pods: int) -> dict[str, object]:
+        """Derived options for a request over ``pods`` member pods: a gang holds a node for every
+        member it waits for, even before they all exist."""
+        if not self.gang:
+            return dict(self.derived)
+        return {**self.derived, "nodes": max(self.min_member, pods)}
 
 
-def controller_of(obj: Obj) -> Obj | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+# --- small pure helpers -----------------------------------------------------------------------
+
+
+def controller_of(obj: Mapping[str, Any]) -> Obj | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
             return dict(ref)
     return None
 
 
-def pod_group(pod: Obj, job: Obj | None = None) -> Group:
-    """The single-pod group of ``pod``; ``job`` is its owning batch Job when it has one."""
+def api_group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def group_kind(obj_or_ref: Mapping[str, Any]) -> GroupKind:
+    return (api_group(str(obj_or_ref.get("apiVersion", ""))), str(obj_or_ref.get("kind", "")))
+
+
+def object_path(api_version: str, plural: str, namespace: str, name: str) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+
+
+def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return {k: str(v) for k, v in annotations.items() if k.startswith(names.SLURMJOB_PREFIX)}
+
+
+def phj_name(*parts: str) -> str:
+    """``parts`` joined by "-", shortened with a hash suffix when longer than a name may be.
+
+    Every part comes from a valid object name, so the result is a valid DNS subdomain too.
+    """
+    name = "-".join(parts)
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return name[: MAX_NAME - len(digest) - 1].rstrip("-.") + "-" + digest
+
+
+def _count(value: Any, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(value, 0)
+
+
+def jobset_size(jobset: Mapping[str, Any]) -> int:
+    """Pods a JobSet runs at once: the sum over replicatedJobs of replicas x active pods per Job.
+
+    A Job runs ``parallelism`` pods (default 1), but never more than ``completions``.
+    """
+    total = 0
+    for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        job_spec = ((rjob.get("template") or {}).get("spec")) or {}
+        parallelism = _count(job_spec.get("parallelism"), 1)
+        completions = job_spec.get("completions")
+        if isinstance(completions, int) and not isinstance(completions, bool):
+            parallelism = min(parallelism, max(completions, 0))
+        total += _count(rjob.get("replicas"), 1) * parallelism
+    return max(total, 1)
+
+
+def lws_size(lws: Mapping[str, Any]) -> int:
+    """Pods per LeaderWorkerSet group: the leader and its workers (``leaderWorkerTemplate.size``)."""
+    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    return max(_count(template.get("size"), 1), 1)
+
+
+def podgroup_size(podgroup: Mapping[str, Any]) -> int:
+    return max(_count((podgroup.get("spec") or {}).get("minMember"), 1), 1)
+
+
+def _ref(obj: Mapping[str, Any]) -> Obj:
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}
+
+
+def _owner_ref(obj: Mapping[str, Any]) -> Obj:
+    # No blockOwnerDeletion: that would need the right to set finalizers on the workload.
+    return {**_ref(obj), "blockOwnerDeletion": False}
+
+
+# --- groups -----------------------------------------------------------------------------------
+
+
+def pod_group(pod: Obj, root: Obj | None = None) -> Group:
+    """The single-pod group of ``pod``. ``root`` is where its options come from: its batch Job,
+    or the highest controller the bridge could read; None for a bare pod (the pod itself)."""
     meta = pod["metadata"]
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
              "blockOwnerDeletion": False}  # fmt: skip
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(names.SLURMJOB_PREFIX)}
-    derived: dict[str, object] = {}
     source: Obj = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
-    if job is not None:
-        jmeta = job["metadata"]
-        source = {"apiVersion": "batch/v1", "kind": "Job", "name": jmeta["name"], "uid": jmeta["uid"]}
+    annotations = slurmjob_annotations(pod)
+    derived: dict[str, object] = {}
+    if root is not None:
+        source = _ref(root)
         # The workload's annotations win over what its pod template carried.
-        annotations = {k: v for k, v in (jmeta.get("annotations") or {}).items() if k.startswith(names.SLURMJOB_PREFIX)}
-        deadline = job.get("spec", {}).get("activeDeadlineSeconds")
-        if deadline:
-            derived["time_limit_minutes"] = time_limit_from_deadline(int(deadline))
+        annotations = slurmjob_annotations(root)
+        if group_kind(root) == JOB:
+            deadline = (root.get("spec") or {}).get("activeDeadlineSeconds")
+            if deadline:
+                derived["time_limit_minutes"] = time_limit_from_deadline(int(deadline))
     return Group(meta["name"], meta["namespace"], 1, owner, source, annotations, derived)
+
+
+def jobset_group(pod: Obj, jobset: Obj) -> Group:
+    warnings = []
+    spec = jobset.get("spec") or {}
+    if ((spec.get("startupPolicy") or {}).get("startupPolicyOrder")) == "InOrder":
+        warnings.append(
+            "startupPolicy InOrder creates later Jobs only once earlier ones run, but the gang's Slurm job "
+            "waits for every pod: the JobSet will not start"
+        )
+    annotated = [jobset, *((r.get("template") or {}) for r in spec.get("replicatedJobs") or [])]
+    if any(_JOBSET_EXCLUSIVE in (((o.get("metadata") or {}).get("annotations")) or {}) for o in annotated):
+        warnings.append(
+            f"{_JOBSET_EXCLUSIVE} admits follower pods only once their leader is scheduled, but the gang's Slurm "
+            "job waits for every pod: the JobSet will not start"
+        )
+    if any(r.get("dependsOn") for r in spec.get("replicatedJobs") or []):
+        warnings.append(
+            "replicatedJobs with dependsOn create their pods only after others progress, but the gang's "
+            "Slurm job waits for every pod: the JobSet will not start"
+        )
+    return Group(
+        phj_name("jobset", jobset["metadata"]["name"]),
+        pod["metadata"]["namespace"],
+        jobset_size(jobset),
+        _owner_ref(jobset),
+        _ref(jobset),
+        slurmjob_annotations(jobset),
+        gang=True,
+        warnings=tuple(warnings),
+    )
+
+
+def lws_group(pod: Obj, lws: Obj) -> Group:
+    labels = pod["metadata"].get("labels") or {}
+    index = labels.get(names.LABEL_LWS_GROUP_INDEX)
+    if not index:
+        raise GroupError(
+            "LeaderWorkerSetGroupUnknown",
+            f"the pod has no {names.LABEL_LWS_GROUP_INDEX} label, so its LeaderWorkerSet group is unknown "
+            "(the LeaderWorkerSet controller's webhook sets it)",
+            30.0,
+        )
+    warnings = []
+    if (lws.get("spec") or {}).get("startupPolicy") == "LeaderReady":
+        warnings.append(
+            "startupPolicy LeaderReady creates workers only once the leader is ready, but the gang's Slurm "
+            "job waits for every pod: the group will not start"
+        )
+    if _LWS_EXCLUSIVE in ((lws.get("metadata") or {}).get("annotations") or {}):
+        warnings.append(
+            f"{_LWS_EXCLUSIVE} creates workers only once the leader is scheduled, but the gang's Slurm job "
+            "waits for every pod: the group will not start"
+        )
+    return Group(
+        phj_name("lws", lws["metadata"]["name"], index),
+        pod["metadata"]["namespace"],
+        lws_size(lws),
+        _owner_ref(lws),
+        _ref(lws),
+        slurmjob_annotations(lws),
+        gang=True,
+        warnings=tuple(warnings),
+    )
+
+
+def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
+    return Group(
+        phj_name("podgroup", podgroup["metadata"]["name"]),
+        pod["metadata"]["namespace"],
+        podgroup_size(podgroup),
+        _owner_ref(podgroup),
+        _ref(podgroup),
+        slurmjob_annotations(podgroup),
+        gang=True,
+    )
+
+
+def is_gang(phj: Mapping[str, Any]) -> bool:
+    return ((phj.get("spec") or {}).get("group") or {}).get("kind") in GANG_KINDS
+
+
+def same_group(phj: Mapping[str, Any], group: Group) -> bool:
+    """Whether an existing PlaceholderJob is this group's (and not one of an earlier workload of
+    the same name, or an unrelated object that happens to have the name)."""
+    source = (phj.get("spec") or {}).get("group") or {}
+    return bool(source.get("uid") == group.source["uid"] and source.get("kind") == group.source["kind"])
+
+
+# --- joining a gang ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Join:
+    """What to do with a pod that belongs to a gang's PlaceholderJob.
+
+    ``member``: it is one already. ``add``/``replace``: write ``pods`` and ``uids`` into the spec.
+    ``wait``: the gang's job was submitted for other pods and none of them ended. ``recycle``: the
+    PlaceholderJob ended, so the pod starts a new one.
+    """
+
+    action: Literal["member", "add", "replace", "wait", "recycle"]
+    pods: tuple[str, ...] = ()
+    uids: dict[str, str] = field(default_factory=dict)
+    slot: str = ""  # the member whose place the pod took (replace)
+
+
+def plan_join(
+    pods: Sequence[str],
+    uids: Mapping[str, str],
+    pod: str,
+    uid: str,
+    *,
+    submitted: bool,
+    terminal: bool,
+    ended: Collection[str],
+) -> Join:
+    """Membership rules for a gang (docs/workloads.md, "Late members").
+
+    ``pods``/``uids`` are the PlaceholderJob's spec; ``ended`` the members whose recorded pod
+    has ended or is gone. Before submission the gang grows (ended members drop out, so they hold
+    no node); after it the job's size is fixed: a pod takes over the slot of an earlier
+    incarnation of its name or of an ended member, or waits.
+    """
+    recorded = uids.get(pod)
+    if pod in pods and recorded in (None, uid):
+        return Join("member")
+    if terminal:
+        return Join("recycle")
+    if pod in pods:
+        # An earlier pod of this name (names are unique, so it is gone): the new one is the member.
+        return Join("replace", tuple(pods), {**uids, pod: uid}, slot=pod)
+    if not submitted:
+        kept = tuple(p for p in pods if p not in ended)
+        new_uids = {p: u for p, u in uids.items() if p in kept}
+        return Join("add", (*kept, pod), {**new_uids, pod: uid})
+    free = sorted(p for p in pods if p in ended)
+    if not free:
+        return Join("wait")
+    slot = free[0]
+    new_uids = {p: u for p, u in uids.items() if p != slot}
+    return Join("replace", tuple(pod if p == slot else p for p in pods), {**new_uids, pod: uid}, slot=slot)
+
+
+# --- resolution -------------------------------------------------------------------------------
+
+
+class GroupResolver:
+    """Resolves pods to groups with GETs through ``get``; caches API discovery (kind -> resource)."""
+
+    def __init__(self, get: Getter, *, max_depth: int = MAX_OWNER_DEPTH) -> None:
+        self._get = get
+        self.max_depth = max_depth
+        self._plurals: dict[tuple[str, str], str] = {}
+
+    async def resolve(self, pod: Obj) -> Group:
+        """The pod's group; raises GroupError when it cannot be known now."""
+        labels = pod["metadata"].get("labels") or {}
+        podgroup = labels.get(names.LABEL_POD_GROUP)
+        if podgroup:
+            return podgroup_group(pod, await self._podgroup(pod, podgroup))
+        recognized, highest = await self._walk(pod)
+        if recognized is not None:
+            kind = group_kind(recognized)
+            if kind == JOBSET:
+                return jobset_group(pod, recognized)
+            if kind == LWS:
+                return lws_group(pod, recognized)
+            return pod_group(pod, recognized)  # a batch Job: one group per pod
+        return pod_group(pod, highest)
+
+    async def _podgroup(self, pod: Obj, name: str) -> Obj:
+        ns = pod["metadata"]["namespace"]
+        path = object_path(PODGROUP_API_VERSION, _PLURALS[PODGROUP], ns, name)
+        try:
+            obj = await self._get(path)
+        except KubeError as e:
+            raise GroupError(
+                "PodGroupUnreadable", f"cannot read PodGroup {ns}/{name} ({PODGROUP_API_VERSION}): {e}", 30.0
+            ) from None
+        if obj is None:
+            # Coscheduling users often create the pods and the PodGroup together: wait for it.
+            raise GroupError(
+                "PodGroupNotFound",
+                f"the pod's {names.LABEL_POD_GROUP} label names PodGroup {name}, which does not exist "
+                f"(or the {PODGROUP_API_VERSION} PodGroup CRD is not installed); the pod waits for it",
+                5.0,
+            )
+        return obj
+
+    async def _walk(self, pod: Obj) -> tuple[Obj | None, Obj | None]:
+        """(highest recognised workload, highest readable controller) above the pod.
+
+        As in the Go slurm-bridge: an unreadable (403) owner above a readable controller ends the
+        walk there unless it is a recognised workload kind (that is missing RBAC, an error); a
+        missing owner, one the bridge may not read directly above the pod, and a chain longer
+        than ``max_depth`` are errors.
+        """
+        ns = pod["metadata"]["namespace"]
+        recognized: Obj | None = None
+        highest: Obj | None = None
+        seen = {pod["metadata"].get("uid")}
+        obj: Obj = pod
+        depth = 0
+        while (ref := controller_of(obj)) is not None:
+            gk = group_kind(ref)
+            what = f"{ref.get('kind')} {ns}/{ref.get('name')} ({ref.get('apiVersion')})"
+            if depth >= self.max_depth:
+                raise GroupError(
+                    "OwnerChainTooDeep",
+                    f"the pod's controller owner chain is longer than {self.max_depth} objects (at {what})",
+                    300.0,
+                )
+            depth += 1
+            if ref.get("uid") in seen:
+                raise GroupError("OwnerChainLoop", f"the pod's controller owner chain loops at {what}", 300.0)
+            seen.add(ref.get("uid"))
+            try:
+                path = object_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
+                owner = await self._get(path)
+            except KubeError as e:
+                if e.status == 403 and highest is not None and gk not in RECOGNIZED:
+                    break  # stop at the highest controller the bridge may read
+                if e.status == 403:
+                    raise GroupError(
+                        "OwnerForbidden",
+                        f"the bridge may not read the pod's owner {what}; grant it get on that resource",
+                        60.0,
+                    ) from None
+                raise GroupError("OwnerUnreadable", f"cannot read the pod's owner {what}: {e}", 10.0) from None
+            if owner is None or (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+                # Usually a workload being deleted: the garbage collector removes the pod soon.
+                raise GroupError("OwnerNotFound", f"the pod's owner {what} does not exist", 10.0)
+            owner.setdefault("apiVersion", ref.get("apiVersion"))
+            owner.setdefault("kind", ref.get("kind"))
+            highest = owner
+            if gk in RECOGNIZED:
+                recognized = owner
+            obj = owner
+        return recognized, highest
+
+    async def _plural(self, ref: Mapping[str, Any]) -> str:
+        """The resource name of an owner's kind: well-known, or found once by API discovery."""
+        api_version, kind = str(ref.get("apiVersion", "")), str(ref.get("kind", ""))
+        known = _PLURALS.get((api_group(api_version), kind))
+        if known:
+            return known
+        cached = self._plurals.get((api_version, kind))
+        if cached:
+            return cached
+        path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        doc = await self._get(path)
+        for resource in (doc or {}).get("resources") or []:
+            name = str(resource.get("name", ""))
+            if resource.get("kind") == kind and "/" not in name:
+                self._plurals[(api_version, kind)] = name
+                return name
+        raise GroupError(
+            "OwnerKindNotServed",
+            f"the pod's owner kind {kind} ({api_version}) is not served by the API server",
+            60.0,
+        )
