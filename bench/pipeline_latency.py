@@ -4,7 +4,11 @@ Creates N pods in a managed namespace (bridge: webhook -> PlaceholderJob -> Slur
 extender bind) and N pods in an unmanaged namespace (default-scheduler), in the same run on the
 local cluster, and prints p50/p99 latency, pods bound per second and Slurm REST calls per pod.
 
-    .venv/bin/python bench/pipeline_latency.py [--pods 200] [--concurrency 16]
+    .venv/bin/python bench/pipeline_latency.py [--pods 200] [--rate 0|20] [--concurrency 16]
+
+--rate 0 (default) creates all pods at once: the burst shows the pipeline's throughput, and its
+latencies include queueing behind the burst. --rate 20 creates pods at the target arrival rate:
+its latencies are those of a bridge keeping up with 20 new pods per second.
 
 Needs the local cluster and bridge (`hack/cluster.sh up && hack/bridge.sh up`).
 """
@@ -61,6 +65,8 @@ def pod_body(name: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
+            # The default-scheduler baseline may use the bridge's nodes too (same capacity).
+            "tolerations": [{"key": "slinky.slurm.net/managed-node", "operator": "Exists", "effect": "NoExecute"}],
             "restartPolicy": "Never",
             "containers": [
                 {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
@@ -85,14 +91,20 @@ def watch_bindings(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threadi
                 break
 
 
-def measure(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int, timeout: float) -> Run:
+def measure(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int, timeout: float, rate: float) -> Run:
     run = Run()
     stop = threading.Event()
     watcher = threading.Thread(target=watch_bindings, args=(core, ns, run, n, stop), daemon=True)
     watcher.start()
     time.sleep(0.5)  # let the watch establish before the first create (not a condition wait)
 
+    start = time.monotonic()
+
     def create(i: int) -> None:
+        if rate > 0:  # open-loop arrivals: pod i is created at i/rate seconds
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
         name = f"b{i:04d}"
         core.create_namespaced_pod(ns, pod_body(name))
         with run.lock:
@@ -141,6 +153,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=16, help="parallel pod creates")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="create pods at this many per second (0: as fast as possible, a burst that measures throughput)",
+    )
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--operator-port", type=int, default=28080)
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -161,9 +179,9 @@ def main() -> None:
     make_namespace(core, default_ns, managed=False)
     try:
         before = operator_stats(args.operator_port)["slurm_requests"]
-        bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout)
+        bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout, args.rate)
         after = operator_stats(args.operator_port)["slurm_requests"]
-        default_run = measure(core, default_ns, args.pods, args.concurrency, args.timeout)
+        default_run = measure(core, default_ns, args.pods, args.concurrency, args.timeout, args.rate)
     finally:
         for ns in (bridge_ns, default_ns):
             core.delete_namespace(ns)

@@ -21,6 +21,24 @@ from slurm_bridge.slurm.client import SlurmClient
 log = logging.getLogger(__name__)
 
 
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """Skip kopf's per-event diff base.
+
+    The operator registers only watch-event handlers, never change handlers, so the essence kopf
+    deep-copies out of every event (and stores nowhere) is pure overhead: a third of the
+    operator's CPU under load.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def build_registry(
     ctrl: Controller, elector: LeaderElector, nodes: NodeController | None = None
 ) -> kopf.OperatorRegistry:
@@ -33,6 +51,7 @@ def build_registry(
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 30
         settings.peering.standalone = True  # leader election is the Lease's job
+        settings.persistence.diffbase_storage = _NoDiffBase()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

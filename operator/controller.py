@@ -41,6 +41,8 @@ Obj = dict[str, Any]
 # A job submitted this recently may not be in the snapshot yet; wait for it rather than
 # concluding it vanished.
 SUBMIT_VISIBILITY_GRACE = 30.0
+# A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
+SUBMIT_RETRY_SECONDS = 30.0
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
@@ -450,6 +452,9 @@ class Controller:
             if all(st.pod_ended(p) for p in members.values()) and await self._confirm_all_ended(phj, members):
                 await self._set_terminal(phj, *st.pods_end_phase({n: st.pod_phase(p) for n, p in members.items()}))
                 return None
+            wait = st.resubmit_wait(status, meta.get("generation"), SUBMIT_RETRY_SECONDS)
+            if wait > 0:
+                return wait  # Slurm refused this very spec moments ago; watch events must not hammer it
             return await self._submit(phj, members)
 
         if job is None or job.job_id != job_id:
@@ -536,7 +541,8 @@ class Controller:
         except SlurmError as e:
             message = f"Slurm refused the job: {e}"
             await self._patch_status(phj, {
-                "phase": names.PHASE_PENDING, "reason": "SubmitRejected", "message": message,
+                "phase": names.PHASE_PENDING, "reason": st.REASON_SUBMIT_REJECTED, "message": message,
+                "submitTime": now_iso(),
                 "observedGeneration": meta.get("generation"),
                 "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_SUBMITTED,
                                                False, "SubmitRejected", message, meta.get("generation")),
@@ -544,7 +550,7 @@ class Controller:
             await self.kube.event(phj, "SubmitRejected", message, warning=True)
             for pod in present:
                 await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
-            return 30.0  # Slurm's limits may change (partition up, QOS raised): try again later
+            return SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
         self._submitted[meta["uid"]] = (job_id, time.monotonic())
         self.poller.poll_soon()
         message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
@@ -639,9 +645,10 @@ class Controller:
                 "conditions": st.set_condition(status.get("conditions"), names.COND_ALLOCATED, True,
                                                "Allocated", message),
             })  # fmt: skip
-            await self.kube.event(phj, "Allocated", message)
-        # Release the pods only once every member has its node: gangs start together.
+        # Release the pods only once every member has its node: gangs start together. The
+        # allocation Event goes on each pod (where users look); the status says it for the job.
         bound = 0
+        releases = []
         for pod_name, pod in members.items():
             if pod is None or st.pod_ended(pod):
                 continue
@@ -650,7 +657,8 @@ class Controller:
                 bound += pod["spec"]["nodeName"] == node
                 continue
             if not st.pod_is_released(pod, node):
-                await self._release_pod(pod, node, job.job_id, meta["name"])
+                releases.append(self._release_pod(pod, node, job.job_id, meta["name"]))
+        await asyncio.gather(*releases)
         live = sum(1 for p in members.values() if p is not None and not st.pod_ended(p))
         if live and bound == live and status.get("phase") != names.PHASE_RUNNING:
             message = f"every member pod is bound to its Slurm node ({st.compress_hostlist(job.nodes)})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import hostlist
@@ -25,6 +26,27 @@ _END_STATES: dict[str, tuple[str, str]] = {
     "OUT_OF_MEMORY": (names.PHASE_FAILED, "the Slurm job ran out of memory"),
     "FAILED": (names.PHASE_FAILED, "the Slurm job failed"),
 }
+
+
+REASON_SUBMIT_REJECTED = "SubmitRejected"
+
+
+def resubmit_wait(status: Obj, generation: int | None, retry_seconds: float, now: datetime | None = None) -> float:
+    """Seconds to wait before submitting again a spec Slurm refused; 0 when a submit may go ahead.
+
+    The refusal is kept in status (reason, submitTime, observedGeneration), so neither a watch
+    event nor a restart submits the same refused spec again before ``retry_seconds``.
+    """
+    if status.get("reason") != REASON_SUBMIT_REJECTED or status.get("jobId"):
+        return 0.0
+    if generation is not None and status.get("observedGeneration") != generation:
+        return 0.0  # the spec changed: try it now
+    try:
+        attempted = datetime.strptime(str(status.get("submitTime")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return 0.0
+    elapsed = ((now or datetime.now(UTC)) - attempted).total_seconds()
+    return max(retry_seconds - elapsed, 0.0)
 
 
 def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
+import pytest
+from aiohttp import web
 
 from slurm_bridge import names
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, _load_credentials, escape_pointer, object_path
@@ -20,35 +21,40 @@ current-context: x
 
 
 async def test_token_kubeconfig_sends_the_bearer_token(tmp_path: Path) -> None:
-    path = tmp_path / "kubeconfig"
-    path.write_text(KUBECONFIG)
-    server, verify, auth = _load_credentials(str(path))
-    assert server == "https://127.0.0.1:6443"
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: web.Request) -> web.Response:
         seen.append(request.headers.get("Authorization", ""))
-        if request.url.path.endswith("/missing"):
-            return httpx.Response(404, json={"reason": "NotFound", "message": "gone"})
+        if request.path.endswith("/missing"):
+            return web.json_response({"reason": "NotFound", "message": "gone"}, status=404)
         if request.method == "POST":
-            return httpx.Response(409, json={"reason": "AlreadyExists", "message": "exists"})
-        return httpx.Response(200, json={"ok": True})
+            return web.json_response({"reason": "AlreadyExists", "message": "exists"}, status=409)
+        return web.json_response({"ok": True})
 
-    kube = KubeClient(server, verify, auth)
-    kube._http._transport = httpx.MockTransport(handler)  # unit test: no apiserver
-    assert await kube.get("/api/v1/namespaces/default") == {"ok": True}
-    assert await kube.get("/api/v1/missing") is None
+    # A fake apiserver on loopback (plain HTTP): this tests the client's own logic only.
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.replace("https://127.0.0.1:6443", f"http://127.0.0.1:{port}"))
+    server, tls, token = _load_credentials(str(path))
+    assert server == f"http://127.0.0.1:{port}"
+    kube = KubeClient(server, tls, token)
     try:
-        await kube.create("/api/v1/namespaces/default/pods", {})
-        raise AssertionError("409 must raise")
-    except Conflict as e:
-        assert e.reason == "AlreadyExists"
-    try:
-        await kube.request("GET", "/api/v1/missing")
-        raise AssertionError("404 must raise")
-    except NotFound:
-        pass
-    await kube.aclose()
+        assert await kube.get("/api/v1/namespaces/default") == {"ok": True}
+        assert await kube.get("/api/v1/missing") is None
+        with pytest.raises(Conflict) as conflict:
+            await kube.create("/api/v1/namespaces/default/pods", {})
+        assert conflict.value.reason == "AlreadyExists"
+        with pytest.raises(NotFound):
+            await kube.request("GET", "/api/v1/missing")
+    finally:
+        await kube.aclose()
+        await runner.cleanup()
     assert seen and all(h == "Bearer secret-token" for h in seen)
 
 

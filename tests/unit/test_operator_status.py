@@ -126,3 +126,15 @@ def test_release_patch_tests_the_pod_uid() -> None:
 def test_hostlist_compression() -> None:
     assert st.compress_hostlist(["kwok-node-1", "kwok-node-2", "kwok-node-4"]) == "kwok-node-[1-2,4]"
     assert st.compress_hostlist([]) == ""
+
+
+def test_refused_spec_waits_before_the_next_submit() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    refused = {"reason": "SubmitRejected", "submitTime": "2026-01-01T12:00:20Z", "observedGeneration": 1}
+    assert st.resubmit_wait(refused, 1, 30, now) == 20
+    assert st.resubmit_wait(refused, 2, 30, now) == 0, "a changed spec is tried at once"
+    assert st.resubmit_wait(refused, 1, 30, now + timedelta(seconds=25)) == 0
+    assert st.resubmit_wait({"reason": "Resources"}, 1, 30, now) == 0
+    assert st.resubmit_wait(refused | {"jobId": 4}, 1, 30, now) == 0
