@@ -288,7 +288,7 @@ SlurmctldPidFile=$SLURM_STATE_IN_ROOT/slurmctld.pid
 SchedulerType=sched/backfill
 ReturnToService=2
 MaxJobCount=100000
-MinJobAge=300
+MinJobAge=60
 DefMemPerCPU=256
 GresTypes=gpu
 EOF

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment
 
+from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo
@@ -106,7 +107,9 @@ class SlurmPoller:
         started = time.monotonic()
         full = self._since is None or started - self._last_full >= FULL_RESYNC_SECONDS
         # One second of overlap: Slurm's clock has second resolution.
-        jobs, last_update = await self._slurm.list_jobs_since(None if full else (self._since or 1) - 1)
+        jobs, last_update = await self._slurm.list_jobs_since(
+            None if full else (self._since or 1) - 1, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX
+        )
         self.polls += 1
         self.last_duration = time.monotonic() - started
         if last_update is not None:

@@ -102,11 +102,14 @@ class FakeSlurm:
         self.jobs[job.job_id] = job
         self.version += 1
 
-    async def list_jobs_since(self, since: int | None) -> tuple[list[JobInfo], int | None]:
+    async def list_jobs_since(
+        self, since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo], int | None]:
         self.calls.append(since)
         if since is not None and since >= self.version:
             return [], self.version
-        return list(self.jobs.values()), self.version
+        jobs = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        return jobs, self.version
 
 
 def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = ()) -> JobInfo:
