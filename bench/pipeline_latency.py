@@ -185,6 +185,13 @@ def main() -> None:
     finally:
         for ns in (bridge_ns, default_ns):
             core.delete_namespace(ns)
+        # Wait for the clean-up (PlaceholderJob finalizers cancel 200 Slurm jobs), so that a
+        # following run does not measure this one's tear-down.
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and any(
+            n.metadata.name in (bridge_ns, default_ns) for n in core.list_namespace().items
+        ):
+            time.sleep(0.5)
     rows = [summarize("slurm-bridge", bridge_run, after - before), summarize("default-scheduler", default_run, None)]
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 # After a submit the job is usually allocated within milliseconds; look again this soon rather
 # than a whole period later. Many submits share one list, so calls stay amortised.
-SOON_SECONDS = 0.15
+MIN_GAP_SECONDS = 0.4
 # Incremental lists cannot show a job Slurm purged (after MinJobAge); a full list this often does.
 FULL_RESYNC_SECONDS = 30.0
 
@@ -146,6 +146,7 @@ class SlurmPoller:
     async def _run(self) -> None:
         backoff = self._period
         while True:
+            started = time.monotonic()
             try:
                 await self.poll_once()
                 if not self.healthy:
@@ -156,10 +157,11 @@ class SlurmPoller:
                 self.healthy, self.last_error = False, str(e)
                 log.warning("listing Slurm jobs failed, retrying in %.1fs: %s", backoff, e)
                 delay, backoff = backoff, min(backoff * 2, 10.0)
-            # A submit wakes the poller early, but lists never take more than about a third of
-            # the time: under load one list serves many submits instead of each asking its own.
-            gap = max(SOON_SECONDS, 2 * self.last_duration)
+            # A submit wakes the poller early, but lists start at most every MIN_GAP_SECONDS (or
+            # three times their own duration): under load one list serves many submits, and
+            # slurmrestd, which serialises every job for each list, is not kept busy.
+            earliest = started + max(MIN_GAP_SECONDS, 3 * self.last_duration)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(delay - gap, 0))
-            await asyncio.sleep(gap)
+                await asyncio.wait_for(self._wake.wait(), timeout=max(started + delay - time.monotonic(), 0))
+            await asyncio.sleep(max(earliest - time.monotonic(), 0))

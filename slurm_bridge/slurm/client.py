@@ -174,6 +174,9 @@ class SlurmClient:
             transport=transport,
             headers={"Accept": "application/json"},
             follow_redirects=False,
+            # slurmctld serialises job writes anyway; a few kept-alive connections keep the
+            # client's per-request pool bookkeeping small.
+            limits=httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=60),
         )
 
     @classmethod
