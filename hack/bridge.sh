@@ -137,7 +137,7 @@ start_component() {
       wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_PORT/healthz" ;;
     scheduler)
       KUBECONFIG="$kc" EXTENDER_URL="http://127.0.0.1:$SB_EXTENDER_PORT" SCHEDULER_NAME=slurm-bridge \
-        LEADER_ELECT=$leader_elect NAMESPACE=$LEASE_NAMESPACE python3 -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
+        LEADER_ELECT=$leader_elect NAMESPACE=$LEASE_NAMESPACE python3 -P -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
         < "$REPO_DIR/extender/kube-scheduler.yaml" > "$BRIDGE_DIR/kube-scheduler.yaml"
       alive bridge-scheduler || check_port bridge-scheduler "$SB_BRIDGE_SCHEDULER_PORT" SB_BRIDGE_SCHEDULER_PORT
       start bridge-scheduler "$BIN_DIR/kube-scheduler" --config "$BRIDGE_DIR/kube-scheduler.yaml" \

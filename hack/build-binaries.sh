@@ -17,7 +17,7 @@ build_kubernetes() {
   log "building kube-apiserver, kube-controller-manager, kube-scheduler $v (cold: tens of minutes)"
   minor=${v#v1.}; minor=${minor%%.*}
   dir="$CACHE_DIR/src/kubernetes-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
-  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
+  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
     || die "go mod download k8s.io/kubernetes@$v failed (is GOPROXY reachable?)"
   {
     echo "module local/kubernetes-build"
@@ -71,7 +71,7 @@ build_module() { # name version module package binary: build a module's command 
   local name=$1 v=$2 mod=$3 pkg=$4 bin=$5 dir src
   have "$name" "$v" "$bin" && return 0
   log "building $bin $v"
-  src=$(cd "$CACHE_DIR" && go mod download -json "$mod@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
+  src=$(cd "$CACHE_DIR" && go mod download -json "$mod@$v" | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
     || die "go mod download $mod@$v failed (is GOPROXY reachable?)"
   dir="$CACHE_DIR/src/$name-$v"; rm -rf "$dir"; cp -r "$src" "$dir"; chmod -R u+w "$dir"
   (cd "$dir" && go build -ldflags "-s -w -X $mod/pkg/version.GitVersion=$v" -o "$BIN_DIR/$bin" "$pkg") >&2 \

@@ -99,7 +99,7 @@ up_kubernetes() {
   # once) plus ours (Job pods complete after an optional per-pod delay).
   local kwokdir stages="$STATE_DIR/kwok-stages.yaml"
   kwokdir=$(cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the kwok $KWOK_VERSION module for its stage files"
+    | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the kwok $KWOK_VERSION module for its stage files"
   {
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml; do
@@ -178,7 +178,7 @@ nodes_ready() {
 
 module_dir() { # module version : the module's directory in the Go module cache (downloaded if missing)
   (cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "$1@$2" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the Go module $1@$2 (is GOPROXY reachable?)"
+    | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the Go module $1@$2 (is GOPROXY reachable?)"
 }
 
 workload_certs() {
@@ -206,7 +206,7 @@ EOF
 
 register_webhooks() { # prefix port kustomize-dir : the module's webhook configurations, served on 127.0.0.1:port
   kubectl kustomize "$3" | kubectl_ create --dry-run=client -o json -f - \
-    | PREFIX=$1 URL="https://127.0.0.1:$2" CA=$(base64 -w0 < "$PKI/ca.crt") python3 -c '
+    | PREFIX=$1 URL="https://127.0.0.1:$2" CA=$(base64 -w0 < "$PKI/ca.crt") python3 -P -c '
 import json, os, sys
 text, at, docs = sys.stdin.read(), 0, []
 while text[at:].strip():  # kubectl prints one JSON document per object

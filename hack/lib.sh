@@ -22,7 +22,7 @@ require_go() { command -v go >/dev/null 2>&1 || die "Go is not installed or not 
 apt_mirror() {
   # The Debian archive is the source that serves this system's own codename (not -security).
   local m
-  m=$(python3 - <<'PY'
+  m=$(python3 -P - <<'PY'
 import glob, re
 codename = dict(l.strip().split("=", 1) for l in open("/etc/os-release") if "=" in l).get("VERSION_CODENAME", "").strip('"')
 for f in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):

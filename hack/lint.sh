@@ -8,7 +8,7 @@ tree="$REPO_DIR/build/typecheck"
 rm -rf "$tree"; mkdir -p "$tree/slurm_bridge"
 for f in slurm_bridge/*; do ln -s "$REPO_DIR/$f" "$tree/slurm_bridge/"; done
 for d in operator webhook extender; do ln -s "$REPO_DIR/$d" "$tree/slurm_bridge/$d"; done
-"$PY" -m ruff check slurm_bridge operator webhook extender tests bench
-"$PY" -m ruff format --check slurm_bridge operator webhook extender tests bench
-MYPYPATH="$tree" "$PY" -m mypy -p slurm_bridge
-MYPYPATH="$tree" "$PY" -m mypy tests bench
+"$PY" -P -m ruff check slurm_bridge operator webhook extender tests bench
+"$PY" -P -m ruff format --check slurm_bridge operator webhook extender tests bench
+MYPYPATH="$tree" "$PY" -P -m mypy -p slurm_bridge
+MYPYPATH="$tree" "$PY" -P -m mypy tests bench

@@ -3,15 +3,15 @@
 . "$(dirname "$0")/lib.sh"
 cd "$REPO_DIR"
 py=${PYTHON:-python3}
-"$py" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || die "Python >= 3.11 is required ($py is $("$py" --version 2>&1))"
-if ! "$py" -m venv --help >/dev/null 2>&1 || ! "$py" -c 'import ensurepip' 2>/dev/null; then
+"$py" -P -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || die "Python >= 3.11 is required ($py is $("$py" --version 2>&1))"
+if ! "$py" -P -m venv --help >/dev/null 2>&1 || ! "$py" -P -c 'import ensurepip' 2>/dev/null; then
   ensure_apt python3-venv
 fi
-[ -x .venv/bin/python ] || "$py" -m venv .venv || die "cannot create .venv (install python3-venv)"
+[ -x .venv/bin/python ] || "$py" -P -m venv .venv || die "cannot create .venv (install python3-venv)"
 stamp=.venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   log "installing slurm-bridge and its test dependencies into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip >&2 || die "pip upgrade failed (is the package index reachable?)"
-  .venv/bin/python -m pip install -q -e '.[test]' >&2 || die "pip install -e .[test] failed; see the output above"
+  .venv/bin/python -P -m pip install -q --upgrade pip >&2 || die "pip upgrade failed (is the package index reachable?)"
+  .venv/bin/python -P -m pip install -q -e '.[test]' >&2 || die "pip install -e .[test] failed; see the output above"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
