@@ -121,39 +121,33 @@ node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done;
 extra_node_names() { for i in $(seq 1 "$SB_EXTRA_NODES"); do echo "$SB_EXTRA_NODE_PREFIX$i"; done; }
 is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
 
-create_nodes() {
-  local i name gpu
-  for i in $(seq 1 "$SB_NODES"); do
-    name="$SB_NODE_PREFIX$i"; gpu=""
-    is_gpu_node "$i" && gpu=", nvidia.com/gpu: \"$SB_NODE_GPUS\""
-    cat <<EOF
+node_yaml() { # name cpus pods extra-labels extra-capacity : one kwok Node manifest
+  cat <<EOF
 apiVersion: v1
 kind: Node
 metadata:
-  name: $name
+  name: $1
   annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
-  labels: {type: kwok, kubernetes.io/hostname: $name, kubernetes.io/os: linux, kubernetes.io/arch: amd64$( is_gpu_node "$i" && echo ", nvidia.com/gpu.present: \"true\"")}
+  labels: {type: kwok, kubernetes.io/hostname: $1, kubernetes.io/os: linux, kubernetes.io/arch: amd64$4}
 spec: {}
 status:
-  capacity: {cpu: "$SB_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_NODE_PODS"$gpu}
-  allocatable: {cpu: "$SB_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_NODE_PODS"$gpu}
+  capacity: {cpu: "$2", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$3"$5}
+  allocatable: {cpu: "$2", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$3"$5}
 ---
 EOF
+}
+
+create_nodes() {
+  local i name
+  for i in $(seq 1 "$SB_NODES"); do
+    if is_gpu_node "$i"; then
+      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" ', nvidia.com/gpu.present: "true"' ", nvidia.com/gpu: \"$SB_NODE_GPUS\""
+    else
+      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" "" ""
+    fi
   done > "$STATE_DIR/nodes.yaml"
   for name in $(extra_node_names); do
-    cat <<EOF
-apiVersion: v1
-kind: Node
-metadata:
-  name: $name
-  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
-  labels: {type: kwok, kubernetes.io/hostname: $name, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
-spec: {}
-status:
-  capacity: {cpu: "$SB_EXTRA_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_EXTRA_NODE_PODS"}
-  allocatable: {cpu: "$SB_EXTRA_NODE_CPUS", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$SB_EXTRA_NODE_PODS"}
----
-EOF
+    node_yaml "$name" "$SB_EXTRA_NODE_CPUS" "$SB_EXTRA_NODE_PODS" "" ""
   done >> "$STATE_DIR/nodes.yaml"
   # Status is part of the create body for Nodes; apply also updates an existing node's capacity.
   kubectl_ apply -f "$STATE_DIR/nodes.yaml" >/dev/null || die "creating the kwok nodes failed"
