@@ -44,24 +44,8 @@ kubeconfig_for() { # component : the kubeconfig it runs with (impersonating its 
   user=$(sa_user "$c")
   check_sa "$c"
   if [ "$c" = scheduler ]; then
-    cat > "$kc" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "https://127.0.0.1:$SB_APISERVER_PORT", certificate-authority: "$PKI/ca.crt"}
-users:
-- name: $SA_PREFIX-$c
-  user:
-    client-certificate: "$PKI/bridge.crt"
-    client-key: "$PKI/bridge.key"
-    as: "$user"
-    as-groups: [system:serviceaccounts, "system:serviceaccounts:$SA_NAMESPACE", system:authenticated]
-contexts:
-- name: local
-  context: {cluster: local, user: $SA_PREFIX-$c}
-current-context: local
-KC
+    write_kubeconfig "$kc" bridge \
+      ", as: \"$user\", as-groups: [system:serviceaccounts, \"system:serviceaccounts:$SA_NAMESPACE\", system:authenticated]"
   else
     [ "$c" = operator ] && port=$SB_OPERATOR_PROXY_PORT || port=$SB_EXTENDER_PROXY_PORT
     stop "bridge-$c-proxy"

@@ -34,25 +34,7 @@ make_pki() {
   chmod 600 ./*.key; touch .done; cd - >/dev/null
 }
 
-write_kubeconfig() { # file user
-  cat > "$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "https://127.0.0.1:$SB_APISERVER_PORT", certificate-authority: "$PKI/ca.crt"}
-users:
-- name: $2
-  user: {client-certificate: "$PKI/$2.crt", client-key: "$PKI/$2.key"}
-contexts:
-- name: local
-  context: {cluster: local, user: $2}
-current-context: local
-EOF
-}
-
 # ---- Kubernetes ------------------------------------------------------------------------------
-
 
 up_kubernetes() {
   make_pki

@@ -125,3 +125,21 @@ stop() { # name : TERM, wait, KILL; only the recorded pid and its process group
 }
 
 kubectl_() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+write_kubeconfig() { # file user [extra user fields, e.g. ', as: "x"'] : client-cert kubeconfig
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:$SB_APISERVER_PORT", certificate-authority: "$PKI/ca.crt"}
+users:
+- name: $2
+  user: {client-certificate: "$PKI/$2.crt", client-key: "$PKI/$2.key"${3:-}}
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+EOF
+}
+

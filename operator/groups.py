@@ -229,16 +229,7 @@ def jobset_group(pod: Obj, jobset: Obj) -> Group:
             "replicatedJobs with dependsOn create their pods only after others progress, but the gang's "
             "Slurm job waits for every pod: the JobSet will not start"
         )
-    return Group(
-        phj_name("jobset", jobset["metadata"]["name"]),
-        pod["metadata"]["namespace"],
-        jobset_size(jobset),
-        _owner_ref(jobset),
-        _ref(jobset),
-        slurmjob_annotations(jobset),
-        gang=True,
-        warnings=tuple(warnings),
-    )
+    return _gang(pod, jobset, jobset_size(jobset), ("jobset", jobset["metadata"]["name"]), warnings)
 
 
 def lws_group(pod: Obj, lws: Obj) -> Group:
@@ -262,27 +253,24 @@ def lws_group(pod: Obj, lws: Obj) -> Group:
             f"{_LWS_EXCLUSIVE} creates workers only once the leader is scheduled, but the gang's Slurm job "
             "waits for every pod: the group will not start"
         )
-    return Group(
-        phj_name("lws", lws["metadata"]["name"], index),
-        pod["metadata"]["namespace"],
-        lws_size(lws),
-        _owner_ref(lws),
-        _ref(lws),
-        slurmjob_annotations(lws),
-        gang=True,
-        warnings=tuple(warnings),
-    )
+    return _gang(pod, lws, lws_size(lws), ("lws", lws["metadata"]["name"], index), warnings)
 
 
 def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
+    return _gang(pod, podgroup, podgroup_size(podgroup), ("podgroup", podgroup["metadata"]["name"]))
+
+
+def _gang(pod: Obj, root: Obj, size: int, name_parts: tuple[str, ...], warnings: list[str] | None = None) -> Group:
+    """A gang's group: named after, owned by and configured from its root workload."""
     return Group(
-        phj_name("podgroup", podgroup["metadata"]["name"]),
+        phj_name(*name_parts),
         pod["metadata"]["namespace"],
-        podgroup_size(podgroup),
-        _owner_ref(podgroup),
-        _ref(podgroup),
-        slurmjob_annotations(podgroup),
+        size,
+        _owner_ref(root),
+        _ref(root),
+        slurmjob_annotations(root),
         gang=True,
+        warnings=tuple(warnings or ()),
     )
 
 

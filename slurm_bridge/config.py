@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LISTEN = re.compile(r"^(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
 
@@ -100,7 +100,7 @@ class Config(_Model):
     @field_validator("schedulerName", "bridgeId")
     @classmethod
     def _dns_label(cls, v: str) -> str:
-        if not _DNS_LABEL.match(v) or len(v) > 63:
+        if not DNS_LABEL.match(v) or len(v) > 63:
             raise ValueError(f"{v!r} is not a DNS label (lowercase letters, digits and '-', at most 63)")
         return v
 
@@ -114,7 +114,7 @@ class Config(_Model):
     @field_validator("managedNamespaces")
     @classmethod
     def _namespaces(cls, v: list[str]) -> list[str]:
-        bad = [n for n in v if not _DNS_LABEL.match(n)]
+        bad = [n for n in v if not DNS_LABEL.match(n)]
         if bad:
             raise ValueError(f"not valid namespace names: {bad}")
         return v

@@ -16,7 +16,7 @@ import yaml
 from cryptography import x509
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
+from slurm_bridge.config import DNS_LABEL, Config
 
 from .validate import WORKLOAD_POD_TEMPLATES
 
@@ -29,7 +29,6 @@ _RESOURCES: Final = {
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
     ("scheduling.x-k8s.io", "PodGroup"): "podgroups",
 }
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -50,7 +49,7 @@ def parse_service(value: str) -> ServiceRef:
     if not m:
         raise RenderError(f"--service {value!r} is not NAMESPACE/NAME[:PORT]")
     namespace, name, port = m.group(1), m.group(2), int(m.group(3) or 443)
-    if not _DNS_LABEL.match(namespace) or not _DNS_LABEL.match(name):
+    if not DNS_LABEL.match(namespace) or not DNS_LABEL.match(name):
         raise RenderError(f"--service {value!r}: namespace and name must be DNS labels")
     if not 0 < port < 65536:
         raise RenderError(f"--service {value!r}: port {port} is out of range")
