@@ -40,6 +40,9 @@ MANAGED_LABEL = "slurm-bridge.local/managed"
 class Run:
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
+    # when the watch first saw the pod without scheduling gates (bridge: Slurm allocated and the
+    # operator released it); splits the latency into bridge operator and scheduler parts
+    released: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -80,6 +83,9 @@ def watch_bindings(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threadi
     while not stop.is_set():
         for ev in w.stream(core.list_namespaced_pod, ns, timeout_seconds=5):
             pod = ev["object"]
+            if not pod.spec.scheduling_gates:
+                with run.lock:
+                    run.released.setdefault(pod.metadata.name, time.monotonic())
             if pod.spec.node_name:
                 with run.lock:
                     run.bound.setdefault(pod.metadata.name, time.monotonic())
@@ -124,6 +130,8 @@ def summarize(label: str, run: Run, slurm_calls: int | None) -> dict[str, Any]:
         return {"scheduler": label, "bound": 0}
     span = max(run.bound.values()) - min(run.created.values())
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
+    rel = sorted(run.released[p] - run.created[p] for p in run.bound if p in run.created and p in run.released)
+    rq = statistics.quantiles(rel, n=100) if len(rel) >= 2 else None
     return {
         "scheduler": label,
         "pods": len(run.created),
@@ -131,6 +139,9 @@ def summarize(label: str, run: Run, slurm_calls: int | None) -> dict[str, Any]:
         "p50_s": round(q[49], 3),
         "p99_s": round(q[98], 3),
         "max_s": round(lat[-1], 3),
+        # created -> released by the operator (Slurm allocated); the rest is the scheduler's bind
+        "released_p50_s": round(max(rq[49], 0.0), 3) if rq else None,
+        "released_p99_s": round(max(rq[98], 0.0), 3) if rq else None,
         "pods_per_s": round(len(lat) / span, 1) if span > 0 else None,
         "slurm_calls_per_pod": round(slurm_calls / len(lat), 2) if slurm_calls is not None else None,
     }

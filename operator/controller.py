@@ -31,7 +31,7 @@ from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
 from slurm_bridge.slurm.client import SlurmClient
-from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.translate import job_request
 
@@ -43,6 +43,10 @@ Obj = dict[str, Any]
 SUBMIT_VISIBILITY_GRACE = 30.0
 # A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
 SUBMIT_RETRY_SECONDS = 30.0
+# After Slurm refused an immediate allocation in a partition, jobs for it are queued directly for
+# this long (doubling while refusals go on): each refused attempt leaves a FAILED job record.
+IMMEDIATE_RETRY_MIN_SECONDS = 5.0
+IMMEDIATE_RETRY_MAX_SECONDS = 60.0
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
@@ -60,6 +64,11 @@ class Controller:
         # uid -> (job id, when): jobs submitted but maybe not yet visible in a snapshot. A cache
         # only: after a restart the admin_comment lookup finds them.
         self._submitted: dict[str, tuple[int, float]] = {}
+        # uid -> when a submit failed in a way that may still have made the job: nothing is
+        # submitted for it again before a full job list taken after that shows whether it did.
+        self._uncertain: dict[str, float] = {}
+        # partition -> (queue directly until, current backoff) after refused immediate allocations
+        self._queue_only: dict[str, tuple[float, float]] = {}
         self._last_sweep = 0.0
         self._sweeping: asyncio.Task[None] | None = None
         self.groups = GroupResolver(kube.get)
@@ -455,6 +464,12 @@ class Controller:
             wait = st.resubmit_wait(status, meta.get("generation"), SUBMIT_RETRY_SECONDS)
             if wait > 0:
                 return wait  # Slurm refused this very spec moments ago; watch events must not hammer it
+            uncertain = self._uncertain.get(meta["uid"])
+            if uncertain is not None:
+                if self.poller.last_full_at <= uncertain:
+                    self.poller.poll_soon(full=True)
+                    return self.config.pollPeriodSeconds
+                del self._uncertain[meta["uid"]]  # that list did not show a job: none was made
             return await self._submit(phj, members)
 
         if job is None or job.job_id != job_id:
@@ -531,12 +546,14 @@ class Controller:
         ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
         name = request.job_name or default_job_name(meta["namespace"], meta["name"])
         try:
-            job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=encode_admin_comment(ref))
-        except SlurmUnavailable:
-            # The submit may or may not have reached Slurm: the next snapshot tells, so never
-            # submit again before it.
+            job_id = await self._place(request, name, encode_admin_comment(ref))
+        except SlurmUnavailable as e:
             self._submitted.pop(meta["uid"], None)
-            self.poller.poll_soon()
+            if e.maybe_applied:
+                # The job may exist: a full list (it finds the job by admin_comment) must say so
+                # before anything is submitted again.
+                self._uncertain[meta["uid"]] = time.monotonic()
+                self.poller.poll_soon(full=True)
             raise
         except SlurmError as e:
             message = f"Slurm refused the job: {e}"
@@ -552,18 +569,44 @@ class Controller:
                 await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
             return SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
         self._submitted[meta["uid"]] = (job_id, time.monotonic())
-        self.poller.poll_soon()
+        job = await self.poller.refresh(job_id, ref)
         message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
-        await self._patch_status(phj, {
-            "jobId": job_id, "phase": names.PHASE_PENDING, "slurmState": "PENDING", "reason": "",
-            "message": message, "submitTime": now_iso(), "observedGeneration": meta.get("generation"),
-            "podList": ",".join(spec["pods"]),
+        submitted: Obj = {
+            "jobId": job_id, "phase": names.PHASE_PENDING, "slurmState": job.state if job else "PENDING",
+            "reason": job.reason if job else "", "message": message, "submitTime": now_iso(),
+            "observedGeneration": meta.get("generation"), "podList": ",".join(spec["pods"]),
             "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_SUBMITTED, True,
                                            "Submitted", message, meta.get("generation")),
-        })  # fmt: skip
+        }  # fmt: skip
         await self.kube.event(phj, "Submitted", message)
         log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
+        if job is not None and job.is_running and job.nodes:
+            # Allocated at once: one status write says both, and the pods are released now.
+            return await self._allocated(phj, members, job, submitted=submitted)
+        await self._patch_status(phj, submitted)
         return None
+
+    async def _place(self, request: JobRequest, name: str, admin_comment: str) -> int:
+        """Allocate the job now if Slurm can start it, else queue it (docs/performance.md).
+
+        A refused immediate allocation costs a call and leaves a FAILED job record, so after a
+        refusal the partition's jobs are queued directly for a while.
+        """
+        partition, now = request.partition or "", time.monotonic()
+        until, backoff = self._queue_only.get(partition, (0.0, 0.0))
+        if self.config.immediateAllocation and now >= until:
+            try:
+                return await self.slurm.allocate_external_job(request, name=name, admin_comment=admin_comment)
+            except (SlurmUnavailable, SlurmAuthError):
+                raise
+            except SlurmError as e:
+                backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
+                self._queue_only[partition] = (now + backoff, backoff)
+                log.info("Slurm cannot start job %s now (%s); queueing it, and partition %s's next %.0fs of jobs",
+                         name, e.errors[0].error if e.errors else e, partition or "(default)", backoff)  # fmt: skip
+        elif now >= until + backoff:
+            self._queue_only.pop(partition, None)  # a quiet spell: the next refusal starts small again
+        return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
 
     async def _fence(self, phj: Obj) -> Obj | None:
         """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
@@ -625,11 +668,19 @@ class Controller:
                                                    reason or "Pending", message)  # fmt: skip
         return await self._patch_status(phj, patch)
 
-    async def _allocated(self, phj: Obj, members: dict[str, Obj | None], job: JobInfo) -> float | None:
+    async def _allocated(
+        self, phj: Obj, members: dict[str, Obj | None], job: JobInfo, submitted: Obj | None = None
+    ) -> float | None:
+        """Record the nodes, then release the pods. ``submitted``: the status fields of a submit
+        that allocated at once, written in the same patch."""
         meta, status = phj["metadata"], phj.get("status") or {}
+        if submitted is not None:
+            status = dict(status, conditions=submitted["conditions"])
         current = {a["pod"]: a["node"] for a in status.get("assignments") or []}
         assignment = st.assign_nodes(list(members), list(job.nodes), current)
         if assignment is None:
+            if submitted is not None:
+                phj = await self._patch_status(phj, submitted)
             message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
             await self._set_terminal(phj, names.PHASE_FAILED, "AllocationMismatch", message)
             await self._cancel(job.job_id)
@@ -637,6 +688,7 @@ class Controller:
         if assignment != current or status.get("phase") not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
             message = f"Slurm job {job.job_id} allocated {st.compress_hostlist(job.nodes)}"
             phj = await self._patch_status(phj, {
+                **(submitted or {}),
                 "jobId": job.job_id, "phase": names.PHASE_ALLOCATED, "slurmState": job.state, "reason": "",
                 "message": message, "nodeList": st.compress_hostlist(job.nodes),
                 "podList": ",".join(phj["spec"]["pods"]),

@@ -1,4 +1,10 @@
-"""Reads Slurm with one job list per period and tells the controllers which PlaceholderJobs changed."""
+"""Reads Slurm once per period and tells the controllers which PlaceholderJobs changed.
+
+Each poll asks for every job's *state* (``jobs/state``: about 80 bytes a job) and fetches the
+details (nodes, reason, admin_comment) only of the bridge's jobs whose state changed. A full job
+list -- about 8 KB a job, for every job Slurm holds -- is read at start-up, every
+FULL_RESYNC_SECONDS, and when so many jobs changed that one list is cheaper than their GETs.
+"""
 
 from __future__ import annotations
 
@@ -17,15 +23,26 @@ from slurm_bridge.slurm.models import JobInfo
 
 log = logging.getLogger(__name__)
 
-# After a submit the job is usually allocated within milliseconds; look again this soon rather
-# than a whole period later. Many submits share one list, so calls stay amortised.
+# Polls start at most this often, however often they are asked for.
 MIN_GAP_SECONDS = 0.4
-# Incremental lists cannot show a job Slurm purged (after MinJobAge); a full list this often does.
+# A full list this often adopts jobs the bridge did not see being made (another replica, a crash
+# between submit and status) and catches anything the state polls could miss.
 FULL_RESYNC_SECONDS = 30.0
+# Pending jobs change reason (Priority, Resources, ...) without changing state: read them again
+# this often.
+PENDING_REFRESH_SECONDS = 10.0
+# Details are fetched job by job while that is cheaper than one full list: a GET costs about as
+# much as listing this many jobs.
+GET_COST_IN_LISTED_JOBS = 4
+GET_CONCURRENCY = 4
 
 
 class JobSnapshot:
-    """Slurm's jobs as of one poll, indexed the ways the controllers ask."""
+    """The bridge's Slurm jobs as last seen, indexed the ways the controllers ask.
+
+    ``taken_at`` is when the last poll started: a job submitted before it is in the view, or
+    Slurm no longer has it.
+    """
 
     def __init__(self, jobs: dict[int, JobInfo], refs: dict[int, PhjRef], taken_at: float) -> None:
         self.taken_at = taken_at
@@ -35,14 +52,30 @@ class JobSnapshot:
         for job_id, ref in refs.items():
             self.by_uid.setdefault(ref.uid, []).append(jobs[job_id])
 
+    def put(self, job: JobInfo, ref: PhjRef) -> None:
+        self.drop(job.job_id)
+        self.by_id[job.job_id] = job
+        self.refs[job.job_id] = ref
+        self.by_uid.setdefault(ref.uid, []).append(job)
+
+    def drop(self, job_id: int) -> None:
+        self.by_id.pop(job_id, None)
+        ref = self.refs.pop(job_id, None)
+        if ref is not None:
+            jobs = [j for j in self.by_uid.get(ref.uid, []) if j.job_id != job_id]
+            if jobs:
+                self.by_uid[ref.uid] = jobs
+            else:
+                self.by_uid.pop(ref.uid, None)
+
     def job_for_uid(self, uid: str) -> JobInfo | None:
         """The bridge's live job for a PlaceholderJob (newest first), else its newest ended one."""
         jobs = sorted(self.by_uid.get(uid, []), key=lambda j: j.job_id, reverse=True)
         for j in jobs:
             if not j.is_finished:
                 return j
-        # A job Slurm refused at submit stays listed as FAILED without nodes: it never held an
-        # allocation, so it says nothing about the PlaceholderJob.
+        # A job Slurm refused (a failed immediate allocation) stays listed as FAILED without
+        # nodes: it never held an allocation, so it says nothing about the PlaceholderJob.
         ran = [j for j in jobs if j.nodes]
         return ran[0] if ran else None
 
@@ -52,7 +85,7 @@ def _fingerprint(j: JobInfo) -> tuple[object, ...]:
 
 
 class SlurmPoller:
-    """One job list per period (sooner after submits); ``synced`` once the first full list arrived.
+    """One cheap state poll per period (sooner when asked); ``synced`` once a full list arrived.
 
     Controllers must not submit before ``synced``: until then a job submitted before a restart
     would be invisible and submitted twice.
@@ -72,19 +105,24 @@ class SlurmPoller:
         self._on_change = on_change
         self._on_poll = on_poll
         self.snapshot: JobSnapshot | None = None
-        self._jobs: dict[int, JobInfo] = {}
-        self._refs: dict[int, PhjRef] = {}
-        self._since: int | None = None
-        self._last_full = 0.0
+        # job id -> when its details were read (monotonic)
+        self._read_at: dict[int, float] = {}
+        # Jobs the bridge made whose details it has not read yet (the GET after a submit failed).
+        self._expected: dict[int, PhjRef] = {}
+        self._full_wanted = True
+        self.last_full_at = 0.0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
         self.healthy = False
         self.last_error = ""
         self.polls = 0
+        self.full_lists = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def poll_soon(self) -> None:
+    def poll_soon(self, *, full: bool = False) -> None:
+        """Poll early; ``full``: with a full list (to find a job only its admin_comment names)."""
+        self._full_wanted |= full
         self._wake.set()
 
     def start(self) -> None:
@@ -96,52 +134,125 @@ class SlurmPoller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def poll_once(self) -> JobSnapshot:
-        """One job list call.
+    async def refresh(self, job_id: int, ref: PhjRef) -> JobInfo | None:
+        """Read one job the bridge just made, so its state is known without waiting for a poll.
 
-        Slurm answers a list with ``update_time`` with *every* job as soon as anything changed,
-        and with no job at all otherwise. So an answer with jobs replaces the view (jobs missing
-        from it were purged), and an empty answer means nothing changed; a list without
-        ``update_time`` every FULL_RESYNC_SECONDS guards against anything this misses.
+        When the read fails the next poll reads it. None: Slurm does not know the job (yet).
         """
+        try:
+            job = await self._slurm.get_job(job_id)
+        except SlurmError as e:
+            log.info("reading Slurm job %d failed, the next poll reads it: %s", job_id, e)
+            self._expected[job_id] = ref
+            self.poll_soon()
+            return None
+        if job is None:
+            self._expected[job_id] = ref
+            return None
+        self._apply(job, ref, time.monotonic(), notify=False)
+        return job
+
+    # ---- polls ---------------------------------------------------------------------------------
+    async def poll_once(self) -> JobSnapshot:
         started = time.monotonic()
-        full = self._since is None or started - self._last_full >= FULL_RESYNC_SECONDS
-        # One second of overlap: Slurm's clock has second resolution.
-        jobs, last_update = await self._slurm.list_jobs_since(
-            None if full else (self._since or 1) - 1, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX
-        )
+        if self._full_wanted or self.snapshot is None or started - self.last_full_at >= FULL_RESYNC_SECONDS:
+            await self._full(started)
+        else:
+            await self._incremental(started)
         self.polls += 1
         self.last_duration = time.monotonic() - started
-        if last_update is not None:
-            self._since = last_update
-        if full:
-            self._last_full = started
-        if not jobs and not full and self.snapshot is not None:
-            self.snapshot.taken_at = started
-            self.synced.set()
-            return self.snapshot
-        prev_jobs, prev_refs = self._jobs, self._refs
-        self._jobs = {j.job_id: j for j in jobs}
-        self._refs = {}
-        for j in jobs:
-            prev = prev_jobs.get(j.job_id)
-            ref = prev_refs.get(j.job_id) if prev is not None and prev.admin_comment == j.admin_comment else None
-            if ref is None:
-                ref = decode_admin_comment(j.admin_comment)
-                if ref is None or ref.bridge != self._bridge_id:
-                    continue
-            self._refs[j.job_id] = ref
-            if prev is None or _fingerprint(prev) != _fingerprint(j):
-                self._on_change(ref)
-        for job_id, ref in prev_refs.items():
-            if job_id not in self._jobs:
-                self._on_change(ref)  # purged from Slurm
-        snap = JobSnapshot(self._jobs, self._refs, started)
-        self.snapshot = snap
+        snap = self.snapshot
+        assert snap is not None
+        snap.taken_at = started
         if self._on_poll is not None:
             self._on_poll(snap)
         self.synced.set()
         return snap
+
+    async def _full(self, started: float) -> None:
+        """Replace the view with a full list: jobs missing from it were purged by Slurm."""
+        self._full_wanted = False
+        jobs = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        self.full_lists += 1
+        self.last_full_at = started
+        prev = self.snapshot
+        if prev is None:
+            self.snapshot = JobSnapshot({}, {}, started)
+        seen: set[int] = set()
+        for job in jobs[0]:
+            ref = self._ref_for(job)
+            if ref is None:
+                continue
+            seen.add(job.job_id)
+            self._apply(job, ref, started, notify=True)
+        snap = self.snapshot
+        assert snap is not None
+        for job_id in [j for j in snap.by_id if j not in seen]:
+            self._forget(job_id, started)
+        self._expected = {j: r for j, r in self._expected.items() if j not in seen}
+
+    async def _incremental(self, started: float) -> None:
+        snap = self.snapshot
+        assert snap is not None
+        states = await self._slurm.job_states()
+        stale = started - PENDING_REFRESH_SECONDS
+        wanted: dict[int, PhjRef] = dict(self._expected)
+        for job_id, job in snap.by_id.items():
+            state = states.get(job_id)
+            changed = state is None or set(state) != set(job.states)
+            if changed or (job.is_pending and self._read_at.get(job_id, 0.0) < stale):
+                wanted[job_id] = snap.refs[job_id]
+        if not wanted:
+            return
+        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
+            await self._full(started)
+            return
+        sem = asyncio.Semaphore(GET_CONCURRENCY)
+
+        async def read(job_id: int) -> JobInfo | None:
+            async with sem:
+                return await self._slurm.get_job(job_id)
+
+        found = await asyncio.gather(*(read(j) for j in wanted))
+        for (job_id, ref), got in zip(wanted.items(), found, strict=True):
+            if got is not None:
+                self._apply(got, ref, started, notify=True)
+                self._expected.pop(job_id, None)
+            elif job_id in snap.by_id:
+                self._forget(job_id, started)  # purged from Slurm
+            elif job_id not in states:
+                # An expected job Slurm does not know: the next full list decides.
+                self._full_wanted = True
+
+    def _ref_for(self, job: JobInfo) -> PhjRef | None:
+        snap = self.snapshot
+        known = snap.refs.get(job.job_id) if snap is not None else None
+        old = snap.by_id.get(job.job_id) if snap is not None else None
+        if known is not None and old is not None and old.admin_comment == job.admin_comment:
+            return known
+        ref = decode_admin_comment(job.admin_comment)
+        return ref if ref is not None and ref.bridge == self._bridge_id else None
+
+    def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool) -> None:
+        snap = self.snapshot
+        if snap is None:
+            snap = self.snapshot = JobSnapshot({}, {}, at)
+        old = snap.by_id.get(job.job_id)
+        self._read_at[job.job_id] = at
+        if old is not None and _fingerprint(old) == _fingerprint(job):
+            return
+        snap.put(job, ref)
+        if notify:
+            self._on_change(ref)
+
+    def _forget(self, job_id: int, at: float) -> None:
+        snap = self.snapshot
+        assert snap is not None
+        ref = snap.refs.get(job_id)
+        snap.drop(job_id)
+        self._read_at.pop(job_id, None)
+        if ref is not None:
+            self._on_change(ref)
 
     async def _run(self) -> None:
         backoff = self._period
@@ -150,16 +261,13 @@ class SlurmPoller:
             try:
                 await self.poll_once()
                 if not self.healthy:
-                    log.info("Slurm job list OK (%d bridge jobs)", len(self._refs))
+                    log.info("Slurm job poll OK (%d bridge jobs)", len(self.snapshot.refs) if self.snapshot else 0)
                 self.healthy, self.last_error, backoff = True, "", self._period
                 delay = self._period
             except SlurmError as e:
                 self.healthy, self.last_error = False, str(e)
-                log.warning("listing Slurm jobs failed, retrying in %.1fs: %s", backoff, e)
+                log.warning("polling Slurm jobs failed, retrying in %.1fs: %s", backoff, e)
                 delay, backoff = backoff, min(backoff * 2, 10.0)
-            # A submit wakes the poller early, but lists start at most every MIN_GAP_SECONDS (or
-            # three times their own duration): under load one list serves many submits, and
-            # slurmrestd, which serialises every job for each list, is not kept busy.
             earliest = started + max(MIN_GAP_SECONDS, 3 * self.last_duration)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

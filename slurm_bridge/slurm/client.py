@@ -266,6 +266,31 @@ class SlurmClient:
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
+    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        """Allocate ``req`` as an external job only if Slurm can start it this instant.
+
+        Slurm decides inside the call (the same checks as its scheduler, queue priority included),
+        so an allocated job is RUNNING with its nodes when this returns -- no wait for the next
+        scheduling pass (``batch_sched_delay``, 3 s by default). When it cannot start now Slurm
+        refuses (SlurmError, e.g. "Requested nodes are busy") and the caller queues the job with
+        :meth:`submit_external_job`. Always ``immediate``: a *queued* allocation would be killed
+        by slurmctld when it starts later, because nothing listens for its "allocated" message.
+        Like a submit, it is never sent twice (SlurmUnavailable with ``maybe_applied``).
+        """
+        codec = await self._get_codec()
+        body = codec.allocate_body(req, name=name, admin_comment=admin_comment)
+        reply = await self._request("POST", codec.path("job/allocate"), json_body=body, idempotent=False)
+        return codec.decode_submit(reply.body)
+
+    async def job_states(self) -> dict[int, tuple[str, ...]]:
+        """Every job's id and state flags, in one small request (no names, nodes or reasons).
+
+        About 80 bytes per job against about 8 KB in a full list: cheap enough to ask every poll.
+        """
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("jobs/state/"))
+        return codec.decode_job_states(reply.body)
+
     async def update_job(self, job_id: int, req: JobRequest) -> None:
         """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`).
 

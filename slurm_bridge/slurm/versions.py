@@ -329,6 +329,12 @@ class Codec:
         d.current_working_directory = "/tmp"
         return {"job": d.body()}
 
+    def allocate_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
+        """The external job of :meth:`submit_body`, allocated now or refused (never queued)."""
+        body = self.submit_body(req, name=name, admin_comment=admin_comment)
+        body["job"]["immediate"] = True
+        return body
+
     def update_body(self, req: JobRequest) -> dict[str, Any]:
         """Fields a pending job may change; name, admin comment and owner are kept as submitted."""
         return self.job_desc(req, for_update=True).body()
@@ -399,6 +405,23 @@ class Codec:
         if not isinstance(jobs, list):
             raise SlurmError("unexpected jobs answer from slurmrestd: no 'jobs' list")
         return [self.decode_job(j) for j in jobs]
+
+    def decode_job_states(self, body: Any) -> dict[int, tuple[str, ...]]:
+        """``jobs/state``: job id -> state flags (base state first, as in :meth:`decode_job`).
+
+        Ids are strings on the wire; array and heterogeneous job ids (``12_3``, ``12+1``) are
+        left out: the bridge never makes such jobs.
+        """
+        jobs = body.get("jobs") if isinstance(body, dict) else None
+        if not isinstance(jobs, list):
+            raise SlurmError("unexpected jobs/state answer from slurmrestd: no 'jobs' list")
+        states: dict[int, tuple[str, ...]] = {}
+        for j in jobs:
+            raw_id = j.get("job_id") if isinstance(j, dict) else None
+            if isinstance(raw_id, int) or (isinstance(raw_id, str) and raw_id.isdigit()):
+                flags = j.get("state", j.get("job_state", []))
+                states[int(raw_id)] = _base_first(flags if isinstance(flags, list | str) else [], _JOB_BASE_STATES)
+        return states
 
     def decode_node(self, raw: dict[str, Any]) -> NodeInfo:
         w = _validate(NodeWire, raw, "node")

@@ -292,6 +292,64 @@ async def test_submit_that_made_a_pending_job_with_warnings_returns_its_id(token
         assert await c.submit_external_job(JobRequest(), name="n", admin_comment="c") == 12
 
 
+@pytest.mark.parametrize("version", ["v0.0.43", "v0.0.44", "v0.0.45"])
+async def test_allocate_asks_for_an_immediate_external_job(token_file: Path, version: str) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", f"/slurm/{version}/job/allocate", lambda r: ok({"job_id": 31, "job_submit_user_msg": ""}))
+    async with client(fake, token_file, api_version=version) as c:
+        job_id = await c.allocate_external_job(JobRequest(partition="p", nodes=1), name="n", admin_comment="c")
+    assert job_id == 31
+    body = json.loads(fake.requests[-1].content)["job"]
+    assert body["immediate"] is True, "a queued allocation would be killed when it starts later"
+    assert body["flags"] == ["EXTERNAL_JOB"] and body["admin_comment"] == "c" and body["name"] == "n"
+
+
+async def test_allocate_refused_now_raises_slurms_reason_and_is_not_resent(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("POST", "/slurm/v0.0.45/job/allocate", lambda r: err(422, 2016, "Requested nodes are busy"))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmError) as e:
+            await c.allocate_external_job(JobRequest(), name="n", admin_comment="c")
+        assert c.request_count == 1
+    assert not isinstance(e.value, SlurmUnavailable)
+    assert e.value.errors[0].error_number == 2016 and "busy" in str(e.value)
+
+
+async def test_allocate_timeout_is_maybe_applied(token_file: Path) -> None:
+    def slow(r: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=r)
+
+    fake = FakeSlurm()
+    fake.on("POST", "/slurm/v0.0.45/job/allocate", slow, lambda r: ok({"job_id": 99}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmUnavailable) as e:
+            await c.allocate_external_job(JobRequest(), name="n", admin_comment="c")
+        assert c.request_count == 1
+    assert e.value.maybe_applied
+
+
+async def test_job_states_parses_string_ids_and_skips_array_jobs(token_file: Path) -> None:
+    fake = FakeSlurm()
+    jobs = [
+        {"job_id": "7", "state": ["RUNNING"]},
+        {"job_id": "8", "state": ["COMPLETING", "CANCELLED"]},
+        {"job_id": "9_2", "state": ["PENDING"]},
+        {"job_id": 10, "state": ["PENDING"]},
+    ]
+    fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"jobs": jobs}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        states = await c.job_states()
+    assert states == {7: ("RUNNING",), 8: ("CANCELLED", "COMPLETING"), 10: ("PENDING",)}
+
+
+async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> None:
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmError, match="jobs/state"):
+            await c.job_states()
+
+
 # --- JWT -------------------------------------------------------------------------------------
 
 

@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Callable, Hashable
 
 import pytest
+from slurm_bridge.operator import poller as poller_module
 from slurm_bridge.operator.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
+from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
 
 
@@ -91,56 +93,134 @@ async def test_queue_retries_failures_with_backoff() -> None:
 
 
 class FakeSlurm:
-    """Answers list_jobs_since like Slurm: every job when anything changed, nothing otherwise."""
+    """Slurm's job table, answering the three reads the poller uses, and counting them."""
 
     def __init__(self) -> None:
         self.jobs: dict[int, JobInfo] = {}
-        self.version = 100
-        self.calls: list[int | None] = []
+        self.calls: list[str] = []
+        self.fail_gets = False
 
     def set(self, job: JobInfo) -> None:
         self.jobs[job.job_id] = job
-        self.version += 1
 
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
     ) -> tuple[list[JobInfo], int | None]:
-        self.calls.append(since)
-        if since is not None and since >= self.version:
-            return [], self.version
-        jobs = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
-        return jobs, self.version
+        self.calls.append("list")
+        return [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")], None
+
+    async def job_states(self) -> dict[int, tuple[str, ...]]:
+        self.calls.append("states")
+        return {j.job_id: j.states for j in self.jobs.values()}
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        self.calls.append(f"get {job_id}")
+        if self.fail_gets:
+            raise SlurmUnavailable("slurmrestd down")
+        return self.jobs.get(job_id)
 
 
-def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = ()) -> JobInfo:
+def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = (), reason: str = "") -> JobInfo:
     ref = PhjRef("bridge", "ns", f"phj-{uid}", uid)
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, admin_comment=encode_admin_comment(ref))
+    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason=reason, admin_comment=encode_admin_comment(ref))
 
 
-async def test_poller_reports_changes_adoption_and_purges() -> None:
-    slurm = FakeSlurm()
-    changed: list[str] = []
-    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))  # type: ignore[arg-type]
-    slurm.set(_job(1, "a"))
+def _poller(slurm: FakeSlurm, changed: list[str]) -> SlurmPoller:
+    # Other users' jobs, so that reading one job is cheaper than listing them all.
+    for i in range(1, 13):
+        slurm.set(JobInfo(job_id=1000 + i, states=("RUNNING",), admin_comment="not ours"))
+    return SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))  # type: ignore[arg-type]
+
+
+async def test_poller_lists_once_then_reads_only_changed_jobs() -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     slurm.set(JobInfo(job_id=2, states=("RUNNING",), admin_comment="not ours"))
     snap = await poller.poll_once()
-    assert poller.synced.is_set()
-    assert changed == ["phj-a"]
+    assert poller.synced.is_set() and slurm.calls == ["list"]
+    assert changed == ["phj-a"], "a job found in the first list is adopted"
     assert snap.job_for_uid("a") is not None and set(snap.refs) == {1}
 
     changed.clear()
-    await poller.poll_once()  # nothing changed: Slurm answers with no job at all
-    assert changed == [] and poller.snapshot is not None and 1 in poller.snapshot.by_id
-
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.calls.clear()
     await poller.poll_once()
-    assert changed == ["phj-a"]
+    assert slurm.calls == ["states"] and changed == [], "nothing changed: one state read, no job read"
+
+    slurm.set(_job(1, "a", "CANCELLED", ("n1",)))
+    slurm.set(JobInfo(job_id=2, states=("COMPLETED",), admin_comment="not ours"))
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"], "only the bridge's changed job is read"
+    assert changed == ["phj-a"] and poller.snapshot is not None and poller.snapshot.by_id[1].state == "CANCELLED"
 
     changed.clear()
+    slurm.calls.clear()
     del slurm.jobs[1]
-    slurm.set(_job(3, "b"))
     await poller.poll_once()
-    assert sorted(changed) == ["phj-a", "phj-b"], "a purged job is reported too"
+    assert changed == ["phj-a"], "a purged job is reported too"
+    assert poller.snapshot is not None and 1 not in poller.snapshot.by_id
+
+
+async def test_poller_refresh_and_expected_jobs() -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    await poller.poll_once()
+    ref = PhjRef("bridge", "ns", "phj-b", "b")
+    slurm.set(_job(3, "b", "RUNNING", ("n2",)))
+    job = await poller.refresh(3, ref)
+    assert job is not None and job.nodes == ("n2",)
+    assert poller.snapshot is not None and poller.snapshot.job_for_uid("b") == job
+    assert changed == [], "the caller of refresh handles the job itself"
+
+    # The read after a submit fails: the next poll reads the job.
+    slurm.set(_job(4, "c", "RUNNING", ("n3",)))
+    slurm.fail_gets = True
+    assert await poller.refresh(4, PhjRef("bridge", "ns", "phj-c", "c")) is None
+    slurm.fail_gets = False
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert "get 4" in slurm.calls and changed == ["phj-c"]
+    assert poller.snapshot is not None and poller.snapshot.job_for_uid("c") is not None
+
+
+async def test_poller_full_list_when_asked_or_when_cheaper(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    for i in range(1, 4):
+        slurm.set(_job(i, f"u{i}"))
+    await poller.poll_once()
+    slurm.calls.clear()
+    poller.poll_soon(full=True)
+    await poller.poll_once()
+    assert slurm.calls == ["list"], "poll_soon(full=True) makes the next poll a full list"
+
+    # Every job changed: one list costs less than three reads.
+    for i in range(1, 4):
+        slurm.set(_job(i, f"u{i}", "RUNNING", ("n1",)))
+    for i in range(1, 13):
+        del slurm.jobs[1000 + i]
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "list"] and sorted(changed) == ["phj-u1", "phj-u2", "phj-u3"]
+
+
+async def test_pending_jobs_are_read_again_for_their_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "PENDING", reason="Priority"))
+    await poller.poll_once()
+    slurm.set(_job(1, "a", "PENDING", reason="Resources"))
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states"], "a fresh pending job is not read again"
+    monkeypatch.setattr(poller_module, "PENDING_REFRESH_SECONDS", 0.0)
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].reason == "Resources"
 
 
 def test_refused_submit_is_not_adopted() -> None:

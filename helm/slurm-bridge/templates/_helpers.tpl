@@ -37,6 +37,11 @@
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "slurm-bridge.serviceAccountName" (dict "root" . "component" "operator")) }}
 {{- end }}
 
+{{/* Users whose writes of reserved keys the webhook allows: the operator plus config.trustedUsers (JSON). */}}
+{{- define "slurm-bridge.trustedUsers" -}}
+{{- concat (.Values.config.trustedUsers | default list) (list (include "slurm-bridge.operatorUsername" .)) | uniq | toJson }}
+{{- end }}
+
 {{- define "slurm-bridge.configMapName" -}}
 {{- printf "%s-config" (include "slurm-bridge.fullname" .) }}
 {{- end }}
@@ -151,7 +156,7 @@ matchExpressions:
 {{- if le $timeout 0.0 }}
 {{- fail (printf "config.slurmRequestTimeoutSeconds must be > 0, got %v" $c.slurmRequestTimeoutSeconds) }}
 {{- end }}
-{{- $trusted := concat ($c.trustedUsers | default list) (list (include "slurm-bridge.operatorUsername" .)) | uniq }}
+{{- $trusted := include "slurm-bridge.trustedUsers" . | fromJsonArray }}
 {{- $cfg := dict
   "schedulerName" $c.schedulerName
   "slurmRestApi" $c.slurmRestApi
@@ -162,6 +167,7 @@ matchExpressions:
   "partition" $c.partition
   "bridgeId" $c.bridgeId
   "pollPeriodSeconds" $poll
+  "immediateAllocation" $c.immediateAllocation
   "slurmRequestTimeoutSeconds" $timeout
   "trustedUsers" $trusted
   "webhookListen" (printf "0.0.0.0:%d" (int .Values.webhook.port))
