@@ -3,15 +3,19 @@ external job -> bound pod, and back."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
+from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.models import JobRequest
 from tests.e2e.util import (
     bridge_jobs_in,
     get_phj,
@@ -25,6 +29,7 @@ from tests.e2e.util import (
 from tests.harness import BRIDGE_SH, CLUSTER_SH, REPO, SlurmEnv, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
+T = TypeVar("T")
 
 
 def _running_phj(custom: k8s.CustomObjectsApi, ns: str, name: str, timeout: float = 30) -> dict[str, Any]:
@@ -104,6 +109,56 @@ def test_pod_larger_than_any_node_stays_gated_with_slurms_reason(
         pod = read_pod(core, ns, "huge")
         assert pod is not None and has_gate(pod) and not pod.spec.node_name, "an unallocated pod was released"
         time.sleep(0.5)
+
+
+def _slurm_call(slurm_env: SlurmEnv, call: Callable[[SlurmClient], Awaitable[T]]) -> T:
+    async def go() -> T:
+        async with SlurmClient(slurm_env.url, slurm_env.token_file) as c:
+            return await call(c)
+
+    return asyncio.run(go())
+
+
+def test_pod_that_cannot_start_now_is_queued_and_runs_when_slurm_frees_nodes(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, slurm_env: SlurmEnv
+) -> None:
+    ns = managed_namespace
+    # Someone else's job holds every node: the immediate allocation is refused, so the bridge
+    # queues the job (job/submit) and Slurm starts it once the nodes are free.
+    blocker = JobRequest(
+        partition=slurm_env.partition, nodes=len(slurm_env.nodes), exclusive=True, time_limit_minutes=10
+    )
+    blocker_id = _slurm_call(
+        slurm_env, lambda c: c.submit_external_job(blocker, name="e2e-blocker", admin_comment="e2e blocker")
+    )
+    try:
+        wait_for(
+            lambda: (j := slurm_job(slurm_env, blocker_id)) and j["job_state"] == ["RUNNING"], 30, "blocker RUNNING"
+        )
+        core.create_namespaced_pod(ns, make_pod("waits"))
+        phj = wait_for(
+            lambda: (p := get_phj(custom, ns, "waits")) and (p.get("status") or {}).get("jobId") and p,
+            30,
+            "PlaceholderJob with a queued Slurm job",
+        )
+        assert phj["status"]["phase"] == "Pending", phj["status"]
+        job_id = phj["status"]["jobId"]
+        job = slurm_job(slurm_env, job_id)
+        assert job is not None and job["job_state"] == ["PENDING"], job
+        pod = read_pod(core, ns, "waits")
+        assert pod is not None and has_gate(pod) and not pod.spec.node_name
+        wait_for(
+            lambda: ((get_phj(custom, ns, "waits") or {}).get("status") or {}).get("reason"),
+            30,
+            "the PlaceholderJob to show why Slurm keeps the job pending",
+        )
+    finally:
+        _slurm_call(slurm_env, lambda c: c.cancel_job(blocker_id))
+    phj = _running_phj(custom, ns, "waits")
+    assert phj["status"]["jobId"] == job_id, "the queued job ran; nothing was submitted twice"
+    pod = wait_for(lambda: (p := read_pod(core, ns, "waits")) and p.spec.node_name and p, 30, "pod bound")
+    assert phj["status"]["assignments"] == [{"pod": "waits", "node": pod.spec.node_name}]
+    assert len(bridge_jobs_in(slurm_env, ns)) == 1
 
 
 def test_deleting_the_pod_cancels_the_slurm_job(

@@ -48,6 +48,11 @@ class Jobs:
         self.ids.append(job_id)
         return job_id
 
+    async def allocate(self, req: JobRequest, name: str = "it") -> int:
+        job_id = await self.client.allocate_external_job(req, name=f"it-{RUN}-{name}", admin_comment=self.marker)
+        self.ids.append(job_id)
+        return job_id
+
     async def cleanup(self) -> None:
         mine = {j.job_id for j in await self.client.list_jobs() if j.admin_comment == self.marker}
         for job_id in sorted(mine | set(self.ids)):
@@ -126,6 +131,46 @@ async def test_external_job_runs_on_two_nodes_and_cancels(slurm_env: SlurmEnv, v
             await client.cancel_job(job_id)  # idempotent
         finally:
             await jobs.cleanup()
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_immediate_allocation_is_running_when_the_call_returns(slurm_env: SlurmEnv, version: str) -> None:
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+        jobs = Jobs(client, f"immediate-{version}")
+        try:
+            req = JobRequest(partition=slurm_env.partition, nodes=1, cpus_per_task=1, memory_per_node_mib=100)
+            job_id = await jobs.allocate(req, name="now")
+            job = await _job(client, job_id)  # no waiting: Slurm allocated inside the call
+            assert job.is_running and len(job.nodes) == 1 and job.nodes[0] in slurm_env.nodes, job
+            assert "EXTERNAL_JOB" in job.flags and job.admin_comment == jobs.marker
+            states = await client.job_states()
+            assert states[job_id] == ("RUNNING",)
+            await client.cancel_job(job_id)
+
+            async def cancelled() -> tuple[str, ...] | None:
+                state = (await client.job_states()).get(job_id)
+                return state if state is None or "CANCELLED" in state else None
+
+            await eventually(cancelled, 30, f"jobs/state to show job {job_id} CANCELLED")
+        finally:
+            await jobs.cleanup()
+
+
+async def test_immediate_allocation_that_cannot_start_is_refused_and_queues_instead(
+    slurm: SlurmClient, slurm_env: SlurmEnv, jobs: Jobs
+) -> None:
+    all_cpus = sum(n.cpus for n in await slurm.list_nodes() if n.name in slurm_env.nodes)
+    req = JobRequest(partition=slurm_env.partition, cpus_per_task=all_cpus + 1, time_limit_minutes=5)
+    before = {j.job_id for j in await slurm.list_jobs() if j.admin_comment == jobs.marker}
+    with pytest.raises(SlurmError) as e:
+        await jobs.allocate(req, name="too-big-now")
+    assert e.value.errors and e.value.errors[0].error_number, e.value
+    # The refusal leaves no live job: at most a FAILED record without nodes.
+    left = [j for j in await slurm.list_jobs() if j.admin_comment == jobs.marker and j.job_id not in before]
+    assert all(j.is_finished and not j.nodes for j in left), left
+    # The bridge then queues it: Slurm accepts the job and keeps it pending.
+    job_id = await jobs.submit(req, name="queued")
+    assert (await _job(slurm, job_id)).is_pending
 
 
 async def test_exclusive_gres_job_gets_a_whole_gpu_node(slurm: SlurmClient, slurm_env: SlurmEnv, jobs: Jobs) -> None:
