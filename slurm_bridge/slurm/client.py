@@ -39,6 +39,7 @@ from .errors import (
     SlurmUnsupportedVersion,
 )
 from .models import JobInfo, JobRequest, NodeInfo
+from .transport import Http11Transport
 from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for
 
 if TYPE_CHECKING:
@@ -171,12 +172,11 @@ class SlurmClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout),
-            transport=transport,
+            # A lean HTTP/1.1 transport (see .transport); tests pass httpx.MockTransport. slurmctld
+            # serialises job writes anyway: a few kept-alive connections are enough.
+            transport=transport if transport is not None else Http11Transport(max_connections=8, keepalive_expiry=60),
             headers={"Accept": "application/json"},
             follow_redirects=False,
-            # slurmctld serialises job writes anyway; a few kept-alive connections keep the
-            # client's per-request pool bookkeeping small.
-            limits=httpx.Limits(max_connections=8, max_keepalive_connections=8, keepalive_expiry=60),
         )
 
     @classmethod
