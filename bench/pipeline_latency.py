@@ -19,6 +19,7 @@ Needs the local cluster and bridge (`hack/cluster.sh up && hack/bridge.sh up`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -205,34 +206,55 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        cols = ["mode", "scheduler", "bound", "p50_s", "p99_s", "released_p50_s", "pods_per_s", "slurm_calls_per_pod"]
-        print("  ".join(f"{c:>14}" for c in cols))
+        cols = ["mode", "scheduler", "bound", "p50_s", "p99_s", "released_p50_s", "pods_per_s", "slurm_calls_per_pod",
+                "slurm_calls_per_pod_lifecycle"]  # fmt: skip
+        heads = [
+            "mode",
+            "scheduler",
+            "bound",
+            "p50_s",
+            "p99_s",
+            "p50_released",
+            "pods/s",
+            "calls/pod",
+            "calls/lifecycle",
+        ]
+        print("  ".join(f"{c:>17}" for c in heads))
         for r in rows:
-            print("  ".join(f"{r.get(c)!s:>14}" for c in cols))
+            print("  ".join(f"{r.get(c, '-')!s:>17}" for c in cols))
     print(verdict(rows, args.pods), file=sys.stderr)
+
+
+def delete_and_wait(core: k8s.CoreV1Api, ns: str, timeout: float) -> None:
+    """Delete a namespace and wait until it is gone (PlaceholderJob finalizers cancel the Slurm
+    jobs), so that what follows does not measure this tear-down."""
+    with contextlib.suppress(k8s.exceptions.ApiException):
+        core.delete_namespace(ns)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(n.metadata.name == ns for n in core.list_namespace().items):
+        time.sleep(0.5)
 
 
 def one_run(core: k8s.CoreV1Api, args: argparse.Namespace, rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
     suffix = f"{int(time.time() * 10) % 1000000}"
     bridge_ns, default_ns = f"bench-bridge-{suffix}", f"bench-default-{suffix}"
     make_namespace(core, bridge_ns, managed=True)
-    make_namespace(core, default_ns, managed=False)
     try:
         before = operator_stats(args.operator_port)["slurm_requests"]
         bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout, rate)
-        after = operator_stats(args.operator_port)["slurm_requests"]
+        bound = operator_stats(args.operator_port)["slurm_requests"]
+    finally:
+        delete_and_wait(core, bridge_ns, args.timeout)
+    # Over the pods' whole life: the cancels and the polls that see them end.
+    ended = operator_stats(args.operator_port)["slurm_requests"]
+    make_namespace(core, default_ns, managed=False)
+    try:
         default_run = measure(core, default_ns, args.pods, args.concurrency, args.timeout, rate)
     finally:
-        for ns in (bridge_ns, default_ns):
-            core.delete_namespace(ns)
-        # Wait for the clean-up (PlaceholderJob finalizers cancel 200 Slurm jobs), so that a
-        # following run does not measure this one's tear-down.
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and any(
-            n.metadata.name in (bridge_ns, default_ns) for n in core.list_namespace().items
-        ):
-            time.sleep(0.5)
-    return summarize("slurm-bridge", bridge_run, after - before), summarize("default-scheduler", default_run, None)
+        delete_and_wait(core, default_ns, args.timeout)
+    bridge = summarize("slurm-bridge", bridge_run, bound - before)
+    bridge["slurm_calls_per_pod_lifecycle"] = round((ended - before) / args.pods, 2)
+    return bridge, summarize("default-scheduler", default_run, None)
 
 
 def verdict(rows: list[dict[str, Any]], pods: int) -> str:

@@ -93,6 +93,7 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector) -
             "leader": elector.is_leader.is_set(),
             "slurm_requests": ctrl.slurm.request_count,
             "slurm_polls": ctrl.poller.polls,
+            "slurm_full_lists": ctrl.poller.full_lists,
             "slurm_healthy": ctrl.poller.healthy,
             "queue": len(ctrl.queue),
             "pods": len(ctrl.pods),

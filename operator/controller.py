@@ -817,6 +817,7 @@ class Controller:
 
     async def _cancel(self, job_id: int) -> None:
         await self.slurm.cancel_job(job_id)
+        self.poller.assume_cancelled(job_id)
         log.info("cancelled Slurm job %d", job_id)
 
     async def _patch_status(self, phj: Obj, patch: Obj) -> Obj:

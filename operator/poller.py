@@ -152,6 +152,14 @@ class SlurmPoller:
         self._apply(job, ref, time.monotonic(), notify=False)
         return job
 
+    def assume_cancelled(self, job_id: int) -> None:
+        """Record a cancel the bridge itself just made, so the next poll does not read the job
+        again to learn it (should Slurm report anything else, the states differ and it is read)."""
+        snap = self.snapshot
+        job = snap.by_id.get(job_id) if snap is not None else None
+        if snap is not None and job is not None and not job.is_finished:
+            snap.put(job.model_copy(update={"states": ("CANCELLED",)}), snap.refs[job_id])
+
     # ---- polls ---------------------------------------------------------------------------------
     async def poll_once(self) -> JobSnapshot:
         started = time.monotonic()

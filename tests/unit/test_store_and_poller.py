@@ -184,6 +184,20 @@ async def test_poller_refresh_and_expected_jobs() -> None:
     assert poller.snapshot is not None and poller.snapshot.job_for_uid("c") is not None
 
 
+async def test_a_cancel_the_bridge_made_is_not_read_back() -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    slurm.set(_job(1, "a", "CANCELLED", ("n1",)))
+    poller.assume_cancelled(1)
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states"] and changed == []
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "CANCELLED"
+
+
 async def test_poller_full_list_when_asked_or_when_cheaper(monkeypatch: pytest.MonkeyPatch) -> None:
     slurm, changed = FakeSlurm(), list[str]()
     poller = _poller(slurm, changed)
