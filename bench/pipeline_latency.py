@@ -222,6 +222,9 @@ def main() -> None:
         print("  ".join(f"{c:>17}" for c in heads))
         for r in rows:
             print("  ".join(f"{r.get(c, '-')!s:>17}" for c in cols))
+        for r in rows:
+            if "slurm_calls_lifecycle_by_kind" in r:
+                print(f"{r['mode']}: Slurm calls over the pods' life: {r['slurm_calls_lifecycle_by_kind']}")
     print(verdict(rows, args.pods), file=sys.stderr)
 
 
@@ -240,13 +243,16 @@ def one_run(core: k8s.CoreV1Api, args: argparse.Namespace, rate: float) -> tuple
     bridge_ns, default_ns = f"bench-bridge-{suffix}", f"bench-default-{suffix}"
     make_namespace(core, bridge_ns, managed=True)
     try:
-        before = operator_stats(args.operator_port)["slurm_requests"]
+        stats0 = operator_stats(args.operator_port)
+        before = stats0["slurm_requests"]
         bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout, rate)
         bound = operator_stats(args.operator_port)["slurm_requests"]
     finally:
         delete_and_wait(core, bridge_ns, args.timeout)
     # Over the pods' whole life: the cancels and the polls that see them end.
-    ended = operator_stats(args.operator_port)["slurm_requests"]
+    stats1 = operator_stats(args.operator_port)
+    ended = stats1["slurm_requests"]
+    kinds0, kinds1 = stats0.get("slurm_requests_by_kind", {}), stats1.get("slurm_requests_by_kind", {})
     make_namespace(core, default_ns, managed=False)
     try:
         default_run = measure(core, default_ns, args.pods, args.concurrency, args.timeout, rate)
@@ -254,6 +260,9 @@ def one_run(core: k8s.CoreV1Api, args: argparse.Namespace, rate: float) -> tuple
         delete_and_wait(core, default_ns, args.timeout)
     bridge = summarize("slurm-bridge", bridge_run, bound - before)
     bridge["slurm_calls_per_pod_lifecycle"] = round((ended - before) / args.pods, 2)
+    bridge["slurm_calls_lifecycle_by_kind"] = {
+        k: n - kinds0.get(k, 0) for k, n in sorted(kinds1.items()) if n - kinds0.get(k, 0)
+    }
     return bridge, summarize("default-scheduler", default_run, None)
 
 

@@ -92,6 +92,7 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector) -
         return web.json_response({
             "leader": elector.is_leader.is_set(),
             "slurm_requests": ctrl.slurm.request_count,
+            "slurm_requests_by_kind": ctrl.slurm.requests_by_kind,
             "slurm_polls": ctrl.poller.polls,
             "slurm_full_lists": ctrl.poller.full_lists,
             "slurm_healthy": ctrl.poller.healthy,

@@ -60,6 +60,7 @@ _MAYBE_SENT = (
 _GATEWAY_STATUSES = frozenset({502, 503, 504})
 _AUTH_STATUSES = frozenset({401, 403, 511})
 _VERSION_IN_PATH = re.compile(r"/slurm/(v\d+\.\d+\.\d+)/")
+_ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+")
 
 
 class _TokenFile:
@@ -163,6 +164,8 @@ class SlurmClient:
         self.user = user or None
         self.retries = max(0, retries)
         self.request_count = 0
+        # "GET /job/{id}" -> count: what the calls were, for /stats and the benchmark
+        self.requests_by_kind: dict[str, int] = {}
         self._token = _TokenFile(Path(token_file))
         self._pinned = api_version
         self._codec: Codec | None = codec_for(api_version) if api_version else None
@@ -407,6 +410,8 @@ class SlurmClient:
             if self.user:
                 headers["X-SLURM-USER-NAME"] = self.user
             self.request_count += 1
+            kind = f"{method} {_ID_IN_PATH.sub(_placeholder, _VERSION_IN_PATH.sub('/', path))}"
+            self.requests_by_kind[kind] = self.requests_by_kind.get(kind, 0) + 1
             maybe_applied = False
             try:
                 resp = await self._http.request(method, path, json=json_body, params=params, headers=headers)
@@ -515,6 +520,10 @@ _JOB_QUERY = {"flags": "ALL"}
 _LARGE_BODY = 512 * 1024
 _CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
 _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
+
+
+def _placeholder(m: re.Match[str]) -> str:
+    return "/job/{id}" if m.group(0).startswith("/job/") else "/node/{name}"
 
 
 def _classify(message: str, status: int | None, errors: Sequence[SlurmErrorDetail]) -> SlurmError:
