@@ -590,23 +590,30 @@ class Controller:
         """Allocate the job now if Slurm can start it, else queue it (docs/performance.md).
 
         A refused immediate allocation costs a call and leaves a FAILED job record, so after a
-        refusal the partition's jobs are queued directly for a while.
+        refusal the partition's jobs are queued directly for a while -- but only when the queued
+        submit then succeeds: a request Slurm refuses outright says nothing about the partition.
         """
         partition, now = request.partition or "", time.monotonic()
         until, backoff = self._queue_only.get(partition, (0.0, 0.0))
+        refused: SlurmError | None = None
         if self.config.immediateAllocation and now >= until:
             try:
-                return await self.slurm.allocate_external_job(request, name=name, admin_comment=admin_comment)
+                job_id = await self.slurm.allocate_external_job(request, name=name, admin_comment=admin_comment)
             except (SlurmUnavailable, SlurmAuthError):
                 raise
             except SlurmError as e:
-                backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
-                self._queue_only[partition] = (now + backoff, backoff)
-                log.info("Slurm cannot start job %s now (%s); queueing it, and partition %s's next %.0fs of jobs",
-                         name, e.errors[0].error if e.errors else e, partition or "(default)", backoff)  # fmt: skip
-        elif now >= until + backoff:
-            self._queue_only.pop(partition, None)  # a quiet spell: the next refusal starts small again
-        return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+                refused = e
+            else:
+                self._queue_only.pop(partition, None)  # room again: the next refusal starts small
+                return job_id
+        job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+        if refused is not None:
+            backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
+            self._queue_only[partition] = (time.monotonic() + backoff, backoff)
+            reason = refused.errors[0].error if refused.errors else str(refused)
+            log.info("Slurm cannot start job %s now (%s): queued it; partition %s queues directly for %.0fs",
+                     name, reason, partition or "(default)", backoff)  # fmt: skip
+        return job_id
 
     async def _fence(self, phj: Obj) -> Obj | None:
         """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
