@@ -3,6 +3,7 @@ and the per-partition pause after refusals (a fake Slurm client: pure decision l
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -47,7 +48,7 @@ BUSY = SlurmError("refused", errors=[SlurmErrorDetail("Requested nodes are busy"
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
-    monkeypatch.setattr(controller_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     return now
 
 
