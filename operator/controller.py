@@ -811,6 +811,7 @@ class Controller:
                     "json",
                 )  # fmt: skip
         self._submitted.pop(phj["metadata"]["uid"], None)
+        self._uncertain.pop(phj["metadata"]["uid"], None)
         return None
 
     async def _add_finalizer(self, phj: Obj) -> Obj:

@@ -24,6 +24,7 @@ from tests.e2e.util import (
     make_pod,
     pod_events,
     read_pod,
+    refused_allocation,
     slurm_job,
 )
 from tests.harness import BRIDGE_SH, CLUSTER_SH, REPO, SlurmEnv, run, wait_for
@@ -158,7 +159,9 @@ def test_pod_that_cannot_start_now_is_queued_and_runs_when_slurm_frees_nodes(
     assert phj["status"]["jobId"] == job_id, "the queued job ran; nothing was submitted twice"
     pod = wait_for(lambda: (p := read_pod(core, ns, "waits")) and p.spec.node_name and p, 30, "pod bound")
     assert phj["status"]["assignments"] == [{"pod": "waits", "node": pod.spec.node_name}]
-    assert len(bridge_jobs_in(slurm_env, ns)) == 1
+    assert [j["job_id"] for j in bridge_jobs_in(slurm_env, ns)] == [job_id], "one job, the queued one"
+    attempts = [j for j in bridge_jobs_in(slurm_env, ns, refused=True) if j["job_id"] != job_id]
+    assert all(refused_allocation(j) for j in attempts), attempts
 
 
 def test_deleting_the_pod_cancels_the_slurm_job(

@@ -81,10 +81,21 @@ def slurm_job(slurm: SlurmEnv, job_id: int) -> dict[str, Any] | None:
     return job
 
 
-def bridge_jobs_in(slurm: SlurmEnv, ns: str) -> list[dict[str, Any]]:
-    """Slurm jobs the bridge made for PlaceholderJobs in namespace ``ns`` (from admin_comment)."""
+def refused_allocation(job: dict[str, Any]) -> bool:
+    """The record a refused immediate allocation leaves: FAILED at once, never held a node."""
+    return job["job_state"] == ["FAILED"] and not job.get("nodes") and job.get("state_reason") == "BadConstraints"
+
+
+def bridge_jobs_in(slurm: SlurmEnv, ns: str, *, refused: bool = False) -> list[dict[str, Any]]:
+    """Slurm jobs the bridge made for PlaceholderJobs in namespace ``ns`` (from admin_comment).
+
+    Records of refused immediate allocations (which never allocated anything, see
+    docs/performance.md) are left out unless ``refused``: they are not jobs the bridge holds.
+    """
     out = []
     for job in slurm_jobs(slurm):
+        if refused_allocation(job) and not refused:
+            continue
         comment = job.get("admin_comment") or ""
         if comment.startswith(names.ADMIN_COMMENT_PREFIX):
             ref = json.loads(comment[len(names.ADMIN_COMMENT_PREFIX) :])
