@@ -144,7 +144,9 @@ cmd_up() {
   for c in extender scheduler webhook operator; do start_component "$c"; done
   "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" render-config --url "https://127.0.0.1:$SB_WEBHOOK_PORT" \
     --ca-file "$BRIDGE_DIR/tls/ca.crt" > "$BRIDGE_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
-  kubectl_ apply -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null || die "applying the webhook configurations failed"
+  # Server-side: the rendered objects are the whole truth, whatever an earlier client-side apply left.
+  kubectl_ apply --server-side --force-conflicts --field-manager=slurm-bridge-hack -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null \
+    || die "applying the webhook configurations failed"
   log "bridge up: config $CONFIG; namespaces labelled $SB_MANAGED_LABEL=true are managed"
 }
 
