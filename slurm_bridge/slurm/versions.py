@@ -269,6 +269,14 @@ def _validate(model: type[_WireT], body: Any, what: str) -> _WireT:
 # --- codecs ----------------------------------------------------------------------------------
 
 
+def _listed(body: Any, key: str, what: str) -> list[Any]:
+    """The answer's ``key`` list, or a SlurmError saying which answer lacked it."""
+    items = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise SlurmError(f"unexpected {what} answer from slurmrestd: no '{key}' list")
+    return items
+
+
 class Codec:
     """Encode and decode one REST API version (the v0.0.43 layout; later versions override)."""
 
@@ -401,10 +409,7 @@ class Codec:
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
-        jobs = body.get("jobs") if isinstance(body, dict) else None
-        if not isinstance(jobs, list):
-            raise SlurmError("unexpected jobs answer from slurmrestd: no 'jobs' list")
-        return [self.decode_job(j) for j in jobs]
+        return [self.decode_job(j) for j in _listed(body, "jobs", "jobs")]
 
     def decode_job_states(self, body: Any) -> dict[int, tuple[str, ...]]:
         """``jobs/state``: job id -> state flags (base state first, as in :meth:`decode_job`).
@@ -412,11 +417,8 @@ class Codec:
         Ids are strings on the wire; array and heterogeneous job ids (``12_3``, ``12+1``) are
         left out: the bridge never makes such jobs.
         """
-        jobs = body.get("jobs") if isinstance(body, dict) else None
-        if not isinstance(jobs, list):
-            raise SlurmError("unexpected jobs/state answer from slurmrestd: no 'jobs' list")
         states: dict[int, tuple[str, ...]] = {}
-        for j in jobs:
+        for j in _listed(body, "jobs", "jobs/state"):
             raw_id = j.get("job_id") if isinstance(j, dict) else None
             if isinstance(raw_id, int) or (isinstance(raw_id, str) and raw_id.isdigit()):
                 flags = j.get("state", j.get("job_state", []))
@@ -439,10 +441,7 @@ class Codec:
         )
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:
-        nodes = body.get("nodes") if isinstance(body, dict) else None
-        if not isinstance(nodes, list):
-            raise SlurmError("unexpected nodes answer from slurmrestd: no 'nodes' list")
-        return [self.decode_node(n) for n in nodes]
+        return [self.decode_node(n) for n in _listed(body, "nodes", "nodes")]
 
 
 class CodecV0043(Codec):
