@@ -267,6 +267,12 @@ def one_run(core: k8s.CoreV1Api, args: argparse.Namespace, rate: float) -> tuple
     return bridge, summarize("default-scheduler", default_run, None)
 
 
+def cmp(value: float, limit: float, at_most: bool) -> str:
+    """``value <= limit`` (or ``>=``), written with the sign that holds."""
+    ok = value <= limit if at_most else value >= limit
+    return f"{value} {('<=' if ok else '>') if at_most else ('>=' if ok else '<')} {limit:g}"
+
+
 def verdict(rows: list[dict[str, Any]], pods: int) -> str:
     """The issue's targets against the bridge rows: latency at a sustained arrival rate, pods/s in
     the burst (a paced run binds at most as fast as pods arrive), calls per pod in both."""
@@ -275,11 +281,6 @@ def verdict(rows: list[dict[str, Any]], pods: int) -> str:
         if r.get("bound") != pods:
             lines.append(f"{r['mode']}: only {r.get('bound')}/{pods} pods bound")
             continue
-
-        def cmp(value: float, limit: float, at_most: bool) -> str:
-            ok = value <= limit if at_most else value >= limit
-            return f"{value} {('<=' if ok else '>') if at_most else ('>=' if ok else '<')} {limit:g}"
-
         checks = [f"calls/pod {cmp(r['slurm_calls_per_pod'], 3, True)}"]
         if r["mode"] == "burst":
             checks.insert(0, f"pods/s {cmp(r['pods_per_s'], 20, False)}")

@@ -183,8 +183,7 @@ class SlurmPoller:
         jobs = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
         self.full_lists += 1
         self.last_full_at = started
-        prev = self.snapshot
-        if prev is None:
+        if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
         for job in jobs[0]:
@@ -196,7 +195,7 @@ class SlurmPoller:
         snap = self.snapshot
         assert snap is not None
         for job_id in [j for j in snap.by_id if j not in seen]:
-            self._forget(job_id, started)
+            self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
 
     async def _incremental(self, started: float) -> None:
@@ -227,7 +226,7 @@ class SlurmPoller:
                 self._apply(got, ref, started, notify=True)
                 self._expected.pop(job_id, None)
             elif job_id in snap.by_id:
-                self._forget(job_id, started)  # purged from Slurm
+                self._forget(job_id)  # purged from Slurm
             elif job_id not in states:
                 # An expected job Slurm does not know: the next full list decides.
                 self._full_wanted = True
@@ -253,7 +252,7 @@ class SlurmPoller:
         if notify:
             self._on_change(ref)
 
-    def _forget(self, job_id: int, at: float) -> None:
+    def _forget(self, job_id: int) -> None:
         snap = self.snapshot
         assert snap is not None
         ref = snap.refs.get(job_id)

@@ -44,9 +44,13 @@ class _Conn:
             self.writer.close()
 
 
+@dataclass
 class _Response:
-    def __init__(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep: bool):
-        self.status, self.reason, self.headers, self.body, self.keep = status, reason, headers, body, keep
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    keep: bool  # the connection may carry the next request
 
 
 class Http11Transport(httpx.AsyncBaseTransport):

@@ -234,15 +234,17 @@ async def test_refusals_are_not_retried(token_file: Path, response: httpx.Respon
     assert "Invalid" in str(e.value) or "parse" in str(e.value)
 
 
-async def test_submit_is_not_resent_after_a_read_timeout(token_file: Path) -> None:
+@pytest.mark.parametrize("endpoint", ["submit", "allocate"])
+async def test_submit_is_not_resent_after_a_read_timeout(token_file: Path, endpoint: str) -> None:
     def slow(r: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=r)
 
     fake = FakeSlurm()
-    fake.on("POST", "/slurm/v0.0.45/job/submit", slow, lambda r: ok({"job_id": 99}))
+    fake.on("POST", f"/slurm/v0.0.45/job/{endpoint}", slow, lambda r: ok({"job_id": 99}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
+        send = c.submit_external_job if endpoint == "submit" else c.allocate_external_job
         with pytest.raises(SlurmUnavailable) as e:
-            await c.submit_external_job(JobRequest(), name="n", admin_comment="c")
+            await send(JobRequest(), name="n", admin_comment="c")
         assert c.request_count == 1
     assert e.value.maybe_applied
     assert "not sent again" in str(e.value)
@@ -313,19 +315,6 @@ async def test_allocate_refused_now_raises_slurms_reason_and_is_not_resent(token
         assert c.request_count == 1
     assert not isinstance(e.value, SlurmUnavailable)
     assert e.value.errors[0].error_number == 2016 and "busy" in str(e.value)
-
-
-async def test_allocate_timeout_is_maybe_applied(token_file: Path) -> None:
-    def slow(r: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out", request=r)
-
-    fake = FakeSlurm()
-    fake.on("POST", "/slurm/v0.0.45/job/allocate", slow, lambda r: ok({"job_id": 99}))
-    async with client(fake, token_file, api_version="v0.0.45") as c:
-        with pytest.raises(SlurmUnavailable) as e:
-            await c.allocate_external_job(JobRequest(), name="n", admin_comment="c")
-        assert c.request_count == 1
-    assert e.value.maybe_applied
 
 
 async def test_job_states_parses_string_ids_and_skips_array_jobs(token_file: Path) -> None:
