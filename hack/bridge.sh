@@ -111,7 +111,7 @@ start_component() {
       wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz" ;;
     webhook)
       alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
-      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" serve
+      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" serve --drain-seconds 0
       echo "$SB_WEBHOOK_PORT" > "$STATE_DIR/bridge-webhook.port"
       wait_ready bridge-webhook "$SB_READY_TIMEOUT" curl -sf --cacert "$BRIDGE_DIR/tls/ca.crt" "https://127.0.0.1:$SB_WEBHOOK_PORT/readyz" ;;
     extender)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the Kubernetes control plane, etcd, kwok, helm and the JobSet and LeaderWorkerSet
-# controllers from Go modules into $BIN_DIR, once.
+# Build the Kubernetes control plane and node binaries, etcd, kwok, helm, containerd and the JobSet
+# and LeaderWorkerSet controllers from Go modules into $BIN_DIR, once.
 # A binary is rebuilt only when hack/versions.env changes its version (stamp files).
 . "$(dirname "$0")/lib.sh"
 require_go
@@ -13,8 +13,8 @@ done_stamp() { rm -f "$BIN_DIR/.built-$1-"*; touch "$(stamp "$1" "$2")"; }
 
 build_kubernetes() {
   local v=$KUBERNETES_VERSION minor gomod dir
-  have kubernetes "$v" kube-apiserver kube-controller-manager kube-scheduler && return 0
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler $v (cold: tens of minutes)"
+  have kubernetes "$v" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && return 0
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy $v (cold: tens of minutes)"
   minor=${v#v1.}; minor=${minor%%.*}
   dir="$CACHE_DIR/src/kubernetes-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
   gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
@@ -27,7 +27,9 @@ build_kubernetes() {
     grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$gomod" | awk -v sv="v0.${v#v1.}" '{print "replace " $1 " => " $1 " " sv}'
   } > go.mod
   [ "$(grep -c '^replace' go.mod)" -ge 20 ] || die "could not read staging modules from $gomod"
-  local cmds=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  # kubelet and kube-proxy run the local cluster's one real node (hack/node.sh).
+  local cmds=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+              k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
   go get "${cmds[@]/%/@$v}" >&2 || die "go get k8s.io/kubernetes@$v failed; see the output above"
   local pkg="k8s.io/component-base/version"
   local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
@@ -58,6 +60,21 @@ MOD
   done_stamp etcd "$v"
 }
 
+build_containerd() {
+  # containerd runs the local cluster's real node (hack/node.sh). Its go.mod has exclude
+  # directives, so `go install module@version` is refused: build it from a throwaway module.
+  local v=$CONTAINERD_VERSION dir mod=github.com/containerd/containerd/v2
+  have containerd "$v" containerd containerd-shim-runc-v2 ctr && return 0
+  log "building containerd $v"
+  dir="$CACHE_DIR/src/containerd-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
+  printf 'module local/containerd-build\ngo 1.24\nrequire %s %s\n' "$mod" "$v" > go.mod
+  local cmds=("$mod/cmd/containerd" "$mod/cmd/containerd-shim-runc-v2" "$mod/cmd/ctr")
+  go get "${cmds[@]/%/@$v}" >&2 || die "go get $mod@$v failed; see the output above"
+  go build -mod=mod -tags no_btrfs -ldflags "-s -w -X $mod/version.Version=$v" -o "$BIN_DIR/" "${cmds[@]}" >&2 \
+    || die "go build of containerd $v failed; see the output above"
+  done_stamp containerd "$v"
+}
+
 build_plain() { # name version module/cmd binary: modules without replace directives
   have "$1" "$2" "$4" && return 0
   log "building $1 $2"
@@ -79,17 +96,18 @@ build_module() { # name version module package binary: build a module's command 
   done_stamp "$name" "$v"
 }
 
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes jobset lws)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes containerd jobset lws)
 for t in "${targets[@]}"; do
   case $t in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_plain kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok ;;
     helm) build_plain helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm ;;
+    containerd) build_containerd ;;
     # The workload controllers of the e2e cluster (started by hack/cluster.sh).
     jobset) build_module jobset "$JOBSET_VERSION" sigs.k8s.io/jobset . jobset-controller ;;
     lws) build_module lws "$LWS_VERSION" sigs.k8s.io/lws ./cmd lws-controller ;;
-    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, jobset, lws)" ;;
+    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, containerd, jobset, lws)" ;;
   esac
 done
 log "binaries ready in $BIN_DIR"

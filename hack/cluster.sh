@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local cluster: Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kwok nodes), the JobSet and LeaderWorkerSet controllers (and the coscheduling PodGroup CRD), and
-# Slurm (munged, slurmctld, slurmrestd in a Debian root), all on 127.0.0.1.
+# kwok nodes, and one real node with containerd, kubelet and kube-proxy: hack/node.sh), the JobSet
+# and LeaderWorkerSet controllers (and the coscheduling PodGroup CRD), and Slurm (munged, slurmctld,
+# slurmrestd in a Debian root), all on 127.0.0.1 (and the pod network's host address SB_HOST_IP).
 #
 #   hack/cluster.sh up        build what is missing (cached), start everything, wait until ready
 #   hack/cluster.sh down      stop every process it started (by pid) and remove the cluster state
@@ -15,23 +16,24 @@
 
 # ---- certificates ----------------------------------------------------------------------------
 make_pki() {
-  [ -f "$PKI/.done" ] && return 0
-  mkdir -p "$PKI"; cd "$PKI"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=slurm-bridge-local-ca" \
-    -keyout ca.key -out ca.crt 2>/dev/null
-  sign() { # name subject [san]
-    openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr" 2>/dev/null
-    if [ -n "${3:-}" ]; then printf 'subjectAltName=%s\n' "$3" > "$1.ext"; else : > "$1.ext"; fi
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-  }
-  sign apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes.default.svc"
-  sign admin "/O=system:masters/CN=admin"
+  mkdir -p "$PKI"
+  if [ ! -f "$PKI/ca.crt" ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=slurm-bridge-local-ca" \
+      -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null || die "making the cluster CA failed"
+  fi
+  # Pods reach the API server at the kubernetes Service (10.96.0.1), the real node's kube-proxy
+  # and kubelet at SB_HOST_IP; host processes at 127.0.0.1.
+  sign_cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,IP:$SB_HOST_IP,DNS:kubernetes.default.svc,DNS:kubernetes.default"
+  sign_cert admin "/O=system:masters/CN=admin"
   # The bridge's own identity, so the webhook can tell its writes from users' (trustedUsers).
-  sign bridge "/O=system:masters/CN=slurm-bridge"
-  openssl genrsa -out sa.key 2048 2>/dev/null
-  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  chmod 600 ./*.key; touch .done; cd - >/dev/null
+  sign_cert bridge "/O=system:masters/CN=slurm-bridge"
+  # The API server's client identity towards kubelets (logs, exec).
+  sign_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  if [ ! -f "$PKI/sa.key" ]; then
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null && openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null \
+      || die "making the service-account key failed"
+  fi
+  chmod 600 "$PKI"/*.key
 }
 
 # ---- Kubernetes ------------------------------------------------------------------------------
@@ -52,13 +54,15 @@ up_kubernetes() {
 
   alive kube-apiserver || check_port kube-apiserver "$SB_APISERVER_PORT" SB_APISERVER_PORT
   start kube-apiserver "$BIN_DIR/kube-apiserver" --etcd-servers "http://127.0.0.1:$SB_ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$SB_APISERVER_PORT" \
+    --bind-address 0.0.0.0 --advertise-address "$SB_HOST_IP" --secure-port "$SB_APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$PKI/sa.pub" \
-    --service-account-signing-key-file "$PKI/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
+    --service-account-signing-key-file "$PKI/sa.key" --service-cluster-ip-range "$SERVICE_CIDR" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged --enable-priority-and-fairness=false --max-requests-inflight 2000 \
-    --max-mutating-requests-inflight 1000 --profiling=false --endpoint-reconciler-type none
+    --max-mutating-requests-inflight 1000 --profiling=false
   wait_ready kube-apiserver "$SB_READY_TIMEOUT" kubectl_ get --raw /readyz
 
   alive kube-controller-manager || check_port kube-controller-manager "$SB_KCM_PORT" SB_KCM_PORT
@@ -307,8 +311,9 @@ up_slurm() {
   chmod 600 "$JWT_FILE.tmp"; mv "$JWT_FILE.tmp" "$JWT_FILE"
 
   alive slurmrestd || check_port slurmrestd "$SB_SLURMRESTD_PORT" SB_SLURMRESTD_PORT
+  # On loopback for host processes, and on the pod network's host address for the bridge's pods.
   start slurmrestd chroot "$SLURM_ROOT" env SLURM_JWT=daemon /usr/sbin/slurmrestd -a rest_auth/jwt \
-    -s openapi/slurmctld -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT"
+    -s openapi/slurmctld -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT" "$SB_HOST_IP:$SB_SLURMRESTD_PORT"
   wait_ready slurmrestd "$SB_READY_TIMEOUT" curl -sf -H "X-SLURM-USER-TOKEN: $(cat "$JWT_FILE")" \
     "http://127.0.0.1:$SB_SLURMRESTD_PORT/slurm/v0.0.44/ping"
 }
@@ -324,17 +329,21 @@ cmd_up() {
   bash "$HACK_DIR/build-binaries.sh"
   bash "$HACK_DIR/build-slurm-root.sh"
   local t1=$SECONDS
+  bash "$HACK_DIR/node.sh" net-up   # the host address pods reach: slurmrestd and the API server listen there
   up_slurm
   up_kubernetes
   up_workloads
+  bash "$HACK_DIR/node.sh" up
   log "cluster up in $((SECONDS - t1))s (builds $((t1 - t0))s); kubeconfig: $KUBECONFIG_FILE"
   cmd_status
 }
 
 cmd_down() {
   local n
+  bash "$HACK_DIR/node.sh" down
   for n in lws-controller jobset-controller kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld munged; do stop "$n"; done
   for f in "$PIDS"/*.pid; do [ -f "$f" ] && stop "$(basename "$f" .pid)"; done
+  bash "$HACK_DIR/node.sh" net-down
   if mountpoint -q "$SLURM_ROOT/proc" 2>/dev/null; then umount "$SLURM_ROOT/proc" || umount -l "$SLURM_ROOT/proc" || true; fi
   rm -rf "$STATE_DIR" "$SLURM_ROOT$SLURM_STATE_IN_ROOT"
   log "cluster down; state removed"
@@ -344,7 +353,7 @@ cmd_status() {
   local n p state port
   printf '%-26s %-8s %-8s %-7s %s\n' COMPONENT STATE PID PORT LOG
   for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset-controller lws-controller munged slurmctld slurmrestd \
-           bridge-operator bridge-webhook bridge-extender bridge-scheduler; do
+           containerd kubelet kube-proxy bridge-operator bridge-webhook bridge-extender bridge-scheduler; do
     p=$(pid_of "$n" || true); state=stopped
     [ -n "$p" ] && { alive "$n" && state=running || state=dead; }
     case $n in
@@ -352,6 +361,7 @@ cmd_status() {
       kube-controller-manager) port=$SB_KCM_PORT ;; kube-scheduler) port=$SB_SCHEDULER_PORT ;;
       kwok) port=$SB_KWOK_PORT ;; jobset-controller) port=$SB_JOBSET_WEBHOOK_PORT ;; lws-controller) port=$SB_LWS_WEBHOOK_PORT ;;
       slurmctld) port=$SB_SLURMCTLD_PORT ;; slurmrestd) port=$SB_SLURMRESTD_PORT ;;
+      kubelet) port=$SB_KUBELET_PORT ;; kube-proxy) port=$SB_KUBE_PROXY_HEALTHZ_PORT ;;
       bridge-*) port=$(cat "$STATE_DIR/$n.port" 2>/dev/null || echo -) ;;
       *) port=- ;;
     esac
@@ -365,6 +375,8 @@ cmd_env() {
   cat <<EOF
 export KUBECONFIG=$KUBECONFIG_FILE
 export SLURM_REST_URL=http://127.0.0.1:$SB_SLURMRESTD_PORT
+export SLURM_REST_URL_FOR_PODS=http://$SB_HOST_IP:$SB_SLURMRESTD_PORT
+export SB_REAL_NODE=$SB_REAL_NODE
 export SLURM_JWT_FILE=$JWT_FILE
 export SLURM_ROOT=$SLURM_ROOT
 export SB_STATE_DIR=$STATE_DIR

@@ -69,8 +69,20 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
 # The JobSet and LeaderWorkerSet controllers of the local cluster: webhook and health ports.
 : "${SB_JOBSET_WEBHOOK_PORT:=29444}" "${SB_JOBSET_HEALTH_PORT:=20283}" "${SB_LWS_WEBHOOK_PORT:=29445}" "${SB_LWS_HEALTH_PORT:=20284}"
+# The one real node (hack/node.sh): containerd and a kubelet run the bridge's own pods (the Helm
+# chart). Its pods sit on the Linux bridge SB_POD_BRIDGE; SB_HOST_IP is the host's address there,
+# where pods reach the API server and slurmrestd. Nothing on it is reachable from off the machine
+# except what already listens on all addresses.
+: "${SB_REAL_NODE:=real-node-1}" "${SB_POD_BRIDGE:=sb-br0}" "${SB_POD_CIDR:=10.88.0.0/16}" "${SB_HOST_IP:=10.88.0.1}"
+: "${SB_KUBELET_PORT:=20250}" "${SB_KUBELET_HEALTHZ_PORT:=20248}" "${SB_KUBE_PROXY_HEALTHZ_PORT:=20256}" "${SB_KUBE_PROXY_METRICS_PORT:=20249}"
+SERVICE_CIDR=10.96.0.0/16
+# The taint and label of the real node: only pods that tolerate it (the bridge's) run there.
+REAL_NODE_KEY=slurm-bridge.local/real-node
 
 SLURM_ROOT="$CACHE_DIR/slurm-root"
+IMAGES_DIR="$CACHE_DIR/images"
+NODE_DIR="$STATE_DIR/node"
+CONTAINERD_SOCK="$NODE_DIR/containerd/containerd.sock"
 PKI="$STATE_DIR/pki"
 LOGS="$STATE_DIR/logs"
 PIDS="$STATE_DIR/pids"
@@ -125,6 +137,17 @@ stop() { # name : TERM, wait, KILL; only the recorded pid and its process group
 }
 
 kubectl_() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+sign_cert() { # name subject [san] : $PKI/name.{key,crt}, signed by the cluster CA, unless present
+  [ -f "$PKI/$1.crt" ] && return 0
+  (
+    cd "$PKI"
+    openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr" 2>/dev/null
+    if [ -n "${3:-}" ]; then printf 'subjectAltName=%s\n' "$3" > "$1.ext"; else : > "$1.ext"; fi
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile "$1.ext" -out "$1.crt" 2>/dev/null && chmod 600 "$1.key"
+  ) || die "signing the $1 certificate failed"
+}
 
 write_kubeconfig() { # file user [extra user fields, e.g. ', as: "x"'] : client-cert kubeconfig
   cat > "$1" <<EOF

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with the project (editable) and its test tools; quick when nothing changed.
+# Create .venv with the project (editable) and its test tools, at the versions constraints.txt pins
+# (the image installs the same ones); quick when nothing changed.
 . "$(dirname "$0")/lib.sh"
 cd "$REPO_DIR"
 py=${PYTHON:-python3}
@@ -8,10 +9,12 @@ if ! "$py" -P -m venv --help >/dev/null 2>&1 || ! "$py" -P -c 'import ensurepip'
   ensure_apt python3-venv
 fi
 [ -x .venv/bin/python ] || "$py" -P -m venv .venv || die "cannot create .venv (install python3-venv)"
-stamp=.venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)
+stamp=.venv/.installed-$(cat pyproject.toml constraints.txt hack/setup-python.sh | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
-  log "installing slurm-bridge and its test dependencies into .venv"
+  log "installing slurm-bridge and its test dependencies into .venv (versions from constraints.txt)"
   .venv/bin/python -P -m pip install -q --upgrade pip >&2 || die "pip upgrade failed (is the package index reachable?)"
-  .venv/bin/python -P -m pip install -q -e '.[test]' >&2 || die "pip install -e .[test] failed; see the output above"
+  # setuptools and wheel too: the venv's own copies would be older than the lock's.
+  PIP_CONSTRAINT="$REPO_DIR/constraints.txt" .venv/bin/python -P -m pip install -q -e '.[test]' setuptools wheel >&2 \
+    || die "pip install -e .[test] -c constraints.txt failed; see the output above"
   rm -f .venv/.installed-*; touch "$stamp"
 fi

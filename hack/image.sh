@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Container images for the local cluster's real node, built without a Docker engine or registry:
+#   bridge     slurm-bridge from the project's Dockerfile (buildah), on a base image made here from
+#              a debootstrapped Debian root with the Python that CI tests (BASE_IMAGE build arg)
+#   scheduler  kube-scheduler of the cluster's own Kubernetes build (the chart's scheduler image)
+#   pause      the pod sandbox image, compiled from Kubernetes' own pause.c
+#
+#   hack/image.sh archive NAME   build NAME if needed; print its OCI archive (cached in $IMAGES_DIR)
+#   hack/image.sh ref NAME       print the image reference NAME is built as
+#   hack/image.sh load           build bridge and scheduler if needed and import both into the real node
+#
+# Every archive is keyed by what it is built from, so an unchanged tree reuses the cached one.
+. "$(dirname "$0")/lib.sh"
+cd "$REPO_DIR"
+
+BASE_SUITE=bookworm   # the Debian release of the Dockerfile's public base (python:X.Y-slim-bookworm)
+BUILDAH_ROOT="$CACHE_DIR/buildah"
+BRIDGE_REPO=localhost/slurm-bridge
+SCHEDULER_REPO=localhost/kube-scheduler
+PAUSE_REF=localhost/pause:3.10   # containerd's pinned sandbox image (hack/node.sh)
+
+buildah_() { buildah --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run" --storage-driver overlay "$@"; }
+
+python_minor() { "${1:-python3}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+
+# The Python CI tests: the interpreter of the project's .venv (hack/setup-python.sh), else python3.
+ci_python() { [ -x "$REPO_DIR/.venv/bin/python" ] && echo "$REPO_DIR/.venv/bin/python" || echo python3; }
+
+base_ref() { echo "localhost/python-base:$(python_minor "$(ci_python)")-$BASE_SUITE"; }
+
+# ---- base image ---------------------------------------------------------------------------------
+ensure_base() {
+  local ref root tmp minor want c mnt
+  ref=$(base_ref)
+  buildah_ inspect --type image "$ref" >/dev/null 2>&1 && return 0
+  ensure_apt debootstrap buildah
+  root="$IMAGES_DIR/python-base-$BASE_SUITE"
+  if [ ! -f "$root/.done" ]; then
+    tmp="$root.tmp"; rm -rf "$tmp"; mkdir -p "$IMAGES_DIR"
+    log "debootstrap $BASE_SUITE with python3 for the image's base (about a minute)"
+    debootstrap --variant=minbase --include=python3,python3-pip,python3-venv "$BASE_SUITE" "$tmp" "$(apt_mirror)" \
+      > "$IMAGES_DIR/debootstrap-base.log" 2>&1 \
+      || { tail -n 20 "$IMAGES_DIR/debootstrap-base.log" >&2; die "debootstrap of the image base failed (log: $IMAGES_DIR/debootstrap-base.log)"; }
+    # As the python:X.Y-slim images: `python` is Python 3, and pip may install system-wide.
+    ln -sf python3 "$tmp/usr/bin/python"
+    rm -f "$tmp"/usr/lib/python3*/EXTERNALLY-MANAGED
+    chroot "$tmp" apt-get clean; rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*
+    rm -rf "$root"; mv "$tmp" "$root"; touch "$root/.done"
+  fi
+  minor=$(chroot "$root" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  want=$(python_minor "$(ci_python)")
+  [ "$minor" = "$want" ] || die "Debian $BASE_SUITE has Python $minor but CI tests $want; the image must run the Python CI tests"
+  c=$(buildah_ from scratch)
+  mnt=$(buildah_ mount "$c")
+  cp -a "$root/." "$mnt/"; rm -f "$mnt/.done"
+  buildah_ umount "$c" >/dev/null
+  buildah_ config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
+    --cmd python3 "$c"
+  buildah_ commit --quiet --rm "$c" "$ref" >/dev/null || die "committing the base image $ref failed"
+  log "base image $ref (Debian $BASE_SUITE, Python $minor)"
+}
+
+# ---- pip inside the build -----------------------------------------------------------------------
+# RUN steps reach the package index only the way this machine's pip does: its index, trusted
+# hosts and CA file, read from pip's own configuration and environment at build time.
+pip_mounts() {
+  local conf="$IMAGES_DIR/pip.conf" key value cert=""
+  mkdir -p "$IMAGES_DIR"
+  echo "[global]" > "$conf"
+  for key in index-url extra-index-url trusted-host cert; do
+    local env="PIP_$(echo "$key" | tr 'a-z-' 'A-Z_')"
+    value=${!env:-$(python3 -m pip config get "global.$key" 2>/dev/null || true)}
+    [ -n "$value" ] || continue
+    echo "$key = $value" >> "$conf"
+    [ "$key" = cert ] && cert=$value
+  done
+  echo "-v $conf:/etc/pip.conf:ro"
+  [ -n "$cert" ] && [ -f "$cert" ] && echo "-v $cert:$cert:ro"
+  return 0
+}
+
+# ---- images -------------------------------------------------------------------------------------
+# What the bridge image is built from: the Dockerfile's context (.dockerignore) and the base.
+bridge_inputs() {
+  printf '%s\n' Dockerfile .dockerignore constraints.txt pyproject.toml README.md
+  find slurm_bridge operator webhook extender -type f ! -name '*.pyc' ! -path '*/__pycache__/*' | sort
+}
+
+bridge_tag() {
+  local version sum
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+  sum=$( { bridge_inputs | xargs sha256sum; base_ref; } | sha256sum | cut -c1-12)
+  echo "$version-$sum"
+}
+
+ref() {
+  case $1 in
+    bridge) echo "$BRIDGE_REPO:$(bridge_tag)" ;;
+    scheduler) echo "$SCHEDULER_REPO:$KUBERNETES_VERSION" ;;
+    pause) echo "$PAUSE_REF" ;;
+    *) die "unknown image '$1' (expected bridge, scheduler or pause)" ;;
+  esac
+}
+
+archive_path() { local r; r=$(ref "$1"); echo "$IMAGES_DIR/$(echo "${r#localhost/}" | tr ':/' '--').tar"; }
+
+save() { # ref archive : the image as an OCI archive named ref (what ctr import reads)
+  rm -f "$2.tmp"
+  buildah_ push --quiet "$1" "oci-archive:$2.tmp:$1" >/dev/null || die "exporting $1 to $2 failed"
+  mv "$2.tmp" "$2"
+}
+
+build_bridge() {
+  local r out=$1
+  r=$(ref bridge)
+  ensure_base
+  log "building $r from the Dockerfile (buildah; base $(base_ref))"
+  # shellcheck disable=SC2046  # pip_mounts prints whole "-v SRC:DST:ro" words
+  buildah_ bud --quiet --pull-never --network host $(pip_mounts) --build-arg "BASE_IMAGE=$(base_ref)" \
+    --build-arg "PYTHON_VERSION=$(python_minor "$(ci_python)")" -f Dockerfile -t "$r" . > "$IMAGES_DIR/build.log" 2>&1 \
+    || { tail -n 30 "$IMAGES_DIR/build.log" >&2; die "buildah bud of the Dockerfile failed (log: $IMAGES_DIR/build.log)"; }
+  save "$r" "$out"
+  # Older builds of the bridge image are of no further use.
+  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-*.tar' ! -path "$out" -delete
+  buildah_ images --format '{{.Name}}:{{.Tag}}' | grep "^$BRIDGE_REPO:" | grep -vxF "$r" | xargs -r buildah_ rmi -f >/dev/null 2>&1 || true
+}
+
+build_scheduler() {
+  local out=$1 c
+  [ -x "$BIN_DIR/kube-scheduler" ] || die "kube-scheduler is not built; run hack/build-binaries.sh"
+  c=$(buildah_ from scratch)
+  buildah_ copy --quiet "$c" "$BIN_DIR/kube-scheduler" /usr/local/bin/kube-scheduler >/dev/null
+  buildah_ config --env PATH=/usr/local/bin --entrypoint '["/usr/local/bin/kube-scheduler"]' --user 65532:65532 "$c"
+  buildah_ commit --quiet --rm "$c" "$(ref scheduler)" >/dev/null || die "committing $(ref scheduler) failed"
+  save "$(ref scheduler)" "$out"
+}
+
+build_pause() {
+  local out=$1 src dir="$IMAGES_DIR/pause" c
+  command -v gcc >/dev/null || ensure_apt gcc libc6-dev
+  src=$(cd "$CACHE_DIR" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
+    | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')/build/pause/linux/pause.c \
+    || die "cannot locate Kubernetes' pause.c (go mod download k8s.io/kubernetes@$KUBERNETES_VERSION)"
+  mkdir -p "$dir"
+  gcc -Os -static -DVERSION="${PAUSE_REF##*:}" -o "$dir/pause" "$src" || die "compiling $src failed"
+  c=$(buildah_ from scratch)
+  buildah_ copy --quiet "$c" "$dir/pause" /pause >/dev/null
+  buildah_ config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah_ commit --quiet --rm "$c" "$PAUSE_REF" >/dev/null || die "committing $PAUSE_REF failed"
+  save "$PAUSE_REF" "$out"
+}
+
+archive() { # name : build if the archive for the current inputs is missing; print its path
+  local out
+  ensure_apt buildah
+  mkdir -p "$IMAGES_DIR" "$BUILDAH_ROOT"
+  out=$(archive_path "$1")
+  if [ ! -f "$out" ]; then
+    case $1 in
+      bridge) build_bridge "$out" ;;
+      scheduler) build_scheduler "$out" ;;
+      pause) build_pause "$out" ;;
+    esac
+  fi
+  echo "$out"
+}
+
+case "${1:-}" in
+  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause"; ref "$2" >/dev/null; archive "$2" ;;
+  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause"; ref "$2" ;;
+  load)
+    a=$(archive bridge); b=$(archive scheduler)
+    bash "$HACK_DIR/node.sh" import "$a" "$b"
+    log "imported $(ref bridge) and $(ref scheduler) into the node's containerd" ;;
+  *) die "usage: hack/image.sh archive NAME|ref NAME|load" ;;
+esac
