@@ -4,15 +4,21 @@
 #
 #   docker build -t slurm-bridge:0.1.0 .
 #
-# Stage 1 builds the wheel (and its dependencies' wheels); stage 2 installs them into a slim
-# Python without compilers or build tools and runs as an unprivileged user.
-ARG PYTHON_VERSION=3.12
+# Stage 1 builds the wheel (and its dependencies' wheels, at the versions constraints.txt pins);
+# stage 2 installs them into a slim Python without compilers or build tools and runs as an
+# unprivileged user.
+#
+# PYTHON_VERSION is the Python CI tests (tests/unit/test_image.py checks it). BASE_IMAGE is the
+# public python image by default; hack/image.sh, which builds with buildah where no registry is
+# reachable, passes a Debian root with the same Python made locally.
+ARG PYTHON_VERSION=3.11
+ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 # Only what the wheel is built from (the .dockerignore keeps the context small as well).
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml constraints.txt README.md* ./
 COPY slurm_bridge ./slurm_bridge
 COPY operator ./operator
 COPY webhook ./webhook
@@ -21,10 +27,11 @@ COPY extender ./extender
 # `python -m` puts the working directory first on sys.path, and /src/operator would shadow the
 # standard library's operator module.
 WORKDIR /
-RUN python -m pip wheel --no-deps --wheel-dir /wheels /src \
- && python -m pip wheel --wheel-dir /wheels /wheels/slurm_bridge-*.whl
+# PIP_CONSTRAINT also pins the build backend in pip's isolated build environment.
+RUN PIP_CONSTRAINT=/src/constraints.txt python -m pip wheel --no-deps --wheel-dir /wheels /src \
+ && PIP_CONSTRAINT=/src/constraints.txt python -m pip wheel --wheel-dir /wheels /wheels/slurm_bridge-*.whl
 
-FROM python:${PYTHON_VERSION}-slim-bookworm
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="slurm-bridge" \
       org.opencontainers.image.description="Schedule Kubernetes pods through Slurm (operator, webhook, extender)" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from typing import Any
@@ -15,8 +16,9 @@ from slurm_bridge.operator.nodes import NodeController
 
 from slurm_bridge import names
 from slurm_bridge.config import Config, split_listen
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.kube import SA_DIR, KubeClient, in_cluster_server
 from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,14 @@ def build_registry(
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if os.environ.get("KUBECONFIG"):
             return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs)
+        # kopf's own service-account login calls https://kubernetes.default.svc, which fails
+        # without cluster DNS; this one reads the token again whenever kopf logs in anew (401).
+        return kopf.ConnectionInfo(
+            server=in_cluster_server(),
+            ca_path=str(SA_DIR / "ca.crt"),
+            token=(SA_DIR / "token").read_text().strip(),
+            default_namespace=(SA_DIR / "namespace").read_text().strip(),
+        )
 
     @kopf.on.event("v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
@@ -79,14 +88,55 @@ def build_registry(
     return registry
 
 
-async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector) -> web.AppRunner:
+class StandbyProbe:
+    """Whether a standby replica could lead now: its token is readable and Slurm answers.
+
+    The leader's poller is its own probe. A standby pings slurmrestd every ``period`` seconds, so
+    a missing JWT Secret or a wrong ``slurmRestApi`` shows on every replica before any takeover.
+    """
+
+    def __init__(self, slurm: SlurmClient, elector: LeaderElector, period: float = 10.0) -> None:
+        self.slurm, self.elector, self.period = slurm, elector, period
+        self.ok = False
+        self.problem = "Slurm not checked yet"
+
+    async def run(self) -> None:
+        while not self.elector.is_leader.is_set():
+            try:
+                await self.slurm.ping()
+                ok, problem = True, ""
+            except SlurmError as e:
+                ok, problem = False, str(e)
+            if (ok, problem) != (self.ok, self.problem):
+                if ok:
+                    log.info("standby: Slurm at %s answers", self.slurm.base_url)
+                else:
+                    log.warning("standby: not ready: %s", problem)
+            self.ok, self.problem = ok, problem
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.elector.is_leader.wait(), timeout=self.period)
+
+
+def readiness(ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -> tuple[bool, str]:
+    """Ready means this replica can do the bridge's work now (the reason otherwise)."""
+    if elector.is_leader.is_set():
+        if not ctrl.poller.synced.is_set():
+            return False, f"leader, waiting for the first Slurm job list: {ctrl.poller.last_error or 'in progress'}"
+        if not ctrl.poller.healthy:
+            return False, f"leader, Slurm unreachable: {ctrl.poller.last_error}"
+        return True, "ok"
+    if not standby.ok:
+        return False, f"standby, {standby.problem}"
+    return True, "ok (standby)"
+
+
+async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if elector.is_leader.is_set() and not ctrl.poller.synced.is_set():
-            return web.Response(status=503, text=f"waiting for the first Slurm job list: {ctrl.poller.last_error}")
-        return web.Response(text="ok" if elector.is_leader.is_set() else "ok (standby)")
+        ready, why = readiness(ctrl, elector, standby)
+        return web.Response(status=200 if ready else 503, text=why)
 
     async def stats(_: web.Request) -> web.Response:
         return web.json_response({
@@ -120,7 +170,8 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     ctrl = Controller(cfg, kube, slurm)
     node_ctrl = NodeController(cfg, kube, slurm)
     elector = LeaderElector(kube, lease_namespace, f"{cfg.bridgeId}-operator")
-    runner = await health_server(cfg, ctrl, elector)
+    standby = StandbyProbe(slurm, elector)
+    runner = await health_server(cfg, ctrl, elector, standby)
     stop = asyncio.Event()
 
     async def lead() -> None:
@@ -128,8 +179,13 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         ctrl.start()
         node_ctrl.start()
 
-    tasks = [asyncio.create_task(elector.run(), name="leader"), asyncio.create_task(lead(), name="lead")]
+    tasks = [
+        asyncio.create_task(elector.run(), name="leader"),
+        asyncio.create_task(lead(), name="lead"),
+        asyncio.create_task(standby.run(), name="standby-probe"),
+    ]
     try:
+        # kopf stops on SIGTERM and SIGINT; the clean-up below then runs.
         await kopf.operator(
             registry=build_registry(ctrl, elector, node_ctrl), clusterwide=True, standalone=True, stop_flag=stop
         )
@@ -138,6 +194,8 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
             t.cancel()
         await node_ctrl.stop()
         await ctrl.stop()
+        # Only once no more work can start: a rollout's new leader takes over at once.
+        await elector.release()
         await runner.cleanup()
         await slurm.aclose()
         await kube.aclose()

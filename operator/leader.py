@@ -1,7 +1,12 @@
-"""Lease-based leader election (coordination.k8s.io/v1), as Kubernetes controllers do it.
+"""Lease-based leader election (coordination.k8s.io/v1), as client-go does it.
 
 Only the leader talks to Slurm and writes; standby replicas keep their watch caches warm.
 Losing the lease ends the process: a restart is the only way to be sure no old work continues.
+
+Expiry is judged by this process's monotonic clock: a Lease counts as expired once its record
+(holder and renew time) has not changed for ``leaseDurationSeconds`` of local time since this
+replica first saw it. The holder's timestamps are never compared with the local wall clock, so
+clock skew between nodes can neither steal a live lease nor keep a dead one.
 """
 
 from __future__ import annotations
@@ -10,7 +15,10 @@ import asyncio
 import logging
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from slurm_bridge.kube import Conflict, KubeClient
@@ -22,10 +30,13 @@ def _micro(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    return datetime.strptime(ts.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+@dataclass(frozen=True)
+class _Record:
+    """What identifies one renewal of a Lease: a change of any field is a sign of life."""
+
+    holder: str
+    renew_time: str
+    duration: float
 
 
 class LeaderElector:
@@ -37,52 +48,100 @@ class LeaderElector:
         *,
         lease_seconds: int = 15,
         renew_seconds: float = 5.0,
+        retry_seconds: float = 1.0,
         identity: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.namespace, self.name = namespace, name
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
+        self.retry_seconds = retry_seconds
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}"
         self.is_leader = asyncio.Event()
+        self._clock = clock
+        self._wall = wall_clock
+        self._observed: _Record | None = None
+        self._observed_at = 0.0
 
-    def _spec(self, acquire: datetime, transitions: int) -> dict[str, Any]:
-        now = datetime.now(UTC)
+    def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.lease_seconds,
-            "acquireTime": _micro(acquire),
-            "renewTime": _micro(now),
+            "acquireTime": acquire,
+            "renewTime": _micro(self._wall()),
             "leaseTransitions": transitions,
         }
 
+    def _observe(self, spec: dict[str, Any]) -> _Record:
+        record = _Record(
+            holder=spec.get("holderIdentity") or "",
+            renew_time=spec.get("renewTime") or "",
+            duration=float(spec.get("leaseDurationSeconds") or self.lease_seconds),
+        )
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._clock()
+        return record
+
+    def _held_by_other(self, record: _Record) -> bool:
+        if not record.holder or record.holder == self.identity:
+            return False
+        return self._clock() < self._observed_at + record.duration
+
     async def try_acquire(self) -> bool:
         lease = await self.kube.get(self.path)
-        now = datetime.now(UTC)
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(now, 0)}  # fmt: skip
+                    "spec": self._spec(_micro(self._wall()), 0)}  # fmt: skip
             try:
                 await self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
                 return True
             except Conflict:
                 return False
         spec = lease.get("spec", {})
-        holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or datetime.fromtimestamp(0, UTC)
-        duration = timedelta(seconds=spec.get("leaseDurationSeconds") or self.lease_seconds)
-        if holder and holder != self.identity and renewed + duration > now:
+        record = self._observe(spec)
+        if self._held_by_other(record):
             return False
-        transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
-        acquire = (_parse(spec.get("acquireTime")) or now) if holder == self.identity else now
+        ours = record.holder == self.identity
+        transitions = int(spec.get("leaseTransitions") or 0) + (not ours)
+        acquire = (spec.get("acquireTime") or _micro(self._wall())) if ours else _micro(self._wall())
         lease["spec"] = self._spec(acquire, transitions)
         try:
             await self.kube.request("PUT", self.path, body=lease)  # resourceVersion guards the race
-            return True
         except Conflict:
             return False
+        self._observe(lease["spec"])
+        return True
+
+    async def release(self) -> None:
+        """Give the Lease up at shutdown, so a standby takes over at once rather than after expiry.
+
+        Called only after this replica has stopped working. Like client-go, it empties the holder
+        and shortens the duration to one second; a failure just leaves the Lease to expire.
+        """
+        if not self.is_leader.is_set():
+            return
+        self.is_leader.clear()
+        try:
+            lease = await self.kube.get(self.path)
+            if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
+                return
+            now = _micro(self._wall())
+            lease["spec"] = {
+                "holderIdentity": None,
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0),
+            }
+            await self.kube.request("PUT", self.path, body=lease)
+            log.info("released the leader lease %s/%s", self.namespace, self.name)
+        except Exception as e:
+            log.warning("could not release the leader lease %s/%s (it expires by itself): %s",
+                        self.namespace, self.name, e)  # fmt: skip
 
     async def run(self) -> None:
         """Acquire, then renew until the process ends; exits the process if the lease is lost."""
@@ -94,17 +153,17 @@ class LeaderElector:
                     break
             except Exception as e:
                 log.warning("leader election: %s", e)
-            await asyncio.sleep(self.renew_seconds / 2)
-        deadline = asyncio.get_running_loop().time() + self.lease_seconds
+            await asyncio.sleep(self.retry_seconds)
+        deadline = self._clock() + self.lease_seconds
         while True:
             await asyncio.sleep(self.renew_seconds)
             try:
                 if await self.try_acquire():
-                    deadline = asyncio.get_running_loop().time() + self.lease_seconds
+                    deadline = self._clock() + self.lease_seconds
                     continue
                 log.error("lost the leader lease to another replica; exiting")
             except Exception as e:
-                if asyncio.get_running_loop().time() < deadline:
+                if self._clock() < deadline:
                     log.warning("lease renewal failed, will retry: %s", e)
                     continue
                 log.error("could not renew the leader lease before it expired (%s); exiting", e)

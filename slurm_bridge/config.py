@@ -77,6 +77,8 @@ class Config(_Model):
     schedulerName: str = "slurm-bridge"
     slurmRestApi: str = "http://127.0.0.1:6820"
     slurmJwtFile: Path = Path("/var/run/secrets/slurm-bridge/jwt")
+    # Where slurmJwtFile comes from, named in every error about it (the chart: its Secret).
+    slurmJwtSource: str = ""
     slurmUser: str = ""
     managedNamespaces: list[str] = Field(default_factory=list)
     managedNamespaceSelector: LabelSelector | None = None

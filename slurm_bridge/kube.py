@@ -71,6 +71,19 @@ class _Token:
         return self._token
 
 
+def in_cluster_server() -> str:
+    """The API server as a pod sees it: the kubernetes Service's address from the environment the
+    kubelet sets, as client-go's in-cluster config does. Not https://kubernetes.default.svc, which
+    needs cluster DNS."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        raise RuntimeError(
+            "KUBERNETES_SERVICE_HOST is not set: not running in a pod; pass --kubeconfig or set KUBECONFIG"
+        )
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
 def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, _Token | None]:
     """Server URL, TLS context and auth from a kubeconfig, or from the pod's service account."""
     from kubernetes import client as k8s_client  # credentials loading only
@@ -78,10 +91,8 @@ def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, _Tok
 
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if not path and (SA_DIR / "token").exists():
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-        return f"https://{host}:{port}", ctx, _Token(token_file=SA_DIR / "token")
+        return in_cluster_server(), ctx, _Token(token_file=SA_DIR / "token")
     cfg = k8s_client.Configuration()
     k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()

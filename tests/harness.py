@@ -58,7 +58,7 @@ def cluster_env() -> dict[str, str]:
 def cluster_running() -> bool:
     out = run(["bash", str(CLUSTER_SH), "status"], check=False).stdout
     needed = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "munged",
-              "slurmctld", "slurmrestd"]  # fmt: skip
+              "slurmctld", "slurmrestd", "containerd", "kubelet", "kube-proxy"]  # fmt: skip
     states = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[1:] if len(ln.split()) > 2}
     return all(states.get(n) == "running" for n in needed)
 

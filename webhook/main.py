@@ -18,6 +18,8 @@ from .render import RenderError, ca_bundle, parse_service, render_yaml, webhook_
 from .server import WebhookServer
 
 EXIT_USAGE = 2
+# Longer than the endpoint controller and kube-proxy take to drop a terminating pod (about a second).
+DEFAULT_DRAIN_SECONDS = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sub = p.add_subparsers(dest="command", metavar="{serve,render-config,gen-certs}")
 
-    sub.add_parser("serve", help="run the HTTPS webhook server (the default command)")
+    serve = sub.add_parser("serve", help="run the HTTPS webhook server (the default command)")
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=DEFAULT_DRAIN_SECONDS,
+        help="on SIGTERM, answer not-ready but keep serving this long before stopping, so the "
+        "Service stops routing calls here first (default: %(default)s; 0 for a local process)",
+    )
 
     r = sub.add_parser(
         "render-config",
@@ -64,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, drain_seconds: float) -> None:
     server = WebhookServer(config)
     await server.start()
     stop = asyncio.Event()
@@ -74,14 +83,14 @@ async def _serve(config: Config) -> None:
     try:
         await stop.wait()
     finally:
-        await server.stop()
+        await server.stop(drain_seconds)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     setup_logging(args.log_level)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS)))
     except (OSError, ssl.SSLError) as e:
         print(
             f"slurm-bridge-webhook: cannot serve on {config.webhookListen} with certificate "

@@ -196,7 +196,16 @@ def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callab
 
 
 def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    @web.middleware
+    async def close_while_draining(request: web.Request, handler: Any) -> web.StreamResponse:
+        # While draining, every answer ends its connection ("Connection: close"), so the API
+        # server's next call opens a new one, which the Service routes to a replica that stays.
+        response: web.StreamResponse = await handler(request)
+        if not is_ready():
+            response.force_close()
+        return response
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[close_while_draining])
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -269,8 +278,18 @@ class WebhookServer:
                 "is refused, including the bridge's own"
             )
 
-    async def stop(self) -> None:
+    async def stop(self, drain_seconds: float = 0.0) -> None:
+        """Stop serving; with ``drain_seconds``, first answer not-ready and keep serving that long.
+
+        A terminating pod stays a Service endpoint until the endpoint controller and kube-proxy
+        have caught up; with ``failurePolicy: Fail`` a call that reaches a closed server fails the
+        pod's creation. Draining keeps answering those calls (closing each connection after it)
+        until traffic has moved to the other replicas.
+        """
         self._stopping = True
+        if drain_seconds > 0 and self._runner is not None:
+            log.info("webhook draining", extra={"fields": {"seconds": drain_seconds}})
+            await asyncio.sleep(drain_seconds)
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -70,8 +70,10 @@ class _TokenFile:
     rewrite changes mtime/size. The token itself never leaves this object except into a header.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, source: str = "") -> None:
         self.path = path
+        # Where the file comes from (e.g. "Secret ns/name, key jwt"), so errors say what to fix.
+        self._where = f" (it comes from {source})" if source else ""
         self._key: tuple[int, int, int] | None = None
         self._token = ""
 
@@ -82,16 +84,16 @@ class _TokenFile:
         try:
             st = self.path.stat()
         except OSError as e:
-            raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}: {e.strerror}") from None
+            raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}{self._where}: {e.strerror}") from None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if key != self._key or not self._token:
             try:
                 text = self.path.read_text(encoding="utf-8", errors="replace")
             except OSError as e:
-                raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}: {e.strerror}") from None
+                raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}{self._where}: {e.strerror}") from None
             token = _parse_token(text)
             if not token:
-                raise SlurmAuthError(f"the Slurm JWT file {self.path} is empty")
+                raise SlurmAuthError(f"the Slurm JWT file {self.path}{self._where} is empty")
             self._key, self._token = key, token
         return self._token
 
@@ -155,6 +157,7 @@ class SlurmClient:
         api_version: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
+        token_source: str = "",
         backoff_base: float = 0.2,
         backoff_max: float = 5.0,
     ) -> None:
@@ -166,7 +169,7 @@ class SlurmClient:
         self.request_count = 0
         # "GET /job/{id}" -> count: what the calls were, for /stats and the benchmark
         self.requests_by_kind: dict[str, int] = {}
-        self._token = _TokenFile(Path(token_file))
+        self._token = _TokenFile(Path(token_file), token_source)
         self._pinned = api_version
         self._codec: Codec | None = codec_for(api_version) if api_version else None
         self._version_lock = asyncio.Lock()
@@ -189,6 +192,7 @@ class SlurmClient:
             cfg.slurmJwtFile,
             user=cfg.slurmUser or None,
             timeout=cfg.slurmRequestTimeoutSeconds,
+            token_source=cfg.slurmJwtSource,
         )
 
     def __repr__(self) -> str:

@@ -28,7 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "slurm-bridge"
 NS = "slurm-bridge"
 RELEASE = "slurm-bridge"
-COMPONENTS = ("operator", "webhook", "extender", "scheduler")
+# The Deployments, each with the full set of per-component values. The extender is a container of
+# the scheduler's pods, with values of its own (extender.port, .resources, .extraEnv).
+COMPONENTS = ("operator", "webhook", "scheduler")
 Obj = dict[str, Any]
 
 
@@ -119,6 +121,12 @@ def rendered_config(docs: list[Obj], fullname: str = RELEASE) -> Obj:
 
 def deployment(docs: list[Obj], component: str, fullname: str = RELEASE) -> Obj:
     return find(docs, "Deployment", f"{fullname}-{component}")
+
+
+def container(docs: list[Obj], component: str, name: str | None = None) -> Obj:
+    """A container of a component's pods: the first, or the one named ``name``."""
+    containers: list[Obj] = deployment(docs, component)["spec"]["template"]["spec"]["containers"]
+    return containers[0] if name is None else next(c for c in containers if c["name"] == name)
 
 
 # ---- CRDs --------------------------------------------------------------------------------------
@@ -218,7 +226,7 @@ def test_schema_describes_every_value_and_forbids_unknown_keys() -> None:
     schema = _schema()
     missing = [p for p in _leaf_paths(_values()) if _schema_for(schema, p) is None]
     assert not missing, f"values.schema.json does not describe: {missing}"
-    closed = ["", "image", "config", "slurmJwt", *COMPONENTS, "webhook.tls", "webhook.tls.certManager"]
+    closed = ["", "image", "config", "slurmJwt", *COMPONENTS, "extender", "webhook.tls", "webhook.tls.certManager"]
     for path in closed:
         node = schema if not path else _schema_for(schema, path)
         assert node is not None and node.get("additionalProperties") is False, f"{path or 'top level'} is open"
@@ -240,10 +248,13 @@ def test_rendered_config_is_valid_for_every_component() -> None:
     tls_mount = next(m for m in wh["containers"][0]["volumeMounts"] if m["name"] == "tls")["mountPath"]
     assert {str(cfg.webhookCertFile), str(cfg.webhookKeyFile)} == {f"{tls_mount}/tls.crt", f"{tls_mount}/tls.key"}
     assert wh["containers"][0]["ports"][0]["containerPort"] == int(cfg.webhookListen.rsplit(":", 1)[1])
-    ex = deployment(docs, "extender")["spec"]["template"]["spec"]
-    assert ex["containers"][0]["ports"][0]["containerPort"] == int(cfg.extenderListen.rsplit(":", 1)[1])
+    # The extender listens on its pod's loopback only (the scheduler beside it is its one caller).
+    assert cfg.extenderListen == "127.0.0.1:8090"
+    assert "ports" not in container(docs, "scheduler", "extender")
+    # The chart names the Secret the token comes from, for the operator's error messages.
+    assert cfg.slurmJwtSource == f"Secret {NS}/{RELEASE}-slurm-jwt, key jwt"
     # Only the operator talks to Slurm, so only it mounts the token.
-    for component in ("webhook", "extender", "scheduler"):
+    for component in ("webhook", "scheduler"):
         vols = deployment(docs, component)["spec"]["template"]["spec"]["volumes"]
         assert not any("secret" in v and v["secret"]["secretName"].endswith("slurm-jwt") for v in vols), component
 
@@ -424,7 +435,9 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         _grant("coordination.k8s.io", "leases", "create")
         | _grant("coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-operator",))
     )
-    assert _rules(find(docs, "ClusterRole", f"{RELEASE}-extender")) == _grant("", "pods/binding", "create")
+    assert not [r for r in find_all(docs, "ClusterRole") if "extender" in r["metadata"]["name"]], (
+        "the extender binds as the scheduler's ServiceAccount (system:kube-scheduler grants pods/binding)"
+    )
     assert _rules(find(docs, "Role", f"{RELEASE}-scheduler-lease")) == _grant(
         "coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-scheduler",)
     )
@@ -435,7 +448,6 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         bindings.setdefault(subject["name"], set()).add(f"{b['roleRef']['kind']}/{b['roleRef']['name']}")
     assert bindings == {
         f"{RELEASE}-operator": {f"ClusterRole/{RELEASE}-operator", f"Role/{RELEASE}-operator-lease"},
-        f"{RELEASE}-extender": {f"ClusterRole/{RELEASE}-extender"},
         f"{RELEASE}-scheduler": {
             "ClusterRole/system:kube-scheduler",
             "ClusterRole/system:volume-scheduler",
@@ -492,13 +504,14 @@ def test_every_pod_is_locked_down_probed_labelled_and_budgeted() -> None:
         assert spec["securityContext"]["runAsUser"] != 0
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for c in spec["containers"]:
+            where = f"{name}/{c['name']}"
             sc = c["securityContext"]
-            assert sc["readOnlyRootFilesystem"] is True, name
-            assert sc["allowPrivilegeEscalation"] is False, name
-            assert sc["capabilities"] == {"drop": ["ALL"]}, name
-            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
-            assert c["livenessProbe"] and c["readinessProbe"], name
-            assert c["resources"]["requests"] and c["resources"]["limits"], name
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert c["livenessProbe"] and c["readinessProbe"], where
+            assert c["resources"]["requests"] and c["resources"]["limits"], where
         pdb = pdbs[name]
         assert pdb["spec"]["selector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
 
@@ -517,8 +530,8 @@ def test_operator_elects_a_leader_in_the_release_namespace() -> None:
 
 def test_each_component_runs_its_own_entry_point_of_one_image() -> None:
     docs = render({"image": {"repository": "registry.example/slurm-bridge", "tag": "1.2.3"}})
-    for component in ("operator", "webhook", "extender"):
-        c = deployment(docs, component)["spec"]["template"]["spec"]["containers"][0]
+    for component, c in [("operator", container(docs, "operator")), ("webhook", container(docs, "webhook")),
+                         ("extender", container(docs, "scheduler", "extender"))]:  # fmt: skip
         assert c["image"] == "registry.example/slurm-bridge:1.2.3"
         assert c["command"] == [f"slurm-bridge-{component}"]
         assert "--config=/etc/slurm-bridge/config/config.yaml" in c["args"]
@@ -557,29 +570,30 @@ def test_scheduler_config_matches_the_local_template() -> None:
     ext_url = got["extenders"][0].pop("urlPrefix")
     local["extenders"][0].pop("urlPrefix")
     assert got["extenders"] == local["extenders"]
-    assert ext_url == f"http://{RELEASE}-extender.{NS}.svc:8090"
+    assert ext_url == "http://127.0.0.1:8090", "the extender beside the scheduler, on the pod's loopback"
     assert "kubeconfig" not in got["clientConnection"], "in-cluster credentials"
     for key in ("podInitialBackoffSeconds", "podMaxBackoffSeconds"):
         assert got[key] == local[key]
-    svc = find(docs, "Service", f"{RELEASE}-extender")
-    assert svc["spec"]["ports"][0]["port"] == 8090
-    policy = find(docs, "NetworkPolicy", f"{RELEASE}-extender")
-    assert policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"][
-        "app.kubernetes.io/component"] == "scheduler"  # fmt: skip
+    assert not [o for o in docs if o["metadata"]["name"] == f"{RELEASE}-extender"], "nothing exposes the extender"
+    # The kubelet cannot reach a pod's loopback: the extender's probes run inside its container.
+    probe = container(docs, "scheduler", "extender")["livenessProbe"]["exec"]["command"]
+    assert probe[:2] == ["python", "-c"] and "http://127.0.0.1:8090/healthz" in probe[2]
 
 
 def test_a_config_change_rolls_exactly_the_components_that_read_it() -> None:
     def checksums(values: Obj) -> dict[str, str]:
         docs = render(values)
-        return {c: deployment(docs, c)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-                for c in COMPONENTS}  # fmt: skip
+        annotations = {c: deployment(docs, c)["spec"]["template"]["metadata"]["annotations"] for c in COMPONENTS}
+        return {c: a["checksum/config"] + a.get("checksum/scheduler-config", "") for c, a in annotations.items()}
 
     base = checksums({})
     assert checksums({}) == base, "checksums are stable (no random input)"
+    # Every pod reads config.yaml (the scheduler's through its extender), so every one rolls.
     changed = checksums({"config": {"pollPeriodSeconds": 0.5}})
-    assert {c for c in COMPONENTS if changed[c] != base[c]} == {"operator", "webhook", "extender"}
-    sched = checksums({"config": {"schedulerName": "other"}})
-    assert sched["scheduler"] != base["scheduler"]
+    assert {c for c in COMPONENTS if changed[c] != base[c]} == {"operator", "webhook", "scheduler"}
+    # The extender's port is in the scheduler's own configuration only.
+    moved = checksums({"extender": {"port": 8091}})
+    assert {c for c in COMPONENTS if moved[c] != base[c]} == {"operator", "webhook", "scheduler"}
 
 
 def test_jwt_secret_is_referenced_or_created() -> None:

@@ -860,7 +860,9 @@ def _free_port() -> int:
         return port
 
 
-def test_serve_command_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
+def test_serve_command_drains_then_stops_on_sigterm(tmp_path: Path) -> None:
+    """On SIGTERM the server answers not-ready but keeps serving (closing each connection) for
+    --drain-seconds, so calls routed to it meanwhile still succeed; then it stops."""
     d = tmp_path / "tls"
     write_certs(d, ["127.0.0.1"])
     port = _free_port()
@@ -876,7 +878,7 @@ def test_serve_command_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
     )
     code = "import sys; from slurm_bridge.webhook.main import main; sys.exit(main())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--config", str(cfg), "serve"],
+        [sys.executable, "-c", code, "--config", str(cfg), "serve", "--drain-seconds", "2"],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -893,12 +895,26 @@ def test_serve_command_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
                     pass
                 assert time.monotonic() < deadline, "server did not become ready"
                 time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            wait_until = signalled + 1.5
+            not_ready = None
+            while time.monotonic() < wait_until and not_ready is None:
+                r = client.get(f"https://127.0.0.1:{port}/readyz")
+                if r.status_code == 503:
+                    not_ready = r
+            assert not_ready is not None, "/readyz stayed 200 after SIGTERM"
+            assert not_ready.headers.get("connection", "").lower() == "close", "draining answers end the connection"
+            review = client.post(f"https://127.0.0.1:{port}/mutate", json=make_review(make_pod()))
+            assert review.status_code == 200 and review.json()["response"]["allowed"] is True
+            assert proc.poll() is None, "still serving while draining"
         assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - signalled >= 2, "stopped before --drain-seconds had passed"
         assert proc.stderr is not None
         logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
         assert [e["msg"] for e in logs if e["msg"].startswith("webhook")] == [
             "webhook serving",
+            "webhook draining",
             "webhook stopped",
         ]
     finally:

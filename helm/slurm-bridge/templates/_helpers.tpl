@@ -161,6 +161,7 @@ matchExpressions:
   "schedulerName" $c.schedulerName
   "slurmRestApi" $c.slurmRestApi
   "slurmJwtFile" "/var/run/secrets/slurm-bridge/jwt"
+  "slurmJwtSource" (printf "Secret %s/%s, key %s" .Release.Namespace (include "slurm-bridge.jwtSecretName" .) .Values.slurmJwt.secretKey)
   "slurmUser" $c.slurmUser
   "managedNamespaces" ($c.managedNamespaces | default list)
   "mcsLabel" $c.mcsLabel
@@ -173,7 +174,7 @@ matchExpressions:
   "webhookListen" (printf "0.0.0.0:%d" (int .Values.webhook.port))
   "webhookCertFile" "/etc/slurm-bridge/tls/tls.crt"
   "webhookKeyFile" "/etc/slurm-bridge/tls/tls.key"
-  "extenderListen" (printf "0.0.0.0:%d" (int .Values.extender.port))
+  "extenderListen" (printf "127.0.0.1:%d" (int .Values.extender.port))
   "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)

@@ -1,0 +1,152 @@
+"""Leader election: expiry judged by the local monotonic clock (never by the holder's timestamps),
+takeover, and release at shutdown. The Lease store is a dict with resourceVersion conflicts."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from slurm_bridge.operator.leader import LeaderElector
+
+from slurm_bridge.kube import Conflict
+
+PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/bridge-operator"
+
+
+class FakeLeases:
+    """One Lease, stored as the API server would: create once, PUT only at the current version."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.puts = 0
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        assert path == PATH
+        return copy.deepcopy(self.lease)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.lease is not None:
+            raise Conflict(409, "AlreadyExists", "exists")
+        self.version += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return copy.deepcopy(self.lease)
+
+    async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert (method, path) == ("PUT", PATH) and self.lease is not None
+        if body["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "the object has been modified")
+        self.version += 1
+        self.puts += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return copy.deepcopy(self.lease)
+
+    def holder(self) -> str | None:
+        assert self.lease is not None
+        holder: str | None = self.lease["spec"].get("holderIdentity")
+        return holder
+
+
+class Clocks:
+    """A replica's monotonic clock and its wall clock, which may be skewed from the others'."""
+
+    def __init__(self, skew: timedelta = timedelta(0)) -> None:
+        self.mono = 1000.0
+        self.skew = skew
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def wall(self) -> datetime:
+        return datetime(2026, 11, 22, 12, 0, tzinfo=UTC) + timedelta(seconds=self.mono) + self.skew
+
+
+def elector(store: FakeLeases, identity: str, clocks: Clocks) -> LeaderElector:
+    return LeaderElector(
+        store,  # type: ignore[arg-type]  # the three calls the elector makes
+        "ns",
+        "bridge-operator",
+        identity=identity,
+        lease_seconds=15,
+        clock=clocks.monotonic,
+        wall_clock=clocks.wall,
+    )
+
+
+async def test_the_first_candidate_creates_the_lease_and_the_second_waits() -> None:
+    store, ca, cb = FakeLeases(), Clocks(), Clocks()
+    a, b = elector(store, "a", ca), elector(store, "b", cb)
+    assert await a.try_acquire()
+    assert store.holder() == "a"
+    assert not await b.try_acquire()
+
+
+@pytest.mark.parametrize("skew", [timedelta(hours=-1), timedelta(hours=1), timedelta(0)])
+async def test_a_renewing_holder_keeps_the_lease_whatever_the_clock_skew(skew: timedelta) -> None:
+    # The holder's wall clock is an hour behind or ahead of the candidate's: comparing its
+    # renewTime with the local clock would steal a live lease (behind) or never expire (ahead).
+    store, holder_clock, candidate_clock = FakeLeases(), Clocks(skew), Clocks()
+    holder, candidate = elector(store, "holder", holder_clock), elector(store, "candidate", candidate_clock)
+    assert await holder.try_acquire()
+    for _ in range(10):  # 50 s of renewals every 5 s: far longer than the 15 s lease
+        assert not await candidate.try_acquire()
+        holder_clock.mono += 5
+        candidate_clock.mono += 5
+        assert await holder.try_acquire()
+    assert store.holder() == "holder"
+
+
+@pytest.mark.parametrize("skew", [timedelta(hours=-1), timedelta(hours=1)])
+async def test_a_silent_holder_loses_the_lease_after_its_duration_of_local_time(skew: timedelta) -> None:
+    store, holder_clock, candidate_clock = FakeLeases(), Clocks(skew), Clocks()
+    holder, candidate = elector(store, "holder", holder_clock), elector(store, "candidate", candidate_clock)
+    assert await holder.try_acquire()
+    assert not await candidate.try_acquire()  # first sight of this record starts the local timer
+    candidate_clock.mono += 14.9
+    assert not await candidate.try_acquire()
+    candidate_clock.mono += 0.2
+    assert await candidate.try_acquire()
+    assert store.holder() == "candidate"
+    assert store.lease is not None and store.lease["spec"]["leaseTransitions"] == 1
+
+
+async def test_the_timer_restarts_at_every_renewal_the_candidate_sees() -> None:
+    store, holder_clock, candidate_clock = FakeLeases(), Clocks(), Clocks()
+    holder, candidate = elector(store, "holder", holder_clock), elector(store, "candidate", candidate_clock)
+    assert await holder.try_acquire()
+    assert not await candidate.try_acquire()
+    candidate_clock.mono += 10
+    holder_clock.mono += 10
+    assert await holder.try_acquire()  # renewed: a new record
+    candidate_clock.mono += 10  # 20 s since the first sight, 10 s since the renewal
+    assert not await candidate.try_acquire()
+    candidate_clock.mono += 15.1
+    assert await candidate.try_acquire()
+
+
+async def test_release_hands_the_lease_over_at_once() -> None:
+    store, ca, cb = FakeLeases(), Clocks(), Clocks()
+    a, b = elector(store, "a", ca), elector(store, "b", cb)
+    assert await a.try_acquire()
+    a.is_leader.set()
+    assert not await b.try_acquire()
+    await a.release()
+    assert store.lease is not None
+    assert store.holder() is None and store.lease["spec"]["leaseDurationSeconds"] == 1
+    assert not a.is_leader.is_set()
+    assert await b.try_acquire(), "an empty holder is free to take, with no wait for expiry"
+    assert store.holder() == "b"
+
+
+async def test_release_writes_nothing_unless_this_replica_holds_the_lease() -> None:
+    store, ca, cb = FakeLeases(), Clocks(), Clocks()
+    a, b = elector(store, "a", ca), elector(store, "b", cb)
+    await b.release()  # never led: no Lease to touch
+    assert store.lease is None
+    assert await a.try_acquire()
+    b.is_leader.set()  # believes it leads, but the Lease says otherwise
+    puts = store.puts
+    await b.release()
+    assert store.puts == puts and store.holder() == "a"
