@@ -8,74 +8,16 @@
 #   hack/bridge.sh stop NAME        stop one component (tests use this to simulate crashes)
 #   hack/bridge.sh config           print the path of the bridge config file
 #
-# Opt-in: SB_IMPERSONATE=NAMESPACE/FULLNAME runs operator, extender and scheduler as the Helm
-# chart's ServiceAccounts FULLNAME-operator, -extender, -scheduler in NAMESPACE (FULLNAME is the
-# chart's full name: the release name, RELEASE-slurm-bridge, or fullnameOverride), so each has
-# only the chart's RBAC (apply the chart's ServiceAccounts and RBAC first). The scheduler's
-# kubeconfig impersonates (users[].user.as/as-groups); the Python clients cannot, so a
-# `kubectl proxy --as` on 127.0.0.1 impersonates for the operator and the extender. Their Leases
-# move to NAMESPACE, the scheduler elects a leader, and the config (config-sa.yaml) also trusts
-# the operator's account. Restart a component without the variable to return to the normal mode.
+# The Helm chart's form (image, ServiceAccounts, RBAC, pods on the real node) is hack/deploy.sh.
 . "$(dirname "$0")/lib.sh"
 cd "$REPO_DIR"
 BRIDGE_DIR="$STATE_DIR/bridge"
 CONFIG="$BRIDGE_DIR/config.yaml"
 VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_MANAGED_LABEL:=slurm-bridge.local/managed}" "${SB_POLL_PERIOD:=1.0}"
-SA_NAMESPACE="" SA_PREFIX="" LEASE_NAMESPACE=default
-: "${SB_OPERATOR_PROXY_PORT:=$((SB_OPERATOR_PORT + 1))}" "${SB_EXTENDER_PROXY_PORT:=$((SB_EXTENDER_PORT + 1))}"
-if [ -n "${SB_IMPERSONATE:-}" ]; then
-  [[ "$SB_IMPERSONATE" =~ ^([a-z0-9]([-a-z0-9]*[a-z0-9])?)/([a-z0-9]([-a-z0-9]*[a-z0-9])?)$ ]] \
-    || die "SB_IMPERSONATE='$SB_IMPERSONATE' is not NAMESPACE/FULLNAME (lowercase DNS labels)"
-  SA_NAMESPACE=${BASH_REMATCH[1]} SA_PREFIX=${BASH_REMATCH[3]}
-  CONFIG="$BRIDGE_DIR/config-sa.yaml"
-  LEASE_NAMESPACE=$SA_NAMESPACE
-fi
-
-sa_user() { echo "system:serviceaccount:$SA_NAMESPACE:$SA_PREFIX-$1"; }
-
-check_sa() { # component : its ServiceAccount must exist before anything is stopped
-  kubectl_ -n "$SA_NAMESPACE" get serviceaccount "$SA_PREFIX-$1" >/dev/null 2>&1 \
-    || die "ServiceAccount $SA_NAMESPACE/$SA_PREFIX-$1 not found; apply the chart's ServiceAccounts and RBAC first"
-}
-
-kubeconfig_for() { # component : the kubeconfig it runs with (impersonating its ServiceAccount)
-  local c=$1 kc="$BRIDGE_DIR/kubeconfig-sa-$1" user port
-  user=$(sa_user "$c")
-  check_sa "$c"
-  if [ "$c" = scheduler ]; then
-    write_kubeconfig "$kc" bridge \
-      ", as: \"$user\", as-groups: [system:serviceaccounts, \"system:serviceaccounts:$SA_NAMESPACE\", system:authenticated]"
-  else
-    [ "$c" = operator ] && port=$SB_OPERATOR_PROXY_PORT || port=$SB_EXTENDER_PROXY_PORT
-    stop "bridge-$c-proxy"
-    check_port "bridge-$c-proxy" "$port" "SB_${c^^}_PROXY_PORT"
-    start "bridge-$c-proxy" kubectl --kubeconfig "$STATE_DIR/kubeconfig-bridge" proxy --address 127.0.0.1 \
-      --port "$port" --as "$user" --as-group system:serviceaccounts --as-group "system:serviceaccounts:$SA_NAMESPACE" \
-      --as-group system:authenticated
-    wait_ready "bridge-$c-proxy" "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$port/version"
-    cat > "$kc" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "http://127.0.0.1:$port"}
-users:
-- name: $SA_PREFIX-$c
-  user: {}
-contexts:
-- name: local
-  context: {cluster: local, user: $SA_PREFIX-$c}
-current-context: local
-KC
-  fi
-  echo "$kc"
-}
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
-  local trusted="slurm-bridge"
-  [ -z "$SA_NAMESPACE" ] || trusted="slurm-bridge, $(sa_user operator)"
   cat > "$CONFIG" <<CFG
 # Local bridge config (written by hack/bridge.sh); keys are documented in docs/configuration.md.
 schedulerName: slurm-bridge
@@ -85,7 +27,7 @@ partition: $SB_PARTITION
 managedNamespaceSelector:
   matchLabels: {$SB_MANAGED_LABEL: "true"}
 pollPeriodSeconds: $SB_POLL_PERIOD
-trustedUsers: [$trusted]
+trustedUsers: [slurm-bridge]
 webhookListen: 127.0.0.1:$SB_WEBHOOK_PORT
 webhookCertFile: $BRIDGE_DIR/tls/tls.crt
 webhookKeyFile: $BRIDGE_DIR/tls/tls.key
@@ -95,18 +37,11 @@ CFG
 }
 
 start_component() {
-  local c=$1 kc="$STATE_DIR/kubeconfig-bridge" leader_elect=false
-  if [ -n "$SA_NAMESPACE" ]; then
-    write_config
-    case $c in operator|extender|scheduler) kc=$(kubeconfig_for "$c") ;; esac
-    leader_elect=true
-  else
-    stop "bridge-$c-proxy"  # left by an impersonating run, if any
-  fi
+  local c=$1 kc="$STATE_DIR/kubeconfig-bridge"
   case $c in
     operator)
       alive bridge-operator || check_port bridge-operator "$SB_OPERATOR_PORT" SB_OPERATOR_PORT
-      start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace "$LEASE_NAMESPACE"
+      start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace default
       echo "$SB_OPERATOR_PORT" > "$STATE_DIR/bridge-operator.port"
       wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz" ;;
     webhook)
@@ -121,7 +56,7 @@ start_component() {
       wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_PORT/healthz" ;;
     scheduler)
       KUBECONFIG="$kc" EXTENDER_URL="http://127.0.0.1:$SB_EXTENDER_PORT" SCHEDULER_NAME=slurm-bridge \
-        LEADER_ELECT=$leader_elect NAMESPACE=$LEASE_NAMESPACE python3 -P -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
+        LEADER_ELECT=false NAMESPACE=default python3 -P -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
         < "$REPO_DIR/extender/kube-scheduler.yaml" > "$BRIDGE_DIR/kube-scheduler.yaml"
       alive bridge-scheduler || check_port bridge-scheduler "$SB_BRIDGE_SCHEDULER_PORT" SB_BRIDGE_SCHEDULER_PORT
       start bridge-scheduler "$BIN_DIR/kube-scheduler" --config "$BRIDGE_DIR/kube-scheduler.yaml" \
@@ -135,6 +70,8 @@ start_component() {
 
 cmd_up() {
   [ -f "$KUBECONFIG_FILE" ] && kubectl_ get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not running; run hack/cluster.sh up first"
+  [ "$(kubectl_ get mutatingwebhookconfiguration slurm-bridge -o jsonpath='{.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null)" != Helm ] \
+    || die "the Helm release (hack/deploy.sh) is installed and uses the same names; run hack/deploy.sh uninstall first"
   [ -x "$VENV_BIN/slurm-bridge-operator" ] || bash "$HACK_DIR/setup-python.sh"
   write_config
   kubectl_ apply -f "$REPO_DIR/crds/" >/dev/null || die "applying the CRDs failed"
@@ -152,7 +89,7 @@ cmd_up() {
 
 cmd_down() {
   [ -f "$BRIDGE_DIR/webhooks.yaml" ] && kubectl_ delete --ignore-not-found -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null 2>&1 || true
-  for c in operator webhook scheduler extender; do stop "bridge-$c"; stop "bridge-$c-proxy"; done
+  for c in operator webhook scheduler extender; do stop "bridge-$c"; done
   log "bridge processes stopped"
 }
 
@@ -161,8 +98,6 @@ case "${1:-}" in
   down) cmd_down ;;
   restart)
     [ -n "${2:-}" ] || die "usage: hack/bridge.sh restart operator|webhook|extender|scheduler"
-    # Impersonating: check the ServiceAccount exists before stopping anything.
-    case $2 in operator|extender|scheduler) [ -z "$SA_NAMESPACE" ] || check_sa "$2" ;; esac
     stop "bridge-$2"; start_component "$2" ;;
   stop) [ -n "${2:-}" ] || die "usage: hack/bridge.sh stop operator|webhook|extender|scheduler"; stop "bridge-$2" ;;
   start) [ -n "${2:-}" ] || die "usage: hack/bridge.sh start operator|webhook|extender|scheduler"; start_component "$2" ;;

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -42,9 +43,20 @@ class _NoDiffBase(kopf.DiffBaseStorage):
 
 
 def build_registry(
-    ctrl: Controller, elector: LeaderElector, nodes: NodeController | None = None
+    ctrl: Controller,
+    elector: LeaderElector,
+    nodes: NodeController | None = None,
+    hand_over: Callable[[], Awaitable[None]] | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+
+    if hand_over is not None:
+
+        @kopf.on.cleanup(registry=registry)
+        async def stop_and_release(**_: Any) -> None:
+            # kopf runs this as soon as its watches stop (SIGTERM), then waits up to 5 s for tasks
+            # it did not start: the bridge's must be done by then, and the Lease handed over.
+            await hand_over()
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -184,18 +196,20 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         asyncio.create_task(lead(), name="lead"),
         asyncio.create_task(standby.run(), name="standby-probe"),
     ]
-    try:
-        # kopf stops on SIGTERM and SIGINT; the clean-up below then runs.
-        await kopf.operator(
-            registry=build_registry(ctrl, elector, node_ctrl), clusterwide=True, standalone=True, stop_flag=stop
-        )
-    finally:
+
+    async def hand_over() -> None:
+        """Stop working, then give the Lease up: a rollout's new leader takes over at once."""
         for t in tasks:
             t.cancel()
         await node_ctrl.stop()
         await ctrl.stop()
-        # Only once no more work can start: a rollout's new leader takes over at once.
         await elector.release()
+
+    registry = build_registry(ctrl, elector, node_ctrl, hand_over)
+    try:
+        await kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop)
+    finally:
+        await hand_over()
         await runner.cleanup()
         await slurm.aclose()
         await kube.aclose()

@@ -65,6 +65,7 @@ class LeaderElector:
         self._wall = wall_clock
         self._observed: _Record | None = None
         self._observed_at = 0.0
+        self._stopping = False  # set by release(): never acquire or renew again
 
     def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         return {
@@ -91,6 +92,8 @@ class LeaderElector:
         return self._clock() < self._observed_at + record.duration
 
     async def try_acquire(self) -> bool:
+        if self._stopping:
+            return False
         lease = await self.kube.get(self.path)
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -119,9 +122,11 @@ class LeaderElector:
     async def release(self) -> None:
         """Give the Lease up at shutdown, so a standby takes over at once rather than after expiry.
 
-        Called only after this replica has stopped working. Like client-go, it empties the holder
-        and shortens the duration to one second; a failure just leaves the Lease to expire.
+        Called only after this replica has stopped working; from then on it neither acquires nor
+        renews. Like client-go, it empties the holder and shortens the duration to one second; a
+        failure just leaves the Lease to expire.
         """
+        self._stopping = True
         if not self.is_leader.is_set():
             return
         self.is_leader.clear()
@@ -146,6 +151,8 @@ class LeaderElector:
     async def run(self) -> None:
         """Acquire, then renew until the process ends; exits the process if the lease is lost."""
         while not self.is_leader.is_set():
+            if self._stopping:
+                return
             try:
                 if await self.try_acquire():
                     log.info("became leader (%s, lease %s/%s)", self.identity, self.namespace, self.name)
@@ -157,6 +164,8 @@ class LeaderElector:
         deadline = self._clock() + self.lease_seconds
         while True:
             await asyncio.sleep(self.renew_seconds)
+            if self._stopping:
+                return
             try:
                 if await self.try_acquire():
                     deadline = self._clock() + self.lease_seconds

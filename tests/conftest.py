@@ -25,13 +25,18 @@ from tests.harness import (
 MANAGED_LABEL = "slurm-bridge.local/managed"
 
 
+LAYERS = ("unit", "integration", "e2e", "deployed")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by directory, so `-m unit|integration|e2e` selects a layer."""
+    """Mark tests by directory, so `-m unit|integration|e2e|deployed` selects a layer, and run the
+    deployed tier last: it replaces the bridge processes the e2e tests use with the Helm release."""
     for item in items:
         parts = Path(str(item.fspath)).parts
-        for layer in ("unit", "integration", "e2e"):
+        for layer in LAYERS:
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
+    items.sort(key=lambda item: "deployed" in Path(str(item.fspath)).parts)
 
 
 @pytest.hookimpl(wrapper=True)

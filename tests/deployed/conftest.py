@@ -1,0 +1,77 @@
+"""The deployed tier's fixture: the bridge installed as users install it (hack/deploy.sh: the image
+built from the Dockerfile, `helm install` of the chart, a real JWT Secret), its pods on the local
+cluster's real node. The process bridge of the e2e tier is stopped first: both use the same names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from tests.harness import BRIDGE_SH, REPO, PrerequisiteMissing, run, wait_for
+
+DEPLOY_SH = REPO / "hack" / "deploy.sh"
+
+
+@dataclass(frozen=True)
+class Deployed:
+    release: str
+    namespace: str
+    image_tag: str
+    values: str
+    env: dict[str, str]  # os.environ with the cluster's KUBECONFIG, SLURM_REST_URL_FOR_PODS, ...
+
+    def kubectl(self, *args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", *args], input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env
+        )
+
+    def helm_args(self, *extra: str) -> list[str]:
+        """The install's arguments (hack/deploy.sh), for upgrades that change one thing."""
+        return [
+            self.release, str(REPO / "helm" / "slurm-bridge"), "--namespace", self.namespace,
+            "--values", self.values, "--set", f"image.tag={self.image_tag}",
+            "--set", f"config.slurmRestApi={self.env['SLURM_REST_URL_FOR_PODS']}", *extra,
+        ]  # fmt: skip
+
+
+def deploy(action: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return run(["bash", str(DEPLOY_SH), action], check=False, timeout=timeout)
+
+
+def deploy_env() -> dict[str, str]:
+    out = run(["bash", str(DEPLOY_SH), "env"]).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def no_placeholderjobs_left(custom: k8s.CustomObjectsApi) -> bool:
+    items = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)["items"]
+    return not items
+
+
+@pytest.fixture(scope="session")
+def deployed(cluster: dict[str, str], custom: k8s.CustomObjectsApi) -> Iterator[Deployed]:
+    """The Helm release, installed once for the tier; uninstalled at the end."""
+    stopped = run(["bash", str(BRIDGE_SH), "down"], check=False, timeout=120)
+    if stopped.returncode != 0:
+        raise PrerequisiteMissing(f"`hack/bridge.sh down` failed:\n{stopped.stderr[-3000:]}")
+    proc = deploy("install")
+    if proc.returncode != 0:
+        raise PrerequisiteMissing(f"`hack/deploy.sh install` failed:\n{proc.stderr[-5000:]}")
+    env = deploy_env()
+    yield Deployed(
+        release=env["RELEASE"],
+        namespace=env["RELEASE_NAMESPACE"],
+        image_tag=env["IMAGE_TAG"],
+        values=env["VALUES"],
+        env={**os.environ, **cluster},
+    )
+    # PlaceholderJobs of deleted test namespaces need the operator for their finalizer.
+    wait_for(lambda: no_placeholderjobs_left(custom), 120, "every PlaceholderJob to be finalized before uninstall")
+    proc = deploy("uninstall", timeout=300)
+    assert proc.returncode == 0, f"`hack/deploy.sh uninstall` failed:\n{proc.stderr[-3000:]}"
