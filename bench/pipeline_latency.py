@@ -14,7 +14,10 @@ runs 20/s (the throughput target as arrival rate) and then a burst, and checks t
 targets: p50 <= 1 s and p99 <= 3 s at the sustained rate, >= 20 pods/s bound in the burst (a paced
 run cannot bind faster than pods arrive), <= 3 Slurm REST calls per pod.
 
-Needs the local cluster and bridge (`hack/cluster.sh up && hack/bridge.sh up`).
+Needs the local cluster and bridge (`hack/cluster.sh up && hack/bridge.sh up`). With --deployed it
+measures the chart-installed bridge instead (`hack/deploy.sh install`): the leader's /stats on its
+pod address, and every component's CPU and memory from the real node's kubelet, idle and during
+each bridge run (bridge_resources.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,10 +65,22 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-def operator_stats(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
+def deploy_env() -> dict[str, str]:
+    out = subprocess.run(["bash", str(REPO / "hack" / "deploy.sh"), "env"], check=True, capture_output=True, text=True)
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
+def operator_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/stats", timeout=5) as r:
         stats: dict[str, Any] = json.load(r)
         return stats
+
+
+def leader_url(api: k8s.ApiClient, namespace: str, port: int = 8080) -> str:
+    """The deployed operator leader's health address: its pod IP, from the Lease's holder."""
+    lease = k8s.CoordinationV1Api(api).read_namespaced_lease("slurm-bridge-operator", namespace)
+    pod = k8s.CoreV1Api(api).read_namespaced_pod(lease.spec.holder_identity.rsplit("_", 1)[0], namespace)
+    return f"http://{pod.status.pod_ip}:{port}"
 
 
 def pod_body(name: str) -> dict[str, Any]:
@@ -180,7 +196,9 @@ def main() -> None:
         help="comma-separated arrival rates in pods per second, one run each (0: a burst, all pods at once)",
     )
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--operator-port", type=int, default=28080)
+    ap.add_argument("--operator-port", type=int, default=28080, help="the process bridge's operator port")
+    ap.add_argument("--deployed", action="store_true", help="measure the chart-installed bridge (hack/deploy.sh)")
+    ap.add_argument("--idle-seconds", type=float, default=30, help="with --deployed: the idle sample before the runs")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     try:
@@ -194,15 +212,33 @@ def main() -> None:
     api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
     api.configuration.connection_pool_maxsize = args.concurrency + 4
     core = k8s.CoreV1Api(api)
+    sampler: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    if args.deployed:
+        from bridge_resources import Sampler, print_rows
+
+        namespace, node = deploy_env()["RELEASE_NAMESPACE"], env["SB_REAL_NODE"]
+        args.operator_url = leader_url(api, namespace)
+
+        def sampler() -> contextlib.AbstractContextManager[Any]:
+            return Sampler(api, node, namespace)
+    else:
+        args.operator_url = f"http://127.0.0.1:{args.operator_port}"
     try:
-        operator_stats(args.operator_port)
+        operator_stats(args.operator_url)
     except OSError as e:
-        raise SystemExit(f"the bridge operator is not reachable on 127.0.0.1:{args.operator_port} ({e}); "
-                         "run hack/cluster.sh up && hack/bridge.sh up") from None  # fmt: skip
+        hint = "hack/deploy.sh install" if args.deployed else "hack/bridge.sh up (or --deployed)"
+        raise SystemExit(f"the bridge operator is not reachable at {args.operator_url} ({e}); run {hint}") from None
+    if args.deployed:
+        with sampler() as idle:
+            time.sleep(args.idle_seconds)  # the idle measurement window
+        print_rows(f"bridge pods, idle {args.idle_seconds:g} s:", idle.rows())
     rows: list[dict[str, Any]] = []
     for rate in rates:
         mode = f"{rate:g}/s" if rate > 0 else "burst"
-        bridge, default = one_run(core, args, rate)
+        with sampler() as busy:
+            bridge, default = one_run(core, args, rate)
+        if args.deployed:
+            print_rows(f"bridge pods during the {mode} run (bridge and default-scheduler pods):", busy.rows())
         rows += [{"mode": mode, **bridge}, {"mode": mode, **default}]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -244,14 +280,14 @@ def one_run(core: k8s.CoreV1Api, args: argparse.Namespace, rate: float) -> tuple
     bridge_ns, default_ns = f"bench-bridge-{suffix}", f"bench-default-{suffix}"
     make_namespace(core, bridge_ns, managed=True)
     try:
-        stats0 = operator_stats(args.operator_port)
+        stats0 = operator_stats(args.operator_url)
         before = stats0["slurm_requests"]
         bridge_run = measure(core, bridge_ns, args.pods, args.concurrency, args.timeout, rate)
-        bound = operator_stats(args.operator_port)["slurm_requests"]
+        bound = operator_stats(args.operator_url)["slurm_requests"]
     finally:
         delete_and_wait(core, bridge_ns, args.timeout)
     # Over the pods' whole life: the cancels and the polls that see them end.
-    stats1 = operator_stats(args.operator_port)
+    stats1 = operator_stats(args.operator_url)
     ended = stats1["slurm_requests"]
     kinds0, kinds1 = stats0.get("slurm_requests_by_kind", {}), stats1.get("slurm_requests_by_kind", {})
     make_namespace(core, default_ns, managed=False)

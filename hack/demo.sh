@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# README command (1): on a fresh machine, build/start the local cluster (Kubernetes + real
-# Slurm), start the bridge, and run the example workload through Slurm.
+# README command (1): on a fresh machine, build/start the local cluster (Kubernetes with kwok nodes
+# and one real node, and a real Slurm), install the bridge as users do (the image built from the
+# Dockerfile, `helm install`; hack/deploy.sh), and run the example workload through Slurm.
 . "$(dirname "$0")/lib.sh"
 cd "$REPO_DIR"
 require_root "hack/demo.sh (the local Slurm runs in a chroot)"
 t0=$SECONDS
 bash hack/setup-python.sh
 bash hack/cluster.sh up
-bash hack/bridge.sh up
+bash hack/bridge.sh down >/dev/null   # the development form, if it runs, uses the same names
+bash hack/deploy.sh install
+echo; echo "# The bridge, installed with helm: its pods run on the real node $SB_REAL_NODE"
+kubectl_ -n slurm-bridge-system get pods -o wide
 log "setup done in $((SECONDS - t0))s; applying examples/demo.yaml"
 kubectl_ delete namespace slurm-bridge-demo --ignore-not-found --wait=true >/dev/null
 kubectl_ apply -f examples/demo.yaml

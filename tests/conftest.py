@@ -13,6 +13,7 @@ from kubernetes import config as k8s_config
 
 from tests.harness import (
     BRIDGE_SH,
+    DEPLOY_SH,
     PrerequisiteMissing,
     SlurmEnv,
     ensure_cluster,
@@ -60,7 +61,13 @@ def cluster() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def bridge(cluster: dict[str, str]) -> dict[str, str]:
-    """The bridge's four processes running against the local cluster (started once, reused)."""
+    """The bridge's four processes running against the local cluster (started once, reused).
+
+    A Helm release of the bridge (the demo's, or a deployed-tier run that stopped early) uses the
+    same names, so it is uninstalled first."""
+    proc = run(["bash", str(DEPLOY_SH), "uninstall"], check=False, timeout=300)
+    if proc.returncode != 0:
+        raise PrerequisiteMissing(f"`hack/deploy.sh uninstall` failed:\n{proc.stderr[-3000:]}")
     proc = run(["bash", str(BRIDGE_SH), "up"], check=False, timeout=300)
     if proc.returncode != 0:
         raise PrerequisiteMissing(f"`hack/bridge.sh up` failed:\n{proc.stderr[-3000:]}")

@@ -17,6 +17,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "hack" / "cluster.sh"
 BRIDGE_SH = REPO / "hack" / "bridge.sh"
+DEPLOY_SH = REPO / "hack" / "deploy.sh"
 
 
 class PrerequisiteMissing(RuntimeError):

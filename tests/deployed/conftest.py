@@ -13,9 +13,7 @@ import pytest
 from kubernetes import client as k8s
 
 from slurm_bridge import names
-from tests.harness import BRIDGE_SH, REPO, PrerequisiteMissing, run, wait_for
-
-DEPLOY_SH = REPO / "hack" / "deploy.sh"
+from tests.harness import BRIDGE_SH, DEPLOY_SH, REPO, PrerequisiteMissing, run, wait_for
 
 
 @dataclass(frozen=True)
