@@ -43,15 +43,8 @@ class Usage:
 
 
 def summary(api: k8s.ApiClient, node: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        api.call_api(
-            f"/api/v1/nodes/{node}/proxy/stats/summary",
-            "GET",
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        ).data
-    )
+    reply = k8s.CoreV1Api(api).connect_get_node_proxy_with_path(node, "stats/summary", _preload_content=False)
+    data: dict[str, Any] = json.loads(reply.data)
     return data
 
 

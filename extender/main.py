@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 
 from aiohttp import web
-from slurm_bridge.extender.server import make_app
+from slurm_bridge.extender.server import make_app, make_health_app
 
 from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
-from slurm_bridge.config import split_listen
+from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeClient
 
 log = logging.getLogger("slurm_bridge.extender")
@@ -24,13 +26,31 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = config_or_exit(args.config)
     setup_logging(args.log_level, args.log_format)
-    host, port = split_listen(cfg.extenderListen)
+    asyncio.run(serve(cfg, args.kubeconfig))
 
-    async def app_factory() -> web.Application:
-        return make_app(KubeClient.from_environment(args.kubeconfig, component="slurm-bridge-extender"))
 
-    log.info("extender listening on %s:%d", host, port)
-    web.run_app(app_factory(), host=host, port=port, print=None, access_log=None)
+async def serve(cfg: Config, kubeconfig: str | None) -> None:
+    """Serve until SIGTERM or SIGINT: the extender, and health alone on extenderHealthListen."""
+    sites = [(make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
+              split_listen(cfg.extenderListen))]  # fmt: skip
+    if cfg.extenderHealthListen:
+        sites.append((make_health_app(), split_listen(cfg.extenderHealthListen)))
+    runners = []
+    try:
+        for app, (host, port) in sites:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, host, port).start()
+        log.info("extender listening on %s (health also on %s)", cfg.extenderListen, cfg.extenderHealthListen or "-")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
 
 
 if __name__ == "__main__":

@@ -58,6 +58,15 @@ async def handle_health(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+def make_health_app() -> web.Application:
+    """Only /healthz and /readyz, for a listener the kubelet can reach (extenderHealthListen)
+    while /filter and /bind stay on loopback."""
+    app = web.Application()
+    app.router.add_get("/healthz", handle_health)
+    app.router.add_get("/readyz", handle_health)
+    return app
+
+
 def make_app(kube: KubeClient) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)  # Nodes lists can be large
     app[KUBE_KEY] = kube

@@ -26,12 +26,10 @@ net_up() {
   require_root "hack/node.sh net-up"
   command -v ip >/dev/null || ensure_apt iproute2
   command -v nft >/dev/null || ensure_apt nftables
-  # A pod CIDR the machine already routes elsewhere would cut that network off.
-  local via
-  via=$(ip -o route get "$SB_HOST_IP" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p')
-  if ! ip link show "$SB_POD_BRIDGE" >/dev/null 2>&1 && [ -n "$via" ] && [ "$via" != "$(default_dev)" ] && [ "$via" != lo ]; then
-    die "SB_POD_CIDR=$SB_POD_CIDR overlaps a network this machine already routes (via $via); set SB_POD_CIDR and SB_HOST_IP to a free range"
-  fi
+  # A pod network the machine already routes elsewhere would cut that network off.
+  local taken
+  taken=$(ip -o route show to match "$SB_HOST_IP" 2>/dev/null | grep -v '^default ' | grep -v " dev $SB_POD_BRIDGE" | head -n1 || true)
+  [ -z "$taken" ] || die "SB_HOST_IP=$SB_HOST_IP is in a network this machine already routes ($taken); set SB_POD_CIDR and SB_HOST_IP to a free range"
   sysctl -qw net.ipv4.ip_forward=1 || die "cannot enable IPv4 forwarding (sysctl net.ipv4.ip_forward)"
   # Pod -> Service -> pod on the same bridge needs bridged packets to pass the NAT hooks.
   sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null \
@@ -56,8 +54,6 @@ table inet $NET_TABLE {
 }
 NFT
 }
-
-default_dev() { ip -o route show default 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p' | head -n1; }
 
 net_down() {
   nft delete table inet "$NET_TABLE" 2>/dev/null || true

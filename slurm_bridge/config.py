@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LISTEN = re.compile(r"^(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
@@ -98,6 +98,9 @@ class Config(_Model):
     webhookCertFile: Path = Path("/etc/slurm-bridge/tls/tls.crt")
     webhookKeyFile: Path = Path("/etc/slurm-bridge/tls/tls.key")
     extenderListen: Listen = "0.0.0.0:8090"
+    # When set, /healthz and /readyz are served here as well (and nothing else), so the kubelet can
+    # probe an extender whose extenderListen is loopback only.
+    extenderHealthListen: str = ""
     operatorHealthListen: Listen = "0.0.0.0:8080"
     operatorWorkers: int = Field(default=16, ge=1, le=256)
     # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
@@ -125,9 +128,11 @@ class Config(_Model):
             raise ValueError(f"not valid namespace names: {bad}")
         return v
 
-    @field_validator("webhookListen", "extenderListen", "operatorHealthListen")
+    @field_validator("webhookListen", "extenderListen", "extenderHealthListen", "operatorHealthListen")
     @classmethod
-    def _listen(cls, v: str) -> str:
+    def _listen(cls, v: str, info: ValidationInfo) -> str:
+        if not v and info.field_name == "extenderHealthListen":
+            return v  # optional
         m = _LISTEN.match(v)
         if not m or not 0 < int(m.group("port")) < 65536:
             raise ValueError(f"{v!r} is not host:port (for example 127.0.0.1:9443 or :9443)")

@@ -250,7 +250,6 @@ def test_rendered_config_is_valid_for_every_component() -> None:
     assert wh["containers"][0]["ports"][0]["containerPort"] == int(cfg.webhookListen.rsplit(":", 1)[1])
     # The extender listens on its pod's loopback only (the scheduler beside it is its one caller).
     assert cfg.extenderListen == "127.0.0.1:8090"
-    assert "ports" not in container(docs, "scheduler", "extender")
     # The chart names the Secret the token comes from, for the operator's error messages.
     assert cfg.slurmJwtSource == f"Secret {NS}/{RELEASE}-slurm-jwt, key jwt"
     # Only the operator talks to Slurm, so only it mounts the token.
@@ -575,9 +574,12 @@ def test_scheduler_config_matches_the_local_template() -> None:
     for key in ("podInitialBackoffSeconds", "podMaxBackoffSeconds"):
         assert got[key] == local[key]
     assert not [o for o in docs if o["metadata"]["name"] == f"{RELEASE}-extender"], "nothing exposes the extender"
-    # The kubelet cannot reach a pod's loopback: the extender's probes run inside its container.
-    probe = container(docs, "scheduler", "extender")["livenessProbe"]["exec"]["command"]
-    assert probe[:2] == ["python", "-c"] and "http://127.0.0.1:8090/healthz" in probe[2]
+    # The kubelet cannot reach a pod's loopback: it probes a listener that serves health alone.
+    extender = container(docs, "scheduler", "extender")
+    assert extender["ports"] == [{"name": "extender-health", "containerPort": 8091, "protocol": "TCP"}]
+    assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "extender-health"}
+    cfg = parse_config(rendered_config(docs))
+    assert (cfg.extenderListen, cfg.extenderHealthListen) == ("127.0.0.1:8090", "0.0.0.0:8091")
 
 
 def test_a_config_change_rolls_exactly_the_components_that_read_it() -> None:

@@ -1,13 +1,20 @@
-"""The extender's filter: only the node Slurm allocated passes."""
+"""The extender's filter: only the node Slurm allocated passes; its health-only listener."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
+from pathlib import Path
 from typing import Any
 
+import httpx
 from slurm_bridge.extender.filter import filter_nodes
+from slurm_bridge.extender.main import serve
 from slurm_bridge.extender.protocol import ExtenderArgs
 
 from slurm_bridge import names
+from slurm_bridge.config import Config
 
 
 def _args(annotations: dict[str, str], node_names: list[str] | None = None, nodes: bool = False) -> ExtenderArgs:
@@ -46,3 +53,38 @@ def test_allocated_node_missing_from_candidates_passes_nothing() -> None:
 def test_wire_format_uses_go_field_names() -> None:
     dumped = filter_nodes(_args({names.ANN_SLURM_NODE: "a"}, ["a"])).model_dump(exclude_none=True)
     assert set(dumped) >= {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_the_health_listener_serves_health_and_nothing_else(tmp_path: Path) -> None:
+    """With extenderListen on loopback, the kubelet probes extenderHealthListen, which must not
+    offer /filter or /bind to the pod network."""
+    main_port, health_port = _free_port(), _free_port()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "current-context: c\n"
+    )
+    cfg = Config(extenderListen=f"127.0.0.1:{main_port}", extenderHealthListen=f"127.0.0.1:{health_port}")
+    task = asyncio.create_task(serve(cfg, str(kubeconfig)))
+    async with httpx.AsyncClient(timeout=2) as client:
+        for _ in range(100):
+            try:
+                if (await client.get(f"http://127.0.0.1:{health_port}/healthz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+        assert (await client.get(f"http://127.0.0.1:{health_port}/readyz")).status_code == 200
+        assert (await client.post(f"http://127.0.0.1:{health_port}/bind", json={})).status_code == 404
+        assert (await client.post(f"http://127.0.0.1:{health_port}/filter", json={})).status_code == 404
+        assert (await client.post(f"http://127.0.0.1:{main_port}/filter", json={})).status_code == 400
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

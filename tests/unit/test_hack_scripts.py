@@ -99,3 +99,28 @@ def test_failing_go_build_is_reported(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "error: go install sigs.k8s.io/kwok/cmd/kwok@" in proc.stderr and "failed" in proc.stderr
+
+
+def test_unknown_image_is_named() -> None:
+    proc = subprocess.run(["bash", str(REPO / "hack" / "image.sh"), "archive", "nope"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    assert "unknown image 'nope' (expected bridge, scheduler or pause)" in proc.stderr
+
+
+def test_a_pod_network_that_overlaps_a_routed_one_is_refused_before_anything_changes() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test makes a network interface and must run as root (as CI does)")
+    subprocess.run(["ip", "link", "add", "sbtest0", "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "10.250.77.1/24", "dev", "sbtest0"], check=True)
+        subprocess.run(["ip", "link", "set", "sbtest0", "up"], check=True)
+        net = {"SB_HOST_IP": "10.250.77.9", "SB_POD_CIDR": "10.250.77.0/24", "SB_POD_BRIDGE": "sbtestbr"}
+        proc = subprocess.run(["bash", str(REPO / "hack" / "node.sh"), "net-up"],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, **net})  # fmt: skip
+        assert proc.returncode == 1
+        assert "SB_HOST_IP=10.250.77.9 is in a network this machine already routes" in proc.stderr
+        assert "sbtest0" in proc.stderr and "SB_POD_CIDR" in proc.stderr
+        assert subprocess.run(["ip", "link", "show", "sbtestbr"], capture_output=True).returncode != 0
+    finally:
+        subprocess.run(["ip", "link", "del", "sbtest0"], check=False)

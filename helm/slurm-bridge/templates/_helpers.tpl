@@ -175,6 +175,7 @@ matchExpressions:
   "webhookCertFile" "/etc/slurm-bridge/tls/tls.crt"
   "webhookKeyFile" "/etc/slurm-bridge/tls/tls.key"
   "extenderListen" (printf "127.0.0.1:%d" (int .Values.extender.port))
+  "extenderHealthListen" (printf "0.0.0.0:%d" (int .Values.extender.healthPort))
   "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
