@@ -47,6 +47,8 @@ SUBMIT_RETRY_SECONDS = 30.0
 # this long (doubling while refusals go on): each refused attempt leaves a FAILED job record.
 IMMEDIATE_RETRY_MIN_SECONDS = 5.0
 IMMEDIATE_RETRY_MAX_SECONDS = 60.0
+# A deleted PlaceholderJob whose pods still run is looked at again this often (pod events sooner).
+FINALIZE_RECHECK_SECONDS = 5.0
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
@@ -69,6 +71,8 @@ class Controller:
         self._uncertain: dict[str, float] = {}
         # partition -> (queue directly until, current backoff) after refused immediate allocations
         self._queue_only: dict[str, tuple[float, float]] = {}
+        # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
+        self._releasing: set[str] = set()
         self._last_sweep = 0.0
         self._sweeping: asyncio.Task[None] | None = None
         self.groups = GroupResolver(kube.get)
@@ -459,7 +463,7 @@ class Controller:
 
         if job_id is None:
             if all(st.pod_ended(p) for p in members.values()) and await self._confirm_all_ended(phj, members):
-                await self._set_terminal(phj, *st.pods_end_phase({n: st.pod_phase(p) for n, p in members.items()}))
+                await self._set_terminal(phj, *st.pods_end_phase(st.end_phases(members)))
                 return None
             wait = st.resubmit_wait(status, meta.get("generation"), SUBMIT_RETRY_SECONDS)
             if wait > 0:
@@ -479,7 +483,7 @@ class Controller:
 
         # Kubernetes -> Slurm: every member pod ended.
         if all(st.pod_ended(p) for p in members.values()) and await self._confirm_all_ended(phj, members):
-            phase_, reason, message = st.pods_end_phase({n: st.pod_phase(p) for n, p in members.items()})
+            phase_, reason, message = st.pods_end_phase(st.end_phases(members))
             await self._set_terminal(phj, phase_, reason, message)
             if job is None or not job.is_finished:
                 await self._cancel(job_id)
@@ -509,9 +513,10 @@ class Controller:
             return snap.by_id[job_id]
         return snap.job_for_uid(phj["metadata"]["uid"])
 
-    async def _confirm_all_ended(self, phj: Obj, members: dict[str, Obj | None]) -> bool:
-        """Missing pods may only be missing from a watch that has not caught up: ask the API."""
+    async def _confirmed_members(self, phj: Obj, members: dict[str, Obj | None]) -> dict[str, Obj | None]:
+        """Members, with those missing from the cache asked for: a watch may not have caught up."""
         ns = phj["metadata"]["namespace"]
+        confirmed = dict(members)
         for name, pod in members.items():
             if pod is None:
                 live = await self.kube.get(pod_path(ns, name))
@@ -519,9 +524,11 @@ class Controller:
                     continue
                 if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
                     self.pods.upsert(live)
-                    if not st.pod_ended(live):
-                        return False
-        return True
+                    confirmed[name] = live
+        return confirmed
+
+    async def _confirm_all_ended(self, phj: Obj, members: dict[str, Obj | None]) -> bool:
+        return all(st.pod_ended(p) for p in (await self._confirmed_members(phj, members)).values())
 
     async def _submit(self, phj: Obj, members: dict[str, Obj | None]) -> float | None:
         meta, spec = phj["metadata"], phj["spec"]
@@ -791,14 +798,28 @@ class Controller:
         return await self._patch_status(phj, patch)
 
     async def _finalize(self, phj: Obj, job_id: int | None, job: JobInfo | None) -> float | None:
+        """Release the Slurm job of a deleted PlaceholderJob, but never under a live pod.
+
+        A pod that is terminating still runs on its node until its grace period ends or its
+        containers exit, so the allocation must outlive it: members that still exist and have not
+        reached a terminal phase are ended first (those not yet terminating), and the job is
+        cancelled once every one is gone or terminal (for a gang: every member).
+        """
+        meta = phj["metadata"]
+        snap = self.poller.snapshot
+        others = [o for o in (snap.by_uid.get(meta["uid"], []) if snap else [])
+                  if o.job_id != job_id and not o.is_finished]  # fmt: skip
+        if (job_id is not None and (job is None or not job.is_finished)) or others:
+            holding = st.holding_allocation(await self._confirmed_members(phj, self._members(phj)))
+            if holding:
+                await self._release_members(phj, holding, job_id)
+                return FINALIZE_RECHECK_SECONDS  # the pods' events bring it back sooner
         if job_id is not None and (job is None or not job.is_finished):
             await self._cancel(job_id)
             await self.kube.event(phj, "Cancelled", f"PlaceholderJob deleted: cancelled Slurm job {job_id}")
         # Any other live job this PlaceholderJob made (a crash between submit and status).
-        snap = self.poller.snapshot
-        for other in snap.by_uid.get(phj["metadata"]["uid"], []) if snap else []:
-            if other.job_id != job_id and not other.is_finished:
-                await self._cancel(other.job_id)
+        for other in others:
+            await self._cancel(other.job_id)
         finalizers = phj["metadata"].get("finalizers") or []
         if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
             idx = finalizers.index(names.FINALIZER_PLACEHOLDER_JOB)
@@ -812,7 +833,24 @@ class Controller:
                 )  # fmt: skip
         self._submitted.pop(phj["metadata"]["uid"], None)
         self._uncertain.pop(phj["metadata"]["uid"], None)
+        self._releasing.discard(phj["metadata"]["uid"])
         return None
+
+    async def _release_members(self, phj: Obj, pods: list[Obj], job_id: int | None) -> None:
+        """End the pods of a deleted PlaceholderJob that still run, and say once what it waits for."""
+        meta = phj["metadata"]
+        job = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
+        for pod in pods:
+            if not st.pod_terminating(pod):
+                await self._end_pod(pod, "PlaceholderJobDeleted",
+                                    f"PlaceholderJob {meta['name']} was deleted, so its {job} is released")  # fmt: skip
+        if meta["uid"] not in self._releasing:
+            self._releasing.add(meta["uid"])
+            waiting = ", ".join(p["metadata"]["name"] for p in pods)
+            log.info("%s/%s deleted: %s is kept until pods %s are gone", meta["namespace"], meta["name"], job, waiting)
+            await self.kube.event(phj, "WaitingForPods",
+                                  f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
+                                  "(a terminating pod still holds its node)")  # fmt: skip
 
     async def _add_finalizer(self, phj: Obj) -> Obj:
         meta = phj["metadata"]

@@ -58,6 +58,13 @@ def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:
     return (phase, f"SlurmJob{job.state.title().replace('_', '')}", f"Slurm job {job_id}: {what}{detail}")
 
 
+def end_phases(members: Mapping[str, Obj | None]) -> dict[str, str | None]:
+    """Each ended member's phase for pods_end_phase. A pod the kubelet stopped because it was
+    deleted turns Failed before it goes: that is a deletion (None), not a failure."""
+    return {n: None if p is None or (pod_terminating(p) and pod_phase(p) == "Failed") else pod_phase(p)
+            for n, p in members.items()}  # fmt: skip
+
+
 def pods_end_phase(phases: Mapping[str, str | None]) -> tuple[str, str, str]:
     """Phase, reason, message once every member pod ended (phase None: the pod was deleted)."""
     if all(p == "Succeeded" for p in phases.values()):
@@ -125,7 +132,18 @@ def pod_phase(pod: Obj | None) -> str | None:
 
 
 def pod_ended(pod: Obj | None) -> bool:
+    """Gone, or in a terminal phase. A terminating pod (deletionTimestamp) has not ended: its
+    containers run until they exit or its grace period is over, on the node it holds."""
     return pod is None or pod_phase(pod) in ("Succeeded", "Failed")
+
+
+def pod_terminating(pod: Obj) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def holding_allocation(members: Mapping[str, Obj | None]) -> list[Obj]:
+    """Member pods that still need their Slurm allocation: they exist and have not ended."""
+    return [p for p in members.values() if p is not None and not pod_ended(p)]
 
 
 def pod_is_released(pod: Obj, node: str) -> bool:

@@ -41,6 +41,17 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
         time.sleep(interval)
 
 
+def holds_for(check: Callable[[], Any], seconds: float, what: str, interval: float = 0.2) -> None:
+    """Assert that ``check`` stays truthy for ``seconds`` (polled), naming ``what`` if it does not:
+    the counterpart of wait_for for things that must *not* happen for a while."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert check(), f"{what} stopped holding after {seconds - (deadline - time.monotonic()):.1f}s"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
 def run(cmd: list[str], check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=check, text=True, capture_output=True, timeout=timeout)
 

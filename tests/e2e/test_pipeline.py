@@ -133,8 +133,9 @@ def test_pod_that_cannot_start_now_is_queued_and_runs_when_slurm_frees_nodes(
         slurm_env, lambda c: c.submit_external_job(blocker, name="e2e-blocker", admin_comment="e2e blocker")
     )
     try:
+        # It needs every node: jobs of earlier tests' namespaces (still being deleted) may hold some.
         wait_for(
-            lambda: (j := slurm_job(slurm_env, blocker_id)) and j["job_state"] == ["RUNNING"], 30, "blocker RUNNING"
+            lambda: (j := slurm_job(slurm_env, blocker_id)) and j["job_state"] == ["RUNNING"], 120, "blocker RUNNING"
         )
         core.create_namespaced_pod(ns, make_pod("waits"))
         phj = wait_for(

@@ -9,7 +9,6 @@ them); the PodGroup is only a CRD, so its pods are created here, as a user would
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,12 +18,12 @@ from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
 from tests.e2e.util import bridge_jobs_in, get_phj, has_gate, list_phjs, make_pod, read_pod, slurm_job
-from tests.harness import BRIDGE_SH, CLUSTER_SH, SlurmEnv, run, wait_for
+from tests.harness import BRIDGE_SH, CLUSTER_SH, SlurmEnv, holds_for, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge", "workload_controllers")
 
 P = names.SLURMJOB_PREFIX
-# kwok completes Job-owned pods at once; this keeps them Running (hack/kwok-pod-complete.yaml).
+# kwok completes Job-owned pods at once; this keeps them Running (hack/kwok-stages.yaml).
 KEEP_RUNNING = {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
@@ -161,11 +160,8 @@ def _one_gang_job(slurm_env: SlurmEnv, ns: str, phj: Obj, nodes: int) -> Obj:
 
 def _assert_unreleased_for(core: k8s.CoreV1Api, ns: str, seconds: float, selector: str = "") -> None:
     """For a few poll periods no pod may be released or bound."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for pod in _pods(core, ns, selector):
-            assert has_gate(pod) and not pod.spec.node_name, f"pod {pod.metadata.name} released without its gang"
-        time.sleep(0.5)
+    holds_for(lambda: all(has_gate(p) and not p.spec.node_name for p in _pods(core, ns, selector)), seconds,
+              "no pod released without its gang", interval=0.5)  # fmt: skip
 
 
 # --- batch Job: one Slurm job per pod ---------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jsonpatch
 import pytest
 from slurm_bridge.operator import status as st
@@ -138,3 +140,40 @@ def test_refused_spec_waits_before_the_next_submit() -> None:
     assert st.resubmit_wait(refused, 1, 30, now + timedelta(seconds=25)) == 0
     assert st.resubmit_wait({"reason": "Resources"}, 1, 30, now) == 0
     assert st.resubmit_wait(refused | {"jobId": 4}, 1, 30, now) == 0
+
+
+def _member(phase: str, terminating: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "u"}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "holds"),
+    [
+        (None, False),  # gone
+        (_member("Running"), True),
+        (_member("Running", terminating=True), True),  # still runs on its node until it is gone
+        (_member("Pending", terminating=True), True),
+        (_member("Succeeded", terminating=True), False),
+        (_member("Failed"), False),
+    ],
+)
+def test_a_pod_holds_its_allocation_until_it_is_gone_or_terminal(pod: dict[str, Any] | None, holds: bool) -> None:
+    assert st.pod_ended(pod) is not holds
+    assert (st.holding_allocation({"p": pod}) == [pod]) is holds
+
+
+def test_a_gang_holds_its_allocation_while_any_member_does() -> None:
+    gone, done, leaving = None, _member("Succeeded"), _member("Running", terminating=True)
+    assert st.holding_allocation({"a": gone, "b": done, "c": leaving}) == [leaving]
+    assert st.holding_allocation({"a": gone, "b": done}) == []
+    assert st.pod_terminating(leaving) and not st.pod_terminating(done)
+
+
+def test_a_pod_the_kubelet_stopped_for_its_deletion_counts_as_deleted() -> None:
+    members = {"a": None, "b": _member("Failed", terminating=True), "c": _member("Failed"), "d": _member("Succeeded")}
+    assert st.end_phases(members) == {"a": None, "b": None, "c": "Failed", "d": "Succeeded"}
+    deleted = st.pods_end_phase(st.end_phases({"a": None, "b": _member("Failed", terminating=True)}))
+    assert deleted[:2] == (names.PHASE_CANCELLED, "PodsDeleted")
