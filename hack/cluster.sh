@@ -9,7 +9,8 @@
 #   hack/cluster.sh status    what runs where: ports, pids, log files
 #   hack/cluster.sh env       shell variables for kubectl/curl (eval "$(hack/cluster.sh env)")
 #   hack/cluster.sh start-workloads   start only the workload controllers (on a running cluster)
-#   hack/cluster.sh nodes     create (or update) the kwok nodes, and SB_EXTRA_NODES ones not in Slurm
+#   hack/cluster.sh nodes     create (or update) the kwok nodes, and SB_EXTRA_NODES and SB_DYN_NODES
+#                             ones not in slurm.conf
 #
 # Ports, node count and capacities come from SB_* variables (defaults in hack/lib.sh).
 . "$(dirname "$0")/lib.sh"
@@ -81,17 +82,18 @@ up_kubernetes() {
     --bind-address 127.0.0.1 --secure-port "$SB_SCHEDULER_PORT" --leader-elect=false
   wait_ready kube-scheduler "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_SCHEDULER_PORT/healthz"
 
-  # kwok: stages from its own module (node ready + lease heartbeats, pods ready and deleted at
-  # once) plus ours (Job pods complete after an optional per-pod delay).
+  # kwok: stages from its own module (node ready + lease heartbeats, pods ready) plus ours (Job
+  # pods complete after an optional per-pod delay; deleted pods go at once or, when they ask,
+  # after their grace period).
   local kwokdir stages="$STATE_DIR/kwok-stages.yaml"
   kwokdir=$(cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
     | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || die "cannot locate the kwok $KWOK_VERSION module for its stage files"
   {
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-             pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml; do
+             pod/fast/pod-ready.yaml; do
       cat "$kwokdir/kustomize/stage/$f"; echo "---"
     done
-    cat "$HACK_DIR/kwok-pod-complete.yaml"
+    cat "$HACK_DIR/kwok-stages.yaml"
   } > "$stages"
   alive kwok || check_port kwok "$SB_KWOK_PORT" SB_KWOK_PORT
   start kwok "$BIN_DIR/kwok" --kubeconfig "$KUBECONFIG_FILE" --config "$stages" \
@@ -105,6 +107,7 @@ up_kubernetes() {
 
 node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }
 extra_node_names() { for i in $(seq 1 "$SB_EXTRA_NODES"); do echo "$SB_EXTRA_NODE_PREFIX$i"; done; }
+dyn_node_names() { for i in $(seq 1 "$SB_DYN_NODES"); do echo "$SB_DYN_NODE_PREFIX$i"; done; }
 is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
 
 node_yaml() { # name cpus pods extra-labels extra-capacity : one kwok Node manifest
@@ -123,17 +126,24 @@ status:
 EOF
 }
 
+# The Kubernetes side of the Slurm nodes' Features= (slurm.conf below): a pod's nodeSelector on
+# feature.slinky.slurm.net/<feature> becomes a Slurm constraint (docs/annotations.md).
+feature_labels() { local f out=(); for f in "$@"; do out+=("feature.slinky.slurm.net/$f: \"true\""); done; (IFS=,; echo "${out[*]}" | sed 's/,/, /g'); }
+
 create_nodes() {
   local i name
   for i in $(seq 1 "$SB_NODES"); do
     if is_gpu_node "$i"; then
-      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" ', nvidia.com/gpu.present: "true"' ", nvidia.com/gpu: \"$SB_NODE_GPUS\""
+      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" ", nvidia.com/gpu.present: \"true\", $(feature_labels kwok gpu)" ", nvidia.com/gpu: \"$SB_NODE_GPUS\""
     else
-      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" "" ""
+      node_yaml "$SB_NODE_PREFIX$i" "$SB_NODE_CPUS" "$SB_NODE_PODS" ", $(feature_labels kwok)" ""
     fi
   done > "$STATE_DIR/nodes.yaml"
   for name in $(extra_node_names); do
     node_yaml "$name" "$SB_EXTRA_NODE_CPUS" "$SB_EXTRA_NODE_PODS" "" ""
+  done >> "$STATE_DIR/nodes.yaml"
+  for name in $(dyn_node_names); do
+    node_yaml "$name" "$SB_DYN_NODE_CPUS" "$SB_NODE_PODS" ', nvidia.com/gpu.present: "true"' ", nvidia.com/gpu: \"$SB_DYN_NODE_GPUS\""
   done >> "$STATE_DIR/nodes.yaml"
   # Status is part of the create body for Nodes; apply also updates an existing node's capacity.
   kubectl_ apply -f "$STATE_DIR/nodes.yaml" >/dev/null || die "creating the kwok nodes failed"
@@ -148,7 +158,7 @@ create_nodes() {
 nodes_ready() {
   local ready
   ready=$(kubectl_ get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
-  [ "$ready" -ge $((SB_NODES + SB_EXTRA_NODES)) ]
+  [ "$ready" -ge $((SB_NODES + SB_EXTRA_NODES + SB_DYN_NODES)) ]
 }
 
 # ---- workload controllers ----------------------------------------------------------------------
@@ -271,15 +281,25 @@ MaxJobCount=100000
 MinJobAge=60
 DefMemPerCPU=256
 GresTypes=gpu
+# Dynamic nodes: the bridge registers labelled Kubernetes nodes (docs/nodes.md); a NodeSet per
+# partition selects them by the feature that names it.
+MaxNodeCount=$((SB_NODES + SB_DYN_NODE_MAX))
+NodeSet=dyn-$SB_PARTITION Feature=$SB_PARTITION
+NodeSet=dyn-$SB_EXTRA_PARTITION Feature=$SB_EXTRA_PARTITION
 EOF
     [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL"
     [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
-    echo "PartitionName=$SB_PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=$SB_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES],dyn-$SB_PARTITION Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=$SB_EXTRA_PARTITION Nodes=dyn-$SB_EXTRA_PARTITION MaxTime=INFINITE State=UP"
   } > "$conf"
   : > "$SLURM_ROOT/etc/slurm/gres.conf"
   if [ "$SB_GPU_NODES" -gt 0 ]; then
     echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] Name=gpu Count=$SB_NODE_GPUS" > "$SLURM_ROOT/etc/slurm/gres.conf"
   fi
+  # slurmctld refuses a dynamic node's GPUs unless gres.conf gives them device files.
+  [ "$SB_DYN_NODE_GPUS" -gt 0 ] && echo "NodeName=${SB_DYN_NODE_PREFIX}[1-$SB_DYN_NODE_MAX] Name=gpu File=/dev/nvidia[0-$((SB_DYN_NODE_GPUS - 1))]" \
+    >> "$SLURM_ROOT/etc/slurm/gres.conf"
+  return 0
 }
 
 up_slurm() {
@@ -383,6 +403,8 @@ export SB_STATE_DIR=$STATE_DIR
 export SB_PARTITION=$SB_PARTITION
 export SB_NODES="$(node_names | tr '\n' ' ' | sed 's/ $//')"
 export SB_PLAIN_NODES="$(extra_node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_DYN_NODES="$(dyn_node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_EXTRA_PARTITION=$SB_EXTRA_PARTITION
 export SB_GPU_NODES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" && echo "$SB_NODE_PREFIX$i"; done | tr '\n' ' ' | sed 's/ $//')"
 EOF
 }

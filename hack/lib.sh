@@ -65,6 +65,11 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 # Extra kwok nodes that are not in Slurm (no managed-node taint): default-scheduler pods run there,
 # all of them (the bench makes 200 at once), hence the larger capacity.
 : "${SB_EXTRA_NODES:=1}" "${SB_EXTRA_NODE_PREFIX:=kwok-plain-}" "${SB_EXTRA_NODE_CPUS:=1000}" "${SB_EXTRA_NODE_PODS:=1000}"
+# kwok nodes that are not in slurm.conf either, with GPUs: the bridge registers them as Slurm
+# dynamic nodes when they carry the external-node label (docs/nodes.md). slurm.conf allows
+# SB_DYN_NODE_MAX dynamic nodes; SB_EXTRA_PARTITION is a second partition that selects them by feature.
+: "${SB_DYN_NODES:=1}" "${SB_DYN_NODE_PREFIX:=kwok-dyn-}" "${SB_DYN_NODE_CPUS:=16}" "${SB_DYN_NODE_GPUS:=2}"
+: "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
 : "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
 # The JobSet and LeaderWorkerSet controllers of the local cluster: webhook and health ports.

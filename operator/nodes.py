@@ -9,6 +9,10 @@ In Slurm, the bridge's JWT user must be allowed to update nodes (AdminLevel Oper
 Slurm is read with one node list per poll period, whatever the number of nodes; a node costs a
 Slurm call only when the bridge changes its state there (DRAIN or UNDRAIN), and a Kubernetes node
 that is not in Slurm never costs one. The decisions are in :mod:`.nodesync`.
+
+It also registers labelled Kubernetes nodes as Slurm dynamic nodes and takes them out again
+(:mod:`.registration` decides; this needs a token allowed to create and delete nodes, i.e. a
+Slurm administrator's). The partitions are read only when a node is about to be created.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from slurm_bridge.operator import nodesync
+from slurm_bridge.operator import registration as reg
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
+from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound
+from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer
 from slurm_bridge.slurm.client import SlurmClient
-from slurm_bridge.slurm.errors import SlurmNotFound
+from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,8 @@ Obj = dict[str, Any]
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.
 RESYNC_SECONDS = 60.0
+# Slurm's partition names are read again at most this often (only before a node is registered).
+PARTITIONS_TTL_SECONDS = 30.0
 
 
 def node_path(name: str) -> str:
@@ -62,7 +70,8 @@ class NodeController:
         self.last_error = ""
         # Our own Slurm writes, as Slurm has them now, until a list started after the write shows
         # them; without this a list in flight during the write would make the write look undone.
-        self._written: dict[str, tuple[NodeInfo, float]] = {}
+        # (None: the bridge deleted the node.)
+        self._written: dict[str, tuple[NodeInfo | None, float]] = {}
         self._slurm_name: dict[str, str] = {}  # Kubernetes node -> Slurm node
         self._k8s_names: dict[str, set[str]] = {}  # Slurm node -> Kubernetes nodes
         self._warned: set[str] = set()
@@ -73,6 +82,12 @@ class NodeController:
         self._taken_at = 0.0
         self._after_poll: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._partitions: tuple[frozenset[str], float] | None = None
+        # Kubernetes node -> (node line, why): a registration taken out again after it was made;
+        # not tried again until the node's labels ask for another line. Memory only: after a
+        # restart it is tried once more, which costs one create and one delete.
+        self._refused: dict[str, tuple[str, str]] = {}
+        self._told: dict[str, str] = {}  # Kubernetes node -> the last registration warning sent
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -150,12 +165,19 @@ class NodeController:
         if old is None:
             for obj in self.nodes.values():
                 self.queue.add(obj["metadata"]["name"])
-            return
-        changed = set(old) ^ set(listed)
-        changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
+            changed = set(listed)
+        else:
+            changed = set(old) ^ set(listed)
+            changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
+            for slurm_name in changed:
+                for name in self._k8s_names.get(slurm_name, ()):
+                    self.queue.add(name)
         for slurm_name in changed:
-            for name in self._k8s_names.get(slurm_name, ()):
-                self.queue.add(name)
+            info = listed.get(slurm_name)
+            if info is not None and not self._k8s_names.get(slurm_name):
+                owner = reg.registered_for(info, self.config.bridgeId)
+                if owner is not None:
+                    self.queue.add(("registered", slurm_name, owner))  # its Kubernetes node may be gone
 
     def slurm_node(self, name: str) -> NodeInfo | None:
         written = self._written.get(name)
@@ -187,12 +209,19 @@ class NodeController:
 
     # ---- reconcile ---------------------------------------------------------------------------
     async def _reconcile(self, item: Hashable) -> float | None:
+        if isinstance(item, tuple):
+            return await self._reconcile_registered(*cast(tuple[str, str, str], item))
         name = cast(str, item)
         node = self.nodes.get(("", name))
         if node is None or self.slurm_nodes is None:
             return None  # the first node list queues every node again
         slurm_name = nodesync.slurm_name_of(node)
         info = self.slurm_node(slurm_name)
+        ours = info is not None and reg.registered_for(info, self.config.bridgeId) is not None
+        if reg.labelled(node) or reg.registration(node) is not None or ours:
+            acted = await self._register(node, slurm_name, info)
+            if acted:
+                return None  # one step at a time: the write's own event or the next list comes back
         primary = self._primary(slurm_name) in (None, name)
         if info is not None and not primary and name not in self._warned:
             self._warned.add(name)
@@ -222,6 +251,13 @@ class NodeController:
                 if e.side == "slurm":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
         patch = nodesync.node_patch(node, plan.kube, self.config.schedulerName)
+        await self._apply_patch(name, node, patch, plan.events)
+        return None
+
+    async def _apply_patch(
+        self, name: str, node: Obj, patch: Obj | None, events: tuple[nodesync.NodeEvent, ...]
+    ) -> None:
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]}
         if patch is not None:
             try:
                 updated = await self.kube.patch(node_path(name), patch)
@@ -231,12 +267,138 @@ class NodeController:
                 fresh = await self.kube.get(node_path(name))
                 if fresh is not None:
                     self.on_node_event("MODIFIED", fresh)
-                return None
+                return
             except NotFound:
-                return None
+                return
             self.nodes.upsert(updated)
-            log.info("node %s: %s", name, "; ".join(e.reason for e in plan.events) or "markers updated")
-            for e in plan.events:
+            log.info("node %s: %s", name, "; ".join(e.reason for e in events) or "markers updated")
+            for e in events:
                 if e.side == "kubernetes":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
+
+    # ---- registration (dynamic external nodes) ------------------------------------------------
+    async def _known_partitions(self) -> frozenset[str]:
+        now = time.monotonic()
+        if self._partitions is None or now - self._partitions[1] > PARTITIONS_TTL_SECONDS:
+            self._partitions = (frozenset(await self.slurm.list_partitions()), now)
+        return self._partitions[0]
+
+    async def _register(self, node: Obj, slurm_name: str, info: NodeInfo | None) -> bool:
+        """One registration step for a labelled (or formerly registered) node; True if it acted."""
+        name = node["metadata"]["name"]
+        want = reg.desired(node, slurm_name, self.config.partition) if reg.labelled(node) else None
+        refused = self._refused.get(name)
+        if refused is not None and not (isinstance(want, reg.Desired) and want.node_conf() == refused[0]):
+            del self._refused[name]  # the labels ask for another node line now
+            refused = None
+        known = None
+        if isinstance(want, reg.Desired) and info is None and refused is None:
+            known = await self._known_partitions()
+        plan = reg.decide(node, want, info, bridge_id=self.config.bridgeId, known_partitions=known,
+                          refused=refused[1] if refused else None)  # fmt: skip
+        return await self._apply_registration(name, node, slurm_name, want, plan)
+
+    async def _reconcile_registered(self, _: str, slurm_name: str, k8s_name: str) -> float | None:
+        """A Slurm node this bridge registered that no cached Kubernetes node maps to."""
+        info = self.slurm_node(slurm_name)
+        if info is None or self._k8s_names.get(slurm_name):
+            return None
+        node = await self.kube.get(node_path(k8s_name))
+        if node is not None:  # not in the cache yet: decide as for any node
+            self.on_node_event("ADDED", node)
+            return None
+        plan = reg.decide(None, None, info, bridge_id=self.config.bridgeId, known_partitions=None)
+        await self._apply_registration(k8s_name, None, slurm_name, None, plan)
         return None
+
+    async def _apply_registration(
+        self, name: str, node: Obj | None, slurm_name: str, want: reg.Desired | str | None, plan: reg.Plan
+    ) -> bool:
+        if plan.action is None:
+            return False
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **((node or {}).get("metadata") or {})}}
+        action = plan.action
+        try:
+            if action == reg.Action.ANNOTATE:
+                await self._annotate(name, plan.message)
+                return True
+            if action == reg.Action.UNANNOTATE:
+                await self._annotate(name, None)
+                return True
+            if action == reg.Action.WARN:
+                if self._told.get(name) != plan.message:
+                    self._told[name] = plan.message
+                    log.warning("node %s: %s", name, plan.message)
+                    await self.kube.event(ref, "SlurmNodeNotRegistered", plan.message, warning=True)
+                return False  # nothing was done: the node sync goes on
+            if action == reg.Action.CREATE:
+                assert isinstance(want, reg.Desired)
+                await self.slurm.create_node(want.node_conf())
+                comment = reg.bridge_comment(self.config.bridgeId, name)
+                await self.slurm.update_node(slurm_name, comment=comment)
+                # Until a node list shows it, decide on the node as made (not on the stale list).
+                self._written[slurm_name] = (want.as_created(comment), time.monotonic())
+                event = ("SlurmNodeRegistered", f"registered in Slurm as {want.node_conf()}")
+            elif action == reg.Action.SET_COMMENT:
+                comment = reg.bridge_comment(self.config.bridgeId, name)
+                await self.slurm.update_node(slurm_name, comment=comment)
+                info = self.slurm_node(slurm_name)
+                if info is not None:
+                    self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
+                event = ("SlurmNodeAdopted", plan.message)
+            elif action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
+                slurm_action = (
+                    nodesync.SlurmAction.DRAIN if action == reg.Action.DRAIN else nodesync.SlurmAction.UNDRAIN
+                )
+                reason = plan.reason if action == reg.Action.DRAIN else None
+                await self.slurm.update_node(slurm_name, state=slurm_action.value, reason=reason)
+                info = self.slurm_node(slurm_name)
+                if info is not None:
+                    written = nodesync.after_slurm_action(info, slurm_action, reason)
+                    self._written[slurm_name] = (written, time.monotonic())
+                event = ("SlurmNodeLeaving" if action == reg.Action.DRAIN else "SlurmNodeRegistered", plan.message)
+            else:  # DELETE
+                await self.slurm.delete_node(slurm_name)
+                self._written[slurm_name] = (None, time.monotonic())
+                event = ("SlurmNodeDeregistered", plan.message)
+                if plan.remember and isinstance(want, reg.Desired):
+                    self._refused[name] = (want.node_conf(), plan.remember)
+        except SlurmError as e:
+            message = f"{plan.message}: Slurm refused it: {e}"
+            if (
+                action == reg.Action.CREATE
+                and "Invalid argument" in str(e)
+                and isinstance(want, reg.Desired)
+                and want.gpus
+            ):
+                message += " (slurmctld refuses GPUs of dynamic nodes without File= in gres.conf: docs/nodes.md)"
+            if self._told.get(name) != message:
+                self._told[name] = message
+                log.warning("node %s: %s", name, message)
+                await self.kube.event(ref, "SlurmNodeRegistrationFailed", message, warning=True)
+            return True
+        self._told.pop(name, None)
+        log.info("node %s: %s: %s", name, event[0], event[1])
+        self._after_poll.add(name)  # the next node list shows the change: decide again then
+        await self.kube.event(ref, event[0], event[1])
+        return True
+
+    async def _annotate(self, name: str, value: str | None) -> None:
+        """Record (or drop) the registered node line on the Kubernetes node."""
+        key = escape_pointer(names.ANN_SLURM_REGISTRATION)
+        node = self.nodes.get(("", name))
+        has = node is not None and names.ANN_SLURM_REGISTRATION in (node["metadata"].get("annotations") or {})
+        if value is None:
+            if not has:
+                return
+            op: list[Obj] = [{"op": "remove", "path": f"/metadata/annotations/{key}"}]
+        elif node is not None and node["metadata"].get("annotations"):
+            op = [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
+        else:
+            op = [{"op": "add", "path": "/metadata/annotations", "value": {names.ANN_SLURM_REGISTRATION: value}}]
+        try:
+            updated = await self.kube.patch(node_path(name), op, "json")
+        except (NotFound, Conflict):
+            return
+        self.nodes.upsert(updated)
+        self.queue.add(name)

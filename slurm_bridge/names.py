@@ -77,6 +77,16 @@ RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE})
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
 LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
 
+# --- Placement (read only; slurm_bridge/placement.py, docs/annotations.md) -------------------
+# A Kubernetes node labelled <prefix><feature>="true" has the Slurm node feature <feature>, so a
+# pod's nodeSelector or required node affinity on that label becomes a Slurm constraint.
+LABEL_NODE_FEATURE_PREFIX: Final = "feature." + SLINKY_PREFIX
+# Kubernetes' node name label and node selector field; their values are read as Slurm node names.
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+# Nodes' operating system (well-known label); "linux" is every Slurm node's.
+LABEL_OS: Final = "kubernetes.io/os"
+FIELD_NODE_NAME: Final = "metadata.name"
+
 # --- Scheduling gate, taint, finalizers -----------------------------------------------------
 SCHEDULING_GATE: Final = SLINKY_PREFIX + "slurm-allocation"
 TAINT_MANAGED_NODE: Final = SLINKY_PREFIX + "managed-node"
@@ -125,6 +135,21 @@ ANN_SLURM_DRAINED_BY: Final = SLINKY_PREFIX + "slurm-drained-by"
 NODE_SYNC_OWNER: Final = APP_NAME
 # Every Slurm node reason the bridge writes starts with this: a DRAIN is the bridge's own only then.
 SLURM_NODE_REASON_PREFIX: Final = "slurm-bridge:"
+
+# --- Dynamic external nodes: Kubernetes nodes registered in Slurm (operator/registration.py) ----
+# The Go slurm-bridge's keys: a node with this label (any value) is registered in Slurm ...
+LABEL_EXTERNAL_NODE: Final = SCHEDULER_PREFIX + "external-node"
+# ... in these partitions (a comma list, passed as node features; default: the config's partition)
+ANN_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
+# ... with this Slurm dynamic topology (the node line's Topology=, e.g. "topo-1:block-2").
+ANN_TOPOLOGY_SPEC: Final = "topology.slinky.slurm.net/spec"
+# The bridge's record on the Kubernetes node: the Slurm node line it registered (or is about to).
+ANN_SLURM_REGISTRATION: Final = SLINKY_PREFIX + "slurm-registration"
+# The Slurm node's comment that marks it as registered by the bridge with this bridgeId.
+SLURM_NODE_COMMENT_PREFIX: Final = "slurm-bridge:"
+# Reasons of the drains that take a registered node out of Slurm. Not SLURM_NODE_REASON_PREFIX:
+# the node sync mirrors them as an outage (cordon), and must not lift them as its own.
+SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 
 # --- Workload grouping (read only; operator/groups.py, docs/workloads.md) --------------------
 # A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
+from slurm_bridge.placement import Placement, combine_constraints, pod_placement
 from slurm_bridge.slurm.models import JobRequest
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "job_request",
     "parse_annotations",
     "parse_quantity",
+    "placement_request_problems",
     "pod_resources",
     "time_limit_from_deadline",
     "validate_annotations",
@@ -43,6 +45,7 @@ _INT32_MAX: Final = 2**31 - 1
 _INT64_MAX: Final = 2**63 - 1
 _CPUS_PER_TASK_MAX: Final = 0xFFFD
 _JOB_NAME_MAX: Final = 200
+_CONSTRAINTS_MAX: Final = 1024  # the CRD's maxLength of spec.slurm.constraints
 _MIB: Final = 2**20
 
 # Device-plugin GPU resources; both become Slurm's generic gres/gpu.
@@ -616,6 +619,81 @@ def time_limit_from_deadline(seconds: int) -> int:
     return max(1, -(-seconds // 60))
 
 
+def _common_placement(placements: Iterable[Placement]) -> Placement:
+    """Where every pod of one job may run: each node of the job must suit each pod (as each node
+    is sized for the largest pod), so the pods' placements are intersected."""
+    common = Placement()
+    for p in dict.fromkeys(placements):
+        common &= p
+    if common.impossible:
+        raise ValueError(
+            "the pods' required node names have no node in common, but one Slurm job holds the nodes of all of "
+            "them and each of its nodes must suit every pod; give the pods node selections that overlap"
+        )
+    return common
+
+
+def _placement_fields(placement: Placement, *, holds: int | None, constraints: str | None) -> dict[str, object]:
+    """required_nodes, excluded_nodes and constraints for ``placement``.
+
+    Slurm allocates *every* node of a required node list, so a list means "one of these" exactly
+    when it names as many nodes as the job may hold (``holds``, None when not known yet).
+    """
+    out: dict[str, object] = {}
+    if placement.nodes is not None:
+        if holds is not None and len(placement.nodes) != holds:
+            listed = ", ".join(sorted(placement.nodes))
+            raise ValueError(
+                f"the pods' required node names allow {len(placement.nodes)} node(s) ({listed}), but Slurm "
+                f"allocates every node of a required node list and this job holds {holds} node(s) (one per pod, "
+                f"unless {names.ANN_MIN_NODES} or {names.ANN_MAX_NODES} say more); name exactly {holds} node(s), "
+                f"or select nodes by a node feature label ({names.LABEL_NODE_FEATURE_PREFIX}<feature>) instead"
+            )
+        out["required_nodes"] = sorted(placement.nodes)
+    elif placement.excluded:
+        out["excluded_nodes"] = sorted(placement.excluded)
+    combined = combine_constraints(constraints, placement.constraint())
+    if combined is not None and combined != constraints:
+        try:
+            _constraints(combined)
+        except _Invalid as e:
+            raise ValueError(
+                f"the Slurm constraint {combined!r} built from the pods' node features is not valid: {e}"
+            ) from None
+        if len(combined) > _CONSTRAINTS_MAX:
+            raise ValueError(
+                f"the Slurm constraint built from the pods' node features is {len(combined)} characters long "
+                f"(at most {_CONSTRAINTS_MAX}); select fewer features"
+            )
+        out["constraints"] = combined
+    return out
+
+
+def placement_request_problems(
+    placements: Sequence[Placement], annotations: Mapping[str, str], *, pods: int | None
+) -> list[str]:
+    """Whether pods with these placements (each one expressible) fit one Slurm job, for admission.
+
+    The placements must intersect, combine with the constraints annotation and, when the group's
+    pod count is known (``pods``; None for a gang), name as many nodes as the job holds. Invalid
+    annotations are left to :func:`validate_annotations` and give no problem here.
+    """
+    values, errors = _parse_all(annotations)
+    if errors or not placements:
+        return []
+    holds = None
+    if pods is not None:
+        nodes, max_nodes = values.get("nodes", pods), values.get("max_nodes")
+        holds = max_nodes if isinstance(max_nodes, int) else nodes if isinstance(nodes, int) else None
+    constraints = values.get("constraints")
+    try:
+        common = _common_placement(placements)
+        _placement_fields(common, holds=holds, constraints=constraints if isinstance(constraints, str) else None)
+    except ValueError as e:
+        return [str(e)]
+    return []
+
+
 def job_request(
     pods: Sequence[Mapping[str, Any]],
     *,
@@ -628,12 +706,21 @@ def job_request(
     Precedence, lowest first: bridge defaults and the pods' own resources < ``derived`` (values
     the caller took from the workload, e.g. a Job's deadline) < ``annotations`` (the root
     workload's; a bare pod passes its own). Each node is sized for the largest pod because Slurm
-    gives every node of a job the same per-node request. Raises ValueError for invalid
-    annotations or a node count that cannot hold every pod.
+    gives every node of a job the same per-node request; likewise every node must suit every
+    pod's required placement (nodeSelector, node affinity), which is ANDed with the constraints
+    annotation. Raises ValueError for invalid annotations, a node count that cannot hold every pod,
+    or a placement Slurm cannot honour.
     """
     if not pods:
         raise ValueError("a Slurm job needs at least one pod")
     need = [pod_resources(p) for p in pods]
+    placements: list[Placement] = []
+    for p in pods:
+        try:
+            placements.append(pod_placement(p.get("spec") or {}))
+        except ValueError as e:
+            raise ValueError(f"{_pod_label(p)}: {e}") from None
+    placement = _common_placement(placements)
     count = len(pods)
 
     fields: dict[str, object] = {
@@ -670,4 +757,9 @@ def job_request(
     if isinstance(max_nodes, int) and isinstance(nodes, int) and max_nodes < nodes:
         source = names.ANN_MAX_NODES if "max_nodes" in from_annotations else "the derived max_nodes"
         raise ValueError(f"{source} ({max_nodes}) is below the node count ({nodes}) this job needs")
+    constraints = fields.get("constraints")
+    holds = max_nodes if isinstance(max_nodes, int) else nodes if isinstance(nodes, int) else None
+    fields.update(
+        _placement_fields(placement, holds=holds, constraints=constraints if isinstance(constraints, str) else None)
+    )
     return JobRequest.model_validate(fields)

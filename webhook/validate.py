@@ -1,9 +1,11 @@
 """Pod and workload validation.
 
-Two rules: the labels and annotations through which the bridge records a pod's Slurm allocation
+Three rules: the labels and annotations through which the bridge records a pod's Slurm allocation
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
-was allocated), and ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is
-reported at ``kubectl apply`` instead of as a Slurm submission error later.
+was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
+``kubectl apply`` instead of as a Slurm submission error later; and a managed pod's placement
+(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/placement.py),
+because Slurm chooses its node and anything else would be ignored or leave the pod Pending.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.translate import validate_annotations
+from slurm_bridge.placement import Placement, parse_placement
+from slurm_bridge.translate import placement_request_problems, validate_annotations
 
+from .mutate import DEFAULT_SCHEDULER
 from .review import AdmissionRequest, Decision
 
 # Workload kinds (group, kind) whose own annotations configure the Slurm job, with the paths
@@ -30,6 +34,8 @@ WORKLOAD_POD_TEMPLATES: Final[Mapping[tuple[str, str], tuple[tuple[str, ...], ..
 }
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
+# Pod spec fields that say where a pod may run (docs/annotations.md, "Placement").
+PLACEMENT_FIELDS: Final = ("nodeSelector", "affinity", "topologySpreadConstraints")
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -129,10 +135,85 @@ def _check_pod_meta(
     return reserved, invalid
 
 
-def _decide(reserved: list[str], invalid: list[str], reason: str) -> Decision:
+def _spec(obj: Any) -> Mapping[str, Any]:
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(spec.get(k) for k in PLACEMENT_FIELDS)
+
+
+def _own_group(pod: Mapping[str, Any]) -> bool:
+    """A pod that is its own PlaceholderJob, configured by its own annotations (operator/groups.py):
+    no controller and no PodGroup label."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return True
+    owners = meta.get("ownerReferences") or []
+    labels = meta.get("labels") or {}
+    has_controller = any(isinstance(o, Mapping) and o.get("controller") for o in owners)
+    return not has_controller and not (isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP))
+
+
+def placement_check(
+    specs: Mapping[str, Mapping[str, Any]], annotations: Mapping[str, str] | None, pods: int | None
+) -> list[str]:
+    """Placement problems of the pod specs (location -> spec) of one Slurm job.
+
+    Each spec must be expressible on its own; then, when the job's ``annotations`` are known, the
+    specs must also fit one job together (their node selections intersect, their features combine
+    with the constraints annotation, and with ``pods`` known, a node list names as many nodes as
+    the job holds), exactly as ``job_request`` will check in the operator.
+    """
+    problems: list[str] = []
+    placements: list[Placement] = []
+    for where, spec in specs.items():
+        placement, found = parse_placement(spec, where)
+        problems += found
+        placements.append(placement)
+    if problems or annotations is None or not specs:
+        return problems
+    together = placement_request_problems(placements, annotations, pods=pods)
+    return [f"{', '.join(specs)}: {p}" for p in together]
+
+
+def _pod_placement(
+    pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config, annotations_valid: bool
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of a pod's placement: checked on create; a change on update is refused.
+
+    Only the bridge's pods: validation runs after mutation, so they carry its scheduler name. A
+    pod that is its own group is checked as its whole Slurm job (with its own annotations); a
+    member of a workload only on its own, as its group is known only to the operator.
+    """
+    spec = _spec(pod)
+    if spec.get("schedulerName") != config.schedulerName:
+        return [], []
+    own = _own_group(pod)
+    annotations = _slurmjob((_metadata(pod) or ({}, {}))[1])
+    moved = old is not None and _placement_of(spec) != _placement_of(_spec(old))
+    if old is not None and not moved:
+        before = _slurmjob((_metadata(old) or ({}, {}))[1])
+        if not own or annotations == before:
+            return [], []
+    if moved:
+        # Kubernetes lets a scheduling-gated pod gain node affinity and nodeSelector entries, but
+        # the bridge made the pod's Slurm job from its placement at creation: a change would not
+        # reach Slurm, and kube-scheduler would then refuse the node Slurm allocated.
+        return [
+            "spec.nodeSelector and spec.affinity of a pod the bridge manages cannot change after it was "
+            "created: its Slurm job was made from the placement it had then; delete the pod and create it "
+            "with the new placement"
+        ], []
+    problems = placement_check({"spec": spec}, annotations if own and annotations_valid else None, 1)
+    return problems, []
+
+
+def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list[str] | None = None) -> Decision:
     problems = reserved + invalid
     if not problems:
-        return Decision(allowed=True, reason=reason)
+        return Decision(allowed=True, reason=reason, warnings=warnings or [])
     count = f"{len(problems)} problems: " if len(problems) > 1 else ""
     message = f"slurm-bridge: {count}" + "; ".join(problems)
     if reserved:
@@ -154,13 +235,16 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
 
     if gk == ("", "Pod"):
         reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
-        return _decide(reserved, invalid, "trusted user" if trusted else "ok")
+        placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
+        return _decide(reserved, invalid + placement, "trusted user" if trusted else "ok", warnings)
 
     paths = WORKLOAD_POD_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     reserved, invalid = [], annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
     old_templates = pod_templates(old_obj, paths)
+    managed: dict[str, Mapping[str, Any]] = {}
+    changed = old_meta is None or _slurmjob(new_meta[1]) != _slurmjob(old_meta[1])
     for where, template in pod_templates(request.object, paths).items():
         t_new = _metadata(template)
         if t_new is None:
@@ -171,4 +255,16 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         r, i = _check_pod_meta(t_new, t_old, trusted, f"{where}.metadata: ")
         reserved += r
         invalid += i
+        spec = _spec(template)
+        if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER, config.schedulerName):
+            managed[f"{where}.spec"] = spec
+            changed = (
+                changed
+                or where not in old_templates
+                or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
+            )
+    if changed and managed:
+        # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator.
+        annotations = None if invalid else _slurmjob(new_meta[1])
+        invalid += placement_check(managed, annotations, 1 if gk == ("batch", "Job") else None)
     return _decide(reserved, invalid, "ok")

@@ -63,6 +63,11 @@ _VERSION_IN_PATH = re.compile(r"/slurm/(v\d+\.\d+\.\d+)/")
 _ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+")
 
 
+# Keys the Go slurm-bridge's JWT Secret uses: a missing token file is also looked for under these
+# names in its directory, so a Secret made for the Go bridge works unchanged (docs/migrating.md).
+GO_SECRET_KEYS = ("SLURM_JWT", "auth-token")
+
+
 class _TokenFile:
     """The JWT file, re-read only when its mtime, size or inode changes.
 
@@ -71,6 +76,7 @@ class _TokenFile:
     """
 
     def __init__(self, path: Path, source: str = "") -> None:
+        self.configured = path
         self.path = path
         # Where the file comes from (e.g. "Secret ns/name, key jwt"), so errors say what to fix.
         self._where = f" (it comes from {source})" if source else ""
@@ -80,11 +86,27 @@ class _TokenFile:
     def __repr__(self) -> str:
         return f"_TokenFile({str(self.path)!r})"
 
+    def _find(self) -> Path:
+        """The configured file, or else a Go bridge Secret key's file beside it."""
+        if self.configured.exists():
+            return self.configured
+        for key in GO_SECRET_KEYS:
+            alias = self.configured.parent / key
+            if alias.exists():
+                if alias != self.path:
+                    log.info("Slurm JWT: %s is missing; using %s (the Go slurm-bridge's key)", self.configured, alias)
+                return alias
+        return self.configured
+
     def get(self) -> str:
+        self.path = self._find()
         try:
             st = self.path.stat()
         except OSError as e:
-            raise SlurmAuthError(f"cannot read the Slurm JWT file {self.path}{self._where}: {e.strerror}") from None
+            also = f" (nor {', '.join(GO_SECRET_KEYS)} beside it)"
+            raise SlurmAuthError(
+                f"cannot read the Slurm JWT file {self.path}{also}{self._where}: {e.strerror}"
+            ) from None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if key != self._key or not self._token:
             try:
@@ -371,18 +393,43 @@ class SlurmClient:
         reply = await self._request("GET", codec.path("nodes"))
         return codec.decode_nodes(reply.body)
 
-    async def update_node(self, name: str, *, state: str | None = None, reason: str | None = None) -> None:
-        """Set a node's state and/or reason.
+    async def update_node(
+        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
+    ) -> None:
+        """Set a node's state and/or reason, or its comment.
 
         ``state`` is one of the state verbs of ``scontrol update node`` as the REST API names them:
         DRAIN (Slurm requires a ``reason``), RESUME (ends DRAIN and DOWN), UNDRAIN (ends only DRAIN),
         DOWN, FAIL, FUTURE, POWER_DOWN, POWER_UP, ... (``Codec.node_update_states``).
         """
-        if state is None and reason is None:
-            raise ValueError("update_node needs a state or a reason")
+        if state is None and reason is None and comment is None:
+            raise ValueError("update_node needs a state, a reason or a comment")
         codec = await self._get_codec()
-        body = codec.node_update_body(state, reason)
+        body = codec.node_update_body(state, reason, comment)
         await self._request("POST", codec.path(f"node/{name}"), json_body=body)
+
+    async def create_node(self, node_conf: str) -> None:
+        """Create a dynamic node from one slurm.conf node line (``NodeName=... State=EXTERNAL``).
+
+        Never sent twice: a second copy would fail with "Node already exists", so the caller
+        looks at the node list first. slurmctld needs ``MaxNodeCount`` for dynamic nodes.
+        """
+        codec = await self._get_codec()
+        await self._request("POST", codec.path("new/node/"), json_body=codec.create_node_body(node_conf),
+                            idempotent=False)  # fmt: skip
+
+    async def delete_node(self, name: str) -> bool:
+        """Delete a dynamic node; False when Slurm has no such node. Slurm refuses a node that still
+        runs jobs ("Requested nodes are busy"): drain it and wait until it is idle."""
+        codec = await self._get_codec()
+        reply = await self._request("DELETE", codec.path(f"node/{name}"), not_found_ok=True)
+        return reply.status != 404
+
+    async def list_partitions(self) -> list[str]:
+        """The names of every partition, in one request."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("partitions/"))
+        return codec.decode_partition_names(reply.body)
 
     # --- transport -----------------------------------------------------------------------------
 

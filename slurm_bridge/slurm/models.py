@@ -28,6 +28,9 @@ class JobRequest(_Camel):
     reservation: str | None = None
     wckey: str | None = None
     constraints: str | None = None
+    # Slurm node names: the job gets every one of required_nodes and none of excluded_nodes.
+    required_nodes: list[str] | None = None
+    excluded_nodes: list[str] | None = None
     licenses: str | None = None
     nodes: int = Field(default=1, ge=1)
     max_nodes: int | None = Field(default=None, ge=1)
@@ -108,8 +111,24 @@ class NodeInfo(BaseModel):
     gres: str = ""
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    comment: str = ""
     raw: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @property
     def state(self) -> str:
         return self.states[0] if self.states else "UNKNOWN"
+
+    @property
+    def dynamic(self) -> bool:
+        """Made with ``scontrol create`` or ``POST new/node`` (not in slurm.conf)."""
+        return "DYNAMIC_NORM" in self.states
+
+    @property
+    def gpus(self) -> int:
+        """The node's ``gpu`` GRES count (all types), e.g. 2 for ``gpu:2`` or ``gpu:a100:1,gpu:t4:1``."""
+        total = 0
+        for item in filter(None, self.gres.split(",")):
+            parts = item.split("(")[0].split(":")
+            if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
+                total += int(parts[-1])
+        return total

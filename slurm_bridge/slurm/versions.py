@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final, TypeVar
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import SlurmError, SlurmErrorDetail
+from .errors import SlurmError, SlurmErrorDetail, SlurmUnsupportedVersion
 from .models import JobInfo, JobRequest, NodeInfo
 
 # Highest first: the client picks the first one the server offers.
@@ -109,6 +109,8 @@ class JobDesc(BaseModel):
     reservation: str | None = None
     wckey: str | None = None
     constraints: str | None = None
+    required_nodes: list[str] | None = None
+    excluded_nodes: list[str] | None = None
     licenses: str | None = None
     minimum_nodes: int | None = None
     maximum_nodes: int | None = None
@@ -128,12 +130,13 @@ class JobDesc(BaseModel):
 
 
 class UpdateNode(BaseModel):
-    """``update_node_msg``: the node state change and its reason."""
+    """``update_node_msg``: the node state change and its reason, or its comment."""
 
     model_config = ConfigDict(extra="forbid")
 
     state: list[str] | None = None
     reason: str | None = None
+    comment: str | None = None
 
     def body(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -170,6 +173,11 @@ class NodeWire(_Wire):
     gres: str | None = None
     features: list[str] | str | None = None
     partitions: list[str] | str | None = None
+    comment: str | None = None
+
+
+class PartitionWire(_Wire):
+    name: str
 
 
 class SubmitWire(WireResponse):
@@ -303,6 +311,9 @@ class Codec:
         ``None`` also sends nothing (the partition's default).
 
         ``user_id``/``group_id`` are strings on the wire (the API also accepts names there).
+
+        Placement: ``required_nodes`` and ``excluded_nodes`` are arrays of node names (the
+        ``csv_string`` of every supported version), sbatch's ``--nodelist`` and ``--exclude``.
         """
         d = JobDesc(
             partition=req.partition,
@@ -311,6 +322,8 @@ class Codec:
             reservation=req.reservation,
             wckey=req.wckey,
             constraints=req.constraints,
+            required_nodes=list(req.required_nodes) if req.required_nodes else None,
+            excluded_nodes=list(req.excluded_nodes) if req.excluded_nodes else None,
             licenses=req.licenses,
             minimum_nodes=req.nodes,
             maximum_nodes=req.max_nodes if req.max_nodes is not None else req.nodes,
@@ -347,7 +360,14 @@ class Codec:
         """Fields a pending job may change; name, admin comment and owner are kept as submitted."""
         return self.job_desc(req, for_update=True).body()
 
-    def node_update_body(self, state: str | None, reason: str | None) -> dict[str, Any]:
+    def create_node_body(self, node_conf: str) -> dict[str, Any]:
+        """``POST new/node``: one slurm.conf node line (v0.0.44 and later)."""
+        raise SlurmUnsupportedVersion(
+            f"REST API {self.version} cannot create nodes (POST new/node is v0.0.44 and later): registering "
+            "Kubernetes nodes as dynamic Slurm nodes needs Slurm 25.05 or newer"
+        )
+
+    def node_update_body(self, state: str | None, reason: str | None, comment: str | None = None) -> dict[str, Any]:
         if state is not None:
             state = state.upper()
             if state not in self.node_update_states:
@@ -355,7 +375,7 @@ class Codec:
                     f"node state {state!r} cannot be set through REST API {self.version}; "
                     f"use one of {', '.join(sorted(self.node_update_states))}"
                 )
-        return UpdateNode(state=None if state is None else [state], reason=reason).body()
+        return UpdateNode(state=None if state is None else [state], reason=reason, comment=comment).body()
 
     # -- answers
 
@@ -437,11 +457,15 @@ class Codec:
             gres=w.gres or "",
             features=_csv(w.features),
             partitions=_csv(w.partitions),
+            comment=w.comment or "",
             raw=raw,
         )
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:
         return [self.decode_node(n) for n in _listed(body, "nodes", "nodes")]
+
+    def decode_partition_names(self, body: Any) -> list[str]:
+        return [_validate(PartitionWire, p, "partition").name for p in _listed(body, "partitions", "partitions")]
 
 
 class CodecV0043(Codec):
@@ -450,6 +474,9 @@ class CodecV0043(Codec):
 
 class CodecV0044(CodecV0043):
     version = "v0.0.44"
+
+    def create_node_body(self, node_conf: str) -> dict[str, Any]:
+        return {"node_conf": node_conf}
 
 
 class CodecV0045(CodecV0044):

@@ -241,7 +241,8 @@ def test_rendered_config_is_valid_for_every_component() -> None:
     op = deployment(docs, "operator")["spec"]["template"]["spec"]
     jwt_vol = next(v for v in op["volumes"] if v["name"] == "slurm-jwt")
     jwt_mount = next(m for m in op["containers"][0]["volumeMounts"] if m["name"] == "slurm-jwt")
-    assert str(cfg.slurmJwtFile) == f"{jwt_mount['mountPath']}/{jwt_vol['secret']['items'][0]['path']}"
+    assert str(cfg.slurmJwtFile) == f"{jwt_mount['mountPath']}/jwt"
+    assert "items" not in jwt_vol["secret"], "every key is mounted (a Go slurm-bridge Secret's too)"
     assert jwt_vol["secret"]["secretName"] == f"{RELEASE}-slurm-jwt"
     assert op["containers"][0]["ports"][0]["containerPort"] == int(cfg.operatorHealthListen.rsplit(":", 1)[1])
     wh = deployment(docs, "webhook")["spec"]["template"]["spec"]
@@ -607,7 +608,7 @@ def test_jwt_secret_is_referenced_or_created() -> None:
     vol = next(v for v in deployment(docs, "operator")["spec"]["template"]["spec"]["volumes"]
                if v["name"] == "slurm-jwt")  # fmt: skip
     assert vol["secret"]["secretName"] == "site-jwt"
-    assert vol["secret"]["items"] == [{"key": "token", "path": "jwt"}]
+    assert str(parse_config(rendered_config(docs)).slurmJwtFile) == "/var/run/secrets/slurm-bridge/token"
 
 
 def test_names_follow_release_and_overrides() -> None:

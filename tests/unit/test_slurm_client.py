@@ -422,6 +422,27 @@ async def test_missing_or_empty_token_file(tmp_path: Path) -> None:
     assert fake.requests == []
 
 
+@pytest.mark.parametrize("go_key", ["SLURM_JWT", "auth-token"])
+async def test_a_go_bridge_secret_key_beside_the_missing_file_is_used(tmp_path: Path, go_key: str) -> None:
+    """The chart mounts every key of the JWT Secret: one made for the Go slurm-bridge works."""
+    fake = FakeSlurm()
+    seen: list[str] = []
+
+    def jobs(r: httpx.Request) -> httpx.Response:
+        seen.append(r.headers["X-SLURM-USER-TOKEN"])
+        return httpx.Response(200, json={"jobs": []})
+
+    fake.on("GET", "/slurm/v0.0.45/jobs", jobs)
+    (tmp_path / go_key).write_text("SLURM_JWT=go-token\n")
+    async with client(fake, tmp_path / "jwt", api_version="v0.0.45") as c:
+        await c.list_jobs()
+    assert seen == ["go-token"]
+    (tmp_path / go_key).unlink()
+    async with client(fake, tmp_path / "jwt", api_version="v0.0.45") as c:
+        with pytest.raises(SlurmAuthError, match="nor SLURM_JWT, auth-token beside it"):
+            await c.list_jobs()
+
+
 async def test_token_never_appears_in_exceptions_or_repr(token_file: Path) -> None:
     fake = FakeSlurm()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(511, 1007, f"bad token {TOKEN}", f"token={TOKEN}"))
@@ -536,6 +557,8 @@ FULL = JobRequest(
     reservation="resv",
     wckey="wk",
     constraints="gpu&kwok",
+    required_nodes=["kwok-node-1", "kwok-node-2"],
+    excluded_nodes=["kwok-node-4"],
     licenses="lic:1",
     nodes=2,
     max_nodes=3,
@@ -571,6 +594,8 @@ async def test_submit_maps_every_job_request_field(token_file: Path, version: st
             "reservation": "resv",
             "wckey": "wk",
             "constraints": "gpu&kwok",
+            "required_nodes": ["kwok-node-1", "kwok-node-2"],
+            "excluded_nodes": ["kwok-node-4"],
             "licenses": "lic:1",
             "minimum_nodes": 2,
             "maximum_nodes": 3,
@@ -603,6 +628,23 @@ def test_minimal_request_leaves_slurm_defaults(exclusive: bool | None) -> None:
             "cpus_per_task": 1,
         }
     }
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_placement_is_sent_as_node_name_arrays(version: str) -> None:
+    codec = codec_for(version)
+    pinned = JobRequest(nodes=2, required_nodes=["n1", "n2"], constraints="gpu")
+    body = codec.allocate_body(pinned, name="n", admin_comment="c")["job"]
+    assert (body["required_nodes"], body["constraints"], body["immediate"]) == (["n1", "n2"], "gpu", True)
+    assert "excluded_nodes" not in body
+    avoiding = JobRequest(excluded_nodes=["bad-1"])
+    body = codec.submit_body(avoiding, name="n", admin_comment="c")["job"]
+    assert body["excluded_nodes"] == ["bad-1"] and "required_nodes" not in body
+    # A pending job keeps its placement through an update.
+    assert codec.update_body(pinned)["required_nodes"] == ["n1", "n2"]
+    # Read back from a PlaceholderJob's spec.slurm (camelCase), the request is the same.
+    assert JobRequest.model_validate(pinned.crd_dict()) == pinned
+    assert pinned.crd_dict()["requiredNodes"] == ["n1", "n2"]
 
 
 def test_gres_is_sent_in_tres_form() -> None:

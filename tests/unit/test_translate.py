@@ -9,6 +9,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
+from slurm_bridge.placement import Placement
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import (
     ANNOTATION_FIELDS,
@@ -17,6 +18,7 @@ from slurm_bridge.translate import (
     job_request,
     parse_annotations,
     parse_quantity,
+    placement_request_problems,
     pod_resources,
     time_limit_from_deadline,
     validate_annotations,
@@ -735,3 +737,152 @@ def test_inputs_are_not_modified() -> None:
     before = (repr(pod), repr(ann), repr(derived))
     job_request([pod], config=CFG, derived=derived, annotations=ann)
     assert (repr(pod), repr(ann), repr(derived)) == before
+
+
+# --- placement: nodeSelector and node affinity ------------------------------------------------
+
+HOST = names.LABEL_HOSTNAME
+FEATURE = names.LABEL_NODE_FEATURE_PREFIX
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _placed(
+    selector: dict[str, str] | None = None, *terms: list[dict[str, Any]], name: str = "p", **extra: Any
+) -> dict[str, Any]:
+    """A pod with a nodeSelector and required node affinity terms (each a list of expressions)."""
+    pod = _pod(_c(), name=name)
+    if selector is not None:
+        pod["spec"]["nodeSelector"] = selector
+    if terms:
+        selector_terms = [{"matchExpressions": t} for t in terms]
+        pod["spec"]["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": selector_terms}}}
+    pod["spec"].update(extra)
+    return pod
+
+
+def _in(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def _not_in(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "NotIn", "values": list(values)}
+
+
+def test_no_placement_sends_nothing() -> None:
+    req = job_request([_pod(_c())], config=CFG, annotations={names.ANN_CONSTRAINTS: "a|b"})
+    assert (req.required_nodes, req.excluded_nodes, req.constraints) == (None, None, "a|b")
+
+
+def test_hostname_node_selector_is_a_required_node() -> None:
+    req = job_request([_placed({HOST: "kwok-node-2"})], config=CFG)
+    assert (req.required_nodes, req.excluded_nodes) == (["kwok-node-2"], None)
+    assert req.crd_dict()["requiredNodes"] == ["kwok-node-2"]
+
+
+def test_hostname_not_in_is_excluded_nodes() -> None:
+    req = job_request([_placed(None, [_not_in(HOST, "n2", "n1")])], config=CFG)
+    assert (req.required_nodes, req.excluded_nodes) == (None, ["n1", "n2"])
+    assert req.crd_dict()["excludedNodes"] == ["n1", "n2"]
+
+
+def test_slurm_nodename_label_is_a_required_node() -> None:
+    req = job_request([_placed(None, [_in(names.LABEL_SLURM_NODENAME, "sn-7")])], config=CFG)
+    assert req.required_nodes == ["sn-7"]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "constraints"),
+    [
+        (None, "gpu&ib"),
+        ("a100", "a100&gpu&ib"),
+        ("a100|h100", "(a100|h100)&gpu&ib"),
+        ("[rack1|rack2]", "[rack1|rack2]&gpu&ib"),
+    ],
+)
+def test_feature_labels_are_anded_with_the_constraints_annotation(annotation: str | None, constraints: str) -> None:
+    pod = _placed({FEATURE + "gpu": "true"}, [{"key": FEATURE + "ib", "operator": "Exists"}])
+    ann = {} if annotation is None else {names.ANN_CONSTRAINTS: annotation}
+    assert job_request([pod], config=CFG, annotations=ann).constraints == constraints
+
+
+def test_features_that_cannot_be_combined_with_the_annotation_are_refused() -> None:
+    pod = _placed(None, [_in(FEATURE + "gpu", "true")], [_in(FEATURE + "a100", "true"), _in(FEATURE + "ib", "true")])
+    assert job_request([pod], config=CFG).constraints == "gpu|(a100&ib)"
+    with pytest.raises(ValueError) as info:
+        job_request([pod], config=CFG, annotations={names.ANN_CONSTRAINTS: "x|y"})
+    assert names.ANN_CONSTRAINTS in str(info.value) and "nesting parentheses" in str(info.value)
+
+
+def test_a_required_node_list_must_name_as_many_nodes_as_the_job_holds() -> None:
+    pod = _placed(None, [_in(HOST, "a", "b")])
+    with pytest.raises(ValueError) as info:
+        job_request([pod], config=CFG)
+    message = str(info.value)
+    assert "allow 2 node(s) (a, b)" in message and "holds 1 node(s)" in message
+    assert f"{FEATURE}<feature>" in message
+    # Two nodes for one pod: Slurm allocates both, and the pod runs on one of them.
+    req = job_request([pod], config=CFG, annotations={names.ANN_MAX_NODES: "2"})
+    assert (req.nodes, req.max_nodes, req.required_nodes) == (1, 2, ["a", "b"])
+    # A gang of two pods that may each use a or b: the job holds exactly a and b.
+    pods = [_placed(None, [_in(HOST, "a", "b")], name=f"p{i}") for i in range(2)]
+    assert job_request(pods, config=CFG).required_nodes == ["a", "b"]
+    # A gang counted before all members exist (derived nodes) holds that many nodes.
+    with pytest.raises(ValueError, match="holds 3 node"):
+        job_request(pods, config=CFG, derived={"nodes": 3})
+
+
+def test_a_refused_placement_names_the_pod_and_the_field() -> None:
+    pod = _placed(None, topologySpreadConstraints=[{"maxSkew": 1}])
+    with pytest.raises(ValueError) as info:
+        job_request([pod], config=CFG)
+    assert str(info.value).startswith("pod ns/p: spec.topologySpreadConstraints: ")
+
+
+# --- a gang: one job whose every node suits every pod --------------------------------------------
+
+
+def test_gang_members_node_lists_intersect() -> None:
+    pods = [_placed(None, [_in(HOST, "a", "b", "c")], name="p0"), _placed(None, [_in(HOST, "b", "c")], name="p1")]
+    assert job_request(pods, config=CFG).required_nodes == ["b", "c"]
+
+
+def test_gang_members_excluded_nodes_add_up() -> None:
+    pods = [_placed(None, [_not_in(HOST, "x")], name="p0"), _placed(None, [_not_in(HOST, "y")], name="p1")]
+    assert job_request(pods, config=CFG).excluded_nodes == ["x", "y"]
+
+
+def test_gang_members_features_are_anded() -> None:
+    pods = [
+        _placed({FEATURE + "gpu": "true"}, name="p0"),
+        _placed(name="p1"),
+        _placed({FEATURE + "ib": "true"}, name="p2"),
+    ]
+    assert job_request(pods, config=CFG).constraints == "gpu&ib"
+
+
+def test_gang_members_without_a_common_node_are_refused() -> None:
+    pods = [_placed({HOST: "a"}, name="p0"), _placed({HOST: "b"}, name="p1")]
+    with pytest.raises(ValueError, match="no node in common"):
+        job_request(pods, config=CFG)
+
+
+def test_gang_with_one_refused_member_is_refused() -> None:
+    bad = _placed(None, affinity={"podAntiAffinity": {REQUIRED: [{"topologyKey": HOST}]}}, name="p1")
+    with pytest.raises(ValueError) as info:
+        job_request([_placed(name="p0"), bad], config=CFG)
+    assert str(info.value).startswith("pod ns/p1: spec.affinity.podAntiAffinity: ")
+
+
+# --- the admission form of the same checks ---------------------------------------------------------
+
+
+def test_placement_request_problems() -> None:
+    two = Placement.of(nodes=["a", "b"])
+    assert placement_request_problems([two], {}, pods=1) != []
+    assert placement_request_problems([two], {names.ANN_MIN_NODES: "2"}, pods=1) == []
+    assert placement_request_problems([two], {}, pods=None) == []  # a gang's size is not known here
+    assert placement_request_problems([two, Placement.of(nodes=["c", "d"])], {}, pods=None) != []
+    gpu = Placement.of(features=(frozenset({"gpu"}), frozenset({"a100", "ib"})))
+    assert placement_request_problems([gpu], {names.ANN_CONSTRAINTS: "x|y"}, pods=1) != []
+    # Invalid annotations are validate_annotations' to report.
+    assert placement_request_problems([two], {names.ANN_MIN_NODES: "zero"}, pods=1) == []

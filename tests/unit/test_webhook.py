@@ -448,6 +448,313 @@ VALIDATE_CASES += [
 ]
 
 
+# --- placement: what Slurm cannot honour is refused (slurm_bridge/placement.py) -----------------
+
+HOST = names.LABEL_HOSTNAME
+FEATURE = names.LABEL_NODE_FEATURE_PREFIX
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+ANN_CONSTRAINTS = names.ANN_CONSTRAINTS
+ANTI = {"podAntiAffinity": {REQUIRED: [{"topologyKey": HOST, "labelSelector": {"matchLabels": {"a": "b"}}}]}}
+
+
+def node_affinity(*terms: list[JSON]) -> JSON:
+    return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}
+
+
+def host_in(*nodes: str) -> JSON:
+    return {"key": HOST, "operator": "In", "values": list(nodes)}
+
+
+def feature(name: str) -> JSON:
+    return {"key": FEATURE + name, "operator": "Exists"}
+
+
+def managed_pod(
+    spec: JSON | None = None,
+    annotations: JSON | None = None,
+    labels: JSON | None = None,
+    owner: bool = False,
+    gated: bool = True,
+) -> JSON:
+    """A pod as the validating webhook sees it after the bridge's mutation."""
+    mutated: JSON = {"schedulerName": SCHED, "tolerations": [TOLERATION], **(spec or {})}
+    if gated:
+        mutated["schedulingGates"] = [GATE]
+    pod = make_pod(mutated, labels=labels, annotations=annotations)
+    if owner:
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+        ]
+    return pod
+
+
+def _job_with(spec: JSON, annotations: JSON | None = None) -> JSON:
+    job = _job(annotations)
+    job["spec"]["template"]["spec"].update(spec)
+    return job
+
+
+def _jobset_with(*specs: JSON, annotations: JSON | None = None) -> JSON:
+    rj = [{"name": f"r{i}", "template": {"spec": {"template": {"spec": s}}}} for i, s in enumerate(specs)]
+    return {"metadata": {"name": "js", "annotations": annotations or {}}, "spec": {"replicatedJobs": rj}}
+
+
+def _lws_with(worker_spec: JSON) -> JSON:
+    lws = _lws({})
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"] = worker_spec
+    return lws
+
+
+VALIDATE_CASES += [
+    ("managed pod on a named node", {"obj": managed_pod({"nodeSelector": {HOST: "n1"}})}, None, []),
+    (
+        "managed pod with node features and constraints",
+        {"obj": managed_pod({"affinity": node_affinity([feature("gpu")])}, annotations={ANN_CONSTRAINTS: "a|b"})},
+        None,
+        [],
+    ),
+    (
+        "managed pod with pod anti-affinity",
+        {"obj": managed_pod({"affinity": ANTI})},
+        422,
+        ["spec.affinity.podAntiAffinity", "a node of its own", names.ANN_EXCLUSIVE],
+    ),
+    (
+        "managed pod with pod affinity",
+        {"obj": managed_pod({"affinity": {"podAffinity": {PREFERRED: [{"weight": 1}]}}})},
+        422,
+        ["spec.affinity.podAffinity", "gang", ANN_CONSTRAINTS],
+    ),
+    (
+        "managed pod with topology spread",
+        {"obj": managed_pod({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": HOST}]})},
+        422,
+        ["spec.topologySpreadConstraints", ANN_CONSTRAINTS],
+    ),
+    (
+        "managed pod with preferred node affinity",
+        {"obj": managed_pod({"affinity": {"nodeAffinity": {PREFERRED: [{"weight": 1}]}}})},
+        422,
+        [f"spec.affinity.nodeAffinity.{PREFERRED}", "silently ignored", REQUIRED],
+    ),
+    (
+        "managed pod selecting a label Slurm does not know",
+        {"obj": managed_pod({"nodeSelector": {"topology.kubernetes.io/zone": "z1"}})},
+        422,
+        ['spec.nodeSelector["topology.kubernetes.io/zone"]', FEATURE + "<feature>", ANN_CONSTRAINTS],
+    ),
+    (
+        "managed pod selecting Linux nodes, as many charts do (every Slurm node is one)",
+        {"obj": managed_pod({"nodeSelector": {"kubernetes.io/os": "linux"}})},
+        None,
+        [],
+    ),
+    (
+        "managed pod with terms Slurm cannot OR",
+        {"obj": managed_pod({"affinity": node_affinity([host_in("a")], [feature("gpu")])})},
+        422,
+        [f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms", "ORs these 2 terms"],
+    ),
+    (
+        "pod of another scheduler keeps its rules",
+        {"obj": make_pod({"schedulerName": "other", "affinity": ANTI, "topologySpreadConstraints": [{}]})},
+        None,
+        [],
+    ),
+    (
+        "bare pod that may use two nodes",
+        {"obj": managed_pod({"affinity": node_affinity([host_in("a", "b")])})},
+        422,
+        ["spec: the pods' required node names allow 2 node(s) (a, b)", "holds 1 node(s)"],
+    ),
+    (
+        "bare pod that holds both of its two nodes",
+        {"obj": managed_pod({"affinity": node_affinity([host_in("a", "b")])}, annotations={ANN_NODES: "2"})},
+        None,
+        [],
+    ),
+    (
+        "job pod that may use two nodes (its group is the operator's to judge)",
+        {"obj": managed_pod({"affinity": node_affinity([host_in("a", "b")])}, owner=True)},
+        None,
+        [],
+    ),
+    (
+        "pod-group member that may use two nodes",
+        {"obj": managed_pod({"affinity": node_affinity([host_in("a", "b")])}, labels={names.LABEL_POD_GROUP: "pg"})},
+        None,
+        [],
+    ),
+    (
+        "bare pod whose features cannot join its constraints",
+        {
+            "obj": managed_pod(
+                {"affinity": node_affinity([feature("gpu")], [feature("a100"), feature("ib")])},
+                annotations={ANN_CONSTRAINTS: "x|y"},
+            )
+        },
+        422,
+        ["spec: ", ANN_CONSTRAINTS, "nesting parentheses"],
+    ),
+    (
+        "placement and annotation problems together",
+        {"obj": managed_pod({"affinity": ANTI}, annotations={ANN_TIME: "soon"})},
+        422,
+        ["2 problems", ANN_TIME, "spec.affinity.podAntiAffinity"],
+    ),
+    (
+        "gated pod gains node affinity on update: its Slurm job would not know",
+        {
+            "obj": managed_pod({"affinity": node_affinity([host_in("n1")])}),
+            "old": managed_pod(),
+            "operation": "UPDATE",
+        },
+        422,
+        ["spec.nodeSelector and spec.affinity", "cannot change after it was created", "delete the pod"],
+    ),
+    (
+        "gated pod gains preferred node affinity on update",
+        {
+            "obj": managed_pod({"affinity": {"nodeAffinity": {PREFERRED: [{"weight": 1}]}}}),
+            "old": managed_pod(),
+            "operation": "UPDATE",
+        },
+        422,
+        ["cannot change after it was created"],
+    ),
+    (
+        "gated pod gains an unknown nodeSelector entry on update",
+        {"obj": managed_pod({"nodeSelector": {"disk": "ssd"}}), "old": managed_pod(), "operation": "UPDATE"},
+        422,
+        ["cannot change after it was created"],
+    ),
+    (
+        "unchanged refused placement on update",
+        {
+            "obj": managed_pod({"affinity": ANTI}, labels={"x": "1"}),
+            "old": managed_pod({"affinity": ANTI}),
+            "operation": "UPDATE",
+        },
+        None,
+        [],
+    ),
+    (
+        "the bridge releases a pod with a refused placement",
+        {
+            "obj": managed_pod({"affinity": ANTI}, labels={JOB_ID: "7"}, annotations={NODE_ANN: "n"}, gated=False),
+            "old": managed_pod({"affinity": ANTI}),
+            "operation": "UPDATE",
+            "user": BRIDGE_USER,
+        },
+        None,
+        [],
+    ),
+    (
+        "bare pod's constraints change to clash with its features",
+        {
+            "obj": managed_pod(
+                {"affinity": node_affinity([feature("gpu")], [feature("a100"), feature("ib")])},
+                annotations={ANN_CONSTRAINTS: "x|y"},
+            ),
+            "old": managed_pod({"affinity": node_affinity([feature("gpu")], [feature("a100"), feature("ib")])}),
+            "operation": "UPDATE",
+        },
+        422,
+        [ANN_CONSTRAINTS, "nesting parentheses"],
+    ),
+    (
+        "job template with pod anti-affinity",
+        {"obj": _job_with({"affinity": ANTI}), **JOB},
+        422,
+        ["spec.template.spec.affinity.podAntiAffinity"],
+    ),
+    (
+        "job template of another scheduler",
+        {"obj": _job_with({"schedulerName": "other", "affinity": ANTI}), **JOB},
+        None,
+        [],
+    ),
+    (
+        "job template that may use two nodes",
+        {"obj": _job_with({"affinity": node_affinity([host_in("a", "b")])}), **JOB},
+        422,
+        ["spec.template.spec: the pods' required node names allow 2 node(s)"],
+    ),
+    (
+        "job template that holds both of its two nodes",
+        {"obj": _job_with({"affinity": node_affinity([host_in("a", "b")])}, {names.ANN_MAX_NODES: "2"}), **JOB},
+        None,
+        [],
+    ),
+    (
+        "suspended job's template gains an unknown label",
+        {
+            "obj": _job_with({"nodeSelector": {"zone": "z1"}}),
+            "old": _job_with({}),
+            "operation": "UPDATE",
+            **JOB,
+        },
+        422,
+        ['spec.template.spec.nodeSelector["zone"]'],
+    ),
+    (
+        "job update leaves a refused placement alone",
+        {
+            "obj": _job_with({"affinity": ANTI}, {"other": "x"}),
+            "old": _job_with({"affinity": ANTI}),
+            "operation": "UPDATE",
+            **JOB,
+        },
+        None,
+        [],
+    ),
+    (
+        "job's constraints change to clash with its template's features",
+        {
+            "obj": _job_with(
+                {"affinity": node_affinity([feature("a"), feature("b")], [feature("c")])}, {ANN_CONSTRAINTS: "x|y"}
+            ),
+            "old": _job_with({"affinity": node_affinity([feature("a"), feature("b")], [feature("c")])}),
+            "operation": "UPDATE",
+            **JOB,
+        },
+        422,
+        ["spec.template.spec: ", ANN_CONSTRAINTS],
+    ),
+    (
+        "jobset templates without a common node",
+        {"obj": _jobset_with({"nodeSelector": {HOST: "a"}}, {"nodeSelector": {HOST: "b"}}), **JOBSET},
+        422,
+        [
+            "spec.replicatedJobs[0].template.spec.template.spec, spec.replicatedJobs[1].template.spec.template.spec: ",
+            "no node in common",
+        ],
+    ),
+    (
+        "jobset templates that may use two nodes (the gang's size is the operator's to judge)",
+        {"obj": _jobset_with({"affinity": node_affinity([host_in("a", "b")])}, {}), **JOBSET},
+        None,
+        [],
+    ),
+    (
+        "jobset templates' features and constraints",
+        {
+            "obj": _jobset_with({"nodeSelector": {FEATURE + "gpu": "true"}}, {}, annotations={ANN_CONSTRAINTS: "a|b"}),
+            **JOBSET,
+        },
+        None,
+        [],
+    ),
+    (
+        "lws worker template with topology spread",
+        {"obj": _lws_with({"topologySpreadConstraints": [{"maxSkew": 1}]}), **LWS},
+        422,
+        ["spec.leaderWorkerTemplate.workerTemplate.spec.topologySpreadConstraints"],
+    ),
+]
+
+
 @pytest.mark.parametrize(("kw", "code", "words"), [c[1:] for c in VALIDATE_CASES], ids=[c[0] for c in VALIDATE_CASES])
 def test_validate(kw: JSON, code: int | None, words: list[str]) -> None:
     kw = dict(kw)
@@ -459,6 +766,33 @@ def test_validate(kw: JSON, code: int | None, words: list[str]) -> None:
     assert decision.code == code
     for w in words:
         assert w in decision.message
+
+
+def test_placement_is_checked_on_create_and_frozen_after() -> None:
+    new = managed_pod({"nodeSelector": {HOST: "n1"}})
+    assert validate(make_request(new), CONFIG).allowed
+    changed = validate(make_request(new, operation="UPDATE", old=managed_pod()), CONFIG)
+    assert not changed.allowed and "cannot change after it was created" in changed.message
+    assert validate(make_request(new, operation="UPDATE", old=new), CONFIG).allowed, "an update that keeps it"
+
+
+@pytest.mark.parametrize(
+    ("spec", "allowed"),
+    [
+        ({"nodeSelector": {HOST: "n1", FEATURE + "gpu": "true"}}, True),
+        ({"affinity": node_affinity([host_in("n1")]), "schedulerName": "default-scheduler"}, True),
+        ({"affinity": ANTI}, False),
+    ],
+)
+def test_mutated_pods_are_validated(spec: JSON, allowed: bool) -> None:
+    """Mutation hands the pod to the bridge (gate, toleration, scheduler) and leaves its placement alone;
+    validation, which runs after it, then judges that placement."""
+    pod = make_pod(spec)
+    mutated = apply(pod, mutate(make_request(pod), CONFIG).patch)
+    assert {k: mutated["spec"].get(k) for k in ("nodeSelector", "affinity")} == {
+        k: pod["spec"].get(k) for k in ("nodeSelector", "affinity")
+    }
+    assert validate(make_request(mutated), CONFIG).allowed is allowed
 
 
 def test_pod_templates_paths() -> None:

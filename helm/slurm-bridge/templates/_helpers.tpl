@@ -160,7 +160,7 @@ matchExpressions:
 {{- $cfg := dict
   "schedulerName" $c.schedulerName
   "slurmRestApi" $c.slurmRestApi
-  "slurmJwtFile" "/var/run/secrets/slurm-bridge/jwt"
+  "slurmJwtFile" (printf "/var/run/secrets/slurm-bridge/%s" .Values.slurmJwt.secretKey)
   "slurmJwtSource" (printf "Secret %s/%s, key %s" .Release.Namespace (include "slurm-bridge.jwtSecretName" .) .Values.slurmJwt.secretKey)
   "slurmUser" $c.slurmUser
   "managedNamespaces" ($c.managedNamespaces | default list)
