@@ -8,6 +8,7 @@ them); the PodGroup is only a CRD, so its pods are created here, as a user would
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator
 from typing import Any
@@ -42,9 +43,20 @@ def workload_controllers(cluster: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def ns(managed_namespace: str, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv) -> Iterator[str]:
+def ns(
+    managed_namespace: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi,
+    slurm_env: SlurmEnv,
+) -> Iterator[str]:  # fmt: skip
     """A managed namespace whose Slurm jobs are all ended when the test is done."""
     yield managed_namespace
+    # The workloads first: while they live, their controllers recreate the pods the bridge ends.
+    for gvp in (JOBSET, LWS, PODGROUP):
+        for obj in custom.list_namespaced_custom_object(gvp[0], gvp[1], managed_namespace, gvp[2])["items"]:
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(gvp[0], gvp[1], managed_namespace, gvp[2],
+                                                       obj["metadata"]["name"])  # fmt: skip
+    batch.delete_collection_namespaced_job(managed_namespace, propagation_policy="Background")
+    core.delete_collection_namespaced_pod(managed_namespace)
     # Deleting the PlaceholderJobs runs their finalizer, which cancels the Slurm jobs.
     for phj in list_phjs(custom, managed_namespace):
         try:
@@ -55,7 +67,7 @@ def ns(managed_namespace: str, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv
             if e.status != 404:
                 raise
     try:
-        wait_for(lambda: not _live_jobs(slurm_env, managed_namespace), 30, "the test's Slurm jobs to end")
+        wait_for(lambda: not _live_jobs(slurm_env, managed_namespace), 60, "the test's Slurm jobs to end")
     finally:
         for job in _live_jobs(slurm_env, managed_namespace):  # never leave an allocation behind
             run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job["job_id"])], check=False)
