@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The local cluster: Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kwok nodes, and one real node with containerd, kubelet and kube-proxy: hack/node.sh), the JobSet
+# kwok nodes, and one real node with containerd, kubelet and kube-proxy: hack/node.sh; with the
+# Workload API turned on), the JobSet
 # and LeaderWorkerSet controllers (and the coscheduling PodGroup CRD), and Slurm (munged, slurmctld,
 # slurmrestd in a Debian root), all on 127.0.0.1 (and the pod network's host address SB_HOST_IP).
 #
@@ -38,6 +39,10 @@ make_pki() {
 }
 
 # ---- Kubernetes ------------------------------------------------------------------------------
+# The Kubernetes 1.36 Workload API (Workload and PodGroup, scheduling.k8s.io/v1alpha2, and the
+# pods' spec.schedulingGroup) is alpha: off unless the gate and the API version are turned on.
+FEATURE_GATES="GenericWorkload=true"
+RUNTIME_CONFIG="scheduling.k8s.io/v1alpha2=true"
 
 up_kubernetes() {
   make_pki
@@ -63,7 +68,8 @@ up_kubernetes() {
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged --enable-priority-and-fairness=false --max-requests-inflight 2000 \
-    --max-mutating-requests-inflight 1000 --profiling=false
+    --max-mutating-requests-inflight 1000 --profiling=false \
+    --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG"
   wait_ready kube-apiserver "$SB_READY_TIMEOUT" kubectl_ get --raw /readyz
 
   alive kube-controller-manager || check_port kube-controller-manager "$SB_KCM_PORT" SB_KCM_PORT
@@ -73,13 +79,13 @@ up_kubernetes() {
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
     --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-persistentvolume-binder' \
-    --kube-api-qps 200 --kube-api-burst 400 --concurrent-job-syncs 20
+    --kube-api-qps 200 --kube-api-burst 400 --concurrent-job-syncs 20 --feature-gates "$FEATURE_GATES"
   wait_ready kube-controller-manager "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_KCM_PORT/healthz"
 
   alive kube-scheduler || check_port kube-scheduler "$SB_SCHEDULER_PORT" SB_SCHEDULER_PORT
   start kube-scheduler "$BIN_DIR/kube-scheduler" --kubeconfig "$KUBECONFIG_FILE" \
     --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
-    --bind-address 127.0.0.1 --secure-port "$SB_SCHEDULER_PORT" --leader-elect=false
+    --bind-address 127.0.0.1 --secure-port "$SB_SCHEDULER_PORT" --leader-elect=false --feature-gates "$FEATURE_GATES"
   wait_ready kube-scheduler "$SB_READY_TIMEOUT" curl -skf "https://127.0.0.1:$SB_SCHEDULER_PORT/healthz"
 
   # kwok: stages from its own module (node ready + lease heartbeats, pods ready) plus ours (Job
@@ -392,6 +398,8 @@ cmd_status() {
 }
 
 cmd_env() {
+  # The node lists have their own names: SB_NODES and friends are counts that the scripts read,
+  # so evaluating this output must not change what the next hack/cluster.sh call builds.
   cat <<EOF
 export KUBECONFIG=$KUBECONFIG_FILE
 export SLURM_REST_URL=http://127.0.0.1:$SB_SLURMRESTD_PORT
@@ -401,11 +409,11 @@ export SLURM_JWT_FILE=$JWT_FILE
 export SLURM_ROOT=$SLURM_ROOT
 export SB_STATE_DIR=$STATE_DIR
 export SB_PARTITION=$SB_PARTITION
-export SB_NODES="$(node_names | tr '\n' ' ' | sed 's/ $//')"
-export SB_PLAIN_NODES="$(extra_node_names | tr '\n' ' ' | sed 's/ $//')"
-export SB_DYN_NODES="$(dyn_node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_NODE_NAMES="$(node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_PLAIN_NODE_NAMES="$(extra_node_names | tr '\n' ' ' | sed 's/ $//')"
+export SB_DYN_NODE_NAMES="$(dyn_node_names | tr '\n' ' ' | sed 's/ $//')"
 export SB_EXTRA_PARTITION=$SB_EXTRA_PARTITION
-export SB_GPU_NODES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" && echo "$SB_NODE_PREFIX$i"; done | tr '\n' ' ' | sed 's/ $//')"
+export SB_GPU_NODE_NAMES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" && echo "$SB_NODE_PREFIX$i"; done | tr '\n' ' ' | sed 's/ $//')"
 EOF
 }
 

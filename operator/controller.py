@@ -24,6 +24,7 @@ from typing import Any, cast
 from slurm_bridge.operator import status as st
 from slurm_bridge.operator.groups import Group, GroupError, GroupResolver, is_gang, plan_join, same_group
 from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.podgroups import PodGroupReporter
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
 
@@ -76,6 +77,7 @@ class Controller:
         self._last_sweep = 0.0
         self._sweeping: asyncio.Task[None] | None = None
         self.groups = GroupResolver(kube.get)
+        self.podgroups = PodGroupReporter(kube)
         # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self._member_of: dict[str, Key] = {}
@@ -680,6 +682,7 @@ class Controller:
             patch["message"] = message
             patch["conditions"] = st.set_condition(status.get("conditions"), names.COND_ALLOCATED, False,
                                                    reason or "Pending", message)  # fmt: skip
+            await self.podgroups.report(phj, False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
         return await self._patch_status(phj, patch)
 
     async def _allocated(
@@ -725,6 +728,9 @@ class Controller:
             if not st.pod_is_released(pod, node):
                 releases.append(self._release_pod(pod, node, job.job_id, meta["name"]))
         await asyncio.gather(*releases)
+        await self.podgroups.report(phj, True, names.PODGROUP_REASON_SCHEDULED,
+                                    f"Slurm job {job.job_id} allocated {st.compress_hostlist(job.nodes)} "
+                                    f"to the gang ({self.config.schedulerName})")  # fmt: skip
         live = sum(1 for p in members.values() if p is not None and not st.pod_ended(p))
         if live and bound == live and status.get("phase") != names.PHASE_RUNNING:
             message = f"every member pod is bound to its Slurm node ({st.compress_hostlist(job.nodes)})"
@@ -834,6 +840,7 @@ class Controller:
         self._submitted.pop(phj["metadata"]["uid"], None)
         self._uncertain.pop(phj["metadata"]["uid"], None)
         self._releasing.discard(phj["metadata"]["uid"])
+        self.podgroups.forget(phj)
         return None
 
     async def _release_members(self, phj: Obj, pods: list[Obj], job_id: int | None) -> None:

@@ -2,6 +2,10 @@
 
 The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
 
+- A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (Kubernetes 1.36
+  Workload API, ``scheduling.k8s.io``) belongs to it: a gang when the PodGroup's policy is
+  ``gang``, one group per pod when it is ``basic``. Its options merge the PodGroup's, the selected
+  controller's (the JobSet or Job above the pod) and the Workload's annotations, later winning.
 - A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
 - Otherwise the pod's *controller* owner chain is walked, at most ``MAX_OWNER_DEPTH`` owners up,
   and the highest recognised workload decides: a JobSet is one gang, a LeaderWorkerSet one gang
@@ -9,7 +13,7 @@ The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
 - With no recognised workload the pod is its own group; its options come from the highest
   controller the bridge could read, or from the pod itself when it has no controller.
 
-Options (``slurmjob.slinky.slurm.net/*``) are read from that root object only, so a pod template
+Otherwise options (``slurmjob.slinky.slurm.net/*``) are read from that root object only, so a pod template
 cannot override what the workload says. A gang is one PlaceholderJob named after its root and
 owned by it (garbage collection removes it with the workload), holding one Slurm job with one
 node per member pod.
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from slurm_bridge import names
@@ -45,6 +49,13 @@ JOBSET: Final[GroupKind] = ("jobset.x-k8s.io", "JobSet")
 LWS: Final[GroupKind] = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
 PODGROUP: Final[GroupKind] = ("scheduling.x-k8s.io", "PodGroup")
 PODGROUP_API_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
+# The built-in Workload API (Kubernetes 1.36, feature gate GenericWorkload).
+WORKLOAD_API_GROUP: Final = "scheduling.k8s.io"
+SCHED_PODGROUP: Final[GroupKind] = (WORKLOAD_API_GROUP, "PodGroup")
+WORKLOAD: Final[GroupKind] = (WORKLOAD_API_GROUP, "Workload")
+# Versions of the Workload API whose PodGroup and Workload shapes the bridge knows, preferred
+# first, with the PodGroup status condition that says the gang was scheduled.
+WORKLOAD_API_VERSIONS: Final[Mapping[str, str]] = {"v1alpha2": names.PODGROUP_COND_SCHEDULED}
 
 # Workloads that decide grouping when found in the owner chain (the highest one wins).
 RECOGNIZED: Final = frozenset({JOB, JOBSET, LWS})
@@ -59,6 +70,8 @@ _JOBSET_EXCLUSIVE: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # Resource names of kinds that commonly own pods, so no discovery call is needed for them.
 _PLURALS: Final[Mapping[GroupKind, str]] = {
     POD: "pods",
+    SCHED_PODGROUP: "podgroups",
+    WORKLOAD: "workloads",
     ("", "ReplicationController"): "replicationcontrollers",
     JOB: "jobs",
     ("batch", "CronJob"): "cronjobs",
@@ -260,6 +273,51 @@ def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
     return _gang(pod, podgroup, podgroup_size(podgroup), ("podgroup", podgroup["metadata"]["name"]))
 
 
+def scheduling_group_name(pod: Mapping[str, Any]) -> str | None:
+    """The built-in PodGroup a pod names in ``spec.schedulingGroup.podGroupName``."""
+    name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
+    return str(name) if name else None
+
+
+def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
+    """``schedulingPolicy.gang.minCount`` of a built-in PodGroup; None for a ``basic`` policy."""
+    gang = (((podgroup.get("spec") or {}).get("schedulingPolicy")) or {}).get("gang")
+    if not isinstance(gang, Mapping):
+        return None
+    return max(_count(gang.get("minCount"), 1), 1)
+
+
+def workload_name(podgroup: Mapping[str, Any]) -> str | None:
+    """The Workload a built-in PodGroup was made from (``podGroupTemplateRef.workload``)."""
+    spec = podgroup.get("spec") or {}
+    ref = ((spec.get("podGroupTemplateRef") or {}).get("workload")) or spec.get("workloadRef") or {}
+    name = ref.get("workloadName")
+    return str(name) if name else None
+
+
+def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group:
+    """A pod of a built-in PodGroup. ``controller``: the JobSet or Job above the pod, if any.
+
+    As in the Go slurm-bridge, options merge PodGroup <- controller <- Workload (the Workload
+    wins a conflict), so shared settings go on the Workload and per-gang ones on the PodGroup.
+    """
+    annotations: dict[str, str] = {}
+    for source in (podgroup, controller, workload):
+        if source is not None:
+            annotations.update(slurmjob_annotations(source))
+    derived: dict[str, object] = {}
+    if controller is not None and group_kind(controller) == JOB:
+        deadline = (controller.get("spec") or {}).get("activeDeadlineSeconds")
+        if deadline:
+            derived["time_limit_minutes"] = time_limit_from_deadline(int(deadline))
+    size = gang_min_count(podgroup)
+    if size is None:  # basic policy: every pod on its own, configured like its gang would be
+        single = pod_group(pod, controller)
+        return replace(single, annotations=annotations, derived=derived)
+    gang = _gang(pod, podgroup, size, ("pg", podgroup["metadata"]["name"]))
+    return replace(gang, annotations=annotations, derived=derived)
+
+
 def _gang(pod: Obj, root: Obj, size: int, name_parts: tuple[str, ...], warnings: list[str] | None = None) -> Group:
     """A gang's group: named after, owned by and configured from its root workload."""
     return Group(
@@ -350,9 +408,13 @@ class GroupResolver:
         self._get = get
         self.max_depth = max_depth
         self._plurals: dict[tuple[str, str], str] = {}
+        self._workload_version: str | None = None
 
     async def resolve(self, pod: Obj) -> Group:
         """The pod's group; raises GroupError when it cannot be known now."""
+        scheduling_group = scheduling_group_name(pod)
+        if scheduling_group:
+            return await self._workload_podgroup(pod, scheduling_group)
         labels = pod["metadata"].get("labels") or {}
         podgroup = labels.get(names.LABEL_POD_GROUP)
         if podgroup:
@@ -384,6 +446,64 @@ class GroupResolver:
                 f"(or the {PODGROUP_API_VERSION} PodGroup CRD is not installed); the pod waits for it",
                 5.0,
             )
+        return obj
+
+    async def workload_api_version(self) -> str:
+        """The served Workload API version the bridge knows (found once by discovery)."""
+        if self._workload_version:
+            return self._workload_version
+        try:
+            doc = await self._get(f"/apis/{WORKLOAD_API_GROUP}")
+        except KubeError as e:
+            message = f"cannot discover the {WORKLOAD_API_GROUP} API: {e}"
+            raise GroupError("WorkloadAPIUnreadable", message, 30.0) from None
+        served = [str(v.get("version")) for v in (doc or {}).get("versions") or []]
+        for version in WORKLOAD_API_VERSIONS:
+            if version in served:
+                # The group also serves PriorityClasses (v1): the version must hold podgroups.
+                resources = await self._get(f"/apis/{WORKLOAD_API_GROUP}/{version}")
+                if any(r.get("name") == "podgroups" for r in (resources or {}).get("resources") or []):
+                    self._workload_version = version
+                    return version
+        known = ", ".join(f"{WORKLOAD_API_GROUP}/{v}" for v in WORKLOAD_API_VERSIONS)
+        raise GroupError(
+            "WorkloadAPINotServed",
+            f"the pod sets spec.schedulingGroup, but the API server serves no PodGroups in {known} "
+            f"(served versions: {', '.join(served) or 'none'}); enable the GenericWorkload feature gate and "
+            f"--runtime-config={WORKLOAD_API_GROUP}/v1alpha2=true",
+            60.0,
+        )
+
+    async def _workload_podgroup(self, pod: Obj, name: str) -> Group:
+        ns = pod["metadata"]["namespace"]
+        api_version = f"{WORKLOAD_API_GROUP}/{await self.workload_api_version()}"
+        podgroup = await self._read(api_version, "PodGroup", ns, name, "spec.schedulingGroup.podGroupName names")
+        workload: Obj | None = None
+        wname = workload_name(podgroup)
+        if wname:
+            workload = await self._read(api_version, "Workload", ns, wname, f"PodGroup {name} was made from")
+        recognized, _ = await self._walk(pod)
+        controller = recognized if recognized is not None and group_kind(recognized) in (JOB, JOBSET) else None
+        return workload_podgroup_group(pod, podgroup, controller, workload)
+
+    async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
+        """A Workload API object the pod's group depends on; the pod waits while it is missing."""
+        path = object_path(api_version, _PLURALS[(WORKLOAD_API_GROUP, kind)], ns, name)
+        try:
+            obj = await self._get(path)
+        except KubeError as e:
+            if e.status == 403:
+                raise GroupError(f"{kind}Forbidden", f"the bridge may not read {kind} {ns}/{name} ({api_version}); "
+                                 f"grant it get on {_PLURALS[(WORKLOAD_API_GROUP, kind)]}", 60.0) from None  # fmt: skip
+            message = f"cannot read {kind} {ns}/{name} ({api_version}): {e}"
+            raise GroupError(f"{kind}Unreadable", message, 30.0) from None
+        if obj is None:
+            # Workload controllers create the pods, the PodGroup and the Workload in some order.
+            raise GroupError(f"{kind}NotFound",
+                             f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it",
+                             5.0)  # fmt: skip
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind)
         return obj
 
     async def _walk(self, pod: Obj) -> tuple[Obj | None, Obj | None]:

@@ -133,8 +133,8 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         url=env["SLURM_REST_URL"],
         token_file=Path(env["SLURM_JWT_FILE"]),
         partition=env["SB_PARTITION"],
-        nodes=env["SB_NODES"].split(),
-        gpu_nodes=env["SB_GPU_NODES"].split(),
+        nodes=env["SB_NODE_NAMES"].split(),
+        gpu_nodes=env["SB_GPU_NODE_NAMES"].split(),
         root=Path(env["SLURM_ROOT"]),
         state_dir=Path(env["SB_STATE_DIR"]),
     )

@@ -29,6 +29,8 @@ _RESOURCES: Final = {
     ("jobset.x-k8s.io", "JobSet"): "jobsets",
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
     ("scheduling.x-k8s.io", "PodGroup"): "podgroups",
+    ("scheduling.k8s.io", "Workload"): "workloads",
+    ("scheduling.k8s.io", "PodGroup"): "podgroups",
 }
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

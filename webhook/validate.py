@@ -31,6 +31,9 @@ WORKLOAD_POD_TEMPLATES: Final[Mapping[tuple[str, str], tuple[tuple[str, ...], ..
         ("spec", "leaderWorkerTemplate", "workerTemplate"),
     ),
     ("scheduling.x-k8s.io", "PodGroup"): (),
+    # The Kubernetes 1.36 Workload API (operator/groups.py merges their annotations).
+    ("scheduling.k8s.io", "Workload"): (),
+    ("scheduling.k8s.io", "PodGroup"): (),
 }
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"

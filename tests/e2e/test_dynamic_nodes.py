@@ -52,7 +52,7 @@ def set_cpus(core: k8s.CoreV1Api, name: str, cpus: str) -> None:
 @pytest.fixture
 def dyn_node(core: k8s.CoreV1Api, cluster: dict[str, str], slurm_env: SlurmEnv) -> Iterator[str]:
     """kwok-dyn-1, unlabelled and out of Slurm before and after the test."""
-    name = cluster["SB_DYN_NODES"].split()[0]
+    name = cluster["SB_DYN_NODE_NAMES"].split()[0]
     original_cpus = core.read_node(name).status.capacity["cpu"]
 
     def reset() -> None:

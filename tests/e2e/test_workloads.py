@@ -49,27 +49,34 @@ def ns(
 ) -> Iterator[str]:  # fmt: skip
     """A managed namespace whose Slurm jobs are all ended when the test is done."""
     yield managed_namespace
+    end_workloads(managed_namespace, core, batch, custom, slurm_env, (JOBSET, LWS, PODGROUP))
+
+
+def end_workloads(
+    ns: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv,
+    workloads: tuple[tuple[str, str, str], ...],
+) -> None:  # fmt: skip
+    """Delete the namespace's workloads (of the given custom kinds), Jobs, pods and
+    PlaceholderJobs, and wait until their Slurm jobs ended."""
     # The workloads first: while they live, their controllers recreate the pods the bridge ends.
-    for gvp in (JOBSET, LWS, PODGROUP):
-        for obj in custom.list_namespaced_custom_object(gvp[0], gvp[1], managed_namespace, gvp[2])["items"]:
+    batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+    for gvp in workloads:
+        for obj in custom.list_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2])["items"]:
             with contextlib.suppress(ApiException):
-                custom.delete_namespaced_custom_object(gvp[0], gvp[1], managed_namespace, gvp[2],
-                                                       obj["metadata"]["name"])  # fmt: skip
-    batch.delete_collection_namespaced_job(managed_namespace, propagation_policy="Background")
-    core.delete_collection_namespaced_pod(managed_namespace)
+                custom.delete_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], obj["metadata"]["name"])
+    core.delete_collection_namespaced_pod(ns)
     # Deleting the PlaceholderJobs runs their finalizer, which cancels the Slurm jobs.
-    for phj in list_phjs(custom, managed_namespace):
+    for phj in list_phjs(custom, ns):
         try:
-            custom.delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, managed_namespace, names.PLURAL, phj["metadata"]["name"]
-            )
+            name = phj["metadata"]["name"]
+            custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL, name)
         except ApiException as e:
             if e.status != 404:
                 raise
     try:
-        wait_for(lambda: not _live_jobs(slurm_env, managed_namespace), 60, "the test's Slurm jobs to end")
+        wait_for(lambda: not _live_jobs(slurm_env, ns), 60, "the test's Slurm jobs to end")
     finally:
-        for job in _live_jobs(slurm_env, managed_namespace):  # never leave an allocation behind
+        for job in _live_jobs(slurm_env, ns):  # never leave an allocation behind
             run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job["job_id"])], check=False)
 
 

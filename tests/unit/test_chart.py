@@ -425,6 +425,10 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("jobset.x-k8s.io", "jobsets", "get")
         | _grant("leaderworkerset.x-k8s.io", "leaderworkersets", "get")
         | _grant("scheduling.x-k8s.io", "podgroups", "get")
+        # the 1.36 Workload API: a gang's PodGroup and Workload, the PodGroup's condition
+        | _grant("scheduling.k8s.io", "podgroups", "get")
+        | _grant("scheduling.k8s.io", "workloads", "get")
+        | _grant("scheduling.k8s.io", "podgroups/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs", "get", "list", "watch", "create", "patch", "delete")
         | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")

@@ -897,6 +897,8 @@ def test_render_url(certs: Path) -> None:
         ("jobset.x-k8s.io", "jobsets"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("scheduling.x-k8s.io", "podgroups"),
+        ("scheduling.k8s.io", "workloads"),
+        ("scheduling.k8s.io", "podgroups"),
     }
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in validating["rules"])
 
