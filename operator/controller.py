@@ -22,6 +22,7 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from slurm_bridge.operator import status as st
+from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, DeviceBinder
 from slurm_bridge.operator.groups import Group, GroupError, GroupResolver, is_gang, plan_join, same_group
 from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.podgroups import PodGroupReporter
@@ -78,6 +79,7 @@ class Controller:
         self._sweeping: asyncio.Task[None] | None = None
         self.groups = GroupResolver(kube.get)
         self.podgroups = PodGroupReporter(kube)
+        self.devices = DeviceBinder(kube, slurm)
         # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self._member_of: dict[str, Key] = {}
@@ -717,7 +719,7 @@ class Controller:
         # Release the pods only once every member has its node: gangs start together. The
         # allocation Event goes on each pod (where users look); the status says it for the job.
         bound = 0
-        releases = []
+        unreleased: dict[str, tuple[Obj, str]] = {}
         for pod_name, pod in members.items():
             if pod is None or st.pod_ended(pod):
                 continue
@@ -726,8 +728,16 @@ class Controller:
                 bound += pod["spec"]["nodeName"] == node
                 continue
             if not st.pod_is_released(pod, node):
-                releases.append(self._release_pod(pod, node, job.job_id, meta["name"]))
-        await asyncio.gather(*releases)
+                unreleased[pod_name] = (pod, node)
+        # Pods that asked for DRA devices get a claim of exactly Slurm's devices first; if one
+        # cannot be made, no member is released (operator/devices.py).
+        prepared = await self.devices.prepare(phj, job.job_id, unreleased)
+        if prepared.problem:
+            return DEVICES_RETRY_SECONDS
+        await asyncio.gather(*(
+            self._release_pod(pod, node, job.job_id, meta["name"], prepared.annotations.get(pod_name))
+            for pod_name, (pod, node) in unreleased.items()
+        ))  # fmt: skip
         await self.podgroups.report(phj, True, names.PODGROUP_REASON_SCHEDULED,
                                     f"Slurm job {job.job_id} allocated {st.compress_hostlist(job.nodes)} "
                                     f"to the gang ({self.config.schedulerName})")  # fmt: skip
@@ -741,12 +751,14 @@ class Controller:
             })  # fmt: skip
         return None
 
-    async def _release_pod(self, pod: Obj, node: str, job_id: int, phj_name: str) -> None:
+    async def _release_pod(
+        self, pod: Obj, node: str, job_id: int, phj_name: str, annotations: dict[str, str] | None = None
+    ) -> None:
         meta = pod["metadata"]
         try:
             updated = await self.kube.patch(
                 pod_path(meta["namespace"], meta["name"]),
-                st.release_pod_patch(pod, node, job_id, phj_name),
+                st.release_pod_patch(pod, node, job_id, phj_name, annotations),
                 "json",
             )
         except (NotFound, Conflict):

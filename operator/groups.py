@@ -3,9 +3,9 @@
 The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
 
 - A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (Kubernetes 1.36
-  Workload API, ``scheduling.k8s.io``) belongs to it: a gang when the PodGroup's policy is
-  ``gang``, one group per pod when it is ``basic``. Its options merge the PodGroup's, the selected
-  controller's (the JobSet or Job above the pod) and the Workload's annotations, later winning.
+  Workload API, ``scheduling.k8s.io``) with a ``gang`` policy belongs to that gang. Its options
+  merge the PodGroup's, the selected controller's (the JobSet or Job above the pod) and the
+  Workload's annotations, later winning. A ``basic`` policy asks for no gang: the rules below decide.
 - A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
 - Otherwise the pod's *controller* owner chain is walked, at most ``MAX_OWNER_DEPTH`` owners up,
   and the highest recognised workload decides: a JobSet is one gang, a LeaderWorkerSet one gang
@@ -296,7 +296,8 @@ def workload_name(podgroup: Mapping[str, Any]) -> str | None:
 
 
 def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group:
-    """A pod of a built-in PodGroup. ``controller``: the JobSet or Job above the pod, if any.
+    """A pod of a built-in PodGroup with a gang policy. ``controller``: the JobSet or Job above the
+    pod, if any.
 
     As in the Go slurm-bridge, options merge PodGroup <- controller <- Workload (the Workload
     wins a conflict), so shared settings go on the Workload and per-gang ones on the PodGroup.
@@ -305,15 +306,15 @@ def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, wor
     for source in (podgroup, controller, workload):
         if source is not None:
             annotations.update(slurmjob_annotations(source))
-    derived: dict[str, object] = {}
+    # As in the Go slurm-bridge, the Slurm job is named after the PodGroup (not the Workload, which
+    # may have several) unless a job-name annotation says otherwise. The CRD's spec.slurm.jobName
+    # holds 200 characters, an object name up to 253.
+    derived: dict[str, object] = {"job_name": podgroup["metadata"]["name"][:200]}
     if controller is not None and group_kind(controller) == JOB:
         deadline = (controller.get("spec") or {}).get("activeDeadlineSeconds")
         if deadline:
             derived["time_limit_minutes"] = time_limit_from_deadline(int(deadline))
-    size = gang_min_count(podgroup)
-    if size is None:  # basic policy: every pod on its own, configured like its gang would be
-        single = pod_group(pod, controller)
-        return replace(single, annotations=annotations, derived=derived)
+    size = gang_min_count(podgroup) or 1
     gang = _gang(pod, podgroup, size, ("pg", podgroup["metadata"]["name"]))
     return replace(gang, annotations=annotations, derived=derived)
 
@@ -414,7 +415,9 @@ class GroupResolver:
         """The pod's group; raises GroupError when it cannot be known now."""
         scheduling_group = scheduling_group_name(pod)
         if scheduling_group:
-            return await self._workload_podgroup(pod, scheduling_group)
+            group = await self._workload_podgroup(pod, scheduling_group)
+            if group is not None:
+                return group
         labels = pod["metadata"].get("labels") or {}
         podgroup = labels.get(names.LABEL_POD_GROUP)
         if podgroup:
@@ -474,10 +477,14 @@ class GroupResolver:
             60.0,
         )
 
-    async def _workload_podgroup(self, pod: Obj, name: str) -> Group:
+    async def _workload_podgroup(self, pod: Obj, name: str) -> Group | None:
+        """The gang of the pod's built-in PodGroup; None for a ``basic`` policy, which (as in the
+        Go slurm-bridge) asks for no gang, so the usual rules below decide."""
         ns = pod["metadata"]["namespace"]
         api_version = f"{WORKLOAD_API_GROUP}/{await self.workload_api_version()}"
         podgroup = await self._read(api_version, "PodGroup", ns, name, "spec.schedulingGroup.podGroupName names")
+        if gang_min_count(podgroup) is None:
+            return None
         workload: Obj | None = None
         wname = workload_name(podgroup)
         if wname:

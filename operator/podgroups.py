@@ -66,6 +66,8 @@ class PodGroupReporter:
             return  # changed meanwhile: the next reconcile reports again
         except KubeError as e:
             log.warning("cannot set %s on PodGroup %s: %s", ctype, path, e)
+            if e.status in (403, 404, 422):
+                self._said[uid] = said  # asking again will not help: say it once, try the next change
             return
         self._said[uid] = said
 

@@ -152,11 +152,14 @@ def pod_is_released(pod: Obj, node: str) -> bool:
     return annotations.get(names.ANN_SLURM_NODE) == node and all(g.get("name") != names.SCHEDULING_GATE for g in gates)
 
 
-def release_pod_patch(pod: Obj, node: str, job_id: int, phj_name: str) -> list[Obj]:
-    """One JSON patch: name the node, label the job, and lift the bridge's scheduling gate."""
+def release_pod_patch(
+    pod: Obj, node: str, job_id: int, phj_name: str, extra_annotations: Mapping[str, str] | None = None
+) -> list[Obj]:
+    """One JSON patch: name the node (and the Slurm devices, ``extra_annotations``), label the job,
+    and lift the bridge's scheduling gate."""
     meta = pod["metadata"]
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
-    annotations = {names.ANN_SLURM_NODE: node}
+    annotations = {names.ANN_SLURM_NODE: node, **(extra_annotations or {})}
     labels = {names.LABEL_SLURM_JOB_ID: str(job_id), names.LABEL_PLACEHOLDER_JOB: phj_name}
     for field, values in (("annotations", annotations), ("labels", labels)):
         if meta.get(field):

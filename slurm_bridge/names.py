@@ -70,9 +70,11 @@ ANN_SLURM_NODE: Final = SLINKY_PREFIX + "slurm-node"
 LABEL_SLURM_JOB_ID: Final = SCHEDULER_PREFIX + "slurm-jobid"
 # The PlaceholderJob a pod belongs to.
 LABEL_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
+# The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
+ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 
 RESERVED_POD_LABELS: Final = frozenset({LABEL_SLURM_JOB_ID, LABEL_PLACEHOLDER_JOB})
-RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE})
+RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE, ANN_SLURM_DEVICES})
 
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
 LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
@@ -135,6 +137,16 @@ ANN_SLURM_DRAINED_BY: Final = SLINKY_PREFIX + "slurm-drained-by"
 NODE_SYNC_OWNER: Final = APP_NAME
 # Every Slurm node reason the bridge writes starts with this: a DRAIN is the bridge's own only then.
 SLURM_NODE_REASON_PREFIX: Final = "slurm-bridge:"
+
+# --- DRA devices (slurm_bridge/dra.py) -------------------------------------------------------
+# Set by the mutating webhook: the pod's DRA requests ({DeviceClass: count}, JSON), taken out of
+# its container resources so that kube-scheduler does not pick the devices itself.
+ANN_DEVICE_REQUESTS: Final = SLINKY_PREFIX + "device-requests"
+# The pod's ResourceClaim entry (spec.resourceClaims[].name) that the webhook adds for them.
+POD_CLAIM_ENTRY: Final = "slurm-devices"
+# Kubernetes' finalizer on an allocated ResourceClaim (kube-controller-manager lifts it once no
+# pod uses the claim any more); the bridge sets it on the claims it allocates, as kube-scheduler does.
+RESOURCE_CLAIM_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 
 # --- Dynamic external nodes: Kubernetes nodes registered in Slurm (operator/registration.py) ----
 # The Go slurm-bridge's keys: a node with this label (any value) is registered in Slurm ...

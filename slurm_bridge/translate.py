@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from slurm_bridge import names
+from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, combine_constraints, pod_placement
 from slurm_bridge.slurm.models import JobRequest
@@ -510,7 +510,9 @@ class PodResources:
 
     cpus: int
     memory_mib: int | None  # None: no container states memory, so Slurm applies its default
-    gpus: dict[str, int] = field(default_factory=dict)  # resource name -> count, zero omitted
+    # GPUs by where they were asked for (a device-plugin resource, or DRA's GRES), zero omitted;
+    # all are Slurm's gres/gpu
+    gpus: dict[str, int] = field(default_factory=dict)
 
 
 _TRACKED: Final = ("cpu", "memory", *GPU_RESOURCES)
@@ -598,11 +600,20 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     total = _add(total, overhead)
 
     memory = total.get("memory", Fraction(0))
-    return PodResources(
-        cpus=max(1, math.ceil(total.get("cpu", Fraction(0)))),
-        memory_mib=math.ceil(memory / _MIB) if memory > 0 else None,
-        gpus={g: math.ceil(total[g]) for g in GPU_RESOURCES if total.get(g, 0) > 0},
-    )
+    cpus = max(1, math.ceil(total.get("cpu", Fraction(0))))
+    gpus = {g: math.ceil(total[g]) for g in GPU_RESOURCES if total.get(g, 0) > 0}
+    # DRA requests, which the webhook took out of the containers (slurm_bridge/dra.py): a GPU
+    # DeviceClass is its GRES, dra.cpu the pod's CPUs (native cpu is refused beside it).
+    try:
+        counts = dra.recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+    except ValueError as e:
+        raise ValueError(f"{label}: {e}") from None
+    dra_gres, dra_cpus = dra.slurm_needs(counts)
+    if dra_cpus is not None:
+        cpus = dra_cpus
+    for gres, count in dra_gres.items():  # every GRES a DeviceClass maps to is gpu (dra.DEVICE_CLASSES)
+        gpus[f"dra/{gres}"] = count
+    return PodResources(cpus=cpus, memory_mib=math.ceil(memory / _MIB) if memory > 0 else None, gpus=gpus)
 
 
 # --- The job request --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from slurm_bridge import names
+from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
@@ -65,6 +65,8 @@ class PodMutation:
     warnings: list[str] = field(default_factory=list)
     # Why the pod was left alone, when it was.
     skipped: str = ""
+    # Why the pod cannot be managed at all (its DRA requests), each naming its field.
+    problems: list[str] = field(default_factory=list)
 
 
 def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
@@ -118,6 +120,12 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
     ):
         result.patch.append({"op": "add", "path": pointer("spec", "tolerations", "-"), "value": toleration})
         result.changes.append("tolerations")
+
+    # DRA device requests become a claim of the devices Slurm allocates (slurm_bridge/dra.py).
+    dra_patch, result.problems = dra.rewrite(pod)
+    if dra_patch:
+        result.patch.extend(dra_patch)
+        result.changes.append("resourceClaims")
     return result
 
 
@@ -129,5 +137,10 @@ def mutate(request: AdmissionRequest, config: Config) -> Decision:
     m = mutate_pod(request.object, config.schedulerName)
     if m.skipped:
         return Decision(allowed=True, reason=m.skipped)
+    if m.problems:
+        count = f"{len(m.problems)} problems: " if len(m.problems) > 1 else ""
+        return Decision(
+            allowed=False, code=422, reason="Invalid", message="slurm-bridge: " + count + "; ".join(m.problems)
+        )
     reason = "set " + ", ".join(m.changes) if m.changes else "already mutated"
     return Decision(allowed=True, reason=reason, patch=m.patch, warnings=m.warnings)

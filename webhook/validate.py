@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from slurm_bridge import names
+from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, parse_placement
 from slurm_bridge.translate import placement_request_problems, validate_annotations
@@ -149,14 +149,23 @@ def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _own_group(pod: Mapping[str, Any]) -> bool:
     """A pod that is its own PlaceholderJob, configured by its own annotations (operator/groups.py):
-    no controller and no PodGroup label."""
+    no controller, no PodGroup label and no built-in PodGroup."""
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return True
     owners = meta.get("ownerReferences") or []
     labels = meta.get("labels") or {}
     has_controller = any(isinstance(o, Mapping) and o.get("controller") for o in owners)
+    if _in_podgroup(_spec(pod)):
+        return False
     return not has_controller and not (isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP))
+
+
+def _in_podgroup(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod (template) names a built-in PodGroup: its group, gang size and options (merged
+    from the PodGroup, its Job or JobSet and the Workload) are then known only in the operator."""
+    group = spec.get("schedulingGroup")
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
 
 
 def placement_check(
@@ -213,6 +222,30 @@ def _pod_placement(
     return problems, []
 
 
+def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
+    """DRA requests of a bridge pod (slurm_bridge/dra.py): the mutating webhook turned them into
+    the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
+    that still requests DRA extended resources missed that rewrite: kube-scheduler would pick its
+    devices, not Slurm."""
+    spec = _spec(pod)
+    if spec.get("schedulerName") != config.schedulerName:
+        return []
+    counts, _, problems = dra.device_requests(spec)
+    if problems:
+        return problems
+    if counts:
+        return [f"spec: DRA requests {sorted(counts)} were not turned into the bridge's device claim by its "
+                "mutating webhook (was it unavailable?); create the pod again"]  # fmt: skip
+    if old is not None:
+        before = ((_metadata(old) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
+        after = ((_metadata(pod) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
+        if before != after:
+            return [f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}] cannot change: the pod's Slurm job was "
+                    "made from its device requests at creation; delete the pod and create it again"]  # fmt: skip
+        return []
+    return dra.consistency_problems(pod)
+
+
 def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list[str] | None = None) -> Decision:
     problems = reserved + invalid
     if not problems:
@@ -239,7 +272,8 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
     if gk == ("", "Pod"):
         reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
         placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
-        return _decide(reserved, invalid + placement, "trusted user" if trusted else "ok", warnings)
+        devices = _pod_devices(request.object or {}, old_obj, config)
+        return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
     paths = WORKLOAD_POD_TEMPLATES.get(gk)
     if paths is None:
@@ -261,13 +295,17 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         spec = _spec(template)
         if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER, config.schedulerName):
             managed[f"{where}.spec"] = spec
+            # The pods' DRA requests would be refused one by one: say it on the workload.
+            invalid += dra.device_requests(spec, f"{where}.spec")[2]
             changed = (
                 changed
                 or where not in old_templates
                 or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
             )
     if changed and managed:
-        # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator.
-        annotations = None if invalid else _slurmjob(new_meta[1])
+        # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator,
+        # and so are the options of pods that name a built-in PodGroup: each is checked on its own.
+        grouped = any(_in_podgroup(spec) for spec in managed.values())
+        annotations = None if invalid or grouped else _slurmjob(new_meta[1])
         invalid += placement_check(managed, annotations, 1 if gk == ("batch", "Job") else None)
     return _decide(reserved, invalid, "ok")

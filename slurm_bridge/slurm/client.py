@@ -38,7 +38,7 @@ from .errors import (
     SlurmUnavailable,
     SlurmUnsupportedVersion,
 )
-from .models import JobInfo, JobRequest, NodeInfo
+from .models import JobInfo, JobRequest, NodeDevices, NodeInfo
 from .transport import Http11Transport
 from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for
 
@@ -375,6 +375,18 @@ class SlurmClient:
             return None
         jobs = codec.decode_jobs(reply.body)
         return next((j for j in jobs if j.job_id == job_id), jobs[0] if jobs else None)
+
+    async def job_devices(self, job_id: int) -> dict[str, NodeDevices] | None:
+        """Node -> the devices (GRES indices, CPUs) the job holds there; None when Slurm does not
+        know the job. Read fresh: the allocation is only complete once the job runs."""
+        codec = await self._get_codec()
+        # flags=DETAIL: with flags=ALL (which _JOB_QUERY uses) slurmrestd leaves gres_detail and
+        # job_resources empty (Slurm 26.05, checked).
+        reply = await self._request("GET", codec.path(f"job/{int(job_id)}"), params={"flags": "DETAIL"},
+                                    not_found_ok=True)  # fmt: skip
+        if reply.status == 404:
+            return None
+        return codec.decode_job_devices(reply.body, job_id)
 
     async def cancel_job(self, job_id: int) -> None:
         """Cancel the job; a job that is unknown or already finished counts as cancelled."""

@@ -97,6 +97,18 @@ FINISHED_JOB_STATES = frozenset(
 )  # fmt: skip
 
 
+class NodeDevices(BaseModel):
+    """What a job holds on one of its nodes, by Slurm index (for exact DRA devices)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # GRES name -> device indices; a GRES that Slurm counts without indices (no device files in
+    # gres.conf) is missing here and present in ``gres_counts`` only.
+    gres: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    gres_counts: dict[str, int] = Field(default_factory=dict)
+    cpus: tuple[int, ...] = ()  # allocated CPUs, numbered in Slurm's core order on the node
+
+
 class NodeInfo(BaseModel):
     """A Slurm node as one node list call reports it."""
 

@@ -10,6 +10,7 @@ accepted) because a Slurm upgrade adds fields to answers without changing the ve
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeVar
 
@@ -17,7 +18,7 @@ import hostlist
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import SlurmError, SlurmErrorDetail, SlurmUnsupportedVersion
-from .models import JobInfo, JobRequest, NodeInfo
+from .models import JobInfo, JobRequest, NodeDevices, NodeInfo
 
 # Highest first: the client picks the first one the server offers.
 SUPPORTED_VERSIONS: Final = ("v0.0.45", "v0.0.44", "v0.0.43")
@@ -161,6 +162,88 @@ class JobWire(_Wire):
 
 
 _JOB_KEYS = tuple(JobWire.model_fields)
+
+
+class CoreWire(_Wire):
+    index: int
+    status: list[str] | str = Field(default_factory=list)
+
+
+class SocketWire(_Wire):
+    index: int
+    cores: list[CoreWire] = Field(default_factory=list)
+
+
+class NodeAllocationWire(_Wire):
+    name: str
+    sockets: list[SocketWire] = Field(default_factory=list)
+
+
+class JobDevicesWire(_Wire):
+    """The parts of a job record that say which devices it holds where."""
+
+    nodes: str | None = None
+    gres_detail: list[str] = Field(default_factory=list)  # one entry per node, in ``nodes`` order
+    allocation: list[NodeAllocationWire] = Field(default_factory=list)  # from job_resources.nodes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_allocation(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            resources = data.get("job_resources") or {}
+            nodes = resources.get("nodes") if isinstance(resources, dict) else None
+            data = {k: data[k] for k in ("nodes", "gres_detail") if k in data}
+            if isinstance(nodes, dict) and isinstance(nodes.get("allocation"), list):
+                data["allocation"] = nodes["allocation"]
+        return data
+
+
+# One GRES of a node's detail: name[:type][:count], then "(IDX:0-1,3)" or "(CNT:2)"; a type has a
+# non-digit, so that (as in Slurm) "gpu:2" is a count.
+_GRES_DETAIL = re.compile(
+    r"^(?P<name>[^:(]+)(?::(?P<type>[^:(]*[^:(\d][^:(]*))?(?::(?P<count>\d+))?(?:\((?P<what>IDX|CNT):(?P<list>[^)]*)\))?$"
+)
+
+
+def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """({GRES name: indices}, {GRES name: count}) of one node's GRES detail, such as
+    ``gpu:2(IDX:0,2)``, ``gpu:a100:1(IDX:3),shard:0(IDX:N/A)`` or ``gpu(CNT:2)`` (no indices:
+    the GRES has no device files). Items are split at commas outside parentheses."""
+    items, depth, current = [], 0, ""
+    for ch in detail:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    indices: dict[str, list[int]] = {}
+    counts: dict[str, int] = {}
+    for item in filter(None, (i.strip() for i in items)):
+        m = _GRES_DETAIL.match(item)
+        if not m:
+            continue
+        name, what, listed = m["name"], m["what"], m["list"] or ""
+        if what == "CNT" and listed.isdigit():
+            counts[name] = counts.get(name, 0) + int(listed)
+        elif what == "IDX" and listed and listed != "N/A":
+            found = _index_list(listed)
+            indices.setdefault(name, []).extend(found)
+            counts[name] = counts.get(name, 0) + len(found)
+        elif m["count"]:
+            counts[name] = counts.get(name, 0) + int(m["count"])
+    return {k: tuple(sorted(v)) for k, v in indices.items()}, counts
+
+
+def _index_list(text: str) -> list[int]:
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 class NodeWire(_Wire):
@@ -460,6 +543,32 @@ class Codec:
             comment=w.comment or "",
             raw=raw,
         )
+
+    def decode_job_devices(self, body: Any, job_id: int) -> dict[str, NodeDevices] | None:
+        """Node -> what job ``job_id`` of a job answer holds there (None: not in the answer): GRES
+        indices from ``gres_detail`` (aligned with the job's node list) and CPUs from
+        ``job_resources`` (cores marked ALLOCATED, numbered socket by socket as Slurm numbers a
+        node's cores)."""
+        raw = next((j for j in _listed(body, "jobs", "job") if isinstance(j, dict) and j.get("job_id") == job_id), None)
+        if raw is None:
+            return None
+        w = _validate(JobDevicesWire, raw, "job devices")
+        nodes = expand_nodes(w.nodes)
+        cpus: dict[str, tuple[int, ...]] = {}
+        for alloc in w.allocation:
+            found, base = [], 0
+            for socket in sorted(alloc.sockets, key=lambda s: s.index):
+                for core in socket.cores:
+                    flags = [core.status] if isinstance(core.status, str) else core.status
+                    if "ALLOCATED" in flags:
+                        found.append(base + core.index)
+                base += len(socket.cores)
+            cpus[alloc.name] = tuple(sorted(found))
+        out: dict[str, NodeDevices] = {}
+        for i, node in enumerate(nodes):
+            indices, counts = parse_gres_detail(w.gres_detail[i]) if i < len(w.gres_detail) else ({}, {})
+            out[node] = NodeDevices(gres=indices, gres_counts=counts, cpus=cpus.get(node, ()))
+        return out
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:
         return [self.decode_node(n) for n in _listed(body, "nodes", "nodes")]

@@ -145,6 +145,7 @@ def test_workload_gang_that_slurm_cannot_place_starts_no_pod(
     )  # fmt: skip
     job = slurm_job(slurm_env, phj["status"]["jobId"])
     assert job is not None and job["job_state"] == ["PENDING"] and job["node_count"]["number"] == size
+    assert job["name"] == "big-workers", "no job-name annotation: the job is named after the PodGroup"
     assert len(_pods(core, ns, "job-name=big")) == size
     _assert_unreleased_for(core, ns, 5, "job-name=big")  # none of the gang starts
     cond = wait_for(

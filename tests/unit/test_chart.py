@@ -429,6 +429,10 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("scheduling.k8s.io", "podgroups", "get")
         | _grant("scheduling.k8s.io", "workloads", "get")
         | _grant("scheduling.k8s.io", "podgroups/status", "patch")
+        # exact DRA devices: the pods' claims and the nodes' ResourceSlices
+        | _grant("resource.k8s.io", "resourceclaims", "get", "create")
+        | _grant("resource.k8s.io", "resourceclaims/status", "patch")
+        | _grant("resource.k8s.io", "resourceslices", "list")
         | _grant("slinky.slurm.net", "placeholderjobs", "get", "list", "watch", "create", "patch", "delete")
         | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")

@@ -1,7 +1,7 @@
-"""The Kubernetes 1.36 Workload API: pods naming a built-in PodGroup (spec.schedulingGroup) form a
-gang (policy ``gang``) or single-pod groups (``basic``); options merge PodGroup <- controller <-
-Workload; the PodGroup's scheduled condition is written once per change (a fake API stands in for
-the server)."""
+"""The Kubernetes 1.36 Workload API: pods naming a built-in PodGroup (spec.schedulingGroup) with a
+``gang`` policy form a gang (a ``basic`` policy leaves the usual rules to decide, as in the Go
+bridge); options merge PodGroup <- controller <- Workload; the PodGroup's scheduled condition is
+written once per change (a fake API stands in for the server)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 from slurm_bridge.operator.groups import GroupError, GroupResolver, gang_min_count, workload_name
 from slurm_bridge.operator.podgroups import PodGroupReporter, podgroup_of
+from slurm_bridge.webhook.review import AdmissionRequest, Decision
+from slurm_bridge.webhook.validate import validate
 
 from slurm_bridge import names
+from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeError
+from slurm_bridge.translate import job_request
 
 from .test_groups import JOB, JOBSET, JOBSET_JOB, NS, FakeAPI, P, obj, pod
 
@@ -73,8 +77,23 @@ async def test_gang_from_podgroup_with_merged_options() -> None:
     # PodGroup <- selected controller <- Workload: the Workload wins, the pod's own do not count.
     assert group.annotations == {P + "job-name": "per-gang", P + "qos": "job", P + "account": "wl",
                                  P + "partition": "debug"}  # fmt: skip
-    assert group.derived == {"time_limit_minutes": 10}
+    assert group.derived == {"time_limit_minutes": 10, "job_name": "train-workers"}
     assert group.derived_for(1)["nodes"] == 2  # the gang holds a node for each member it waits for
+
+
+async def test_the_slurm_job_is_named_after_the_podgroup_unless_an_annotation_says() -> None:
+    policy = {"gang": {"minCount": 2}}
+    long_name = "w" * 253  # the CRD's spec.slurm.jobName holds 200 characters
+    for name, wl_annotations, expected in (
+        ("train-workers", None, "train-workers"),
+        (long_name, None, long_name[:200]),
+        ("train-workers", {P + "job-name": "from-workload"}, "from-workload"),
+    ):
+        api = API(podgroup(name, policy=policy), workload(annotations=wl_annotations))
+        the_pod = member(group=name)
+        group = await GroupResolver(api.get).resolve(the_pod)
+        request = job_request([the_pod], config=Config(), derived=group.derived_for(1), annotations=group.annotations)
+        assert request.job_name == expected
 
 
 async def test_jobset_above_the_job_is_the_selected_controller() -> None:
@@ -91,12 +110,17 @@ async def test_the_podgroup_wins_over_a_coscheduling_label() -> None:
     assert group.source["kind"] == "PodGroup" and group.source["apiVersion"] == V
 
 
-async def test_basic_policy_is_one_group_per_pod_with_the_merged_options() -> None:
+async def test_basic_policy_leaves_the_usual_rules_to_decide() -> None:
+    """As in the Go slurm-bridge: ``basic`` asks for no gang, so the owner rules decide (a Job's pod
+    is its own job with the Job's options; a bare pod keeps its own annotations)."""
     api = API(podgroup(policy={"basic": {}}, annotations={P + "qos": "pg"}), workload(), JOB)
     group = await GroupResolver(api.get).resolve(member("train-x", owner=JOB))
     assert not group.gang and group.min_member == 1 and group.name == "train-x"
-    assert (group.owner["kind"], group.owner["name"]) == ("Pod", "train-x")
-    assert group.annotations == {P + "qos": "pg", P + "timelimit": "90"}
+    assert (group.source["kind"], group.source["name"]) == ("Job", "train")
+    assert group.annotations == {P + "timelimit": "90"}
+    bare = await GroupResolver(api.get).resolve(member("solo", annotations={P + "qos": "mine"}))
+    assert (bare.name, bare.annotations, bare.gang) == ("solo", {P + "qos": "mine"}, False)
+    assert f"{BASE}/workloads/train" not in api.calls, "a basic PodGroup's Workload is not read"
 
 
 async def test_discovery_is_done_once() -> None:
@@ -216,13 +240,13 @@ async def test_condition_already_there_after_a_restart_is_not_written() -> None:
     assert api.patches == [] and api.gets == 1
 
 
-@pytest.mark.parametrize("failure", ["conflict", "forbidden", "recreated"])
+@pytest.mark.parametrize("failure", ["conflict", "server error", "recreated"])
 async def test_failed_or_stale_writes_are_tried_again(failure: str) -> None:
     pg = _pg()
     stale = phj_for(pg)
     if failure == "recreated":
         stale["spec"]["group"]["uid"] = "an-older-podgroup"
-    api = StatusAPI(pg, conflict=failure == "conflict", error=403 if failure == "forbidden" else None)
+    api = StatusAPI(pg, conflict=failure == "conflict", error=500 if failure == "server error" else None)
     reporter = PodGroupReporter(api)  # type: ignore[arg-type]
     await reporter.report(stale, True, "Scheduled", "m")
     await reporter.report(stale, True, "Scheduled", "m")
@@ -236,3 +260,41 @@ def test_only_builtin_podgroups_are_reported() -> None:
                                        "name": "pg", "uid": "u"}}}  # fmt: skip
     assert podgroup_of(coscheduling) is None
     assert podgroup_of({"spec": {"group": {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}}}) is None
+
+
+# --- admission: pods that name a built-in PodGroup -----------------------------------------------
+
+_TWO_NODES = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]}]}]}}}  # fmt: skip
+
+
+def _admit(kind: str, spec: Obj) -> Decision:
+    config = Config()
+    if kind == "Pod":
+        obj_ = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w0", "namespace": NS},
+                "spec": {**spec, "schedulerName": config.schedulerName}}  # fmt: skip
+        group = ""
+    else:
+        obj_ = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": NS},
+                "spec": {"parallelism": 2, "template": {"spec": spec}}}  # fmt: skip
+        group = "batch"
+    request = AdmissionRequest("uid", "CREATE", group, "v1", kind, "", NS, "x", "someone", obj_, None)
+    return validate(request, config)
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Job"])
+def test_a_gang_may_pin_one_node_per_member(kind: str) -> None:
+    """A 2-pod gang naming exactly its 2 nodes is valid (the operator sizes the job from the
+    PodGroup), while a pod that is its own 1-node job may not name 2 nodes."""
+    spec: Obj = {"affinity": _TWO_NODES, "containers": [{"name": "c", "image": "busybox"}]}
+    refused = _admit(kind, spec)
+    assert not refused.allowed and "name exactly 1 node(s)" in (refused.message or "")
+    assert _admit(kind, {**spec, "schedulingGroup": {"podGroupName": "train-workers"}}).allowed
+
+
+async def test_a_forbidden_write_is_reported_once_per_condition(caplog: pytest.LogCaptureFixture) -> None:
+    pg = _pg()
+    reporter = PodGroupReporter(StatusAPI(pg, error=403))  # type: ignore[arg-type]
+    for _ in range(3):
+        await reporter.report(phj_for(pg), True, "Scheduled", "m")
+    assert len([r for r in caplog.records if "cannot set" in r.getMessage()]) == 1

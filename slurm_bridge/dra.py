@@ -1,0 +1,392 @@
+"""DRA device requests: Slurm picks the devices, and the pod gets exactly those.
+
+A managed pod asks for devices of a DRA DeviceClass through its extended resource
+``deviceclass.resource.kubernetes.io/<class>``. The bridge maps the classes it knows to what Slurm
+allocates (:data:`DEVICE_CLASSES`: a GPU class to the ``gpu`` GRES, ``dra.cpu`` to CPUs). Left as
+it is, the request would let kube-scheduler's DRA plugin pick devices itself, which Slurm may
+have given to another job. So the mutating webhook rewrites it (:func:`rewrite`): the extended
+resource goes, the pod references a ResourceClaim the bridge will make (``spec.resourceClaims``
+and the container's ``resources.claims``), and the request is kept in the annotation
+``slinky.slurm.net/device-requests``. Once Slurm has allocated the job, the operator reads which
+device indices it got on the pod's node (:class:`~slurm_bridge.slurm.models.NodeDevices`), finds
+those devices in the node's ResourceSlices (:func:`plan_claim`), and creates the claim already
+allocated to them and reserved for the pod before it releases the pod.
+
+Device index mapping: a device's Slurm index is its ``index`` attribute (as the NVIDIA DRA driver
+publishes it; for ``dra.cpu`` the CPU's number in Slurm's core order), or else its position among
+the driver's devices on that node in natural name order (``gpu-2`` before ``gpu-10``).
+
+Everything here is pure: callers pass the API objects as dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from slurm_bridge import names, translate
+from slurm_bridge.slurm.models import NodeDevices
+
+Obj = dict[str, Any]
+EXTENDED_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+RESOURCE_API: Final = "resource.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """What Slurm allocates for a DeviceClass: a GRES (by index) or CPUs (by core)."""
+
+    name: str
+    driver: str
+    kind: Literal["gres", "cpus"]
+    gres: str = ""  # the Slurm GRES name of kind "gres"
+
+    @property
+    def request(self) -> str:
+        """The claim's request name for this class (and the label in the pod's device annotation)."""
+        return self.gres if self.kind == "gres" else "cpu"
+
+
+# The classes the bridge maps (as the Go slurm-bridge 1.3: the upstream drivers' DeviceClasses).
+DEVICE_CLASSES: Final[Mapping[str, DeviceClass]] = {
+    c.name: c
+    for c in (
+        DeviceClass("gpu.nvidia.com", "gpu.nvidia.com", "gres", "gpu"),
+        DeviceClass("gpu.example.com", "gpu.example.com", "gres", "gpu"),
+        DeviceClass("dra.cpu", "dra.cpu", "cpus"),
+    )
+}
+
+
+# ---- admission: the pod's request -----------------------------------------------------------
+def _containers(spec: Mapping[str, Any]) -> Iterable[tuple[str, int, Mapping[str, Any]]]:
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            if isinstance(c, Mapping):
+                yield kind, i, c
+
+
+def device_requests(spec: Mapping[str, Any], where: str = "spec") -> tuple[dict[str, int], str | None, list[str]]:
+    """The pod's DRA requests ({class: count}), the container that makes them, and every problem
+    (each naming its field). Kubernetes requires an extended resource's request to equal its
+    limit, so either gives the count."""
+    counts: dict[str, int] = {}
+    problems: list[str] = []
+    holders: set[str] = set()
+    native_cpu: list[str] = []
+    plugin_gpus: list[str] = []
+    for kind, i, c in _containers(spec):
+        resources = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            for key, value in (resources.get(part) or {}).items():
+                path = f'{where}.{kind}[{i}].resources.{part}["{key}"]'
+                if key == "cpu":
+                    native_cpu.append(path)
+                if key in translate.GPU_RESOURCES:
+                    plugin_gpus.append(path)
+                if not key.startswith(EXTENDED_PREFIX):
+                    continue
+                cls = key.removeprefix(EXTENDED_PREFIX)
+                if cls not in DEVICE_CLASSES:
+                    problems.append(
+                        f"{path}: DeviceClass {cls!r} cannot be mapped to Slurm; the bridge maps "
+                        f"{', '.join(sorted(DEVICE_CLASSES))} (or request nvidia.com/gpu, or use the "
+                        f"{names.ANN_GRES} annotation)"
+                    )
+                    continue
+                try:
+                    amount = translate.parse_quantity(value)
+                except ValueError as e:
+                    problems.append(f"{path}: {e}")
+                    continue
+                if amount.denominator != 1 or amount < 1:
+                    problems.append(f"{path}: {value!r} is not a whole number of devices")
+                    continue
+                counts[cls] = max(counts.get(cls, 0), int(amount))
+                holders.add(str(c.get("name") or f"{kind}[{i}]"))
+    if len(holders) > 1:
+        problems.append(
+            f"{where}: containers {sorted(holders)} all request DRA devices; Slurm allocates a pod's devices "
+            "as one set, which the bridge gives to one container: request them in one container only"
+        )
+    if "dra.cpu" in counts and native_cpu:
+        problems.append(
+            f"{native_cpu[0]}: a pod that requests {EXTENDED_PREFIX}dra.cpu cannot also request native cpu "
+            "(its CPUs are the dra.cpu devices); remove the cpu requests and limits"
+        )
+    gres_classes: dict[str, list[str]] = {}
+    for cls in counts:
+        if DEVICE_CLASSES[cls].kind == "gres":
+            gres_classes.setdefault(DEVICE_CLASSES[cls].gres, []).append(cls)
+    for gres, classes in sorted(gres_classes.items()):
+        if len(classes) > 1:
+            problems.append(
+                f"{where}: DeviceClasses {sorted(classes)} are all the Slurm GRES {gres!r}; request one of them"
+            )
+        if gres == "gpu" and plugin_gpus:
+            problems.append(
+                f"{plugin_gpus[0]}: a pod that requests GPUs through a DeviceClass ({classes[0]}) cannot also "
+                "request device-plugin GPUs: Slurm would not know which of its GPUs are whose; use one or the other"
+            )
+    return counts, (next(iter(holders)) if len(holders) == 1 else None), problems
+
+
+def recorded_requests(annotations: Mapping[str, str]) -> dict[str, int]:
+    """The DRA requests the webhook recorded on the pod; ValueError when the annotation is bad."""
+    raw = annotations.get(names.ANN_DEVICE_REQUESTS)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"annotation {names.ANN_DEVICE_REQUESTS} is not JSON: {raw!r}") from None
+    if (
+        not isinstance(data, dict)
+        or not data
+        or not all(isinstance(k, str) and k in DEVICE_CLASSES and type(v) is int and v >= 1 for k, v in data.items())
+    ):
+        raise ValueError(
+            f"annotation {names.ANN_DEVICE_REQUESTS} must map DeviceClasses "
+            f'({", ".join(sorted(DEVICE_CLASSES))}) to counts >= 1, e.g. {{"gpu.nvidia.com": 2}}: {raw!r}'
+        )
+    return dict(data)
+
+
+def _pointer(*parts: str | int) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
+    """JSON patch that replaces the pod's DRA extended resources by a claim the bridge will make
+    (empty when there are none), and the problems that forbid the pod.
+
+    The claim's name is chosen here, because a pod's resourceClaims cannot change later: the
+    pod's name (or generateName), which may be unknown yet, plus a random suffix.
+    """
+    spec = pod.get("spec") or {}
+    counts, holder, problems = device_requests(spec)
+    if problems or not counts:
+        return [], problems
+    meta = pod.get("metadata") or {}
+    base = str(meta.get("name") or meta.get("generateName") or "pod").rstrip("-.")[:200]
+    claim_name = f"{base}-{names.POD_CLAIM_ENTRY}-{secrets.token_hex(4)}"
+    patch: list[Obj] = []
+    for kind, i, c in _containers(spec):
+        resources = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            for key in resources.get(part) or {}:
+                if key.startswith(EXTENDED_PREFIX):
+                    patch.append({"op": "remove", "path": _pointer("spec", kind, i, "resources", part, key)})
+        if str(c.get("name") or f"{kind}[{i}]") != holder:
+            continue
+        entry = {"name": names.POD_CLAIM_ENTRY}
+        if resources.get("claims"):
+            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources", "claims", "-"), "value": entry})
+        elif "resources" in c:
+            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources", "claims"), "value": [entry]})
+        else:
+            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources"), "value": {"claims": [entry]}})
+    ref = {"name": names.POD_CLAIM_ENTRY, "resourceClaimName": claim_name}
+    if spec.get("resourceClaims"):
+        patch.append({"op": "add", "path": "/spec/resourceClaims/-", "value": ref})
+    else:
+        patch.append({"op": "add", "path": "/spec/resourceClaims", "value": [ref]})
+    value = json.dumps(counts, sort_keys=True)
+    if meta.get("annotations"):
+        patch.append({"op": "add", "path": _pointer("metadata", "annotations", names.ANN_DEVICE_REQUESTS),
+                      "value": value})  # fmt: skip
+    else:
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {names.ANN_DEVICE_REQUESTS: value}})
+    return patch, []
+
+
+def claim_name_of(pod: Mapping[str, Any]) -> str | None:
+    """The ResourceClaim the pod's bridge entry references (None: it asked for no devices)."""
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == names.POD_CLAIM_ENTRY:
+            name = entry.get("resourceClaimName")
+            return str(name) if name else None
+    return None
+
+
+def consistency_problems(pod: Mapping[str, Any]) -> list[str]:
+    """The request annotation and the claim entry come together and the annotation parses (a
+    user who writes both by hand asks for Slurm-allocated devices, which is fine)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    has_annotation = names.ANN_DEVICE_REQUESTS in annotations
+    has_entry = any(
+        isinstance(e, Mapping) and e.get("name") == names.POD_CLAIM_ENTRY
+        for e in (pod.get("spec") or {}).get("resourceClaims") or []
+    )
+    if has_annotation:
+        try:
+            recorded_requests(annotations)
+        except ValueError as e:
+            return [f"metadata.annotations: {e}"]
+    if has_annotation and not claim_name_of(pod):
+        return [f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: set without the spec.resourceClaims entry "
+                f"{names.POD_CLAIM_ENTRY!r} naming a ResourceClaim; request devices with "
+                f"{EXTENDED_PREFIX}<class> instead"]  # fmt: skip
+    if has_entry and not has_annotation:
+        return [f"spec.resourceClaims: the entry name {names.POD_CLAIM_ENTRY!r} is the bridge's, for the devices "
+                f"Slurm allocates; rename it, or request devices with {EXTENDED_PREFIX}<class>"]  # fmt: skip
+    return []
+
+
+# ---- translation: what Slurm is asked for ------------------------------------------------------
+def slurm_needs(counts: Mapping[str, int]) -> tuple[dict[str, int], int | None]:
+    """({GRES name: count per node}, CPUs or None) that the requests ask Slurm for."""
+    gres: dict[str, int] = {}
+    cpus: int | None = None
+    for cls_name, count in counts.items():
+        cls = DEVICE_CLASSES[cls_name]
+        if cls.kind == "gres":
+            gres[cls.gres] = gres.get(cls.gres, 0) + count
+        else:
+            cpus = (cpus or 0) + count
+    return gres, cpus
+
+
+# ---- after the allocation: which devices the pod gets ---------------------------------------------
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """The devices a pod's claim is allocated to, by request, and the indices for its annotation."""
+
+    node: str
+    results: dict[str, list[Device]] = field(default_factory=dict)  # request name -> devices
+    indices: dict[str, list[int]] = field(default_factory=dict)  # request name -> Slurm indices
+
+    def annotation(self) -> str:
+        """``gpu:0,2`` (one ``name:indices`` item per request, ``;``-separated)."""
+        return ";".join(f"{k}:{','.join(map(str, v))}" for k, v in sorted(self.indices.items()))
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def _device_index(device: Mapping[str, Any]) -> int | None:
+    attr = (device.get("attributes") or {}).get("index")
+    if isinstance(attr, Mapping) and type(attr.get("int")) is int:
+        return int(attr["int"])
+    return None
+
+
+def node_devices(slices: Sequence[Mapping[str, Any]], driver: str, node: str) -> dict[int, Device]:
+    """Slurm index -> device, over the driver's ResourceSlices for ``node`` (the newest generation
+    of each pool)."""
+    newest: dict[str, int] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") == driver and spec.get("nodeName") == node:
+            pool = spec.get("pool") or {}
+            name = str(pool.get("name") or node)
+            newest[name] = max(newest.get(name, 0), int(pool.get("generation") or 0))
+    found: list[tuple[int | None, Device]] = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or spec.get("nodeName") != node:
+            continue
+        pool = spec.get("pool") or {}
+        name = str(pool.get("name") or node)
+        if int(pool.get("generation") or 0) != newest[name]:
+            continue
+        for d in spec.get("devices") or []:
+            found.append((_device_index(d), Device(driver, name, str(d.get("name")))))
+    if found and all(i is not None for i, _ in found):
+        return {i: d for i, d in found if i is not None}
+    ordered = sorted((d for _, d in found), key=lambda d: (_natural(d.pool), _natural(d.name)))
+    return dict(enumerate(ordered))
+
+
+def plan_claim(
+    counts: Mapping[str, int], node: str, held: NodeDevices | None, slices: Sequence[Mapping[str, Any]], job_id: int
+) -> ClaimPlan | str:
+    """The devices for a pod on ``node``, or why there are none (for a Warning Event).
+
+    ``held``: what Slurm says the job holds on the node. The pod is the job's only pod there, so
+    every device of a requested kind on the node is the pod's.
+    """
+    if held is None:
+        return f"Slurm job {job_id} reports nothing allocated on node {node}"
+    plan = ClaimPlan(node)
+    for cls_name, count in sorted(counts.items()):
+        cls = DEVICE_CLASSES[cls_name]
+        if cls.kind == "gres":
+            indices = held.gres.get(cls.gres)
+            if indices is None:
+                return (f"Slurm does not say which {cls.gres} devices job {job_id} holds on node {node}: its GRES "
+                        "has no device files in gres.conf, so Slurm keeps no indices and exact devices cannot be "
+                        "given")  # fmt: skip
+        else:
+            indices = held.cpus
+        if len(indices) != count:
+            return (f"Slurm job {job_id} holds {len(indices)} {cls.request} device(s) on node {node} "
+                    f"({list(indices)}), the pod asked for {count}")  # fmt: skip
+        by_index = node_devices(slices, cls.driver, node)
+        missing = [i for i in indices if i not in by_index]
+        if missing:
+            return (f"node {node}'s ResourceSlices (driver {cls.driver}) publish no device with Slurm index "
+                    f"{', '.join(map(str, missing))} of the {cls.request} devices job {job_id} holds there "
+                    f"({len(by_index)} published)")  # fmt: skip
+        plan.results[cls.request] = [by_index[i] for i in indices]
+        plan.indices[cls.request] = list(indices)
+    return plan
+
+
+def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -> Obj:
+    """The ResourceClaim for the pod: owned by it (garbage collection removes it with the pod) and
+    protected by Kubernetes' own finalizer, which kube-controller-manager lifts once no pod uses it."""
+    meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"], "controller": True,
+             "blockOwnerDeletion": False}  # fmt: skip
+    requests = [
+        {"name": DEVICE_CLASSES[c].request,
+         "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n}}
+        for c, n in sorted(counts.items())
+    ]  # fmt: skip
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {names.LABEL_APP_MANAGED_BY: names.APP_NAME},
+            "finalizers": [names.RESOURCE_CLAIM_FINALIZER],
+            "ownerReferences": [owner],
+        },
+        "spec": {"devices": {"requests": requests}},
+    }
+
+
+def allocation_status(pod: Mapping[str, Any], plan: ClaimPlan) -> Obj:
+    """The claim's status as kube-scheduler writes it: allocated to exactly the plan's devices on
+    its node, and reserved for the pod. The scheduler then only checks it and binds the pod there."""
+    meta = pod["metadata"]
+    results = [{"request": req, "driver": d.driver, "pool": d.pool, "device": d.name}
+               for req, devices in sorted(plan.results.items()) for d in devices]  # fmt: skip
+    return {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [plan.node]}]}]},
+        },
+        "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+    }  # fmt: skip
+
+
+def allocated_to(claim: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
+    """(request, driver, pool, device) of each device a claim is allocated to."""
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+    return {(str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results}
