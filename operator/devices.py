@@ -52,7 +52,8 @@ class DeviceBinder:
     def __init__(self, kube: KubeClient, slurm: SlurmClient) -> None:
         self.kube = kube
         self.slurm = slurm
-        self._told: dict[str, str] = {}  # pod uid -> the last problem reported
+        # pod uid -> the last problem reported (dropped once the pod's claim is made)
+        self._told: dict[str, str] = {}
 
     async def prepare(self, phj: Obj, job_id: int, pods: Mapping[str, tuple[Obj, str]]) -> Prepared:
         """Claims for the pods (name -> (pod, node)) of ``phj`` that asked for devices."""
@@ -130,6 +131,3 @@ class DeviceBinder:
         await self.kube.event(pod, reason, f"{message}; the pod stays unreleased ({again})", warning=True)
         await self.kube.event(phj, reason, f"pod {pod['metadata']['name']}: {message}; no member is released "
                               f"({again})", warning=True)  # fmt: skip
-
-    def forget(self, uid: str) -> None:
-        self._told.pop(uid, None)

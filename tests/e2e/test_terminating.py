@@ -53,6 +53,10 @@ def _held_until_gone(core: k8s.CoreV1Api, slurm: SlurmEnv, ns: str, pods: list[s
 
     def all_gone_or_released() -> bool:
         nonlocal first_terminating
+        # The job first, then the pods: the bridge ends the job only after the pods are gone or
+        # terminal, so a pod that still holds its node after the job was seen ended is a real
+        # early release (the other order would count a pod that ended between the two reads).
+        state = _job_state(slurm, job_id)
         holding = []
         for name in pods:
             pod = read_pod(core, ns, name)
@@ -62,7 +66,6 @@ def _held_until_gone(core: k8s.CoreV1Api, slurm: SlurmEnv, ns: str, pods: list[s
                     first_terminating = time.monotonic()
         if not holding:
             return True
-        state = _job_state(slurm, job_id)
         if state != ["RUNNING"]:
             released_early.append(f"Slurm job {job_id} is {state} while pods {holding} still hold their nodes")
         return bool(released_early)
