@@ -36,6 +36,12 @@ operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
 CFG
 }
 
+operator_leads() {
+  local holder
+  holder=$(kubectl_ -n default get lease slurm-bridge-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) || return 1
+  [ "$holder" = "$(hostname)_$(pid_of bridge-operator)" ]
+}
+
 start_component() {
   local c=$1 kc="$STATE_DIR/kubeconfig-bridge"
   case $c in
@@ -43,7 +49,11 @@ start_component() {
       alive bridge-operator || check_port bridge-operator "$SB_OPERATOR_PORT" SB_OPERATOR_PORT
       start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace default
       echo "$SB_OPERATOR_PORT" > "$STATE_DIR/bridge-operator.port"
-      wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz" ;;
+      wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz"
+      # A standby is ready too; callers expect a working bridge, so wait until this one leads. An
+      # operator that died without handing over (the cluster was killed) holds the Lease until it
+      # expires (leaseDurationSeconds, 15 s).
+      wait_ready bridge-operator "$SB_READY_TIMEOUT" operator_leads ;;
     webhook)
       alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
       start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" serve --drain-seconds 0

@@ -21,8 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
 from tests.e2e.test_dynamic_nodes import WITHIN_TWO_POLLS, dyn_node, patch_node, slurm_node  # noqa: F401
-from tests.e2e.test_workloads import end_workloads
-from tests.e2e.util import get_phj, make_pod, pod_events, read_pod, slurm_job
+from tests.e2e.util import end_workloads, get_phj, make_pod, pod_events, read_pod, slurm_job
 from tests.harness import SlurmEnv, holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")

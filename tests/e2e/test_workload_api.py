@@ -7,7 +7,6 @@ PodGroup reports ``PodGroupScheduled`` as kube-scheduler would.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from tests.e2e.test_workloads import (
     _one_gang_job,
     _phase,
     _pods,
-    end_workloads,
 )
 from tests.e2e.util import get_phj, pod_events, slurm_job
 from tests.harness import SlurmEnv, wait_for
@@ -34,14 +32,9 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture
-def ns(
-    managed_namespace: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi,
-    slurm_env: SlurmEnv,
-) -> Iterator[str]:  # fmt: skip
-    """A managed namespace whose Jobs, PodGroups, Workloads and Slurm jobs all end with the test."""
-    yield managed_namespace
-    end_workloads(managed_namespace, core, batch, custom, slurm_env,
-                  ((GROUP, VERSION, "podgroups"), (GROUP, VERSION, "workloads")))  # fmt: skip
+def workload_kinds() -> tuple[tuple[str, str, str], ...]:
+    """The Workload API objects the `ns` fixture (tests/e2e/conftest.py) deletes after a test."""
+    return ((GROUP, VERSION, "podgroups"), (GROUP, VERSION, "workloads"))
 
 
 def _workload(name: str, min_count: int, annotations: dict[str, str] | None = None) -> Obj:

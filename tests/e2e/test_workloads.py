@@ -8,17 +8,14 @@ them); the PodGroup is only a CRD, so its pods are created here, as a user would
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
-from tests.e2e.util import bridge_jobs_in, get_phj, has_gate, list_phjs, make_pod, read_pod, slurm_job
+from tests.e2e.util import bridge_jobs_in, get_phj, has_gate, list_phjs, live_jobs, make_pod, read_pod, slurm_job
 from tests.harness import BRIDGE_SH, CLUSTER_SH, SlurmEnv, holds_for, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge", "workload_controllers")
@@ -43,46 +40,9 @@ def workload_controllers(cluster: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def ns(
-    managed_namespace: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi,
-    slurm_env: SlurmEnv,
-) -> Iterator[str]:  # fmt: skip
-    """A managed namespace whose Slurm jobs are all ended when the test is done."""
-    yield managed_namespace
-    end_workloads(managed_namespace, core, batch, custom, slurm_env, (JOBSET, LWS, PODGROUP))
-
-
-def end_workloads(
-    ns: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv,
-    workloads: tuple[tuple[str, str, str], ...],
-) -> None:  # fmt: skip
-    """Delete the namespace's workloads (of the given custom kinds), Jobs, pods and
-    PlaceholderJobs, and wait until their Slurm jobs ended."""
-    # The workloads first: while they live, their controllers recreate the pods the bridge ends.
-    batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
-    for gvp in workloads:
-        for obj in custom.list_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2])["items"]:
-            with contextlib.suppress(ApiException):
-                custom.delete_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], obj["metadata"]["name"])
-    core.delete_collection_namespaced_pod(ns)
-    # Deleting the PlaceholderJobs runs their finalizer, which cancels the Slurm jobs.
-    for phj in list_phjs(custom, ns):
-        try:
-            name = phj["metadata"]["name"]
-            custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL, name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-    try:
-        wait_for(lambda: not _live_jobs(slurm_env, ns), 60, "the test's Slurm jobs to end")
-    finally:
-        for job in _live_jobs(slurm_env, ns):  # never leave an allocation behind
-            run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job["job_id"])], check=False)
-
-
-def _live_jobs(slurm_env: SlurmEnv, ns: str) -> list[Obj]:
-    done = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-    return [j for j in bridge_jobs_in(slurm_env, ns) if not set(j["job_state"]) & done]
+def workload_kinds() -> tuple[tuple[str, str, str], ...]:
+    """The custom workload kinds the `ns` fixture (tests/e2e/conftest.py) deletes after a test."""
+    return (JOBSET, LWS, PODGROUP)
 
 
 # --- manifests --------------------------------------------------------------------------------
@@ -279,7 +239,7 @@ def test_jobset_restart_runs_as_a_new_slurm_job(
         "the first run's Slurm job to end",
     )
     assert old["job_state"] == ["CANCELLED"]
-    assert [j["job_id"] for j in _live_jobs(slurm_env, ns)] == [second["status"]["jobId"]]
+    assert [j["job_id"] for j in live_jobs(slurm_env, ns)] == [second["status"]["jobId"]]
 
 
 # --- LeaderWorkerSet: one gang per group ------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
-from tests.harness import SlurmEnv
+from tests.harness import CLUSTER_SH, SlurmEnv, run, wait_for
 
 API = "/slurm/v0.0.44"
 
@@ -113,3 +114,36 @@ def pod_events(core: k8s.CoreV1Api, ns: str, name: str) -> list[k8s.CoreV1Event]
 
 def has_gate(pod: k8s.V1Pod) -> bool:
     return any(g.name == names.SCHEDULING_GATE for g in (pod.spec.scheduling_gates or []))
+
+
+def end_workloads(
+    ns: str, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv,
+    workloads: tuple[tuple[str, str, str], ...],
+) -> None:  # fmt: skip
+    """Delete the namespace's workloads (of the given custom kinds), Jobs, pods and
+    PlaceholderJobs, and wait until their Slurm jobs ended."""
+    # The workloads first: while they live, their controllers recreate the pods the bridge ends.
+    batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+    for gvp in workloads:
+        for obj in custom.list_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2])["items"]:
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(gvp[0], gvp[1], ns, gvp[2], obj["metadata"]["name"])
+    core.delete_collection_namespaced_pod(ns)
+    # Deleting the PlaceholderJobs runs their finalizer, which cancels the Slurm jobs.
+    for phj in list_phjs(custom, ns):
+        try:
+            name = phj["metadata"]["name"]
+            custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    try:
+        wait_for(lambda: not live_jobs(slurm_env, ns), 60, "the test's Slurm jobs to end")
+    finally:
+        for job in live_jobs(slurm_env, ns):  # never leave an allocation behind
+            run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job["job_id"])], check=False)
+
+
+def live_jobs(slurm_env: SlurmEnv, ns: str) -> list[dict[str, Any]]:
+    done = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+    return [j for j in bridge_jobs_in(slurm_env, ns) if not set(j["job_state"]) & done]
