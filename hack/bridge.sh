@@ -53,6 +53,7 @@ start_component() {
       # A standby is ready too; callers expect a working bridge, so wait until this one leads. An
       # operator that died without handing over (the cluster was killed) holds the Lease until it
       # expires (leaseDurationSeconds, 15 s).
+      operator_leads || log "waiting for the operator to take the Lease default/slurm-bridge-operator (a killed one holds it until it expires)"
       wait_ready bridge-operator "$SB_READY_TIMEOUT" operator_leads ;;
     webhook)
       alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
