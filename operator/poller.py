@@ -106,8 +106,15 @@ class SlurmPoller:
         self.snapshot: JobSnapshot | None = None
         # job id -> when its details were read (monotonic)
         self._read_at: dict[int, float] = {}
-        # Jobs the bridge made whose details it has not read yet (the GET after a submit failed).
+        # What the bridge made that this view may not show yet -- the one place for it:
+        # job id -> ref: jobs whose details are not read yet (the GET after a submit failed);
         self._expected: dict[int, PhjRef] = {}
+        # PlaceholderJob uid -> (job id, when): submits a poll has not shown yet; and uid -> when a
+        # submit failed in a way that may still have made the job: nothing is submitted for it
+        # again before a full list taken after that shows whether it did. Caches only: after a
+        # restart the first full list finds every job by its admin_comment.
+        self._made: dict[str, tuple[int, float]] = {}
+        self._uncertain: dict[str, float] = {}
         self._full_wanted = True
         self.last_full_at = 0.0
         self.last_duration = 0.0
@@ -162,6 +169,33 @@ class SlurmPoller:
         self._apply(job, ref, time.monotonic(), notify=False)
         return job
 
+    # ---- the bridge's own submits ----------------------------------------------------------------
+    def submitted(self, uid: str, job_id: int) -> None:
+        """Remember a submit until a poll shows its job (a refresh may not)."""
+        self._made[uid] = (job_id, time.monotonic())
+
+    def made(self, uid: str) -> tuple[int, float] | None:
+        """The job the bridge submitted for ``uid`` and when, while no poll has shown it."""
+        return self._made.get(uid)
+
+    def submit_failed(self, uid: str, *, maybe_applied: bool) -> None:
+        """A submit failed; when it may still have made the job, a full list must say first."""
+        self._made.pop(uid, None)
+        if maybe_applied:
+            self._uncertain[uid] = time.monotonic()
+            self.poll_soon(full=True)
+
+    def uncertain_since(self, uid: str) -> float | None:
+        return self._uncertain.get(uid)
+
+    def forget_uncertain(self, uid: str) -> None:
+        self._uncertain.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        """The PlaceholderJob is finalized: nothing of its submits is needed any more."""
+        self._made.pop(uid, None)
+        self._uncertain.pop(uid, None)
+
     def assume_cancelled(self, job_id: int) -> None:
         """Record a cancel the bridge itself just made, so the next poll does not read the job
         again to learn it (should Slurm report anything else, the states differ and it is read)."""
@@ -182,6 +216,9 @@ class SlurmPoller:
         snap = self.snapshot
         assert snap is not None
         snap.taken_at = started
+        # Forget submits the view now shows.
+        for uid in [u for u in self._made if u in snap.by_uid]:
+            del self._made[uid]
         if self._on_poll is not None:
             self._on_poll(snap)
         self.synced.set()
