@@ -32,7 +32,7 @@ from slurm_bridge.operator.store import Key, ObjectStore
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
-from slurm_bridge.placeholderjob import PlaceholderJobStatus
+from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
@@ -45,14 +45,14 @@ def members_of(phj: Obj, pods: ObjectStore) -> dict[str, Obj | None]:
     """Each member's pod from the cache; None when missing or another incarnation of the name."""
     ns = phj["metadata"]["namespace"]
     members: dict[str, Obj | None] = {}
-    for name in phj["spec"]["pods"]:
+    for name in spec_of(phj).pods:
         pod = pods.get((ns, name))
         members[name] = pod if pod is not None and st.is_member(phj, pod) else None
     return members
 
 
 def find_job(phj: Obj, snap: JobSnapshot) -> JobInfo | None:
-    job_id = (phj.get("status") or {}).get("jobId")
+    job_id = status_of(phj).job_id
     if job_id and job_id in snap.by_id:
         return snap.by_id[job_id]
     return snap.job_for_uid(phj["metadata"]["uid"])
@@ -88,7 +88,7 @@ class PlaceholderJobs:
         uid = phj["metadata"]["uid"]
         found = find_job(phj, snap)
         made = self.poller.made(uid)
-        job_id: int | None = (phj.get("status") or {}).get("jobId") or (found.job_id if found else None)
+        job_id = status_of(phj).job_id or (found.job_id if found else None)
         if job_id is None and made is not None:
             job_id = made[0]
         others = tuple(o.job_id for o in snap.by_uid.get(uid, []) if o.job_id != job_id and not o.is_finished)

@@ -44,7 +44,7 @@ from slurm_bridge.operator.plan import (
 
 from slurm_bridge import names
 from slurm_bridge.kube import now_iso
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.placeholderjob import Phase, PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 Obj = st.Obj
@@ -238,20 +238,20 @@ def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo) -> Plan:
     return Plan((*update, *_mirror(status, job, names.PHASE_PENDING)))
 
 
-def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: str) -> tuple[Action, ...]:
+def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase) -> tuple[Action, ...]:
     """Slurm's state and reason in status, written only when they changed."""
     if status.slurm_state == job.state and (status.reason or "") == job.reason and status.phase == phase:
         return ()
-    fields: Obj = {"slurmState": job.state, "reason": job.reason, "phase": phase, "jobId": job.job_id}
+    mirrored = PlaceholderJobStatus(slurm_state=job.state, reason=job.reason, phase=phase, job_id=job.job_id)
     if not job.is_pending:
-        return (WriteStatus(PlaceholderJobStatus.model_validate(fields)),)
+        return (WriteStatus(mirrored),)
     message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
-    fields["message"] = message
-    fields["conditions"] = st.set_condition(
+    conditions = st.set_condition(
         status.condition_dicts(), names.COND_ALLOCATED, False, job.reason or "Pending", message
     )
+    pending = PlaceholderJobStatus.model_validate(mirrored.dump() | {"message": message, "conditions": conditions})
     report = ReportPodGroup(False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
-    return (report, WriteStatus(PlaceholderJobStatus.model_validate(fields)))
+    return (report, WriteStatus(pending))
 
 
 def allocation(
@@ -282,13 +282,15 @@ def allocation(
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm job {job.job_id} allocated {nodes}"
         conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message)
-        fields = (submitted.dump() if submitted is not None else {}) | {
-            "jobId": job.job_id, "phase": names.PHASE_ALLOCATED, "slurmState": job.state, "reason": "",
-            "message": message, "nodeList": nodes, "podList": ",".join(spec.pods),
-            "assignments": [{"pod": p, "node": n} for p, n in sorted(assignment.items())],
-            "startTime": status.start_time or now_iso(), "conditions": conditions,
-        }  # fmt: skip
-        actions.append(WriteStatus(PlaceholderJobStatus.model_validate(fields)))
+        allocated = PlaceholderJobStatus(
+            job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
+            node_list=nodes, pod_list=",".join(spec.pods),
+            assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
+            start_time=status.start_time or now_iso(), conditions=conditions,
+        )  # fmt: skip
+        if submitted is not None:  # one write says both
+            allocated = PlaceholderJobStatus.model_validate(submitted.dump() | allocated.dump())
+        actions.append(WriteStatus(allocated))
     # Release the pods only once every member has its node: gangs start together.
     live = {n: p for n, p in members.items() if p is not None and not st.pod_ended(p)}
     bound = sum(1 for n, p in live.items() if p.get("spec", {}).get("nodeName") == assignment[n])
@@ -313,23 +315,23 @@ def submitted_status(
     meta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
     gen = meta.get("generation")
     message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
-    return PlaceholderJobStatus.model_validate({
-        "jobId": job_id, "phase": names.PHASE_PENDING, "slurmState": job.state if job else "PENDING",
-        "reason": job.reason if job else "", "message": message, "submitTime": now or now_iso(),
-        "observedGeneration": gen, "podList": ",".join(spec.pods),
-        "conditions": st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
-    })  # fmt: skip
+    return PlaceholderJobStatus(
+        job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
+        reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
+        observed_generation=gen, pod_list=",".join(spec.pods),
+        conditions=st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
+    )  # fmt: skip
 
 
 def rejected_status(phj: Obj, message: str) -> PlaceholderJobStatus:
     """Slurm refused the job: kept in status so no event resubmits the same spec at once."""
     gen = phj["metadata"].get("generation")
     conditions = status_of(phj).condition_dicts()
-    return PlaceholderJobStatus.model_validate({
-        "phase": names.PHASE_PENDING, "reason": st.REASON_SUBMIT_REJECTED, "message": message,
-        "submitTime": now_iso(), "observedGeneration": gen,
-        "conditions": st.set_condition(conditions, names.COND_SUBMITTED, False, "SubmitRejected", message, gen),
-    })  # fmt: skip
+    return PlaceholderJobStatus(
+        phase=names.PHASE_PENDING, reason=st.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
+        observed_generation=gen,
+        conditions=st.set_condition(conditions, names.COND_SUBMITTED, False, "SubmitRejected", message, gen),
+    )  # fmt: skip
 
 
 def _terminal_status(
@@ -337,13 +339,13 @@ def _terminal_status(
 ) -> WriteStatus:
     if conditions is None:
         conditions = status_of(phj).condition_dicts()
-    fields: Obj = {
-        "phase": phase, "reason": reason, "message": message, "endTime": now_iso(),
-        "conditions": st.set_condition(conditions, names.COND_ENDED, True, reason, message),
-    }  # fmt: skip
+    ended = PlaceholderJobStatus(
+        phase=phase, reason=reason, message=message, end_time=now_iso(),
+        conditions=st.set_condition(conditions, names.COND_ENDED, True, reason, message),
+    )  # fmt: skip
     if job is not None:
-        fields["slurmState"] = job.state
-    return WriteStatus(PlaceholderJobStatus.model_validate(fields))
+        ended.slurm_state = job.state
+    return WriteStatus(ended)
 
 
 def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:

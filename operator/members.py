@@ -28,11 +28,13 @@ log = logging.getLogger(__name__)
 Obj = st.Obj
 
 
-def new_phj(group: Group, pods: list[str], request: JobRequest) -> Obj:
+def new_phj(group: Group, pods: list[str], request: JobRequest, pod_uids: dict[str, str] | None = None) -> Obj:
     """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer."""
     spec = PlaceholderJobSpec(
         pods=pods, min_member=group.min_member, group=GroupSource.model_validate(group.source), slurm=request
     )
+    if pod_uids is not None:
+        spec.pod_uids = pod_uids
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
@@ -108,7 +110,7 @@ class Membership:
             if (
                 phj is not None
                 and not phj["metadata"].get("deletionTimestamp")
-                and meta["name"] in phj["spec"].get("pods", [])
+                and meta["name"] in spec_of(phj).pods
                 and st.is_member(phj, pod)
             ):
                 return phj
@@ -267,8 +269,7 @@ class Membership:
         except ValueError as e:
             await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
             return 30.0
-        phj = new_phj(group, [meta["name"]], request)
-        phj["spec"]["podUIDs"] = {meta["name"]: meta["uid"]}
+        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
         except Conflict:
