@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -151,17 +152,7 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, s
         return web.Response(status=200 if ready else 503, text=why)
 
     async def stats(_: web.Request) -> web.Response:
-        return web.json_response({
-            "leader": elector.is_leader.is_set(),
-            "slurm_requests": ctrl.slurm.request_count,
-            "slurm_requests_by_kind": ctrl.slurm.requests_by_kind,
-            "slurm_polls": ctrl.poller.polls,
-            "slurm_full_lists": ctrl.poller.full_lists,
-            "slurm_healthy": ctrl.poller.healthy,
-            "queue": len(ctrl.queue),
-            "pods": len(ctrl.pods),
-            "placeholderjobs": len(ctrl.phjs),
-        })  # fmt: skip
+        return web.json_response({"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats())})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)

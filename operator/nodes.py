@@ -17,8 +17,6 @@ Slurm administrator's). The partitions are read only when a node is about to be 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Hashable
@@ -27,6 +25,7 @@ from urllib.parse import quote
 
 from slurm_bridge.operator import nodesync
 from slurm_bridge.operator import registration as reg
+from slurm_bridge.operator.pollloop import PollLoop
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
 from slurm_bridge import names
@@ -66,8 +65,16 @@ class NodeController:
         # Slurm's nodes as of the last list; None until the first list succeeded.
         self.slurm_nodes: dict[str, NodeInfo] | None = None
         self.polls = 0
-        self.healthy = False
-        self.last_error = ""
+        self._loop = PollLoop(
+            "slurm-node-poller",
+            config.pollPeriodSeconds,
+            self.poll_once,
+            log=log,
+            ok_message=lambda: f"Slurm node list OK ({len(self.slurm_nodes or {})} nodes)",
+            failed="listing Slurm nodes",
+            after=self._resync_due,
+        )
+        self._last_resync = 0.0
         # Our own Slurm writes, as Slurm has them now, until a list started after the write shows
         # them; without this a list in flight during the write would make the write look undone.
         # (None: the bridge deleted the node.)
@@ -81,7 +88,6 @@ class NodeController:
         self._changed_at: dict[str, float] = {}
         self._taken_at = 0.0
         self._after_poll: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
         self._partitions: tuple[frozenset[str], float] | None = None
         # Kubernetes node -> (node line, why): a registration taken out again after it was made;
         # not tried again until the node's labels ask for another line. Memory only: after a
@@ -90,15 +96,21 @@ class NodeController:
         self._told: dict[str, str] = {}  # Kubernetes node -> the last registration warning sent
 
     # ---- lifecycle ---------------------------------------------------------------------------
+    @property
+    def healthy(self) -> bool:
+        return self._loop.healthy
+
+    @property
+    def last_error(self) -> str:
+        return self._loop.last_error
+
     def start(self) -> None:
         self.queue.start()
-        self._task = asyncio.create_task(self._run(), name="slurm-node-poller")
+        self._last_resync = time.monotonic()
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop()
         await self.queue.stop()
 
     # ---- Kubernetes side -----------------------------------------------------------------------
@@ -185,27 +197,12 @@ class NodeController:
             return written[0]
         return (self.slurm_nodes or {}).get(name)
 
-    async def _run(self) -> None:
-        period = self.config.pollPeriodSeconds
-        backoff = period
-        last_resync = time.monotonic()
-        while True:
-            started = time.monotonic()
-            try:
-                await self.poll_once()
-                if not self.healthy:
-                    log.info("Slurm node list OK (%d nodes)", len(self.slurm_nodes or {}))
-                self.healthy, self.last_error, backoff = True, "", period
-                delay = period
-            except Exception as e:  # keep polling whatever went wrong; the error is reported
-                self.healthy, self.last_error = False, str(e)
-                log.warning("listing Slurm nodes failed, retrying in %.1fs: %s", backoff, e)
-                delay, backoff = backoff, min(backoff * 2, 10.0)
-            if time.monotonic() - last_resync >= RESYNC_SECONDS:
-                last_resync = time.monotonic()
-                for obj in self.nodes.values():
-                    self.queue.add(obj["metadata"]["name"])
-            await asyncio.sleep(max(0.0, delay - (time.monotonic() - started)))
+    def _resync_due(self) -> None:
+        """After each list: every node again once per RESYNC_SECONDS."""
+        if time.monotonic() - self._last_resync >= RESYNC_SECONDS:
+            self._last_resync = time.monotonic()
+            for obj in self.nodes.values():
+                self.queue.add(obj["metadata"]["name"])
 
     # ---- reconcile ---------------------------------------------------------------------------
     async def _reconcile(self, item: Hashable) -> float | None:

@@ -9,12 +9,12 @@ FULL_RESYNC_SECONDS, and when so many jobs changed that one list is cheaper than
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.pollloop import PollLoop
 
 from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
@@ -101,38 +101,55 @@ class SlurmPoller:
     ) -> None:
         self._slurm = slurm
         self._bridge_id = bridge_id
-        self._period = period
         self._on_change = on_change
         self._on_poll = on_poll
         self.snapshot: JobSnapshot | None = None
         # job id -> when its details were read (monotonic)
         self._read_at: dict[int, float] = {}
-        # Jobs the bridge made whose details it has not read yet (the GET after a submit failed).
+        # What the bridge made that this view may not show yet -- the one place for it:
+        # job id -> ref: jobs whose details are not read yet (the GET after a submit failed);
         self._expected: dict[int, PhjRef] = {}
+        # PlaceholderJob uid -> (job id, when): submits a poll has not shown yet; and uid -> when a
+        # submit failed in a way that may still have made the job: nothing is submitted for it
+        # again before a full list taken after that shows whether it did. Caches only: after a
+        # restart the first full list finds every job by its admin_comment.
+        self._made: dict[str, tuple[int, float]] = {}
+        self._uncertain: dict[str, float] = {}
         self._full_wanted = True
         self.last_full_at = 0.0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
-        self.healthy = False
-        self.last_error = ""
         self.polls = 0
         self.full_lists = 0
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = PollLoop(
+            "slurm-poller",
+            period,
+            self.poll_once,
+            log=log,
+            ok_message=lambda: f"Slurm job poll OK ({len(self.snapshot.refs) if self.snapshot else 0} bridge jobs)",
+            failed="polling Slurm jobs",
+            errors=(SlurmError,),
+            min_gap=lambda: max(MIN_GAP_SECONDS, 3 * self.last_duration),
+        )
+
+    @property
+    def healthy(self) -> bool:
+        return self._loop.healthy
+
+    @property
+    def last_error(self) -> str:
+        return self._loop.last_error
 
     def poll_soon(self, *, full: bool = False) -> None:
         """Poll early; ``full``: with a full list (to find a job only its admin_comment names)."""
         self._full_wanted |= full
-        self._wake.set()
+        self._loop.wake()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="slurm-poller")
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop()
 
     async def refresh(self, job_id: int, ref: PhjRef) -> JobInfo | None:
         """Read one job the bridge just made, so its state is known without waiting for a poll.
@@ -151,6 +168,33 @@ class SlurmPoller:
             return None
         self._apply(job, ref, time.monotonic(), notify=False)
         return job
+
+    # ---- the bridge's own submits ----------------------------------------------------------------
+    def submitted(self, uid: str, job_id: int) -> None:
+        """Remember a submit until a poll shows its job (a refresh may not)."""
+        self._made[uid] = (job_id, time.monotonic())
+
+    def made(self, uid: str) -> tuple[int, float] | None:
+        """The job the bridge submitted for ``uid`` and when, while no poll has shown it."""
+        return self._made.get(uid)
+
+    def submit_failed(self, uid: str, *, maybe_applied: bool) -> None:
+        """A submit failed; when it may still have made the job, a full list must say first."""
+        self._made.pop(uid, None)
+        if maybe_applied:
+            self._uncertain[uid] = time.monotonic()
+            self.poll_soon(full=True)
+
+    def uncertain_since(self, uid: str) -> float | None:
+        return self._uncertain.get(uid)
+
+    def forget_uncertain(self, uid: str) -> None:
+        self._uncertain.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        """The PlaceholderJob is finalized: nothing of its submits is needed any more."""
+        self._made.pop(uid, None)
+        self._uncertain.pop(uid, None)
 
     def assume_cancelled(self, job_id: int) -> None:
         """Record a cancel the bridge itself just made, so the next poll does not read the job
@@ -172,6 +216,9 @@ class SlurmPoller:
         snap = self.snapshot
         assert snap is not None
         snap.taken_at = started
+        # Forget submits the view now shows.
+        for uid in [u for u in self._made if u in snap.by_uid]:
+            del self._made[uid]
         if self._on_poll is not None:
             self._on_poll(snap)
         self.synced.set()
@@ -260,23 +307,3 @@ class SlurmPoller:
         self._read_at.pop(job_id, None)
         if ref is not None:
             self._on_change(ref)
-
-    async def _run(self) -> None:
-        backoff = self._period
-        while True:
-            started = time.monotonic()
-            try:
-                await self.poll_once()
-                if not self.healthy:
-                    log.info("Slurm job poll OK (%d bridge jobs)", len(self.snapshot.refs) if self.snapshot else 0)
-                self.healthy, self.last_error, backoff = True, "", self._period
-                delay = self._period
-            except SlurmError as e:
-                self.healthy, self.last_error = False, str(e)
-                log.warning("polling Slurm jobs failed, retrying in %.1fs: %s", backoff, e)
-                delay, backoff = backoff, min(backoff * 2, 10.0)
-            earliest = started + max(MIN_GAP_SECONDS, 3 * self.last_duration)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(started + delay - time.monotonic(), 0))
-            await asyncio.sleep(max(earliest - time.monotonic(), 0))

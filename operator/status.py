@@ -1,4 +1,5 @@
-"""Pure decisions of the PlaceholderJob controller: phases, conditions, assignments, pod patches."""
+"""Pure helpers of the PlaceholderJob controller: phases, conditions, assignments, pod patches,
+and which pod incarnation a PlaceholderJob counts as its member."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import hostlist
+from slurm_bridge.operator.groups import is_gang
 
 from slurm_bridge import names
 from slurm_bridge.kube import escape_pointer, now_iso
@@ -175,3 +177,27 @@ def release_pod_patch(
         else:
             ops.append({"op": "remove", "path": "/spec/schedulingGates"})
     return ops
+
+
+def pod_owner_uid(phj: Obj) -> str | None:
+    for ref in phj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
+            return str(ref.get("uid"))
+    return None
+
+
+def owned_by_other_pod(phj: Obj, pod: Obj | None) -> bool:
+    """A single-pod PlaceholderJob belongs to one pod incarnation (its Pod owner's uid)."""
+    if pod is None:
+        return False
+    owner = pod_owner_uid(phj)
+    return owner is not None and owner != pod["metadata"].get("uid")
+
+
+def is_member(phj: Obj, pod: Obj) -> bool:
+    """Whether ``pod`` is the incarnation the PlaceholderJob counts as its member of that name:
+    a gang records each member's uid in spec.podUIDs, a single pod is the PlaceholderJob's owner."""
+    if is_gang(phj):
+        uid = (phj["spec"].get("podUIDs") or {}).get(pod["metadata"]["name"])
+        return uid is None or uid == pod["metadata"].get("uid")
+    return not owned_by_other_pod(phj, pod)

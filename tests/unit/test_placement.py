@@ -1,4 +1,4 @@
-"""Controller._place: immediate allocation first, the queue when Slurm cannot start the job now,
+"""placer.Placer: immediate allocation first, the queue when Slurm cannot start the job now,
 and the per-partition pause after refusals (a fake Slurm client: pure decision logic only)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import controller as controller_module
-from slurm_bridge.operator.controller import Controller
+from slurm_bridge.operator import placer as controller_module
+from slurm_bridge.operator.placer import Placer
 
 from slurm_bridge.config import Config
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
@@ -37,11 +37,6 @@ class FakeSlurm:
         return self.next_id
 
 
-class FakeKube:
-    async def get(self, path: str) -> None:
-        return None
-
-
 BUSY = SlurmError("refused", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
 
 
@@ -52,14 +47,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
-def make(slurm: FakeSlurm, **cfg: Any) -> Controller:
-    return Controller(Config(**cfg), FakeKube(), slurm)  # type: ignore[arg-type]
+def make(slurm: FakeSlurm, **cfg: Any) -> Placer:
+    return Placer(slurm, Config(**cfg).immediateAllocation)  # type: ignore[arg-type]
 
 
 async def test_allocates_at_once_when_slurm_can(clock: list[float]) -> None:
     slurm = FakeSlurm()
     c = make(slurm)
-    assert await c._place(JobRequest(partition="p"), "n", "c") == 101
+    assert await c.place(JobRequest(partition="p"), "n", "c") == 101
     assert slurm.calls == ["allocate p"]
 
 
@@ -67,25 +62,25 @@ async def test_refusal_queues_the_job_and_pauses_the_partition(clock: list[float
     slurm = FakeSlurm()
     c = make(slurm)
     slurm.allocate_refusal = BUSY
-    assert await c._place(JobRequest(partition="p"), "n", "c") == 101
+    assert await c.place(JobRequest(partition="p"), "n", "c") == 101
     assert slurm.calls == ["allocate p", "submit p"]
     slurm.calls.clear()
-    await c._place(JobRequest(partition="p"), "n", "c")
-    await c._place(JobRequest(partition="q"), "n", "c")
+    await c.place(JobRequest(partition="p"), "n", "c")
+    await c.place(JobRequest(partition="q"), "n", "c")
     assert slurm.calls == ["submit p", "allocate q", "submit q"], "only the refused partition queues directly"
 
     slurm.calls.clear()
     clock[0] += controller_module.IMMEDIATE_RETRY_MIN_SECONDS
-    await c._place(JobRequest(partition="p"), "n", "c")  # refused again: the pause doubles
+    await c.place(JobRequest(partition="p"), "n", "c")  # refused again: the pause doubles
     clock[0] += controller_module.IMMEDIATE_RETRY_MIN_SECONDS
-    await c._place(JobRequest(partition="p"), "n", "c")
+    await c.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls == ["allocate p", "submit p", "submit p"]
 
     slurm.calls.clear()
     slurm.allocate_refusal = None
     clock[0] += 2 * controller_module.IMMEDIATE_RETRY_MIN_SECONDS
-    await c._place(JobRequest(partition="p"), "n", "c")
-    assert slurm.calls == ["allocate p"] and "p" not in c._queue_only, "a success starts over"
+    await c.place(JobRequest(partition="p"), "n", "c")
+    assert slurm.calls == ["allocate p"] and "p" not in c.queue_only, "a success starts over"
 
 
 async def test_pause_is_capped(clock: list[float]) -> None:
@@ -93,9 +88,9 @@ async def test_pause_is_capped(clock: list[float]) -> None:
     slurm.allocate_refusal = BUSY
     c = make(slurm)
     for _ in range(10):
-        await c._place(JobRequest(partition="p"), "n", "c")
-        clock[0] += c._queue_only["p"][1]
-    assert c._queue_only["p"][1] == controller_module.IMMEDIATE_RETRY_MAX_SECONDS
+        await c.place(JobRequest(partition="p"), "n", "c")
+        clock[0] += c.queue_only["p"][1]
+    assert c.queue_only["p"][1] == controller_module.IMMEDIATE_RETRY_MAX_SECONDS
 
 
 async def test_a_request_slurm_refuses_outright_does_not_pause_the_partition(clock: list[float]) -> None:
@@ -105,8 +100,8 @@ async def test_a_request_slurm_refuses_outright_does_not_pause_the_partition(clo
     )
     c = make(slurm)
     with pytest.raises(SlurmError, match="refused"):
-        await c._place(JobRequest(partition="p"), "n", "c")
-    assert "p" not in c._queue_only
+        await c.place(JobRequest(partition="p"), "n", "c")
+    assert "p" not in c.queue_only
 
 
 @pytest.mark.parametrize("failure", [SlurmUnavailable("down", maybe_applied=True)])
@@ -117,12 +112,12 @@ async def test_an_allocation_that_may_have_happened_is_never_followed_by_a_submi
     slurm.allocate_refusal = failure
     c = make(slurm)
     with pytest.raises(SlurmUnavailable):
-        await c._place(JobRequest(partition="p"), "n", "c")
+        await c.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls == ["allocate p"], "a second job would be a duplicate"
 
 
 async def test_immediate_allocation_off_always_queues(clock: list[float]) -> None:
     slurm = FakeSlurm()
     c = make(slurm, immediateAllocation=False)
-    await c._place(JobRequest(partition="p"), "n", "c")
+    await c.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls == ["submit p"]

@@ -1,0 +1,385 @@
+"""The I/O shell around :mod:`.lifecycle`: PlaceholderJob <-> Slurm job.
+
+``PlaceholderJobs.reconcile`` gathers the inputs (the cached PlaceholderJob, the poller's view of
+its job, the member pods), asks ``lifecycle.decide`` and applies the plan's actions in order.
+Every action is idempotent and every piece of state it needs after a restart is in the
+PlaceholderJob's status or in Slurm, so a crash between two actions is decided again from there:
+- the job id goes into status right after the submit; node assignments go into status before
+  any pod is touched;
+- a pod is only considered deleted after a direct GET says so (``ConfirmMembers``);
+- a gang's PlaceholderJob is fenced (status reason ``Submitting``, written with a
+  resourceVersion test) before its job is submitted, so no member joins a job sized without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+
+from slurm_bridge.operator import lifecycle as lc
+from slurm_bridge.operator import plan as pl
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, DeviceBinder
+from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.placer import Placer
+from slurm_bridge.operator.podgroups import PodGroupReporter
+from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.store import Key, ObjectStore
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
+from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.models import JobInfo
+
+log = logging.getLogger(__name__)
+Obj = st.Obj
+
+
+def members_of(phj: Obj, pods: ObjectStore) -> dict[str, Obj | None]:
+    """Each member's pod from the cache; None when missing or another incarnation of the name."""
+    ns = phj["metadata"]["namespace"]
+    members: dict[str, Obj | None] = {}
+    for name in spec_of(phj).pods:
+        pod = pods.get((ns, name))
+        members[name] = pod if pod is not None and st.is_member(phj, pod) else None
+    return members
+
+
+def find_job(phj: Obj, snap: JobSnapshot) -> JobInfo | None:
+    job_id = status_of(phj).job_id
+    if job_id and job_id in snap.by_id:
+        return snap.by_id[job_id]
+    return snap.job_for_uid(phj["metadata"]["uid"])
+
+
+class PlaceholderJobs:
+    """Gathers, decides (:func:`.lifecycle.decide`), applies."""
+
+    def __init__(
+        self,
+        config: Config,
+        kube: KubeClient,
+        slurm: SlurmClient,
+        pods: ObjectStore,
+        phjs: ObjectStore,
+        poller: SlurmPoller,
+    ) -> None:
+        self.config, self.kube, self.slurm = config, kube, slurm
+        self.pods, self.phjs, self.poller = pods, phjs, poller
+        self.placer = Placer(slurm, config.immediateAllocation)
+        self.podgroups = PodGroupReporter(kube)
+        self.devices = DeviceBinder(kube, slurm)
+        # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
+        self._releasing: set[str] = set()
+
+    # ---- gather, decide, apply ------------------------------------------------------------------
+    def observe(self, phj: Obj) -> lc.SlurmSide:
+        """What the poller's view says about the PlaceholderJob's job."""
+        period = self.config.pollPeriodSeconds
+        snap = self.poller.snapshot
+        if not self.poller.synced.is_set() or snap is None:
+            return lc.SlurmSide(synced=False, poll_period=period)
+        uid = phj["metadata"]["uid"]
+        found = find_job(phj, snap)
+        made = self.poller.made(uid)
+        job_id = status_of(phj).job_id or (found.job_id if found else None)
+        if job_id is None and made is not None:
+            job_id = made[0]
+        others = tuple(o.job_id for o in snap.by_uid.get(uid, []) if o.job_id != job_id and not o.is_finished)
+        return lc.SlurmSide(
+            poll_period=period,
+            job_id=job_id,
+            job=found if found is not None and found.job_id == job_id else snap.by_id.get(job_id or -1),
+            found=found,
+            others=others,
+            submitted_at=made[1] if made else None,
+            taken_at=snap.taken_at,
+            uncertain_since=self.poller.uncertain_since(uid),
+            last_full_at=self.poller.last_full_at,
+        )
+
+    async def reconcile(self, key: Key) -> float | None:
+        phj = self.phjs.get(key)
+        if phj is None:
+            return None
+        slurm = self.observe(phj)
+        members = members_of(phj, self.pods) if slurm.synced else {}
+        now = lc.Clock(time.monotonic())
+        plan = lc.decide(phj, slurm, members, now, scheduler=self.config.schedulerName)
+        applied = await self.apply(phj, plan, members)
+        if not isinstance(applied, Confirm):
+            return applied
+        confirmed = await self.confirmed_members(applied.phj, members)
+        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=self.config.schedulerName)
+        result = await self.apply(applied.phj, plan, members, confirmed)
+        assert not isinstance(result, Confirm)
+        return result
+
+    async def apply(
+        self,
+        phj: Obj,
+        plan: pl.Plan,
+        members: Mapping[str, Obj | None],
+        confirmed: Mapping[str, Obj | None] | None = None,
+    ) -> float | Confirm | None:
+        """Apply the actions in order; an action may stop the plan with its own re-queue delay."""
+        for action in plan.actions:
+            if isinstance(action, pl.ConfirmMembers):
+                return Confirm(phj)
+            phj, stop = await self._apply_one(phj, action, {**members, **(confirmed or {})})
+            if stop is not None:
+                return None if stop < 0 else stop
+        return plan.requeue
+
+    async def _apply_one(
+        self, phj: Obj, action: pl.Action, members: Mapping[str, Obj | None]
+    ) -> tuple[Obj, float | None]:
+        """The PlaceholderJob after the action, and a delay when the plan stops here (<0: no re-queue)."""
+        match action:
+            case pl.AddFinalizer():
+                return await self._add_finalizer(phj), None
+            case pl.WriteStatus(status=status):
+                return await self.patch_status(phj, status.dump()), None
+            case pl.Event(reason=reason, message=message, warning=warning):
+                await self.kube.event(phj, reason, message, warning=warning)
+            case pl.Cancel(job_id=job_id):
+                await self.cancel(job_id)
+            case pl.EndPods(pods=pods, reason=reason, message=message):
+                for name in pods:
+                    pod = members.get(name)
+                    if pod is not None:
+                        await self.end_pod(pod, reason, message)
+            case pl.NoteWaiting(pods=pods, job_id=job_id):
+                await self._note_waiting(phj, pods, job_id)
+            case pl.Fence():
+                fenced = await self._fence(phj)
+                return (phj, 0.05) if fenced is None else (fenced, None)  # a member joined: size again
+            case pl.Submit():
+                return phj, await self._submit(phj, action, members)
+            case pl.UpdateJob(job_id=job_id, request=request):
+                try:
+                    await self.slurm.update_job(job_id, request)
+                except SlurmUnavailable:
+                    raise
+                except SlurmError as e:
+                    await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
+            case pl.Release(job_id=job_id, pods=pods):
+                if not await self._release(phj, job_id, pods, members):
+                    return phj, DEVICES_RETRY_SECONDS
+            case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
+                await self.podgroups.report(phj, scheduled, reason, message)
+            case pl.RequestFullList():
+                self.poller.poll_soon(full=True)
+            case pl.ForgetUncertain():
+                self.poller.forget_uncertain(phj["metadata"]["uid"])
+            case pl.Finalize():
+                await self._finalize(phj)
+        return phj, None
+
+    # ---- submit -----------------------------------------------------------------------------------
+    async def _submit(self, phj: Obj, action: pl.Submit, members: Mapping[str, Obj | None]) -> float | None:
+        """Place the job; its id goes into status at once (with the allocation if Slurm allocated)."""
+        meta, request = phj["metadata"], action.request
+        ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
+        name = request.job_name or default_job_name(meta["namespace"], meta["name"])
+        try:
+            job_id = await self.placer.place(request, name, encode_admin_comment(ref))
+        except SlurmUnavailable as e:
+            # The job may exist: a full list (it finds the job by admin_comment) must say so
+            # before anything is submitted again.
+            self.poller.submit_failed(meta["uid"], maybe_applied=e.maybe_applied)
+            raise
+        except SlurmError as e:
+            message = f"Slurm refused the job: {e}"
+            await self.patch_status(phj, lc.rejected_status(phj, message).dump())
+            await self.kube.event(phj, "SubmitRejected", message, warning=True)
+            for pod_name in action.present:
+                pod = members.get(pod_name)
+                if pod is not None:
+                    await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
+            return lc.SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
+        self.poller.submitted(meta["uid"], job_id)
+        job = await self.poller.refresh(job_id, ref)
+        submitted = lc.submitted_status(phj, job_id, job, request)
+        await self.kube.event(phj, "Submitted", submitted.message or "")
+        log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
+        if job is not None and job.is_running and job.nodes:
+            # Allocated at once: one status write says both, and the pods are released now.
+            plan = lc.allocation(phj, members, job, scheduler=self.config.schedulerName, submitted=submitted)
+            result = await self.apply(phj, plan, members)
+            assert not isinstance(result, Confirm)
+            return -1.0 if result is None else result
+        await self.patch_status(phj, submitted.dump())
+        return -1.0
+
+    async def _fence(self, phj: Obj) -> Obj | None:
+        """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
+
+        Members join with the same resourceVersion test and treat a fenced PlaceholderJob as
+        submitted, so the job is never sized without a member that joined meanwhile. None: the
+        object changed (it is read again).
+        """
+        meta = phj["metadata"]
+        path = phj_path(meta["namespace"], meta["name"])
+        fields = PlaceholderJobStatus(
+            phase=names.PHASE_PENDING,
+            reason=lc.REASON_SUBMITTING,
+            message=f"submitting the gang's Slurm job for {len(phj['spec']['pods'])} pods",
+        ).dump()
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]
+        if phj.get("status"):
+            ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in fields.items()]
+        else:
+            ops.append({"op": "add", "path": "/status", "value": fields})
+        try:
+            updated = await self.kube.patch(f"{path}/status", ops, "json")
+        except KubeError as e:
+            if not isinstance(e, Conflict) and e.status != 422:
+                raise
+            fresh = await self.kube.get(path)
+            if fresh is not None:
+                self.phjs.upsert(fresh)
+            return None
+        self.phjs.upsert(updated)
+        return updated
+
+    # ---- pods -----------------------------------------------------------------------------------
+    async def _release(
+        self, phj: Obj, job_id: int, pods: tuple[tuple[str, str], ...], members: Mapping[str, Obj | None]
+    ) -> bool:
+        """Claims of exactly Slurm's devices first (operator/devices.py), then the pods; False: a
+        device is missing and no member is released."""
+        unreleased: dict[str, tuple[Obj, str]] = {}
+        for name, node in pods:
+            pod = members.get(name)
+            if pod is not None:
+                unreleased[name] = (pod, node)
+        prepared = await self.devices.prepare(phj, job_id, unreleased)
+        if prepared.problem:
+            return False
+        phj_name = phj["metadata"]["name"]
+        await asyncio.gather(*(
+            self._release_pod(pod, node, job_id, phj_name, prepared.annotations.get(pod_name))
+            for pod_name, (pod, node) in unreleased.items()
+        ))  # fmt: skip
+        return True
+
+    async def _release_pod(
+        self, pod: Obj, node: str, job_id: int, phj_name: str, annotations: dict[str, str] | None = None
+    ) -> None:
+        meta = pod["metadata"]
+        try:
+            updated = await self.kube.patch(
+                pod_path(meta["namespace"], meta["name"]),
+                st.release_pod_patch(pod, node, job_id, phj_name, annotations),
+                "json",
+            )
+        except (NotFound, Conflict):
+            return
+        except KubeError as e:
+            if e.status == 422:  # the uid test failed: a new pod with this name; its own events follow
+                return
+            raise
+        self.pods.upsert(updated)
+        await self.kube.event(updated, "SlurmAllocated", f"Slurm job {job_id} allocated node {node} to this pod")
+
+    async def end_pod(self, pod: Obj, reason: str, message: str) -> None:
+        """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""
+        meta = pod["metadata"]
+        path = pod_path(meta["namespace"], meta["name"])
+        cond = {"type": names.POD_COND_DISRUPTION_TARGET, "status": "True", "reason": reason,
+                "message": message, "lastTransitionTime": now_iso()}  # fmt: skip
+        await self.kube.event(pod, reason, f"ending pod: {message}", warning=True)
+        try:
+            if pod.get("spec", {}).get("nodeName"):
+                await self.kube.patch(f"{path}/status", {"status": {"conditions": [cond]}}, "strategic")
+                updated = await self.kube.delete(path, uid=meta["uid"])
+            else:
+                # Never started anywhere: fail it in place so its status keeps the reason.
+                status = {"phase": "Failed", "reason": reason, "message": message, "conditions": [cond]}
+                updated = await self.kube.patch(f"{path}/status", {"status": status}, "strategic")
+        except (NotFound, Conflict):
+            return
+        if updated and updated.get("kind") == "Pod":
+            self.pods.upsert(updated)
+
+    async def confirmed_members(self, phj: Obj, members: Mapping[str, Obj | None]) -> dict[str, Obj | None]:
+        """Members, with those missing from the cache asked for: a watch may not have caught up."""
+        ns = phj["metadata"]["namespace"]
+        confirmed = dict(members)
+        for name, pod in members.items():
+            if pod is None:
+                live = await self.kube.get(pod_path(ns, name))
+                if live is None or not st.is_member(phj, live):
+                    continue
+                if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+                    self.pods.upsert(live)
+                    confirmed[name] = live
+        return confirmed
+
+    # ---- finalizer ------------------------------------------------------------------------------
+    async def _note_waiting(self, phj: Obj, pods: tuple[str, ...], job_id: int | None) -> None:
+        """Say once what a deleted PlaceholderJob's job waits for."""
+        meta = phj["metadata"]
+        if meta["uid"] in self._releasing:
+            return
+        self._releasing.add(meta["uid"])
+        job = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
+        waiting = ", ".join(pods)
+        log.info("%s/%s deleted: %s is kept until pods %s are gone", meta["namespace"], meta["name"], job, waiting)
+        await self.kube.event(phj, "WaitingForPods",
+                              f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
+                              "(a terminating pod still holds its node)")  # fmt: skip
+
+    async def _finalize(self, phj: Obj) -> None:
+        meta = phj["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
+            idx = finalizers.index(names.FINALIZER_PLACEHOLDER_JOB)
+            with contextlib.suppress(NotFound):
+                await self.kube.patch(
+                    phj_path(meta["namespace"], meta["name"]),
+                    [{"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
+                     {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
+                    "json",
+                )  # fmt: skip
+        self.poller.forget(meta["uid"])
+        self._releasing.discard(meta["uid"])
+        self.podgroups.forget(phj)
+
+    async def _add_finalizer(self, phj: Obj) -> Obj:
+        meta = phj["metadata"]
+        op = ({"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
+              if meta.get("finalizers") else
+              {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]})  # fmt: skip
+        updated = await self.kube.patch(phj_path(meta["namespace"], meta["name"]), [op], "json")
+        self.phjs.upsert(updated)
+        return updated
+
+    # ---- writes ---------------------------------------------------------------------------------
+    async def cancel(self, job_id: int) -> None:
+        await self.slurm.cancel_job(job_id)
+        self.poller.assume_cancelled(job_id)
+        log.info("cancelled Slurm job %d", job_id)
+
+    async def patch_status(self, phj: Obj, patch: Obj) -> Obj:
+        meta = phj["metadata"]
+        try:
+            updated = await self.kube.patch(f"{phj_path(meta['namespace'], meta['name'])}/status", {"status": patch})
+        except NotFound:
+            return phj
+        self.phjs.upsert(updated)
+        return updated
+
+
+class Confirm:
+    """The plan stopped at ConfirmMembers: decide again on ``phj`` once the members are read."""
+
+    def __init__(self, phj: Obj) -> None:
+        self.phj = phj

@@ -1,0 +1,381 @@
+"""The PlaceholderJob <-> Slurm job lifecycle as one pure decision: observed state in, a Plan out.
+
+``decide(phj, slurm, members, now)`` reads the PlaceholderJob, what the poller's view says about
+its Slurm job (known, vanished, not seen yet, or no job at all) and its member pods, and returns
+the actions that bring the two sides together, in order. It does no I/O: the shell
+(:mod:`.jobs`) gathers the inputs, applies the actions and re-queues. The table of cases is in
+docs/architecture.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
+every phase x Slurm state x member state, and the crash-recovery cases.
+
+Two actions need the shell before the rest can be decided. ``ConfirmMembers``: members the
+watch cache lacks are read with a GET (a deletion is never inferred from a cold cache); the shell
+then decides again with ``confirmed``. ``Submit`` and ``Release``: what follows depends on
+Slurm's answer (an immediate allocation) or on the DRA claims; the shell asks :func:`allocation`
+and :func:`submitted_status` for those steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.groups import is_gang
+from slurm_bridge.operator.plan import (
+    Action,
+    AddFinalizer,
+    Cancel,
+    ConfirmMembers,
+    EndPods,
+    Event,
+    Fence,
+    Finalize,
+    ForgetUncertain,
+    NoteWaiting,
+    Plan,
+    Release,
+    ReportPodGroup,
+    RequestFullList,
+    Submit,
+    UpdateJob,
+    WriteStatus,
+)
+
+from slurm_bridge import names
+from slurm_bridge.kube import now_iso
+from slurm_bridge.placeholderjob import Phase, PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.slurm.models import JobInfo, JobRequest
+
+Obj = st.Obj
+Members = Mapping[str, Obj | None]
+
+# A job submitted this recently may not be in the snapshot yet; wait for it rather than
+# concluding it vanished.
+SUBMIT_VISIBILITY_GRACE = 30.0
+# A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
+SUBMIT_RETRY_SECONDS = 30.0
+# A deleted PlaceholderJob whose pods still run is looked at again this often (pod events sooner).
+FINALIZE_RECHECK_SECONDS = 5.0
+# Status reasons of a gang PlaceholderJob before its job exists.
+REASON_WAITING_FOR_PODS = "WaitingForPods"
+REASON_SUBMITTING = "Submitting"
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SlurmSide:
+    """What the poller's view says about the PlaceholderJob's Slurm job.
+
+    ``job_id``: status.jobId, else ``found`` (adoption after a crash), else a submit the view does
+    not show yet. ``job``: Slurm's record of ``job_id``; None
+    with a ``job_id`` means the view lacks it (vanished, or not visible yet: see ``submitted_at``).
+    """
+
+    synced: bool = True  # a full job list arrived since start-up
+    poll_period: float = 1.0
+    job_id: int | None = None
+    job: JobInfo | None = None
+    # The job the view first names for the PlaceholderJob: status.jobId's record, else its uid's
+    # newest live job (else newest that ran). What an ended or deleted PlaceholderJob cancels.
+    found: JobInfo | None = None
+    others: tuple[int, ...] = ()  # other live jobs made for this PlaceholderJob (a crash mid-submit)
+    submitted_at: float | None = None  # monotonic time of the bridge's submit of job_id, until seen
+    taken_at: float = 0.0  # when the view was taken (monotonic)
+    uncertain_since: float | None = None  # a submit that may have made a job, not yet resolved
+    last_full_at: float = 0.0  # when the last full job list was taken
+
+
+@dataclass(frozen=True)
+class Clock:
+    mono: float
+    wall: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+# ---- the decision -----------------------------------------------------------------------------
+def decide(
+    phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None = None, *, scheduler: str
+) -> Plan:
+    """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
+
+    ``members``: each member's pod from the watch cache (None: not there, or another incarnation);
+    ``confirmed``: the same after a GET of the missing ones (see ConfirmMembers); ``scheduler``:
+    the bridge's scheduler name (PodGroup messages say it).
+    """
+    if not slurm.synced:
+        return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
+    meta = phj["metadata"]
+    if meta.get("deletionTimestamp"):
+        return _finalize(phj, slurm, confirmed)
+    pre: tuple[Action, ...] = ()
+    if names.FINALIZER_PLACEHOLDER_JOB not in (meta.get("finalizers") or []):
+        pre = (AddFinalizer(),)
+    status = status_of(phj)
+    if status.phase in names.TERMINAL_PHASES:
+        return _chain(pre, _terminal(status, slurm, members))
+    if slurm.job_id is None:
+        return _chain(pre, _no_job(phj, slurm, members, now, confirmed))
+    if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
+        adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING))
+        pre = (*pre, adopt)
+        status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
+    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler))
+
+
+def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
+    return Plan((*pre, *plan.actions), plan.requeue)
+
+
+def _all_ended(members: Members, confirmed: Members | None) -> bool | None:
+    """Whether every member ended; None when the cache says so and a GET must confirm it."""
+    if not all(st.pod_ended(p) for p in members.values()):
+        return False
+    if confirmed is None:
+        return None
+    return all(st.pod_ended(p) for p in confirmed.values())
+
+
+def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) -> Plan:
+    """An ended PlaceholderJob: finish what a crash may have interrupted (cancel, end pods)."""
+    actions: list[Action] = []
+    if slurm.found is not None and not slurm.found.is_finished:
+        actions.append(Cancel(slurm.found.job_id))  # a cancel lost in a crash, done again
+    live = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p) and not st.pod_terminating(p))
+    if live:
+        actions.append(EndPods(live, status.reason or "SlurmJobEnded", status.message or ""))
+    return Plan(tuple(actions))
+
+
+def _no_job(phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None) -> Plan:
+    """No job yet: end with the pods, wait after a refusal or an uncertain submit, else submit."""
+    meta = phj["metadata"]
+    ended = _all_ended(members, confirmed)
+    if ended is None:
+        return Plan((ConfirmMembers(),))
+    if ended:
+        return Plan((_terminal_status(phj, *st.pods_end_phase(st.end_phases(members))),))
+    wait = st.resubmit_wait(phj.get("status") or {}, meta.get("generation"), SUBMIT_RETRY_SECONDS, now.wall)
+    if wait > 0:
+        return Plan(requeue=wait)  # Slurm refused this very spec moments ago: watch events must not hammer it
+    pre: tuple[Action, ...] = ()
+    if slurm.uncertain_since is not None:
+        if slurm.last_full_at <= slurm.uncertain_since:
+            return Plan((RequestFullList(),), requeue=slurm.poll_period)
+        pre = (ForgetUncertain(),)
+    return _chain(pre, _submit(phj, members))
+
+
+def _submit(phj: Obj, members: Members) -> Plan:
+    spec, status = spec_of(phj), status_of(phj)
+    present = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p))
+    need = spec.min_member if spec.min_member is not None else len(members)
+    if len(present) < need:
+        # The gang is not complete yet; pod events bring us back.
+        message = f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
+        if status.reason == REASON_WAITING_FOR_PODS and status.message == message:
+            return Plan()
+        return Plan((WriteStatus(PlaceholderJobStatus(
+            phase=names.PHASE_PENDING, reason=REASON_WAITING_FOR_PODS, message=message, pod_list=",".join(spec.pods),
+        )),))  # fmt: skip
+    fence: tuple[Action, ...] = ()
+    if is_gang(phj) and status.reason != REASON_SUBMITTING:
+        fence = (Fence(),)
+    return Plan((*fence, Submit(spec.slurm, present)))
+
+
+def _with_job(
+    phj: Obj,
+    status: PlaceholderJobStatus,
+    slurm: SlurmSide,
+    members: Members,
+    now: Clock,
+    confirmed: Members | None,
+    scheduler: str,
+) -> Plan:
+    """A job exists (or existed): follow it, or end it when every member pod ended."""
+    job_id, job = slurm.job_id, slurm.job
+    assert job_id is not None
+    ended = _all_ended(members, confirmed)
+    if ended is None:
+        return Plan((ConfirmMembers(),))
+    if ended:  # Kubernetes -> Slurm
+        phase, reason, message = st.pods_end_phase(st.end_phases(members))
+        cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
+        return Plan((_terminal_status(phj, phase, reason, message), *cancel, Event(reason, message)))
+    if job is None:
+        if slurm.submitted_at is not None and now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE:
+            return Plan(requeue=slurm.poll_period)
+        if slurm.taken_at < (slurm.submitted_at or 0):
+            return Plan(requeue=slurm.poll_period)
+        return slurm_ended(phj, members, None, job_id)
+    if job.is_finished:
+        return slurm_ended(phj, members, job, job_id)
+    if job.is_pending:
+        return _pending(phj, status, job)
+    if job.is_running and job.nodes:
+        return allocation(phj, members, job, scheduler=scheduler, status=status)
+    # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
+    return Plan(_mirror(status, job, status.phase or names.PHASE_PENDING))
+
+
+def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) -> Plan:
+    """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
+    phase, reason, message = st.end_of_job(job, job_id)
+    live = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p))
+    end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
+    return Plan((
+        _terminal_status(phj, phase, reason, message, job),
+        Event(reason, message, warning=phase != names.PHASE_COMPLETED),
+        *end,
+    ))  # fmt: skip
+
+
+def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo) -> Plan:
+    gen = phj["metadata"].get("generation")
+    update: tuple[Action, ...] = ()
+    if gen and status.observed_generation != gen:
+        update = (UpdateJob(job.job_id, spec_of(phj).slurm), WriteStatus(PlaceholderJobStatus(observed_generation=gen)))
+    return Plan((*update, *_mirror(status, job, names.PHASE_PENDING)))
+
+
+def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase) -> tuple[Action, ...]:
+    """Slurm's state and reason in status, written only when they changed."""
+    if status.slurm_state == job.state and (status.reason or "") == job.reason and status.phase == phase:
+        return ()
+    mirrored = PlaceholderJobStatus(slurm_state=job.state, reason=job.reason, phase=phase, job_id=job.job_id)
+    if not job.is_pending:
+        return (WriteStatus(mirrored),)
+    message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
+    conditions = st.set_condition(
+        status.condition_dicts(), names.COND_ALLOCATED, False, job.reason or "Pending", message
+    )
+    pending = PlaceholderJobStatus.model_validate(mirrored.dump() | {"message": message, "conditions": conditions})
+    report = ReportPodGroup(False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
+    return (report, WriteStatus(pending))
+
+
+def allocation(
+    phj: Obj,
+    members: Members,
+    job: JobInfo,
+    *,
+    scheduler: str,
+    submitted: PlaceholderJobStatus | None = None,
+    status: PlaceholderJobStatus | None = None,
+) -> Plan:
+    """Record the nodes, then release the pods; Running once every live member is bound.
+
+    ``submitted``: the status of a submit that allocated at once, written in the same patch;
+    ``status``: the PlaceholderJob's status as the plan so far leaves it.
+    """
+    spec, status = spec_of(phj), status or status_of(phj)
+    conditions = submitted.condition_dicts() if submitted is not None else status.condition_dicts()
+    current = {a.pod: a.node for a in status.assignments or []}
+    assignment = st.assign_nodes(list(members), list(job.nodes), current)
+    if assignment is None:
+        message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
+        first: tuple[Action, ...] = (WriteStatus(submitted),) if submitted is not None else ()
+        ended = _terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
+        return Plan((*first, ended, Cancel(job.job_id)))
+    actions: list[Action] = []
+    nodes = st.compress_hostlist(job.nodes)
+    if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
+        message = f"Slurm job {job.job_id} allocated {nodes}"
+        conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message)
+        allocated = PlaceholderJobStatus(
+            job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
+            node_list=nodes, pod_list=",".join(spec.pods),
+            assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
+            start_time=status.start_time or now_iso(), conditions=conditions,
+        )  # fmt: skip
+        if submitted is not None:  # one write says both
+            allocated = PlaceholderJobStatus.model_validate(submitted.dump() | allocated.dump())
+        actions.append(WriteStatus(allocated))
+    # Release the pods only once every member has its node: gangs start together.
+    live = {n: p for n, p in members.items() if p is not None and not st.pod_ended(p)}
+    bound = sum(1 for n, p in live.items() if p.get("spec", {}).get("nodeName") == assignment[n])
+    unreleased = tuple(
+        (n, assignment[n]) for n, p in live.items()
+        if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
+    )  # fmt: skip
+    actions.append(Release(job.job_id, unreleased))
+    scheduled = f"Slurm job {job.job_id} allocated {nodes} to the gang ({scheduler})"
+    actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
+    if live and bound == len(live) and status.phase != names.PHASE_RUNNING:
+        message = f"every member pod is bound to its Slurm node ({nodes})"
+        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message)
+        actions.append(WriteStatus(PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)))
+    return Plan(tuple(actions))
+
+
+def submitted_status(
+    phj: Obj, job_id: int, job: JobInfo | None, request: JobRequest, now: str | None = None
+) -> PlaceholderJobStatus:
+    """The status of a job just submitted (written with the allocation when Slurm allocated at once)."""
+    meta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
+    gen = meta.get("generation")
+    message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
+    return PlaceholderJobStatus(
+        job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
+        reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
+        observed_generation=gen, pod_list=",".join(spec.pods),
+        conditions=st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
+    )  # fmt: skip
+
+
+def rejected_status(phj: Obj, message: str) -> PlaceholderJobStatus:
+    """Slurm refused the job: kept in status so no event resubmits the same spec at once."""
+    gen = phj["metadata"].get("generation")
+    conditions = status_of(phj).condition_dicts()
+    return PlaceholderJobStatus(
+        phase=names.PHASE_PENDING, reason=st.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
+        observed_generation=gen,
+        conditions=st.set_condition(conditions, names.COND_SUBMITTED, False, "SubmitRejected", message, gen),
+    )  # fmt: skip
+
+
+def _terminal_status(
+    phj: Obj, phase: str, reason: str, message: str, job: JobInfo | None = None, conditions: list[Obj] | None = None
+) -> WriteStatus:
+    if conditions is None:
+        conditions = status_of(phj).condition_dicts()
+    ended = PlaceholderJobStatus(
+        phase=phase, reason=reason, message=message, end_time=now_iso(),
+        conditions=st.set_condition(conditions, names.COND_ENDED, True, reason, message),
+    )  # fmt: skip
+    if job is not None:
+        ended.slurm_state = job.state
+    return WriteStatus(ended)
+
+
+def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
+    """A deleted PlaceholderJob: release its Slurm job, but never under a live pod.
+
+    A terminating pod still runs on its node until its grace period ends or its containers exit,
+    so the allocation outlives it: members that exist and have not reached a terminal phase are
+    ended first (those not terminating yet), and the job is cancelled once every one is gone or
+    terminal.
+    """
+    job_id, job = slurm.job_id, slurm.found
+    live_job = job_id is not None and (job is None or not job.is_finished)
+    if live_job or slurm.others:
+        if confirmed is None:
+            return Plan((ConfirmMembers(),))
+        holding = [n for n, p in confirmed.items() if p is not None and not st.pod_ended(p)]
+        if holding:
+            name = phj["metadata"]["name"]
+            what = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
+            to_end = tuple(n for n in holding if not st.pod_terminating(confirmed[n] or {"metadata": {}}))
+            end: tuple[Action, ...] = ()
+            if to_end:
+                end = (EndPods(to_end, "PlaceholderJobDeleted",
+                               f"PlaceholderJob {name} was deleted, so its {what} is released"),)  # fmt: skip
+            return Plan((*end, NoteWaiting(tuple(holding), job_id)), requeue=FINALIZE_RECHECK_SECONDS)
+    actions: list[Action] = []
+    if live_job:
+        assert job_id is not None
+        actions += [Cancel(job_id), Event("Cancelled", f"PlaceholderJob deleted: cancelled Slurm job {job_id}")]
+    # Any other live job this PlaceholderJob made (a crash between submit and status).
+    actions += [Cancel(o) for o in slurm.others]
+    actions.append(Finalize())
+    return Plan(tuple(actions))

@@ -1,0 +1,331 @@
+"""Pods -> PlaceholderJobs (I/O): a pod's group (:mod:`.groups`, pure rules) gets its PlaceholderJob.
+
+A pod that is its own group gets one named after it and owned by it; a gang's pods join one
+PlaceholderJob named after the gang's root, with the membership rules of ``groups.plan_join``.
+Membership only changes with a resourceVersion test, so two members joining at once cannot both
+win, and a gang fenced for submission (``lifecycle.REASON_SUBMITTING``) is treated as submitted.
+Ended pods are left to :mod:`.jobs`, which decides whether the Slurm job ends with them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.groups import Group, GroupError, GroupResolver, Join, is_gang, plan_join, same_group
+from slurm_bridge.operator.lifecycle import REASON_SUBMITTING
+from slurm_bridge.operator.poller import SlurmPoller
+from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, phj_path, pod_path
+from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
+from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.translate import job_request
+
+log = logging.getLogger(__name__)
+Obj = st.Obj
+
+
+def new_phj(group: Group, pods: list[str], request: JobRequest, pod_uids: dict[str, str] | None = None) -> Obj:
+    """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer."""
+    spec = PlaceholderJobSpec(
+        pods=pods, min_member=group.min_member, group=GroupSource.model_validate(group.source), slurm=request
+    )
+    if pod_uids is not None:
+        spec.pod_uids = pod_uids
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {
+            "name": group.name,
+            "namespace": group.namespace,
+            "labels": {
+                names.LABEL_APP_NAME: names.APP_NAME,
+                names.LABEL_APP_MANAGED_BY: names.APP_NAME,
+            },
+            "ownerReferences": [group.owner],
+            "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
+        },
+        "spec": spec.dump() | {"group": group.source, "slurm": request.crd_dict()},
+    }
+
+
+class Membership:
+    """reconcile(pod key): make the pod a member of its group's PlaceholderJob."""
+
+    def __init__(
+        self,
+        config: Config,
+        kube: KubeClient,
+        pods: ObjectStore,
+        phjs: ObjectStore,
+        queue: WorkQueue,
+        poller: SlurmPoller,
+    ) -> None:
+        self.config, self.kube = config, kube
+        self.pods, self.phjs, self.queue, self.poller = pods, phjs, queue, poller
+        self.groups = GroupResolver(kube.get)
+        # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
+        # membership is read from the PlaceholderJob's spec.
+        self._member_of: dict[str, Key] = {}
+        # pod uid -> the last problem reported in an Event, so a retry does not repeat it.
+        self._told: dict[str, tuple[str, str]] = {}
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone."""
+        self._member_of.pop(uid, None)
+        self._told.pop(uid, None)
+
+    def _requeue(self, phj: Obj) -> None:
+        self.queue.add(("phj", *ObjectStore.key_of(phj)))
+
+    async def reconcile(self, key: Key) -> float | None:
+        pod = self.pods.get(key)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or st.pod_ended(pod):
+            # The PlaceholderJob decides whether the Slurm job must end with it.
+            for phj in self._phjs_with_member(key):
+                self._requeue(phj)
+            return None
+        known = self._known_phj(pod)
+        if known is not None:
+            self._requeue(known)
+            return None
+        try:
+            group = await self.groups.resolve(pod)
+        except GroupError as e:
+            await self._tell(pod, e.reason, e.message)
+            return e.retry_after
+        if group.gang:
+            return await self._join_gang(pod, group)
+        return await self._single(pod, group)
+
+    def _known_phj(self, pod: Obj) -> Obj | None:
+        """The PlaceholderJob the pod is already a member of, found without an owner walk."""
+        meta = pod["metadata"]
+        key = self._member_of.get(meta["uid"])
+        if key is not None:
+            phj = self.phjs.get(key)
+            if (
+                phj is not None
+                and not phj["metadata"].get("deletionTimestamp")
+                and meta["name"] in spec_of(phj).pods
+                and st.is_member(phj, pod)
+            ):
+                return phj
+            self._member_of.pop(meta["uid"], None)
+        phj = self.phjs.get((meta["namespace"], meta["name"]))
+        if phj is not None and not is_gang(phj) and st.pod_owner_uid(phj) == meta["uid"]:
+            return phj
+        return None
+
+    async def _tell(self, pod: Obj, reason: str, message: str) -> None:
+        """A Warning Event on the pod, once per distinct problem (retries repeat nothing)."""
+        uid = pod["metadata"]["uid"]
+        if self._told.get(uid) == (reason, message):
+            return
+        self._told[uid] = (reason, message)
+        log.info("pod %s/%s: %s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], reason, message)
+        await self.kube.event(pod, reason, message, warning=True)
+
+    async def _single(self, pod: Obj, group: Group) -> float | None:
+        """A pod that is its own group: one PlaceholderJob named after it, owned by it."""
+        existing = self.phjs.get((group.namespace, group.name))
+        if existing is not None:
+            if st.pod_owner_uid(existing) is None:
+                source = spec_of(existing).group or GroupSource()
+                await self._tell(pod, "PlaceholderJobNameTaken",
+                                 f"PlaceholderJob {group.name} belongs to {source.kind} {source.name}; "
+                                 "the pod waits until it is gone")  # fmt: skip
+                return 30.0
+            if not st.owned_by_other_pod(existing, pod):
+                self.queue.add(("phj", group.namespace, group.name))
+                return None
+            if existing["metadata"].get("deletionTimestamp") is None:
+                # A PlaceholderJob left by an earlier pod of the same name: it goes with that pod.
+                await self.kube.delete(phj_path(group.namespace, group.name), uid=existing["metadata"]["uid"])
+            return 1.0
+        try:
+            request = job_request([pod], config=self.config, derived=group.derived, annotations=group.annotations)
+        except ValueError as e:
+            await self.kube.event(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}", warning=True)
+            return None
+        phj = new_phj(group, [pod["metadata"]["name"]], request)
+        try:
+            created = await self.kube.create(phj_path(group.namespace), phj)
+        except Conflict:
+            existing = await self.kube.get(phj_path(group.namespace, group.name))
+            if existing is None or existing["metadata"].get("deletionTimestamp"):
+                return 1.0  # an older incarnation is still being finalized
+            created = existing
+        self.phjs.upsert(created)
+        self.queue.add(("phj", group.namespace, group.name))
+        return None
+
+    # ---- gangs -------------------------------------------------------------------------------
+    async def _join_gang(self, pod: Obj, group: Group) -> float | None:
+        """Make the pod a member of its gang's PlaceholderJob (docs/workloads.md, "Late members")."""
+        key = (group.namespace, group.name)
+        if not self.poller.synced.is_set():
+            return self.config.pollPeriodSeconds  # whether the gang's job exists is not known yet
+        for _ in range(10):
+            phj = self.phjs.get(key)
+            if phj is None:
+                return await self._create_gang(pod, group)
+            done, delay = await self._join_once(pod, group, phj)
+            if done:
+                return delay
+        return 1.0
+
+    async def _join_once(self, pod: Obj, group: Group, phj: Obj) -> tuple[bool, float | None]:
+        """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
+        meta, key = pod["metadata"], (group.namespace, group.name)
+        pmeta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
+        if pmeta.get("deletionTimestamp"):
+            return True, 1.0  # an ended run's PlaceholderJob is being finalized
+        if not same_group(phj, group):
+            return True, await self._name_taken(pod, group, spec.group or GroupSource())
+        submitted = self._is_submitted(phj)
+        plan = plan_join(
+            spec.pods,
+            spec.pod_uids or {},
+            meta["name"],
+            meta["uid"],
+            submitted=submitted,
+            terminal=status.phase in names.TERMINAL_PHASES,
+            ended=await self._ended_members(phj, exclude=meta["name"]),
+        )
+        if plan.action == "member":
+            self._member_of[meta["uid"]] = key
+            self.queue.add(("phj", *key))
+            return True, None
+        if plan.action == "recycle":
+            await self.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the gang; this ended "
+                                  "PlaceholderJob is deleted and a new one made")  # fmt: skip
+            await self.kube.delete(phj_path(*key), uid=pmeta["uid"])
+            return True, 1.0
+        if plan.action == "wait":
+            await self._tell(pod, "GangFull",
+                             f"the gang's Slurm job was submitted for {len(spec.pods)} other pods and "
+                             "none of them has ended; the pod waits for a free place")  # fmt: skip
+            return True, 5.0
+        return await self._write_membership(pod, group, phj, plan, submitted)
+
+    async def _name_taken(self, pod: Obj, group: Group, source: GroupSource) -> float:
+        if source.kind == group.source["kind"] and source.name == group.source["name"]:
+            # Left by an earlier workload of the same name: garbage collection removes it.
+            await self._tell(pod, "WaitingForOldPlaceholderJob",
+                             f"PlaceholderJob {group.name} still belongs to an earlier {source.kind} "
+                             f"{source.name}; the pod waits until it is removed")  # fmt: skip
+            return 2.0
+        await self._tell(pod, "PlaceholderJobNameTaken",
+                         f"PlaceholderJob {group.name} belongs to {source.kind} {source.name}; "
+                         "the pod waits until it is gone")  # fmt: skip
+        return 30.0
+
+    async def _write_membership(
+        self, pod: Obj, group: Group, phj: Obj, plan: Join, submitted: bool
+    ) -> tuple[bool, float | None]:
+        meta, key = pod["metadata"], (group.namespace, group.name)
+        ops: list[Obj] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": phj["metadata"]["resourceVersion"]},
+            {"op": "replace", "path": "/spec/pods", "value": list(plan.pods)},
+            {"op": "add", "path": "/spec/podUIDs", "value": plan.uids},
+        ]
+        if not submitted:
+            try:
+                request = await self._gang_request(group, list(plan.pods), pod)
+            except ValueError as e:
+                await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
+                return True, 30.0
+            ops.append({"op": "add", "path": "/spec/slurm", "value": request.crd_dict()})
+            ops.append({"op": "add", "path": "/spec/minMember", "value": group.min_member})
+        try:
+            updated = await self.kube.patch(phj_path(*key), ops, "json")
+        except KubeError as e:
+            if not isinstance(e, Conflict) and e.status != 422:
+                raise
+            # Another member joined first (the resourceVersion test failed): read it again.
+            fresh = await self.kube.get(phj_path(*key))
+            if fresh is None:
+                self.phjs.delete(phj)
+            else:
+                self.phjs.upsert(fresh)
+            return False, None
+        self.phjs.upsert(updated)
+        self._member_of[meta["uid"]] = key
+        self._told.pop(meta["uid"], None)
+        if plan.slot and plan.slot != meta["name"]:
+            message = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot}"
+            await self.kube.event(updated, "MemberReplaced", message)
+        self.queue.add(("phj", *key))
+        return True, None
+
+    async def _create_gang(self, pod: Obj, group: Group) -> float | None:
+        meta = pod["metadata"]
+        try:
+            request = await self._gang_request(group, [meta["name"]], pod)
+        except ValueError as e:
+            await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
+            return 30.0
+        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
+        try:
+            created = await self.kube.create(phj_path(group.namespace), phj)
+        except Conflict:
+            existing = await self.kube.get(phj_path(group.namespace, group.name))
+            if existing is None or existing["metadata"].get("deletionTimestamp"):
+                return 1.0
+            self.phjs.upsert(existing)
+            return 0.05  # another member created it: join it
+        self.phjs.upsert(created)
+        self._member_of[meta["uid"]] = (group.namespace, group.name)
+        for warning in group.warnings:
+            await self.kube.event(created, "GangWillNotStart", warning, warning=True)
+        self.queue.add(("phj", group.namespace, group.name))
+        return None
+
+    async def _gang_request(self, group: Group, members: list[str], pod: Obj) -> JobRequest:
+        """The job for every member pod, sized for the whole gang, with the root's options."""
+        ns = group.namespace
+        pods: list[Obj] = []
+        for name in members:
+            p = pod if name == pod["metadata"]["name"] else self.pods.get((ns, name))
+            if p is None:
+                p = await self.kube.get(pod_path(ns, name))
+            if p is not None:
+                pods.append(p)
+        return job_request(pods, config=self.config, derived=group.derived_for(len(members)),
+                           annotations=group.annotations)  # fmt: skip
+
+    def _is_submitted(self, phj: Obj) -> bool:
+        """Whether the gang's job is (or may be) in Slurm: its size is then fixed."""
+        status, uid = status_of(phj), phj["metadata"]["uid"]
+        if status.job_id or status.reason == REASON_SUBMITTING or self.poller.made(uid) is not None:
+            return True
+        snap = self.poller.snapshot
+        return snap is not None and snap.job_for_uid(uid) is not None
+
+    async def _ended_members(self, phj: Obj, exclude: str) -> set[str]:
+        """Members whose recorded pod ended or is gone (a pod missing from the cache is asked for)."""
+        ns = phj["metadata"]["namespace"]
+        ended: set[str] = set()
+        for name in spec_of(phj).pods:
+            if name == exclude:
+                continue
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                pod = await self.kube.get(pod_path(ns, name))
+                if pod is not None and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+                    self.pods.upsert(pod)
+            gone = pod is None or not st.is_member(phj, pod)
+            if gone or st.pod_ended(pod) or (pod or {}).get("metadata", {}).get("deletionTimestamp"):
+                ended.add(name)
+        return ended
+
+    def _phjs_with_member(self, pod_key: Key) -> list[Obj]:
+        ns, name = pod_key
+        return [
+            p for p in self.phjs.values()
+            if p["metadata"]["namespace"] == ns and name in p.get("spec", {}).get("pods", [])
+        ]  # fmt: skip

@@ -1,0 +1,115 @@
+"""The PlaceholderJob controller's Plan: what :func:`.lifecycle.decide` asks the shell
+(:mod:`.jobs`) to do, in order. Pure data; each action is idempotent when applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_bridge.placeholderjob import PlaceholderJobStatus
+from slurm_bridge.slurm.models import JobRequest
+
+
+@dataclass(frozen=True)
+class AddFinalizer:
+    pass
+
+
+@dataclass(frozen=True)
+class ConfirmMembers:
+    """GET the members the cache lacks, then decide again with ``confirmed`` (last in a plan)."""
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    status: PlaceholderJobStatus
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class EndPods:
+    """End these member pods as Kubernetes' evictors do (DisruptionTarget, then fail or delete)."""
+
+    pods: tuple[str, ...]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NoteWaiting:
+    """Say once (an Event) that a deleted PlaceholderJob's job waits for these pods."""
+
+    pods: tuple[str, ...]
+    job_id: int | None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Mark a gang as submitting with a resourceVersion test; stop (and retry) if it changed."""
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Allocate now or queue (see jobs.Placer); ``present``: live members told of a refusal."""
+
+    request: JobRequest
+    present: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpdateJob:
+    job_id: int
+    request: JobRequest
+
+
+@dataclass(frozen=True)
+class Release:
+    """Prepare the pods' DRA claims, then name each pod's node and lift its gate (stop if a device
+    is missing)."""
+
+    job_id: int
+    pods: tuple[tuple[str, str], ...]  # (pod, node)
+
+
+@dataclass(frozen=True)
+class ReportPodGroup:
+    scheduled: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RequestFullList:
+    """Ask the poller for a full job list (it finds a job by admin_comment)."""
+
+
+@dataclass(frozen=True)
+class ForgetUncertain:
+    """A full list taken after an uncertain submit did not show a job: none was made."""
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """Remove the finalizer and forget the PlaceholderJob's memory (submits, Events, PodGroup)."""
+
+
+Action = (
+    AddFinalizer | ConfirmMembers | WriteStatus | Event | Cancel | EndPods | NoteWaiting | Fence | Submit
+    | UpdateJob | Release | ReportPodGroup | RequestFullList | ForgetUncertain | Finalize
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    requeue: float | None = None  # look again after this many seconds (None: on the next event)

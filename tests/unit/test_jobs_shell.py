@@ -1,0 +1,148 @@
+"""operator/jobs.py, the shell around lifecycle.decide, with fake Kubernetes and Slurm clients:
+the plan's actions become the API calls the integration and e2e tests see (in order), a missing
+member is confirmed with a GET, and an immediate allocation is written in one status patch."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from slurm_bridge.operator.jobref import PhjRef
+from slurm_bridge.operator.jobs import PlaceholderJobs
+from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.store import ObjectStore
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.slurm.models import JobInfo, JobRequest
+
+Obj = dict[str, Any]
+
+
+class FakeKube:
+    def __init__(self, objects: dict[str, Obj]) -> None:
+        self.objects = objects
+        self.calls: list[tuple[str, str]] = []
+        self.bodies: list[Any] = []
+        self.events: list[str] = []
+
+    async def get(self, path: str) -> Obj | None:
+        self.calls.append(("get", path))
+        return copy.deepcopy(self.objects.get(path))
+
+    async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
+        self.calls.append(("patch", path))
+        self.bodies.append(body)
+        base = path.removesuffix("/status")
+        obj = copy.deepcopy(self.objects.get(base) or {"metadata": {"name": "x", "namespace": "ns", "uid": "u"}})
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion", "1")) + 1)
+        if path.endswith("/status") and isinstance(body, dict) and "status" in body and "kind" not in obj:
+            obj["status"] = {**(obj.get("status") or {}), **body["status"]}
+        self.objects[base] = obj
+        return copy.deepcopy(obj)
+
+    async def delete(self, path: str, *, uid: str | None = None) -> Obj | None:
+        self.calls.append(("delete", path))
+        return None
+
+    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append(reason)
+
+
+class FakeSlurm:
+    def __init__(self, job: JobInfo | None = None) -> None:
+        self.job = job
+        self.calls: list[str] = []
+
+    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        self.calls.append("allocate")
+        return 7
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        self.calls.append(f"get {job_id}")
+        return self.job
+
+    async def cancel_job(self, job_id: int) -> None:
+        self.calls.append(f"cancel {job_id}")
+
+
+PHJ_PATH = "/apis/slinky.slurm.net/v1alpha1/namespaces/ns/placeholderjobs/p"
+POD_PATH = "/api/v1/namespaces/ns/pods/p"
+
+
+def placeholderjob(**status: Any) -> Obj:
+    obj: Obj = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "phj-uid", "resourceVersion": "3", "generation": 1,
+                     "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid"}]},
+        "spec": {"pods": ["p"], "slurm": {"nodes": 1}},
+    }  # fmt: skip
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def gated_pod() -> Obj:
+    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid", "resourceVersion": "2"},
+            "spec": {"schedulerName": "slurm-bridge", "schedulingGates": [{"name": names.SCHEDULING_GATE}]},
+            "status": {"phase": "Pending"}}  # fmt: skip
+
+
+def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: list[JobInfo]) -> PlaceholderJobs:
+    config = Config()
+    poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, lambda _: None)  # type: ignore[arg-type]
+    ref = PhjRef(config.bridgeId, "ns", "p", "phj-uid")
+    poller.snapshot = JobSnapshot({j.job_id: j for j in jobs}, {j.job_id: ref for j in jobs}, 0.0)
+    poller.synced.set()
+    pods, phjs = ObjectStore(), ObjectStore()
+    phjs.upsert(phj)
+    kube.objects[PHJ_PATH] = copy.deepcopy(phj)
+    if pod is not None:
+        pods.upsert(pod)
+        kube.objects[POD_PATH] = copy.deepcopy(pod)
+    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
+
+
+async def test_an_immediate_allocation_is_one_status_write_then_the_pod_is_released() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = FakeKube({}), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    assert await jobs.reconcile(("ns", "p")) is None
+    assert slurm.calls == ["allocate", "get 7"]
+    status_writes = [b["status"] for (op, path), b in zip(kube.calls, kube.bodies, strict=True)
+                     if path.endswith("/status")]  # fmt: skip
+    assert len(status_writes) == 1
+    assert status_writes[0]["jobId"] == 7 and status_writes[0]["phase"] == "Allocated"
+    assert status_writes[0]["assignments"] == [{"pod": "p", "node": "n1"}]
+    assert ("patch", POD_PATH) in kube.calls and kube.events == ["Submitted", "SlurmAllocated"]
+    assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+
+
+async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_up() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    phj = placeholderjob(jobId=7, phase="Running", assignments=[{"pod": "p", "node": "n1"}])
+    kube, slurm = FakeKube({}), FakeSlurm()
+    live = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
+    jobs = shell(kube, slurm, phj, None, [running])
+    kube.objects[POD_PATH] = live  # the watch has not delivered it; a GET finds it
+    await jobs.reconcile(("ns", "p"))
+    assert ("get", POD_PATH) in kube.calls and slurm.calls == [] and "PodsDeleted" not in kube.events
+    del kube.objects[POD_PATH]
+    jobs.pods.delete(live)
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["cancel 7"] and kube.events[-1] == "PodsDeleted"
+    assert kube.objects[PHJ_PATH]["status"]["phase"] == "Cancelled"
+
+
+async def test_a_deleted_placeholderjob_ends_its_running_pod_and_keeps_the_job() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    phj = placeholderjob(jobId=7, phase="Running")
+    phj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
+    kube, slurm = FakeKube({}), FakeSlurm()
+    jobs = shell(kube, slurm, phj, pod, [running])
+    assert await jobs.reconcile(("ns", "p")) == 5.0
+    assert ("delete", POD_PATH) in kube.calls and slurm.calls == []
+    assert kube.events == ["PlaceholderJobDeleted", "WaitingForPods"]
+    await jobs.reconcile(("ns", "p"))
+    assert kube.events.count("WaitingForPods") == 1, "said once"

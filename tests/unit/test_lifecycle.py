@@ -1,0 +1,289 @@
+"""The PlaceholderJob decision table (operator/lifecycle.py ``decide``), with no servers.
+
+Every PlaceholderJob phase (and a deleted one) x every Slurm state the bridge reacts to (and a
+job that vanished from Slurm) x every member pod state is checked against ``expected``: a short
+rule written here from docs/architecture.md, independently of ``decide``. Crash-recovery cases
+(a job id status does not have yet, an uncertain submit, a submit Slurm's view does not show yet,
+a missing finalizer, the first list not read yet) follow as single cases.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from slurm_bridge.operator import lifecycle as lc
+from slurm_bridge.operator import plan as pl
+
+from slurm_bridge import names
+from slurm_bridge.slurm.models import JobInfo
+
+Obj = dict[str, Any]
+JOB = 7
+NODE = "n1"
+PERIOD = 1.0
+NOW = lc.Clock(1000.0, datetime(2026, 1, 1, 12, 0, tzinfo=UTC))
+
+PHASES = ["Pending", "Allocated", "Running", "Completed", "Failed", "Cancelled", "Deleted"]
+SLURM_STATES = ["PENDING", "RUNNING", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "vanished"]
+MEMBER_STATES = ["running", "succeeded", "failed", "terminating", "deleted"]
+
+
+# ---- objects ------------------------------------------------------------------------------------
+def phj(
+    phase: str | None = "Pending", *, job_id: int | None = JOB, pods: tuple[str, ...] = ("p",), **status: Any
+) -> Obj:
+    """A single-pod PlaceholderJob in ``phase`` ("Deleted": Running, with a deletionTimestamp)."""
+    meta: Obj = {"name": "phj", "namespace": "ns", "uid": "phj-uid", "generation": 1, "resourceVersion": "5",
+                 "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
+                 "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p-uid"}]}  # fmt: skip
+    st: Obj = {"observedGeneration": 1, **status}
+    if phase == "Deleted":
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        phase = "Running"
+    if phase is not None:
+        st["phase"] = phase
+    if job_id is not None:
+        st["jobId"] = job_id
+    if phase == "Pending":
+        st.setdefault("slurmState", "PENDING")
+    if phase in ("Allocated", "Running"):
+        st.setdefault("assignments", [{"pod": "p", "node": NODE}])
+    if phase in names.TERMINAL_PHASES:
+        st.setdefault("reason", "EndedBefore")
+        st.setdefault("message", "ended before")
+    obj: Obj = {"metadata": meta, "spec": {"pods": list(pods), "slurm": {"nodes": len(pods)}}}
+    if st:
+        obj["status"] = st
+    return obj
+
+
+def pod(state: str, name: str = "p", node: str | None = NODE) -> Obj | None:
+    if state == "deleted":
+        return None
+    phase = {"running": "Running", "terminating": "Running", "succeeded": "Succeeded", "failed": "Failed",
+             "gated": "Pending", "terminating-failed": "Failed"}[state]  # fmt: skip
+    meta: Obj = {"name": name, "namespace": "ns", "uid": f"{name}-uid"}
+    if state.startswith("terminating"):
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec: Obj = {"schedulerName": "slurm-bridge"}
+    if state == "gated":
+        spec["schedulingGates"] = [{"name": names.SCHEDULING_GATE}]
+    elif node is not None:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def job(state: str, job_id: int = JOB, nodes: tuple[str, ...] | None = None) -> JobInfo | None:
+    if state == "vanished":
+        return None
+    if nodes is None:
+        nodes = () if state == "PENDING" else (NODE,)
+    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason="Resources" if state == "PENDING" else "")
+
+
+def slurm_side(state: str, job_id: int | None = JOB, **kw: Any) -> lc.SlurmSide:
+    j = job(state, job_id or JOB)
+    return lc.SlurmSide(poll_period=PERIOD, job_id=job_id, job=j, found=j, taken_at=NOW.mono, **kw)
+
+
+# ---- running decide the way the shell does --------------------------------------------------------
+def summary(action: pl.Action) -> tuple[Any, ...]:
+    match action:
+        case pl.WriteStatus(status=s):
+            return ("status", s.phase, s.reason)
+        case pl.Event(reason=reason):
+            return ("event", reason)
+        case pl.Cancel(job_id=job_id):
+            return ("cancel", job_id)
+        case pl.EndPods(pods=pods, reason=reason):
+            return ("end", pods, reason)
+        case pl.NoteWaiting(pods=pods):
+            return ("waiting", pods)
+        case pl.Release(pods=pods):
+            return ("release", pods)
+        case pl.ReportPodGroup(scheduled=scheduled):
+            return ("podgroup", scheduled)
+        case pl.UpdateJob(job_id=job_id):
+            return ("update", job_id)
+    return ({
+        pl.AddFinalizer: "finalizer", pl.ConfirmMembers: "confirm", pl.Fence: "fence", pl.Submit: "submit",
+        pl.RequestFullList: "full-list", pl.ForgetUncertain: "forget-uncertain", pl.Finalize: "finalize",
+    }[type(action)],)  # fmt: skip
+
+
+def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[list[tuple[Any, ...]], float | None]:
+    """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
+    written before it is in place), as operator/jobs.py does. The actions' summaries, the re-queue."""
+    plan = lc.decide(obj, slurm, members, NOW, scheduler="slurm-bridge")
+    out = [summary(a) for a in plan.actions]
+    if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
+        written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
+        obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
+        plan = lc.decide(obj, slurm, members, NOW, dict(members), scheduler="slurm-bridge")
+        out += [summary(a) for a in plan.actions]
+    assert all(not isinstance(a, pl.ConfirmMembers) for a in plan.actions[:-1]), "ConfirmMembers ends a plan"
+    return out, plan.requeue
+
+
+# ---- the rule -----------------------------------------------------------------------------------
+# What the PlaceholderJob becomes when Slurm ends the job under live pods, and when its pods end.
+SLURM_END = {"COMPLETED": ("Completed", "SlurmJobCompleted"), "CANCELLED": ("Cancelled", "SlurmJobCancelled"),
+             "TIMEOUT": ("Failed", "SlurmJobTimeout"), "NODE_FAIL": ("Failed", "SlurmJobNodeFail"),
+             "PREEMPTED": ("Failed", "SlurmJobPreempted"), "vanished": ("Failed", "SlurmJobVanished")}  # fmt: skip
+PODS_END = {"succeeded": ("Completed", "PodsSucceeded"), "failed": ("Failed", "PodsFailed"),
+            "deleted": ("Cancelled", "PodsDeleted")}  # fmt: skip
+
+
+def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]], float | None]:
+    """docs/architecture.md, "The PlaceholderJob decision table", for one member bound to NODE."""
+    holds_node = member in ("running", "terminating")  # a terminating pod still runs on its node
+    slurm_may_hold = slurm in ("PENDING", "RUNNING", "vanished")  # (a vanished job is cancelled anyway)
+    if phase == "Deleted":
+        if not slurm_may_hold:
+            return [("finalize",)], None
+        if holds_node:  # end the pod first (unless it is terminating already), release later
+            end = [("end", ("p",), "PlaceholderJobDeleted")] if member == "running" else []
+            return [("confirm",), *end, ("waiting", ("p",))], lc.FINALIZE_RECHECK_SECONDS
+        return [("confirm",), ("cancel", JOB), ("event", "Cancelled"), ("finalize",)], None
+    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted
+        cancel = [("cancel", JOB)] if slurm in ("PENDING", "RUNNING") else []
+        end = [("end", ("p",), "EndedBefore")] if member == "running" else []
+        return [*cancel, *end], None
+    if not holds_node:  # Kubernetes -> Slurm: every member ended (confirmed by a GET)
+        new_phase, reason = PODS_END[member]
+        cancel = [("cancel", JOB)] if slurm_may_hold else []
+        return [("confirm",), ("status", new_phase, reason), *cancel, ("event", reason)], None
+    if slurm in SLURM_END:  # Slurm -> Kubernetes
+        new_phase, reason = SLURM_END[slurm]
+        return [("status", new_phase, reason), ("event", reason), ("end", ("p",), reason)], None
+    if slurm == "PENDING":  # mirror Slurm's state and reason
+        return [("podgroup", False), ("status", "Pending", "Resources")], None
+    allocate = [] if phase in ("Allocated", "Running") else [("status", "Allocated", "")]
+    ready = [] if phase == "Running" else [("status", "Running", None)]
+    return [*allocate, ("release", ()), ("podgroup", True), *ready], None
+
+
+@pytest.mark.parametrize(("phase", "slurm", "member"), list(itertools.product(PHASES, SLURM_STATES, MEMBER_STATES)))
+def test_decision_table(phase: str, slurm: str, member: str) -> None:
+    got = run(phj(phase), slurm_side(slurm), {"p": pod(member)})
+    assert got == expected(phase, slurm, member)
+
+
+def test_the_table_covers_every_phase_and_terminal_state() -> None:
+    assert set(PHASES) - {"Deleted"} == {
+        names.PHASE_PENDING, names.PHASE_ALLOCATED, names.PHASE_RUNNING, *names.TERMINAL_PHASES,
+    }  # fmt: skip
+
+
+# ---- crash recovery and the steps around a submit --------------------------------------------------
+def test_nothing_is_decided_before_the_first_full_job_list() -> None:
+    plan = lc.decide(phj(None, job_id=None), lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")},
+                     NOW, scheduler="s")  # fmt: skip
+    assert plan == pl.Plan(requeue=PERIOD)
+
+
+def test_a_job_status_does_not_name_is_adopted_not_submitted_again() -> None:
+    """A crash between submit and the status write: the job, found by its admin_comment's uid,
+    goes into status before anything else (here: it is running, so the pod is released)."""
+    obj = phj(None, job_id=None)
+    got, _ = run(obj, slurm_side("RUNNING"), {"p": pod("gated")})
+    assert got == [("status", "Pending", None), ("status", "Allocated", ""), ("release", (("p", NODE),)),
+                   ("podgroup", True)]  # fmt: skip
+    first = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s").actions[0]
+    assert isinstance(first, pl.WriteStatus) and first.status.job_id == JOB
+
+
+def test_without_a_job_the_pods_are_submitted() -> None:
+    assert run(phj(None, job_id=None), slurm_side("vanished", job_id=None), {"p": pod("gated")}) == (
+        [("submit",)],
+        None,
+    )
+
+
+def test_an_uncertain_submit_waits_for_a_full_list_taken_after_it() -> None:
+    members = {"p": pod("gated")}
+    waiting = slurm_side("vanished", job_id=None, uncertain_since=900.0, last_full_at=899.0)
+    assert run(phj(None, job_id=None), waiting, members) == ([("full-list",)], PERIOD)
+    listed = slurm_side("vanished", job_id=None, uncertain_since=900.0, last_full_at=901.0)
+    assert run(phj(None, job_id=None), listed, members) == ([("forget-uncertain",), ("submit",)], None)
+
+
+@pytest.mark.parametrize(("submitted_at", "taken_at", "waits"), [
+    (NOW.mono - 1, NOW.mono, True),  # just submitted: the view may not show it yet
+    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 2, True),  # view older
+    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono, False),  # a later view lacks it: vanished
+])  # fmt: skip
+def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
+    submitted_at: float, taken_at: float, waits: bool
+) -> None:
+    side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, submitted_at=submitted_at, taken_at=taken_at)
+    got = run(phj("Pending"), side, {"p": pod("gated")})
+    reason = "SlurmJobVanished"
+    vanished = [("status", "Failed", reason), ("event", reason), ("end", ("p",), reason)]
+    assert got == (([], PERIOD) if waits else (vanished, None))
+
+
+def test_a_refused_spec_is_not_submitted_again_before_the_retry_time() -> None:
+    refused_at = (NOW.wall - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = phj(None, job_id=None, reason="SubmitRejected", submitTime=refused_at)
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s")
+    assert plan == pl.Plan(requeue=lc.SUBMIT_RETRY_SECONDS - 10)
+
+
+def test_a_missing_finalizer_is_added_first() -> None:
+    obj = phj("Pending")
+    obj["metadata"]["finalizers"] = []
+    got, _ = run(obj, slurm_side("PENDING"), {"p": pod("gated")})
+    assert got[0] == ("finalizer",) and got[1:] == [("podgroup", False), ("status", "Pending", "Resources")]
+
+
+def test_a_deleted_placeholderjob_cancels_every_live_job_made_for_it() -> None:
+    """Two jobs for one PlaceholderJob (a crash mid-submit): the finalizer cancels the other too."""
+    side = slurm_side("COMPLETED", others=(9,))
+    assert run(phj("Deleted"), side, {"p": None}) == ([("confirm",), ("cancel", 9), ("finalize",)], None)
+
+
+def test_a_gang_waits_for_its_members_then_is_fenced_before_its_submit() -> None:
+    obj = phj(None, job_id=None, pods=("a", "b"))
+    obj["spec"]["minMember"] = 2
+    obj["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
+    side = slurm_side("vanished", job_id=None)
+    got = run(obj, side, {"a": pod("gated", "a"), "b": None})
+    assert got == ([("status", "Pending", lc.REASON_WAITING_FOR_PODS)], None)
+    written = lc.decide(obj, side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s").actions[0]
+    assert isinstance(written, pl.WriteStatus)
+    obj["status"] = {**obj["status"], **written.status.dump()}
+    assert run(obj, side, {"a": pod("gated", "a"), "b": None}) == ([], None), "said once"
+    assert run(obj, side, {"a": pod("gated", "a"), "b": pod("gated", "b")}) == ([("fence",), ("submit",)], None)
+
+
+def test_allocated_pods_are_released_and_a_short_allocation_fails_the_job() -> None:
+    got, _ = run(phj("Pending"), slurm_side("RUNNING"), {"p": pod("gated")})
+    assert got == [("status", "Allocated", ""), ("release", (("p", NODE),)), ("podgroup", True)]
+    two = phj("Pending", pods=("a", "b"))
+    got, _ = run(two, slurm_side("RUNNING"), {"a": pod("gated", "a"), "b": pod("gated", "b")})
+    assert got == [("status", "Failed", "AllocationMismatch"), ("cancel", JOB)]
+
+
+def test_a_pod_the_kubelet_failed_because_it_was_deleted_counts_as_deleted() -> None:
+    got, _ = run(phj("Running"), slurm_side("RUNNING"), {"p": pod("terminating-failed")})
+    assert got == [("confirm",), ("status", "Cancelled", "PodsDeleted"), ("cancel", JOB), ("event", "PodsDeleted")]
+
+
+def test_a_changed_spec_updates_the_pending_job() -> None:
+    obj = phj("Pending")
+    obj["metadata"]["generation"] = 2
+    got, _ = run(obj, slurm_side("PENDING"), {"p": pod("gated")})
+    assert got == [("update", JOB), ("status", None, None), ("podgroup", False), ("status", "Pending", "Resources")]
+
+
+def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
+    """The cache says the pod is gone but a GET finds it: nothing ends."""
+    members: dict[str, Obj | None] = {"p": None}
+    first = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, scheduler="s")
+    assert first.actions == (pl.ConfirmMembers(),)
+    again = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s")
+    assert not any(isinstance(a, (pl.Cancel, pl.EndPods)) for a in again.actions)

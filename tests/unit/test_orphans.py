@@ -1,0 +1,33 @@
+"""operator/orphans.py: which live bridge jobs may be orphans (each is confirmed with a GET)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from slurm_bridge.operator.jobref import PhjRef
+from slurm_bridge.operator.orphans import candidates
+from slurm_bridge.operator.poller import JobSnapshot
+
+from slurm_bridge.slurm.models import JobInfo
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
+
+
+def snapshot(*jobs: tuple[int, str, str, float]) -> JobSnapshot:
+    """(job id, state, PlaceholderJob uid, seconds since submit)"""
+    infos = {j: JobInfo(job_id=j, states=(state,), submit_time=datetime.fromtimestamp(NOW - age, UTC))
+             for j, state, _, age in jobs}  # fmt: skip
+    refs = {j: PhjRef("bridge", "ns", f"phj-{uid}", uid) for j, _, uid, _ in jobs}
+    return JobSnapshot(infos, refs, 0.0)
+
+
+def test_only_live_old_jobs_of_unknown_placeholderjobs_are_candidates() -> None:
+    snap = snapshot(
+        (1, "RUNNING", "gone", 600),  # a candidate
+        (2, "COMPLETED", "gone", 600),  # ended: nothing to cancel
+        (3, "RUNNING", "known", 600),  # its PlaceholderJob is cached
+        (4, "PENDING", "just-submitted", 600),  # the bridge submitted it and no poll showed it yet
+        (5, "PENDING", "young", 10),  # within the grace period after submit
+    )
+    found = candidates(snap, {"known"}, lambda uid: uid == "just-submitted", NOW, grace=60)
+    assert [(j, r.uid) for j, r in found] == [(1, "gone")]
