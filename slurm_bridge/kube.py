@@ -118,6 +118,11 @@ def escape_pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def pointer(*parts: str | int) -> str:
+    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
+    return "".join("/" + escape_pointer(str(p)) for p in parts)
+
+
 def pod_path(namespace: str, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{namespace}/pods"
     return f"{base}/{quote(name)}" if name else base

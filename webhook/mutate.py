@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
+from slurm_bridge.kube import pointer as pointer
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
 
@@ -20,11 +21,6 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 # Mirror pods stand for static pods the kubelet already runs on its node; they are not scheduled.
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 TAINT_EFFECT: Final = "NoExecute"
-
-
-def pointer(*parts: str | int) -> str:
-    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def managed_toleration(scheduler_name: str) -> JSON:
