@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from slurm_bridge import names
-from slurm_bridge.kube import KubeError
+from slurm_bridge.kube import KubeError, resource_path
 from slurm_bridge.translate import time_limit_from_deadline
 
 Obj = dict[str, Any]
@@ -134,11 +134,6 @@ def api_group(api_version: str) -> str:
 
 def group_kind(obj_or_ref: Mapping[str, Any]) -> GroupKind:
     return (api_group(str(obj_or_ref.get("apiVersion", ""))), str(obj_or_ref.get("kind", "")))
-
-
-def object_path(api_version: str, plural: str, namespace: str, name: str) -> str:
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
 
 
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -434,7 +429,7 @@ class GroupResolver:
 
     async def _podgroup(self, pod: Obj, name: str) -> Obj:
         ns = pod["metadata"]["namespace"]
-        path = object_path(PODGROUP_API_VERSION, _PLURALS[PODGROUP], ns, name)
+        path = resource_path(PODGROUP_API_VERSION, _PLURALS[PODGROUP], ns, name)
         try:
             obj = await self._get(path)
         except KubeError as e:
@@ -495,7 +490,7 @@ class GroupResolver:
 
     async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
         """A Workload API object the pod's group depends on; the pod waits while it is missing."""
-        path = object_path(api_version, _PLURALS[(WORKLOAD_API_GROUP, kind)], ns, name)
+        path = resource_path(api_version, _PLURALS[(WORKLOAD_API_GROUP, kind)], ns, name)
         try:
             obj = await self._get(path)
         except KubeError as e:
@@ -541,7 +536,7 @@ class GroupResolver:
                 raise GroupError("OwnerChainLoop", f"the pod's controller owner chain loops at {what}", 300.0)
             seen.add(ref.get("uid"))
             try:
-                path = object_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
+                path = resource_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
                 owner = await self._get(path)
             except KubeError as e:
                 if e.status == 403 and highest is not None and gk not in RECOGNIZED:

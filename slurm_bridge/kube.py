@@ -135,6 +135,12 @@ def phj_path(namespace: str | None, name: str | None = None) -> str:
     return f"{base}/{quote(name)}" if name else base
 
 
+def resource_path(api_version: str, plural: str, namespace: str | None, name: str) -> str:
+    """The API path of one object: core (``v1``) under /api, every group under /apis."""
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{prefix}/{plural}/{name}"
+
+
 def object_path(obj: dict[str, Any]) -> str:
     """The API path of an object from its apiVersion/kind/metadata (core and a few known kinds)."""
     api_version: str = obj["apiVersion"]
@@ -143,9 +149,7 @@ def object_path(obj: dict[str, Any]) -> str:
     plural = {"Pod": "pods", "Node": "nodes", "PlaceholderJob": names.PLURAL, "Job": "jobs"}.get(kind)
     if plural is None:
         plural = kind.lower() + "s"
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    ns = meta.get("namespace")
-    return f"{prefix}/namespaces/{ns}/{plural}/{meta['name']}" if ns else f"{prefix}/{plural}/{meta['name']}"
+    return resource_path(api_version, plural, meta.get("namespace"), meta["name"])
 
 
 class KubeClient:

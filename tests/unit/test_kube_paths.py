@@ -24,3 +24,25 @@ def test_the_webhook_uses_the_shared_pointer() -> None:
     from slurm_bridge.webhook import mutate
 
     assert mutate.pointer is kube.pointer
+
+
+def test_resource_path_core_group_and_cluster_scope() -> None:
+    assert kube.resource_path("v1", "pods", "ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert kube.resource_path("batch/v1", "jobs", "ns", "j") == "/apis/batch/v1/namespaces/ns/jobs/j"
+    assert (
+        kube.resource_path("scheduling.k8s.io/v1alpha2", "podgroups", "ns", "g")
+        == "/apis/scheduling.k8s.io/v1alpha2/namespaces/ns/podgroups/g"
+    )
+    assert kube.resource_path("v1", "nodes", None, "n1") == "/api/v1/nodes/n1"
+    assert kube.resource_path("v1", "nodes", "", "n1") == "/api/v1/nodes/n1"
+
+
+def test_object_path_is_resource_path_of_the_objects_own_fields() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"}}
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "l", "namespace": "ns"},
+    }
+    assert kube.object_path(job) == kube.resource_path("batch/v1", "jobs", "ns", "j")
+    assert kube.object_path(lws) == "/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets/l"
