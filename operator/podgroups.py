@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import SCHED_PODGROUP, WORKLOAD_API_VERSIONS, group_kind
+from slurm_bridge.operator.groups import SCHED_PODGROUP, WORKLOAD_API_VERSIONS
 
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.workloads import group_kind
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -13,28 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from slurm_bridge import dra, names
+from slurm_bridge import dra, names, workloads
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, parse_placement
 from slurm_bridge.translate import placement_request_problems, validate_annotations
 
 from .mutate import DEFAULT_SCHEDULER
 from .review import AdmissionRequest, Decision
-
-# Workload kinds (group, kind) whose own annotations configure the Slurm job, with the paths
-# of their pod templates ("*" walks a list), which are checked like pods so errors show early.
-WORKLOAD_POD_TEMPLATES: Final[Mapping[tuple[str, str], tuple[tuple[str, ...], ...]]] = {
-    ("batch", "Job"): (("spec", "template"),),
-    ("jobset.x-k8s.io", "JobSet"): (("spec", "replicatedJobs", "*", "template", "spec", "template"),),
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
-        ("spec", "leaderWorkerTemplate", "leaderTemplate"),
-        ("spec", "leaderWorkerTemplate", "workerTemplate"),
-    ),
-    ("scheduling.x-k8s.io", "PodGroup"): (),
-    # The Kubernetes 1.36 Workload API (operator/groups.py merges their annotations).
-    ("scheduling.k8s.io", "Workload"): (),
-    ("scheduling.k8s.io", "PodGroup"): (),
-}
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
 # Pod spec fields that say where a pod may run (docs/annotations.md, "Placement").
@@ -258,7 +243,9 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
 
 
 def validate(request: AdmissionRequest, config: Config) -> Decision:
-    """Validating webhook decision for pods and the workload kinds in WORKLOAD_POD_TEMPLATES."""
+    """Validating webhook decision for pods and the workload kinds whose annotations configure
+    Slurm jobs (slurm_bridge/workloads.py); their pod templates are checked like pods, so errors
+    show early."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
     gk = (request.group, request.kind)
@@ -269,13 +256,13 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
     old_meta = _metadata(old_obj)
     trusted = request.username in config.trustedUsers
 
-    if gk == ("", "Pod"):
+    if gk == workloads.POD.group_kind:
         reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
         placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
         devices = _pod_devices(request.object or {}, old_obj, config)
         return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
-    paths = WORKLOAD_POD_TEMPLATES.get(gk)
+    paths = workloads.POD_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     reserved, invalid = [], annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
@@ -307,5 +294,5 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         # and so are the options of pods that name a built-in PodGroup: each is checked on its own.
         grouped = any(_in_podgroup(spec) for spec in managed.values())
         annotations = None if invalid or grouped else _slurmjob(new_meta[1])
-        invalid += placement_check(managed, annotations, 1 if gk == ("batch", "Job") else None)
+        invalid += placement_check(managed, annotations, 1 if gk == workloads.JOB.group_kind else None)
     return _decide(reserved, invalid, "ok")
