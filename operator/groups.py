@@ -32,7 +32,7 @@ from typing import Any, Final, Literal
 from slurm_bridge import names, workloads
 from slurm_bridge.kube import KubeError, resource_path
 from slurm_bridge.translate import time_limit_from_deadline
-from slurm_bridge.workloads import GroupKind, api_group, group_kind
+from slurm_bridge.workloads import GroupKind, api_group, controller_of, group_kind, scheduling_group_name
 
 Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
@@ -110,16 +110,9 @@ class Group:
 # --- small pure helpers -----------------------------------------------------------------------
 
 
-def controller_of(obj: Mapping[str, Any]) -> Obj | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return {k: str(v) for k, v in annotations.items() if k.startswith(names.SLURMJOB_PREFIX)}
+    """The object's own slurmjob annotations (the filter is slurm_bridge/workloads.py's)."""
+    return workloads.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
 
 
 def phj_name(*parts: str) -> str:
@@ -247,12 +240,6 @@ def lws_group(pod: Obj, lws: Obj) -> Group:
 
 def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
     return _gang(pod, podgroup, podgroup_size(podgroup), ("podgroup", podgroup["metadata"]["name"]))
-
-
-def scheduling_group_name(pod: Mapping[str, Any]) -> str | None:
-    """The built-in PodGroup a pod names in ``spec.schedulingGroup.podGroupName``."""
-    name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
-    return str(name) if name else None
 
 
 def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
@@ -389,7 +376,7 @@ class GroupResolver:
 
     async def resolve(self, pod: Obj) -> Group:
         """The pod's group; raises GroupError when it cannot be known now."""
-        scheduling_group = scheduling_group_name(pod)
+        scheduling_group = scheduling_group_name(pod.get("spec") or {})
         if scheduling_group:
             group = await self._workload_podgroup(pod, scheduling_group)
             if group is not None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from slurm_bridge import names
+
 GroupKind = tuple[str, str]  # (API group, kind)
 # Where a pod template sits in a workload, key by key; "*" walks a list.
 TemplatePath = tuple[str, ...]
@@ -117,3 +119,26 @@ def api_group(api_version: str) -> str:
 
 def group_kind(obj_or_ref: Mapping[str, Any]) -> GroupKind:
     return (api_group(str(obj_or_ref.get("apiVersion", ""))), str(obj_or_ref.get("kind", "")))
+
+
+def slurmjob_annotations(annotations: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``slurmjob.slinky.slurm.net/*`` annotations among ``annotations``: the ones that
+    configure a Slurm job."""
+    return {k: str(v) for k, v in (annotations or {}).items() if k.startswith(names.SLURMJOB_PREFIX)}
+
+
+def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The object's controller ownerReference (the owner a pod's group is looked up through)."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def scheduling_group_name(spec: Mapping[str, Any]) -> str | None:
+    """The built-in PodGroup a pod (template) spec names in ``schedulingGroup.podGroupName``."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return str(name) if name else None

@@ -84,6 +84,32 @@ def test_a_kind_outside_the_table_is_not_checked() -> None:
     assert validate(_request("apps", "Deployment", bad), Config()).allowed
 
 
+def test_slurmjob_annotations_keeps_only_the_prefix_and_strings_values() -> None:
+    assert workloads.slurmjob_annotations(None) == {}
+    got = workloads.slurmjob_annotations({P + "partition": "a", P + "priority": 5, "other/x": "y", "slurmjob.x": "z"})
+    assert got == {P + "partition": "a", P + "priority": "5"}
+    pod = {"metadata": {"annotations": {P + "qos": "high", "a": "b"}}}
+    assert groups.slurmjob_annotations(pod) == {P + "qos": "high"}
+    assert groups.slurmjob_annotations({"metadata": {}}) == {}
+
+
+def test_controller_of_picks_the_controller_reference() -> None:
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": True}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "2"}
+    assert workloads.controller_of({"metadata": {"ownerReferences": [other, owner]}}) == owner
+    assert workloads.controller_of({"metadata": {"ownerReferences": [other]}}) is None
+    assert workloads.controller_of({"metadata": {}}) is None
+    assert workloads.controller_of({}) is None
+    assert workloads.controller_of({"metadata": {"ownerReferences": ["junk", {**owner, "controller": False}]}}) is None
+
+
+def test_scheduling_group_name() -> None:
+    assert workloads.scheduling_group_name({"schedulingGroup": {"podGroupName": "pg"}}) == "pg"
+    assert workloads.scheduling_group_name({"schedulingGroup": {"podGroupName": ""}}) is None
+    assert workloads.scheduling_group_name({"schedulingGroup": "pg"}) is None
+    assert workloads.scheduling_group_name({}) is None
+
+
 def test_group_kind_of_objects_and_references() -> None:
     assert workloads.group_kind({"apiVersion": "v1", "kind": "Pod"}) == ("", "Pod")
     assert (
