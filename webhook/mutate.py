@@ -25,6 +25,13 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 
 
+def goes_to_bridge(scheduler: Any, scheduler_name: str) -> bool:
+    """Whether a pod (template) whose ``spec.schedulerName`` is ``scheduler`` is the bridge's to
+    take: it names no scheduler, the default one or the bridge's; another scheduler's pods are left
+    alone."""
+    return scheduler in (None, "", DEFAULT_SCHEDULER, scheduler_name)
+
+
 @dataclass
 class PodMutation:
     patch: list[JSON] = field(default_factory=list)
@@ -48,7 +55,7 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
         result.skipped = "mirror pod of a static pod"
         return result
     current = spec.get("schedulerName") or ""
-    if current not in ("", DEFAULT_SCHEDULER, scheduler_name):
+    if not goes_to_bridge(current, scheduler_name):
         result.skipped = f"schedulerName is {current!r}"
         return result
 

@@ -19,7 +19,7 @@ from slurm_bridge.placement import Placement, parse_placement
 from slurm_bridge.translate import placement_request_problems, validate_annotations
 from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
-from .mutate import DEFAULT_SCHEDULER
+from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
@@ -274,7 +274,7 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         reserved += r
         invalid += i
         spec = _spec(template)
-        if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER, config.schedulerName):
+        if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
