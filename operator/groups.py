@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from slurm_bridge import names, workloads
-from slurm_bridge.kube import KubeError, resource_path
+from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, api_group, controller_of, group_kind, scheduling_group_name
 
@@ -538,8 +538,7 @@ class GroupResolver:
         cached = self._plurals.get((api_version, kind))
         if cached:
             return cached
-        path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        doc = await self._get(path)
+        doc = await self._get(api_prefix(api_version))
         for resource in (doc or {}).get("resources") or []:
             name = str(resource.get("name", ""))
             if resource.get("kind") == kind and "/" not in name:

@@ -135,9 +135,14 @@ def phj_path(namespace: str | None, name: str | None = None) -> str:
     return f"{base}/{quote(name)}" if name else base
 
 
+def api_prefix(api_version: str) -> str:
+    """Where an API version is served: core (``v1``) under /api, every group under /apis."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
 def resource_path(api_version: str, plural: str, namespace: str | None, name: str) -> str:
-    """The API path of one object: core (``v1``) under /api, every group under /apis."""
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    """The API path of one object."""
+    prefix = api_prefix(api_version)
     return f"{prefix}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{prefix}/{plural}/{name}"
 
 

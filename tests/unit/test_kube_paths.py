@@ -46,3 +46,8 @@ def test_object_path_is_resource_path_of_the_objects_own_fields() -> None:
     }
     assert kube.object_path(job) == kube.resource_path("batch/v1", "jobs", "ns", "j")
     assert kube.object_path(lws) == "/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets/l"
+
+
+def test_api_prefix() -> None:
+    assert kube.api_prefix("v1") == "/api/v1"
+    assert kube.api_prefix("apps/v1") == "/apis/apps/v1"
