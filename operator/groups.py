@@ -29,9 +29,10 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from slurm_bridge import names
-from slurm_bridge.kube import KubeError
+from slurm_bridge import names, workloads
+from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.translate import time_limit_from_deadline
+from slurm_bridge.workloads import GroupKind, api_group, controller_of, group_kind, scheduling_group_name
 
 Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
@@ -42,47 +43,35 @@ MAX_OWNER_DEPTH: Final = 32
 # Kubernetes object names (DNS subdomains) are at most this long.
 MAX_NAME: Final = 253
 
-GroupKind = tuple[str, str]  # (API group, kind)
-POD: Final[GroupKind] = ("", "Pod")
-JOB: Final[GroupKind] = ("batch", "Job")
-JOBSET: Final[GroupKind] = ("jobset.x-k8s.io", "JobSet")
-LWS: Final[GroupKind] = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
-PODGROUP: Final[GroupKind] = ("scheduling.x-k8s.io", "PodGroup")
-PODGROUP_API_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
+# The kinds (slurm_bridge/workloads.py has the table) by (API group, kind).
+POD: Final[GroupKind] = workloads.POD.group_kind
+JOB: Final[GroupKind] = workloads.JOB.group_kind
+JOBSET: Final[GroupKind] = workloads.JOBSET.group_kind
+LWS: Final[GroupKind] = workloads.LWS.group_kind
+PODGROUP: Final[GroupKind] = workloads.PODGROUP.group_kind
+PODGROUP_API_VERSION: Final = workloads.PODGROUP.api_version
 # The built-in Workload API (Kubernetes 1.36, feature gate GenericWorkload).
-WORKLOAD_API_GROUP: Final = "scheduling.k8s.io"
-SCHED_PODGROUP: Final[GroupKind] = (WORKLOAD_API_GROUP, "PodGroup")
-WORKLOAD: Final[GroupKind] = (WORKLOAD_API_GROUP, "Workload")
+WORKLOAD_API_GROUP: Final = workloads.WORKLOAD.group
+SCHED_PODGROUP: Final[GroupKind] = workloads.SCHED_PODGROUP.group_kind
+WORKLOAD: Final[GroupKind] = workloads.WORKLOAD.group_kind
 # Versions of the Workload API whose PodGroup and Workload shapes the bridge knows, preferred
 # first, with the PodGroup status condition that says the gang was scheduled.
-WORKLOAD_API_VERSIONS: Final[Mapping[str, str]] = {"v1alpha2": names.PODGROUP_COND_SCHEDULED}
+WORKLOAD_API_VERSIONS: Final[Mapping[str, str]] = {
+    v: names.PODGROUP_COND_SCHEDULED for v in workloads.SCHED_PODGROUP.versions
+}
 
 # Workloads that decide grouping when found in the owner chain (the highest one wins).
-RECOGNIZED: Final = frozenset({JOB, JOBSET, LWS})
+RECOGNIZED: Final = workloads.DECIDES_GROUP
 # spec.group.kind of a gang PlaceholderJob.
-GANG_KINDS: Final = frozenset({JOBSET[1], LWS[1], PODGROUP[1]})
+GANG_KINDS: Final = workloads.GANG_KINDS
 
 # Exclusive-placement annotations: the workload's controller or webhook holds back the other pods
 # until a leader pod is scheduled, which a gang never is alone.
 _LWS_EXCLUSIVE: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 _JOBSET_EXCLUSIVE: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
-# Resource names of kinds that commonly own pods, so no discovery call is needed for them.
-_PLURALS: Final[Mapping[GroupKind, str]] = {
-    POD: "pods",
-    SCHED_PODGROUP: "podgroups",
-    WORKLOAD: "workloads",
-    ("", "ReplicationController"): "replicationcontrollers",
-    JOB: "jobs",
-    ("batch", "CronJob"): "cronjobs",
-    ("apps", "ReplicaSet"): "replicasets",
-    ("apps", "StatefulSet"): "statefulsets",
-    ("apps", "Deployment"): "deployments",
-    ("apps", "DaemonSet"): "daemonsets",
-    JOBSET: "jobsets",
-    LWS: "leaderworkersets",
-    PODGROUP: "podgroups",
-}
+# Resource names of the known kinds (those that commonly own pods), so no discovery call is needed for them.
+_PLURALS: Final[Mapping[GroupKind, str]] = workloads.PLURALS
 
 
 class GroupError(Exception):
@@ -121,29 +110,9 @@ class Group:
 # --- small pure helpers -----------------------------------------------------------------------
 
 
-def controller_of(obj: Mapping[str, Any]) -> Obj | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-def api_group(api_version: str) -> str:
-    return api_version.rpartition("/")[0] if "/" in api_version else ""
-
-
-def group_kind(obj_or_ref: Mapping[str, Any]) -> GroupKind:
-    return (api_group(str(obj_or_ref.get("apiVersion", ""))), str(obj_or_ref.get("kind", "")))
-
-
-def object_path(api_version: str, plural: str, namespace: str, name: str) -> str:
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
-
-
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return {k: str(v) for k, v in annotations.items() if k.startswith(names.SLURMJOB_PREFIX)}
+    """The object's own slurmjob annotations (the filter is slurm_bridge/workloads.py's)."""
+    return workloads.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
 
 
 def phj_name(*parts: str) -> str:
@@ -271,12 +240,6 @@ def lws_group(pod: Obj, lws: Obj) -> Group:
 
 def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
     return _gang(pod, podgroup, podgroup_size(podgroup), ("podgroup", podgroup["metadata"]["name"]))
-
-
-def scheduling_group_name(pod: Mapping[str, Any]) -> str | None:
-    """The built-in PodGroup a pod names in ``spec.schedulingGroup.podGroupName``."""
-    name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
-    return str(name) if name else None
 
 
 def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
@@ -413,7 +376,7 @@ class GroupResolver:
 
     async def resolve(self, pod: Obj) -> Group:
         """The pod's group; raises GroupError when it cannot be known now."""
-        scheduling_group = scheduling_group_name(pod)
+        scheduling_group = scheduling_group_name(pod.get("spec") or {})
         if scheduling_group:
             group = await self._workload_podgroup(pod, scheduling_group)
             if group is not None:
@@ -434,7 +397,7 @@ class GroupResolver:
 
     async def _podgroup(self, pod: Obj, name: str) -> Obj:
         ns = pod["metadata"]["namespace"]
-        path = object_path(PODGROUP_API_VERSION, _PLURALS[PODGROUP], ns, name)
+        path = resource_path(PODGROUP_API_VERSION, _PLURALS[PODGROUP], ns, name)
         try:
             obj = await self._get(path)
         except KubeError as e:
@@ -465,7 +428,9 @@ class GroupResolver:
             if version in served:
                 # The group also serves PriorityClasses (v1): the version must hold podgroups.
                 resources = await self._get(f"/apis/{WORKLOAD_API_GROUP}/{version}")
-                if any(r.get("name") == "podgroups" for r in (resources or {}).get("resources") or []):
+                if any(
+                    r.get("name") == workloads.SCHED_PODGROUP.plural for r in (resources or {}).get("resources") or []
+                ):
                     self._workload_version = version
                     return version
         known = ", ".join(f"{WORKLOAD_API_GROUP}/{v}" for v in WORKLOAD_API_VERSIONS)
@@ -495,7 +460,7 @@ class GroupResolver:
 
     async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
         """A Workload API object the pod's group depends on; the pod waits while it is missing."""
-        path = object_path(api_version, _PLURALS[(WORKLOAD_API_GROUP, kind)], ns, name)
+        path = resource_path(api_version, _PLURALS[(WORKLOAD_API_GROUP, kind)], ns, name)
         try:
             obj = await self._get(path)
         except KubeError as e:
@@ -541,7 +506,7 @@ class GroupResolver:
                 raise GroupError("OwnerChainLoop", f"the pod's controller owner chain loops at {what}", 300.0)
             seen.add(ref.get("uid"))
             try:
-                path = object_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
+                path = resource_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
                 owner = await self._get(path)
             except KubeError as e:
                 if e.status == 403 and highest is not None and gk not in RECOGNIZED:
@@ -573,8 +538,7 @@ class GroupResolver:
         cached = self._plurals.get((api_version, kind))
         if cached:
             return cached
-        path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        doc = await self._get(path)
+        doc = await self._get(api_prefix(api_version))
         for resource in (doc or {}).get("resources") or []:
             name = str(resource.get("name", ""))
             if resource.get("kind") == kind and "/" not in name:

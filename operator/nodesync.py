@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from slurm_bridge import names
 from slurm_bridge.slurm.models import NodeInfo
+from slurm_bridge.taints import managed_taint, same_taint
 
 Obj = dict[str, Any]
 Outage = Literal["drain", "down", "fail"]
@@ -82,16 +83,8 @@ def slurm_name_of(node: Obj) -> str:
     return str((meta.get("labels") or {}).get(names.LABEL_SLURM_NODENAME) or meta.get("name", ""))
 
 
-def _managed_taint(scheduler_name: str) -> Obj:
-    return {"key": names.TAINT_MANAGED_NODE, "value": scheduler_name, "effect": names.TAINT_MANAGED_NODE_EFFECT}
-
-
 def _state_taint(outage: str) -> Obj:
     return {"key": names.TAINT_SLURM_STATE, "value": outage, "effect": names.TAINT_SLURM_STATE_EFFECT}
-
-
-def _same_taint(a: Obj, b: Obj) -> bool:
-    return all((a.get(k) or "") == (b.get(k) or "") for k in ("key", "value", "effect"))
 
 
 def kube_view(node: Obj, scheduler_name: str) -> KubeView:
@@ -107,7 +100,7 @@ def kube_view(node: Obj, scheduler_name: str) -> KubeView:
         slurm_drained_by_bridge=ann.get(names.ANN_SLURM_DRAINED_BY) == names.NODE_SYNC_OWNER,
         state_taint=state,
         reason=ann.get(names.ANN_SLURM_REASON),
-        managed_taint=any(_same_taint(t, _managed_taint(scheduler_name)) for t in taints),
+        managed_taint=any(same_taint(t, managed_taint(scheduler_name)) for t in taints),
     )
 
 
@@ -243,18 +236,18 @@ def node_patch(node: Obj, want: KubeView, scheduler_name: str) -> Obj | None:
         ann[names.ANN_SLURM_REASON] = want.reason
 
     taints: list[Obj] = list(spec.get("taints") or [])
-    wanted = ([_managed_taint(scheduler_name)] if want.managed_taint else []) + (
+    wanted = ([managed_taint(scheduler_name)] if want.managed_taint else []) + (
         [_state_taint(want.state_taint)] if want.state_taint else []
     )
     ours = (names.TAINT_MANAGED_NODE, names.TAINT_SLURM_STATE)
     new_taints: list[Obj] = []
     for t in taints:  # keep the order, and an existing taint's timeAdded
         if t.get("key") in ours and (
-            not any(_same_taint(t, x) for x in wanted) or any(_same_taint(t, x) for x in new_taints)
+            not any(same_taint(t, x) for x in wanted) or any(same_taint(t, x) for x in new_taints)
         ):
             continue
         new_taints.append(t)
-    new_taints += [x for x in wanted if not any(_same_taint(t, x) for t in new_taints)]
+    new_taints += [x for x in wanted if not any(same_taint(t, x) for t in new_taints)]
 
     patch_spec: Obj = {}
     if have.unschedulable != want.unschedulable:

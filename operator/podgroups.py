@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import SCHED_PODGROUP, WORKLOAD_API_VERSIONS, group_kind, object_path
+from slurm_bridge.operator.groups import SCHED_PODGROUP, WORKLOAD_API_VERSIONS
 
-from slurm_bridge.kube import Conflict, KubeClient, KubeError
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.workloads import group_kind
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -46,7 +47,7 @@ class PodGroupReporter:
         ctype = WORKLOAD_API_VERSIONS.get(api_version.rpartition("/")[2])
         if ctype is None:
             return
-        path = object_path(api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
+        path = resource_path(api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
         try:
             podgroup = await self.kube.get(path)
             if podgroup is None or podgroup["metadata"].get("uid") != uid:

@@ -30,7 +30,7 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.slurm.models import NodeInfo
-from slurm_bridge.translate import parse_quantity
+from slurm_bridge.translate import GPU_RESOURCES, parse_quantity
 
 Obj = dict[str, Any]
 
@@ -38,7 +38,6 @@ Obj = dict[str, Any]
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOPOLOGY = re.compile(r"^[A-Za-z0-9_.:,-]{1,256}$")
 _ADDRESS = re.compile(r"^[0-9A-Fa-f.:]{2,45}$")  # an IPv4 or IPv6 address
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 # Slurm states in which a node runs nothing (a drained node in them can go).
 _IDLE_STATES = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
 

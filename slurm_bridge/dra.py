@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from slurm_bridge import names, translate
+from slurm_bridge.kube import pointer
 from slurm_bridge.slurm.models import NodeDevices
 
 Obj = dict[str, Any]
@@ -156,10 +157,6 @@ def recorded_requests(annotations: Mapping[str, str]) -> dict[str, int]:
     return dict(data)
 
 
-def _pointer(*parts: str | int) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
     """JSON patch that replaces the pod's DRA extended resources by a claim the bridge will make
     (empty when there are none), and the problems that forbid the pod.
@@ -180,16 +177,16 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
         for part in ("requests", "limits"):
             for key in resources.get(part) or {}:
                 if key.startswith(EXTENDED_PREFIX):
-                    patch.append({"op": "remove", "path": _pointer("spec", kind, i, "resources", part, key)})
+                    patch.append({"op": "remove", "path": pointer("spec", kind, i, "resources", part, key)})
         if str(c.get("name") or f"{kind}[{i}]") != holder:
             continue
         entry = {"name": names.POD_CLAIM_ENTRY}
         if resources.get("claims"):
-            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources", "claims", "-"), "value": entry})
+            patch.append({"op": "add", "path": pointer("spec", kind, i, "resources", "claims", "-"), "value": entry})
         elif "resources" in c:
-            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources", "claims"), "value": [entry]})
+            patch.append({"op": "add", "path": pointer("spec", kind, i, "resources", "claims"), "value": [entry]})
         else:
-            patch.append({"op": "add", "path": _pointer("spec", kind, i, "resources"), "value": {"claims": [entry]}})
+            patch.append({"op": "add", "path": pointer("spec", kind, i, "resources"), "value": {"claims": [entry]}})
     ref = {"name": names.POD_CLAIM_ENTRY, "resourceClaimName": claim_name}
     if spec.get("resourceClaims"):
         patch.append({"op": "add", "path": "/spec/resourceClaims/-", "value": ref})
@@ -197,7 +194,7 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
         patch.append({"op": "add", "path": "/spec/resourceClaims", "value": [ref]})
     value = json.dumps(counts, sort_keys=True)
     if meta.get("annotations"):
-        patch.append({"op": "add", "path": _pointer("metadata", "annotations", names.ANN_DEVICE_REQUESTS),
+        patch.append({"op": "add", "path": pointer("metadata", "annotations", names.ANN_DEVICE_REQUESTS),
                       "value": value})  # fmt: skip
     else:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {names.ANN_DEVICE_REQUESTS: value}})

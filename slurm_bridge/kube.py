@@ -118,6 +118,11 @@ def escape_pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def pointer(*parts: str | int) -> str:
+    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
+    return "".join("/" + escape_pointer(str(p)) for p in parts)
+
+
 def pod_path(namespace: str, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{namespace}/pods"
     return f"{base}/{quote(name)}" if name else base
@@ -130,6 +135,17 @@ def phj_path(namespace: str | None, name: str | None = None) -> str:
     return f"{base}/{quote(name)}" if name else base
 
 
+def api_prefix(api_version: str) -> str:
+    """Where an API version is served: core (``v1``) under /api, every group under /apis."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
+def resource_path(api_version: str, plural: str, namespace: str | None, name: str) -> str:
+    """The API path of one object."""
+    prefix = api_prefix(api_version)
+    return f"{prefix}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{prefix}/{plural}/{name}"
+
+
 def object_path(obj: dict[str, Any]) -> str:
     """The API path of an object from its apiVersion/kind/metadata (core and a few known kinds)."""
     api_version: str = obj["apiVersion"]
@@ -138,9 +154,7 @@ def object_path(obj: dict[str, Any]) -> str:
     plural = {"Pod": "pods", "Node": "nodes", "PlaceholderJob": names.PLURAL, "Job": "jobs"}.get(kind)
     if plural is None:
         plural = kind.lower() + "s"
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    ns = meta.get("namespace")
-    return f"{prefix}/namespaces/{ns}/{plural}/{meta['name']}" if ns else f"{prefix}/{plural}/{meta['name']}"
+    return resource_path(api_version, plural, meta.get("namespace"), meta["name"])
 
 
 class KubeClient:

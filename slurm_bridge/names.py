@@ -122,7 +122,7 @@ LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 
 # --- Node sync: cordon/drain <-> Slurm DRAIN/DOWN/FAIL (operator/nodes.py, docs/nodes.md) -----
-# Effect of TAINT_MANAGED_NODE (the webhook gives bridge pods the matching toleration).
+# Effect of TAINT_MANAGED_NODE (slurm_bridge/taints.py builds the taint and its matching toleration).
 TAINT_MANAGED_NODE_EFFECT: Final = "NoExecute"
 # Taint naming the state ("drain", "down" or "fail") in which Slurm or an administrator holds the
 # node out of service; it is also the bridge's record that it has mirrored that outage.

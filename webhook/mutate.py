@@ -13,49 +13,23 @@ from typing import Any, Final
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
+from slurm_bridge.kube import pointer as pointer
+from slurm_bridge.taints import managed_toleration as managed_toleration
+from slurm_bridge.taints import tolerates as tolerates
+from slurm_bridge.taints import tolerates_managed
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 # Mirror pods stand for static pods the kubelet already runs on its node; they are not scheduled.
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
-TAINT_EFFECT: Final = "NoExecute"
 
 
-def pointer(*parts: str | int) -> str:
-    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def managed_toleration(scheduler_name: str) -> JSON:
-    """Lets a pod run on (and stay on) nodes tainted as the bridge's."""
-    return {
-        "key": names.TAINT_MANAGED_NODE,
-        "operator": "Equal",
-        "value": scheduler_name,
-        "effect": TAINT_EFFECT,
-    }
-
-
-def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
-    """Whether ``toleration`` tolerates the taint for good, by Kubernetes' matching rules.
-
-    A toleration with ``tolerationSeconds`` only delays a NoExecute eviction, so it does not count.
-    """
-    if toleration.get("tolerationSeconds") is not None:
-        return False
-    t_effect = toleration.get("effect") or ""
-    if t_effect and t_effect != effect:
-        return False
-    t_key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not t_key:
-        return operator == "Exists"
-    if t_key != key:
-        return False
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == value
+def goes_to_bridge(scheduler: Any, scheduler_name: str) -> bool:
+    """Whether a pod (template) whose ``spec.schedulerName`` is ``scheduler`` is the bridge's to
+    take: it names no scheduler, the default one or the bridge's; another scheduler's pods are left
+    alone."""
+    return scheduler in (None, "", DEFAULT_SCHEDULER, scheduler_name)
 
 
 @dataclass
@@ -81,7 +55,7 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
         result.skipped = "mirror pod of a static pod"
         return result
     current = spec.get("schedulerName") or ""
-    if current not in ("", DEFAULT_SCHEDULER, scheduler_name):
+    if not goes_to_bridge(current, scheduler_name):
         result.skipped = f"schedulerName is {current!r}"
         return result
 
@@ -114,10 +88,7 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
     if not isinstance(tolerations, list):
         result.patch.append({"op": "add", "path": pointer("spec", "tolerations"), "value": [toleration]})
         result.changes.append("tolerations")
-    elif not any(
-        isinstance(t, Mapping) and tolerates(t, names.TAINT_MANAGED_NODE, scheduler_name, TAINT_EFFECT)
-        for t in tolerations
-    ):
+    elif not any(isinstance(t, Mapping) and tolerates_managed(t, scheduler_name) for t in tolerations):
         result.patch.append({"op": "add", "path": pointer("spec", "tolerations", "-"), "value": toleration})
         result.changes.append("tolerations")
 

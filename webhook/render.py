@@ -16,22 +16,11 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from slurm_bridge import names
+from slurm_bridge import names, workloads
 from slurm_bridge.config import DNS_LABEL, Config
-
-from .validate import WORKLOAD_POD_TEMPLATES
 
 ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS: Final = 10
-# The plural resource of each validated workload kind, for the webhook rules.
-_RESOURCES: Final = {
-    ("batch", "Job"): "jobs",
-    ("jobset.x-k8s.io", "JobSet"): "jobsets",
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
-    ("scheduling.x-k8s.io", "PodGroup"): "podgroups",
-    ("scheduling.k8s.io", "Workload"): "workloads",
-    ("scheduling.k8s.io", "PodGroup"): "podgroups",
-}
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -118,14 +107,10 @@ def webhook_configurations(
         "timeoutSeconds": TIMEOUT_SECONDS,
     }
     pod_rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
+    # The workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloads.py).
     workload_rules = [
-        {
-            "apiGroups": [group],
-            "apiVersions": ["*"],
-            "resources": [_RESOURCES[(group, kind)]],
-            "scope": "Namespaced",
-        }
-        for group, kind in WORKLOAD_POD_TEMPLATES
+        {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
+        for k in workloads.CONFIGURING
     ]
     mutating = {
         "apiVersion": ADMISSION_API,

@@ -13,28 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from slurm_bridge import dra, names
+from slurm_bridge import dra, names, workloads
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, parse_placement
 from slurm_bridge.translate import placement_request_problems, validate_annotations
+from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
-from .mutate import DEFAULT_SCHEDULER
+from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
-
-# Workload kinds (group, kind) whose own annotations configure the Slurm job, with the paths
-# of their pod templates ("*" walks a list), which are checked like pods so errors show early.
-WORKLOAD_POD_TEMPLATES: Final[Mapping[tuple[str, str], tuple[tuple[str, ...], ...]]] = {
-    ("batch", "Job"): (("spec", "template"),),
-    ("jobset.x-k8s.io", "JobSet"): (("spec", "replicatedJobs", "*", "template", "spec", "template"),),
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
-        ("spec", "leaderWorkerTemplate", "leaderTemplate"),
-        ("spec", "leaderWorkerTemplate", "workerTemplate"),
-    ),
-    ("scheduling.x-k8s.io", "PodGroup"): (),
-    # The Kubernetes 1.36 Workload API (operator/groups.py merges their annotations).
-    ("scheduling.k8s.io", "Workload"): (),
-    ("scheduling.k8s.io", "PodGroup"): (),
-}
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
 # Pod spec fields that say where a pod may run (docs/annotations.md, "Placement").
@@ -55,10 +41,6 @@ def _metadata(obj: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, 
     if not isinstance(meta, Mapping):
         return {}, {}
     return _str_map(meta.get("labels")), _str_map(meta.get("annotations"))
-
-
-def _slurmjob(annotations: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if k.startswith(names.SLURMJOB_PREFIX)}
 
 
 def reserved_key_violations(
@@ -89,8 +71,8 @@ def reserved_key_violations(
 
 def annotation_problems(new: Mapping[str, str], old: Mapping[str, str] | None, where: str = "") -> list[str]:
     """Errors in the slurmjob annotations, checked on create and whenever they change."""
-    ours = _slurmjob(new)
-    if old is not None and ours == _slurmjob(old):
+    ours = slurmjob_annotations(new)
+    if old is not None and ours == slurmjob_annotations(old):
         return []
     if not ours:
         return []
@@ -153,19 +135,16 @@ def _own_group(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return True
-    owners = meta.get("ownerReferences") or []
     labels = meta.get("labels") or {}
-    has_controller = any(isinstance(o, Mapping) and o.get("controller") for o in owners)
     if _in_podgroup(_spec(pod)):
         return False
-    return not has_controller and not (isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP))
+    return controller_of(pod) is None and not (isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP))
 
 
 def _in_podgroup(spec: Mapping[str, Any]) -> bool:
     """Whether a pod (template) names a built-in PodGroup: its group, gang size and options (merged
     from the PodGroup, its Job or JobSet and the Workload) are then known only in the operator."""
-    group = spec.get("schedulingGroup")
-    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
+    return scheduling_group_name(spec) is not None
 
 
 def placement_check(
@@ -203,10 +182,10 @@ def _pod_placement(
     if spec.get("schedulerName") != config.schedulerName:
         return [], []
     own = _own_group(pod)
-    annotations = _slurmjob((_metadata(pod) or ({}, {}))[1])
+    annotations = slurmjob_annotations((_metadata(pod) or ({}, {}))[1])
     moved = old is not None and _placement_of(spec) != _placement_of(_spec(old))
     if old is not None and not moved:
-        before = _slurmjob((_metadata(old) or ({}, {}))[1])
+        before = slurmjob_annotations((_metadata(old) or ({}, {}))[1])
         if not own or annotations == before:
             return [], []
     if moved:
@@ -258,7 +237,9 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
 
 
 def validate(request: AdmissionRequest, config: Config) -> Decision:
-    """Validating webhook decision for pods and the workload kinds in WORKLOAD_POD_TEMPLATES."""
+    """Validating webhook decision for pods and the workload kinds whose annotations configure
+    Slurm jobs (slurm_bridge/workloads.py); their pod templates are checked like pods, so errors
+    show early."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
     gk = (request.group, request.kind)
@@ -269,19 +250,19 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
     old_meta = _metadata(old_obj)
     trusted = request.username in config.trustedUsers
 
-    if gk == ("", "Pod"):
+    if gk == workloads.POD.group_kind:
         reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
         placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
         devices = _pod_devices(request.object or {}, old_obj, config)
         return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
-    paths = WORKLOAD_POD_TEMPLATES.get(gk)
+    paths = workloads.POD_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     reserved, invalid = [], annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
     old_templates = pod_templates(old_obj, paths)
     managed: dict[str, Mapping[str, Any]] = {}
-    changed = old_meta is None or _slurmjob(new_meta[1]) != _slurmjob(old_meta[1])
+    changed = old_meta is None or slurmjob_annotations(new_meta[1]) != slurmjob_annotations(old_meta[1])
     for where, template in pod_templates(request.object, paths).items():
         t_new = _metadata(template)
         if t_new is None:
@@ -293,7 +274,7 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         reserved += r
         invalid += i
         spec = _spec(template)
-        if spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER, config.schedulerName):
+        if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
@@ -306,6 +287,6 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator,
         # and so are the options of pods that name a built-in PodGroup: each is checked on its own.
         grouped = any(_in_podgroup(spec) for spec in managed.values())
-        annotations = None if invalid or grouped else _slurmjob(new_meta[1])
-        invalid += placement_check(managed, annotations, 1 if gk == ("batch", "Job") else None)
+        annotations = None if invalid or grouped else slurmjob_annotations(new_meta[1])
+        invalid += placement_check(managed, annotations, 1 if gk == workloads.JOB.group_kind else None)
     return _decide(reserved, invalid, "ok")
