@@ -683,7 +683,8 @@ class Controller:
             message = f"Slurm job {job.job_id} is pending" + (f": {reason}" if reason else "")
             patch["message"] = message
             patch["conditions"] = st.set_condition(status.get("conditions"), names.COND_ALLOCATED, False,
-                                                   reason or "Pending", message)  # fmt: skip
+                                                   reason or "Pending", message,
+                                                   phj["metadata"].get("generation"))  # fmt: skip
             await self.podgroups.report(phj, False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
         return await self._patch_status(phj, patch)
 
@@ -714,7 +715,7 @@ class Controller:
                 "assignments": [{"pod": p, "node": n} for p, n in sorted(assignment.items())],
                 "startTime": status.get("startTime") or now_iso(),
                 "conditions": st.set_condition(status.get("conditions"), names.COND_ALLOCATED, True,
-                                               "Allocated", message),
+                                               "Allocated", message, meta.get("generation")),
             })  # fmt: skip
         # Release the pods only once every member has its node: gangs start together. The
         # allocation Event goes on each pod (where users look); the status says it for the job.
@@ -747,7 +748,7 @@ class Controller:
             await self._patch_status(phj, {
                 "phase": names.PHASE_RUNNING,
                 "conditions": st.set_condition(phj.get("status", {}).get("conditions"), names.COND_READY, True,
-                                               "PodsBound", message),
+                                               "PodsBound", message, meta.get("generation")),
             })  # fmt: skip
         return None
 
@@ -809,8 +810,9 @@ class Controller:
             "reason": reason,
             "message": message,
             "endTime": now_iso(),
-            "conditions": st.set_condition(status.get("conditions"), names.COND_ENDED, True, reason, message),
-        }
+            "conditions": st.set_condition(status.get("conditions"), names.COND_ENDED, True, reason, message,
+                                           phj["metadata"].get("generation")),
+        }  # fmt: skip
         if job is not None:
             patch["slurmState"] = job.state
         return await self._patch_status(phj, patch)
