@@ -9,13 +9,15 @@ call reads the token file again or runs the plugin again.
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
 
 from slurm_bridge import kubeconfig
 
 
 async def login(path: str | None) -> kopf.ConnectionInfo:
-    creds = kubeconfig.load(path)
+    creds = await asyncio.to_thread(kubeconfig.load, path)  # file reads, off the event loop
     token = None
     if creds.auth is not None:
         creds.auth.invalidate()  # kopf asks only when the last credentials failed or expired
