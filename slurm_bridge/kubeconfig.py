@@ -236,9 +236,8 @@ class Credentials:
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context for this server, made once and shared: an exec plugin's client
         certificate is loaded into it when the plugin returns one."""
-        ctx = ssl.create_default_context(cafile=self.ca_path)
-        if self.ca_data:
-            ctx.load_verify_locations(cadata=self.ca_data.decode())
+        # A given CA is the only one trusted, as in client-go; the system's only without one.
+        ctx = ssl.create_default_context(cafile=self.ca_path, cadata=self.ca_data.decode() if self.ca_data else None)
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE

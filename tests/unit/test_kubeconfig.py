@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import trustme
 import yaml
@@ -302,3 +303,18 @@ def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"clusters": [], "contexts": [], "users": []}))
     with pytest.raises(kubeconfig.CredentialsError, match="current-context is not set"):
         kubeconfig.load(str(path))
+
+
+async def test_a_server_certificate_from_another_ca_is_refused(tmp_path: Path, serve: Any) -> None:
+    server_ca, other_ca = trustme.CA(), trustme.CA()
+    port = await serve(FakeAPI(), tls_server(server_ca))
+    path = write_kubeconfig(
+        tmp_path / "kc", f"https://127.0.0.1:{port}", {"token": "t"},
+        {"certificate-authority-data": b64encode(other_ca.cert_pem.bytes()).decode()},
+    )  # fmt: skip
+    kube = KubeClient(*_load_credentials(str(path)))
+    try:
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await kube.get("/api")
+    finally:
+        await kube.aclose()
