@@ -23,9 +23,7 @@ import pydantic_core
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import names
-from slurm_bridge.kubeconfig import SA_DIR, TokenSource, in_cluster_server
-
-__all__ = ["SA_DIR", "in_cluster_server"]  # re-exported: the operator's login used them from here
+from slurm_bridge.kubeconfig import TokenSource
 
 log = logging.getLogger(__name__)
 
