@@ -77,7 +77,13 @@ def test_bare_pod_runs_on_the_node_slurm_chose(
     assert pod.metadata.annotations[names.ANN_SLURM_NODE] == pod.spec.node_name
     assert pod.metadata.labels[names.LABEL_SLURM_JOB_ID] == str(job_id)
     assert phj["status"]["assignments"] == [{"pod": "p", "node": pod.spec.node_name}]
-    out = run(["kubectl", "--kubeconfig", cluster["KUBECONFIG"], "get", "placeholderjobs", "-n", ns]).stdout
+    kubectl = ["kubectl", "--kubeconfig", cluster["KUBECONFIG"], "get", "placeholderjobs", "-n", ns]
+    # The long member and node lists only with -o wide (printer columns of priority 1).
+    out = run(kubectl).stdout
+    header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+    assert header == ["NAME", "JOBID", "PHASE", "REASON", "AGE"]
+    assert row[:3] == ["p", str(job_id), "Running"]
+    out = run([*kubectl, "-o", "wide"]).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
     assert header[:5] == ["NAME", "PODS", "JOBID", "PHASE", "NODES"]
     assert row[:5] == ["p", "p", str(job_id), "Running", pod.spec.node_name]
