@@ -38,9 +38,11 @@ LABEL org.opencontainers.image.title="slurm-bridge" \
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # Install from the builder's wheels only (no index, no compiler); the wheels themselves are
 # mounted, not copied, so they never land in a layer. pip compiles the byte code here, at build
-# time, because the root filesystem is read-only at run time.
+# time, because the root filesystem is read-only at run time. Only the run-time dependencies come
+# in (no extras): the build stops if the official Kubernetes client (test-only) slipped back in.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python -m pip install --no-index --find-links /wheels slurm-bridge \
+ && ! python -m pip show --quiet kubernetes 2>/dev/null \
  && groupadd --system --gid 65532 slurm-bridge \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin slurm-bridge

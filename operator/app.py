@@ -14,11 +14,12 @@ import kopf
 from aiohttp import web
 from slurm_bridge.operator.controller import Controller
 from slurm_bridge.operator.leader import LeaderElector
+from slurm_bridge.operator.login import login as kopf_login
 from slurm_bridge.operator.nodes import NodeController
 
 from slurm_bridge import names
 from slurm_bridge.config import Config, split_listen
-from slurm_bridge.kube import SA_DIR, KubeClient, in_cluster_server
+from slurm_bridge.kube import KubeClient
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -69,17 +70,8 @@ def build_registry(
         settings.persistence.diffbase_storage = _NoDiffBase()
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if os.environ.get("KUBECONFIG"):
-            return kopf.login_with_kubeconfig(**kwargs)
-        # kopf's own service-account login calls https://kubernetes.default.svc, which fails
-        # without cluster DNS; this one reads the token again whenever kopf logs in anew (401).
-        return kopf.ConnectionInfo(
-            server=in_cluster_server(),
-            ca_path=str(SA_DIR / "ca.crt"),
-            token=(SA_DIR / "token").read_text().strip(),
-            default_namespace=(SA_DIR / "namespace").read_text().strip(),
-        )
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return await kopf_login(os.environ.get("KUBECONFIG"))  # operator/login.py: exec plugins, in-cluster
 
     @kopf.on.event("v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:

@@ -7,6 +7,11 @@ Expiry is judged by this process's monotonic clock: a Lease counts as expired on
 (holder and renew time) has not changed for ``leaseDurationSeconds`` of local time since this
 replica first saw it. The holder's timestamps are never compared with the local wall clock, so
 clock skew between nodes can neither steal a live lease nor keep a dead one.
+
+The leader gives up (ends the process) when it has not renewed for ``renew_deadline`` seconds,
+shorter than the lease, as client-go's RenewDeadline: every attempt is cut off at that deadline,
+so a renewal hanging on a dead connection cannot keep a leader working after a standby may have
+taken over. At shutdown (SIGTERM) ``release`` empties the holder so a rollout hands over at once.
 """
 
 from __future__ import annotations
@@ -48,16 +53,23 @@ class LeaderElector:
         *,
         lease_seconds: int = 15,
         renew_seconds: float = 5.0,
+        renew_deadline: float = 10.0,
         retry_seconds: float = 1.0,
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_lost: Callable[[], None] = lambda: os._exit(1),
     ) -> None:
+        if not renew_seconds < renew_deadline < lease_seconds:
+            raise ValueError(f"need renew_seconds < renew_deadline < lease_seconds, got "
+                             f"{renew_seconds} < {renew_deadline} < {lease_seconds}")  # fmt: skip
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.namespace, self.name = namespace, name
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
+        self.renew_deadline = renew_deadline
+        self._on_lost = on_lost
         self.retry_seconds = retry_seconds
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}"
         self.is_leader = asyncio.Event()
@@ -161,19 +173,28 @@ class LeaderElector:
             except Exception as e:
                 log.warning("leader election: %s", e)
             await asyncio.sleep(self.retry_seconds)
-        deadline = self._clock() + self.lease_seconds
+        deadline = self._clock() + self.renew_deadline
+        pause = self.renew_seconds
         while True:
-            await asyncio.sleep(self.renew_seconds)
+            await asyncio.sleep(pause)
             if self._stopping:
                 return
             try:
-                if await self.try_acquire():
-                    deadline = self._clock() + self.lease_seconds
+                async with asyncio.timeout(max(deadline - self._clock(), 0.0)):
+                    renewed = await self.try_acquire()
+                if renewed:
+                    deadline, pause = self._clock() + self.renew_deadline, self.renew_seconds
                     continue
                 log.error("lost the leader lease to another replica; exiting")
             except Exception as e:
                 if self._clock() < deadline:
                     log.warning("lease renewal failed, will retry: %s", e)
+                    pause = min(self.retry_seconds, max(deadline - self._clock(), 0.0))
                     continue
-                log.error("could not renew the leader lease before it expired (%s); exiting", e)
-            os._exit(1)
+                log.error("could not renew the leader lease within %.0f s (%s); exiting",
+                          self.renew_deadline, e or type(e).__name__)  # fmt: skip
+            if self._stopping:  # released while the last attempt was in flight: not a loss
+                return
+            self.is_leader.clear()
+            self._on_lost()
+            return

@@ -215,7 +215,7 @@ def _with_job(
     if job.is_running and job.nodes:
         return allocation(phj, members, job, scheduler=scheduler, status=status)
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
-    return Plan(_mirror(status, job, status.phase or names.PHASE_PENDING))
+    return Plan(_mirror(status, job, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
 
 
 def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) -> Plan:
@@ -235,10 +235,10 @@ def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo) -> Plan:
     update: tuple[Action, ...] = ()
     if gen and status.observed_generation != gen:
         update = (UpdateJob(job.job_id, spec_of(phj).slurm), WriteStatus(PlaceholderJobStatus(observed_generation=gen)))
-    return Plan((*update, *_mirror(status, job, names.PHASE_PENDING)))
+    return Plan((*update, *_mirror(status, job, names.PHASE_PENDING, gen)))
 
 
-def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase) -> tuple[Action, ...]:
+def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase, gen: int | None) -> tuple[Action, ...]:
     """Slurm's state and reason in status, written only when they changed."""
     if status.slurm_state == job.state and (status.reason or "") == job.reason and status.phase == phase:
         return ()
@@ -247,7 +247,7 @@ def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase) -> tuple[A
         return (WriteStatus(mirrored),)
     message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
     conditions = st.set_condition(
-        status.condition_dicts(), names.COND_ALLOCATED, False, job.reason or "Pending", message
+        status.condition_dicts(), names.COND_ALLOCATED, False, job.reason or "Pending", message, gen
     )
     pending = PlaceholderJobStatus.model_validate(mirrored.dump() | {"message": message, "conditions": conditions})
     report = ReportPodGroup(False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
@@ -269,6 +269,7 @@ def allocation(
     ``status``: the PlaceholderJob's status as the plan so far leaves it.
     """
     spec, status = spec_of(phj), status or status_of(phj)
+    gen = phj["metadata"].get("generation")
     conditions = submitted.condition_dicts() if submitted is not None else status.condition_dicts()
     current = {a.pod: a.node for a in status.assignments or []}
     assignment = st.assign_nodes(list(members), list(job.nodes), current)
@@ -281,7 +282,7 @@ def allocation(
     nodes = st.compress_hostlist(job.nodes)
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm job {job.job_id} allocated {nodes}"
-        conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message)
+        conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
         allocated = PlaceholderJobStatus(
             job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
             node_list=nodes, pod_list=",".join(spec.pods),
@@ -303,7 +304,7 @@ def allocation(
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
     if live and bound == len(live) and status.phase != names.PHASE_RUNNING:
         message = f"every member pod is bound to its Slurm node ({nodes})"
-        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message)
+        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
         actions.append(WriteStatus(PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)))
     return Plan(tuple(actions))
 
@@ -341,7 +342,8 @@ def _terminal_status(
         conditions = status_of(phj).condition_dicts()
     ended = PlaceholderJobStatus(
         phase=phase, reason=reason, message=message, end_time=now_iso(),
-        conditions=st.set_condition(conditions, names.COND_ENDED, True, reason, message),
+        conditions=st.set_condition(conditions, names.COND_ENDED, True, reason, message,
+                                    phj["metadata"].get("generation")),
     )  # fmt: skip
     if job is not None:
         ended.slurm_state = job.state

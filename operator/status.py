@@ -12,6 +12,7 @@ from slurm_bridge.operator.groups import is_gang
 
 from slurm_bridge import names
 from slurm_bridge.kube import escape_pointer, now_iso
+from slurm_bridge.placeholderjob import Condition
 from slurm_bridge.slurm.models import JobInfo
 
 Obj = dict[str, Any]
@@ -103,18 +104,21 @@ def set_condition(
     status: bool,
     reason: str,
     message: str,
-    generation: int | None = None,
+    generation: int | None,
 ) -> list[Obj]:
-    """Conditions with ``ctype`` set; lastTransitionTime moves only when the status flips."""
+    """Conditions with ``ctype`` set; lastTransitionTime moves only when the status flips.
+
+    ``generation`` (the object's metadata.generation) is required: the CRD requires each
+    condition's observedGeneration, and a caller that forgets it would write an invalid status."""
     out: list[Obj] = []
     found = False
     value = "True" if status else "False"
     for c in conditions or []:
         if c.get("type") != ctype:
-            out.append(c)
+            out.append(Condition.model_validate(c).dump())  # every field set, even on older ones
             continue
         found = True
-        new = dict(c, status=value, reason=reason, message=message)
+        new = dict(Condition.model_validate(c).dump(), status=value, reason=reason, message=message)
         if c.get("status") != value:
             new["lastTransitionTime"] = now_iso()
         if generation is not None:

@@ -1,7 +1,7 @@
 """A small async Kubernetes client (aiohttp) for the calls the bridge makes.
 
-kopf watches; this client writes. The official ``kubernetes`` package only loads credentials
-(kubeconfig or in-cluster) here: its API calls are blocking and would stall the event loop.
+kopf watches; this client writes. Credentials (kubeconfig, exec plugins, in-cluster) come from
+slurm_bridge.kubeconfig, without the official ``kubernetes`` package (blocking, and large).
 aiohttp is kopf's own HTTP stack; per request it costs a fraction of what httpx does, which
 matters on the operator's hot path (several writes per pod).
 """
@@ -15,19 +15,19 @@ import os
 import secrets
 import ssl
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
 import pydantic_core
 
+from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import names
+from slurm_bridge.kubeconfig import TokenSource
 
 log = logging.getLogger(__name__)
 
 EVENT_CONCURRENCY = 8
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PatchType = Literal["merge", "json", "strategic"]
 _CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -54,59 +54,11 @@ class Conflict(KubeError):
     """409: AlreadyExists on create, or a resourceVersion/precondition conflict on update."""
 
 
-class _Token:
-    """Bearer token, re-read when its file changes (projected service-account tokens rotate)."""
-
-    def __init__(self, token: str | None = None, token_file: Path | None = None) -> None:
-        self._token = token or ""
-        self._file = token_file
-        self._stamp: tuple[float, int] | None = None
-
-    def current(self) -> str:
-        if self._file is not None:
-            st = self._file.stat()
-            if (st.st_mtime, st.st_size) != self._stamp:
-                self._token = self._file.read_text().strip()
-                self._stamp = (st.st_mtime, st.st_size)
-        return self._token
-
-
-def in_cluster_server() -> str:
-    """The API server as a pod sees it: the kubernetes Service's address from the environment the
-    kubelet sets, as client-go's in-cluster config does. Not https://kubernetes.default.svc, which
-    needs cluster DNS."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    if not host:
-        raise RuntimeError(
-            "KUBERNETES_SERVICE_HOST is not set: not running in a pod; pass --kubeconfig or set KUBECONFIG"
-        )
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-
-def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, _Token | None]:
-    """Server URL, TLS context and auth from a kubeconfig, or from the pod's service account."""
-    from kubernetes import client as k8s_client  # credentials loading only
-    from kubernetes import config as k8s_config
-
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if not path and (SA_DIR / "token").exists():
-        ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-        return in_cluster_server(), ctx, _Token(token_file=SA_DIR / "token")
-    cfg = k8s_client.Configuration()
-    k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cfg.cert_file and cfg.key_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    # load_kube_config stores a kubeconfig token as api_key["BearerToken"] ("Bearer <t>");
-    # older clients and exec plugins use "authorization".
-    keys = cfg.api_key or {}
-    bearer = keys.get("authorization") or keys.get("BearerToken") or ""
-    auth = _Token(token=bearer.removeprefix("Bearer ").strip()) if bearer else None
-    return str(cfg.host).rstrip("/"), ctx, auth
+def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, TokenSource | None]:
+    """Server URL, TLS context and token source (slurm_bridge.kubeconfig: kubeconfig, exec
+    plugin or the pod's service account)."""
+    creds = kubeconfig_loader.load(kubeconfig)
+    return creds.server, creds.ssl_context(), creds.auth
 
 
 def now_iso() -> str:
@@ -164,7 +116,7 @@ class KubeClient:
         self,
         server: str,
         tls: ssl.SSLContext | None = None,
-        token: _Token | None = None,
+        token: TokenSource | None = None,
         *,
         component: str = names.APP_NAME,
         timeout: float = 30.0,
@@ -214,11 +166,17 @@ class KubeClient:
         if body is not None:
             headers["Content-Type"] = content_type
             data = pydantic_core.to_json(body)
-        if self._token is not None and (token := self._token.current()):
-            headers["Authorization"] = f"Bearer {token}"
-        async with self._http().request(method, self.server + path, data=data, params=params, headers=headers) as resp:
-            raw = await resp.read()
-            status = resp.status
+        for attempt in (1, 2):
+            if self._token is not None and (token := await self._token.token()):
+                headers["Authorization"] = f"Bearer {token}"
+            async with self._http().request(
+                method, self.server + path, data=data, params=params, headers=headers
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+            if status != 401 or self._token is None or attempt == 2:
+                break
+            self._token.invalidate()  # a rotated file or an expired exec token: fetch it anew, once
         if status >= 400:
             try:
                 st = pydantic_core.from_json(raw)

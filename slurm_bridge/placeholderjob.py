@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from slurm_bridge.slurm.models import JobRequest
@@ -52,13 +52,32 @@ class Assignment(_Camel):
     node: str
 
 
+# What a condition written before every field was required reads as (see Condition).
+LEGACY_CONDITION: dict[str, Any] = {
+    "reason": "Unknown", "message": "", "lastTransitionTime": "1970-01-01T00:00:00Z", "observedGeneration": 0,
+}  # fmt: skip
+
+
 class Condition(_Camel):
+    """A metav1.Condition: the CRD requires every field.
+
+    Conditions written by bridge versions that left some out still parse, with the missing
+    fields filled from LEGACY_CONDITION, so the next status write (which sends the whole list)
+    is valid under the stricter schema instead of being refused after an upgrade."""
+
     type: str
     status: Literal["True", "False", "Unknown"]
-    reason: str | None = None
-    message: str | None = None
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
+    reason: str
+    message: str
+    last_transition_time: str
+    observed_generation: int = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {**LEGACY_CONDITION, **{k: v for k, v in data.items() if v is not None}}
+        return data
 
 
 class PlaceholderJobStatus(_Camel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
+from tests.e2e.phj_schema import assert_matches_crd
 from tests.e2e.util import (
     bridge_jobs_in,
     get_phj,
@@ -33,12 +34,25 @@ pytestmark = pytest.mark.usefixtures("bridge")
 T = TypeVar("T")
 
 
+@pytest.fixture(autouse=True)
+def placeholderjobs_match_the_crd(request: pytest.FixtureRequest, custom: k8s.CustomObjectsApi) -> Iterator[None]:
+    """After each test, every PlaceholderJob the bridge wrote in its namespace, whatever state the
+    test left it in, matches the CRD's openAPIV3Schema (the namespace is deleted after this)."""
+    ns = request.getfixturevalue("managed_namespace") if "managed_namespace" in request.fixturenames else None
+    yield
+    if ns is not None:
+        for phj in list_phjs(custom, ns):
+            assert_matches_crd(phj)
+
+
 def _running_phj(custom: k8s.CustomObjectsApi, ns: str, name: str, timeout: float = 30) -> dict[str, Any]:
     phj: dict[str, Any] = wait_for(
         lambda: (p := get_phj(custom, ns, name)) and (p.get("status") or {}).get("phase") == "Running" and p,
         timeout,
         f"PlaceholderJob {ns}/{name} Running",
     )
+    assert_matches_crd(phj)  # every condition (Submitted, Allocated, Ready) fully written
+    assert {c["type"] for c in phj["status"]["conditions"]} >= {"Submitted", "Allocated", "Ready"}
     return phj
 
 
@@ -63,7 +77,13 @@ def test_bare_pod_runs_on_the_node_slurm_chose(
     assert pod.metadata.annotations[names.ANN_SLURM_NODE] == pod.spec.node_name
     assert pod.metadata.labels[names.LABEL_SLURM_JOB_ID] == str(job_id)
     assert phj["status"]["assignments"] == [{"pod": "p", "node": pod.spec.node_name}]
-    out = run(["kubectl", "--kubeconfig", cluster["KUBECONFIG"], "get", "placeholderjobs", "-n", ns]).stdout
+    kubectl = ["kubectl", "--kubeconfig", cluster["KUBECONFIG"], "get", "placeholderjobs", "-n", ns]
+    # The long member and node lists only with -o wide (printer columns of priority 1).
+    out = run(kubectl).stdout
+    header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+    assert header == ["NAME", "JOBID", "PHASE", "REASON", "AGE"]
+    assert row[:3] == ["p", str(job_id), "Running"]
+    out = run([*kubectl, "-o", "wide"]).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
     assert header[:5] == ["NAME", "PODS", "JOBID", "PHASE", "NODES"]
     assert row[:5] == ["p", "p", str(job_id), "Running", pod.spec.node_name]

@@ -139,6 +139,28 @@ def test_chart_crds_are_identical_to_the_top_level_crds() -> None:
     assert not stale, f"helm/slurm-bridge/crds/ differs from crds/ for {stale}: cp crds/*.yaml helm/slurm-bridge/crds/"
 
 
+def _crd_version() -> Obj:
+    crd = yaml.safe_load((REPO / "crds" / "placeholderjobs.slinky.slurm.net.yaml").read_text())
+    version: Obj = crd["spec"]["versions"][0]
+    return version
+
+
+def test_long_printer_columns_show_only_with_wide_output() -> None:
+    """PODS and NODES list every member (up to 4096): `kubectl get phj` stays one short line per
+    job, `-o wide` adds them (priority 1)."""
+    columns = {c["name"]: c.get("priority", 0) for c in _crd_version()["additionalPrinterColumns"]}
+    assert {n for n, p in columns.items() if p == 1} == {"Pods", "Nodes"}
+    assert {n for n, p in columns.items() if p == 0} == {"JobID", "Phase", "Reason", "Age"}
+
+
+def test_conditions_require_every_field_of_the_kubernetes_convention() -> None:
+    item = _crd_version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]["items"]
+    fields = ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"]
+    assert sorted(item["required"]) == sorted(fields)
+    assert set(item["properties"]) == set(fields)
+    assert item["properties"]["lastTransitionTime"]["format"] == "date-time"
+
+
 # ---- lint and schema ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "values",
@@ -631,6 +653,83 @@ def test_names_follow_release_and_overrides() -> None:
     for d in docs:
         labels = d["metadata"].get("labels", {})
         assert labels.get("app.kubernetes.io/instance") == "x", d["metadata"]["name"]
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "CustomResourceDefinition", "PriorityClass"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"webhook": {"tls": {"certManager": {"enabled": True}}}}, {"slurmJwt": {"token": "x"}}],
+    ids=["defaults", "cert-manager", "jwt-secret"],
+)
+def test_namespace_override_moves_every_namespaced_object_and_reference(values: Obj) -> None:
+    proc = render_text({**values, "namespaceOverride": "hpc-bridge"}, namespace="release-ns")
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    # Nothing refers to the release namespace any more: objects, subjects, webhook Services,
+    # certificate names, the operator's trusted user, the JWT Secret's description.
+    assert "release-ns" not in proc.stdout
+    for d in docs:
+        ns = d["metadata"].get("namespace")
+        if d["kind"] in CLUSTER_SCOPED:
+            assert ns is None, f"{d['kind']} {d['metadata']['name']} is cluster-scoped"
+        elif ns != "kube-system":  # the authentication-reader RoleBinding lives there by nature
+            assert ns == "hpc-bridge", f"{d['kind']} {d['metadata']['name']} is in {ns}"
+        for subject in d.get("subjects", []):
+            if subject["kind"] == "ServiceAccount":
+                assert subject["namespace"] == "hpc-bridge"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(docs, kind)["webhooks"]:
+            assert hook["clientConfig"]["service"]["namespace"] == "hpc-bridge"
+    cfg = parse_config(rendered_config(docs))
+    assert cfg.trustedUsers[0] == "system:serviceaccount:hpc-bridge:slurm-bridge-operator"
+
+
+def test_namespace_override_is_refused_in_managed_namespaces_and_when_malformed() -> None:
+    proc = render_text({"namespaceOverride": "team-a", "config": {"managedNamespaces": ["team-a"]}})
+    assert proc.returncode != 0 and 'must not include the release namespace "team-a"' in proc.stderr
+    proc = render_text({"namespaceOverride": "Not_A_Namespace"})
+    assert proc.returncode != 0 and "namespaceOverride" in proc.stderr
+
+
+def _chart_yaml() -> Obj:
+    chart: Obj = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return chart
+
+
+def test_chart_metadata_names_home_and_sources() -> None:
+    chart = _chart_yaml()
+    assert chart["home"].startswith("https://")
+    assert chart["home"] in chart["sources"]
+
+
+def test_readme_links_work_in_the_packaged_chart(tmp_path: Path) -> None:
+    """Links of the chart README either stay inside the chart (present in `helm package`'s
+    archive) or are absolute; links into the project's repository name files that exist."""
+    import tarfile
+
+    proc = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (archive,) = tmp_path.glob("slurm-bridge-*.tgz")
+    with tarfile.open(archive) as tar:
+        packaged = {n.removeprefix("slurm-bridge/").rstrip("/") for n in tar.getnames()}
+    packaged |= {str(Path(n).parent) for n in packaged}
+    readme = (CHART / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert links, "the chart README links to nothing"
+    home = _chart_yaml()["home"].rstrip("/")
+    for link in links:
+        target = link.split("#")[0]
+        if re.match(r"^[a-z]+://", target):
+            assert target.startswith("https://"), link
+            if target.startswith(home + "/"):
+                path = re.sub(r"^(blob|tree)/main/", "", target.removeprefix(home + "/"))
+                assert (REPO / path).exists(), f"{link}: {path} is not in the repository"
+        else:
+            assert not target.startswith(("/", "..")), f"{link} leaves the chart"
+            assert target.rstrip("/") in packaged, f"{link} is not in the packaged chart"
 
 
 # ---- docs --------------------------------------------------------------------------------------

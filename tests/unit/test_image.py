@@ -154,3 +154,52 @@ def test_every_declared_dependency_is_pinned() -> None:
     declared = list(project["dependencies"]) + [d for ds in project["optional-dependencies"].values() for d in ds]
     unpinned = [d for d in declared if _canonical(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0]) not in pins]
     assert not unpinned, f"pyproject.toml declares {unpinned}, which constraints.txt does not pin (run hack/lock.sh)"
+
+
+def _closure(requirements: list[str], extras: tuple[str, ...] = ()) -> set[str]:
+    """Every distribution that installing ``requirements`` pulls in (markers evaluated here)."""
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = [(Requirement(r), extras) for r in requirements]
+    while todo:
+        req, parent_extras = todo.pop()
+        env_extras = parent_extras or ("",)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in env_extras):
+            continue
+        name = _canonical(req.name)
+        key = f"{name}[{','.join(sorted(req.extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        for sub in importlib.metadata.requires(req.name) or []:
+            todo.append((Requirement(sub), tuple(req.extras)))
+    return {k.partition("[")[0] for k in seen}
+
+
+def _declared() -> tuple[list[str], list[str]]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return list(project["dependencies"]), [d for ds in project["optional-dependencies"].values() for d in ds]
+
+
+def test_the_lock_covers_exactly_what_is_declared() -> None:
+    """constraints.txt pins the declared dependencies (run time and test), what they need, and the
+    build backend: nothing more, so a dropped dependency does not linger in the lock."""
+    runtime, test = _declared()
+    needed = _closure(runtime + test + ["setuptools", "wheel"])
+    pins = set(_pins())
+    assert not pins - needed, f"constraints.txt pins {sorted(pins - needed)}, which nothing declared needs"
+    assert not needed - pins, f"constraints.txt misses {sorted(needed - pins)} (run hack/lock.sh)"
+
+
+def test_the_image_installs_no_test_only_package() -> None:
+    """The image installs the wheel's run-time dependencies only: the official Kubernetes client
+    (~126 MB; credentials come from slurm_bridge/kubeconfig.py) and the test tools stay out."""
+    runtime, _ = _declared()
+    installed = _closure(runtime)
+    for heavy in ("kubernetes", "pykube-ng", "jsonschema", "trustme", "pytest", "mypy", "ruff"):
+        assert heavy not in installed, f"{heavy} would be installed in the image by {runtime}"
+    assert {"kopf", "aiohttp", "pydantic"} <= installed
+    # The Dockerfile installs the project's wheel without extras, so the test extra never comes in.
+    runtime_stage = " ".join(args for ins, args in _stages()[-1] if ins == "RUN")
+    assert re.search(r"pip install [^&]*slurm-bridge(?![\[\w-])", runtime_stage), runtime_stage

@@ -3,7 +3,9 @@ takeover, and release at shutdown. The Lease store is a dict with resourceVersio
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +24,9 @@ class FakeLeases:
         self.lease: dict[str, Any] | None = None
         self.version = 0
         self.puts = 0
+        self.fail_puts = 0  # the next PUTs that fail as a broken connection would
+        self.hang = asyncio.Event()  # set: PUTs never answer (a dead connection without RST)
+        self.target_puts, self.reached = 0, asyncio.Event()  # set once puts >= target_puts
 
     async def get(self, path: str) -> dict[str, Any] | None:
         assert path == PATH
@@ -36,10 +41,17 @@ class FakeLeases:
 
     async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         assert (method, path) == ("PUT", PATH) and self.lease is not None
+        if self.hang.is_set():
+            await asyncio.Event().wait()
+        if self.fail_puts:
+            self.fail_puts -= 1
+            raise ConnectionResetError("connection reset by peer")
         if body["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "the object has been modified")
         self.version += 1
         self.puts += 1
+        if self.target_puts and self.puts >= self.target_puts:
+            self.reached.set()
         self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
         return copy.deepcopy(self.lease)
 
@@ -150,3 +162,82 @@ async def test_release_writes_nothing_unless_this_replica_holds_the_lease() -> N
     puts = store.puts
     await b.release()
     assert store.puts == puts and store.holder() == "a"
+
+
+async def test_a_holder_whose_wall_clock_steps_back_still_renews() -> None:
+    # An NTP step moves the holder's clock back an hour between renewals: its renewTime goes
+    # backwards, which is still a change of the record, so the lease stays alive.
+    store, holder_clock, candidate_clock = FakeLeases(), Clocks(), Clocks()
+    holder, candidate = elector(store, "holder", holder_clock), elector(store, "candidate", candidate_clock)
+    assert await holder.try_acquire()
+    assert not await candidate.try_acquire()
+    for step in range(6):
+        holder_clock.skew -= timedelta(hours=1) if step == 2 else timedelta(0)
+        holder_clock.mono += 5
+        candidate_clock.mono += 5
+        assert await holder.try_acquire()
+        assert not await candidate.try_acquire()
+    assert store.holder() == "holder"
+
+
+@pytest.mark.parametrize("skew", [timedelta(days=-3), timedelta(days=3)])
+async def test_an_unchanged_renew_time_expires_after_the_duration_even_far_in_the_future_or_past(
+    skew: timedelta,
+) -> None:
+    store, holder_clock, candidate_clock = FakeLeases(), Clocks(skew), Clocks()
+    holder, candidate = elector(store, "holder", holder_clock), elector(store, "candidate", candidate_clock)
+    assert await holder.try_acquire()
+    for _ in range(3):  # the candidate keeps looking: the unchanged record does not restart the timer
+        assert not await candidate.try_acquire()
+        candidate_clock.mono += 5
+    candidate_clock.mono += 0.1  # 15.1 s of local time since it first saw the record
+    assert await candidate.try_acquire()
+
+
+def running_elector(store: FakeLeases, lost: asyncio.Event, **kw: Any) -> LeaderElector:
+    return LeaderElector(
+        store,  # type: ignore[arg-type]
+        "ns",
+        "bridge-operator",
+        identity="leader",
+        lease_seconds=15,
+        renew_seconds=0.05,
+        renew_deadline=1.0,
+        retry_seconds=0.05,
+        on_lost=lost.set,
+        **kw,
+    )
+
+
+async def test_a_hanging_renewal_ends_leadership_at_the_renew_deadline() -> None:
+    store, lost = FakeLeases(), asyncio.Event()
+    e = running_elector(store, lost)
+    task = asyncio.create_task(e.run())
+    await asyncio.wait_for(e.is_leader.wait(), 5)
+    store.hang.set()
+    started = time.monotonic()
+    await asyncio.wait_for(lost.wait(), 5)
+    # Cut off at the renew deadline (1 s after the last renewal), far before the 15 s lease
+    # runs out on a standby, although the PUT itself never returned.
+    assert time.monotonic() - started < 3.0
+    assert not e.is_leader.is_set()
+    await asyncio.wait_for(task, 1)
+
+
+async def test_failed_renewals_are_retried_within_the_deadline() -> None:
+    store, lost = FakeLeases(), asyncio.Event()
+    e = running_elector(store, lost)
+    task = asyncio.create_task(e.run())
+    await asyncio.wait_for(e.is_leader.wait(), 5)
+    store.fail_puts = 3  # 3 failures at 0.05 s intervals fit in the 1 s deadline
+    store.target_puts = store.puts + 3
+    await asyncio.wait_for(store.reached.wait(), 5)  # renewals resumed after the failures
+    assert not lost.is_set() and e.is_leader.is_set()
+    await e.release()
+    await asyncio.wait_for(task, 1)
+    assert store.holder() is None and not lost.is_set()
+
+
+def test_the_renew_deadline_must_fit_in_the_lease() -> None:
+    with pytest.raises(ValueError, match="renew_deadline < lease_seconds"):
+        LeaderElector(FakeLeases(), "ns", "x", lease_seconds=10, renew_deadline=10)  # type: ignore[arg-type]

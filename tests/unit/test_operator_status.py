@@ -79,15 +79,15 @@ def test_vanished_job() -> None:
 
 
 def test_set_condition_keeps_transition_time_unless_status_flips() -> None:
-    conds = st.set_condition(None, "Ready", False, "Waiting", "m")
+    conds = st.set_condition(None, "Ready", False, "Waiting", "m", None)
     t0 = conds[0]["lastTransitionTime"]
     conds[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
     same = st.set_condition(conds, "Ready", False, "StillWaiting", "m2", 3)
     assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z"
     assert same[0]["reason"] == "StillWaiting" and same[0]["observedGeneration"] == 3
-    flipped = st.set_condition(same, "Ready", True, "Bound", "ok")
+    flipped = st.set_condition(same, "Ready", True, "Bound", "ok", None)
     assert flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z" and t0
-    assert [c["type"] for c in st.set_condition(flipped, "Other", True, "r", "m")] == ["Ready", "Other"]
+    assert [c["type"] for c in st.set_condition(flipped, "Other", True, "r", "m", None)] == ["Ready", "Other"]
 
 
 def _pod(annotations: dict[str, str] | None, labels: dict[str, str] | None, gates: list[str]) -> dict[str, object]:
@@ -177,3 +177,15 @@ def test_a_pod_the_kubelet_stopped_for_its_deletion_counts_as_deleted() -> None:
     assert st.end_phases(members) == {"a": None, "b": None, "c": "Failed", "d": "Succeeded"}
     deleted = st.pods_end_phase(st.end_phases({"a": None, "b": _member("Failed", terminating=True)}))
     assert deleted[:2] == (names.PHASE_CANCELLED, "PodsDeleted")
+
+
+def test_conditions_from_an_older_bridge_are_completed_so_the_next_write_is_valid() -> None:
+    """The CRD now requires every metav1.Condition field; an older bridge left some out, and a
+    status write sends the whole list, so every entry must come out complete."""
+    old = [{"type": "Submitted", "status": "True"}, {"type": "Allocated", "status": "False", "reason": "Resources"}]
+    out = st.set_condition(old, "Allocated", True, "Allocated", "ok", 4)
+    required = {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"}
+    assert all(required <= set(c) for c in out), out
+    submitted, allocated = out
+    assert submitted["reason"] == "Unknown" and submitted["observedGeneration"] == 0
+    assert allocated["observedGeneration"] == 4 and allocated["lastTransitionTime"] != "1970-01-01T00:00:00Z"

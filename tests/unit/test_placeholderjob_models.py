@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs pinned (constraints.txt)
+import jsonschema
 import pytest
 import yaml
 

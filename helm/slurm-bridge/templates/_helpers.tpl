@@ -18,6 +18,12 @@
 {{- end }}
 {{- end }}
 
+{{/* The namespace of every namespaced object: namespaceOverride, else the release's (as in
+     charts that are installed as dependencies of an umbrella chart into another namespace). */}}
+{{- define "slurm-bridge.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "slurm-bridge.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -34,7 +40,7 @@
 {{- end }}
 
 {{- define "slurm-bridge.operatorUsername" -}}
-{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "slurm-bridge.serviceAccountName" (dict "root" . "component" "operator")) }}
+{{- printf "system:serviceaccount:%s:%s" (include "slurm-bridge.namespace" .) (include "slurm-bridge.serviceAccountName" (dict "root" . "component" "operator")) }}
 {{- end }}
 
 {{/* Users whose writes of reserved keys the webhook allows: the operator plus config.trustedUsers (JSON). */}}
@@ -145,8 +151,8 @@ matchExpressions:
 {{/* config.yaml: only keys slurm_bridge/config.py knows (an unknown key stops every component). */}}
 {{- define "slurm-bridge.configYaml" -}}
 {{- $c := .Values.config }}
-{{- if has .Release.Namespace ($c.managedNamespaces | default list) }}
-{{- fail (printf "config.managedNamespaces must not include the release namespace %q: the bridge's own pods would need the webhook to start" .Release.Namespace) }}
+{{- if has (include "slurm-bridge.namespace" .) ($c.managedNamespaces | default list) }}
+{{- fail (printf "config.managedNamespaces must not include the release namespace %q: the bridge's own pods would need the webhook to start" (include "slurm-bridge.namespace" .)) }}
 {{- end }}
 {{- $poll := float64 $c.pollPeriodSeconds }}
 {{- if or (le $poll 0.0) (gt $poll 2.0) }}
@@ -161,7 +167,7 @@ matchExpressions:
   "schedulerName" $c.schedulerName
   "slurmRestApi" $c.slurmRestApi
   "slurmJwtFile" (printf "/var/run/secrets/slurm-bridge/%s" .Values.slurmJwt.secretKey)
-  "slurmJwtSource" (printf "Secret %s/%s, key %s" .Release.Namespace (include "slurm-bridge.jwtSecretName" .) .Values.slurmJwt.secretKey)
+  "slurmJwtSource" (printf "Secret %s/%s, key %s" (include "slurm-bridge.namespace" .) (include "slurm-bridge.jwtSecretName" .) .Values.slurmJwt.secretKey)
   "slurmUser" $c.slurmUser
   "managedNamespaces" ($c.managedNamespaces | default list)
   "mcsLabel" $c.mcsLabel
