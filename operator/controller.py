@@ -29,7 +29,7 @@ from slurm_bridge.operator.podgroups import PodGroupReporter
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
 
-from slurm_bridge import names
+from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
 from slurm_bridge.slurm.client import SlurmClient
@@ -101,6 +101,7 @@ class Controller:
 
     # ---- watch events (from kopf) -----------------------------------------------------------
     def on_pod_event(self, etype: str, pod: Obj) -> None:
+        metrics.pod_event(etype, pod, self.config.schedulerName)
         if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:
             return
         if etype == "DELETED":
@@ -114,6 +115,7 @@ class Controller:
         self.queue.add(("pod", ns, name))
 
     def on_phj_event(self, etype: str, phj: Obj) -> None:
+        metrics.phj_event()
         if etype == "DELETED":
             self.phjs.delete(phj)
         else:
@@ -135,6 +137,8 @@ class Controller:
             del self._submitted[uid]
 
     # ---- dispatch ---------------------------------------------------------------------------
+    @metrics.reconciled
+    @logs.work_item
     async def _reconcile(self, item: Hashable) -> float | None:
         kind, ns, name = cast(tuple[str, str, str], item)
         if kind == "pod":
@@ -447,6 +451,7 @@ class Controller:
         job_id: int | None = status.get("jobId") or (job.job_id if job else None)
         if job_id is None and meta["uid"] in self._submitted:
             job_id = self._submitted[meta["uid"]][0]
+        logs.bind(jobId=job_id)
 
         if meta.get("deletionTimestamp"):
             return await self._finalize(phj, job_id, job)
@@ -580,6 +585,8 @@ class Controller:
                 await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
             return SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
         self._submitted[meta["uid"]] = (job_id, time.monotonic())
+        metrics.job_submitted()
+        logs.bind(jobId=job_id)
         job = await self.poller.refresh(job_id, ref)
         message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
         submitted: Obj = {
@@ -616,8 +623,10 @@ class Controller:
                 refused = e
             else:
                 self._queue_only.pop(partition, None)  # room again: the next refusal starts small
+                metrics.job_allocated_immediately()
                 return job_id
         job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+        metrics.job_queued()
         if refused is not None:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self._queue_only[partition] = (time.monotonic() + backoff, backoff)
@@ -768,6 +777,7 @@ class Controller:
                 return
             raise
         self.pods.upsert(updated)
+        metrics.pod_released(updated)
         await self.kube.event(updated, "SlurmAllocated", f"Slurm job {job_id} allocated node {node} to this pod")
 
     async def _slurm_ended(
@@ -882,6 +892,7 @@ class Controller:
 
     async def _cancel(self, job_id: int) -> None:
         await self.slurm.cancel_job(job_id)
+        metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)
         log.info("cancelled Slurm job %d", job_id)
 
@@ -905,12 +916,14 @@ class Controller:
                 continue
             if job.submit_time and now - job.submit_time.timestamp() < self.config.orphanGraceSeconds:
                 continue
+            logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)
             try:
                 live = await self.kube.get(phj_path(ref.namespace, ref.name))
                 if live is not None and live["metadata"]["uid"] == ref.uid:
                     self.phjs.upsert(live)
                     continue
                 await self._cancel(job_id)
+                metrics.orphan_swept()
                 log.warning("cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id,
                             ref.namespace, ref.name)  # fmt: skip
             except (KubeError, SlurmError) as e:
