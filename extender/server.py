@@ -88,7 +88,8 @@ def make_health_app() -> web.Application:
 
 
 def make_app(kube: KubeClient) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)  # Nodes lists can be large
+    # Nodes lists can be large; each request's log lines name its own pod only.
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[logs.request_scope])
     app[KUBE_KEY] = kube
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)

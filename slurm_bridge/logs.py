@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from aiohttp import web
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter as _LibJsonFormatter
 
@@ -77,6 +78,18 @@ def work_item(
             return await func(self, item)
 
     return wrapper
+
+
+@web.middleware
+async def request_scope(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp middleware: each request starts with no object fields (a kept-alive connection
+    serves many requests in one task, so one request's fields must not reach the next's lines)."""
+    token = _CONTEXT.set(None)
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    finally:
+        _CONTEXT.reset(token)
 
 
 def _utc(created: float) -> str:

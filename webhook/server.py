@@ -214,7 +214,7 @@ def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> we
             response.force_close()
         return response
 
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[close_while_draining])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[logs.request_scope, close_while_draining])
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -313,3 +313,21 @@ def test_every_component_takes_log_level_and_format() -> None:
 
     args = _parser().parse_args(["--log-level", "debug", "--log-format", "text", "serve"])
     assert (args.log_level, args.log_format) == ("DEBUG", "text")
+
+
+async def test_each_request_starts_without_the_previous_requests_fields() -> None:
+    """A kept-alive connection serves many requests in one task: the webhook's and extender's
+    middleware gives each request an empty context and restores the caller's afterwards."""
+    from aiohttp import web
+
+    seen: list[Obj] = []
+
+    async def handler(_: Any) -> web.StreamResponse:
+        seen.append(logs.context())
+        logs.bind(namespace="second", name="q")
+        return web.Response()
+
+    with logs.scope(namespace="first", name="p"):
+        await logs.request_scope(None, handler)  # type: ignore[arg-type]
+        assert logs.context()["namespace"] == "first"
+    assert seen == [{}]
