@@ -114,7 +114,9 @@ start() { # name command... : run detached, record pid, log to $LOGS/name.log
   local name=$1; shift
   if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
   mkdir -p "$LOGS" "$PIDS"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  # Descriptors 3-9 are closed: a daemon must not keep its caller's files open (a lock taken
+  # with flock around `hack/bridge.sh up` would otherwise be held as long as the daemon lives).
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   echo $! > "$PIDS/$name.pid"
 }
 
