@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 from slurm_bridge.extender.filter import filter_nodes
@@ -14,6 +16,7 @@ from slurm_bridge.extender.protocol import (
     ExtenderBindingResult,
 )
 
+from slurm_bridge import logs, metrics, names
 from slurm_bridge.kube import KubeClient, KubeError
 
 log = logging.getLogger(__name__)
@@ -28,29 +31,45 @@ async def _json(request: web.Request) -> Any:
 
 
 async def handle_filter(request: web.Request) -> web.Response:
+    started = time.monotonic()
     try:
         args = ExtenderArgs.model_validate(await _json(request))
-    except ValidationError as e:
+    except (ValidationError, web.HTTPBadRequest) as e:
+        metrics.extender_call("filter", "bad_request", time.monotonic() - started)
+        if isinstance(e, web.HTTPBadRequest):
+            raise
         raise web.HTTPBadRequest(text=f"not ExtenderArgs: {e}") from None
-    result = filter_nodes(args)
     meta = args.Pod.get("metadata", {})
+    job_id = str((meta.get("labels") or {}).get(names.LABEL_SLURM_JOB_ID, ""))
+    logs.bind(namespace=meta.get("namespace"), name=meta.get("name"), jobId=int(job_id) if job_id.isdigit() else None)
+    result = filter_nodes(args)
     log.debug("filter %s/%s -> %s", meta.get("namespace"), meta.get("name"), result.NodeNames or result.Nodes)
-    return web.json_response(result.model_dump(exclude_none=True))
+    response = web.json_response(result.model_dump(exclude_none=True))
+    passed = bool(result.NodeNames) or bool(result.Nodes and result.Nodes.items)
+    metrics.extender_call("filter", "passed" if passed else "no_node", time.monotonic() - started)
+    return response
 
 
 async def handle_bind(request: web.Request) -> web.Response:
+    started = time.monotonic()
     try:
         args = ExtenderBindingArgs.model_validate(await _json(request))
-    except ValidationError as e:
+    except (ValidationError, web.HTTPBadRequest) as e:
+        metrics.extender_call("bind", "bad_request", time.monotonic() - started)
+        if isinstance(e, web.HTTPBadRequest):
+            raise
         raise web.HTTPBadRequest(text=f"not ExtenderBindingArgs: {e}") from None
+    logs.bind(namespace=args.PodNamespace, name=args.PodName)
     kube = request.app[KUBE_KEY]
     try:
         # The uid precondition binds only the pod incarnation the scheduler filtered.
         await kube.bind_pod(args.PodNamespace, args.PodName, args.PodUID, args.Node)
-    except KubeError as e:
+    except (KubeError, aiohttp.ClientError, TimeoutError) as e:
         log.warning("bind %s/%s to %s failed: %s", args.PodNamespace, args.PodName, args.Node, e)
+        metrics.extender_call("bind", "error", time.monotonic() - started)
         return web.json_response(ExtenderBindingResult(Error=str(e)).model_dump())
     log.info("bound %s/%s to %s", args.PodNamespace, args.PodName, args.Node)
+    metrics.extender_call("bind", "bound", time.monotonic() - started)
     return web.json_response(ExtenderBindingResult().model_dump())
 
 
@@ -59,16 +78,18 @@ async def handle_health(_: web.Request) -> web.Response:
 
 
 def make_health_app() -> web.Application:
-    """Only /healthz and /readyz, for a listener the kubelet can reach (extenderHealthListen)
-    while /filter and /bind stay on loopback."""
+    """/healthz, /readyz and /metrics, for a listener the kubelet and Prometheus can reach
+    (extenderHealthListen) while /filter and /bind stay on loopback."""
     app = web.Application()
     app.router.add_get("/healthz", handle_health)
     app.router.add_get("/readyz", handle_health)
+    app.router.add_get("/metrics", metrics.handler(metrics.EXTENDER))
     return app
 
 
 def make_app(kube: KubeClient) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)  # Nodes lists can be large
+    # Nodes lists can be large; each request's log lines name its own pod only.
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[logs.request_scope])
     app[KUBE_KEY] = kube
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)

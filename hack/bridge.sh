@@ -15,6 +15,8 @@ BRIDGE_DIR="$STATE_DIR/bridge"
 CONFIG="$BRIDGE_DIR/config.yaml"
 VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_MANAGED_LABEL:=slurm-bridge.local/managed}" "${SB_POLL_PERIOD:=1.0}"
+# The bridge components' --log-level (DEBUG, INFO, WARNING, ERROR) and --log-format (json, text).
+: "${SB_LOG_LEVEL:=INFO}" "${SB_LOG_FORMAT:=json}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -32,6 +34,7 @@ webhookListen: 127.0.0.1:$SB_WEBHOOK_PORT
 webhookCertFile: $BRIDGE_DIR/tls/tls.crt
 webhookKeyFile: $BRIDGE_DIR/tls/tls.key
 extenderListen: 127.0.0.1:$SB_EXTENDER_PORT
+extenderHealthListen: 127.0.0.1:$SB_EXTENDER_HEALTH_PORT
 operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
 CFG
 }
@@ -47,7 +50,8 @@ start_component() {
   case $c in
     operator)
       alive bridge-operator || check_port bridge-operator "$SB_OPERATOR_PORT" SB_OPERATOR_PORT
-      start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace default
+      start bridge-operator "$VENV_BIN/slurm-bridge-operator" --config "$CONFIG" --kubeconfig "$kc" --lease-namespace default \
+        --log-level "$SB_LOG_LEVEL" --log-format "$SB_LOG_FORMAT"
       echo "$SB_OPERATOR_PORT" > "$STATE_DIR/bridge-operator.port"
       wait_ready bridge-operator "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_OPERATOR_PORT/readyz"
       # A standby is ready too; callers expect a working bridge, so wait until this one leads. An
@@ -57,14 +61,18 @@ start_component() {
       wait_ready bridge-operator "$SB_READY_TIMEOUT" operator_leads ;;
     webhook)
       alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
-      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" serve --drain-seconds 0
+      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" --log-level "$SB_LOG_LEVEL" \
+        --log-format "$SB_LOG_FORMAT" serve --drain-seconds 0
       echo "$SB_WEBHOOK_PORT" > "$STATE_DIR/bridge-webhook.port"
       wait_ready bridge-webhook "$SB_READY_TIMEOUT" curl -sf --cacert "$BRIDGE_DIR/tls/ca.crt" "https://127.0.0.1:$SB_WEBHOOK_PORT/readyz" ;;
     extender)
       alive bridge-extender || check_port bridge-extender "$SB_EXTENDER_PORT" SB_EXTENDER_PORT
-      start bridge-extender "$VENV_BIN/slurm-bridge-extender" --config "$CONFIG" --kubeconfig "$kc"
+      alive bridge-extender || check_port bridge-extender "$SB_EXTENDER_HEALTH_PORT" SB_EXTENDER_HEALTH_PORT
+      start bridge-extender "$VENV_BIN/slurm-bridge-extender" --config "$CONFIG" --kubeconfig "$kc" \
+        --log-level "$SB_LOG_LEVEL" --log-format "$SB_LOG_FORMAT"
       echo "$SB_EXTENDER_PORT" > "$STATE_DIR/bridge-extender.port"
-      wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_PORT/healthz" ;;
+      wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_PORT/healthz"
+      wait_ready bridge-extender "$SB_READY_TIMEOUT" curl -sf "http://127.0.0.1:$SB_EXTENDER_HEALTH_PORT/metrics" ;;
     scheduler)
       KUBECONFIG="$kc" EXTENDER_URL="http://127.0.0.1:$SB_EXTENDER_PORT" SCHEDULER_NAME=slurm-bridge \
         LEADER_ELECT=false NAMESPACE=default python3 -P -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \

@@ -52,7 +52,8 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
     apt-get update -qq >&2 || die "apt-get update failed; check the machine's apt sources"
     mkdir -p "$CACHE_DIR"; touch "$CACHE_DIR/.apt-updated"
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 \
+  # shellcheck disable=SC2086 # SB_APT_INSTALL_FLAGS: extra apt-get flags, word-split on purpose
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${SB_APT_INSTALL_FLAGS:-} "${missing[@]}" >&2 \
     || die "apt-get install ${missing[*]} failed; see the output above"
 }
 
@@ -72,6 +73,9 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
 : "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
+# The extender's health and metrics listener (its /filter and /bind port stays SB_EXTENDER_PORT), and
+# the local Prometheus server of hack/prometheus.sh.
+: "${SB_EXTENDER_HEALTH_PORT:=28091}" "${SB_PROMETHEUS_PORT:=29090}"
 # The JobSet and LeaderWorkerSet controllers of the local cluster: webhook and health ports.
 : "${SB_JOBSET_WEBHOOK_PORT:=29444}" "${SB_JOBSET_HEALTH_PORT:=20283}" "${SB_LWS_WEBHOOK_PORT:=29445}" "${SB_LWS_HEALTH_PORT:=20284}"
 # The one real node (hack/node.sh): containerd and a kubelet run the bridge's own pods (the Helm
@@ -110,7 +114,9 @@ start() { # name command... : run detached, record pid, log to $LOGS/name.log
   local name=$1; shift
   if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
   mkdir -p "$LOGS" "$PIDS"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  # Descriptors 3-9 are closed: a daemon must not keep its caller's files open (a lock taken
+  # with flock around `hack/bridge.sh up` would otherwise be held as long as the daemon lives).
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   echo $! > "$PIDS/$name.pid"
 }
 

@@ -17,7 +17,7 @@ from slurm_bridge.operator.leader import LeaderElector
 from slurm_bridge.operator.login import login as kopf_login
 from slurm_bridge.operator.nodes import NodeController
 
-from slurm_bridge import names
+from slurm_bridge import metrics, names
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.slurm.client import SlurmClient
@@ -68,6 +68,8 @@ def build_registry(
         settings.networking.request_timeout = 30
         settings.peering.standalone = True  # leader election is the Lease's job
         settings.persistence.diffbase_storage = _NoDiffBase()
+        # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
+        settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={ctrl.config.schedulerName}"
 
     @kopf.on.login(registry=registry)
     async def login(**_: Any) -> kopf.ConnectionInfo:
@@ -150,6 +152,7 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, s
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/metrics", metrics.handler(metrics.OPERATOR))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, port = split_listen(cfg.operatorHealthListen)
@@ -166,6 +169,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     node_ctrl = NodeController(cfg, kube, slurm)
     elector = LeaderElector(kube, lease_namespace, f"{cfg.bridgeId}-operator")
     standby = StandbyProbe(slurm, elector)
+    metrics.register_operator(ctrl.phjs, {"controller": ctrl.queue, "nodes": node_ctrl.queue}, elector)
     runner = await health_server(cfg, ctrl, elector, standby)
     stop = asyncio.Event()
 

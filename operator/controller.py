@@ -21,6 +21,7 @@ from slurm_bridge.operator.orphans import OrphanSweeper
 from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
+from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.slurm.client import SlurmClient
@@ -82,6 +83,7 @@ class Controller:
 
     # ---- watch events (from kopf) -----------------------------------------------------------
     def on_pod_event(self, etype: str, pod: Obj) -> None:
+        metrics.pod_event(etype, pod, self.config.schedulerName)
         if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:
             return
         if etype == "DELETED":
@@ -93,6 +95,7 @@ class Controller:
         self.queue.add(("pod", ns, name))
 
     def on_phj_event(self, etype: str, phj: Obj) -> None:
+        metrics.phj_event()
         if etype == "DELETED":
             self.phjs.delete(phj)
         else:
@@ -106,6 +109,8 @@ class Controller:
         self.orphans.on_poll(snap)
 
     # ---- dispatch ---------------------------------------------------------------------------
+    @metrics.reconciled
+    @logs.work_item
     async def _reconcile(self, item: Hashable) -> float | None:
         kind, ns, name = cast(tuple[str, str, str], item)
         if kind == "pod":

@@ -29,7 +29,7 @@ from slurm_bridge.operator.podgroups import PodGroupReporter
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import Key, ObjectStore
 
-from slurm_bridge import names
+from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
@@ -109,6 +109,7 @@ class PlaceholderJobs:
         if phj is None:
             return None
         slurm = self.observe(phj)
+        logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
         now = lc.Clock(time.monotonic())
         plan = lc.decide(phj, slurm, members, now, scheduler=self.config.schedulerName)
@@ -205,6 +206,8 @@ class PlaceholderJobs:
                     await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
             return lc.SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
         self.poller.submitted(meta["uid"], job_id)
+        metrics.job_submitted()
+        logs.bind(jobId=job_id)
         job = await self.poller.refresh(job_id, ref)
         submitted = lc.submitted_status(phj, job_id, job, request)
         await self.kube.event(phj, "Submitted", submitted.message or "")
@@ -287,6 +290,7 @@ class PlaceholderJobs:
                 return
             raise
         self.pods.upsert(updated)
+        metrics.pod_released(updated)
         await self.kube.event(updated, "SlurmAllocated", f"Slurm job {job_id} allocated node {node} to this pod")
 
     async def end_pod(self, pod: Obj, reason: str, message: str) -> None:
@@ -365,6 +369,7 @@ class PlaceholderJobs:
     # ---- writes ---------------------------------------------------------------------------------
     async def cancel(self, job_id: int) -> None:
         await self.slurm.cancel_job(job_id)
+        metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)
         log.info("cancelled Slurm job %d", job_id)
 

@@ -28,7 +28,7 @@ from slurm_bridge.operator import registration as reg
 from slurm_bridge.operator.pollloop import PollLoop
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
-from slurm_bridge import names
+from slurm_bridge import metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer
 from slurm_bridge.slurm.client import SlurmClient
@@ -115,6 +115,7 @@ class NodeController:
 
     # ---- Kubernetes side -----------------------------------------------------------------------
     def on_node_event(self, etype: str, node: Obj) -> None:
+        metrics.node_event()
         name = node.get("metadata", {}).get("name", "")
         if not name:
             return
@@ -205,6 +206,7 @@ class NodeController:
                 self.queue.add(obj["metadata"]["name"])
 
     # ---- reconcile ---------------------------------------------------------------------------
+    @metrics.reconciled
     async def _reconcile(self, item: Hashable) -> float | None:
         if isinstance(item, tuple):
             return await self._reconcile_registered(*cast(tuple[str, str, str], item))
@@ -244,6 +246,7 @@ class NodeController:
             written = nodesync.after_slurm_action(info, plan.slurm_action, plan.slurm_reason)
             self._written[slurm_name] = (written, time.monotonic())
             log.info("Slurm node %s: %s (Kubernetes node %s)", slurm_name, plan.slurm_action.value, name)
+            metrics.node_sync("to_slurm", plan.slurm_action.value)
             for e in plan.events:
                 if e.side == "slurm":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
@@ -269,6 +272,8 @@ class NodeController:
                 return
             self.nodes.upsert(updated)
             log.info("node %s: %s", name, "; ".join(e.reason for e in events) or "markers updated")
+            for reason in [e.reason for e in events if e.side == "kubernetes"] or ["Markers"]:
+                metrics.node_sync("to_kubernetes", reason)
             for e in events:
                 if e.side == "kubernetes":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
@@ -376,6 +381,7 @@ class NodeController:
             return True
         self._told.pop(name, None)
         log.info("node %s: %s: %s", name, event[0], event[1])
+        metrics.node_sync("registration", action.value)
         self._after_poll.add(name)  # the next node list shows the change: decide again then
         await self.kube.event(ref, event[0], event[1])
         return True

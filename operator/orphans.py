@@ -14,6 +14,7 @@ from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import ObjectStore
 
+from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient, KubeError, phj_path
 from slurm_bridge.slurm.errors import SlurmError
@@ -64,12 +65,14 @@ class OrphanSweeper:
         found = candidates(snap, known, lambda uid: self.poller.made(uid) is not None, time.time(),
                            self.config.orphanGraceSeconds)  # fmt: skip
         for job_id, ref in found:
+            logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)
             try:
                 live = await self.kube.get(phj_path(ref.namespace, ref.name))
                 if live is not None and live["metadata"]["uid"] == ref.uid:
                     self.phjs.upsert(live)
                     continue
                 await self._cancel(job_id)
+                metrics.orphan_swept()
                 log.warning("cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id,
                             ref.namespace, ref.name)  # fmt: skip
             except (KubeError, SlurmError) as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from slurm_bridge import metrics
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
@@ -44,8 +45,10 @@ class Placer:
                 refused = e
             else:
                 self.queue_only.pop(partition, None)  # room again: the next refusal starts small
+                metrics.job_allocated_immediately()
                 return job_id
         job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+        metrics.job_queued()
         if refused is not None:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self.queue_only[partition] = (time.monotonic() + backoff, backoff)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurm_bridge.cli import LOG_LEVELS
 from slurm_bridge.config import Config, ConfigError, load_config
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs
@@ -29,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         "and rejects invalid slurmjob annotations and reserved labels.",
     )
     p.add_argument("--config", metavar="PATH", help="bridge configuration file (YAML); defaults apply without it")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # The same flags as the operator and extender (the chart passes logLevel and logFormat to all).
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
+    p.add_argument("--log-format", default="json", choices=["json", "text"])
     sub = p.add_subparsers(dest="command", metavar="{serve,render-config,gen-certs}")
 
     serve = sub.add_parser("serve", help="run the HTTPS webhook server (the default command)")
@@ -88,7 +91,7 @@ async def _serve(config: Config, drain_seconds: float) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_format)
     try:
         asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS)))
     except (OSError, ssl.SSLError) as e:

@@ -20,6 +20,7 @@ from typing import Any, Final
 from aiohttp import web
 from cryptography import x509
 
+from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config, split_listen
 
 from .mutate import mutate
@@ -174,11 +175,17 @@ def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callab
             req = parse_review(body)
         except MalformedReview as e:
             log.warning("malformed AdmissionReview", extra={"fields": {"endpoint": endpoint, "error": str(e)}})
+            metrics.admission(endpoint, "", "error", time.monotonic() - started)
             return web.Response(status=400, text=f"malformed AdmissionReview: {e}\n")
+        # Every line of this admission names the object (a pod has no Slurm job yet).
+        logs.bind(namespace=req.namespace, name=req.object_name, kind=req.kind)
+        result = "error"
         try:
             decision = decide(req, config)
+            result = "allowed" if decision.allowed else "denied"
         except InvalidObject as e:
             decision = Decision(allowed=False, code=400, reason="BadRequest", message=f"slurm-bridge: {e}")
+            result = "denied"
         except Exception as e:
             # Never let one bad object take the server down; with failurePolicy Fail the
             # request is refused, and the message says why.
@@ -190,7 +197,9 @@ def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callab
                 message=f"slurm-bridge webhook internal error: {type(e).__name__}: {e}",
             )
         log.info("admission decision", extra={"fields": _log_fields(req, decision, endpoint, started)})
-        return web.json_response(review_response(req.uid, decision))
+        response = web.json_response(review_response(req.uid, decision))
+        metrics.admission(endpoint, req.operation, result, time.monotonic() - started)
+        return response
 
     return handle
 
@@ -205,7 +214,7 @@ def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> we
             response.force_close()
         return response
 
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[close_while_draining])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[logs.request_scope, close_while_draining])
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -219,6 +228,7 @@ def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> we
     app.router.add_post("/validate", _admission_handler(config, validate, "validate"))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics.handler(metrics.WEBHOOK))
     return app
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 import pydantic_core
 
+from .. import metrics
 from .errors import (
     AUTH_ERRORS,
     ESLURM_ALREADY_DONE,
@@ -473,14 +475,18 @@ class SlurmClient:
             if self.user:
                 headers["X-SLURM-USER-NAME"] = self.user
             self.request_count += 1
-            kind = f"{method} {_ID_IN_PATH.sub(_placeholder, _VERSION_IN_PATH.sub('/', path))}"
+            endpoint = _ID_IN_PATH.sub(_placeholder, _VERSION_IN_PATH.sub("/", path))
+            kind = f"{method} {endpoint}"
             self.requests_by_kind[kind] = self.requests_by_kind.get(kind, 0) + 1
             maybe_applied = False
+            sent = time.monotonic()
             try:
                 resp = await self._http.request(method, path, json=json_body, params=params, headers=headers)
             except _NOT_SENT as e:
+                metrics.slurm_request(method, endpoint, "connect_error", time.monotonic() - sent)
                 problem = f"cannot reach slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
             except _MAYBE_SENT as e:
+                metrics.slurm_request(method, endpoint, "no_answer", time.monotonic() - sent)
                 problem = f"no complete answer from slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
                 maybe_applied = True
                 if not idempotent:
@@ -489,6 +495,7 @@ class SlurmClient:
                         maybe_applied=True,
                     ) from None  # the message has the cause, scrubbed of the JWT
             except httpx.HTTPError as e:
+                metrics.slurm_request(method, endpoint, "error", time.monotonic() - sent)
                 raise SlurmError(f"{what}: {self._scrub(_describe(e))}") from None
             else:
                 if len(resp.content) > _LARGE_BODY:
@@ -496,6 +503,7 @@ class SlurmClient:
                     reply = await asyncio.to_thread(_parse_reply, resp, self._codec)
                 else:
                     reply = _parse_reply(resp, self._codec)
+                metrics.slurm_request(method, endpoint, _outcome(reply), time.monotonic() - sent)
                 status = reply.status
                 if reply.errors and all(e.error_number in ok_errors for e in reply.errors):
                     return reply
@@ -583,6 +591,21 @@ _JOB_QUERY = {"flags": "ALL"}
 _LARGE_BODY = 512 * 1024
 _CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
 _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
+
+
+def _outcome(reply: _Reply) -> str:
+    """The metric's outcome of one answer: ok, not_found, auth_error, server_error or slurm_error
+    (a 4xx, or Slurm's errors[] in any answer)."""
+    numbers = {e.error_number for e in reply.errors if e.error_number}
+    if reply.status in _AUTH_STATUSES or numbers & AUTH_ERRORS:
+        return "auth_error"
+    if reply.status == 404 or numbers & NOT_FOUND_ERRORS:
+        return "not_found"
+    if reply.status >= 500:
+        return "server_error"
+    if reply.status >= 400 or reply.errors:
+        return "slurm_error"
+    return "ok"
 
 
 def _placeholder(m: re.Match[str]) -> str:

@@ -744,3 +744,97 @@ def test_configuration_doc_covers_every_config_key_and_helm_value() -> None:
 
     missing_values = [p for p in _leaf_paths(_values()) if not documented(p)]
     assert not missing_values, f"docs/configuration.md does not document Helm values {missing_values}"
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+def _container_port(docs: list[Obj], component: str, container_name: str, port_name: str) -> int:
+    ports = container(docs, component, container_name)["ports"]
+    port: int = next(p["containerPort"] for p in ports if p["name"] == port_name)
+    return port
+
+
+def test_each_components_metrics_port_has_a_service_that_reaches_it() -> None:
+    """/metrics is served on the operator's and extender's health listener (never the extender's
+    loopback /bind port) and on the webhook's HTTPS port; each Service selects that component's
+    pods and targets that named port, and the config listens there."""
+    docs = render()
+    cfg = parse_config(rendered_config(docs), "chart config.yaml")
+    expected = {  # Service -> (pods' component, container, named port, config listen)
+        "operator": ("operator", "operator", "health", cfg.operatorHealthListen),
+        "extender": ("scheduler", "extender", "extender-health", cfg.extenderHealthListen),
+        "webhook": ("webhook", "webhook", "https", cfg.webhookListen),
+    }
+    for name, (component, container_name, port_name, listen) in expected.items():
+        svc = find(docs, "Service", f"{RELEASE}-{name}-metrics")
+        assert svc["metadata"]["labels"]["slinky.slurm.net/metrics"] == "true"
+        assert svc["spec"]["selector"] == deployment(docs, component)["spec"]["selector"]["matchLabels"]
+        (port,) = svc["spec"]["ports"]
+        assert port["targetPort"] == port_name
+        assert port["name"] == ("https-metrics" if name == "webhook" else "http-metrics")
+        number = _container_port(docs, component, container_name, port_name)
+        assert port["port"] == number and listen.endswith(f":{number}"), name
+    assert cfg.extenderListen.startswith("127.0.0.1:"), "the extender's /bind must stay on loopback"
+    # The webhook's own Service (the API server's) is not a metrics Service.
+    assert "slinky.slurm.net/metrics" not in find(docs, "Service", f"{RELEASE}-webhook")["metadata"]["labels"]
+    assert not find_all(render({"metrics": {"service": {"enabled": False}}}), "ServiceMonitor")
+
+
+def test_service_monitor_is_off_by_default_and_scrapes_every_metrics_service() -> None:
+    assert not find_all(render(), "ServiceMonitor")
+    docs = render({"metrics": {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "p"}}}})
+    sm = find(docs, "ServiceMonitor", RELEASE)
+    assert sm["metadata"]["labels"]["release"] == "p"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NS]}
+    services = [s for s in find_all(docs, "Service")
+                if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]  # fmt: skip
+    assert sorted(s["metadata"]["name"] for s in services) == sorted(
+        f"{RELEASE}-{c}-metrics" for c in ("operator", "webhook", "extender")
+    )
+    endpoints = {e["port"]: e for e in sm["spec"]["endpoints"]}
+    assert set(endpoints) == {p["name"] for s in services for p in s["spec"]["ports"]}
+    assert all(e["path"] == "/metrics" and e["interval"] == "15s" for e in endpoints.values())
+    tls = endpoints["https-metrics"]
+    assert tls["scheme"] == "https"
+    assert tls["tlsConfig"]["ca"]["secret"] == {"name": f"{RELEASE}-webhook-tls", "key": "ca.crt"}
+    assert tls["tlsConfig"]["serverName"] == f"{RELEASE}-webhook.{NS}.svc"
+
+
+def test_dashboard_configmap_carries_the_repositorys_dashboard_only_when_asked() -> None:
+    assert not [d for d in find_all(render(), "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    docs = render({"metrics": {"dashboard": {"enabled": True, "namespace": "monitoring",
+                                             "annotations": {"grafana_folder": "Slurm"}}}})  # fmt: skip
+    cm = find(docs, "ConfigMap", f"{RELEASE}-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Slurm"}
+    shipped = json.loads((CHART / "dashboards" / "slurm-bridge.json").read_text())
+    assert json.loads(cm["data"]["slurm-bridge.json"]) == shipped
+
+
+def test_dashboard_queries_only_metrics_the_code_defines() -> None:
+    """Every slurm_bridge_* series a panel queries is one metrics.py defines (a renamed metric
+    would leave an empty panel)."""
+    from slurm_bridge import metrics
+
+    defined: set[str] = set()
+    for registry in (metrics.OPERATOR, metrics.WEBHOOK, metrics.EXTENDER):
+        defined |= set(registry._names_to_collectors)  # every series name, suffixes included
+    defined |= {"slurm_bridge_placeholderjobs", "slurm_bridge_workqueue_depth", "slurm_bridge_leader"}  # collector
+    dashboard = json.loads((CHART / "dashboards" / "slurm-bridge.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    used = {m for e in exprs for m in re.findall(r"\bslurm_bridge_\w+", e)}
+    assert used and not used - defined, f"the dashboard queries unknown metrics {sorted(used - defined)}"
+    assert {p["gridPos"]["y"] for p in dashboard["panels"]}, "panels need positions"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
+        ({"metrics": {"dashbord": {"enabled": True}}}, "dashbord"),
+    ],
+)
+def test_invalid_metrics_values_are_refused(values: Obj, message: str) -> None:
+    proc = render_text(values)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
