@@ -2,6 +2,11 @@
 
 Nothing here is the source of truth: PlaceholderJob status and Slurm are. A restart rebuilds
 these from the watches' initial lists and the first Slurm poll.
+
+The views hold projections, not whole objects: only the fields some part of the bridge reads
+(``project``). With thousands of pods and PlaceholderJobs the whole objects -- managedFields,
+container commands, environments, volumes, container statuses -- were most of the operator's
+memory. A reader that needs a field not kept here must add it to the projection (and its test).
 """
 
 from __future__ import annotations
@@ -19,6 +24,63 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 
 
+# ---- projections --------------------------------------------------------------------------------
+# What the bridge reads of each kind (grep the readers before dropping anything: operator/*.py,
+# slurm_bridge/translate.py, placement.py and dra.py read pods; nodesync.py and registration.py
+# read nodes). Lists such as taints, annotations and labels are kept whole: the bridge's patches
+# are computed from them.
+_META = ("name", "namespace", "uid", "resourceVersion", "generation", "generateName", "labels",
+         "annotations", "ownerReferences", "finalizers", "deletionTimestamp", "creationTimestamp")  # fmt: skip
+# Pod spec fields read: the Slurm job request (translate.py: resources, overhead, placement,
+# DRA claims), the grouping rules (groups.py), the release (schedulingGates) and the state.
+_POD_SPEC = ("resources", "overhead", "restartPolicy", "affinity", "nodeSelector", "topologySpreadConstraints",
+             "resourceClaims", "schedulingGates", "schedulerName", "nodeName", "schedulingGroup", "workloadRef",
+             "activeDeadlineSeconds")  # fmt: skip
+_CONTAINER = ("name", "resources", "restartPolicy")  # resources add up (init: restartPolicy = sidecar)
+_POD_STATUS = ("phase", "reason", "message", "resourceClaimStatuses")
+_NODE_SPEC = ("taints", "unschedulable", "providerID")
+_NODE_STATUS = ("allocatable", "capacity", "addresses")
+
+
+def _pick(d: Any, keys: tuple[str, ...]) -> Obj:
+    return {k: d[k] for k in keys if k in d} if isinstance(d, dict) else {}
+
+
+def _meta(obj: Obj) -> Obj:
+    return _pick(obj.get("metadata"), _META)
+
+
+def project_pod(pod: Obj) -> Obj:
+    spec = pod.get("spec") or {}
+    out_spec = _pick(spec, _POD_SPEC)
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            out_spec[key] = [_pick(c, _CONTAINER) for c in spec[key]]
+    return {"apiVersion": pod.get("apiVersion", "v1"), "kind": "Pod", "metadata": _meta(pod), "spec": out_spec,
+            "status": _pick(pod.get("status"), _POD_STATUS)}  # fmt: skip
+
+
+def project_node(node: Obj) -> Obj:
+    return {"apiVersion": node.get("apiVersion", "v1"), "kind": "Node", "metadata": _meta(node),
+            "spec": _pick(node.get("spec"), _NODE_SPEC), "status": _pick(node.get("status"), _NODE_STATUS)}  # fmt: skip
+
+
+def project_other(obj: Obj) -> Obj:
+    """The bridge's own objects (PlaceholderJob: spec and status are all read) without the API
+    server's bookkeeping (managedFields)."""
+    out = {k: v for k, v in obj.items() if k != "metadata"}
+    out["metadata"] = _meta(obj)
+    return out
+
+
+PROJECTIONS = {"Pod": project_pod, "Node": project_node}
+
+
+def project(obj: Obj) -> Obj:
+    """The stored form of ``obj``: the fields the bridge reads, by its ``kind``."""
+    return PROJECTIONS.get(str(obj.get("kind", "")), project_other)(obj)
+
+
 def _rv(obj: Obj) -> int:
     try:
         return int(obj.get("metadata", {}).get("resourceVersion", "0"))
@@ -30,7 +92,8 @@ class ObjectStore:
     """Latest known version of each object by (namespace, name); never goes back in time.
 
     Writes the bridge makes are stored from the API's answer at once, so the next reconcile
-    sees them even before the watch delivers them.
+    sees them even before the watch delivers them. Stored objects are projections (``project``):
+    ``get`` and ``values`` return them, not the objects given to ``upsert``.
     """
 
     def __init__(self) -> None:
@@ -51,7 +114,7 @@ class ObjectStore:
             return False
         if self._deleted_rv.get(key, -1) >= rv:
             return False
-        self._objs[key] = obj
+        self._objs[key] = project(obj)
         return True
 
     def delete(self, obj: Obj) -> None:
