@@ -161,3 +161,32 @@ def test_store_holds_projections_and_still_orders_by_resource_version() -> None:
     store.delete(newer)
     assert store.get(("ns", "p1")) is None
     assert not store.upsert(pod)  # an older version after the delete does not bring it back
+
+
+def test_stored_objects_share_nothing_with_the_given_one_and_intern_short_strings() -> None:
+    pod = full_pod()
+    kept = project(pod)
+    assert kept["spec"]["containers"][0]["resources"] is not pod["spec"]["containers"][0]["resources"]
+    other = project(full_pod())
+    assert kept["status"]["phase"] is other["status"]["phase"]  # one string for every copy
+    assert next(iter(kept["metadata"])) is next(iter(other["metadata"]))
+
+
+def test_tombstones_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deleted object's version is remembered long enough to refuse stale events, then forgotten."""
+    from slurm_bridge.operator import store as store_module
+
+    clock = [1000.0]
+    monkeypatch.setattr("slurm_bridge.operator.store.time.monotonic", lambda: clock[0])
+    store = ObjectStore()
+    first = full_pod()
+    store.upsert(first)
+    store.delete(first)
+    assert not store.upsert(first)  # stale: refused
+    clock[0] += store_module.TOMBSTONE_SECONDS + 1
+    second = copy.deepcopy(first)
+    second["metadata"]["name"] = "p2"
+    store.upsert(second)
+    store.delete(second)  # this delete forgets the expired tombstone of the first
+    assert len(store._deleted_rv) == 1
+    assert not store.upsert(second)
