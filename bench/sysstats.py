@@ -54,10 +54,12 @@ def parse_requests(text: str) -> Counter[RequestKey]:
 
 def api_requests(api: Any) -> Counter[RequestKey]:
     """One scrape of the API server's request counters (``api``: a kubernetes ApiClient)."""
-    resp = api.call_api(
-        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
-    )
-    return parse_requests(resp.data.decode())
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, headers, body, post)
+    data = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET /metrics: HTTP {resp.status}: {data[:200]!r}")
+    return parse_requests(data.decode())
 
 
 def writes(c: Counter[RequestKey]) -> Counter[RequestKey]:

@@ -49,3 +49,30 @@ def test_proc_sampler_counts_the_cpu_of_a_process_and_its_children() -> None:
     row = sampler.row()
     assert 20 <= row["cpu_percent"]["me"] <= 105
     assert row["peak_rss_mib"]["me"] > 5
+
+
+def test_api_requests_scrapes_metrics_with_the_kubernetes_client() -> None:
+    """Through the same client configuration the benchmarks use (a local stand-in server)."""
+    import http.server
+    import threading
+
+    from kubernetes import client as k8s
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = METRICS.encode() if self.path == "/metrics" else b"not found"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}"))
+        assert sysstats.api_requests(api)[("POST", "pods/binding")] == 200
+    finally:
+        server.shutdown()
