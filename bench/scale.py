@@ -177,7 +177,9 @@ def idle(api: k8s.ApiClient, url: str, seconds: float, pids: dict[str, int], bg:
     }
 
 
-def restart(url: str, settle: float) -> dict[str, Any]:
+def restart(url: str, settle: float, expected: int) -> dict[str, Any]:
+    """Restart the operator; ``expected``: PlaceholderJobs it must have seen before its queue
+    being empty means it went through them all."""
     before = slurm_jobs()
     t0 = time.monotonic()
     subprocess.run(["bash", str(REPO / "hack" / "bridge.sh"), "restart", "operator"], check=True, capture_output=True)
@@ -186,7 +188,7 @@ def restart(url: str, settle: float) -> dict[str, Any]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         s = stats(url)
-        if s.get("leader") and s.get("queue") == 0:
+        if s.get("leader") and s.get("placeholderjobs", 0) >= expected and s.get("queue") == 0:
             drained = time.monotonic() - t0
             break
         time.sleep(0.2)
@@ -296,7 +298,7 @@ def main() -> None:
             report["idle"] = idle(api, url, args.idle_seconds, pids, bg)
             print(json.dumps({"idle": report["idle"]}), flush=True)
         if "restart" not in skip:
-            report["restart"] = restart(url, args.restart_settle)
+            report["restart"] = restart(url, args.restart_settle, sum(report["phases"].values()))
             print(json.dumps({"restart": report["restart"]}), flush=True)
             pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)  # the new operator
             report["idle_after_restart"] = idle(api, url, min(args.idle_seconds, 30), pids, bg)
