@@ -7,6 +7,7 @@ its status; a kwok node), decoded from JSON as the watch decodes them, and print
 each takes (tracemalloc) with ``project`` and without it.
 
     .venv/bin/python bench/store_memory.py [--objects 10000] [--nodes 1000]
+    .venv/bin/python bench/store_memory.py --rss projected   # a process's RSS: imports + stores
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import tracemalloc
 from typing import Any
 
@@ -146,11 +148,38 @@ def measure(objects: int, nodes: int) -> int:
     return used
 
 
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def process_rss(objects: int, nodes: int, whole: bool) -> dict[str, float]:
+    """RSS of a process that imports the whole operator (kopf, aiohttp, pydantic, the Slurm
+    client), then fills the stores: the operator's memory without its watches' own buffers."""
+    import slurm_bridge.operator.app  # noqa: F401  (everything the operator process imports)
+
+    if whole:
+        store_module.project = lambda obj: obj
+    base = rss_mib()
+    stores = (ObjectStore(), ObjectStore(), ObjectStore())
+    for i in range(objects):
+        stores[0].upsert(json.loads(json.dumps(pod(i))))
+        stores[1].upsert(json.loads(json.dumps(phj(i))))
+    for i in range(nodes):
+        stores[2].upsert(json.loads(json.dumps(node(i))))
+    gc.collect()
+    return {"imported_mib": round(base, 1), "filled_mib": round(rss_mib(), 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--objects", type=int, default=10000, help="pods, and as many PlaceholderJobs")
     ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--rss", choices=["whole", "projected"], help="one process's RSS instead (run each in its own)")
     args = ap.parse_args()
+    if args.rss:
+        print(json.dumps({"stores": args.rss, **process_rss(args.objects, args.nodes, args.rss == "whole")}))
+        return
     projected = measure(args.objects, args.nodes)
     real = store_module.project
     store_module.project = lambda obj: obj  # the stores as they were: whole objects
