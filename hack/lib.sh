@@ -115,9 +115,7 @@ start() { # name command... : run detached, record pid, log to $LOGS/name.log
   local name=$1; shift
   if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
   mkdir -p "$LOGS" "$PIDS"
-  # 3>&-: not the shared-cluster lock sbrun's flock holds as fd 3; a daemon that inherited it
-  # would hold the lock for as long as it runs, and every later sbrun would wait for ever.
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null 3>&- &
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! > "$PIDS/$name.pid"
 }
 
