@@ -194,10 +194,11 @@ def measured(
     core = k8s.CoreV1Api(api)
     extra = Extra()
     before, t0 = sysstats.api_requests(api), time.monotonic()
+    # The processes over the pods' creates and binds only: the settling below is nearly idle.
     with sysstats.ProcSampler(args.pids) as procs:
         run = measure(core, ns, args.pods, args.concurrency, args.timeout, rate)
-        extra.at_bound = at_bound() if at_bound else None
-        after = settle(api)
+    extra.at_bound = at_bound() if at_bound else None
+    after = settle(api)
     extra.writes = sysstats.write_delta(before, after, time.monotonic() - t0, bg)
     extra.procs = procs.row()
     return run, extra
