@@ -283,8 +283,8 @@ SlurmdSpoolDir=$SLURM_STATE_IN_ROOT/spool
 SlurmctldPidFile=$SLURM_STATE_IN_ROOT/slurmctld.pid
 SchedulerType=sched/backfill
 ReturnToService=2
-MaxJobCount=100000
-MinJobAge=60
+MaxJobCount=$SB_MAX_JOB_COUNT
+MinJobAge=$SB_MIN_JOB_AGE
 DefMemPerCPU=256
 GresTypes=gpu
 # Dynamic nodes: the bridge registers labelled Kubernetes nodes (docs/nodes.md); a NodeSet per
@@ -297,6 +297,7 @@ EOF
     [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
     echo "PartitionName=$SB_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES],dyn-$SB_PARTITION Default=YES MaxTime=INFINITE State=UP"
     echo "PartitionName=$SB_EXTRA_PARTITION Nodes=dyn-$SB_EXTRA_PARTITION MaxTime=INFINITE State=UP"
+    [ -z "$SB_PENDING_PARTITION" ] || echo "PartitionName=$SB_PENDING_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] MaxTime=INFINITE State=DOWN"
   } > "$conf"
   : > "$SLURM_ROOT/etc/slurm/gres.conf"
   if [ "$SB_GPU_NODES" -gt 0 ]; then

@@ -72,6 +72,11 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_DYN_NODES:=1}" "${SB_DYN_NODE_PREFIX:=kwok-dyn-}" "${SB_DYN_NODE_CPUS:=16}" "${SB_DYN_NODE_GPUS:=2}"
 : "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+# Slurm's job record limits (slurm.conf MinJobAge, MaxJobCount). Benchmarks that keep thousands
+# of finished jobs visible (bench/scale.py) raise MinJobAge: a finished job's record goes after it.
+# SB_PENDING_PARTITION (empty: none) adds a DOWN partition over the kwok nodes, where jobs stay
+# PENDING (reason PartitionDown) without holding up the main partition's allocations.
+: "${SB_MIN_JOB_AGE:=60}" "${SB_MAX_JOB_COUNT:=100000}" "${SB_PENDING_PARTITION:=}"
 : "${SB_WEBHOOK_PORT:=29443}" "${SB_EXTENDER_PORT:=28090}" "${SB_OPERATOR_PORT:=28080}" "${SB_BRIDGE_SCHEDULER_PORT:=20261}"
 # The extender's health and metrics listener (its /filter and /bind port stays SB_EXTENDER_PORT), and
 # the local Prometheus server of hack/prometheus.sh.

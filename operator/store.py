@@ -2,6 +2,11 @@
 
 Nothing here is the source of truth: PlaceholderJob status and Slurm are. A restart rebuilds
 these from the watches' initial lists and the first Slurm poll.
+
+The views hold projections, not whole objects: only the fields some part of the bridge reads
+(``project``). With thousands of pods and PlaceholderJobs the whole objects -- managedFields,
+container commands, environments, volumes, container statuses -- were most of the operator's
+memory. A reader that needs a field not kept here must add it to the projection (and its test).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
@@ -17,6 +23,82 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
+# How long a deleted object's resourceVersion is remembered (see ObjectStore._deleted_rv).
+TOMBSTONE_SECONDS = 600.0
+
+
+# ---- projections --------------------------------------------------------------------------------
+# What the bridge reads of each kind (grep the readers before dropping anything: operator/*.py,
+# slurm_bridge/translate.py, placement.py and dra.py read pods; nodesync.py and registration.py
+# read nodes). Lists such as taints, annotations and labels are kept whole: the bridge's patches
+# are computed from them.
+_META = ("name", "namespace", "uid", "resourceVersion", "generation", "generateName", "labels",
+         "annotations", "ownerReferences", "finalizers", "deletionTimestamp", "creationTimestamp")  # fmt: skip
+# Pod spec fields read: the Slurm job request (translate.py: resources, overhead, placement,
+# DRA claims), the grouping rules (groups.py), the release (schedulingGates) and the state.
+_POD_SPEC = ("resources", "overhead", "restartPolicy", "affinity", "nodeSelector", "topologySpreadConstraints",
+             "resourceClaims", "schedulingGates", "schedulerName", "nodeName", "schedulingGroup", "workloadRef",
+             "activeDeadlineSeconds")  # fmt: skip
+_CONTAINER = ("name", "resources", "restartPolicy")  # resources add up (init: restartPolicy = sidecar)
+_POD_STATUS = ("phase", "reason", "message", "resourceClaimStatuses")
+_NODE_SPEC = ("taints", "unschedulable", "providerID")
+_NODE_STATUS = ("allocatable", "capacity", "addresses")
+
+
+def _pick(d: Any, keys: tuple[str, ...]) -> Obj:
+    return {k: d[k] for k in keys if k in d} if isinstance(d, dict) else {}
+
+
+def _meta(obj: Obj) -> Obj:
+    return _pick(obj.get("metadata"), _META)
+
+
+def project_pod(pod: Obj) -> Obj:
+    spec = pod.get("spec") or {}
+    out_spec = _pick(spec, _POD_SPEC)
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            out_spec[key] = [_pick(c, _CONTAINER) for c in spec[key]]
+    return {"apiVersion": pod.get("apiVersion", "v1"), "kind": "Pod", "metadata": _meta(pod), "spec": out_spec,
+            "status": _pick(pod.get("status"), _POD_STATUS)}  # fmt: skip
+
+
+def project_node(node: Obj) -> Obj:
+    return {"apiVersion": node.get("apiVersion", "v1"), "kind": "Node", "metadata": _meta(node),
+            "spec": _pick(node.get("spec"), _NODE_SPEC), "status": _pick(node.get("status"), _NODE_STATUS)}  # fmt: skip
+
+
+def project_other(obj: Obj) -> Obj:
+    """The bridge's own objects (PlaceholderJob: spec and status are all read) without the API
+    server's bookkeeping (managedFields)."""
+    out = {k: v for k, v in obj.items() if k != "metadata"}
+    out["metadata"] = _meta(obj)
+    return out
+
+
+PROJECTIONS = {"Pod": project_pod, "Node": project_node}
+# Strings up to this long are interned: keys, phases, node names, reasons repeat across thousands
+# of objects, and each decoded copy costs its own allocation. Interned strings are freed again
+# once nothing refers to them.
+_INTERN_MAX = 64
+
+
+def _compact(value: Any) -> Any:
+    """A deep copy with interned keys and short strings: about half the memory of the decoded
+    JSON, and nothing of the watch's own object is kept alive."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= _INTERN_MAX:
+        return sys.intern(value)
+    return value
+
+
+def project(obj: Obj) -> Obj:
+    """The stored form of ``obj``: the fields the bridge reads, by its ``kind``, compacted."""
+    out: Obj = _compact(PROJECTIONS.get(str(obj.get("kind", "")), project_other)(obj))
+    return out
 
 
 def _rv(obj: Obj) -> int:
@@ -30,12 +112,16 @@ class ObjectStore:
     """Latest known version of each object by (namespace, name); never goes back in time.
 
     Writes the bridge makes are stored from the API's answer at once, so the next reconcile
-    sees them even before the watch delivers them.
+    sees them even before the watch delivers them. Stored objects are projections (``project``):
+    ``get`` and ``values`` return them, not the objects given to ``upsert``.
     """
 
     def __init__(self) -> None:
         self._objs: dict[Key, Obj] = {}
-        self._deleted_rv: dict[Key, int] = {}
+        # key -> (resourceVersion, when) of deleted objects, oldest first: a late event or API
+        # answer from before the delete must not bring the object back. Kept TOMBSTONE_SECONDS,
+        # so a long-running operator's memory does not grow with every pod it ever saw.
+        self._deleted_rv: dict[Key, tuple[int, float]] = {}
 
     @staticmethod
     def key_of(obj: Obj) -> Key:
@@ -49,9 +135,9 @@ class ObjectStore:
         cur = self._objs.get(key)
         if cur is not None and _rv(cur) >= rv and cur["metadata"].get("uid") == obj["metadata"].get("uid"):
             return False
-        if self._deleted_rv.get(key, -1) >= rv:
+        if self._deleted_rv.get(key, (-1, 0.0))[0] >= rv:
             return False
-        self._objs[key] = obj
+        self._objs[key] = project(obj)
         return True
 
     def delete(self, obj: Obj) -> None:
@@ -60,7 +146,14 @@ class ObjectStore:
         if cur is not None and cur["metadata"].get("uid") != obj["metadata"].get("uid"):
             return  # a newer incarnation with the same name already replaced it
         self._objs.pop(key, None)
-        self._deleted_rv[key] = _rv(obj)
+        now = time.monotonic()
+        self._deleted_rv.pop(key, None)  # re-inserted last: the dict stays ordered by time
+        self._deleted_rv[key] = (_rv(obj), now)
+        while self._deleted_rv:
+            oldest = next(iter(self._deleted_rv))
+            if now - self._deleted_rv[oldest][1] < TOMBSTONE_SECONDS:
+                break
+            del self._deleted_rv[oldest]
 
     def get(self, key: Key) -> Obj | None:
         return self._objs.get(key)

@@ -1,0 +1,210 @@
+"""What the benchmarks measure besides latency: API-server writes, per-process CPU and memory.
+
+- ``api_requests``: the API server's own ``apiserver_request_total`` counters from ``/metrics``,
+  by verb, resource and subresource. ``write_delta`` subtracts two scrapes and the background
+  (leases, kwok heartbeats, controllers) measured at idle for the same length of time.
+- ``ProcSampler``: CPU seconds and resident memory of the local cluster's processes (the pid files
+  hack/cluster.sh and hack/bridge.sh write), each with its child processes, sampled from /proc in
+  a thread: what each process cost during a run, and whether the machine itself was the limit.
+
+Only for the local cluster's plain processes (hack/bridge.sh); the chart-installed bridge is
+measured through the kubelet (bridge_resources.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})
+# apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",
+#   scope="resource",subresource="binding",verb="POST",version="v1"} 200
+_METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+RequestKey = tuple[str, str]  # (verb, "resource[/subresource]")
+# What the benchmark's pods cause, as opposed to the cluster's background: leases are heartbeats.
+BACKGROUND_RESOURCES = frozenset({"leases"})
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def parse_requests(text: str) -> Counter[RequestKey]:
+    """Requests by (verb, resource[/subresource]) summed over codes, scopes and versions."""
+    out: Counter[RequestKey] = Counter()
+    for line in text.splitlines():
+        m = _METRIC.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(1)))
+        if labels.get("dry_run"):
+            continue
+        res = labels.get("resource", "")
+        if labels.get("subresource"):
+            res += "/" + labels["subresource"]
+        out[(labels.get("verb", ""), res)] += int(float(m.group(2)))
+    return out
+
+
+def api_requests(api: Any) -> Counter[RequestKey]:
+    """One scrape of the API server's request counters (``api``: a kubernetes ApiClient)."""
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, headers, body, post)
+    data = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET /metrics: HTTP {resp.status}: {data[:200]!r}")
+    return parse_requests(data.decode())
+
+
+def writes(c: Counter[RequestKey]) -> Counter[RequestKey]:
+    return Counter({k: n for k, n in c.items() if k[0] in WRITE_VERBS})
+
+
+@dataclass
+class Background:
+    """Write rate per (verb, resource) with nothing running, to subtract from a run."""
+
+    rates: dict[RequestKey, float] = field(default_factory=dict)
+
+    @classmethod
+    def measure(cls, api: Any, seconds: float) -> Background:
+        a, t0 = writes(api_requests(api)), time.monotonic()
+        time.sleep(seconds)  # the idle window itself
+        b, t1 = writes(api_requests(api)), time.monotonic()
+        return cls({k: (b[k] - a[k]) / (t1 - t0) for k in b if b[k] - a[k] > 0})
+
+
+def write_delta(
+    before: Counter[RequestKey], after: Counter[RequestKey], seconds: float, bg: Background
+) -> dict[str, float]:
+    """Writes between two scrapes minus the background over ``seconds``, as "VERB resource"."""
+    out: dict[str, float] = {}
+    for k in set(writes(after)) | set(writes(before)):
+        if k[1].split("/")[0] in BACKGROUND_RESOURCES:
+            continue
+        n = after[k] - before[k] - bg.rates.get(k, 0.0) * seconds
+        if n >= 0.5:
+            out[f"{k[0]} {k[1]}"] = round(n, 1)
+    return dict(sorted(out.items()))
+
+
+# ---- processes -------------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds user+system) of one process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _tree(root: int, parents: dict[int, int]) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for p, pp in parents.items():
+        kids.setdefault(pp, []).append(p)
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy CPU seconds, total CPU seconds) of the whole machine since boot."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = f[3] + f[4]
+    return (sum(f[:8]) - idle) / CLK_TCK, sum(f[:8]) / CLK_TCK
+
+
+def local_pids(state_dir: str, names: list[str]) -> dict[str, int]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = int(Path(state_dir, "pids", f"{n}.pid").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+PROCESSES = ["kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager", "slurmctld", "slurmrestd",
+             "bridge-operator", "bridge-webhook", "bridge-extender", "bridge-scheduler"]  # fmt: skip
+
+
+class ProcSampler:
+    """CPU and memory of named processes (with their children) over a ``with`` block.
+
+    ``row()`` gives each one's mean CPU in % of one core, its peak RSS, and the machine's busy
+    share (of all cores): near 100 % means the machine, not the bridge, set the pace.
+    """
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.5) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.peak_rss: dict[str, int] = dict.fromkeys(pids, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._cpu0: dict[str, float] = {}
+        self._cpu1: dict[str, float] = {}
+        self._t: tuple[float, float] = (0.0, 0.0)
+        self._busy: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0))
+
+    def _sample(self) -> dict[str, float]:
+        parents = {}
+        stats: dict[int, float] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit() and (s := _stat(int(d))) is not None:
+                parents[int(d)], stats[int(d)] = s
+        cpu = {}
+        for name, pid in self.pids.items():
+            tree = _tree(pid, parents) if pid in parents else []
+            cpu[name] = sum(stats.get(p, 0.0) for p in tree)
+            self.peak_rss[name] = max(self.peak_rss[name], sum(_rss(p) for p in tree))
+        return cpu
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> ProcSampler:
+        self._cpu0, self._t = self._sample(), (time.monotonic(), 0.0)
+        self._busy = (machine_busy(), (0.0, 0.0))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._cpu1 = self._sample()
+        self._t = (self._t[0], time.monotonic())
+        self._busy = (self._busy[0], machine_busy())
+
+    @property
+    def seconds(self) -> float:
+        return self._t[1] - self._t[0]
+
+    def cpu_percent(self, name: str) -> float:
+        return 100 * (self._cpu1.get(name, 0.0) - self._cpu0.get(name, 0.0)) / max(self.seconds, 1e-9)
+
+    def row(self) -> dict[str, Any]:
+        (b0, t0), (b1, t1) = self._busy
+        return {
+            "seconds": round(self.seconds, 1),
+            "machine_busy_percent": round(100 * (b1 - b0) / max(t1 - t0, 1e-9)),
+            "cpu_percent": {n: round(self.cpu_percent(n)) for n in self.pids},
+            "peak_rss_mib": {n: round(r / 2**20) for n, r in self.peak_rss.items()},
+        }

@@ -1,0 +1,78 @@
+"""The benchmark's API-write counting: parsing apiserver_request_total and subtracting the
+background, which the write-per-pod figures rest on."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import sysstats  # bench/ is not a package
+
+METRICS = """# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 200
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1"} 150
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1"} 50
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PATCH",version="v1"} 1.5e+03
+apiserver_request_total{code="201",component="apiserver",dry_run="All",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 9
+apiserver_request_totalx{verb="POST"} 1
+"""  # noqa: E501
+
+
+def test_parse_sums_codes_and_skips_dry_runs() -> None:
+    c = sysstats.parse_requests(METRICS)
+    assert c[("POST", "pods")] == 200  # 201s and 409s; the dry run is not a write
+    assert c[("POST", "pods/binding")] == 200
+    assert c[("PATCH", "pods")] == 1500
+    assert sysstats.writes(c) == Counter(
+        {("POST", "pods"): 200, ("POST", "pods/binding"): 200, ("PATCH", "pods"): 1500}
+    )
+
+
+def test_write_delta_subtracts_background_and_leases() -> None:
+    before = Counter({("POST", "pods"): 10, ("PUT", "leases"): 100, ("POST", "events"): 5})
+    after = Counter({("POST", "pods"): 210, ("PUT", "leases"): 300, ("POST", "events"): 407})
+    bg = sysstats.Background({("POST", "events"): 2.0})
+    assert sysstats.write_delta(before, after, 1.0, bg) == {"POST events": 400.0, "POST pods": 200.0}
+
+
+def test_proc_sampler_counts_the_cpu_of_a_process_and_its_children() -> None:
+    sampler = sysstats.ProcSampler({"me": os.getpid()}, interval=0.05)
+    with sampler:
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+    row = sampler.row()
+    assert 20 <= row["cpu_percent"]["me"] <= 105
+    assert row["peak_rss_mib"]["me"] > 5
+
+
+def test_api_requests_scrapes_metrics_with_the_kubernetes_client() -> None:
+    """Through the same client configuration the benchmarks use (a local stand-in server)."""
+    import http.server
+    import threading
+
+    from kubernetes import client as k8s
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = METRICS.encode() if self.path == "/metrics" else b"not found"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}"))
+        assert sysstats.api_requests(api)[("POST", "pods/binding")] == 200
+    finally:
+        server.shutdown()
