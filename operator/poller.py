@@ -241,7 +241,9 @@ class SlurmPoller:
             self._apply(job, ref, started, notify=True)
         snap = self.snapshot
         assert snap is not None
-        for job_id in [j for j in snap.by_id if j not in seen]:
+        # Only jobs read before the list began can have been purged: one read (a refresh after a
+        # submit, an incremental poll) while a slow list ran is newer than the list.
+        for job_id in [j for j in snap.by_id if j not in seen and self._read_at.get(j, 0.0) < started]:
             self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
 
@@ -292,6 +294,8 @@ class SlurmPoller:
         if snap is None:
             snap = self.snapshot = JobSnapshot({}, {}, at)
         old = snap.by_id.get(job.job_id)
+        if old is not None and self._read_at.get(job.job_id, 0.0) > at:
+            return  # read before the one the view has (a slow list): keep the newer
         self._read_at[job.job_id] = at
         if old is not None and _fingerprint(old) == _fingerprint(job):
             return

@@ -78,7 +78,9 @@ def test_a_labelled_node_joins_slurm_runs_a_pod_and_leaves_cleanly(
     extra = cluster["SB_EXTRA_PARTITION"]
     patch_node(core, dyn_node, labels={names.LABEL_EXTERNAL_NODE: "true"},
                annotations={names.ANN_EXTERNAL_NODE_PARTITIONS: f"{slurm_env.partition},{extra}"})  # fmt: skip
-    info = wait_for(lambda: slurm_node(slurm_env, dyn_node), WITHIN_TWO_POLLS, f"{dyn_node} in Slurm")
+    # The node is created, then given the bridge's comment (two calls): wait for both.
+    info = wait_for(lambda: (n := slurm_node(slurm_env, dyn_node)) and n["comment"] and n,
+                    WITHIN_TWO_POLLS, f"{dyn_node} in Slurm with the bridge's comment")  # fmt: skip
     assert {"EXTERNAL", "DYNAMIC_NORM"} <= set(info["state"]), info["state"]
     assert info["cpus"] == 16 and info["gres"] == "gpu:2"
     allocatable = parse_quantity(core.read_node(dyn_node).status.allocatable["memory"])

@@ -256,3 +256,32 @@ def test_live_job_wins_over_ended_ones(live_state: str) -> None:
     ref = PhjRef("bridge", "ns", "p", "u")
     old, live = _job(1, "u", "CANCELLED", ("n1",)), _job(2, "u", live_state)
     assert JobSnapshot({1: old, 2: live}, {1: ref, 2: ref}, 0.0).job_for_uid("u") == live
+
+
+async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full list is Slurm's table when the list began; a job submitted and read (refresh) while
+    it ran is missing from it but not purged. Forgetting it once ended 22 running pods of a
+    1,000-pod burst as vanished (issue 15's run 2)."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "PENDING"))
+    await poller.poll_once()
+    listed = list(slurm.jobs.values())  # the table as the slow list sees it
+    gate = asyncio.Event()
+
+    async def slow_list(since: int | None, *, admin_comment_prefix: str | None = None) -> tuple[list[JobInfo], None]:
+        await gate.wait()
+        return [j for j in listed if j.admin_comment.startswith(admin_comment_prefix or "")], None
+
+    monkeypatch.setattr(slurm, "list_jobs_since", slow_list)
+    poller.poll_soon(full=True)
+    polling = asyncio.create_task(poller.poll_once())
+    await asyncio.sleep(0)  # the poll is inside the list now
+    slurm.set(_job(2, "b", "RUNNING", ("n2",)))
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    assert await poller.refresh(2, PhjRef("bridge", "ns", "phj-b", "b")) is not None
+    assert await poller.refresh(1, PhjRef("bridge", "ns", "phj-a", "a")) is not None
+    gate.set()
+    snap = await polling
+    assert 2 in snap.by_id, "a job read during the list is not taken for purged"
+    assert snap.by_id[1].state == "RUNNING", "the list's older PENDING does not overwrite a newer read"
