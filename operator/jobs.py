@@ -170,8 +170,8 @@ class PlaceholderJobs:
                     raise
                 except SlurmError as e:
                     await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
-            case pl.Release(job_id=job_id, pods=pods):
-                if not await self._release(phj, job_id, pods, members):
+            case pl.Release(job_id=job_id, pods=pods, announce=announce):
+                if not await self._release(phj, job_id, pods, members, announce):
                     return phj, DEVICES_RETRY_SECONDS
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj, scheduled, reason, message)
@@ -210,14 +210,16 @@ class PlaceholderJobs:
         logs.bind(jobId=job_id)
         job = await self.poller.refresh(job_id, ref)
         submitted = lc.submitted_status(phj, job_id, job, request)
-        await self.kube.event(phj, "Submitted", submitted.message or "")
         log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
         if job is not None and job.is_running and job.nodes:
-            # Allocated at once: one status write says both, and the pods are released now.
+            # Allocated at once: one status write says both, and the pods are released now. No
+            # Event: the status says it, and the scheduler posts Scheduled on each pod (as for
+            # any pod); Events are for what is unusual, such as waiting in Slurm's queue.
             plan = lc.allocation(phj, members, job, scheduler=self.config.schedulerName, submitted=submitted)
             result = await self.apply(phj, plan, members)
             assert not isinstance(result, Confirm)
             return -1.0 if result is None else result
+        await self.kube.event(phj, "Submitted", f"{submitted.message}: waiting in Slurm's queue")
         await self.patch_status(phj, submitted.dump())
         return -1.0
 
@@ -254,7 +256,12 @@ class PlaceholderJobs:
 
     # ---- pods -----------------------------------------------------------------------------------
     async def _release(
-        self, phj: Obj, job_id: int, pods: tuple[tuple[str, str], ...], members: Mapping[str, Obj | None]
+        self,
+        phj: Obj,
+        job_id: int,
+        pods: tuple[tuple[str, str], ...],
+        members: Mapping[str, Obj | None],
+        announce: bool = True,
     ) -> bool:
         """Claims of exactly Slurm's devices first (operator/devices.py), then the pods; False: a
         device is missing and no member is released."""
@@ -268,13 +275,19 @@ class PlaceholderJobs:
             return False
         phj_name = phj["metadata"]["name"]
         await asyncio.gather(*(
-            self._release_pod(pod, node, job_id, phj_name, prepared.annotations.get(pod_name))
+            self._release_pod(pod, node, job_id, phj_name, prepared.annotations.get(pod_name), announce)
             for pod_name, (pod, node) in unreleased.items()
         ))  # fmt: skip
         return True
 
     async def _release_pod(
-        self, pod: Obj, node: str, job_id: int, phj_name: str, annotations: dict[str, str] | None = None
+        self,
+        pod: Obj,
+        node: str,
+        job_id: int,
+        phj_name: str,
+        annotations: dict[str, str] | None = None,
+        announce: bool = True,
     ) -> None:
         meta = pod["metadata"]
         try:
@@ -291,7 +304,9 @@ class PlaceholderJobs:
             raise
         self.pods.upsert(updated)
         metrics.pod_released(updated)
-        await self.kube.event(updated, "SlurmAllocated", f"Slurm job {job_id} allocated node {node} to this pod")
+        if announce:
+            message = f"Slurm job {job_id} allocated node {node} to this pod after it waited in Slurm's queue"
+            await self.kube.event(updated, "SlurmAllocated", message)
 
     async def end_pod(self, pod: Obj, reason: str, message: str) -> None:
         """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""

@@ -299,7 +299,7 @@ def allocation(
         (n, assignment[n]) for n, p in live.items()
         if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
     )  # fmt: skip
-    actions.append(Release(job.job_id, unreleased))
+    actions.append(Release(job.job_id, unreleased, announce=submitted is None))
     scheduled = f"Slurm job {job.job_id} allocated {nodes} to the gang ({scheduler})"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
     if live and bound == len(live) and status.phase != names.PHASE_RUNNING:

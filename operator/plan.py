@@ -79,6 +79,9 @@ class Release:
 
     job_id: int
     pods: tuple[tuple[str, str], ...]  # (pod, node)
+    # Tell each pod with an Event: only when the job waited in Slurm's queue. An allocation at
+    # submit is said by the PlaceholderJob's status and the scheduler's own Scheduled Event.
+    announce: bool = True
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,23 @@ async def test_an_immediate_allocation_is_one_status_write_then_the_pod_is_relea
     assert len(status_writes) == 1
     assert status_writes[0]["jobId"] == 7 and status_writes[0]["phase"] == "Allocated"
     assert status_writes[0]["assignments"] == [{"pod": "p", "node": "n1"}]
-    assert ("patch", POD_PATH) in kube.calls and kube.events == ["Submitted", "SlurmAllocated"]
+    assert ("patch", POD_PATH) in kube.calls
+    assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
     assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+
+
+async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:
+    pending = JobInfo(job_id=7, states=("PENDING",), reason="Resources")
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    assert kube.events == ["Submitted"], "waiting in Slurm's queue is worth an Event"
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    slurm.job = running
+    assert jobs.poller.snapshot is not None
+    jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
+    await jobs.reconcile(("ns", "p"))
+    assert ("patch", POD_PATH) in kube.calls and kube.events == ["Submitted", "SlurmAllocated"]
 
 
 async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_up() -> None:
