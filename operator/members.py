@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import Group, GroupError, GroupResolver, Join, is_gang, plan_join, same_group
+from slurm_bridge.operator.groups import Group, GroupError, Join, is_gang, plan_join, same_group
 from slurm_bridge.operator.lifecycle import REASON_SUBMITTING
 from slurm_bridge.operator.poller import SlurmPoller
+from slurm_bridge.operator.resolver import GroupResolver
 from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
 
 from slurm_bridge import names

@@ -13,7 +13,6 @@ from slurm_bridge.operator.groups import (
     MAX_NAME,
     Group,
     GroupError,
-    GroupResolver,
     Join,
     is_gang,
     jobset_size,
@@ -23,6 +22,7 @@ from slurm_bridge.operator.groups import (
     podgroup_size,
     same_group,
 )
+from slurm_bridge.operator.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.config import Config

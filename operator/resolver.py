@@ -1,0 +1,223 @@
+"""Pod -> group resolution with API reads: the owner walk (depth-limited, discovery cached), the
+PodGroup and Workload reads. The rules it applies are pure and live in :mod:`.groups`; this
+module is the I/O around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurm_bridge.operator.groups import (
+    JOB,
+    JOBSET,
+    LWS,
+    MAX_OWNER_DEPTH,
+    PODGROUP,
+    PODGROUP_API_VERSION,
+    RECOGNIZED,
+    WORKLOAD_API_GROUP,
+    WORKLOAD_API_VERSIONS,
+    Getter,
+    Group,
+    GroupError,
+    Obj,
+    gang_min_count,
+    jobset_group,
+    lws_group,
+    pod_group,
+    podgroup_group,
+    workload_name,
+    workload_podgroup_group,
+)
+
+from slurm_bridge import names, workloads
+from slurm_bridge.kube import KubeError, api_prefix, resource_path
+from slurm_bridge.workloads import api_group, controller_of, group_kind, scheduling_group_name
+
+
+class GroupResolver:
+    """Resolves pods to groups with GETs through ``get``; caches API discovery (kind -> resource)."""
+
+    def __init__(self, get: Getter, *, max_depth: int = MAX_OWNER_DEPTH) -> None:
+        self._get = get
+        self.max_depth = max_depth
+        self._plurals: dict[tuple[str, str], str] = {}
+        self._workload_version: str | None = None
+
+    async def resolve(self, pod: Obj) -> Group:
+        """The pod's group; raises GroupError when it cannot be known now."""
+        scheduling_group = scheduling_group_name(pod.get("spec") or {})
+        if scheduling_group:
+            group = await self._workload_podgroup(pod, scheduling_group)
+            if group is not None:
+                return group
+        labels = pod["metadata"].get("labels") or {}
+        podgroup = labels.get(names.LABEL_POD_GROUP)
+        if podgroup:
+            return podgroup_group(pod, await self._podgroup(pod, podgroup))
+        recognized, highest = await self._walk(pod)
+        if recognized is not None:
+            kind = group_kind(recognized)
+            if kind == JOBSET:
+                return jobset_group(pod, recognized)
+            if kind == LWS:
+                return lws_group(pod, recognized)
+            return pod_group(pod, recognized)  # a batch Job: one group per pod
+        return pod_group(pod, highest)
+
+    async def _podgroup(self, pod: Obj, name: str) -> Obj:
+        ns = pod["metadata"]["namespace"]
+        path = resource_path(PODGROUP_API_VERSION, workloads.PLURALS[PODGROUP], ns, name)
+        try:
+            obj = await self._get(path)
+        except KubeError as e:
+            raise GroupError(
+                "PodGroupUnreadable", f"cannot read PodGroup {ns}/{name} ({PODGROUP_API_VERSION}): {e}", 30.0
+            ) from None
+        if obj is None:
+            # Coscheduling users often create the pods and the PodGroup together: wait for it.
+            raise GroupError(
+                "PodGroupNotFound",
+                f"the pod's {names.LABEL_POD_GROUP} label names PodGroup {name}, which does not exist "
+                f"(or the {PODGROUP_API_VERSION} PodGroup CRD is not installed); the pod waits for it",
+                5.0,
+            )
+        return obj
+
+    async def workload_api_version(self) -> str:
+        """The served Workload API version the bridge knows (found once by discovery)."""
+        if self._workload_version:
+            return self._workload_version
+        try:
+            doc = await self._get(f"/apis/{WORKLOAD_API_GROUP}")
+        except KubeError as e:
+            message = f"cannot discover the {WORKLOAD_API_GROUP} API: {e}"
+            raise GroupError("WorkloadAPIUnreadable", message, 30.0) from None
+        served = [str(v.get("version")) for v in (doc or {}).get("versions") or []]
+        for version in WORKLOAD_API_VERSIONS:
+            if version in served:
+                # The group also serves PriorityClasses (v1): the version must hold podgroups.
+                resources = await self._get(f"/apis/{WORKLOAD_API_GROUP}/{version}")
+                if any(
+                    r.get("name") == workloads.SCHED_PODGROUP.plural for r in (resources or {}).get("resources") or []
+                ):
+                    self._workload_version = version
+                    return version
+        known = ", ".join(f"{WORKLOAD_API_GROUP}/{v}" for v in WORKLOAD_API_VERSIONS)
+        raise GroupError(
+            "WorkloadAPINotServed",
+            f"the pod sets spec.schedulingGroup, but the API server serves no PodGroups in {known} "
+            f"(served versions: {', '.join(served) or 'none'}); enable the GenericWorkload feature gate and "
+            f"--runtime-config={WORKLOAD_API_GROUP}/v1alpha2=true",
+            60.0,
+        )
+
+    async def _workload_podgroup(self, pod: Obj, name: str) -> Group | None:
+        """The gang of the pod's built-in PodGroup; None for a ``basic`` policy, which (as in the
+        Go slurm-bridge) asks for no gang, so the usual rules below decide."""
+        ns = pod["metadata"]["namespace"]
+        api_version = f"{WORKLOAD_API_GROUP}/{await self.workload_api_version()}"
+        podgroup = await self._read(api_version, "PodGroup", ns, name, "spec.schedulingGroup.podGroupName names")
+        if gang_min_count(podgroup) is None:
+            return None
+        workload: Obj | None = None
+        wname = workload_name(podgroup)
+        if wname:
+            workload = await self._read(api_version, "Workload", ns, wname, f"PodGroup {name} was made from")
+        recognized, _ = await self._walk(pod)
+        controller = recognized if recognized is not None and group_kind(recognized) in (JOB, JOBSET) else None
+        return workload_podgroup_group(pod, podgroup, controller, workload)
+
+    async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
+        """A Workload API object the pod's group depends on; the pod waits while it is missing."""
+        plural = workloads.PLURALS[(WORKLOAD_API_GROUP, kind)]
+        path = resource_path(api_version, plural, ns, name)
+        try:
+            obj = await self._get(path)
+        except KubeError as e:
+            if e.status == 403:
+                raise GroupError(f"{kind}Forbidden", f"the bridge may not read {kind} {ns}/{name} ({api_version}); "
+                                 f"grant it get on {plural}", 60.0) from None  # fmt: skip
+            message = f"cannot read {kind} {ns}/{name} ({api_version}): {e}"
+            raise GroupError(f"{kind}Unreadable", message, 30.0) from None
+        if obj is None:
+            # Workload controllers create the pods, the PodGroup and the Workload in some order.
+            raise GroupError(f"{kind}NotFound",
+                             f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it",
+                             5.0)  # fmt: skip
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind)
+        return obj
+
+    async def _walk(self, pod: Obj) -> tuple[Obj | None, Obj | None]:
+        """(highest recognised workload, highest readable controller) above the pod.
+
+        As in the Go slurm-bridge: an unreadable (403) owner above a readable controller ends the
+        walk there unless it is a recognised workload kind (that is missing RBAC, an error); a
+        missing owner, one the bridge may not read directly above the pod, and a chain longer
+        than ``max_depth`` are errors.
+        """
+        ns = pod["metadata"]["namespace"]
+        recognized: Obj | None = None
+        highest: Obj | None = None
+        seen = {pod["metadata"].get("uid")}
+        obj: Obj = pod
+        depth = 0
+        while (ref := controller_of(obj)) is not None:
+            gk = group_kind(ref)
+            what = f"{ref.get('kind')} {ns}/{ref.get('name')} ({ref.get('apiVersion')})"
+            if depth >= self.max_depth:
+                raise GroupError(
+                    "OwnerChainTooDeep",
+                    f"the pod's controller owner chain is longer than {self.max_depth} objects (at {what})",
+                    300.0,
+                )
+            depth += 1
+            if ref.get("uid") in seen:
+                raise GroupError("OwnerChainLoop", f"the pod's controller owner chain loops at {what}", 300.0)
+            seen.add(ref.get("uid"))
+            try:
+                path = resource_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
+                owner = await self._get(path)
+            except KubeError as e:
+                if e.status == 403 and highest is not None and gk not in RECOGNIZED:
+                    break  # stop at the highest controller the bridge may read
+                if e.status == 403:
+                    raise GroupError(
+                        "OwnerForbidden",
+                        f"the bridge may not read the pod's owner {what}; grant it get on that resource",
+                        60.0,
+                    ) from None
+                raise GroupError("OwnerUnreadable", f"cannot read the pod's owner {what}: {e}", 10.0) from None
+            if owner is None or (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+                # Usually a workload being deleted: the garbage collector removes the pod soon.
+                raise GroupError("OwnerNotFound", f"the pod's owner {what} does not exist", 10.0)
+            owner.setdefault("apiVersion", ref.get("apiVersion"))
+            owner.setdefault("kind", ref.get("kind"))
+            highest = owner
+            if gk in RECOGNIZED:
+                recognized = owner
+            obj = owner
+        return recognized, highest
+
+    async def _plural(self, ref: Mapping[str, Any]) -> str:
+        """The resource name of an owner's kind: well-known, or found once by API discovery."""
+        api_version, kind = str(ref.get("apiVersion", "")), str(ref.get("kind", ""))
+        known = workloads.PLURALS.get((api_group(api_version), kind))
+        if known:
+            return known
+        cached = self._plurals.get((api_version, kind))
+        if cached:
+            return cached
+        doc = await self._get(api_prefix(api_version))
+        for resource in (doc or {}).get("resources") or []:
+            name = str(resource.get("name", ""))
+            if resource.get("kind") == kind and "/" not in name:
+                self._plurals[(api_version, kind)] = name
+                return name
+        raise GroupError(
+            "OwnerKindNotServed",
+            f"the pod's owner kind {kind} ({api_version}) is not served by the API server",
+            60.0,
+        )
