@@ -9,6 +9,7 @@ FULL_RESYNC_SECONDS, and when so many jobs changed that one list is cheaper than
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -29,8 +30,12 @@ MIN_GAP_SECONDS = 0.4
 # between submit and status) and catches anything the state polls could miss.
 FULL_RESYNC_SECONDS = 30.0
 # Pending jobs change reason (Priority, Resources, ...) without changing state: read them again
-# this often.
+# this often, but at most PENDING_REFRESH_PER_POLL of them per poll (the longest unread first),
+# so a deep queue costs a bounded number of GETs per period; the full list every
+# FULL_RESYNC_SECONDS reads every reason anyway. (Measured: 300 pending jobs cost 20 GETs a
+# second without the cap: docs/performance.md, run 3.)
 PENDING_REFRESH_SECONDS = 10.0
+PENDING_REFRESH_PER_POLL = 4
 # Details are fetched job by job while that is cheaper than one full list: a GET costs about as
 # much as listing this many jobs.
 GET_COST_IN_LISTED_JOBS = 4
@@ -253,11 +258,15 @@ class SlurmPoller:
         states = await self._slurm.job_states()
         stale = started - PENDING_REFRESH_SECONDS
         wanted: dict[int, PhjRef] = dict(self._expected)
+        reasons: list[tuple[float, int]] = []  # (last read, job) of pending jobs read long ago
         for job_id, job in snap.by_id.items():
             state = states.get(job_id)
-            changed = state is None or set(state) != set(job.states)
-            if changed or (job.is_pending and self._read_at.get(job_id, 0.0) < stale):
+            if state is None or set(state) != set(job.states):
                 wanted[job_id] = snap.refs[job_id]
+            elif job.is_pending and (read_at := self._read_at.get(job_id, 0.0)) < stale:
+                reasons.append((read_at, job_id))
+        for _, job_id in heapq.nsmallest(PENDING_REFRESH_PER_POLL, reasons):
+            wanted[job_id] = snap.refs[job_id]
         if not wanted:
             return
         if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):

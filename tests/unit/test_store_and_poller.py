@@ -285,3 +285,28 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
     snap = await polling
     assert 2 in snap.by_id, "a job read during the list is not taken for purged"
     assert snap.by_id[1].state == "RUNNING", "the list's older PENDING does not overwrite a newer read"
+
+
+async def test_a_deep_queue_costs_a_bounded_number_of_reason_reads_per_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reasons of many pending jobs are read a few per poll, the longest unread first, not all at
+    once: 300 pending jobs cost 20 GETs a second before (performance.md, run 3)."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))  # type: ignore[arg-type]
+    for i in range(1, 201):  # many other users' jobs: GETs stay cheaper than a full list
+        slurm.set(JobInfo(job_id=5000 + i, states=("RUNNING",), admin_comment="not ours"))
+    for i in range(1, 31):
+        slurm.set(_job(i, f"u{i}", "PENDING", reason="Priority"))
+    await poller.poll_once()
+    monkeypatch.setattr(poller_module, "PENDING_REFRESH_SECONDS", 0.0)
+    read: list[int] = []
+    for _ in range(3):
+        slurm.calls.clear()
+        await poller.poll_once()
+        gets = [int(c.split()[1]) for c in slurm.calls if c.startswith("get ")]
+        assert len(gets) == poller_module.PENDING_REFRESH_PER_POLL, slurm.calls
+        read += gets
+    assert len(set(read)) == len(read), "the longest unread go first: no job twice before the others"
+    slurm.set(_job(30, "u30", "RUNNING", ("n1",)))
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert "get 30" in slurm.calls, "a job whose state changed is always read"
