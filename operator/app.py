@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from slurm_bridge.operator.leader import LeaderElector
 from slurm_bridge.operator.login import login as kopf_login
 from slurm_bridge.operator.nodes import NodeController
 
+from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeClient
@@ -49,7 +49,9 @@ def build_registry(
     elector: LeaderElector,
     nodes: NodeController | None = None,
     hand_over: Callable[[], Awaitable[None]] | None = None,
+    creds: kubeconfig_loader.Credentials | None = None,
 ) -> kopf.OperatorRegistry:
+    """The kopf handlers; ``creds`` (the operator's own client's) log kopf in."""
     registry = kopf.OperatorRegistry()
 
     if hand_over is not None:
@@ -71,9 +73,11 @@ def build_registry(
         # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
         settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={ctrl.config.schedulerName}"
 
-    @kopf.on.login(registry=registry)
-    async def login(**_: Any) -> kopf.ConnectionInfo:
-        return await kopf_login(os.environ.get("KUBECONFIG"))  # operator/login.py: exec plugins, in-cluster
+    if creds is not None:
+
+        @kopf.on.login(registry=registry)
+        async def login(**_: Any) -> kopf.ConnectionInfo:
+            return await kopf_login(creds)  # operator/login.py: exec plugins, in-cluster
 
     @kopf.on.event("v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
@@ -161,9 +165,8 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, s
 
 
 async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None:
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # kopf's login reads it too
-    kube = KubeClient.from_environment(kubeconfig, component="slurm-bridge-operator")
+    creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
+    kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator")
     slurm = SlurmClient.from_config(cfg)
     ctrl = Controller(cfg, kube, slurm)
     node_ctrl = NodeController(cfg, kube, slurm)
@@ -192,7 +195,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         await ctrl.stop()
         await elector.release()
 
-    registry = build_registry(ctrl, elector, node_ctrl, hand_over)
+    registry = build_registry(ctrl, elector, node_ctrl, hand_over, creds)
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop)
     finally:

@@ -4,20 +4,18 @@ kopf's built-in logins either need the ``kubernetes``/``pykube-ng`` packages or,
 ones, know neither exec plugins nor the in-cluster Service address (its service-account login
 calls https://kubernetes.default.svc, which needs cluster DNS). kopf calls this again whenever
 the API answers 401 and, for an exec plugin's token, before the expiry the plugin reported; each
-call reads the token file again or runs the plugin again.
+call reads the token file again or runs the plugin again. The credentials are the operator's
+own client's (loaded once, in operator/app.py), so a token kopf renews serves that client too.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 import kopf
 
 from slurm_bridge import kubeconfig
 
 
-async def login(path: str | None) -> kopf.ConnectionInfo:
-    creds = await asyncio.to_thread(kubeconfig.load, path)  # file reads, off the event loop
+async def login(creds: kubeconfig.Credentials) -> kopf.ConnectionInfo:
     token = None
     if creds.auth is not None:
         creds.auth.invalidate()  # kopf asks only when the last credentials failed or expired

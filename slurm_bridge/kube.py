@@ -139,6 +139,12 @@ class KubeClient:
         server, tls, token = _load_credentials(kubeconfig)
         return cls(server, tls, token, component=component)
 
+    @classmethod
+    def from_credentials(cls, creds: kubeconfig_loader.Credentials, *, component: str = names.APP_NAME) -> KubeClient:
+        """A client on credentials another user shares (the operator's kopf login): one token
+        source, so one exec-plugin run or token-file read serves both."""
+        return cls(creds.server, creds.ssl_context(), creds.auth, component=component)
+
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._tls or True)

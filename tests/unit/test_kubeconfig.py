@@ -273,9 +273,16 @@ async def test_kopf_login_carries_the_exec_token_and_its_expiry(tmp_path: Path, 
     api = FakeAPI()
     port = await serve(api)
     path = plugin_kubeconfig(tmp_path, f"http://127.0.0.1:{port}", ttl=600)
-    first = await kopf_login(str(path))
-    second = await kopf_login(str(path))  # kopf logs in again only when the last login failed
-    assert (first.token, second.token) == ("tok-1", "tok-2")
+    creds = kubeconfig.load(str(path))
+    kube = KubeClient.from_credentials(creds)  # the operator's own client shares kopf's credentials
+    try:
+        first = await kopf_login(creds)
+        second = await kopf_login(creds)  # kopf logs in again only when the last login failed
+        assert (first.token, second.token) == ("tok-1", "tok-2")
+        await kube.get("/api")
+        assert api.seen[-1] == "Bearer tok-2", "the client uses the token kopf's login renewed: one plugin run"
+    finally:
+        await kube.aclose()
     assert first.server == f"http://127.0.0.1:{port}" and first.default_namespace == "team"
     assert first.expiration is not None
     assert timedelta(seconds=500) < first.expiration - datetime.now(UTC) <= timedelta(seconds=600)
@@ -291,7 +298,7 @@ async def test_kopf_login_in_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     monkeypatch.setattr(kubeconfig, "SA_DIR", sa)
-    info = await kopf_login(None)
+    info = await kopf_login(kubeconfig.load(None))
     assert (info.server, info.token, info.default_namespace) == ("https://10.96.0.1:443", "pod-token", "ns")
     assert info.ca_path == str(sa / "ca.crt")
 
