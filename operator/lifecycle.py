@@ -167,7 +167,7 @@ def _no_job(phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed:
 
 def _submit(phj: Obj, members: Members) -> Plan:
     spec, status = spec_of(phj), status_of(phj)
-    present = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p))
+    present = tuple(st.holding_allocation(members))
     need = spec.min_member if spec.min_member is not None else len(members)
     if len(present) < need:
         # The gang is not complete yet; pod events bring us back.
@@ -221,7 +221,7 @@ def _with_job(
 def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) -> Plan:
     """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
     phase, reason, message = st.end_of_job(job, job_id)
-    live = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p))
+    live = tuple(st.holding_allocation(members))
     end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
     return Plan((
         _terminal_status(phj, phase, reason, message, job),
@@ -293,7 +293,7 @@ def allocation(
             allocated = PlaceholderJobStatus.model_validate(submitted.dump() | allocated.dump())
         actions.append(WriteStatus(allocated))
     # Release the pods only once every member has its node: gangs start together.
-    live = {n: p for n, p in members.items() if p is not None and not st.pod_ended(p)}
+    live = st.holding_allocation(members)
     bound = sum(1 for n, p in live.items() if p.get("spec", {}).get("nodeName") == assignment[n])
     unreleased = tuple(
         (n, assignment[n]) for n, p in live.items()
@@ -363,7 +363,7 @@ def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
     if live_job or slurm.others:
         if confirmed is None:
             return Plan((ConfirmMembers(),))
-        holding = [n for n, p in confirmed.items() if p is not None and not st.pod_ended(p)]
+        holding = list(st.holding_allocation(confirmed))
         if holding:
             name = phj["metadata"]["name"]
             what = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"

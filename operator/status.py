@@ -147,9 +147,10 @@ def pod_terminating(pod: Obj) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
-def holding_allocation(members: Mapping[str, Obj | None]) -> list[Obj]:
-    """Member pods that still need their Slurm allocation: they exist and have not ended."""
-    return [p for p in members.values() if p is not None and not pod_ended(p)]
+def holding_allocation(members: Mapping[str, Obj | None]) -> dict[str, Obj]:
+    """Member pods (by name) that still need their Slurm allocation: they exist and have not
+    ended (a terminating pod still holds its node)."""
+    return {n: p for n, p in members.items() if p is not None and not pod_ended(p)}
 
 
 def pod_is_released(pod: Obj, node: str) -> bool:

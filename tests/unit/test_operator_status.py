@@ -162,13 +162,13 @@ def _member(phase: str, terminating: bool = False) -> dict[str, Any]:
 )
 def test_a_pod_holds_its_allocation_until_it_is_gone_or_terminal(pod: dict[str, Any] | None, holds: bool) -> None:
     assert st.pod_ended(pod) is not holds
-    assert (st.holding_allocation({"p": pod}) == [pod]) is holds
+    assert (list(st.holding_allocation({"p": pod}).values()) == [pod]) is holds
 
 
 def test_a_gang_holds_its_allocation_while_any_member_does() -> None:
     gone, done, leaving = None, _member("Succeeded"), _member("Running", terminating=True)
-    assert st.holding_allocation({"a": gone, "b": done, "c": leaving}) == [leaving]
-    assert st.holding_allocation({"a": gone, "b": done}) == []
+    assert list(st.holding_allocation({"a": gone, "b": done, "c": leaving}).values()) == [leaving]
+    assert list(st.holding_allocation({"a": gone, "b": done}).values()) == []
     assert st.pod_terminating(leaving) and not st.pod_terminating(done)
 
 
