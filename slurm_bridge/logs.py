@@ -62,18 +62,14 @@ R = TypeVar("R")
 def work_item(
     func: Callable[[Any, Hashable], Awaitable[R]],
 ) -> Callable[[Any, Hashable], Awaitable[R]]:
-    """Decorate a work queue's handler ``(self, item)``, item ``(kind, namespace, name)`` or
-    ``(kind, name)``: the lines of each reconcile name its object."""
+    """Decorate a work queue's handler ``(self, item)``, item ``(kind, namespace, name)``: the
+    lines of each reconcile name its object."""
 
     @functools.wraps(func)
     async def wrapper(self: Any, item: Hashable) -> R:
         fields: dict[str, Any] = {}
         if isinstance(item, tuple) and len(item) == 3:
             fields = {"kind": item[0], "namespace": item[1], "name": item[2]}
-        elif isinstance(item, tuple) and len(item) == 2:
-            fields = {"kind": item[0], "namespace": "", "name": item[1]}
-        elif isinstance(item, str):
-            fields = {"namespace": "", "name": item}
         with scope(**fields):
             return await func(self, item)
 
