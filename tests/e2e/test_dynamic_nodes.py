@@ -142,6 +142,9 @@ def test_a_capacity_change_is_applied_and_a_restart_registers_nothing_twice(
     set_cpus(core, dyn_node, "8")
     wait_for(lambda: (n := slurm_node(slurm_env, dyn_node)) and n["cpus"] == 8 and "DRAIN" not in n["state"], 30,
              "the node registered again with 8 CPUs")  # fmt: skip
+    # Events are posted in the background: count them once the 8-CPU registration's is in.
+    wait_for(lambda: any("CPUs=8 " in (e.message or "") for e in node_events(core, dyn_node, "SlurmNodeRegistered")),
+             30, "the Event of the registration with 8 CPUs")  # fmt: skip
     registered = len(node_events(core, dyn_node, "SlurmNodeRegistered"))
     before = json.dumps(slurm_node(slurm_env, dyn_node), sort_keys=True, default=str)
     proc = run(["bash", str(BRIDGE_SH), "restart", "operator"], check=False, timeout=300)
