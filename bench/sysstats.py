@@ -112,6 +112,16 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) one process has used; 0 when it is gone."""
+    stat = _stat(pid)
+    return stat[1] if stat is not None else 0.0
+
+
+def rss_mib(pid: int) -> float:
+    return _rss(pid) / 2**20
+
+
 def _tree(root: int, parents: dict[int, int]) -> list[int]:
     kids: dict[int, list[int]] = {}
     for p, pp in parents.items():

@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import secrets
-import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -32,29 +32,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-REPO = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cluster_env() -> dict[str, str]:
-    out = subprocess.run(["bash", str(REPO / "hack" / "cluster.sh"), "env"], check=True, capture_output=True, text=True)
-    env = {}
-    for line in out.stdout.splitlines():
-        k, _, v = line.removeprefix("export ").partition("=")
-        env[k] = v.strip('"')
-    return env
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pipeline_latency import cluster_env  # bench/ is not a package
+from sysstats import cpu_seconds, rss_mib
 
 
 def scrape(url: str) -> dict[str, float]:
