@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Hashable
 from typing import Any, cast
-from urllib.parse import quote
 
 from slurm_bridge.operator import nodesync
 from slurm_bridge.operator import registration as reg
@@ -30,7 +29,7 @@ from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer
+from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
@@ -43,10 +42,6 @@ Obj = dict[str, Any]
 RESYNC_SECONDS = 60.0
 # Slurm's partition names are read again at most this often (only before a node is registered).
 PARTITIONS_TTL_SECONDS = 30.0
-
-
-def node_path(name: str) -> str:
-    return f"/api/v1/nodes/{quote(name)}"
 
 
 def _fingerprint(n: NodeInfo) -> tuple[object, ...]:

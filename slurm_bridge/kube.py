@@ -75,27 +75,32 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + escape_pointer(str(p)) for p in parts)
 
 
-def pod_path(namespace: str, name: str | None = None) -> str:
-    base = f"/api/v1/namespaces/{namespace}/pods"
-    return f"{base}/{quote(name)}" if name else base
-
-
-def phj_path(namespace: str | None, name: str | None = None) -> str:
-    if namespace is None:
-        return f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
-    base = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}"
-    return f"{base}/{quote(name)}" if name else base
-
-
 def api_prefix(api_version: str) -> str:
     """Where an API version is served: core (``v1``) under /api, every group under /apis."""
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
-def resource_path(api_version: str, plural: str, namespace: str | None, name: str) -> str:
-    """The API path of one object."""
-    prefix = api_prefix(api_version)
-    return f"{prefix}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{prefix}/{plural}/{name}"
+def resource_path(api_version: str, plural: str, namespace: str | None, name: str | None = None) -> str:
+    """The API path of one object, or of the collection when ``name`` is None (cluster-wide when
+    ``namespace`` is None too); the name is URL-quoted."""
+    base = (
+        f"{api_prefix(api_version)}/namespaces/{namespace}/{plural}"
+        if namespace
+        else f"{api_prefix(api_version)}/{plural}"
+    )
+    return f"{base}/{quote(name)}" if name else base
+
+
+def pod_path(namespace: str, name: str | None = None) -> str:
+    return resource_path("v1", "pods", namespace, name)
+
+
+def phj_path(namespace: str | None, name: str | None = None) -> str:
+    return resource_path(f"{names.GROUP}/{names.VERSION}", names.PLURAL, namespace, name)
+
+
+def node_path(name: str) -> str:
+    return resource_path("v1", "nodes", None, name)
 
 
 def object_path(obj: dict[str, Any]) -> str:
