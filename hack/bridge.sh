@@ -17,6 +17,8 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_MANAGED_LABEL:=slurm-bridge.local/managed}" "${SB_POLL_PERIOD:=1.0}"
 # The bridge components' --log-level (DEBUG, INFO, WARNING, ERROR) and --log-format (json, text).
 : "${SB_LOG_LEVEL:=INFO}" "${SB_LOG_FORMAT:=json}"
+# The operator's concurrent reconciles (config operatorWorkers; benchmarks compare settings).
+: "${SB_OPERATOR_WORKERS:=16}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -36,6 +38,7 @@ webhookKeyFile: $BRIDGE_DIR/tls/tls.key
 extenderListen: 127.0.0.1:$SB_EXTENDER_PORT
 extenderHealthListen: 127.0.0.1:$SB_EXTENDER_HEALTH_PORT
 operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
+operatorWorkers: $SB_OPERATOR_WORKERS
 CFG
 }
 

@@ -5,7 +5,8 @@ its job, the member pods), asks ``lifecycle.decide`` and applies the plan's acti
 Every action is idempotent and every piece of state it needs after a restart is in the
 PlaceholderJob's status or in Slurm, so a crash between two actions is decided again from there:
 - the job id goes into status right after the submit; node assignments go into status before
-  any pod is touched;
+  any pod is touched (except a single pod allocated at its submit: released first, its status
+  written once it is bound; the job is adopted by its uid after a crash, see ``_unwritten``);
 - a pod is only considered deleted after a direct GET says so (``ConfirmMembers``);
 - a gang's PlaceholderJob is fenced (status reason ``Submitting``, written with a
   resourceVersion test) before its job is submitted, so no member joins a job sized without it.
@@ -77,6 +78,10 @@ class PlaceholderJobs:
         self.devices = DeviceBinder(kube, slurm)
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
+        # uid -> (status of a submit Slurm allocated at once, not written yet; write it by then):
+        # written with the next status write (lifecycle.allocation). Lost in a crash, it is
+        # rebuilt from Slurm (the job is adopted by its uid), so it is only a saving, not state.
+        self._unwritten: dict[str, tuple[PlaceholderJobStatus, float]] = {}
 
     # ---- gather, decide, apply ------------------------------------------------------------------
     def observe(self, phj: Obj) -> lc.SlurmSide:
@@ -108,16 +113,18 @@ class PlaceholderJobs:
         phj = self.phjs.get(key)
         if phj is None:
             return None
+        phj, at_once = self._with_unwritten(phj)
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
         now = lc.Clock(time.monotonic())
-        plan = lc.decide(phj, slurm, members, now, scheduler=self.config.schedulerName)
+        scheduler = self.config.schedulerName
+        plan = lc.decide(phj, slurm, members, now, scheduler=scheduler, at_once=at_once)
         applied = await self.apply(phj, plan, members)
         if not isinstance(applied, Confirm):
             return applied
         confirmed = await self.confirmed_members(applied.phj, members)
-        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=self.config.schedulerName)
+        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once)
         result = await self.apply(applied.phj, plan, members, confirmed)
         assert not isinstance(result, Confirm)
         return result
@@ -183,6 +190,19 @@ class PlaceholderJobs:
                 await self._finalize(phj)
         return phj, None
 
+    def _with_unwritten(self, phj: Obj) -> tuple[Obj, float | None]:
+        """The PlaceholderJob as if its unwritten submit status were written, and until when it
+        may stay unwritten (None: nothing unwritten)."""
+        uid = phj["metadata"]["uid"]
+        held = self._unwritten.get(uid)
+        if held is None:
+            return phj, None
+        if status_of(phj).job_id is not None:  # written meanwhile (e.g. by a previous leader)
+            del self._unwritten[uid]
+            return phj, None
+        submitted, until = held
+        return {**phj, "status": (phj.get("status") or {}) | submitted.dump()}, until
+
     # ---- submit -----------------------------------------------------------------------------------
     async def _submit(self, phj: Obj, action: pl.Submit, members: Mapping[str, Obj | None]) -> float | None:
         """Place the job; its id goes into status at once (with the allocation if Slurm allocated)."""
@@ -212,10 +232,14 @@ class PlaceholderJobs:
         submitted = lc.submitted_status(phj, job_id, job, request)
         log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
         if job is not None and job.is_running and job.nodes:
-            # Allocated at once: one status write says both, and the pods are released now. No
+            # Allocated at once: the pods are released now and the submit's status is written
+            # with the allocation's (a single pod's once it is bound: lifecycle.allocation). No
             # Event: the status says it, and the scheduler posts Scheduled on each pod (as for
             # any pod); Events are for what is unusual, such as waiting in Slurm's queue.
-            plan = lc.allocation(phj, members, job, scheduler=self.config.schedulerName, submitted=submitted)
+            now = time.monotonic()
+            self._unwritten[meta["uid"]] = (submitted, now + lc.UNWRITTEN_SECONDS)
+            phj, at_once = self._with_unwritten(phj)
+            plan = lc.allocation(phj, members, job, scheduler=self.config.schedulerName, now=now, at_once=at_once)
             result = await self.apply(phj, plan, members)
             assert not isinstance(result, Confirm)
             return -1.0 if result is None else result
@@ -370,6 +394,7 @@ class PlaceholderJobs:
                 )  # fmt: skip
         self.poller.forget(meta["uid"])
         self._releasing.discard(meta["uid"])
+        self._unwritten.pop(meta["uid"], None)
         self.podgroups.forget(phj)
 
     async def _add_finalizer(self, phj: Obj) -> Obj:
@@ -389,7 +414,11 @@ class PlaceholderJobs:
         log.info("cancelled Slurm job %d", job_id)
 
     async def patch_status(self, phj: Obj, patch: Obj) -> Obj:
+        """Merge-patch status, with the submit's status still unwritten (``_unwritten``) under it."""
         meta = phj["metadata"]
+        held = self._unwritten.pop(meta["uid"], None)
+        if held is not None:
+            patch = held[0].dump() | patch
         try:
             updated = await self.kube.patch(f"{phj_path(meta['namespace'], meta['name'])}/status", {"status": patch})
         except NotFound:

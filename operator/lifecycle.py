@@ -57,6 +57,9 @@ SUBMIT_VISIBILITY_GRACE = 30.0
 SUBMIT_RETRY_SECONDS = 30.0
 # A deleted PlaceholderJob whose pods still run is looked at again this often (pod events sooner).
 FINALIZE_RECHECK_SECONDS = 5.0
+# A single pod's job allocated at its submit: its status is written once the pod is bound, or after
+# this many seconds (when the scheduler is slower), whichever comes first (see allocation()).
+UNWRITTEN_SECONDS = 10.0
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
@@ -94,13 +97,21 @@ class Clock:
 
 # ---- the decision -----------------------------------------------------------------------------
 def decide(
-    phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None = None, *, scheduler: str
+    phj: Obj,
+    slurm: SlurmSide,
+    members: Members,
+    now: Clock,
+    confirmed: Members | None = None,
+    *,
+    scheduler: str,
+    at_once: float | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
     ``members``: each member's pod from the watch cache (None: not there, or another incarnation);
     ``confirmed``: the same after a GET of the missing ones (see ConfirmMembers); ``scheduler``:
-    the bridge's scheduler name (PodGroup messages say it).
+    the bridge's scheduler name (PodGroup messages say it); ``at_once``: see :func:`allocation`
+    (``phj`` then carries the unwritten status of its submit).
     """
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
@@ -119,7 +130,7 @@ def decide(
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING))
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
-    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler))
+    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once))
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -191,6 +202,7 @@ def _with_job(
     now: Clock,
     confirmed: Members | None,
     scheduler: str,
+    at_once: float | None = None,
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
     job_id, job = slurm.job_id, slurm.job
@@ -213,7 +225,7 @@ def _with_job(
     if job.is_pending:
         return _pending(phj, status, job)
     if job.is_running and job.nodes:
-        return allocation(phj, members, job, scheduler=scheduler, status=status)
+        return allocation(phj, members, job, scheduler=scheduler, status=status, now=now.mono, at_once=at_once)
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
     return Plan(_mirror(status, job, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
 
@@ -260,53 +272,61 @@ def allocation(
     job: JobInfo,
     *,
     scheduler: str,
-    submitted: PlaceholderJobStatus | None = None,
     status: PlaceholderJobStatus | None = None,
+    now: float = 0.0,
+    at_once: float | None = None,
 ) -> Plan:
     """Record the nodes, then release the pods; Running once every live member is bound.
 
-    ``submitted``: the status of a submit that allocated at once, written in the same patch;
-    ``status``: the PlaceholderJob's status as the plan so far leaves it.
+    ``status``: the PlaceholderJob's status as the plan so far leaves it. ``at_once``: Slurm
+    allocated at the submit, and the shell holds the submit's status unwritten until this
+    (monotonic) time. A single pod is then released *before* anything is written, and status is
+    written once, Allocated and Running together, when the pod is bound (or at ``at_once``, if
+    the bind takes longer): one write instead of two. A crash meanwhile loses nothing: the job
+    carries the PlaceholderJob's uid (adopted after a restart) and the pod its node and job id.
+    Gangs always record their assignments before any member is released.
     """
     spec, status = spec_of(phj), status or status_of(phj)
     gen = phj["metadata"].get("generation")
-    conditions = submitted.condition_dicts() if submitted is not None else status.condition_dicts()
+    conditions = status.condition_dicts()
     current = {a.pod: a.node for a in status.assignments or []}
     assignment = st.assign_nodes(list(members), list(job.nodes), current)
     if assignment is None:
         message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
-        first: tuple[Action, ...] = (WriteStatus(submitted),) if submitted is not None else ()
         ended = _terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
-        return Plan((*first, ended, Cancel(job.job_id)))
-    actions: list[Action] = []
+        return Plan((ended, Cancel(job.job_id)))
     nodes = st.compress_hostlist(job.nodes)
+    live = st.holding_allocation(members)
+    bound = bool(live) and all(p.get("spec", {}).get("nodeName") == assignment[n] for n, p in live.items())
+    write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm job {job.job_id} allocated {nodes}"
         conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
-        allocated = PlaceholderJobStatus(
+        write = PlaceholderJobStatus(
             job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
             node_list=nodes, pod_list=",".join(spec.pods),
             assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
             start_time=status.start_time or now_iso(), conditions=conditions,
         )  # fmt: skip
-        if submitted is not None:  # one write says both
-            allocated = PlaceholderJobStatus.model_validate(submitted.dump() | allocated.dump())
-        actions.append(WriteStatus(allocated))
-    # Release the pods only once every member has its node: gangs start together.
-    live = st.holding_allocation(members)
-    bound = sum(1 for n, p in live.items() if p.get("spec", {}).get("nodeName") == assignment[n])
+    if bound and status.phase != names.PHASE_RUNNING:
+        message = f"every member pod is bound to its Slurm node ({nodes})"
+        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
+        running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
+        write = running if write is None else PlaceholderJobStatus.model_validate(write.dump() | running.dump())
     unreleased = tuple(
         (n, assignment[n]) for n, p in live.items()
         if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
     )  # fmt: skip
-    actions.append(Release(job.job_id, unreleased, announce=submitted is None))
+    single = len(live) == 1 and not is_gang(phj)
+    waiting = write is not None and not bound and single and at_once is not None and now < at_once
+    actions: list[Action] = []
+    if write is not None and not waiting:
+        actions.append(WriteStatus(write))  # before the release: a gang's assignments are its record
+    # Release the pods only once every member has its node: gangs start together.
+    actions.append(Release(job.job_id, unreleased, announce=at_once is None))
     scheduled = f"Slurm job {job.job_id} allocated {nodes} to the gang ({scheduler})"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
-    if live and bound == len(live) and status.phase != names.PHASE_RUNNING:
-        message = f"every member pod is bound to its Slurm node ({nodes})"
-        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
-        actions.append(WriteStatus(PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)))
-    return Plan(tuple(actions))
+    return Plan(tuple(actions), requeue=at_once - now if waiting and at_once is not None else None)
 
 
 def submitted_status(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+from slurm_bridge.operator import lifecycle as lc
 from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.jobs import PlaceholderJobs
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
@@ -103,20 +105,84 @@ def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: lis
     return PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
 
 
-async def test_an_immediate_allocation_is_one_status_write_then_the_pod_is_released() -> None:
+def status_writes(kube: FakeKube) -> list[Obj]:
+    return [b["status"] for (_, path), b in zip(kube.calls, kube.bodies, strict=True) if path.endswith("/status")]
+
+
+def bind(jobs: PlaceholderJobs, node: str) -> None:
+    """What the scheduler's bind looks like to the operator's pod cache."""
+    pod = jobs.pods.get(("ns", "p"))
+    assert pod is not None
+    rv = str(int(pod["metadata"]["resourceVersion"]) + 1)
+    jobs.pods.upsert(
+        {**pod, "metadata": {**pod["metadata"], "resourceVersion": rv}, "spec": {**pod["spec"], "nodeName": node}}
+    )
+
+
+async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_once_when_bound() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = FakeKube({}), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    wait = await jobs.reconcile(("ns", "p"))
+    assert wait is not None and 0 < wait <= lc.UNWRITTEN_SECONDS, "looked at again by then, bound or not"
+    assert slurm.calls == ["allocate", "get 7"]
+    assert status_writes(kube) == [], "nothing written before the pod is bound"
+    assert kube.calls == [("patch", POD_PATH)], "the pod is released at once"
+    assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
+    assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+
+    assert jobs.poller.snapshot is not None
+    jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
+    assert await jobs.reconcile(("ns", "p")) == pytest.approx(wait, abs=1), "not bound yet: still nothing written"
+    assert status_writes(kube) == []
+
+    bind(jobs, "n1")
+    assert await jobs.reconcile(("ns", "p")) is None
+    [written] = status_writes(kube)
+    assert written["jobId"] == 7 and written["phase"] == "Running" and written["nodeList"] == "n1"
+    assert written["assignments"] == [{"pod": "p", "node": "n1"}] and written["submitTime"]
+    assert written["observedGeneration"] == 1 and written["message"] == "Slurm job 7 allocated n1"
+    assert {c["type"]: c["status"] for c in written["conditions"]} == {
+        names.COND_SUBMITTED: "True",
+        names.COND_ALLOCATED: "True",
+        names.COND_READY: "True",
+    }
+    assert jobs._unwritten == {}
+    await jobs.reconcile(("ns", "p"))
+    assert len(status_writes(kube)) == 1, "and nothing more once it is written"
+
+
+async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lc, "UNWRITTEN_SECONDS", 0.0)
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     kube, slurm = FakeKube({}), FakeSlurm(running)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     assert await jobs.reconcile(("ns", "p")) is None
-    assert slurm.calls == ["allocate", "get 7"]
-    status_writes = [b["status"] for (op, path), b in zip(kube.calls, kube.bodies, strict=True)
-                     if path.endswith("/status")]  # fmt: skip
-    assert len(status_writes) == 1
-    assert status_writes[0]["jobId"] == 7 and status_writes[0]["phase"] == "Allocated"
-    assert status_writes[0]["assignments"] == [{"pod": "p", "node": "n1"}]
-    assert ("patch", POD_PATH) in kube.calls
-    assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
-    assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+    [written] = status_writes(kube)
+    assert written["jobId"] == 7 and written["phase"] == "Allocated" and written["submitTime"]
+    assert kube.calls.index(("patch", PHJ_PATH + "/status")) < kube.calls.index(("patch", POD_PATH))
+    bind(jobs, "n1")
+    assert jobs.poller.snapshot is not None
+    jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
+    await jobs.reconcile(("ns", "p"))
+    assert [w["phase"] for w in status_writes(kube)] == ["Allocated", "Running"]
+
+
+async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits_nothing() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = FakeKube({}), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    pod = jobs.pods.get(("ns", "p"))
+    assert pod is not None and status_writes(kube) == []
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    # A new process: nothing in memory, the job found by the PlaceholderJob's uid in Slurm's list.
+    kube2, slurm2 = FakeKube({}), FakeSlurm(running)
+    jobs2 = shell(kube2, slurm2, placeholderjob(), bound, [running])
+    assert await jobs2.reconcile(("ns", "p")) is None
+    assert slurm2.calls == [], "nothing submitted or cancelled"
+    assert status_writes(kube2)[-1]["phase"] == "Running"
+    assert all(w.get("jobId") in (None, 7) for w in status_writes(kube2))
 
 
 async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:

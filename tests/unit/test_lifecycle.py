@@ -161,9 +161,13 @@ def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]]
         return [("status", new_phase, reason), ("event", reason), ("end", ("p",), reason)], None
     if slurm == "PENDING":  # mirror Slurm's state and reason
         return [("podgroup", False), ("status", "Pending", "Resources")], None
-    allocate = [] if phase in ("Allocated", "Running") else [("status", "Allocated", "")]
-    ready = [] if phase == "Running" else [("status", "Running", None)]
-    return [*allocate, ("release", ()), ("podgroup", True), *ready], None
+    # The member is bound already: the allocation (when not recorded yet) and Running are one write.
+    write: list[tuple[Any, ...]] = []
+    if phase == "Allocated":
+        write = [("status", "Running", None)]
+    elif phase != "Running":
+        write = [("status", "Running", "")]
+    return [*write, ("release", ()), ("podgroup", True)], None
 
 
 @pytest.mark.parametrize(("phase", "slurm", "member"), list(itertools.product(PHASES, SLURM_STATES, MEMBER_STATES)))
@@ -287,3 +291,30 @@ def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
     assert first.actions == (pl.ConfirmMembers(),)
     again = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s")
     assert not any(isinstance(a, (pl.Cancel, pl.EndPods)) for a in again.actions)
+
+
+def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes_once_bound() -> None:
+    side, until = slurm_side("RUNNING"), NOW.mono + 5
+
+    def plan(obj: Obj, member: str, at_once: float | None) -> tuple[list[tuple[Any, ...]], float | None]:
+        p = lc.decide(obj, side, {"p": pod(member)}, NOW, scheduler="s", at_once=at_once)
+        return [summary(a) for a in p.actions], p.requeue
+
+    released = [("release", (("p", NODE),)), ("podgroup", True)]
+    assert plan(phj("Pending"), "gated", until) == (released, 5.0), "nothing written; looked at again by then"
+    assert plan(phj("Pending"), "gated", NOW.mono) == ([("status", "Allocated", ""), *released], None), "too long"
+    assert plan(phj("Pending"), "gated", None)[0][0] == ("status", "Allocated", ""), "queued first: as always"
+    bound = [("status", "Running", ""), ("release", ()), ("podgroup", True)]
+    assert plan(phj("Pending"), "running", until) == (bound, None), "allocation and Running in one write"
+    gang = phj("Pending", pods=("a", "b"))
+    gang["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
+    two = lc.decide(
+        gang,
+        lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job("RUNNING", nodes=("n1", "n2")), taken_at=NOW.mono),
+        {"a": pod("gated", "a"), "b": pod("gated", "b")},
+        NOW,
+        scheduler="s",
+        at_once=until,
+    )
+    assert isinstance(two.actions[0], pl.WriteStatus), "a gang's assignments are written before any release"
+    assert two.requeue is None
