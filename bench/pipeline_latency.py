@@ -223,6 +223,8 @@ def summarize(label: str, run: Run, slurm_calls: int | None) -> dict[str, Any]:
         "p50_s": round(q[49], 3),
         "p99_s": round(q[98], 3),
         "max_s": round(lat[-1], 3),
+        # the creates themselves (the client makes --concurrency at a time; admission is in them)
+        "create_span_s": round(max(run.created.values()) - min(run.created.values()), 3),
         # created -> released by the operator (Slurm allocated); the rest is the scheduler's bind
         "released_p50_s": round(max(rq[49], 0.0), 3) if rq else None,
         "released_p99_s": round(max(rq[98], 0.0), 3) if rq else None,
@@ -313,7 +315,8 @@ def main() -> None:
 
 COLUMNS = {  # row key -> heading
     "mode": "mode", "scheduler": "scheduler", "bound": "bound", "p50_s": "p50_s", "p99_s": "p99_s",
-    "released_p50_s": "p50_released", "pods_per_s": "pods/s", "ratio_to_default": "ratio",
+    "max_s": "max_s", "create_span_s": "creates_s", "released_p50_s": "p50_released", "pods_per_s": "pods/s",
+    "ratio_to_default": "ratio",
     "api_writes_per_pod": "API writes/pod", "slurm_calls_per_pod": "Slurm calls/pod",
     "slurm_calls_per_pod_lifecycle": "calls/lifecycle", "operator_cpu_percent": "operator CPU %",
     "operator_peak_rss_mib": "operator RSS MiB",

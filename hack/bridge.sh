@@ -18,7 +18,7 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 # The bridge components' --log-level (DEBUG, INFO, WARNING, ERROR) and --log-format (json, text).
 : "${SB_LOG_LEVEL:=INFO}" "${SB_LOG_FORMAT:=json}"
 # The operator's concurrent reconciles (config operatorWorkers; benchmarks compare settings).
-: "${SB_OPERATOR_WORKERS:=16}"
+: "${SB_OPERATOR_WORKERS:=64}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"

@@ -102,7 +102,7 @@ class Config(_Model):
     # probe an extender whose extenderListen is loopback only.
     extenderHealthListen: str = ""
     operatorHealthListen: Listen = "0.0.0.0:8080"
-    operatorWorkers: int = Field(default=16, ge=1, le=256)
+    operatorWorkers: int = Field(default=64, ge=1, le=256)
     # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
     orphanGraceSeconds: float = Field(default=30.0, ge=0)
 
