@@ -232,13 +232,13 @@ class SlurmPoller:
     async def _full(self, started: float) -> None:
         """Replace the view with a full list: jobs missing from it were purged by Slurm."""
         self._full_wanted = False
-        jobs = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        jobs, _ = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
         self.full_lists += 1
         self.last_full_at = started
         if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
-        for job in jobs[0]:
+        for job in jobs or []:
             ref = self._ref_for(job)
             if ref is None:
                 continue
@@ -255,7 +255,7 @@ class SlurmPoller:
     async def _incremental(self, started: float) -> None:
         snap = self.snapshot
         assert snap is not None
-        states = await self._slurm.job_states()
+        states = (await self._slurm.job_states()).by_id
         stale = started - PENDING_REFRESH_SECONDS
         wanted: dict[int, PhjRef] = dict(self._expected)
         reasons: list[tuple[float, int]] = []  # (last read, job) of pending jobs read long ago

@@ -144,11 +144,11 @@ async def test_immediate_allocation_is_running_when_the_call_returns(slurm_env: 
             assert job.is_running and len(job.nodes) == 1 and job.nodes[0] in slurm_env.nodes, job
             assert "EXTERNAL_JOB" in job.flags and job.admin_comment == jobs.marker
             states = await client.job_states()
-            assert states[job_id] == ("RUNNING",)
+            assert states.by_id[job_id] == ("RUNNING",)
             await client.cancel_job(job_id)
 
             async def cancelled() -> tuple[str, ...] | None:
-                state = (await client.job_states()).get(job_id)
+                state = (await client.job_states()).by_id.get(job_id)
                 return state if state is None or "CANCELLED" in state else None
 
             await eventually(cancelled, 30, f"jobs/state to show job {job_id} CANCELLED")

@@ -12,7 +12,7 @@ from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
 from slurm_bridge.slurm.errors import SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobStates
 
 
 async def _until(cond: Callable[[], bool], limit: float = 5.0) -> None:
@@ -105,13 +105,13 @@ class FakeSlurm:
 
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
-    ) -> tuple[list[JobInfo], int | None]:
+    ) -> tuple[list[JobInfo] | None, int | None]:
         self.calls.append("list")
         return [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")], None
 
-    async def job_states(self) -> dict[int, tuple[str, ...]]:
+    async def job_states(self) -> JobStates:
         self.calls.append("states")
-        return {j.job_id: j.states for j in self.jobs.values()}
+        return JobStates({j.job_id: j.states for j in self.jobs.values()})
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         self.calls.append(f"get {job_id}")
@@ -269,7 +269,9 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
     listed = list(slurm.jobs.values())  # the table as the slow list sees it
     gate = asyncio.Event()
 
-    async def slow_list(since: int | None, *, admin_comment_prefix: str | None = None) -> tuple[list[JobInfo], None]:
+    async def slow_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, None]:
         await gate.wait()
         return [j for j in listed if j.admin_comment.startswith(admin_comment_prefix or "")], None
 
