@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, ItemsView
 
 import pytest
 from slurm_bridge.operator import poller as poller_module
@@ -93,12 +93,15 @@ async def test_queue_retries_failures_with_backoff() -> None:
 
 
 class FakeSlurm:
-    """Slurm's job table, answering the three reads the poller uses, and counting them."""
+    """Slurm's job table, answering the three reads the poller uses, and counting them. A list
+    with ``since`` (an earlier list's ``last_update``) is None when the table is the same as then;
+    a state answer equal to ``previous`` comes back ``unchanged``, as the real client's."""
 
     def __init__(self) -> None:
         self.jobs: dict[int, JobInfo] = {}
         self.calls: list[str] = []
         self.fail_gets = False
+        self.tables: list[dict[int, JobInfo]] = []  # last_update n: the table list n showed
 
     def set(self, job: JobInfo) -> None:
         self.jobs[job.job_id] = job
@@ -106,12 +109,17 @@ class FakeSlurm:
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
     ) -> tuple[list[JobInfo] | None, int | None]:
-        self.calls.append("list")
-        return [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")], None
+        self.calls.append("list" if since is None else f"list since {since}")
+        if since is not None and self.tables[since] == self.jobs:
+            return None, since
+        self.tables.append(dict(self.jobs))
+        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        return listed, len(self.tables) - 1
 
-    async def job_states(self) -> JobStates:
+    async def job_states(self, previous: JobStates | None = None) -> JobStates:
         self.calls.append("states")
-        return JobStates({j.job_id: j.states for j in self.jobs.values()})
+        wire = {j.job_id: j.states for j in self.jobs.values()}
+        return JobStates(dict(wire), unchanged=previous is not None and previous.wire == wire, wire=wire)
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         self.calls.append(f"get {job_id}")
@@ -312,3 +320,100 @@ async def test_a_deep_queue_costs_a_bounded_number_of_reason_reads_per_poll(monk
     slurm.calls.clear()
     await poller.poll_once()
     assert "get 30" in slurm.calls, "a job whose state changed is always read"
+
+
+class _CountingJobs(dict[int, JobInfo]):
+    """The view's jobs, counting the walks over them (one per poll that compares job by job)."""
+
+    walks = 0
+
+    def items(self) -> ItemsView[int, JobInfo]:  # type: ignore[override]
+        type(self).walks += 1
+        return super().items()
+
+
+async def test_a_state_answer_like_the_last_costs_no_per_job_work() -> None:
+    """Idle, with thousands of jobs, comparing each job's state every period was most of the
+    poller's CPU (docs/performance.md, run 8): an answer equal to the last one, with the view as
+    it was, is not compared again. A change is still seen in the next poll."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    for i in range(1, 4):
+        slurm.set(_job(i, f"u{i}", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()  # the first state answer is compared
+    assert poller.snapshot is not None
+    poller.snapshot.by_id = jobs = _CountingJobs(poller.snapshot.by_id)
+    slurm.calls.clear()
+    for _ in range(3):
+        await poller.poll_once()
+    assert slurm.calls == ["states"] * 3 and jobs.walks == 0
+    slurm.set(_job(2, "u2", "COMPLETED", ("n1",)))
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 2"] and changed == ["phj-u2"] and jobs.walks == 1
+
+
+async def test_the_same_state_answer_is_compared_again_after_the_view_changed() -> None:
+    """The bridge's own cancel is written into the view while Slurm still says RUNNING: the same
+    answer as before now differs from the view, so the job is read."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()
+    poller.assume_cancelled(1)
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"]
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "RUNNING"
+
+
+async def test_a_change_whose_read_failed_is_read_on_the_next_poll_with_the_same_answer() -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))
+    slurm.fail_gets = True
+    with pytest.raises(SlurmUnavailable):
+        await poller.poll_once()
+    slurm.fail_gets = False
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
+
+
+async def test_the_periodic_full_list_is_skipped_while_slurm_says_no_job_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every FULL_RESYNC_SECONDS the full list asks for jobs changed since the last one: a few bytes
+    while nothing changed (about 8 KB a job otherwise), and the list itself when something did.
+    It never counts as a full list for a submit whose outcome is unknown, and a list without
+    ``update_time`` still runs every FULL_LIST_MAX_SECONDS."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    full_at = poller.last_full_at
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SECONDS", 0.0)
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["list since 0"] and poller.full_lists == 1 and poller.last_full_at == full_at
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))
+    slurm.set(_job(2, "b", "RUNNING", ("n2",)))  # made by another replica: only a list finds it
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["list since 0"] and sorted(changed) == ["phj-a", "phj-b"]
+    assert poller.full_lists == 2 and poller.last_full_at > full_at
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["list since 1"], "since the list that showed the change"
+    monkeypatch.setattr(poller_module, "FULL_LIST_MAX_SECONDS", 0.0)
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["list"]
