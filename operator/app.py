@@ -141,7 +141,9 @@ def readiness(ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -
     return True, "ok (standby)"
 
 
-async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -> web.AppRunner:
+async def health_server(
+    cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe, nodes: NodeController | None = None
+) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -150,7 +152,12 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, s
         return web.Response(status=200 if ready else 503, text=why)
 
     async def stats(_: web.Request) -> web.Response:
-        return web.json_response({"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats())})
+        node_lists = (
+            {"slurm_node_lists": nodes.polls, "slurm_node_lists_unchanged": nodes.unchanged_lists} if nodes else {}
+        )
+        return web.json_response(
+            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists}
+        )
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -173,7 +180,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     elector = LeaderElector(kube, lease_namespace, f"{cfg.bridgeId}-operator")
     standby = StandbyProbe(slurm, elector)
     metrics.register_operator(ctrl.phjs, {"controller": ctrl.queue, "nodes": node_ctrl.queue}, elector)
-    runner = await health_server(cfg, ctrl, elector, standby)
+    runner = await health_server(cfg, ctrl, elector, standby, node_ctrl)
     stop = asyncio.Event()
 
     async def lead() -> None:

@@ -37,6 +37,7 @@ class Stats:
     slurm_requests_by_kind: dict[str, int]
     slurm_polls: int
     slurm_full_lists: int
+    slurm_full_lists_skipped: int  # periodic ones Slurm answered "no job changed" (update_time)
     slurm_healthy: bool
     queue: int
     pods: int
@@ -75,6 +76,7 @@ class Controller:
             slurm_requests_by_kind=self.slurm.requests_by_kind,
             slurm_polls=self.poller.polls,
             slurm_full_lists=self.poller.full_lists,
+            slurm_full_lists_skipped=self.poller.resyncs_unchanged,
             slurm_healthy=self.poller.healthy,
             queue=len(self.queue),
             pods=len(self.pods),
