@@ -508,7 +508,6 @@ class Codec:
             start_time=_time(w.start_time),
             end_time=_time(w.end_time),
             time_limit_minutes=_minutes(w.time_limit),
-            raw=raw,
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
@@ -580,7 +579,6 @@ class Codec:
             features=_csv(w.features),
             partitions=_csv(w.partitions),
             comment=w.comment or "",
-            raw=raw,
         )
 
     def decode_job_devices(self, body: Any, job_id: int) -> dict[str, NodeDevices] | None:
