@@ -12,6 +12,7 @@ last full list, and is that full list otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import time
@@ -33,7 +34,11 @@ MIN_GAP_SECONDS = 0.4
 # between submit and status) and catches anything the state polls could miss. It asks Slurm for
 # the jobs changed since the last full list (``update_time``): an unchanged table answers with
 # no jobs (a few bytes instead of about 8 KB a job), since the list would say what the view has.
+# It runs beside the state polls, which never wait for it: with 10,000 jobs the list is 80 MB and
+# took longer than the request timeout on a busy machine, and every poll waited for it.
 FULL_RESYNC_SECONDS = 30.0
+# ... and at most this share of the time (a list that takes 8 s runs every 80 s at most) ...
+FULL_RESYNC_SHARE = 0.1
 # ... but a full list without ``update_time`` runs at least this often, whatever Slurm says.
 FULL_LIST_MAX_SECONDS = 300.0
 # Pending jobs change reason (Priority, Resources, ...) without changing state: read them again
@@ -140,6 +145,11 @@ class SlurmPoller:
         # ran, whether it listed or Slurm said nothing changed.
         self._full_update: int | None = None
         self._last_resync = 0.0
+        self._list_seconds = 0.0  # how long the last full list took
+        self._resyncing: asyncio.Task[None] | None = None
+        # job id -> when a poll found it purged: an older list that still shows it must not bring
+        # it back (kept until a list that began after that is applied).
+        self._purged_at: dict[int, float] = {}
         # The last jobs/state answer, and (answer, view version) of the last poll that found
         # every job as the view has it: while both stay the same there is nothing to compare.
         self._states: JobStates | None = None
@@ -157,6 +167,8 @@ class SlurmPoller:
             ok_message=lambda: f"Slurm job poll OK ({len(self.snapshot.refs) if self.snapshot else 0} bridge jobs)",
             failed="polling Slurm jobs",
             errors=(SlurmError,),
+            # A slow state poll means a busy slurmrestd: give it room. (Only state polls count: a
+            # full list is slow because it is big.)
             min_gap=lambda: max(MIN_GAP_SECONDS, 3 * self.last_duration),
         )
 
@@ -178,6 +190,10 @@ class SlurmPoller:
 
     async def stop(self) -> None:
         await self._loop.stop()
+        if self._resyncing is not None:
+            self._resyncing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resyncing
 
     async def refresh(self, job_id: int, ref: PhjRef) -> JobInfo | None:
         """Read one job the bridge just made, so its state is known without waiting for a poll.
@@ -237,12 +253,15 @@ class SlurmPoller:
         started = time.monotonic()
         if self._full_wanted or self.snapshot is None:
             await self._full(started)
-        elif started - self._last_resync >= FULL_RESYNC_SECONDS:
-            await self._resync(started)
         else:
+            if started - self._last_resync >= self._resync_every() and (
+                self._resyncing is None or self._resyncing.done()
+            ):
+                self._last_resync = started
+                self._resyncing = asyncio.create_task(self._resync(started), name="slurm-full-list")
             await self._incremental(started)
+            self.last_duration = time.monotonic() - started
         self.polls += 1
-        self.last_duration = time.monotonic() - started
         snap = self.snapshot
         assert snap is not None
         snap.taken_at = started
@@ -255,27 +274,41 @@ class SlurmPoller:
         return snap
 
     async def _resync(self, started: float) -> None:
-        """The periodic full list: skipped (one small answer) when Slurm says no job changed since
-        the last full list, which is then still what the list would show; never for longer than
-        FULL_LIST_MAX_SECONDS."""
+        """The periodic full list, beside the state polls: skipped (one small answer) when Slurm
+        says no job changed since the last full list, which is then still what the list would
+        show; without ``update_time`` at least every FULL_LIST_MAX_SECONDS. A failure waits for
+        the next period: the state polls go on meanwhile."""
         since = self._full_update if started - self.last_full_at < FULL_LIST_MAX_SECONDS else None
-        jobs, last_update = await self._slurm.list_jobs_since(since, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        try:
+            jobs, last_update = await self._slurm.list_jobs_since(
+                since, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX
+            )
+        except SlurmError as e:
+            log.warning("the periodic full Slurm job list failed, trying again in %.0fs: %s", self._resync_every(), e)
+            return
         if jobs is None:
-            self._last_resync = started
             self.resyncs_unchanged += 1
             return
+        self._list_seconds = time.monotonic() - started
         self._replace(started, jobs, last_update)
+
+    def _resync_every(self) -> float:
+        return max(FULL_RESYNC_SECONDS, self._list_seconds / FULL_RESYNC_SHARE)
 
     async def _full(self, started: float) -> None:
         """Replace the view with a full list: jobs missing from it were purged by Slurm."""
         self._full_wanted = False
         jobs, last_update = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        self._list_seconds = time.monotonic() - started
+        self._last_resync = max(self._last_resync, started)
         self._replace(started, jobs or [], last_update)
 
     def _replace(self, started: float, jobs: list[JobInfo], last_update: int | None) -> None:
+        """Apply a full list taken at ``started``; reads and purges found since are newer."""
         self.full_lists += 1
-        self.last_full_at = self._last_resync = started
-        self._full_update = last_update
+        if started >= self.last_full_at:
+            self.last_full_at = started
+            self._full_update = last_update
         if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
@@ -284,7 +317,9 @@ class SlurmPoller:
             if ref is None:
                 continue
             seen.add(job.job_id)
-            self._apply(job, ref, started, notify=True)
+            if self._purged_at.get(job.job_id, -1.0) >= started:
+                continue  # a poll found it purged after this list began
+            self._apply(job, ref, started, notify=True, listed=True)
         snap = self.snapshot
         assert snap is not None
         # Only jobs read before the list began can have been purged: one read (a refresh after a
@@ -292,6 +327,7 @@ class SlurmPoller:
         for job_id in [j for j in snap.by_id if j not in seen and self._read_at.get(j, 0.0) < started]:
             self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
+        self._purged_at = {j: at for j, at in self._purged_at.items() if at >= started}
 
     async def _incremental(self, started: float) -> None:
         snap = self.snapshot
@@ -333,6 +369,7 @@ class SlurmPoller:
                 self._expected.pop(job_id, None)
             elif job_id in snap.by_id:
                 self._forget(job_id)  # purged from Slurm
+                self._purged_at[job_id] = started
             elif job_id not in by_state:
                 # An expected job Slurm does not know: the next full list decides.
                 self._full_wanted = True
@@ -346,12 +383,15 @@ class SlurmPoller:
         ref = decode_admin_comment(job.admin_comment)
         return ref if ref is not None and ref.bridge == self._bridge_id else None
 
-    def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool) -> None:
+    def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
+        """Take in ``job`` as read at ``at``. A list yields to a read begun at the same moment: a
+        state poll running beside the list read that job after slurmctld took the list."""
         snap = self.snapshot
         if snap is None:
             snap = self.snapshot = JobSnapshot({}, {}, at)
         old = snap.by_id.get(job.job_id)
-        if old is not None and self._read_at.get(job.job_id, 0.0) > at:
+        read_at = self._read_at.get(job.job_id, 0.0)
+        if old is not None and (read_at > at or (listed and read_at == at)):
             return  # read before the one the view has (a slow list): keep the newer
         self._read_at[job.job_id] = at
         if old is not None and _fingerprint(old) == _fingerprint(job):

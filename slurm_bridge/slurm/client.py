@@ -189,6 +189,7 @@ class SlurmClient:
             codec_for(api_version)  # fail fast on a version this client cannot speak
         self.base_url = base_url.rstrip("/")
         self.user = user or None
+        self.timeout = timeout
         self.retries = max(0, retries)
         self.request_count = 0
         # "GET /job/{id}" -> count: what the calls were, for /stats and the benchmark
@@ -356,7 +357,9 @@ class SlurmClient:
         params = dict(_JOB_QUERY)
         if since is not None:
             params["update_time"] = str(int(since))
-        reply = await self._request("GET", codec.path("jobs"), params=params)
+        reply = await self._request(
+            "GET", codec.path("jobs"), params=params, time_limit=max(self.timeout, FULL_LIST_TIMEOUT_SECONDS)
+        )
         body = reply.body
         if since is not None and codec.unchanged_since(reply.status, body, "jobs"):
             return None, since
@@ -476,13 +479,15 @@ class SlurmClient:
         not_found_ok: bool = False,
         ok_errors: frozenset[int] = frozenset(),
         probe: bool = False,
+        time_limit: float | None = None,
     ) -> _Reply:
         """Send one REST call with retries; return the reply or raise a typed SlurmError.
 
         ``not_found_ok`` returns 404-like answers (status 404 or Slurm's invalid job/node id) as a
         reply with status 404 instead of raising. An answer whose errors all have numbers in
         ``ok_errors`` counts as success. ``probe`` returns every answer but an auth failure
-        unexamined (version discovery only needs to know whether the path exists).
+        unexamined (version discovery only needs to know whether the path exists). ``time_limit``
+        replaces the client's timeout for this call (connect, send and the whole answer).
         """
         what = f"{method} {path}"
         attempt = 0
@@ -499,7 +504,14 @@ class SlurmClient:
             maybe_applied = False
             sent = time.monotonic()
             try:
-                resp = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+                resp = await self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    params=params,
+                    headers=headers,
+                    timeout=httpx.Timeout(time_limit) if time_limit is not None else httpx.USE_CLIENT_DEFAULT,
+                )
             except _NOT_SENT as e:
                 metrics.slurm_request(method, endpoint, "connect_error", time.monotonic() - sent)
                 problem = f"cannot reach slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
@@ -607,6 +619,9 @@ class SlurmClient:
 # job_resources core bitmaps, which made up about 70% of a jobs answer on the local cluster.
 _JOB_QUERY = {"flags": "ALL"}
 _LARGE_BODY = 512 * 1024
+# A list of every job grows with Slurm's job count (about 8 KB a job: 80 MB and several seconds of
+# slurmrestd's time with 10,000 jobs, longer on a busy machine), so it gets at least this long.
+FULL_LIST_TIMEOUT_SECONDS = 120.0
 _CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
 _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
 

@@ -386,6 +386,19 @@ async def test_an_unchanged_job_table_is_none_but_an_empty_one_is_a_list(token_f
         assert await c.list_jobs_since(12) == (None, 12), "a 304 means unchanged too"
 
 
+async def test_a_list_of_every_job_gets_a_longer_timeout_than_other_calls(token_file: Path) -> None:
+    """80 MB for 10,000 jobs took longer than the 10 s request timeout on a busy machine, so the
+    operator could not start (its first full list never arrived: performance.md, run 8)."""
+    fake = FakeSlurm()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
+    fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"jobs": []}))
+    async with client(fake, token_file, api_version="v0.0.45", timeout=10) as c:
+        await c.list_jobs_since(None)
+        await c.job_states()
+    listed, states = fake.requests
+    assert listed.extensions["timeout"]["read"] >= 120 and states.extensions["timeout"]["read"] == 10
+
+
 async def test_a_list_without_update_time_is_never_unchanged(token_file: Path) -> None:
     fake = FakeSlurm()
     fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: ok({"nodes": []}))

@@ -387,6 +387,12 @@ async def test_a_change_whose_read_failed_is_read_on_the_next_poll_with_the_same
     assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
 
 
+async def _resynced(poller: SlurmPoller) -> None:
+    """Wait for the periodic full list that the last poll started beside it."""
+    assert poller._resyncing is not None
+    await poller._resyncing
+
+
 async def test_the_periodic_full_list_is_skipped_while_slurm_says_no_job_changed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -400,20 +406,80 @@ async def test_the_periodic_full_list_is_skipped_while_slurm_says_no_job_changed
     await poller.poll_once()
     full_at = poller.last_full_at
     monkeypatch.setattr(poller_module, "FULL_RESYNC_SECONDS", 0.0)
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SHARE", float("inf"))  # due at every poll
     slurm.calls.clear()
     await poller.poll_once()
-    assert slurm.calls == ["list since 0"] and poller.full_lists == 1 and poller.last_full_at == full_at
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list since 0"], "the state poll does not wait for the list"
+    assert poller.full_lists == 1 and poller.last_full_at == full_at
     slurm.set(_job(1, "a", "COMPLETED", ("n1",)))
     slurm.set(_job(2, "b", "RUNNING", ("n2",)))  # made by another replica: only a list finds it
     slurm.calls.clear()
     changed.clear()
     await poller.poll_once()
-    assert slurm.calls == ["list since 0"] and sorted(changed) == ["phj-a", "phj-b"]
+    await _resynced(poller)
+    assert sorted(slurm.calls) == ["get 1", "list since 0", "states"] and sorted(changed) == ["phj-a", "phj-b"]
     assert poller.full_lists == 2 and poller.last_full_at > full_at
     slurm.calls.clear()
     await poller.poll_once()
-    assert slurm.calls == ["list since 1"], "since the list that showed the change"
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list since 1"], "since the list that showed the change"
     monkeypatch.setattr(poller_module, "FULL_LIST_MAX_SECONDS", 0.0)
     slurm.calls.clear()
     await poller.poll_once()
-    assert slurm.calls == ["list"]
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list"]
+
+
+async def test_a_slow_or_failing_periodic_full_list_never_holds_up_the_state_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With 10,000 jobs the full list (80 MB) outlasted the request timeout on a busy machine, and
+    every poll waited for it and failed: no job state was seen for minutes (performance.md, run 8).
+    The periodic list runs beside the polls; a job a poll found purged meanwhile stays purged when
+    the older list arrives; a failed list is tried again a period later."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(_job(2, "b", "RUNNING", ("n2",)))
+    await poller.poll_once()
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SECONDS", 0.0)
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SHARE", float("inf"))  # due at every poll
+    gate = asyncio.Event()
+    listed = dict(slurm.jobs)
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))  # the list below shows it RUNNING still
+
+    async def slow_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        slurm.calls.append("slow list")
+        await gate.wait()
+        return [j for j in listed.values() if j.admin_comment.startswith(admin_comment_prefix or "")], 7
+
+    monkeypatch.setattr(slurm, "list_jobs_since", slow_list)
+    await poller.poll_once()
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "COMPLETED"
+    del slurm.jobs[2]  # purged from Slurm while the list runs
+    await poller.poll_once()
+    await poller.poll_once()
+    assert slurm.calls.count("slow list") == 1, "one list at a time"
+    assert 2 not in poller.snapshot.by_id
+    gate.set()
+    await _resynced(poller)
+    assert poller.snapshot.by_id[1].state == "COMPLETED", "the older list does not undo a newer read"
+    assert 2 not in poller.snapshot.by_id, "nor bring back a job found purged after it began"
+
+    async def failing_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        slurm.calls.append("failed list")
+        raise SlurmUnavailable("no complete answer from slurmrestd")
+
+    monkeypatch.setattr(slurm, "list_jobs_since", failing_list)
+    slurm.calls.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    slurm.set(_job(1, "a", "CANCELLED", ("n1",)))
+    await poller.poll_once()
+    assert slurm.calls[:2] == ["states", "failed list"], slurm.calls
+    assert poller.snapshot.by_id[1].state == "CANCELLED", "the state polls go on"
