@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.jobs import PlaceholderJobs
-from slurm_bridge.operator.members import Membership
+from slurm_bridge.operator.members import Membership, member_pods
 from slurm_bridge.operator.orphans import OrphanSweeper
 from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
@@ -50,7 +50,7 @@ class Controller:
         self.kube = kube
         self.slurm = slurm
         self.pods = ObjectStore()
-        self.phjs = ObjectStore()
+        self.phjs = ObjectStore(index=member_pods)
         self.queue = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, self._on_job_change, self._on_poll)
         self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller)

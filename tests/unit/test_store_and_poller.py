@@ -483,3 +483,47 @@ async def test_a_slow_or_failing_periodic_full_list_never_holds_up_the_state_pol
     await poller.poll_once()
     assert slurm.calls[:2] == ["states", "failed list"], slurm.calls
     assert poller.snapshot.by_id[1].state == "CANCELLED", "the state polls go on"
+
+
+def _phj(name: str, pods: list[str], rv: int, ns: str = "ns") -> dict[str, object]:
+    return {"kind": "PlaceholderJob", "metadata": {"namespace": ns, "name": name, "resourceVersion": str(rv),
+                                                  "uid": name}, "spec": {"pods": pods}}  # fmt: skip
+
+
+def test_the_member_index_follows_every_update_and_delete() -> None:
+    from slurm_bridge.operator.members import member_pods
+
+    s = ObjectStore(index=member_pods)
+    s.upsert(_phj("g", ["a", "b"], 1))
+    s.upsert(_phj("h", ["b"], 1))
+    s.upsert(_phj("x", ["a"], 1, ns="other"))
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "a"))] == ["g"]
+    assert sorted(p["metadata"]["name"] for p in s.indexed(("ns", "b"))) == ["g", "h"]
+    s.upsert(_phj("g", ["a", "c"], 2))  # b left the gang, c joined
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "b"))] == ["h"]
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "c"))] == ["g"]
+    assert not s.upsert(_phj("g", ["a", "b"], 1)), "an older version changes nothing"
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "c"))] == ["g"]
+    s.delete(_phj("h", ["b"], 3))
+    assert s.indexed(("ns", "b")) == [] and s._index.get(("ns", "b")) is None
+    assert ObjectStore().indexed(("ns", "a")) == [], "a store without an index finds nothing"
+
+
+def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> None:
+    """A walk over every PlaceholderJob cost 5 ms a pod with 10,000; a restart reconciles every
+    ended pod, and 2,000 of them held the event loop until the Lease was lost (performance.md, run 8)."""
+    from slurm_bridge.operator.members import Membership, member_pods
+
+    phjs = ObjectStore(index=member_pods)
+    for i in range(3):
+        phjs.upsert(_phj(f"p{i}", [f"pod{i}"], 1))
+    phjs.upsert(_phj("gang", ["pod1", "pod9"], 1))
+
+    def no_walk() -> list[dict[str, object]]:
+        raise AssertionError("walked over every PlaceholderJob")
+
+    phjs.values = no_walk  # type: ignore[method-assign]
+    m = Membership.__new__(Membership)
+    m.phjs = phjs
+    assert sorted(p["metadata"]["name"] for p in m._phjs_with_member(("ns", "pod1"))) == ["gang", "p1"]
+    assert m._phjs_with_member(("other", "pod1")) == []
