@@ -336,7 +336,7 @@ async def test_job_states_equal_to_the_previous_answer_come_back_unchanged(token
     fake = FakeSlurm()
     first = [{"job_id": "7", "state": ["RUNNING"]}, {"job_id": "8", "state": ["PENDING"]}]
     second = [{"job_id": "7", "state": ["COMPLETING", "RUNNING"]}, {"job_id": "8", "state": ["PENDING"]}]
-    answers = [first, first, second, second]
+    answers = [first, first, second, second, list(reversed(second))]
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", *(lambda r, j=j: ok({"jobs": j}) for j in answers))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         a = await c.job_states()
@@ -345,7 +345,9 @@ async def test_job_states_equal_to_the_previous_answer_come_back_unchanged(token
         d = await c.job_states(b)
         assert not d.unchanged, "one job's flags differ"
         assert d.by_id == {7: ("RUNNING", "COMPLETING"), 8: ("PENDING",)}
-        assert (await c.job_states(d)).unchanged
+        e = await c.job_states(d)
+        assert e.unchanged
+        assert (await c.job_states(e)).unchanged, "the same states in another order"
         assert not (await c.job_states()).unchanged, "without a previous answer nothing is unchanged"
 
 
