@@ -171,6 +171,10 @@ def idle(api: k8s.ApiClient, url: str, seconds: float, pids: dict[str, int], bg:
         "slurm_calls_by_kind": calls,
         "slurm_calls_per_poll": {k: round(n / polls, 2) for k, n in calls.items()} if polls else {},
         "slurm_mutating_calls": {k: n for k, n in calls.items() if k.startswith(MUTATING)},
+        # lists answered "nothing changed since the last one" (update_time): no body to decode
+        "slurm_unchanged_answers": {
+            k: s1.get(k, 0) - s0.get(k, 0) for k in ("slurm_node_lists_unchanged", "slurm_full_lists_skipped")
+        },
         # background-free writes: what the bridge wrote while nothing changed
         "api_writes": sysstats.write_delta(w0, w1, time.monotonic() - t0, bg),
         "processes": procs.row(),

@@ -25,6 +25,9 @@ from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
+# Objects per page of kopf's initial lists.
+LIST_CHUNK_SIZE = 500
+
 
 class _NoDiffBase(kopf.DiffBaseStorage):
     """Skip kopf's per-event diff base.
@@ -70,6 +73,10 @@ def build_registry(
         settings.networking.request_timeout = 30
         settings.peering.standalone = True  # leader election is the Lease's job
         settings.persistence.diffbase_storage = _NoDiffBase()
+        # The initial lists (start-up, leader takeover) in pages: kopf keeps one page, not the whole
+        # decoded list (with 10,000 pods and PlaceholderJobs that was about 320 MB of the
+        # restarted operator's memory: docs/performance.md, run 8).
+        settings.watching.chunk_size = LIST_CHUNK_SIZE
         # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
         settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={ctrl.config.schedulerName}"
 
@@ -141,7 +148,9 @@ def readiness(ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -
     return True, "ok (standby)"
 
 
-async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -> web.AppRunner:
+async def health_server(
+    cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe, nodes: NodeController | None = None
+) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -150,7 +159,12 @@ async def health_server(cfg: Config, ctrl: Controller, elector: LeaderElector, s
         return web.Response(status=200 if ready else 503, text=why)
 
     async def stats(_: web.Request) -> web.Response:
-        return web.json_response({"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats())})
+        node_lists = (
+            {"slurm_node_lists": nodes.polls, "slurm_node_lists_unchanged": nodes.unchanged_lists} if nodes else {}
+        )
+        return web.json_response(
+            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists}
+        )
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -173,7 +187,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     elector = LeaderElector(kube, lease_namespace, f"{cfg.bridgeId}-operator")
     standby = StandbyProbe(slurm, elector)
     metrics.register_operator(ctrl.phjs, {"controller": ctrl.queue, "nodes": node_ctrl.queue}, elector)
-    runner = await health_server(cfg, ctrl, elector, standby)
+    runner = await health_server(cfg, ctrl, elector, standby, node_ctrl)
     stop = asyncio.Event()
 
     async def lead() -> None:

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.jobs import PlaceholderJobs
-from slurm_bridge.operator.members import Membership
+from slurm_bridge.operator.members import Membership, member_pods
 from slurm_bridge.operator.orphans import OrphanSweeper
 from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
@@ -37,6 +37,7 @@ class Stats:
     slurm_requests_by_kind: dict[str, int]
     slurm_polls: int
     slurm_full_lists: int
+    slurm_full_lists_skipped: int  # periodic ones Slurm answered "no job changed" (update_time)
     slurm_healthy: bool
     queue: int
     pods: int
@@ -49,7 +50,7 @@ class Controller:
         self.kube = kube
         self.slurm = slurm
         self.pods = ObjectStore()
-        self.phjs = ObjectStore()
+        self.phjs = ObjectStore(index=member_pods)
         self.queue = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, self._on_job_change, self._on_poll)
         self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller)
@@ -75,6 +76,7 @@ class Controller:
             slurm_requests_by_kind=self.slurm.requests_by_kind,
             slurm_polls=self.poller.polls,
             slurm_full_lists=self.poller.full_lists,
+            slurm_full_lists_skipped=self.poller.resyncs_unchanged,
             slurm_healthy=self.poller.healthy,
             queue=len(self.queue),
             pods=len(self.pods),

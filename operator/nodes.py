@@ -6,9 +6,12 @@ RBAC this controller needs (for the Helm chart's ClusterRole):
   - core ``events``: create, in namespace ``default`` (where Events about Nodes go)
 In Slurm, the bridge's JWT user must be allowed to update nodes (AdminLevel Operator or Admin).
 
-Slurm is read with one node list per poll period, whatever the number of nodes; a node costs a
-Slurm call only when the bridge changes its state there (DRAIN or UNDRAIN), and a Kubernetes node
-that is not in Slurm never costs one. The decisions are in :mod:`.nodesync`.
+Slurm is read with one node list per poll period, whatever the number of nodes, asking only for a
+table changed since the last list (``update_time``: an unchanged one is answered without a body),
+with a whole list every FULL_LIST_SECONDS; a node costs a Slurm call only when the bridge changes
+its state there (DRAIN or UNDRAIN), and a Kubernetes node that is not in Slurm never costs one.
+A Kubernetes node event that changes nothing the bridge reads (a status heartbeat) queues no
+reconcile. The decisions are in :mod:`.nodesync`.
 
 It also registers labelled Kubernetes nodes as Slurm dynamic nodes and takes them out again
 (:mod:`.registration` decides; this needs a token allowed to create and delete nodes, i.e. a
@@ -40,12 +43,23 @@ Obj = dict[str, Any]
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.
 RESYNC_SECONDS = 60.0
+# The node list is asked for whole (without ``update_time``) at least this often, whatever Slurm
+# says about changes: the backstop if an "unchanged" answer were ever wrong.
+FULL_LIST_SECONDS = 60.0
 # Slurm's partition names are read again at most this often (only before a node is registered).
 PARTITIONS_TTL_SECONDS = 30.0
 
 
 def _fingerprint(n: NodeInfo) -> tuple[object, ...]:
     return (n.states, n.reason)
+
+
+def _same_but_version(a: Obj, b: Obj) -> bool:
+    """Two stored nodes (projections) equal apart from their resourceVersion."""
+    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    if ma.keys() != mb.keys() or a.keys() != b.keys():
+        return False
+    return all(ma[k] == mb[k] for k in ma if k != "resourceVersion") and all(a[k] == b[k] for k in a if k != "metadata")
 
 
 class NodeController:
@@ -57,9 +71,13 @@ class NodeController:
         self.slurm = slurm
         self.nodes = ObjectStore()
         self.queue = WorkQueue(self._reconcile, workers=workers)
-        # Slurm's nodes as of the last list; None until the first list succeeded.
+        # Slurm's nodes as of the last list; None until the first list succeeded. ``_last_update``:
+        # the list's last_update (Slurm's clock) for the next one's update_time.
         self.slurm_nodes: dict[str, NodeInfo] | None = None
+        self._last_update: int | None = None
+        self._last_full_list = 0.0
         self.polls = 0
+        self.unchanged_lists = 0
         self._loop = PollLoop(
             "slurm-node-poller",
             config.pollPeriodSeconds,
@@ -126,6 +144,8 @@ class NodeController:
                 self._remap(name, nodesync.slurm_name_of(current))
                 if old is None or self._view(old) != self._view(current):
                     self._changed_at[name] = time.monotonic()
+                if old is not None and _same_but_version(old, current):
+                    return  # a status heartbeat (the projection has no conditions): nothing to decide
         self.queue.add(name)
 
     def _view(self, node: Obj) -> tuple[nodesync.KubeView, str]:
@@ -160,11 +180,22 @@ class NodeController:
 
     # ---- Slurm side --------------------------------------------------------------------------
     async def poll_once(self) -> None:
-        """One node list; queue the Kubernetes nodes whose Slurm node changed."""
+        """One node list; queue the Kubernetes nodes whose Slurm node changed.
+
+        An "unchanged" answer stands for a list taken now that equals the last one: it counts as
+        a list for the writes and Kubernetes changes waiting for a newer list.
+        """
         taken_at = time.monotonic()
-        listed = {n.name: n for n in await self.slurm.list_nodes()}
+        whole = self.slurm_nodes is None or taken_at - self._last_full_list >= FULL_LIST_SECONDS
+        nodes, self._last_update = await self.slurm.list_nodes_since(None if whole else self._last_update)
         self.polls += 1
-        old, self.slurm_nodes, self._taken_at = self.slurm_nodes, listed, taken_at
+        if whole:
+            self._last_full_list = taken_at
+        if nodes is None:
+            self.unchanged_lists += 1
+        old = self.slurm_nodes
+        listed = old if nodes is None and old is not None else {n.name: n for n in nodes or []}
+        self.slurm_nodes, self._taken_at = listed, taken_at
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(name)
@@ -174,6 +205,8 @@ class NodeController:
             for obj in self.nodes.values():
                 self.queue.add(obj["metadata"]["name"])
             changed = set(listed)
+        elif listed is old:
+            changed = set()
         else:
             changed = set(old) ^ set(listed)
             changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
@@ -262,6 +295,7 @@ class NodeController:
                 fresh = await self.kube.get(node_path(name))
                 if fresh is not None:
                     self.on_node_event("MODIFIED", fresh)
+                    self.queue.add(name)  # even when only a heartbeat came between
                 return
             except NotFound:
                 return

@@ -1,14 +1,18 @@
 """Reads Slurm once per period and tells the controllers which PlaceholderJobs changed.
 
 Each poll asks for every job's *state* (``jobs/state``: about 80 bytes a job) and fetches the
-details (nodes, reason, admin_comment) only of the bridge's jobs whose state changed. A full job
-list -- about 8 KB a job, for every job Slurm holds -- is read at start-up, every
-FULL_RESYNC_SECONDS, and when so many jobs changed that one list is cheaper than their GETs.
+details (nodes, reason, admin_comment) only of the bridge's jobs whose state changed; an answer
+equal to the last one, with the view as it was then, is not compared job by job again. A full
+job list -- about 8 KB a job, for every job Slurm holds -- is read at start-up, when asked for,
+and when so many jobs changed that one list is cheaper than their GETs; every
+FULL_RESYNC_SECONDS a list with ``update_time`` costs a few bytes when no job changed since the
+last full list, and is that full list otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import time
@@ -20,15 +24,23 @@ from slurm_bridge.operator.pollloop import PollLoop
 from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobStates
 
 log = logging.getLogger(__name__)
 
 # Polls start at most this often, however often they are asked for.
 MIN_GAP_SECONDS = 0.4
 # A full list this often adopts jobs the bridge did not see being made (another replica, a crash
-# between submit and status) and catches anything the state polls could miss.
+# between submit and status) and catches anything the state polls could miss. It asks Slurm for
+# the jobs changed since the last full list (``update_time``): an unchanged table answers with
+# no jobs (a few bytes instead of about 8 KB a job), since the list would say what the view has.
+# It runs beside the state polls, which never wait for it: with 10,000 jobs the list is 80 MB and
+# took longer than the request timeout on a busy machine, and every poll waited for it.
 FULL_RESYNC_SECONDS = 30.0
+# ... and at most this share of the time (a list that takes 8 s runs every 80 s at most) ...
+FULL_RESYNC_SHARE = 0.1
+# ... but a full list without ``update_time`` runs at least this often, whatever Slurm says.
+FULL_LIST_MAX_SECONDS = 300.0
 # Pending jobs change reason (Priority, Resources, ...) without changing state: read them again
 # this often, but at most PENDING_REFRESH_PER_POLL of them per poll (the longest unread first),
 # so a deep queue costs a bounded number of GETs per period; the full list every
@@ -56,14 +68,21 @@ class JobSnapshot:
         self.by_uid: dict[str, list[JobInfo]] = {}
         for job_id, ref in refs.items():
             self.by_uid.setdefault(ref.uid, []).append(jobs[job_id])
+        # The pending jobs (their reasons are read again), and a counter of changes to the view.
+        self.pending = {job_id for job_id, job in jobs.items() if job.is_pending}
+        self.version = 0
 
     def put(self, job: JobInfo, ref: PhjRef) -> None:
         self.drop(job.job_id)
         self.by_id[job.job_id] = job
         self.refs[job.job_id] = ref
         self.by_uid.setdefault(ref.uid, []).append(job)
+        if job.is_pending:
+            self.pending.add(job.job_id)
 
     def drop(self, job_id: int) -> None:
+        self.version += 1
+        self.pending.discard(job_id)
         self.by_id.pop(job_id, None)
         ref = self.refs.pop(job_id, None)
         if ref is not None:
@@ -122,6 +141,20 @@ class SlurmPoller:
         self._uncertain: dict[str, float] = {}
         self._full_wanted = True
         self.last_full_at = 0.0
+        # Slurm's last_update of the last full list (for update_time), and when the last resync
+        # ran, whether it listed or Slurm said nothing changed.
+        self._full_update: int | None = None
+        self._last_resync = 0.0
+        self._list_seconds = 0.0  # how long the last full list took
+        self._resyncing: asyncio.Task[None] | None = None
+        # job id -> when a poll found it purged: an older list that still shows it must not bring
+        # it back (kept until a list that began after that is applied).
+        self._purged_at: dict[int, float] = {}
+        # The last jobs/state answer, and (answer, view version) of the last poll that found
+        # every job as the view has it: while both stay the same there is nothing to compare.
+        self._states: JobStates | None = None
+        self._settled: tuple[JobStates, int] | None = None
+        self.resyncs_unchanged = 0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
         self.polls = 0
@@ -134,6 +167,8 @@ class SlurmPoller:
             ok_message=lambda: f"Slurm job poll OK ({len(self.snapshot.refs) if self.snapshot else 0} bridge jobs)",
             failed="polling Slurm jobs",
             errors=(SlurmError,),
+            # A slow state poll means a busy slurmrestd: give it room. (Only state polls count: a
+            # full list is slow because it is big.)
             min_gap=lambda: max(MIN_GAP_SECONDS, 3 * self.last_duration),
         )
 
@@ -155,6 +190,10 @@ class SlurmPoller:
 
     async def stop(self) -> None:
         await self._loop.stop()
+        if self._resyncing is not None:
+            self._resyncing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resyncing
 
     async def refresh(self, job_id: int, ref: PhjRef) -> JobInfo | None:
         """Read one job the bridge just made, so its state is known without waiting for a poll.
@@ -212,12 +251,17 @@ class SlurmPoller:
     # ---- polls ---------------------------------------------------------------------------------
     async def poll_once(self) -> JobSnapshot:
         started = time.monotonic()
-        if self._full_wanted or self.snapshot is None or started - self.last_full_at >= FULL_RESYNC_SECONDS:
+        if self._full_wanted or self.snapshot is None:
             await self._full(started)
         else:
+            if started - self._last_resync >= self._resync_every() and (
+                self._resyncing is None or self._resyncing.done()
+            ):
+                self._last_resync = started
+                self._resyncing = asyncio.create_task(self._resync(started), name="slurm-full-list")
             await self._incremental(started)
+            self.last_duration = time.monotonic() - started
         self.polls += 1
-        self.last_duration = time.monotonic() - started
         snap = self.snapshot
         assert snap is not None
         snap.taken_at = started
@@ -229,21 +273,53 @@ class SlurmPoller:
         self.synced.set()
         return snap
 
+    async def _resync(self, started: float) -> None:
+        """The periodic full list, beside the state polls: skipped (one small answer) when Slurm
+        says no job changed since the last full list, which is then still what the list would
+        show; without ``update_time`` at least every FULL_LIST_MAX_SECONDS. A failure waits for
+        the next period: the state polls go on meanwhile."""
+        since = self._full_update if started - self.last_full_at < FULL_LIST_MAX_SECONDS else None
+        try:
+            jobs, last_update = await self._slurm.list_jobs_since(
+                since, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX
+            )
+        except SlurmError as e:
+            log.warning("the periodic full Slurm job list failed, trying again in %.0fs: %s", self._resync_every(), e)
+            return
+        if jobs is None:
+            self.resyncs_unchanged += 1
+            return
+        self._list_seconds = time.monotonic() - started
+        self._replace(started, jobs, last_update)
+
+    def _resync_every(self) -> float:
+        return max(FULL_RESYNC_SECONDS, self._list_seconds / FULL_RESYNC_SHARE)
+
     async def _full(self, started: float) -> None:
         """Replace the view with a full list: jobs missing from it were purged by Slurm."""
         self._full_wanted = False
-        jobs = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        jobs, last_update = await self._slurm.list_jobs_since(None, admin_comment_prefix=names.ADMIN_COMMENT_PREFIX)
+        self._list_seconds = time.monotonic() - started
+        self._last_resync = max(self._last_resync, started)
+        self._replace(started, jobs or [], last_update)
+
+    def _replace(self, started: float, jobs: list[JobInfo], last_update: int | None) -> None:
+        """Apply a full list taken at ``started``; reads and purges found since are newer."""
         self.full_lists += 1
-        self.last_full_at = started
+        if started >= self.last_full_at:
+            self.last_full_at = started
+            self._full_update = last_update
         if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
-        for job in jobs[0]:
+        for job in jobs:
             ref = self._ref_for(job)
             if ref is None:
                 continue
             seen.add(job.job_id)
-            self._apply(job, ref, started, notify=True)
+            if self._purged_at.get(job.job_id, -1.0) >= started:
+                continue  # a poll found it purged after this list began
+            self._apply(job, ref, started, notify=True, listed=True)
         snap = self.snapshot
         assert snap is not None
         # Only jobs read before the list began can have been purged: one read (a refresh after a
@@ -251,25 +327,33 @@ class SlurmPoller:
         for job_id in [j for j in snap.by_id if j not in seen and self._read_at.get(j, 0.0) < started]:
             self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
+        self._purged_at = {j: at for j, at in self._purged_at.items() if at >= started}
 
     async def _incremental(self, started: float) -> None:
         snap = self.snapshot
         assert snap is not None
-        states = await self._slurm.job_states()
-        stale = started - PENDING_REFRESH_SECONDS
+        previous = self._states
+        states = self._states = await self._slurm.job_states(previous)
+        by_state = states.by_id
         wanted: dict[int, PhjRef] = dict(self._expected)
+        settled = self._settled
+        if not (states.unchanged and settled is not None and settled[0] is previous and settled[1] == snap.version):
+            for job_id, job in snap.by_id.items():
+                state = by_state.get(job_id)
+                if state is None or (state != job.states and set(state) != set(job.states)):
+                    wanted[job_id] = snap.refs[job_id]
+        # else: the same answer as the last poll's, which found every job as the view still has it
+        self._settled = (states, snap.version) if not wanted else None
+        stale = started - PENDING_REFRESH_SECONDS
         reasons: list[tuple[float, int]] = []  # (last read, job) of pending jobs read long ago
-        for job_id, job in snap.by_id.items():
-            state = states.get(job_id)
-            if state is None or set(state) != set(job.states):
-                wanted[job_id] = snap.refs[job_id]
-            elif job.is_pending and (read_at := self._read_at.get(job_id, 0.0)) < stale:
+        for job_id in snap.pending:
+            if job_id not in wanted and (read_at := self._read_at.get(job_id, 0.0)) < stale:
                 reasons.append((read_at, job_id))
         for _, job_id in heapq.nsmallest(PENDING_REFRESH_PER_POLL, reasons):
             wanted[job_id] = snap.refs[job_id]
         if not wanted:
             return
-        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
+        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(by_state), 1):
             await self._full(started)
             return
         sem = asyncio.Semaphore(GET_CONCURRENCY)
@@ -285,7 +369,8 @@ class SlurmPoller:
                 self._expected.pop(job_id, None)
             elif job_id in snap.by_id:
                 self._forget(job_id)  # purged from Slurm
-            elif job_id not in states:
+                self._purged_at[job_id] = started
+            elif job_id not in by_state:
                 # An expected job Slurm does not know: the next full list decides.
                 self._full_wanted = True
 
@@ -298,12 +383,15 @@ class SlurmPoller:
         ref = decode_admin_comment(job.admin_comment)
         return ref if ref is not None and ref.bridge == self._bridge_id else None
 
-    def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool) -> None:
+    def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
+        """Take in ``job`` as read at ``at``. A list yields to a read begun at the same moment: a
+        state poll running beside the list read that job after slurmctld took the list."""
         snap = self.snapshot
         if snap is None:
             snap = self.snapshot = JobSnapshot({}, {}, at)
         old = snap.by_id.get(job.job_id)
-        if old is not None and self._read_at.get(job.job_id, 0.0) > at:
+        read_at = self._read_at.get(job.job_id, 0.0)
+        if old is not None and (read_at > at or (listed and read_at == at)):
             return  # read before the one the view has (a slow list): keep the newer
         self._read_at[job.job_id] = at
         if old is not None and _fingerprint(old) == _fingerprint(job):

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,12 @@ class ObjectStore:
     ``get`` and ``values`` return them, not the objects given to ``upsert``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, index: Callable[[Obj], Iterable[Hashable]] | None = None) -> None:
         self._objs: dict[Key, Obj] = {}
+        # An optional secondary index: ``index(obj)`` gives the values an object is found by
+        # (``indexed``), e.g. the member pods of a PlaceholderJob.
+        self._index_by = index
+        self._index: dict[Hashable, set[Key]] = {}
         # key -> (resourceVersion, when) of deleted objects, oldest first: a late event or API
         # answer from before the delete must not bring the object back. Kept TOMBSTONE_SECONDS,
         # so a long-running operator's memory does not grow with every pod it ever saw.
@@ -137,7 +141,9 @@ class ObjectStore:
             return False
         if self._deleted_rv.get(key, (-1, 0.0))[0] >= rv:
             return False
-        self._objs[key] = project(obj)
+        stored = project(obj)
+        self._reindex(key, cur, stored)
+        self._objs[key] = stored
         return True
 
     def delete(self, obj: Obj) -> None:
@@ -145,7 +151,7 @@ class ObjectStore:
         cur = self._objs.get(key)
         if cur is not None and cur["metadata"].get("uid") != obj["metadata"].get("uid"):
             return  # a newer incarnation with the same name already replaced it
-        self._objs.pop(key, None)
+        self._reindex(key, self._objs.pop(key, None), None)
         now = time.monotonic()
         self._deleted_rv.pop(key, None)  # re-inserted last: the dict stays ordered by time
         self._deleted_rv[key] = (_rv(obj), now)
@@ -157,6 +163,24 @@ class ObjectStore:
 
     def get(self, key: Key) -> Obj | None:
         return self._objs.get(key)
+
+    def indexed(self, value: Hashable) -> list[Obj]:
+        """The stored objects the index finds by ``value`` (none without an index)."""
+        return [self._objs[k] for k in self._index.get(value, ())]
+
+    def _reindex(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        if self._index_by is None:
+            return
+        before = set(self._index_by(old)) if old is not None else set()
+        after = set(self._index_by(new)) if new is not None else set()
+        for value in before - after:
+            keys = self._index.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._index[value]
+        for value in after - before:
+            self._index.setdefault(value, set()).add(key)
 
     def values(self) -> list[Obj]:
         return list(self._objs.values())

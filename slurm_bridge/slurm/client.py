@@ -40,7 +40,7 @@ from .errors import (
     SlurmUnavailable,
     SlurmUnsupportedVersion,
 )
-from .models import JobInfo, JobRequest, NodeDevices, NodeInfo
+from .models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
 from .transport import Http11Transport
 from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for
 
@@ -189,6 +189,7 @@ class SlurmClient:
             codec_for(api_version)  # fail fast on a version this client cannot speak
         self.base_url = base_url.rstrip("/")
         self.user = user or None
+        self.timeout = timeout
         self.retries = max(0, retries)
         self.request_count = 0
         # "GET /job/{id}" -> count: what the calls were, for /stats and the benchmark
@@ -313,14 +314,16 @@ class SlurmClient:
         reply = await self._request("POST", codec.path("job/allocate"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
-    async def job_states(self) -> dict[int, tuple[str, ...]]:
+    async def job_states(self, previous: JobStates | None = None) -> JobStates:
         """Every job's id and state flags, in one small request (no names, nodes or reasons).
 
         About 80 bytes per job against about 8 KB in a full list: cheap enough to ask every poll.
+        With ``previous`` (the last answer) an identical answer comes back ``unchanged`` and is
+        not decoded again.
         """
         codec = await self._get_codec()
         reply = await self._request("GET", codec.path("jobs/state/"))
-        return codec.decode_job_states(reply.body)
+        return codec.decode_job_states(reply.body, previous)
 
     async def update_job(self, job_id: int, req: JobRequest) -> None:
         """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`).
@@ -340,23 +343,27 @@ class SlurmClient:
 
     async def list_jobs(self) -> list[JobInfo]:
         """Every job slurmctld still knows (hidden partitions included), in one request."""
-        return (await self.list_jobs_since(None))[0]
+        return (await self.list_jobs_since(None))[0] or []
 
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
-    ) -> tuple[list[JobInfo], int | None]:
-        """Every job, or none when nothing changed after ``since`` (Slurm's own clock), and
-        Slurm's ``last_update`` to pass next time. One request; an unchanged cluster costs a few
-        bytes. With ``admin_comment_prefix`` only those jobs are decoded (a shared Slurm holds
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        """Every job, or None when no job changed after ``since`` (a ``last_update`` this method
+        returned; Slurm's clock), and the ``last_update`` to pass next time. One request; an
+        unchanged table costs a few bytes, a changed one the whole list (slurmctld sends every job
+        or none). With ``admin_comment_prefix`` only those jobs are decoded (a shared Slurm holds
         many jobs that are none of the caller's business)."""
         codec = await self._get_codec()
         params = dict(_JOB_QUERY)
         if since is not None:
             params["update_time"] = str(int(since))
-        reply = await self._request("GET", codec.path("jobs"), params=params)
+        reply = await self._request(
+            "GET", codec.path("jobs"), params=params, time_limit=max(self.timeout, FULL_LIST_TIMEOUT_SECONDS)
+        )
         body = reply.body
-        last = body.get("last_update") if isinstance(body, dict) else None
-        last_update = last.get("number") if isinstance(last, dict) and last.get("set", True) else None
+        if since is not None and codec.unchanged_since(reply.status, body, "jobs"):
+            return None, since
+        last_update = codec.last_update(body)
         if admin_comment_prefix is not None and isinstance(body, dict) and isinstance(body.get("jobs"), list):
             body = dict(
                 body,
@@ -367,7 +374,7 @@ class SlurmClient:
             if len(body.get("jobs") or []) > 200
             else codec.decode_jobs(body)
         )
-        return jobs, int(last_update) if last_update is not None else None
+        return jobs, last_update
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """The job, or None when Slurm does not know it (never existed, or purged after MinJobAge)."""
@@ -403,9 +410,23 @@ class SlurmClient:
 
     async def list_nodes(self) -> list[NodeInfo]:
         """Every node, in one request."""
+        return (await self.list_nodes_since(None))[0] or []
+
+    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]:
+        """Every node, or None when no node changed after ``since`` (a ``last_update`` this method
+        returned; Slurm's clock), and the ``last_update`` to pass next time.
+
+        An unchanged table is answered with no body (slurmrestd's 304), so a poll of 1,000 idle
+        nodes costs a few bytes instead of about 2.5 MB to send and decode. slurmctld answers
+        "unchanged" only when nothing changed from the second of ``since`` on, so a change made
+        in the same second as the last list is not missed (checked on Slurm 26.05).
+        """
         codec = await self._get_codec()
-        reply = await self._request("GET", codec.path("nodes"))
-        return codec.decode_nodes(reply.body)
+        params = {"update_time": str(int(since))} if since is not None else None
+        reply = await self._request("GET", codec.path("nodes"), params=params)
+        if since is not None and codec.unchanged_since(reply.status, reply.body, "nodes"):
+            return None, since
+        return codec.decode_nodes(reply.body), codec.last_update(reply.body)
 
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
@@ -458,13 +479,15 @@ class SlurmClient:
         not_found_ok: bool = False,
         ok_errors: frozenset[int] = frozenset(),
         probe: bool = False,
+        time_limit: float | None = None,
     ) -> _Reply:
         """Send one REST call with retries; return the reply or raise a typed SlurmError.
 
         ``not_found_ok`` returns 404-like answers (status 404 or Slurm's invalid job/node id) as a
         reply with status 404 instead of raising. An answer whose errors all have numbers in
         ``ok_errors`` counts as success. ``probe`` returns every answer but an auth failure
-        unexamined (version discovery only needs to know whether the path exists).
+        unexamined (version discovery only needs to know whether the path exists). ``time_limit``
+        replaces the client's timeout for this call (connect, send and the whole answer).
         """
         what = f"{method} {path}"
         attempt = 0
@@ -481,7 +504,14 @@ class SlurmClient:
             maybe_applied = False
             sent = time.monotonic()
             try:
-                resp = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+                resp = await self._http.request(
+                    method,
+                    path,
+                    json=json_body,
+                    params=params,
+                    headers=headers,
+                    timeout=httpx.Timeout(time_limit) if time_limit is not None else httpx.USE_CLIENT_DEFAULT,
+                )
             except _NOT_SENT as e:
                 metrics.slurm_request(method, endpoint, "connect_error", time.monotonic() - sent)
                 problem = f"cannot reach slurmrestd at {self.base_url}: {self._scrub(_describe(e))}"
@@ -589,6 +619,9 @@ class SlurmClient:
 # job_resources core bitmaps, which made up about 70% of a jobs answer on the local cluster.
 _JOB_QUERY = {"flags": "ALL"}
 _LARGE_BODY = 512 * 1024
+# A list of every job grows with Slurm's job count (about 8 KB a job: 80 MB and several seconds of
+# slurmrestd's time with 10,000 jobs, longer on a busy machine), so it gets at least this long.
+FULL_LIST_TIMEOUT_SECONDS = 120.0
 _CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
 _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
 

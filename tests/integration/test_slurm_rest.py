@@ -13,7 +13,7 @@ import pytest
 
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmNotFound
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS
 from tests.harness import SlurmEnv
 
@@ -144,11 +144,11 @@ async def test_immediate_allocation_is_running_when_the_call_returns(slurm_env: 
             assert job.is_running and len(job.nodes) == 1 and job.nodes[0] in slurm_env.nodes, job
             assert "EXTERNAL_JOB" in job.flags and job.admin_comment == jobs.marker
             states = await client.job_states()
-            assert states[job_id] == ("RUNNING",)
+            assert states.by_id[job_id] == ("RUNNING",)
             await client.cancel_job(job_id)
 
             async def cancelled() -> tuple[str, ...] | None:
-                state = (await client.job_states()).get(job_id)
+                state = (await client.job_states()).by_id.get(job_id)
                 return state if state is None or "CANCELLED" in state else None
 
             await eventually(cancelled, 30, f"jobs/state to show job {job_id} CANCELLED")
@@ -230,6 +230,65 @@ async def test_list_nodes_returns_every_node(slurm: SlurmClient, slurm_env: Slur
         assert slurm_env.partition in n.partitions
     for name in slurm_env.gpu_nodes:
         assert "gpu" in nodes[name].gres, nodes[name]
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_a_node_list_since_its_last_update_is_none_until_a_node_changes(
+    slurm_env: SlurmEnv, version: str
+) -> None:
+    """The node controller's idle poll: slurmrestd says "unchanged" (no body) for a table that did
+    not change since a list's last_update, and reports a change made right after that list."""
+    name = slurm_env.nodes[-1]
+    comment = f"slurm-bridge-it {RUN} since {version}"
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+
+        async def quiet() -> int | None:
+            nodes, last = await client.list_nodes_since(None)
+            assert nodes and last is not None, (nodes, last)
+            again, same = await client.list_nodes_since(last)
+            return last if again is None and same == last else None
+
+        last = await eventually(quiet, 30, "an unchanged node table to be answered as unchanged")
+        try:
+            await client.update_node(name, comment=comment)
+            nodes, newer = await client.list_nodes_since(last)
+            assert nodes is not None, "a change made after the list is reported"
+            assert {n.name: n for n in nodes}[name].comment == comment
+            assert newer is not None and newer >= last
+        finally:
+            await client.update_node(name, comment="")
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_job_lists_and_states_since_the_last_answer_are_unchanged_until_a_job_changes(
+    slurm_env: SlurmEnv, version: str
+) -> None:
+    """The job poller's idle poll: the same jobs/state answer comes back ``unchanged``, and the
+    periodic full list with update_time is None, until a job is submitted."""
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+        jobs = Jobs(client, f"since-{version}")
+        try:
+
+            async def quiet() -> tuple[int, JobStates] | None:
+                listed, last = await client.list_jobs_since(None)
+                assert listed is not None and last is not None, last
+                states = await client.job_states()
+                again, same = await client.list_jobs_since(last)
+                states_again = await client.job_states(states)
+                if again is None and same == last and states_again.unchanged:
+                    return last, states_again
+                return None
+
+            last, states = await eventually(quiet, 60, "an unchanged job table to be answered as unchanged")
+            req = JobRequest(partition=slurm_env.partition, nodes=1, cpus_per_task=1, memory_per_node_mib=100)
+            job_id = await jobs.submit(req, name="since")
+            listed, newer = await client.list_jobs_since(last)
+            assert listed is not None and job_id in {j.job_id for j in listed}
+            assert newer is not None and newer >= last
+            changed = await client.job_states(states)
+            assert not changed.unchanged and job_id in changed.by_id
+        finally:
+            await jobs.cleanup()
 
 
 async def test_drain_and_resume_node(slurm: SlurmClient, slurm_env: SlurmEnv) -> None:

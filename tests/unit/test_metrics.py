@@ -173,6 +173,7 @@ async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> 
     assert list(settings.watching.field_selectors.collect(pods)) == ["spec.schedulerName=my-bridge"]
     assert list(settings.watching.field_selectors.collect(nodes)) == []
     assert not list(settings.watching.label_selectors.collect(pods))
+    assert settings.watching.chunk_size == 500, "initial lists in pages: kopf keeps one page, not the whole list"
 
 
 # ---- webhook and extender ---------------------------------------------------------------------

@@ -405,18 +405,29 @@ def _merge(target: Any, patch: Any) -> Any:
 
 
 class FakeSlurm:
+    """Slurm's node table. A list with ``since`` (the ``last_update`` of an earlier answer) is
+    None when the table is the same as that answer's, as slurmrestd's 304."""
+
     def __init__(self, nodes: list[NodeInfo]) -> None:
         self.nodes = {n.name: n for n in nodes}
         self.lists = 0
+        self.unchanged = 0
+        self.sinces: list[int | None] = []
+        self.answers: list[dict[str, NodeInfo]] = []  # last_update n: the table answer n showed
         self.updates: list[tuple[str, str | None, str | None]] = []
         self.gate: asyncio.Event | None = None  # set: list_nodes answers what it saw when called
 
-    async def list_nodes(self) -> list[NodeInfo]:
+    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]:
         self.lists += 1
-        seen = list(self.nodes.values())
+        self.sinces.append(since)
+        seen = dict(self.nodes)
         if self.gate is not None:
             await self.gate.wait()
-        return seen
+        if since is not None and self.answers[since] == seen:
+            self.unchanged += 1
+            return None, since
+        self.answers.append(seen)
+        return list(seen.values()), len(self.answers) - 1
 
     async def update_node(self, name: str, *, state: str | None = None, reason: str | None = None) -> None:
         self.updates.append((name, state, reason))
@@ -542,6 +553,87 @@ async def test_one_node_list_per_poll_period_whatever_the_node_count() -> None:
     assert 3 <= slurm.lists <= 7, slurm.lists  # one list per 0.1 s period, not one per node
     assert slurm.updates == []
     assert all(n["spec"]["taints"][0]["key"] == names.TAINT_MANAGED_NODE for n in kube.nodes.values())
+
+
+async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_next_poll() -> None:
+    """Idle, each poll asks for the nodes changed since the last list (slurmrestd answers 304): no
+    node list to decode and no node queued. A change in Slurm is in the next poll's answer."""
+    kube = FakeKube([named(N)])
+    slurm = FakeSlurm([info()])
+    ctrl = controller(kube, slurm)
+    await ctrl.poll_once()
+    await ctrl._reconcile(N)
+    ctrl.queue._queued.clear()
+    listed = ctrl.slurm_nodes
+    for _ in range(3):
+        await ctrl.poll_once()
+    assert slurm.sinces == [None, 0, 0, 0] and slurm.unchanged == 3
+    assert ctrl.slurm_nodes is listed and ctrl.queue._queued == set(), "nothing changed: nothing to decide"
+    slurm.nodes[N] = info("DRAIN", reason="maintenance")
+    await ctrl.poll_once()
+    assert ctrl.queue._queued == {N}, "the drain is seen within one poll"
+    await ctrl._reconcile(N)
+    assert kube.nodes[N]["spec"]["unschedulable"] is True
+    await ctrl.poll_once()
+    assert slurm.sinces[-1] == 1, "the next poll asks for changes since the list that showed the drain"
+
+
+async def test_the_whole_node_list_is_read_again_every_full_list_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_bridge.operator import nodes as nodes_module
+
+    kube = FakeKube([named(N)])
+    slurm = FakeSlurm([info()])
+    ctrl = controller(kube, slurm)
+    await ctrl.poll_once()
+    await ctrl.poll_once()
+    monkeypatch.setattr(nodes_module, "FULL_LIST_SECONDS", 0.0)
+    await ctrl.poll_once()
+    assert slurm.sinces == [None, 0, None], "a whole list whatever Slurm would say"
+
+
+async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_list_shows_it() -> None:
+    """A list that Slurm answered "unchanged" before the bridge's drain arrives after it: the
+    drain stays what the controller decides on (not the list's older state), and the next list
+    (the table changed) shows it."""
+    kube = FakeKube([named(N, unschedulable=True)])
+    slurm = FakeSlurm([info()])
+    ctrl = controller(kube, slurm)
+    await ctrl.poll_once()
+    await ctrl.poll_once()  # a list newer than the cordon
+    slurm.gate = asyncio.Event()
+    listing = asyncio.create_task(ctrl.poll_once())
+    await asyncio.sleep(0)
+    await ctrl._reconcile(N)
+    assert slurm.updates == [(N, "DRAIN", OURS)]
+    slurm.gate.set()
+    await listing
+    assert slurm.unchanged == 2
+    node = ctrl.slurm_node(N)
+    assert node is not None and "DRAIN" in node.states, "the write, not the list from before it"
+    slurm.gate = None
+    await ctrl.poll_once()
+    assert slurm.unchanged == 2 and ctrl.slurm_nodes is not None and "DRAIN" in ctrl.slurm_nodes[N].states
+    await ctrl._reconcile(N)
+    assert slurm.updates == [(N, "DRAIN", OURS)], "drained once"
+
+
+def test_a_node_heartbeat_queues_no_reconcile() -> None:
+    """A status heartbeat (kubelet or kwok: conditions only, which the store does not keep) is a
+    new resourceVersion and nothing else: nothing to decide, so nothing is queued; any change the
+    bridge reads is."""
+    kube = FakeKube([named(N)])
+    ctrl = controller(kube, FakeSlurm([info()]))
+    ctrl.queue._queued.clear()
+    beat = kube.edit(N, lambda n: n.setdefault("status", {}).update(conditions=[{"type": "Ready", "status": "True"}]))
+    ctrl.on_node_event("MODIFIED", beat)
+    assert ctrl.queue._queued == set()
+    stored = ctrl.nodes.get(("", N))
+    assert stored is not None and stored["metadata"]["resourceVersion"] == beat["metadata"]["resourceVersion"]
+    ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["spec"].update(unschedulable=True)))
+    assert ctrl.queue._queued == {N}
+    ctrl.queue._queued.clear()
+    ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["metadata"]["labels"].update(extra="1")))
+    assert ctrl.queue._queued == {N}, "a label change is queued (labels are read: Slurm node name, registration)"
 
 
 async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, ItemsView
 
 import pytest
 from slurm_bridge.operator import poller as poller_module
@@ -12,7 +12,7 @@ from slurm_bridge.operator.poller import SlurmPoller
 from slurm_bridge.operator.store import ObjectStore, WorkQueue
 
 from slurm_bridge.slurm.errors import SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobStates
 
 
 async def _until(cond: Callable[[], bool], limit: float = 5.0) -> None:
@@ -93,25 +93,33 @@ async def test_queue_retries_failures_with_backoff() -> None:
 
 
 class FakeSlurm:
-    """Slurm's job table, answering the three reads the poller uses, and counting them."""
+    """Slurm's job table, answering the three reads the poller uses, and counting them. A list
+    with ``since`` (an earlier list's ``last_update``) is None when the table is the same as then;
+    a state answer equal to ``previous`` comes back ``unchanged``, as the real client's."""
 
     def __init__(self) -> None:
         self.jobs: dict[int, JobInfo] = {}
         self.calls: list[str] = []
         self.fail_gets = False
+        self.tables: list[dict[int, JobInfo]] = []  # last_update n: the table list n showed
 
     def set(self, job: JobInfo) -> None:
         self.jobs[job.job_id] = job
 
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
-    ) -> tuple[list[JobInfo], int | None]:
-        self.calls.append("list")
-        return [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")], None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        self.calls.append("list" if since is None else f"list since {since}")
+        if since is not None and self.tables[since] == self.jobs:
+            return None, since
+        self.tables.append(dict(self.jobs))
+        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        return listed, len(self.tables) - 1
 
-    async def job_states(self) -> dict[int, tuple[str, ...]]:
+    async def job_states(self, previous: JobStates | None = None) -> JobStates:
         self.calls.append("states")
-        return {j.job_id: j.states for j in self.jobs.values()}
+        wire = {j.job_id: j.states for j in self.jobs.values()}
+        return JobStates(dict(wire), unchanged=previous is not None and previous.wire == wire, wire=wire)
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         self.calls.append(f"get {job_id}")
@@ -269,7 +277,9 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
     listed = list(slurm.jobs.values())  # the table as the slow list sees it
     gate = asyncio.Event()
 
-    async def slow_list(since: int | None, *, admin_comment_prefix: str | None = None) -> tuple[list[JobInfo], None]:
+    async def slow_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, None]:
         await gate.wait()
         return [j for j in listed if j.admin_comment.startswith(admin_comment_prefix or "")], None
 
@@ -310,3 +320,245 @@ async def test_a_deep_queue_costs_a_bounded_number_of_reason_reads_per_poll(monk
     slurm.calls.clear()
     await poller.poll_once()
     assert "get 30" in slurm.calls, "a job whose state changed is always read"
+
+
+class _CountingJobs(dict[int, JobInfo]):
+    """The view's jobs, counting the walks over them (one per poll that compares job by job)."""
+
+    walks = 0
+
+    def items(self) -> ItemsView[int, JobInfo]:  # type: ignore[override]
+        type(self).walks += 1
+        return super().items()
+
+
+async def test_a_state_answer_like_the_last_costs_no_per_job_work() -> None:
+    """Idle, with thousands of jobs, comparing each job's state every period was most of the
+    poller's CPU (docs/performance.md, run 8): an answer equal to the last one, with the view as
+    it was, is not compared again. A change is still seen in the next poll."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    for i in range(1, 4):
+        slurm.set(_job(i, f"u{i}", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()  # the first state answer is compared
+    assert poller.snapshot is not None
+    poller.snapshot.by_id = jobs = _CountingJobs(poller.snapshot.by_id)
+    slurm.calls.clear()
+    for _ in range(3):
+        await poller.poll_once()
+    assert slurm.calls == ["states"] * 3 and jobs.walks == 0
+    slurm.set(_job(2, "u2", "COMPLETED", ("n1",)))
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 2"] and changed == ["phj-u2"] and jobs.walks == 1
+
+
+async def test_the_same_state_answer_is_compared_again_after_the_view_changed() -> None:
+    """The bridge's own cancel is written into the view while Slurm still says RUNNING: the same
+    answer as before now differs from the view, so the job is read."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()
+    poller.assume_cancelled(1)
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"]
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "RUNNING"
+
+
+async def test_a_change_whose_read_failed_is_read_on_the_next_poll_with_the_same_answer() -> None:
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    await poller.poll_once()
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))
+    slurm.fail_gets = True
+    with pytest.raises(SlurmUnavailable):
+        await poller.poll_once()
+    slurm.fail_gets = False
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
+
+
+async def _resynced(poller: SlurmPoller) -> None:
+    """Wait for the periodic full list that the last poll started beside it."""
+    assert poller._resyncing is not None
+    await poller._resyncing
+
+
+async def test_the_periodic_full_list_is_skipped_while_slurm_says_no_job_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every FULL_RESYNC_SECONDS the full list asks for jobs changed since the last one: a few bytes
+    while nothing changed (about 8 KB a job otherwise), and the list itself when something did.
+    It never counts as a full list for a submit whose outcome is unknown, and a list without
+    ``update_time`` still runs every FULL_LIST_MAX_SECONDS."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    full_at = poller.last_full_at
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SECONDS", 0.0)
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SHARE", float("inf"))  # due at every poll
+    slurm.calls.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list since 0"], "the state poll does not wait for the list"
+    assert poller.full_lists == 1 and poller.last_full_at == full_at
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))
+    slurm.set(_job(2, "b", "RUNNING", ("n2",)))  # made by another replica: only a list finds it
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    assert sorted(slurm.calls) == ["get 1", "list since 0", "states"] and sorted(changed) == ["phj-a", "phj-b"]
+    assert poller.full_lists == 2 and poller.last_full_at > full_at
+    slurm.calls.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list since 1"], "since the list that showed the change"
+    monkeypatch.setattr(poller_module, "FULL_LIST_MAX_SECONDS", 0.0)
+    slurm.calls.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    assert slurm.calls == ["states", "list"]
+
+
+async def test_a_slow_or_failing_periodic_full_list_never_holds_up_the_state_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With 10,000 jobs the full list (80 MB) outlasted the request timeout on a busy machine, and
+    every poll waited for it and failed: no job state was seen for minutes (performance.md, run 8).
+    The periodic list runs beside the polls; a job a poll found purged meanwhile stays purged when
+    the older list arrives; a failed list is tried again a period later."""
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(_job(2, "b", "RUNNING", ("n2",)))
+    await poller.poll_once()
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SECONDS", 0.0)
+    monkeypatch.setattr(poller_module, "FULL_RESYNC_SHARE", float("inf"))  # due at every poll
+    gate = asyncio.Event()
+    listed = dict(slurm.jobs)
+    slurm.set(_job(1, "a", "COMPLETED", ("n1",)))  # the list below shows it RUNNING still
+
+    async def slow_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        slurm.calls.append("slow list")
+        await gate.wait()
+        return [j for j in listed.values() if j.admin_comment.startswith(admin_comment_prefix or "")], 7
+
+    monkeypatch.setattr(slurm, "list_jobs_since", slow_list)
+    await poller.poll_once()
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "COMPLETED"
+    del slurm.jobs[2]  # purged from Slurm while the list runs
+    await poller.poll_once()
+    await poller.poll_once()
+    assert slurm.calls.count("slow list") == 1, "one list at a time"
+    assert 2 not in poller.snapshot.by_id
+    gate.set()
+    await _resynced(poller)
+    assert poller.snapshot.by_id[1].state == "COMPLETED", "the older list does not undo a newer read"
+    assert 2 not in poller.snapshot.by_id, "nor bring back a job found purged after it began"
+
+    async def failing_list(
+        since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        slurm.calls.append("failed list")
+        raise SlurmUnavailable("no complete answer from slurmrestd")
+
+    monkeypatch.setattr(slurm, "list_jobs_since", failing_list)
+    slurm.calls.clear()
+    await poller.poll_once()
+    await _resynced(poller)
+    slurm.set(_job(1, "a", "CANCELLED", ("n1",)))
+    await poller.poll_once()
+    assert slurm.calls[:2] == ["states", "failed list"], slurm.calls
+    assert poller.snapshot.by_id[1].state == "CANCELLED", "the state polls go on"
+
+
+def _phj(name: str, pods: list[str], rv: int, ns: str = "ns") -> dict[str, object]:
+    return {"kind": "PlaceholderJob", "metadata": {"namespace": ns, "name": name, "resourceVersion": str(rv),
+                                                  "uid": name}, "spec": {"pods": pods}}  # fmt: skip
+
+
+def test_the_member_index_follows_every_update_and_delete() -> None:
+    from slurm_bridge.operator.members import member_pods
+
+    s = ObjectStore(index=member_pods)
+    s.upsert(_phj("g", ["a", "b"], 1))
+    s.upsert(_phj("h", ["b"], 1))
+    s.upsert(_phj("x", ["a"], 1, ns="other"))
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "a"))] == ["g"]
+    assert sorted(p["metadata"]["name"] for p in s.indexed(("ns", "b"))) == ["g", "h"]
+    s.upsert(_phj("g", ["a", "c"], 2))  # b left the gang, c joined
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "b"))] == ["h"]
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "c"))] == ["g"]
+    assert not s.upsert(_phj("g", ["a", "b"], 1)), "an older version changes nothing"
+    assert [p["metadata"]["name"] for p in s.indexed(("ns", "c"))] == ["g"]
+    s.delete(_phj("h", ["b"], 3))
+    assert s.indexed(("ns", "b")) == [] and s._index.get(("ns", "b")) is None
+    assert ObjectStore().indexed(("ns", "a")) == [], "a store without an index finds nothing"
+
+
+def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> None:
+    """A walk over every PlaceholderJob cost 5 ms a pod with 10,000; a restart reconciles every
+    ended pod, and 2,000 of them held the event loop until the Lease was lost (performance.md, run 8)."""
+    from slurm_bridge.operator.members import Membership, member_pods
+
+    phjs = ObjectStore(index=member_pods)
+    for i in range(3):
+        phjs.upsert(_phj(f"p{i}", [f"pod{i}"], 1))
+    phjs.upsert(_phj("gang", ["pod1", "pod9"], 1))
+
+    def no_walk() -> list[dict[str, object]]:
+        raise AssertionError("walked over every PlaceholderJob")
+
+    phjs.values = no_walk  # type: ignore[method-assign]
+    m = Membership.__new__(Membership)
+    m.phjs = phjs
+    assert sorted(p["metadata"]["name"] for p in m._phjs_with_member(("ns", "pod1"))) == ["gang", "p1"]
+    assert m._phjs_with_member(("other", "pod1")) == []
+
+
+def test_polling_a_big_state_answer_forces_no_full_collection_once_gc_is_tuned() -> None:
+    """With Python's default thresholds, decoding jobs/state for 10,000 jobs every period moved its
+    short-lived objects into the oldest generation and forced a full collection every few polls
+    (10 a minute, 0.4 s each in the operator at the scale profile: performance.md, run 8)."""
+    import gc
+    import json
+
+    import pydantic_core
+    from slurm_bridge.operator.main import tune_gc
+
+    from slurm_bridge.slurm.versions import codec_for
+
+    heap = [{"k": [i]} for i in range(100_000)]  # long-lived, like the operator's stores
+    body = json.dumps({"jobs": [{"job_id": str(i), "state": ["RUNNING"]} for i in range(10_000)]}).encode()
+    codec, full = codec_for("v0.0.45"), list[int]()
+
+    def count_full(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(1)
+
+    threshold = gc.get_threshold()
+    try:
+        gc.collect()
+        tune_gc()
+        gc.callbacks.append(count_full)
+        previous = codec.decode_job_states(pydantic_core.from_json(body))
+        for _ in range(30):
+            previous = codec.decode_job_states(pydantic_core.from_json(body), previous)
+        assert full == [] and previous.unchanged
+    finally:
+        gc.callbacks.remove(count_full)
+        gc.set_threshold(*threshold)
+    assert len(heap) == 100_000
