@@ -177,8 +177,10 @@ class PlaceholderJobs:
                     raise
                 except SlurmError as e:
                     await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
-            case pl.Release(job_id=job_id, pods=pods, announce=announce):
+            case pl.Release(job_id=job_id, pods=pods, announce=announce, unless_released=unless_released):
                 if not await self._release(phj, job_id, pods, members, announce):
+                    if unless_released is not None:
+                        phj = await self.patch_status(phj, unless_released.dump())
                     return phj, DEVICES_RETRY_SECONDS
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj, scheduled, reason, message)

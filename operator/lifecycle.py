@@ -323,7 +323,9 @@ def allocation(
     if write is not None and not waiting:
         actions.append(WriteStatus(write))  # before the release: a gang's assignments are its record
     # Release the pods only once every member has its node: gangs start together.
-    actions.append(Release(job.job_id, unreleased, announce=at_once is None))
+    actions.append(
+        Release(job.job_id, unreleased, announce=at_once is None, unless_released=write if waiting else None)
+    )
     scheduled = f"Slurm job {job.job_id} allocated {nodes} to the gang ({scheduler})"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
     return Plan(tuple(actions), requeue=at_once - now if waiting and at_once is not None else None)

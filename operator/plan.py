@@ -82,6 +82,10 @@ class Release:
     # Tell each pod with an Event: only when the job waited in Slurm's queue. An allocation at
     # submit is said by the PlaceholderJob's status and the scheduler's own Scheduled Event.
     announce: bool = True
+    # The allocation's status, when it waits for the bind (lifecycle.allocation): written at once
+    # if a member cannot be released (a DRA device is missing), so the held pod's PlaceholderJob
+    # says which job holds it.
+    unless_released: PlaceholderJobStatus | None = None
 
 
 @dataclass(frozen=True)

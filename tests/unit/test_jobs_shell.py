@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator import lifecycle as lc
+from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, Prepared
 from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.jobs import PlaceholderJobs
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
@@ -150,6 +151,27 @@ async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_
     assert jobs._unwritten == {}
     await jobs.reconcile(("ns", "p"))
     assert len(status_writes(kube)) == 1, "and nothing more once it is written"
+
+
+async def test_a_pod_held_for_a_missing_device_gets_its_allocation_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = FakeKube({}), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+
+    async def missing(*_: Any) -> Prepared:
+        return Prepared(problem="pod p: no device with Slurm index 0")
+
+    monkeypatch.setattr(jobs.devices, "prepare", missing)
+    assert await jobs.reconcile(("ns", "p")) == DEVICES_RETRY_SECONDS
+    assert ("patch", POD_PATH) not in kube.calls, "held: not released"
+    [written] = status_writes(kube)
+    assert written["jobId"] == 7 and written["phase"] == "Allocated" and written["submitTime"]
+    assert jobs.poller.snapshot is not None
+    jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
+    await jobs.reconcile(("ns", "p"))
+    assert len(status_writes(kube)) == 1, "written once, not again on each retry"
 
 
 async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkeypatch: pytest.MonkeyPatch) -> None:
