@@ -527,38 +527,3 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
     m.phjs = phjs
     assert sorted(p["metadata"]["name"] for p in m._phjs_with_member(("ns", "pod1"))) == ["gang", "p1"]
     assert m._phjs_with_member(("other", "pod1")) == []
-
-
-def test_polling_a_big_state_answer_forces_no_full_collection_once_gc_is_tuned() -> None:
-    """With Python's default thresholds, decoding jobs/state for 10,000 jobs every period moved its
-    short-lived objects into the oldest generation and forced a full collection every few polls
-    (10 a minute, 0.4 s each in the operator at the scale profile: performance.md, run 8)."""
-    import gc
-    import json
-
-    import pydantic_core
-    from slurm_bridge.operator.main import tune_gc
-
-    from slurm_bridge.slurm.versions import codec_for
-
-    heap = [{"k": [i]} for i in range(100_000)]  # long-lived, like the operator's stores
-    body = json.dumps({"jobs": [{"job_id": str(i), "state": ["RUNNING"]} for i in range(10_000)]}).encode()
-    codec, full = codec_for("v0.0.45"), list[int]()
-
-    def count_full(phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] == 2:
-            full.append(1)
-
-    threshold = gc.get_threshold()
-    try:
-        gc.collect()
-        tune_gc()
-        gc.callbacks.append(count_full)
-        previous = codec.decode_job_states(pydantic_core.from_json(body))
-        for _ in range(30):
-            previous = codec.decode_job_states(pydantic_core.from_json(body), previous)
-        assert full == [] and previous.unchanged
-    finally:
-        gc.callbacks.remove(count_full)
-        gc.set_threshold(*threshold)
-    assert len(heap) == 100_000
