@@ -1,11 +1,12 @@
 """Orphaned Slurm jobs: live bridge jobs whose PlaceholderJob is gone (deleted while the bridge
 was down). ``candidates`` is the pure rule; ``OrphanSweeper`` confirms each with a GET and
-cancels. Every ~10 poll periods, never two sweeps at once.
+cancels, at most CHECKS_PER_SWEEP a sweep. Every ~10 poll periods, never two sweeps at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
@@ -20,6 +21,12 @@ from slurm_bridge.kube import KubeClient, KubeError, phj_path
 from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
+
+# At most this many candidates are checked (one GET each) per sweep; the rest wait for the next.
+# While a restarted operator's watch still lists its PlaceholderJobs, every live job looks like a
+# candidate: with 10,000 that was thousands of GETs a sweep, all finding the PlaceholderJob
+# (docs/performance.md, run 8).
+CHECKS_PER_SWEEP = 20
 
 
 def candidates(
@@ -64,7 +71,7 @@ class OrphanSweeper:
         known = {p["metadata"]["uid"] for p in self.phjs.values()}
         found = candidates(snap, known, lambda uid: self.poller.made(uid) is not None, time.time(),
                            self.config.orphanGraceSeconds)  # fmt: skip
-        for job_id, ref in found:
+        for job_id, ref in itertools.islice(found, CHECKS_PER_SWEEP):
             logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)
             try:
                 live = await self.kube.get(phj_path(ref.namespace, ref.name))

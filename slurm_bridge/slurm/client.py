@@ -9,11 +9,14 @@ safe to retry. Answers come back as the version-neutral models of :mod:`.models`
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import random
 import re
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -138,27 +141,65 @@ def _parse_token(text: str) -> str:
 @dataclass(frozen=True)
 class _Reply:
     status: int
-    body: Any  # parsed JSON (normally a dict), or None
+    body: Any  # parsed JSON (normally a dict), or None (also once ``decode`` took it)
     errors: tuple[SlurmErrorDetail, ...]
     text: str  # the body when it was not JSON, shortened
+    value: Any = None  # what ``decode`` made of a successful answer
 
 
-def _parse_reply(resp: httpx.Response, codec: Codec | None) -> _Reply:
+# The pause of the garbage collector while an answer is decoded (see _gc_paused); answers may be
+# decoded in several threads at once.
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_resume = False
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No garbage collection while an answer is parsed and decoded.
+
+    A Slurm answer decodes into tens of thousands of short-lived objects (jobs/state for 10,000
+    jobs: about 30,000; a full job list: millions), freed by reference counting once decoded. A
+    collection in the middle moved them to the oldest generation, and Python then ran a full
+    collection over all of the operator's objects every few polls: 10 a minute, 0.4 s each, at
+    1,000 nodes and 10,000 PlaceholderJobs (docs/performance.md, run 8).
+    """
+    global _gc_pauses, _gc_resume
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
+
+
+def _parse_reply(resp: httpx.Response, codec: Codec | None, decode: Callable[[int, Any], Any] | None = None) -> _Reply:
+    """The answer's JSON and Slurm's errors; with ``decode`` a successful answer is decoded at once
+    (``value``) and its JSON dropped, all with the garbage collector paused."""
     body: Any = None
     text = ""
-    if resp.content:
-        try:
-            # pydantic's Rust parser: job lists run to megabytes and are read every poll period.
-            body = pydantic_core.from_json(resp.content)
-        except ValueError:
-            text = resp.text.strip()[:500]
-    errors: tuple[SlurmErrorDetail, ...] = ()
-    if isinstance(body, dict) and isinstance(body.get("errors"), list):
-        try:
-            env = (codec or codec_for(SUPPORTED_VERSIONS[0])).envelope(body)
-            errors = tuple(e.detail() for e in env.errors)
-        except SlurmError:
-            errors = (SlurmErrorDetail(error=str(body.get("errors"))[:500]),)
+    with _gc_paused():
+        if resp.content:
+            try:
+                # pydantic's Rust parser: job lists run to megabytes and are read every poll period.
+                body = pydantic_core.from_json(resp.content)
+            except ValueError:
+                text = resp.text.strip()[:500]
+        errors: tuple[SlurmErrorDetail, ...] = ()
+        if isinstance(body, dict) and isinstance(body.get("errors"), list):
+            try:
+                env = (codec or codec_for(SUPPORTED_VERSIONS[0])).envelope(body)
+                errors = tuple(e.detail() for e in env.errors)
+            except SlurmError:
+                errors = (SlurmErrorDetail(error=str(body.get("errors"))[:500]),)
+        if decode is not None and resp.status_code < 400 and not errors and not text:
+            return _Reply(resp.status_code, None, errors, text, decode(resp.status_code, body))
     return _Reply(resp.status_code, body, errors, text)
 
 
@@ -322,8 +363,11 @@ class SlurmClient:
         not decoded again.
         """
         codec = await self._get_codec()
-        reply = await self._request("GET", codec.path("jobs/state/"))
-        return codec.decode_job_states(reply.body, previous)
+        reply = await self._request(
+            "GET", codec.path("jobs/state/"), decode=lambda _, body: codec.decode_job_states(body, previous)
+        )
+        states: JobStates = reply.value
+        return states
 
     async def update_job(self, job_id: int, req: JobRequest) -> None:
         """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`).
@@ -357,24 +401,26 @@ class SlurmClient:
         params = dict(_JOB_QUERY)
         if since is not None:
             params["update_time"] = str(int(since))
+
+        def decode(status: int, body: Any) -> tuple[list[JobInfo] | None, int | None]:
+            if since is not None and codec.unchanged_since(status, body, "jobs"):
+                return None, since
+            if admin_comment_prefix is not None and isinstance(body, dict) and isinstance(body.get("jobs"), list):
+                prefix = admin_comment_prefix
+                body = dict(
+                    body, jobs=[j for j in body["jobs"] if str(j.get("admin_comment") or "").startswith(prefix)]
+                )
+            return codec.decode_jobs(body), codec.last_update(body)
+
         reply = await self._request(
-            "GET", codec.path("jobs"), params=params, time_limit=max(self.timeout, FULL_LIST_TIMEOUT_SECONDS)
+            "GET",
+            codec.path("jobs"),
+            params=params,
+            time_limit=max(self.timeout, FULL_LIST_TIMEOUT_SECONDS),
+            decode=decode,
         )
-        body = reply.body
-        if since is not None and codec.unchanged_since(reply.status, body, "jobs"):
-            return None, since
-        last_update = codec.last_update(body)
-        if admin_comment_prefix is not None and isinstance(body, dict) and isinstance(body.get("jobs"), list):
-            body = dict(
-                body,
-                jobs=[j for j in body["jobs"] if str(j.get("admin_comment") or "").startswith(admin_comment_prefix)],
-            )
-        jobs = (
-            await asyncio.to_thread(codec.decode_jobs, body)
-            if len(body.get("jobs") or []) > 200
-            else codec.decode_jobs(body)
-        )
-        return jobs, last_update
+        listed: tuple[list[JobInfo] | None, int | None] = reply.value
+        return listed
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """The job, or None when Slurm does not know it (never existed, or purged after MinJobAge)."""
@@ -423,10 +469,15 @@ class SlurmClient:
         """
         codec = await self._get_codec()
         params = {"update_time": str(int(since))} if since is not None else None
-        reply = await self._request("GET", codec.path("nodes"), params=params)
-        if since is not None and codec.unchanged_since(reply.status, reply.body, "nodes"):
-            return None, since
-        return codec.decode_nodes(reply.body), codec.last_update(reply.body)
+
+        def decode(status: int, body: Any) -> tuple[list[NodeInfo] | None, int | None]:
+            if since is not None and codec.unchanged_since(status, body, "nodes"):
+                return None, since
+            return codec.decode_nodes(body), codec.last_update(body)
+
+        reply = await self._request("GET", codec.path("nodes"), params=params, decode=decode)
+        listed: tuple[list[NodeInfo] | None, int | None] = reply.value
+        return listed
 
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
@@ -480,6 +531,7 @@ class SlurmClient:
         ok_errors: frozenset[int] = frozenset(),
         probe: bool = False,
         time_limit: float | None = None,
+        decode: Callable[[int, Any], Any] | None = None,
     ) -> _Reply:
         """Send one REST call with retries; return the reply or raise a typed SlurmError.
 
@@ -488,6 +540,8 @@ class SlurmClient:
         ``ok_errors`` counts as success. ``probe`` returns every answer but an auth failure
         unexamined (version discovery only needs to know whether the path exists). ``time_limit``
         replaces the client's timeout for this call (connect, send and the whole answer).
+        ``decode(status, body)`` turns a successful answer into ``reply.value`` as it is parsed
+        (off the event loop for a large one, with the garbage collector paused: ``_gc_paused``).
         """
         what = f"{method} {path}"
         attempt = 0
@@ -528,11 +582,15 @@ class SlurmClient:
                 metrics.slurm_request(method, endpoint, "error", time.monotonic() - sent)
                 raise SlurmError(f"{what}: {self._scrub(_describe(e))}") from None
             else:
-                if len(resp.content) > _LARGE_BODY:
-                    # Job lists run to megabytes: parse them off the event loop.
-                    reply = await asyncio.to_thread(_parse_reply, resp, self._codec)
-                else:
-                    reply = _parse_reply(resp, self._codec)
+                try:
+                    if len(resp.content) > _LARGE_BODY:
+                        # Job lists run to megabytes: parse them off the event loop.
+                        reply = await asyncio.to_thread(_parse_reply, resp, self._codec, decode)
+                    else:
+                        reply = _parse_reply(resp, self._codec, decode)
+                except SlurmError:  # an answer ``decode`` could not read
+                    metrics.slurm_request(method, endpoint, "slurm_error", time.monotonic() - sent)
+                    raise
                 metrics.slurm_request(method, endpoint, _outcome(reply), time.monotonic() - sent)
                 status = reply.status
                 if reply.errors and all(e.error_number in ok_errors for e in reply.errors):

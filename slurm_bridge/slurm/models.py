@@ -94,19 +94,16 @@ class JobStates:
     """Every job's state flags from one ``jobs/state`` answer: ``by_id`` maps a job id to its
     flags, base state first (as ``JobInfo.states``).
 
-    ``unchanged`` says the answer was the same as the one passed to ``job_states`` as
+    ``unchanged`` says every job has the same flags as in the one passed to ``job_states`` as
     ``previous``: a poll that already looked at that one has nothing new to compare. (With
     thousands of jobs, comparing each job every poll period was most of an idle poller's CPU.)
     """
 
-    __slots__ = ("by_id", "unchanged", "wire")
+    __slots__ = ("by_id", "unchanged")
 
-    def __init__(self, by_id: dict[int, tuple[str, ...]], *, unchanged: bool = False, wire: Any = None) -> None:
+    def __init__(self, by_id: dict[int, tuple[str, ...]], *, unchanged: bool = False) -> None:
         self.by_id = by_id
         self.unchanged = unchanged
-        # The answer's job list as slurmrestd sent it, for the next answer's comparison (the
-        # client's business: its shape depends on the REST API version).
-        self.wire = wire
 
     def __repr__(self) -> str:
         return f"JobStates({len(self.by_id)} jobs, unchanged={self.unchanged})"

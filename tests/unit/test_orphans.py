@@ -31,3 +31,37 @@ def test_only_live_old_jobs_of_unknown_placeholderjobs_are_candidates() -> None:
     )
     found = candidates(snap, {"known"}, lambda uid: uid == "just-submitted", NOW, grace=60)
     assert [(j, r.uid) for j, r in found] == [(1, "gone")]
+
+
+async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
+    """While a restarted operator's watch still lists its PlaceholderJobs, every live job looks
+    orphaned: with 10,000 that was thousands of GETs a sweep (performance.md, run 8)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from slurm_bridge.operator import orphans
+    from slurm_bridge.operator.store import ObjectStore
+
+    from slurm_bridge.config import Config
+    from slurm_bridge.kube import KubeClient
+
+    snap = snapshot(*[(i, "RUNNING", f"u{i}", 600) for i in range(1, 101)])
+    gets: list[str] = []
+
+    async def get(path: str) -> dict[str, Any]:
+        gets.append(path)
+        name = path.rsplit("/", 1)[1]
+        uid = name.removeprefix("phj-")
+        return {"metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "1"}}
+
+    async def cancel(job_id: int) -> None:
+        raise AssertionError("every PlaceholderJob exists")
+
+    phjs = ObjectStore()
+    poller = SimpleNamespace(made=lambda uid: None)
+    sweeper = orphans.OrphanSweeper(Config(), cast(KubeClient, SimpleNamespace(get=get)), phjs,
+                                    cast(Any, poller), cancel)  # fmt: skip
+    await sweeper.sweep(snap)
+    assert len(gets) == orphans.CHECKS_PER_SWEEP and len(phjs) == orphans.CHECKS_PER_SWEEP
+    await sweeper.sweep(snap)
+    assert len(gets) == 2 * orphans.CHECKS_PER_SWEEP, "the next sweep checks the next ones"

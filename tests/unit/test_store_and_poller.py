@@ -118,8 +118,8 @@ class FakeSlurm:
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
         self.calls.append("states")
-        wire = {j.job_id: j.states for j in self.jobs.values()}
-        return JobStates(dict(wire), unchanged=previous is not None and previous.wire == wire, wire=wire)
+        states = {j.job_id: j.states for j in self.jobs.values()}
+        return JobStates(states, unchanged=previous is not None and previous.by_id == states)
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         self.calls.append(f"get {job_id}")
