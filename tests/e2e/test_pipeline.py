@@ -237,6 +237,17 @@ def test_reserved_annotation_is_rejected_at_admission(core: k8s.CoreV1Api, manag
     assert names.ANN_SLURM_NODE in err.value.body
 
 
+def test_reserved_label_on_an_otherwise_plain_pod_is_rejected_at_admission(
+    core: k8s.CoreV1Api, managed_namespace: str
+) -> None:
+    """The label alone sends the create to the validating webhook (webhook/render.py)."""
+    pod = make_pod("sneaky-label", labels={names.LABEL_SLURM_JOB_ID: "42"})
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(managed_namespace, pod)
+    assert err.value.status == 403
+    assert names.LABEL_SLURM_JOB_ID in err.value.body
+
+
 def _assert_one_job_per_phj(slurm_env: SlurmEnv, ns: str, expected: int) -> None:
     jobs = bridge_jobs_in(slurm_env, ns)
     by_uid: dict[str, list[int]] = {}

@@ -30,6 +30,8 @@ from slurm_bridge.webhook.logs import JsonFormatter
 from slurm_bridge.webhook.main import main
 from slurm_bridge.webhook.mutate import managed_toleration, mutate, mutate_pod, pointer, tolerates
 from slurm_bridge.webhook.render import (
+    BRIDGE_KEY_MARK,
+    PLAIN_POD_CREATE_CHECK,
     RenderError,
     ca_bundle,
     check_url,
@@ -45,9 +47,9 @@ from slurm_bridge.webhook.review import (
     review_response,
 )
 from slurm_bridge.webhook.server import WebhookServer
-from slurm_bridge.webhook.validate import pod_templates, validate
+from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, validate
 
-from slurm_bridge import names
+from slurm_bridge import dra, names
 from slurm_bridge.config import Config, LabelSelector
 
 pytestmark = pytest.mark.unit
@@ -766,6 +768,69 @@ def test_validate(kw: JSON, code: int | None, words: list[str]) -> None:
     assert decision.code == code
     for w in words:
         assert w in decision.message
+
+
+def _has_something_to_check(pod: JSON) -> bool:
+    """PLAIN_POD_CREATE_CHECK for a pod create, as the apiserver evaluates it (e2e: test_metrics)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    keys = [*(meta.get("labels") or {}), *(meta.get("annotations") or {})]
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    resources = [
+        r for c in containers for part in ("requests", "limits") for r in (c.get("resources") or {}).get(part) or {}
+    ]
+    return (
+        any(BRIDGE_KEY_MARK in k for k in keys)
+        or any(f in spec for f in (*PLACEMENT_FIELDS, "resourceClaims"))
+        or any(r.startswith(dra.EXTENDED_PREFIX) for r in resources)
+    )
+
+
+def test_the_skip_condition_names_what_its_mirror_checks() -> None:
+    for field in (*PLACEMENT_FIELDS, "resourceClaims"):
+        assert f"has(object.spec.{field})" in PLAIN_POD_CREATE_CHECK
+    assert f"k.contains('{BRIDGE_KEY_MARK}')" in PLAIN_POD_CREATE_CHECK
+    assert f"r.startsWith('{dra.EXTENDED_PREFIX}')" in PLAIN_POD_CREATE_CHECK
+    assert PLAIN_POD_CREATE_CHECK.startswith("request.operation != 'CREATE' || request.resource.resource != 'pods' || ")
+
+
+def test_every_key_validate_reads_carries_the_mark() -> None:
+    keys = [*names.RESERVED_POD_LABELS, *names.RESERVED_POD_ANNOTATIONS, names.SLURMJOB_PREFIX]
+    keys.append(names.ANN_DEVICE_REQUESTS)
+    assert all(BRIDGE_KEY_MARK in k for k in keys)
+
+
+REFUSED_POD_CREATES = [
+    c for c in VALIDATE_CASES if c[2] is not None and c[1].get("operation", "CREATE") == "CREATE" and "kind" not in c[1]
+]
+
+
+@pytest.mark.parametrize("kw", [c[1] for c in REFUSED_POD_CREATES], ids=[c[0] for c in REFUSED_POD_CREATES])
+def test_every_refused_pod_create_is_sent_to_validation(kw: JSON) -> None:
+    assert _has_something_to_check(kw["obj"])
+
+
+PLAIN_PODS = {
+    "bare": managed_pod(),
+    "labels and annotations of others": managed_pod(labels={"app": "x", "example.com/team": "a"},
+                                                    annotations={"prometheus.io/scrape": "true"}),
+    "native and device-plugin resources": managed_pod({"containers": [{"name": "c", "image": "i", "resources": {
+        "requests": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
+    "init containers, volumes, tolerations": managed_pod({
+        "initContainers": [{"name": "i", "image": "i", "resources": {"requests": {"cpu": "1"}}}],
+        "volumes": [{"name": "v", "emptyDir": {}}],
+        "tolerations": [TOLERATION, {"key": "k", "operator": "Exists"}]}),
+    "a Job's pod": managed_pod(owner=True, labels={"batch.kubernetes.io/job-name": "j"}),
+    "a coscheduling PodGroup member": managed_pod(labels={names.LABEL_POD_GROUP: "g"}),
+    "another scheduler's pod": make_pod({"schedulerName": "other"}),
+    "a mirror pod": make_pod(annotations={"kubernetes.io/config.mirror": "x"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("pod", PLAIN_PODS.values(), ids=PLAIN_PODS.keys())
+def test_a_create_the_condition_skips_is_one_validation_allows(pod: JSON) -> None:
+    assert not _has_something_to_check(pod)
+    decision = validate(make_request(pod), CONFIG)
+    assert decision.allowed, decision.message
 
 
 def test_placement_is_checked_on_create_and_frozen_after() -> None:
