@@ -145,10 +145,12 @@ class KubeClient:
         return cls(server, tls, token, component=component)
 
     @classmethod
-    def from_credentials(cls, creds: kubeconfig_loader.Credentials, *, component: str = names.APP_NAME) -> KubeClient:
+    def from_credentials(
+        cls, creds: kubeconfig_loader.Credentials, *, component: str = names.APP_NAME, max_connections: int = 64
+    ) -> KubeClient:
         """A client on credentials another user shares (the operator's kopf login): one token
         source, so one exec-plugin run or token-file read serves both."""
-        return cls(creds.server, creds.ssl_context(), creds.auth, component=component)
+        return cls(creds.server, creds.ssl_context(), creds.auth, component=component, max_connections=max_connections)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:

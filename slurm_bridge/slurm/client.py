@@ -43,9 +43,10 @@ from .errors import (
     SlurmUnavailable,
     SlurmUnsupportedVersion,
 )
+from .jsonlist import parse_with_list
 from .models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
 from .transport import Http11Transport
-from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for
+from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for, listed
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -179,7 +180,17 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _parse_reply(resp: httpx.Response, codec: Codec | None, decode: Callable[[int, Any], Any] | None = None) -> _Reply:
+# (key, keep): a successful answer's ``key`` list is decoded item by item through ``keep``
+# (slurm_bridge/slurm/jsonlist.py).
+Listing = tuple[str, Callable[[Any], Any]]
+
+
+def _parse_reply(
+    resp: httpx.Response,
+    codec: Codec | None,
+    decode: Callable[[int, Any], Any] | None = None,
+    listing: Listing | None = None,
+) -> _Reply:
     """The answer's JSON and Slurm's errors; with ``decode`` a successful answer is decoded at once
     (``value``) and its JSON dropped, all with the garbage collector paused."""
     body: Any = None
@@ -187,8 +198,11 @@ def _parse_reply(resp: httpx.Response, codec: Codec | None, decode: Callable[[in
     with _gc_paused():
         if resp.content:
             try:
-                # pydantic's Rust parser: job lists run to megabytes and are read every poll period.
-                body = pydantic_core.from_json(resp.content)
+                if listing is not None and resp.status_code < 400:
+                    body = parse_with_list(resp.content, *listing)
+                else:
+                    # pydantic's Rust parser: job states run to megabytes and are read every period.
+                    body = pydantic_core.from_json(resp.content)
             except ValueError:
                 text = resp.text.strip()[:500]
         errors: tuple[SlurmErrorDetail, ...] = ()
@@ -402,15 +416,21 @@ class SlurmClient:
         if since is not None:
             params["update_time"] = str(int(since))
 
+        def keep(raw: Any) -> JobInfo | None:
+            """Each job as it is parsed: only the caller's are decoded and kept."""
+            prefix = admin_comment_prefix
+            if (
+                prefix is not None
+                and isinstance(raw, dict)
+                and not str(raw.get("admin_comment") or "").startswith(prefix)
+            ):
+                return None
+            return codec.decode_job(raw)
+
         def decode(status: int, body: Any) -> tuple[list[JobInfo] | None, int | None]:
             if since is not None and codec.unchanged_since(status, body, "jobs"):
                 return None, since
-            if admin_comment_prefix is not None and isinstance(body, dict) and isinstance(body.get("jobs"), list):
-                prefix = admin_comment_prefix
-                body = dict(
-                    body, jobs=[j for j in body["jobs"] if str(j.get("admin_comment") or "").startswith(prefix)]
-                )
-            return codec.decode_jobs(body), codec.last_update(body)
+            return listed(body, "jobs", "jobs"), codec.last_update(body)
 
         reply = await self._request(
             "GET",
@@ -418,9 +438,10 @@ class SlurmClient:
             params=params,
             time_limit=max(self.timeout, FULL_LIST_TIMEOUT_SECONDS),
             decode=decode,
+            listing=("jobs", keep),
         )
-        listed: tuple[list[JobInfo] | None, int | None] = reply.value
-        return listed
+        jobs: tuple[list[JobInfo] | None, int | None] = reply.value
+        return jobs
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """The job, or None when Slurm does not know it (never existed, or purged after MinJobAge)."""
@@ -476,8 +497,8 @@ class SlurmClient:
             return codec.decode_nodes(body), codec.last_update(body)
 
         reply = await self._request("GET", codec.path("nodes"), params=params, decode=decode)
-        listed: tuple[list[NodeInfo] | None, int | None] = reply.value
-        return listed
+        nodes: tuple[list[NodeInfo] | None, int | None] = reply.value
+        return nodes
 
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
@@ -532,6 +553,7 @@ class SlurmClient:
         probe: bool = False,
         time_limit: float | None = None,
         decode: Callable[[int, Any], Any] | None = None,
+        listing: Listing | None = None,
     ) -> _Reply:
         """Send one REST call with retries; return the reply or raise a typed SlurmError.
 
@@ -541,7 +563,8 @@ class SlurmClient:
         unexamined (version discovery only needs to know whether the path exists). ``time_limit``
         replaces the client's timeout for this call (connect, send and the whole answer).
         ``decode(status, body)`` turns a successful answer into ``reply.value`` as it is parsed
-        (off the event loop for a large one, with the garbage collector paused: ``_gc_paused``).
+        (off the event loop for a large one, with the garbage collector paused: ``_gc_paused``);
+        ``listing`` decodes one list of it item by item as it is parsed (see ``Listing``).
         """
         what = f"{method} {path}"
         attempt = 0
@@ -585,9 +608,9 @@ class SlurmClient:
                 try:
                     if len(resp.content) > _LARGE_BODY:
                         # Job lists run to megabytes: parse them off the event loop.
-                        reply = await asyncio.to_thread(_parse_reply, resp, self._codec, decode)
+                        reply = await asyncio.to_thread(_parse_reply, resp, self._codec, decode, listing)
                     else:
-                        reply = _parse_reply(resp, self._codec, decode)
+                        reply = _parse_reply(resp, self._codec, decode, listing)
                 except SlurmError:  # an answer ``decode`` could not read
                     metrics.slurm_request(method, endpoint, "slurm_error", time.monotonic() - sent)
                     raise

@@ -360,7 +360,7 @@ def _validate(model: type[_WireT], body: Any, what: str) -> _WireT:
 # --- codecs ----------------------------------------------------------------------------------
 
 
-def _listed(body: Any, key: str, what: str) -> list[Any]:
+def listed(body: Any, key: str, what: str) -> list[Any]:
     """The answer's ``key`` list, or a SlurmError saying which answer lacked it."""
     items = body.get(key) if isinstance(body, dict) else None
     if not isinstance(items, list):
@@ -511,7 +511,7 @@ class Codec:
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
-        return [self.decode_job(j) for j in _listed(body, "jobs", "jobs")]
+        return [self.decode_job(j) for j in listed(body, "jobs", "jobs")]
 
     def decode_job_states(self, body: Any, previous: JobStates | None = None) -> JobStates:
         """``jobs/state``: job id -> state flags (base state first, as in :meth:`decode_job`).
@@ -521,7 +521,7 @@ class Codec:
         in ``previous`` (in whatever order they came). Decoding 10,000 jobs takes about 2.5 ms:
         each distinct flag list is ordered once.
         """
-        items = _listed(body, "jobs", "jobs/state")
+        items = listed(body, "jobs", "jobs/state")
         states: dict[int, tuple[str, ...]] = {}
         # Thousands of jobs share a handful of flag lists: order each distinct one once.
         ordered: dict[tuple[str, ...] | str, tuple[str, ...]] = {}
@@ -585,7 +585,7 @@ class Codec:
         indices from ``gres_detail`` (aligned with the job's node list) and CPUs from
         ``job_resources`` (cores marked ALLOCATED, numbered socket by socket as Slurm numbers a
         node's cores)."""
-        raw = next((j for j in _listed(body, "jobs", "job") if isinstance(j, dict) and j.get("job_id") == job_id), None)
+        raw = next((j for j in listed(body, "jobs", "job") if isinstance(j, dict) and j.get("job_id") == job_id), None)
         if raw is None:
             return None
         w = _validate(JobDevicesWire, raw, "job devices")
@@ -607,10 +607,10 @@ class Codec:
         return out
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:
-        return [self.decode_node(n) for n in _listed(body, "nodes", "nodes")]
+        return [self.decode_node(n) for n in listed(body, "nodes", "nodes")]
 
     def decode_partition_names(self, body: Any) -> list[str]:
-        return [_validate(PartitionWire, p, "partition").name for p in _listed(body, "partitions", "partitions")]
+        return [_validate(PartitionWire, p, "partition").name for p in listed(body, "partitions", "partitions")]
 
 
 class CodecV0043(Codec):
