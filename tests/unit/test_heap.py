@@ -5,7 +5,6 @@ from __future__ import annotations
 import platform
 
 import pytest
-
 from slurm_bridge.operator import heap
 
 pytestmark = pytest.mark.unit
