@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,32 @@ log = logging.getLogger(__name__)
 KUBE_KEY = web.AppKey("kube", KubeClient)
 
 
+class JobIds:
+    """The Slurm job id of each pod the scheduler filtered, by pod uid, for its bind's log line.
+
+    The bind request names only the pod, and the scheduler binds right after it filters, so a
+    few thousand recent entries suffice; losing them (a restart) only leaves a log line without
+    ``jobId``.
+    """
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, int] = OrderedDict()
+
+    def put(self, uid: str, job_id: int) -> None:
+        self._ids[uid] = job_id
+        self._ids.move_to_end(uid)
+        if len(self._ids) > self.LIMIT:
+            self._ids.popitem(last=False)
+
+    def pop(self, uid: str) -> int | None:
+        return self._ids.pop(uid, None)
+
+
+JOB_IDS_KEY = web.AppKey("job_ids", JobIds)
+
+
 async def _json(request: web.Request) -> Any:
     try:
         return await request.json()
@@ -40,8 +67,11 @@ async def handle_filter(request: web.Request) -> web.Response:
             raise
         raise web.HTTPBadRequest(text=f"not ExtenderArgs: {e}") from None
     meta = args.Pod.get("metadata", {})
-    job_id = str((meta.get("labels") or {}).get(names.LABEL_SLURM_JOB_ID, ""))
-    logs.bind(namespace=meta.get("namespace"), name=meta.get("name"), jobId=int(job_id) if job_id.isdigit() else None)
+    label = str((meta.get("labels") or {}).get(names.LABEL_SLURM_JOB_ID, ""))
+    job_id = int(label) if label.isdigit() else None
+    logs.bind(namespace=meta.get("namespace"), name=meta.get("name"), jobId=job_id)
+    if job_id is not None and meta.get("uid"):
+        request.app[JOB_IDS_KEY].put(str(meta["uid"]), job_id)
     result = filter_nodes(args)
     log.debug("filter %s/%s -> %s", meta.get("namespace"), meta.get("name"), result.NodeNames or result.Nodes)
     response = web.json_response(result.model_dump(exclude_none=True))
@@ -59,7 +89,7 @@ async def handle_bind(request: web.Request) -> web.Response:
         if isinstance(e, web.HTTPBadRequest):
             raise
         raise web.HTTPBadRequest(text=f"not ExtenderBindingArgs: {e}") from None
-    logs.bind(namespace=args.PodNamespace, name=args.PodName)
+    logs.bind(namespace=args.PodNamespace, name=args.PodName, jobId=request.app[JOB_IDS_KEY].pop(args.PodUID))
     kube = request.app[KUBE_KEY]
     try:
         # The uid precondition binds only the pod incarnation the scheduler filtered.
@@ -91,6 +121,7 @@ def make_app(kube: KubeClient) -> web.Application:
     # Nodes lists can be large; each request's log lines name its own pod only.
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[logs.request_scope])
     app[KUBE_KEY] = kube
+    app[JOB_IDS_KEY] = JobIds()
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/healthz", handle_health)

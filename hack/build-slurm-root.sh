@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# Build a Debian root with Slurm >= 25.05 (external jobs) into $CACHE_DIR/slurm-root, once.
+# Build the Debian roots the local Slurm runs in, once each: Slurm >= 25.05 (external jobs) with
+# slurmdbd into $SLURM_ROOT, and slurmdbd's MariaDB into $MARIADB_ROOT. A root is rebuilt when its
+# suite or package list in hack/versions.env changes (the stamp names both).
 . "$(dirname "$0")/lib.sh"
-require_root "building the Slurm root"
-ROOT="$CACHE_DIR/slurm-root"
-STAMP="$ROOT/.slurm-bridge-root-$SLURM_SUITE"
-if [ -f "$STAMP" ]; then log "Slurm root ready: $ROOT ($(cat "$STAMP"))"; exit 0; fi
-ensure_apt debootstrap
-mirror=$(apt_mirror)
-tmp="$CACHE_DIR/slurm-root.tmp"
-rm -rf "$tmp"; mkdir -p "$CACHE_DIR"
-log "debootstrap $SLURM_SUITE with $SLURM_PACKAGES into $ROOT (about a minute)"
-debootstrap --variant=minbase --include="$SLURM_PACKAGES" "$SLURM_SUITE" "$tmp" "$mirror" > "$CACHE_DIR/debootstrap.log" 2>&1 \
-  || { tail -n 20 "$CACHE_DIR/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE_DIR/debootstrap.log); check that the apt mirror serves '$SLURM_SUITE'"; }
-ver=$(chroot "$tmp" dpkg-query -W -f '${Version}' slurmctld)
-major=${ver%%.*}; rest=${ver#*.}; minor=${rest%%.*}
-[ "$major" -gt 25 ] || { [ "$major" -eq 25 ] && [ "$minor" -ge 5 ]; } \
-  || die "Slurm $ver from '$SLURM_SUITE' has no external jobs (need >= 25.05); set SLURM_SUITE in hack/versions.env"
-echo "slurm $ver" > "$tmp/.slurm-bridge-root-$SLURM_SUITE"
-rm -rf "$ROOT"; mv "$tmp" "$ROOT"
-log "Slurm root ready: $ROOT (slurm $ver)"
+require_root "building the Slurm roots"
+
+bootstrap() { # root stamp suite packages : debootstrap into root unless its stamp is there
+  local root=$1 stamp=$2 suite=$3 packages=$4 tmp="$1.tmp"
+  if [ -f "$root/$stamp" ]; then log "root ready: $root ($(cat "$root/$stamp"))"; return 0; fi
+  ensure_apt debootstrap
+  # Never copy or delete a root whose /proc is mounted (a running cluster's): the copy follows it.
+  ! mountpoint -q "$root/proc" 2>/dev/null || die "$root is in use (its /proc is mounted); run 'hack/cluster.sh down' first"
+  rm -rf "$tmp"; mkdir -p "$CACHE_DIR"
+  log "debootstrap $suite with $packages into $root (about a minute)"
+  debootstrap --variant=minbase --include="$packages" "$suite" "$tmp" "$(apt_mirror)" > "$CACHE_DIR/debootstrap.log" 2>&1 \
+    || { tail -n 20 "$CACHE_DIR/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE_DIR/debootstrap.log); check that the apt mirror serves '$suite'"; }
+  "${@:5}" "$tmp"
+  rm -rf "$root"; mv "$tmp" "$root"
+}
+
+check_slurm() { # tmp-root : external jobs need Slurm >= 25.05
+  local ver major rest minor
+  ver=$(chroot "$1" dpkg-query -W -f '${Version}' slurmctld)
+  major=${ver%%.*}; rest=${ver#*.}; minor=${rest%%.*}
+  [ "$major" -gt 25 ] || { [ "$major" -eq 25 ] && [ "$minor" -ge 5 ]; } \
+    || die "Slurm $ver from '$SLURM_SUITE' has no external jobs (need >= 25.05); set SLURM_SUITE in hack/versions.env"
+  echo "slurm $ver" > "$1/$(slurm_root_stamp)"
+}
+
+check_mariadb() { # tmp-root
+  echo "mariadb $(chroot "$1" dpkg-query -W -f '${Version}' mariadb-server)" > "$1/$(mariadb_root_stamp)"
+}
+
+bootstrap "$SLURM_ROOT" "$(slurm_root_stamp)" "$SLURM_SUITE" "$SLURM_PACKAGES" check_slurm
+bootstrap "$MARIADB_ROOT" "$(mariadb_root_stamp)" "$MARIADB_SUITE" "$MARIADB_PACKAGES" check_mariadb

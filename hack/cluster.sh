@@ -275,7 +275,11 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$SB_SLURMDBD_PORT
+AccountingStorageEnforce=associations,limits,qos
+JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
 StateSaveLocation=$SLURM_STATE_IN_ROOT/state
@@ -312,8 +316,92 @@ EOF
   return 0
 }
 
+# ---- Slurm accounting: MariaDB (its own root) -> slurmdbd -> associations (hack/accounting.env) --
+in_db_root() { chroot "$MARIADB_ROOT" "$@"; }
+DB_STATE_IN_ROOT=/var/lib/slurm-bridge-db   # inside the MariaDB root; removed by `down`
+DB_PASSWORD_FILE="$STATE_DIR/slurm/db-password"
+
+up_mariadb() {
+  alive mariadb && return 0
+  check_port mariadb "$SB_MARIADB_PORT" SB_MARIADB_PORT
+  cp /etc/hosts "$MARIADB_ROOT/etc/hosts"
+  rm -rf "${MARIADB_ROOT:?}$DB_STATE_IN_ROOT"; mkdir -p "$MARIADB_ROOT/run/mysqld" "$LOGS"
+  in_db_root chown mysql:mysql /run/mysqld
+  in_db_root mariadb-install-db --user=mysql --datadir="$DB_STATE_IN_ROOT" --skip-test-db \
+    --auth-root-authentication-method=socket > "$LOGS/mariadb-install.log" 2>&1 \
+    || { tail -n 20 "$LOGS/mariadb-install.log" >&2; die "mariadb-install-db failed (log: $LOGS/mariadb-install.log)"; }
+  start mariadb chroot "$MARIADB_ROOT" /usr/sbin/mariadbd --user=mysql --datadir="$DB_STATE_IN_ROOT" \
+    --socket=/run/mysqld/mysqld.sock --port="$SB_MARIADB_PORT" --bind-address=127.0.0.1 --skip-name-resolve
+  wait_ready mariadb "$SB_READY_TIMEOUT" in_db_root mariadb -S /run/mysqld/mysqld.sock -e 'select 1'
+  mkdir -p "$(dirname "$DB_PASSWORD_FILE")"
+  head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' > "$DB_PASSWORD_FILE"; chmod 600 "$DB_PASSWORD_FILE"
+  in_db_root mariadb -S /run/mysqld/mysqld.sock -e "
+    CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$(cat "$DB_PASSWORD_FILE")';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "creating slurmdbd's database user failed"
+}
+
+write_slurmdbd_conf() {
+  local conf="$SLURM_ROOT/etc/slurm/slurmdbd.conf"
+  cat > "$conf" <<EOF
+# Written by hack/cluster.sh: slurmdbd on loopback, its database in the MariaDB root.
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$SLURM_STATE_IN_ROOT/jwt.key
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=$SB_SLURMDBD_PORT
+SlurmUser=slurm
+PidFile=$SLURM_STATE_IN_ROOT/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$SB_MARIADB_PORT
+StorageUser=slurm
+StoragePass=$(cat "$DB_PASSWORD_FILE")
+StorageLoc=slurm_acct_db
+EOF
+  in_root chown slurm:slurm /etc/slurm/slurmdbd.conf
+  chmod 600 "$conf"
+}
+
+ensure_unix_user() { # name uid group gid : the user exists in the Slurm root (slurmctld resolves job owners)
+  in_root getent group "$3" >/dev/null || in_root groupadd -g "$4" "$3"
+  in_root getent passwd "$1" >/dev/null || in_root useradd -u "$2" -g "$4" -M -d /nonexistent -s /usr/sbin/nologin "$1"
+}
+
+sacctmgr_() { in_root sacctmgr -i "$@" >/dev/null || die "sacctmgr $* failed; see $LOGS/slurmdbd.log"; }
+
+create_associations() {
+  # shellcheck source=accounting.env
+  . "$HACK_DIR/accounting.env"
+  local t user uid group gid accounts qos
+  sacctmgr_ add cluster slurm-bridge-local
+  sacctmgr_ add qos high
+  sacctmgr_ add account "$BRIDGE_ACCOUNTS" Description=slurm-bridge Organization=slurm-bridge
+  sacctmgr_ add user "$SB_BRIDGE_SLURM_USER" Account="$BRIDGE_ACCOUNTS" DefaultAccount="${BRIDGE_ACCOUNTS%%,*}" \
+    QOS="$BRIDGE_QOS" DefaultQOS="${BRIDGE_QOS%%,*}"
+  for t in $TENANTS; do
+    IFS=: read -r user uid group gid accounts qos <<< "$t"
+    ensure_unix_user "$user" "$uid" "$group" "$gid"
+    sacctmgr_ add qos "${qos%%,*}" "$TENANT_QOS_LIMIT"
+    sacctmgr_ add account "$accounts" Description="$group" Organization="$group"
+    sacctmgr_ add user "$user" Account="$accounts" DefaultAccount="${accounts%%,*}" QOS="$qos" DefaultQOS="${qos%%,*}"
+  done
+}
+
+up_accounting() {
+  if alive slurmdbd; then return 0; fi
+  up_mariadb
+  write_slurmdbd_conf
+  check_port slurmdbd "$SB_SLURMDBD_PORT" SB_SLURMDBD_PORT
+  start slurmdbd chroot "$SLURM_ROOT" /usr/sbin/slurmdbd -D
+  # Its first connection to MariaDB fails on TLS and is retried after 5 s (docs/development.md).
+  wait_ready slurmdbd "$SB_READY_TIMEOUT" in_root sacctmgr -n list cluster
+  create_associations
+}
+
 up_slurm() {
-  [ -f "$SLURM_ROOT/.slurm-bridge-root-$SLURM_SUITE" ] || die "the Slurm root is missing; run hack/build-slurm-root.sh"
+  [ -f "$SLURM_ROOT/$(slurm_root_stamp)" ] && [ -f "$MARIADB_ROOT/$(mariadb_root_stamp)" ] \
+    || die "the Slurm or MariaDB root is missing or out of date; run hack/build-slurm-root.sh"
   require_root "starting Slurm (chroot)"
   cp /etc/hosts "$SLURM_ROOT/etc/hosts"
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
@@ -330,20 +418,22 @@ up_slurm() {
   start munged chroot --userspec=munge:munge "$SLURM_ROOT" /usr/sbin/munged -F
   wait_ready munged "$SB_READY_TIMEOUT" test -S "$SLURM_ROOT/run/munge/munge.socket.2"
 
+  up_accounting
+
   alive slurmctld || check_port slurmctld "$SB_SLURMCTLD_PORT" SB_SLURMCTLD_PORT
   start slurmctld chroot "$SLURM_ROOT" /usr/sbin/slurmctld -D -i
   wait_ready slurmctld "$SB_READY_TIMEOUT" in_root scontrol ping
 
   mkdir -p "$(dirname "$JWT_FILE")"
   # Long-lived admin token for the bridge; the file is what the bridge and tests read.
-  in_root scontrol token username=root lifespan=2592000 | sed -n 's/^SLURM_JWT=//p' > "$JWT_FILE.tmp" \
+  in_root scontrol token username="$SB_BRIDGE_SLURM_USER" lifespan=2592000 | sed -n 's/^SLURM_JWT=//p' > "$JWT_FILE.tmp" \
     && [ -s "$JWT_FILE.tmp" ] || die "scontrol token failed; see $LOGS/slurmctld.log"
   chmod 600 "$JWT_FILE.tmp"; mv "$JWT_FILE.tmp" "$JWT_FILE"
 
   alive slurmrestd || check_port slurmrestd "$SB_SLURMRESTD_PORT" SB_SLURMRESTD_PORT
   # On loopback for host processes, and on the pod network's host address for the bridge's pods.
   start slurmrestd chroot "$SLURM_ROOT" env SLURM_JWT=daemon /usr/sbin/slurmrestd -a rest_auth/jwt \
-    -s openapi/slurmctld -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT" "$SB_HOST_IP:$SB_SLURMRESTD_PORT"
+    -s openapi/slurmctld,openapi/slurmdbd -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT" "$SB_HOST_IP:$SB_SLURMRESTD_PORT"
   wait_ready slurmrestd "$SB_READY_TIMEOUT" curl -sf -H "X-SLURM-USER-TOKEN: $(cat "$JWT_FILE")" \
     "http://127.0.0.1:$SB_SLURMRESTD_PORT/slurm/v0.0.44/ping"
 }
@@ -371,18 +461,18 @@ cmd_up() {
 cmd_down() {
   local n
   bash "$HACK_DIR/node.sh" down
-  for n in lws-controller jobset-controller kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld munged; do stop "$n"; done
+  for n in lws-controller jobset-controller kwok kube-scheduler kube-controller-manager kube-apiserver etcd slurmrestd slurmctld slurmdbd mariadb munged; do stop "$n"; done
   for f in "$PIDS"/*.pid; do [ -f "$f" ] && stop "$(basename "$f" .pid)"; done
   bash "$HACK_DIR/node.sh" net-down
   if mountpoint -q "$SLURM_ROOT/proc" 2>/dev/null; then umount "$SLURM_ROOT/proc" || umount -l "$SLURM_ROOT/proc" || true; fi
-  rm -rf "$STATE_DIR" "$SLURM_ROOT$SLURM_STATE_IN_ROOT"
+  rm -rf "$STATE_DIR" "$SLURM_ROOT$SLURM_STATE_IN_ROOT" "${MARIADB_ROOT:?}$DB_STATE_IN_ROOT"
   log "cluster down; state removed"
 }
 
 cmd_status() {
   local n p state port
   printf '%-26s %-8s %-8s %-7s %s\n' COMPONENT STATE PID PORT LOG
-  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset-controller lws-controller munged slurmctld slurmrestd \
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset-controller lws-controller munged mariadb slurmdbd slurmctld slurmrestd \
            containerd kubelet kube-proxy bridge-operator bridge-webhook bridge-extender bridge-scheduler; do
     p=$(pid_of "$n" || true); state=stopped
     [ -n "$p" ] && { alive "$n" && state=running || state=dead; }
@@ -391,6 +481,7 @@ cmd_status() {
       kube-controller-manager) port=$SB_KCM_PORT ;; kube-scheduler) port=$SB_SCHEDULER_PORT ;;
       kwok) port=$SB_KWOK_PORT ;; jobset-controller) port=$SB_JOBSET_WEBHOOK_PORT ;; lws-controller) port=$SB_LWS_WEBHOOK_PORT ;;
       slurmctld) port=$SB_SLURMCTLD_PORT ;; slurmrestd) port=$SB_SLURMRESTD_PORT ;;
+      slurmdbd) port=$SB_SLURMDBD_PORT ;; mariadb) port=$SB_MARIADB_PORT ;;
       kubelet) port=$SB_KUBELET_PORT ;; kube-proxy) port=$SB_KUBE_PROXY_HEALTHZ_PORT ;;
       bridge-*) port=$(cat "$STATE_DIR/$n.port" 2>/dev/null || echo -) ;;
       *) port=- ;;
@@ -431,6 +522,6 @@ case "${1:-}" in
   start-slurm) up_slurm ;;
   start-workloads) up_workloads ;;
   nodes) create_nodes; wait_ready kube-apiserver "$SB_READY_TIMEOUT" nodes_ready ;;
-  slurm) shift; case "${1:-}" in scontrol|scancel|squeue|sinfo|sbatch|sacct) in_root "$@" ;; *) die "usage: hack/cluster.sh slurm scontrol|scancel|squeue|sinfo ARGS" ;; esac ;;
+  slurm) shift; case "${1:-}" in scontrol|scancel|squeue|sinfo|sbatch|sacct|sacctmgr) in_root "$@" ;; *) die "usage: hack/cluster.sh slurm scontrol|scancel|squeue|sinfo|sbatch|sacct|sacctmgr ARGS" ;; esac ;;
   *) die "usage: hack/cluster.sh up|down|status|env|nodes|stop COMPONENT|start-slurm|start-workloads|scontrol ARGS|slurm COMMAND ARGS" ;;
 esac

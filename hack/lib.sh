@@ -61,6 +61,8 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_ETCD_PORT:=23790}" "${SB_ETCD_PEER_PORT:=23800}" "${SB_APISERVER_PORT:=26443}"
 : "${SB_KCM_PORT:=20257}" "${SB_SCHEDULER_PORT:=20259}" "${SB_KWOK_PORT:=20247}"
 : "${SB_SLURMCTLD_PORT:=26817}" "${SB_SLURMRESTD_PORT:=26820}"
+# Slurm accounting: slurmdbd and its MariaDB (docs/tenancy.md); the bridge's own Slurm user.
+: "${SB_SLURMDBD_PORT:=26819}" "${SB_MARIADB_PORT:=26306}" "${SB_BRIDGE_SLURM_USER:=slurm}"
 : "${SB_NODES:=4}" "${SB_GPU_NODES:=2}" "${SB_NODE_CPUS:=64}" "${SB_NODE_MEMORY_MIB:=262144}"
 : "${SB_NODE_PODS:=110}" "${SB_NODE_GPUS:=4}" "${SB_NODE_PREFIX:=kwok-node-}"
 # Extra kwok nodes that are not in Slurm (no managed-node taint): default-scheduler pods run there,
@@ -94,6 +96,10 @@ SERVICE_CIDR=10.96.0.0/16
 REAL_NODE_KEY=slurm-bridge.local/real-node
 
 SLURM_ROOT="$CACHE_DIR/slurm-root"
+MARIADB_ROOT="$CACHE_DIR/mariadb-root"
+# A root's stamp file names its suite and packages, so a change to either rebuilds it.
+slurm_root_stamp() { echo ".slurm-bridge-root-$SLURM_SUITE-$(echo "$SLURM_PACKAGES" | sha1sum | cut -c1-8)"; }
+mariadb_root_stamp() { echo ".slurm-bridge-root-$MARIADB_SUITE-$(echo "$MARIADB_PACKAGES" | sha1sum | cut -c1-8)"; }
 IMAGES_DIR="$CACHE_DIR/images"
 NODE_DIR="$STATE_DIR/node"
 CONTAINERD_SOCK="$NODE_DIR/containerd/containerd.sock"

@@ -14,7 +14,10 @@ if [ ! -f "$stamp" ]; then
   log "installing slurm-bridge and its test dependencies into .venv (versions from constraints.txt)"
   .venv/bin/python -P -m pip install -q --upgrade pip >&2 || die "pip upgrade failed (is the package index reachable?)"
   # setuptools and wheel too: the venv's own copies would be older than the lock's.
-  PIP_CONSTRAINT="$REPO_DIR/constraints.txt" .venv/bin/python -P -m pip install -q -e '.[test]' setuptools wheel >&2 \
+  # setuptools warns that a folder named like a package may shadow it: operator/, webhook/ and
+  # extender/ are mapped into slurm_bridge on purpose (pyproject.toml), so that notice is silenced.
+  PYTHONWARNINGS="ignore:Editable installation" PIP_CONSTRAINT="$REPO_DIR/constraints.txt" \
+    .venv/bin/python -P -m pip install -q -e '.[test]' setuptools wheel >&2 \
     || die "pip install -e .[test] -c constraints.txt failed; see the output above"
   rm -f .venv/.installed-*; touch "$stamp"
 fi

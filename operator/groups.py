@@ -24,12 +24,12 @@ with a dict of objects; everything else here is pure.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from slurm_bridge import names, workloads
+from slurm_bridge.kube import MAX_NAME_LENGTH, bounded
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, group_kind
 
@@ -39,8 +39,6 @@ Getter = Callable[[str], Awaitable[Obj | None]]
 
 # As the Go slurm-bridge: a longer chain is a loop or a mistake, not a workload.
 MAX_OWNER_DEPTH: Final = 32
-# Kubernetes object names (DNS subdomains) are at most this long.
-MAX_NAME: Final = 253
 
 # The kinds (slurm_bridge/workloads.py has the table) by (API group, kind).
 POD: Final[GroupKind] = workloads.POD.group_kind
@@ -116,11 +114,7 @@ def phj_name(*parts: str) -> str:
 
     Every part comes from a valid object name, so the result is a valid DNS subdomain too.
     """
-    name = "-".join(parts)
-    if len(name) <= MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return name[: MAX_NAME - len(digest) - 1].rstrip("-.") + "-" + digest
+    return bounded("-".join(parts), MAX_NAME_LENGTH)
 
 
 def _count(value: Any, default: int) -> int:

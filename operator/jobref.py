@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Final
 
 from slurm_bridge import names
+from slurm_bridge.kube import bounded
 
 
 @dataclass(frozen=True)
@@ -40,5 +42,12 @@ def decode_admin_comment(comment: str) -> PhjRef | None:
         return None
 
 
+# Slurm keeps longer job names, but its accounting database cuts them at 255 bytes, and the
+# PlaceholderJob's spec.slurm.jobName allows 200 characters.
+MAX_JOB_NAME: Final = 200
+
+
 def default_job_name(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"[:200]
+    """``<namespace>/<name>``; a longer one keeps its head and a hash of the whole, so two long
+    names never share a job name (the admin_comment names the PlaceholderJob in full)."""
+    return bounded(f"{namespace}/{name}", MAX_JOB_NAME)

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 from slurm_bridge.operator import lifecycle as lc
 from slurm_bridge.operator import plan as pl
@@ -178,7 +179,10 @@ class PlaceholderJobs:
                 except SlurmError as e:
                     await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
             case pl.Release(job_id=job_id, pods=pods, announce=announce, unless_released=unless_released):
-                if not await self._release(phj, job_id, pods, members, announce):
+                outcome = await self._release(phj, job_id, pods, members, announce)
+                if outcome == "refused":  # failed and cancelled: the terminal rows end the members
+                    return phj, 0.0
+                if outcome == "device-missing":
                     if unless_released is not None:
                         phj = await self.patch_status(phj, unless_released.dump())
                     return phj, DEVICES_RETRY_SECONDS
@@ -288,9 +292,11 @@ class PlaceholderJobs:
         pods: tuple[tuple[str, str], ...],
         members: Mapping[str, Obj | None],
         announce: bool = True,
-    ) -> bool:
-        """Claims of exactly Slurm's devices first (operator/devices.py), then the pods; False: a
-        device is missing and no member is released."""
+    ) -> Literal["released", "device-missing", "refused"]:
+        """Claims of exactly Slurm's devices first (operator/devices.py), then the pods.
+
+        ``device-missing``: no member is released. ``refused``: the API server refused a member's
+        release for good, so the PlaceholderJob failed and its job was cancelled."""
         unreleased: dict[str, tuple[Obj, str]] = {}
         for name, node in pods:
             pod = members.get(name)
@@ -298,13 +304,17 @@ class PlaceholderJobs:
                 unreleased[name] = (pod, node)
         prepared = await self.devices.prepare(phj, job_id, unreleased)
         if prepared.problem:
-            return False
+            return "device-missing"
         phj_name = phj["metadata"]["name"]
-        await asyncio.gather(*(
+        refusals = await asyncio.gather(*(
             self._release_pod(pod, node, job_id, phj_name, prepared.annotations.get(pod_name), announce)
             for pod_name, (pod, node) in unreleased.items()
         ))  # fmt: skip
-        return True
+        for pod_name, refusal in zip(unreleased, refusals, strict=True):
+            if refusal is not None:
+                await self.apply(phj, lc.release_rejected(phj, job_id, pod_name, refusal), members)
+                return "refused"
+        return "released"
 
     async def _release_pod(
         self,
@@ -314,25 +324,40 @@ class PlaceholderJobs:
         phj_name: str,
         annotations: dict[str, str] | None = None,
         announce: bool = True,
-    ) -> None:
+    ) -> str | None:
+        """Release one pod; the API server's message when it refuses the release for good."""
         meta = pod["metadata"]
-        try:
-            updated = await self.kube.patch(
-                pod_path(meta["namespace"], meta["name"]),
-                st.release_pod_patch(pod, node, job_id, phj_name, annotations),
-                "json",
-            )
-        except (NotFound, Conflict):
-            return
-        except KubeError as e:
-            if e.status == 422:  # the uid test failed: a new pod with this name; its own events follow
-                return
-            raise
+        path = pod_path(meta["namespace"], meta["name"])
+        for attempt in (1, 2):
+            try:
+                updated = await self.kube.patch(
+                    path, st.release_pod_patch(pod, node, job_id, phj_name, annotations), "json"
+                )
+                break
+            except (NotFound, Conflict):
+                return None
+            except KubeError as e:
+                if e.status != 422:
+                    raise
+                # 422: the uid test failed (a new pod with this name: its own events follow), the
+                # patch no longer fits the pod (built from a stale copy), or the API server refuses
+                # the pod as patched, which no retry can mend: tell these apart with a fresh read.
+                live = await self.kube.get(path)
+                if live is None or live["metadata"].get("uid") != meta["uid"]:
+                    return None
+                if attempt == 2:
+                    log.warning("the API server refused to release pod %s/%s: %s", meta["namespace"], meta["name"], e)
+                    await self.kube.event(live, st.REASON_RELEASE_REJECTED,
+                                          f"the API server refused this pod's release for Slurm job {job_id}, "
+                                          f"which is cancelled: {e.message}", warning=True)  # fmt: skip
+                    return e.message
+                pod = live
         self.pods.upsert(updated)
         metrics.pod_released(updated)
         if announce:
             message = f"Slurm job {job_id} allocated node {node} to this pod after it waited in Slurm's queue"
             await self.kube.event(updated, "SlurmAllocated", message)
+        return None
 
     async def end_pod(self, pod: Obj, reason: str, message: str) -> None:
         """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""

@@ -331,6 +331,18 @@ def allocation(
     return Plan(tuple(actions), requeue=at_once - now if waiting and at_once is not None else None)
 
 
+def release_rejected(phj: Obj, job_id: int, pod: str, error: str) -> Plan:
+    """The API server refused to release a member pod, and will refuse it again (HTTP 422, checked
+    twice): the PlaceholderJob fails with its message and the job is cancelled, so the allocation
+    is never held in silence. Its live members are ended by the terminal rows of :func:`decide`."""
+    message = f"the API server refused to release pod {pod} for Slurm job {job_id}, which is cancelled: {error}"
+    return Plan((
+        _terminal_status(phj, names.PHASE_FAILED, st.REASON_RELEASE_REJECTED, message),
+        Cancel(job_id),
+        Event(st.REASON_RELEASE_REJECTED, message, warning=True),
+    ))  # fmt: skip
+
+
 def submitted_status(
     phj: Obj, job_id: int, job: JobInfo | None, request: JobRequest, now: str | None = None
 ) -> PlaceholderJobStatus:

@@ -20,12 +20,13 @@ from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, phj_path, pod_path
+from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
 from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
 
 log = logging.getLogger(__name__)
+
 Obj = st.Obj
 
 
@@ -162,6 +163,9 @@ class Membership:
         phj = new_phj(group, [pod["metadata"]["name"]], request)
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
+        except Invalid as e:
+            await self._tell(pod, st.REASON_PHJ_REFUSED, f"the API server refused its PlaceholderJob: {e.message}")
+            return None  # no job exists yet; the same object would be refused again
         except Conflict:
             existing = await self.kube.get(phj_path(group.namespace, group.name))
             if existing is None or existing["metadata"].get("deletionTimestamp"):
@@ -280,6 +284,11 @@ class Membership:
         phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
+        except Invalid as e:
+            await self._tell(
+                pod, st.REASON_PHJ_REFUSED, f"the API server refused the gang's PlaceholderJob: {e.message}"
+            )
+            return 30.0  # the gang's options may change (another member, the workload)
         except Conflict:
             existing = await self.kube.get(phj_path(group.namespace, group.name))
             if existing is None or existing["metadata"].get("deletionTimestamp"):

@@ -11,7 +11,7 @@ import hostlist
 from slurm_bridge.operator.groups import is_gang
 
 from slurm_bridge import names
-from slurm_bridge.kube import escape_pointer, now_iso
+from slurm_bridge.kube import escape_pointer, label_value, now_iso
 from slurm_bridge.placeholderjob import Condition
 from slurm_bridge.slurm.models import JobInfo
 
@@ -32,6 +32,10 @@ _END_STATES: dict[str, tuple[str, str]] = {
 
 
 REASON_SUBMIT_REJECTED = "SubmitRejected"
+# The API server refused a member pod's release for good (HTTP 422): the job is cancelled.
+REASON_RELEASE_REJECTED = "ReleaseRejected"
+# The API server refused to create a pod's PlaceholderJob (HTTP 422): a Warning Event on the pod.
+REASON_PHJ_REFUSED = "PlaceholderJobRefused"
 
 
 def resubmit_wait(status: Obj, generation: int | None, retry_seconds: float, now: datetime | None = None) -> float:
@@ -166,8 +170,8 @@ def release_pod_patch(
     and lift the bridge's scheduling gate."""
     meta = pod["metadata"]
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
-    annotations = {names.ANN_SLURM_NODE: node, **(extra_annotations or {})}
-    labels = {names.LABEL_SLURM_JOB_ID: str(job_id), names.LABEL_PLACEHOLDER_JOB: phj_name}
+    annotations = {names.ANN_SLURM_NODE: node, names.ANN_PLACEHOLDER_JOB: phj_name, **(extra_annotations or {})}
+    labels = {names.LABEL_SLURM_JOB_ID: str(job_id), names.LABEL_PLACEHOLDER_JOB: label_value(phj_name)}
     for field, values in (("annotations", annotations), ("labels", labels)):
         if meta.get(field):
             ops += [{"op": "add", "path": f"/metadata/{field}/{escape_pointer(k)}", "value": v}

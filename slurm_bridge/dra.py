@@ -169,7 +169,7 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
     if problems or not counts:
         return [], problems
     meta = pod.get("metadata") or {}
-    base = str(meta.get("name") or meta.get("generateName") or "pod").rstrip("-.")[:200]
+    base = str(meta.get("name") or meta.get("generateName") or "pod")[:200].rstrip("-.")
     claim_name = f"{base}-{names.POD_CLAIM_ENTRY}-{secrets.token_hex(4)}"
     patch: list[Obj] = []
     for kind, i, c in _containers(spec):

@@ -9,6 +9,7 @@ matters on the operator's hot path (several writes per pod).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
@@ -54,11 +55,38 @@ class Conflict(KubeError):
     """409: AlreadyExists on create, or a resourceVersion/precondition conflict on update."""
 
 
+class Invalid(KubeError):
+    """422: the object fails validation (the same object always will), or a JSON patch's test failed."""
+
+
 def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, TokenSource | None]:
     """Server URL, TLS context and token source (slurm_bridge.kubeconfig: kubeconfig, exec
     plugin or the pod's service account)."""
     creds = kubeconfig_loader.load(kubeconfig)
     return creds.server, creds.ssl_context(), creds.auth
+
+
+# Kubernetes' limits: object names (DNS subdomains) and label values.
+MAX_NAME_LENGTH = 253
+MAX_LABEL_VALUE_LENGTH = 63
+
+
+def bounded(name: str, limit: int) -> str:
+    """``name``, or when longer than ``limit`` its head and a hash of the whole (10 hex digits).
+
+    Two different names never share a bounded form in practice (40 bits of hash), and the head
+    keeps it readable. A DNS subdomain or label value stays one: the head loses any trailing
+    ``-``/``.``/``_`` and the hash ends it with an alphanumeric character.
+    """
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return name[: limit - len(digest) - 1].rstrip("-._") + "-" + digest
+
+
+def label_value(name: str) -> str:
+    """An object name as a label value (at most 63 characters; the full name goes in an annotation)."""
+    return bounded(name, MAX_LABEL_VALUE_LENGTH)
 
 
 def now_iso() -> str:
@@ -196,7 +224,7 @@ class KubeClient:
                 reason, message = st.get("reason", ""), st.get("message", raw.decode(errors="replace"))
             except ValueError:
                 reason, message = "", raw.decode(errors="replace")
-            exc = {404: NotFound, 409: Conflict}.get(status, KubeError)
+            exc = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, KubeError)
             raise exc(status, reason, message)
         if not raw:
             return {}
@@ -259,11 +287,14 @@ class KubeClient:
         meta = obj.get("metadata", {})
         ns = meta.get("namespace") or "default"
         ts = now_iso()
-        name = f"{meta.get('name', 'object')}.{secrets.token_hex(6)}{next(self._event_seq):x}"
+        suffix = f"{secrets.token_hex(6)}{next(self._event_seq):x}"
+        # The object's name may be 253 characters already: shorten it, never the unique suffix.
+        base = str(meta.get("name") or "object")[: MAX_NAME_LENGTH - len(suffix) - 1].rstrip("-.")
+        name = f"{base}.{suffix}"
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name[:253], "namespace": ns},
+            "metadata": {"name": name, "namespace": ns},
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion", "v1"),
                 "kind": obj.get("kind", ""),

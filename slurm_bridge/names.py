@@ -68,13 +68,15 @@ SLURMJOB_ANNOTATIONS: Final = frozenset(
 ANN_SLURM_NODE: Final = SLINKY_PREFIX + "slurm-node"
 # The Slurm job id of a pod's allocation (label, same key as the Go slurm-bridge).
 LABEL_SLURM_JOB_ID: Final = SCHEDULER_PREFIX + "slurm-jobid"
-# The PlaceholderJob a pod belongs to.
+# The PlaceholderJob a pod belongs to: the label holds its name, or for a name longer than a label
+# value may be (63) a bounded form of it (kube.label_value); the annotation always the full name.
 LABEL_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
+ANN_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
 # The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
 ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 
 RESERVED_POD_LABELS: Final = frozenset({LABEL_SLURM_JOB_ID, LABEL_PLACEHOLDER_JOB})
-RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE, ANN_SLURM_DEVICES})
+RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE, ANN_SLURM_DEVICES, ANN_PLACEHOLDER_JOB})
 
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
 LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import json
+import logging
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,9 +15,11 @@ import httpx
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.main import serve
 from slurm_bridge.extender.protocol import ExtenderArgs
+from slurm_bridge.extender.server import make_app
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
+from slurm_bridge.logs import JsonFormatter
 
 
 def _args(annotations: dict[str, str], node_names: list[str] | None = None, nodes: bool = False) -> ExtenderArgs:
@@ -88,3 +93,35 @@ async def test_the_health_listener_serves_health_and_nothing_else(tmp_path: Path
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+class _BindingKube:
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_the_bind_log_line_names_the_slurm_job_the_filter_saw() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("slurm_bridge.extender.server")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "uid-1", "labels": {names.LABEL_SLURM_JOB_ID: "4242"},
+                        "annotations": {names.ANN_SLURM_NODE: "node-1"}}}  # fmt: skip
+    client = TestClient(TestServer(make_app(_BindingKube())))  # type: ignore[arg-type]
+    await client.start_server()
+    try:
+        assert (await client.post("/filter", json={"Pod": pod, "NodeNames": ["node-1"]})).status == 200
+        bind = {"PodName": "p", "PodNamespace": "n", "PodUID": "uid-1", "Node": "node-1"}
+        assert (await client.post("/bind", json=bind)).status == 200
+    finally:
+        await client.close()
+        logger.removeHandler(handler)
+    [line] = [json.loads(x) for x in stream.getvalue().splitlines() if '"bound ' in x]
+    assert line["jobId"] == 4242 and line["namespace"] == "n" and line["name"] == "p"

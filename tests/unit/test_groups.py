@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.groups import (
-    MAX_NAME,
     Group,
     GroupError,
     Join,
@@ -26,7 +25,7 @@ from slurm_bridge.operator.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeError
+from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.translate import job_request
 
 pytestmark = pytest.mark.unit
@@ -358,7 +357,7 @@ def test_phj_name_short(parts: tuple[str, ...], expected: str) -> None:
 @pytest.mark.parametrize("long_name", ["a" * 253, "a.b-" * 63 + "c", "x" * 245])
 def test_phj_name_long_is_shortened_validly_and_uniquely(long_name: str) -> None:
     name = phj_name("podgroup", long_name)
-    assert len(name) <= MAX_NAME
+    assert len(name) <= MAX_NAME_LENGTH
     assert _DNS_SUBDOMAIN.match(name), name
     assert name != phj_name("podgroup", long_name + "z")
     assert name == phj_name("podgroup", long_name)  # stable

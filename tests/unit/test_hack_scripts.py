@@ -7,6 +7,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,23 @@ def test_cluster_env_output_does_not_overwrite_the_scripts_inputs() -> None:
     # Values that are the same setting (the partition's name, the real node's name) may pass through.
     clash = {name for name in exported & inputs if not re.search(rf"^export {name}=\${name}$", body, re.M)}
     assert not clash, f"hack/cluster.sh env would change these inputs: {sorted(clash)}"
+
+
+def _build_editable(tmp_path: Path, warnings: str | None) -> str:
+    """stderr of the editable build that hack/setup-python.sh's pip runs (setuptools' own backend)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    if warnings is not None:
+        env["PYTHONWARNINGS"] = warnings
+    code = "import sys; from setuptools import build_meta; build_meta.build_editable(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr
+
+
+def test_setup_python_silences_setuptools_notice_about_the_mapped_folders(tmp_path: Path) -> None:
+    script = (REPO / "hack" / "setup-python.sh").read_text()
+    [setting] = re.findall(r'PYTHONWARNINGS="([^"]+)"', script)
+    notice = "Please be careful with folders in your working directory"
+    assert notice in _build_editable(tmp_path / "a", None), "the notice this guards against (setuptools changed?)"
+    assert notice not in _build_editable(tmp_path / "b", setting)

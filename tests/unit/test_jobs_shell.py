@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator import lifecycle as lc
+from slurm_bridge.operator import status as st
 from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, Prepared
 from slurm_bridge.operator.jobref import PhjRef
 from slurm_bridge.operator.jobs import PlaceholderJobs
@@ -17,6 +18,7 @@ from slurm_bridge.operator.store import ObjectStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
+from slurm_bridge.kube import Invalid
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 Obj = dict[str, Any]
@@ -249,3 +251,54 @@ async def test_a_deleted_placeholderjob_ends_its_running_pod_and_keeps_the_job()
     assert kube.events == ["PlaceholderJobDeleted", "WaitingForPods"]
     await jobs.reconcile(("ns", "p"))
     assert kube.events.count("WaitingForPods") == 1, "said once"
+
+
+class RefusingKube(FakeKube):
+    """The API server refuses every patch of the pod with HTTP 422 (as for a label value over 63
+    characters); ``new_uid`` makes a GET return another pod of that name instead."""
+
+    def __init__(self, objects: dict[str, Obj], new_uid: str | None = None) -> None:
+        super().__init__(objects)
+        self.new_uid = new_uid
+
+    async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
+        if path == POD_PATH:
+            self.calls.append(("patch", path))
+            self.bodies.append(body)
+            raise Invalid(422, "Invalid", 'Pod "p" is invalid: metadata.labels: Invalid value: must be no more than 63')
+        return await super().patch(path, body, patch_type)
+
+    async def get(self, path: str) -> Obj | None:
+        obj = copy.deepcopy(self.objects.get(path))  # not recorded: status_writes pairs calls with bodies
+        if obj is not None and path == POD_PATH and self.new_uid:
+            obj["metadata"]["uid"] = self.new_uid
+        return obj
+
+
+async def test_a_release_the_api_server_refuses_fails_the_placeholderjob_and_cancels_its_job() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = RefusingKube({}), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    assert await jobs.reconcile(("ns", "p")) == 0.0, "decided again at once: the terminal rows end the pod"
+    assert kube.calls.count(("patch", POD_PATH)) == 2, "tried twice (the second time on a fresh read), then no more"
+    assert "cancel 7" in slurm.calls, "the allocation is released"
+    [written] = status_writes(kube)
+    assert written["phase"] == names.PHASE_FAILED and written["reason"] == st.REASON_RELEASE_REJECTED
+    assert written["jobId"] == 7, "the job id, still unwritten until then, is recorded with the failure"
+    assert "metadata.labels" in written["message"], "the API server's own message"
+    assert kube.events.count(st.REASON_RELEASE_REJECTED) == 2, "a Warning Event on the pod and the PlaceholderJob"
+
+    # The next look ends the still-gated pod with the recorded reason and submits nothing.
+    jobs.phjs.upsert(kube.objects[PHJ_PATH])
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls.count("allocate") == 1
+    assert kube.bodies[-1]["status"]["phase"] == "Failed" and kube.calls[-1] == ("patch", POD_PATH + "/status")
+
+
+async def test_a_422_for_a_new_pod_of_the_same_name_is_not_a_refusal() -> None:
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    kube, slurm = RefusingKube({}, new_uid="another-incarnation"), FakeSlurm(running)
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    assert kube.calls.count(("patch", POD_PATH)) == 1
+    assert "cancel 7" not in slurm.calls and st.REASON_RELEASE_REJECTED not in kube.events

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from slurm_bridge import names
-from slurm_bridge.kube import Conflict, KubeClient, NotFound, _load_credentials, escape_pointer, object_path
+from slurm_bridge.kube import (
+    MAX_LABEL_VALUE_LENGTH,
+    MAX_NAME_LENGTH,
+    Conflict,
+    KubeClient,
+    NotFound,
+    _load_credentials,
+    bounded,
+    escape_pointer,
+    label_value,
+    object_path,
+)
 
 KUBECONFIG = """
 apiVersion: v1
@@ -70,3 +83,63 @@ def test_object_paths() -> None:
     assert object_path(pod) == "/api/v1/namespaces/n/pods/p"
     assert object_path(node) == "/api/v1/nodes/k"
     assert object_path(phj) == f"/apis/{names.API_VERSION}/namespaces/n/placeholderjobs/j"
+
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "p",
+        "a" * 63,
+        "a" * 64,
+        "a" * 253,
+        ("x." * 126) + "y",
+        "a" * 52 + "-.-.-.-.-.-.-" + "b" * 100,
+        "job-" + "9" * 249,
+    ],
+)
+def test_label_value_keeps_short_names_and_bounds_long_ones(name: str) -> None:
+    value = label_value(name)
+    assert len(value) <= MAX_LABEL_VALUE_LENGTH and LABEL_VALUE.match(value), value
+    assert (value == name) == (len(name) <= MAX_LABEL_VALUE_LENGTH)
+    assert label_value(name) == value, "the same name always gives the same value"
+
+
+def test_long_names_that_share_a_head_get_different_label_values() -> None:
+    a, b = "p" * 200 + "-a", "p" * 200 + "-b"
+    assert label_value(a) != label_value(b)
+    assert bounded(a, MAX_NAME_LENGTH) == a and len(bounded(a + "x" * 60, MAX_NAME_LENGTH)) == MAX_NAME_LENGTH
+
+
+async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_names() -> None:
+    posted: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        posted.append(await request.json())
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kube = KubeClient(f"http://127.0.0.1:{port}", None, None)
+    long_name = ("a" * 120) + "." + ("b" * 132)
+    assert len(long_name) == 253
+    pod = {"kind": "Pod", "metadata": {"name": long_name, "namespace": "ns", "uid": "u"}}
+    try:
+        for _ in range(3):
+            await kube.event(pod, "SlurmJobPending", "waiting")
+        await kube.drain_events()
+    finally:
+        await kube.aclose()
+        await runner.cleanup()
+    event_names = [e["metadata"]["name"] for e in posted]
+    assert len(set(event_names)) == 3, "each Event has its own name (none collides with the last)"
+    assert all(len(n) <= MAX_NAME_LENGTH and DNS_SUBDOMAIN.match(n) for n in event_names), event_names
+    assert all(e["involvedObject"]["name"] == long_name for e in posted)

@@ -7,9 +7,10 @@ from typing import Any
 import jsonpatch
 import pytest
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment, encode_admin_comment
+from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment, default_job_name, encode_admin_comment
 
 from slurm_bridge import names
+from slurm_bridge.kube import label_value
 from slurm_bridge.slurm.models import JobInfo
 
 
@@ -120,6 +121,15 @@ def test_release_patch_applies_cleanly(
     assert not st.pod_is_released(pod, "node-3")
 
 
+def test_release_patch_of_a_253_character_placeholderjob_name_fits_a_label() -> None:
+    long_name = "p" * 253
+    pod = _pod({"a": "1"}, {"l": "x"}, [names.SCHEDULING_GATE])
+    patched = jsonpatch.apply_patch(pod, st.release_pod_patch(pod, "node-3", 42, long_name))
+    label = patched["metadata"]["labels"][names.LABEL_PLACEHOLDER_JOB]
+    assert len(label) <= 63 and label == label_value(long_name) and label.startswith("ppp")
+    assert patched["metadata"]["annotations"][names.ANN_PLACEHOLDER_JOB] == long_name, "the full name"
+
+
 def test_release_patch_tests_the_pod_uid() -> None:
     ops = st.release_pod_patch(_pod(None, None, []), "n", 1, "p")
     assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "u1"}
@@ -189,3 +199,10 @@ def test_conditions_from_an_older_bridge_are_completed_so_the_next_write_is_vali
     submitted, allocated = out
     assert submitted["reason"] == "Unknown" and submitted["observedGeneration"] == 0
     assert allocated["observedGeneration"] == 4 and allocated["lastTransitionTime"] != "1970-01-01T00:00:00Z"
+
+
+def test_the_default_job_name_of_the_longest_names_is_bounded_and_distinct() -> None:
+    ns, a, b = "n" * 63, "p" * 252 + "a", "p" * 252 + "b"
+    assert default_job_name("ns", "pod") == "ns/pod"
+    long_a, long_b = default_job_name(ns, a), default_job_name(ns, b)
+    assert len(long_a) == 200 and long_a.startswith(ns + "/ppp") and long_a != long_b
