@@ -130,9 +130,7 @@ class PlaceholderJobs:
         if not isinstance(applied, Confirm):
             return applied
         confirmed = await self.confirmed_members(applied.phj, members)
-        plan = lc.decide(
-            applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once, told=told
-        )
+        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once, told=told)
         result = await self.apply(applied.phj, plan, members, confirmed)
         assert not isinstance(result, Confirm)
         return result

@@ -283,7 +283,9 @@ def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo, members: Memb
         return Plan((*update, *before, *report, write), requeue)
     if report or (requeue is None and start_moved(status.expected_start, expected, now.wall)):
         # The estimate alone moved, and may be told now: status (the -o wide column) with it.
-        moved = (WriteStatus(PlaceholderJobStatus(expected_start=expected)),) if expected != status.expected_start else ()
+        moved = (
+            (WriteStatus(PlaceholderJobStatus(expected_start=expected)),) if expected != status.expected_start else ()
+        )
         return Plan((*update, *report, *moved), requeue)
     return Plan(update, requeue)
 
