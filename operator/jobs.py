@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Literal
 
 from slurm_bridge.operator import lifecycle as lc
@@ -83,6 +84,10 @@ class PlaceholderJobs:
         # written with the next status write (lifecycle.allocation). Lost in a crash, it is
         # rebuilt from Slurm (the job is adopted by its uid), so it is only a saving, not state.
         self._unwritten: dict[str, tuple[PlaceholderJobStatus, float]] = {}
+        # uid -> what the waiting pods were last told about their pending job (Event
+        # SlurmJobPending), and when: it only rate-limits those Events (lifecycle.pending), so a
+        # restart costs at most one Event again. Dropped once the pods are released or at finalize.
+        self._told: dict[str, lc.Told] = {}
 
     # ---- gather, decide, apply ------------------------------------------------------------------
     def observe(self, phj: Obj) -> lc.SlurmSide:
@@ -120,12 +125,13 @@ class PlaceholderJobs:
         members = members_of(phj, self.pods) if slurm.synced else {}
         now = lc.Clock(time.monotonic())
         scheduler = self.config.schedulerName
-        plan = lc.decide(phj, slurm, members, now, scheduler=scheduler, at_once=at_once)
+        told = self._told.get(phj["metadata"]["uid"])
+        plan = lc.decide(phj, slurm, members, now, scheduler=scheduler, at_once=at_once, told=told)
         applied = await self.apply(phj, plan, members)
         if not isinstance(applied, Confirm):
             return applied
         confirmed = await self.confirmed_members(applied.phj, members)
-        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once)
+        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once, told=told)
         result = await self.apply(applied.phj, plan, members, confirmed)
         assert not isinstance(result, Confirm)
         return result
@@ -157,6 +163,8 @@ class PlaceholderJobs:
                 return await self.patch_status(phj, status.dump()), None
             case pl.Event(reason=reason, message=message, warning=warning):
                 await self.kube.event(phj, reason, message, warning=warning)
+            case pl.ReportPending():
+                await self.report_pending(phj, action, members)
             case pl.Cancel(job_id=job_id):
                 await self.cancel(job_id)
             case pl.EndPods(pods=pods, reason=reason, message=message):
@@ -179,6 +187,7 @@ class PlaceholderJobs:
                 except SlurmError as e:
                     await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
             case pl.Release(job_id=job_id, pods=pods, announce=announce, unless_released=unless_released):
+                self._told.pop(phj["metadata"]["uid"], None)  # the wait is over
                 outcome = await self._release(phj, job_id, pods, members, announce)
                 if outcome == "refused":  # failed and cancelled: the terminal rows end the members
                     return phj, 0.0
@@ -250,6 +259,10 @@ class PlaceholderJobs:
             assert not isinstance(result, Confirm)
             return -1.0 if result is None else result
         await self.kube.event(phj, "Submitted", f"{submitted.message}: waiting in Slurm's queue")
+        if job is not None and job.is_pending and job.reason:
+            # The first wait, with Slurm's reason already known: the pods hear why at once (status
+            # records the reason below, so the next decision does not tell it again).
+            await self.report_pending(phj, lc.pending_report(job, members, datetime.now(UTC)), members)
         await self.patch_status(phj, submitted.dump())
         return -1.0
 
@@ -285,6 +298,18 @@ class PlaceholderJobs:
         return updated
 
     # ---- pods -----------------------------------------------------------------------------------
+    async def report_pending(self, phj: Obj, report: pl.ReportPending, members: Mapping[str, Obj | None]) -> None:
+        """Event SlurmJobPending on the PlaceholderJob and each waiting pod; noted for the rate limit."""
+        uid = phj["metadata"]["uid"]
+        before = self._told.get(uid)
+        reasons = (before.reasons if before is not None else frozenset()) | {report.reason}
+        self._told[uid] = lc.Told(time.monotonic(), report.reason, reasons)
+        await self.kube.event(phj, names.EVENT_SLURM_JOB_PENDING, report.message)
+        for name in report.pods:
+            pod = members.get(name)
+            if pod is not None:
+                await self.kube.event(pod, names.EVENT_SLURM_JOB_PENDING, report.message)
+
     async def _release(
         self,
         phj: Obj,
@@ -422,6 +447,7 @@ class PlaceholderJobs:
         self.poller.forget(meta["uid"])
         self._releasing.discard(meta["uid"])
         self._unwritten.pop(meta["uid"], None)
+        self._told.pop(meta["uid"], None)
         self.podgroups.forget(phj)
 
     async def _add_finalizer(self, phj: Obj) -> Obj:

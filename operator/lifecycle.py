@@ -35,6 +35,7 @@ from slurm_bridge.operator.plan import (
     NoteWaiting,
     Plan,
     Release,
+    ReportPending,
     ReportPodGroup,
     RequestFullList,
     Submit,
@@ -46,6 +47,7 @@ from slurm_bridge import names
 from slurm_bridge.kube import now_iso
 from slurm_bridge.placeholderjob import Phase, PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.reasons import explain
 
 Obj = st.Obj
 Members = Mapping[str, Obj | None]
@@ -60,6 +62,13 @@ FINALIZE_RECHECK_SECONDS = 5.0
 # A single pod's job allocated at its submit: its status is written once the pod is bound, or after
 # this many seconds (when the scheduler is slower), whichever comes first (see allocation()).
 UNWRITTEN_SECONDS = 10.0
+# "Why is my pod pending?" (Event SlurmJobPending on the waiting pods, docs/troubleshooting.md):
+# a reason not told before is told at once; a reason told before (Slurm's reasons flip between
+# Priority and Resources) and a move of the expected start alone are told at most this often.
+PENDING_REPORT_SECONDS = 600.0
+# The expected start has moved when it moved by more than a minute and a tenth of the wait ahead.
+EXPECTED_START_MIN_SHIFT = 60.0
+EXPECTED_START_SHARE = 0.1
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
@@ -90,6 +99,18 @@ class SlurmSide:
 
 
 @dataclass(frozen=True)
+class Told:
+    """What this process last told the waiting pods (Event SlurmJobPending), and when (monotonic).
+
+    In memory only: it rate-limits Events and nothing else. After a restart ``status.reason`` and
+    ``status.expectedStart`` say what was reported; at most one Event is repeated."""
+
+    at: float
+    reason: str
+    reasons: frozenset[str] = frozenset()  # every reason told for this job
+
+
+@dataclass(frozen=True)
 class Clock:
     mono: float
     wall: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -105,13 +126,15 @@ def decide(
     *,
     scheduler: str,
     at_once: float | None = None,
+    told: Told | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
     ``members``: each member's pod from the watch cache (None: not there, or another incarnation);
     ``confirmed``: the same after a GET of the missing ones (see ConfirmMembers); ``scheduler``:
     the bridge's scheduler name (PodGroup messages say it); ``at_once``: see :func:`allocation`
-    (``phj`` then carries the unwritten status of its submit).
+    (``phj`` then carries the unwritten status of its submit); ``told``: what the waiting pods
+    were last told about their pending job (see :func:`pending`).
     """
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
@@ -130,7 +153,7 @@ def decide(
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING))
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
-    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once))
+    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once, told))
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -203,6 +226,7 @@ def _with_job(
     confirmed: Members | None,
     scheduler: str,
     at_once: float | None = None,
+    told: Told | None = None,
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
     job_id, job = slurm.job_id, slurm.job
@@ -223,7 +247,7 @@ def _with_job(
     if job.is_finished:
         return slurm_ended(phj, members, job, job_id)
     if job.is_pending:
-        return _pending(phj, status, job)
+        return _pending(phj, status, job, members, now, told)
     if job.is_running and job.nodes:
         return allocation(phj, members, job, scheduler=scheduler, status=status, now=now.mono, at_once=at_once)
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
@@ -242,12 +266,94 @@ def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) ->
     ))  # fmt: skip
 
 
-def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo) -> Plan:
+def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo, members: Members, now: Clock,
+             told: Told | None) -> Plan:  # fmt: skip
     gen = phj["metadata"].get("generation")
     update: tuple[Action, ...] = ()
     if gen and status.observed_generation != gen:
         update = (UpdateJob(job.job_id, spec_of(phj).slurm), WriteStatus(PlaceholderJobStatus(observed_generation=gen)))
-    return Plan((*update, *_mirror(status, job, names.PHASE_PENDING, gen)))
+    mirror = _mirror(status, job, names.PHASE_PENDING, gen)
+    expected = expected_start(job, now.wall)
+    report, requeue = pending(status, job, members, now, told)
+    if mirror:  # Slurm's state or reason changed: the estimate goes into the same write
+        *before, write = mirror
+        assert isinstance(write, WriteStatus)
+        if expected != status.expected_start:
+            write = WriteStatus(PlaceholderJobStatus.model_validate(write.status.dump() | {"expectedStart": expected}))
+        return Plan((*update, *before, *report, write), requeue)
+    if report or (requeue is None and start_moved(status.expected_start, expected, now.wall)):
+        # The estimate alone moved, and may be told now: status (the -o wide column) with it.
+        moved = (
+            (WriteStatus(PlaceholderJobStatus(expected_start=expected)),) if expected != status.expected_start else ()
+        )
+        return Plan((*update, *report, *moved), requeue)
+    return Plan(update, requeue)
+
+
+def pending(
+    status: PlaceholderJobStatus, job: JobInfo, members: Members, now: Clock, told: Told | None
+) -> tuple[tuple[ReportPending, ...], float | None]:
+    """Tell the waiting pods why their job is pending (Event SlurmJobPending) now, later, or not.
+
+    What they were told: ``told`` (this process), else ``status.reason`` and
+    ``status.expectedStart`` (written with each report, so a restart does not tell again). A
+    reason not told before is told at once (the first wait is one); a reason told before and a
+    move of the expected start alone (:func:`start_moved`) at most every PENDING_REPORT_SECONDS
+    after the last report. Returns the report (or none) and when to look again for a held one.
+    """
+    reason, expected = job.reason, expected_start(job, now.wall)
+    last_reason = told.reason if told is not None else status.reason or ""
+    news = bool(reason) and reason != last_reason
+    moved = start_moved(status.expected_start, expected, now.wall) and (expected is not None or news)
+    if not news and not moved:
+        return (), None
+    wait = 0.0 if told is None else told.at + PENDING_REPORT_SECONDS - now.mono
+    if news and (told is None or reason not in told.reasons):
+        wait = 0.0
+    if wait > 0:
+        return (), wait
+    return (pending_report(job, members, now.wall),), None
+
+
+def pending_report(job: JobInfo, members: Members, wall: datetime) -> ReportPending:
+    """The SlurmJobPending Event for ``job``, on the members that wait for it (not yet bound)."""
+    waiting = tuple(
+        n for n, p in st.holding_allocation(members).items()
+        if not p.get("spec", {}).get("nodeName") and not st.pod_terminating(p)
+    )  # fmt: skip
+    return ReportPending(waiting, job.reason, pending_message(job.job_id, job.reason, expected_start(job, wall)))
+
+
+def pending_message(job_id: int, reason: str, expected: str | None) -> str:
+    """E.g. ``Slurm job 123 is waiting: Resources (the nodes it needs are busy); Slurm expects it
+    to start at 2026-11-24T10:00:00Z``."""
+    message = f"Slurm job {job_id} is waiting" + (f": {reason} ({explain(reason)})" if reason else " in Slurm's queue")
+    return message + (f"; Slurm expects it to start at {expected}" if expected else "")
+
+
+def expected_start(job: JobInfo, wall: datetime) -> str | None:
+    """Slurm's estimate of a pending job's start (its backfill scheduler's ``start_time``); None
+    when it has none: unset (0) or not in the future (the estimate has passed)."""
+    start = job.start_time
+    if not job.is_pending or start is None or start <= wall:
+        return None
+    return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def start_moved(recorded: str | None, expected: str | None, wall: datetime) -> bool:
+    """Whether the expected start moved enough to report: it appeared or went, or moved by more
+    than EXPECTED_START_MIN_SHIFT and EXPECTED_START_SHARE of the wait still ahead (an estimate
+    8 hours away moves 48 minutes before it is news; one 5 minutes away, a minute)."""
+    if recorded == expected:
+        return False
+    if recorded is None or expected is None:
+        return True
+    try:
+        old, new = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for t in (recorded, expected))
+    except ValueError:
+        return True  # not the bridge's form (an edit by hand): replace it
+    ahead = max((new - wall).total_seconds(), 0.0)
+    return abs((new - old).total_seconds()) > max(EXPECTED_START_MIN_SHIFT, EXPECTED_START_SHARE * ahead)
 
 
 def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase, gen: int | None) -> tuple[Action, ...]:
@@ -308,6 +414,8 @@ def allocation(
             assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
             start_time=status.start_time or now_iso(), conditions=conditions,
         )  # fmt: skip
+        if status.expected_start is not None:
+            write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:
         message = f"every member pod is bound to its Slurm node ({nodes})"
         ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
@@ -350,12 +458,16 @@ def submitted_status(
     meta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
     gen = meta.get("generation")
     message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
-    return PlaceholderJobStatus(
+    submitted = PlaceholderJobStatus(
         job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
         reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
         observed_generation=gen, pod_list=",".join(spec.pods),
         conditions=st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
     )  # fmt: skip
+    expected = expected_start(job, datetime.now(UTC)) if job is not None else None
+    if expected is not None:
+        submitted.expected_start = expected
+    return submitted
 
 
 def rejected_status(phj: Obj, message: str) -> PlaceholderJobStatus:
@@ -381,6 +493,8 @@ def _terminal_status(
     )  # fmt: skip
     if job is not None:
         ended.slurm_state = job.state
+    if status_of(phj).expected_start is not None:
+        ended.expected_start = None
     return WriteStatus(ended)
 
 

@@ -32,6 +32,17 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ReportPending:
+    """Event ``SlurmJobPending`` on these waiting member pods and the PlaceholderJob: why Slurm
+    keeps the job pending and when it expects to start it. The shell notes when (in memory), to
+    rate-limit the Events of a moving expected start (lifecycle.EXPECTED_START_REPORT_SECONDS)."""
+
+    pods: tuple[str, ...]
+    reason: str  # Slurm's reason code ("" when it gave none)
+    message: str
+
+
+@dataclass(frozen=True)
 class Cancel:
     job_id: int
 
@@ -111,8 +122,8 @@ class Finalize:
 
 
 Action = (
-    AddFinalizer | ConfirmMembers | WriteStatus | Event | Cancel | EndPods | NoteWaiting | Fence | Submit
-    | UpdateJob | Release | ReportPodGroup | RequestFullList | ForgetUncertain | Finalize
+    AddFinalizer | ConfirmMembers | WriteStatus | Event | ReportPending | Cancel | EndPods | NoteWaiting | Fence
+    | Submit | UpdateJob | Release | ReportPodGroup | RequestFullList | ForgetUncertain | Finalize
 )  # fmt: skip
 
 

@@ -106,7 +106,9 @@ class JobSnapshot:
 
 
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:
-    return (j.states, j.reason, j.nodes)
+    # A pending job's start_time is Slurm's estimate of its start: the waiting pods are told
+    # when it moves (lifecycle.pending), so a new estimate is a change of the view.
+    return (j.states, j.reason, j.nodes, j.start_time if j.is_pending else None)
 
 
 class SlurmPoller:

@@ -110,6 +110,10 @@ COND_ALLOCATED: Final = "Allocated"
 COND_READY: Final = "Ready"  # every member pod is bound
 COND_ENDED: Final = "Ended"
 
+# Event on each waiting member pod and the PlaceholderJob: the Slurm job waits in Slurm's queue,
+# with Slurm's reason in words and its expected start (operator/lifecycle.py, docs/troubleshooting.md).
+EVENT_SLURM_JOB_PENDING: Final = "SlurmJobPending"
+
 # Pod condition set before the bridge ends a pod, as Kubernetes' own evictors do.
 POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
 

@@ -93,6 +93,8 @@ class PlaceholderJobStatus(_Camel):
     submit_time: str | None = None
     start_time: str | None = None
     end_time: str | None = None
+    # Slurm's estimate of a pending job's start (the backfill scheduler's), while it has one.
+    expected_start: str | None = None
     conditions: list[Condition] | None = None
 
     def condition_dicts(self) -> list[dict[str, Any]] | None:

@@ -4,6 +4,7 @@ external job -> bound pod, and back."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.reasons import explain
 from tests.e2e.phj_schema import assert_matches_crd
 from tests.e2e.util import (
     bridge_jobs_in,
@@ -130,6 +132,57 @@ def test_pod_larger_than_any_node_stays_gated_with_slurms_reason(
         pod = read_pod(core, ns, "huge")
         assert pod is not None and has_gate(pod) and not pod.spec.node_name, "an unallocated pod was released"
         time.sleep(0.5)
+
+
+PENDING_EVENT = re.compile(r"^Slurm job (\d+) is waiting: (\w+) \((.+?)\)(; Slurm expects it to start at \S+Z)?$")
+
+
+def test_a_waiting_pod_says_why_in_its_events_a_few_times_not_every_poll(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, cluster: dict[str, str]
+) -> None:
+    """Issue 22 section 3: `kubectl describe pod` answers "why is my pod pending?" with Slurm's job,
+    its reason in words and its expected start (when Slurm has one), in a handful of Events."""
+    ns = managed_namespace
+    core.create_namespaced_pod(ns, make_pod("waits-why", cpu="1000"))  # more than the partition: queued
+    phj = wait_for(
+        lambda: (p := get_phj(custom, ns, "waits-why")) and (p.get("status") or {}).get("reason") and p,
+        60,
+        "the PlaceholderJob to show Slurm's reason",
+    )
+    job_id = phj["status"]["jobId"]
+    assert phj["status"]["phase"] == "Pending" and job_id, phj["status"]
+
+    def told() -> list[k8s.CoreV1Event]:
+        return [e for e in pod_events(core, ns, "waits-why") if e.reason == names.EVENT_SLURM_JOB_PENDING]
+
+    def names_current_reason() -> bool:
+        reason = ((get_phj(custom, ns, "waits-why") or {}).get("status") or {}).get("reason")
+        return any(f"is waiting: {reason} (" in (e.message or "") for e in told())
+
+    wait_for(names_current_reason, 60, "a SlurmJobPending Event on the pod naming Slurm's current reason")
+    for event in told():
+        assert event.type == "Normal" and event.involved_object.kind == "Pod", event
+        match = PENDING_EVENT.match(event.message or "")
+        assert match is not None, event.message
+        assert int(match[1]) == job_id and match[3] == explain(match[2]), event.message
+    kubectl = ["kubectl", "--kubeconfig", cluster["KUBECONFIG"], "-n", ns]
+    described = run([*kubectl, "describe", "pod", "waits-why"]).stdout
+    assert names.EVENT_SLURM_JOB_PENDING in described and f"Slurm job {job_id} is waiting: " in described, described
+    header = run([*kubectl, "get", "placeholderjobs", "-o", "wide"]).stdout.splitlines()[0].split()
+    assert header[5:7] == ["REASON", "EXPECTEDSTART"], header
+    # Several poll periods, pending reads (every 10 s) and a full list (every 30 s) later: still a
+    # handful of Events, not one a poll; the pod stays gated.
+    deadline = time.monotonic() + 35
+    while time.monotonic() < deadline:
+        pod = read_pod(core, ns, "waits-why")
+        assert pod is not None and has_gate(pod) and not pod.spec.node_name, "an unallocated pod was released"
+        time.sleep(1)
+    assert 1 <= len(told()) <= 3, [e.message for e in told()]
+    on_phj = [
+        e for e in core.list_namespaced_event(ns, field_selector="involvedObject.name=waits-why").items
+        if e.involved_object.kind == "PlaceholderJob" and e.reason == names.EVENT_SLURM_JOB_PENDING
+    ]  # fmt: skip
+    assert 1 <= len(on_phj) <= 3, [e.message for e in on_phj]
 
 
 def _slurm_call(slurm_env: SlurmEnv, call: Callable[[SlurmClient], Awaitable[T]]) -> T:

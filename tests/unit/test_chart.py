@@ -147,9 +147,9 @@ def _crd_version() -> Obj:
 
 def test_long_printer_columns_show_only_with_wide_output() -> None:
     """PODS and NODES list every member (up to 4096): `kubectl get phj` stays one short line per
-    job, `-o wide` adds them (priority 1)."""
+    job, `-o wide` adds them (priority 1), and Slurm's expected start of a pending job."""
     columns = {c["name"]: c.get("priority", 0) for c in _crd_version()["additionalPrinterColumns"]}
-    assert {n for n, p in columns.items() if p == 1} == {"Pods", "Nodes"}
+    assert {n for n, p in columns.items() if p == 1} == {"Pods", "Nodes", "ExpectedStart"}
     assert {n for n, p in columns.items() if p == 0} == {"JobID", "Phase", "Reason", "Age"}
 
 

@@ -5,6 +5,7 @@ member is confirmed with a GET, and an immediate allocation is written in one st
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ class FakeKube:
         self.calls: list[tuple[str, str]] = []
         self.bodies: list[Any] = []
         self.events: list[str] = []
+        self.said: list[tuple[str, str, str]] = []  # (kind, reason, message) of each Event
 
     async def get(self, path: str) -> Obj | None:
         self.calls.append(("get", path))
@@ -52,6 +54,7 @@ class FakeKube:
 
     async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append(reason)
+        self.said.append((obj.get("kind", "PlaceholderJob"), reason, message))
 
 
 class FakeSlurm:
@@ -214,13 +217,15 @@ async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> 
     kube, slurm = FakeKube({}), FakeSlurm(pending)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
-    assert kube.events == ["Submitted"], "waiting in Slurm's queue is worth an Event"
+    # Waiting in Slurm's queue is worth an Event, and the pod hears why (SlurmJobPending).
+    assert kube.events == ["Submitted", names.EVENT_SLURM_JOB_PENDING, names.EVENT_SLURM_JOB_PENDING]
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     slurm.job = running
     assert jobs.poller.snapshot is not None
     jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
     await jobs.reconcile(("ns", "p"))
-    assert ("patch", POD_PATH) in kube.calls and kube.events == ["Submitted", "SlurmAllocated"]
+    assert ("patch", POD_PATH) in kube.calls and kube.events[3:] == ["SlurmAllocated"]
+    assert jobs._told == {}, "forgotten once the wait is over"
 
 
 async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_up() -> None:
@@ -302,3 +307,74 @@ async def test_a_422_for_a_new_pod_of_the_same_name_is_not_a_refusal() -> None:
     await jobs.reconcile(("ns", "p"))
     assert kube.calls.count(("patch", POD_PATH)) == 1
     assert "cancel 7" not in slurm.calls and st.REASON_RELEASE_REJECTED not in kube.events
+
+
+# ---- "why is my pod pending?": SlurmJobPending on the pod --------------------------------------------
+def pending_events(kube: FakeKube) -> list[tuple[str, str]]:
+    return [(kind, message) for kind, reason, message in kube.said if reason == names.EVENT_SLURM_JOB_PENDING]
+
+
+def pending_job(reason: str, start: datetime | None = None) -> JobInfo:
+    return JobInfo(job_id=7, states=("PENDING",), reason=reason, start_time=start)
+
+
+def put(jobs: PlaceholderJobs, job: JobInfo) -> None:
+    assert jobs.poller.snapshot is not None
+    jobs.poller.snapshot.put(job, jobs.poller.snapshot.refs[7])
+
+
+async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
+    kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start))
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    iso = start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = f"Slurm job 7 is waiting: Resources (the nodes it needs are busy); Slurm expects it to start at {iso}"
+    assert pending_events(kube) == [("PlaceholderJob", message), ("Pod", message)]
+    [written] = status_writes(kube)
+    assert written["reason"] == "Resources" and written["expectedStart"] == iso, "the -o wide columns"
+    for _ in range(3):  # polls that see the same wait tell nothing more and write nothing
+        await jobs.reconcile(("ns", "p"))
+    assert len(pending_events(kube)) == 2 and len(status_writes(kube)) == 1
+
+
+async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_start_not_within_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube, slurm = FakeKube({}), FakeSlurm(pending_job(""))
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    assert pending_events(kube) == [], "Slurm has not said why yet: the PlaceholderJob's Submitted says it waits"
+    put(jobs, pending_job("Priority"))
+    assert await jobs.reconcile(("ns", "p")) is None
+    assert [m for _, m in pending_events(kube)][-1].startswith("Slurm job 7 is waiting: Priority (")
+    put(jobs, pending_job("Resources"))
+    await jobs.reconcile(("ns", "p"))
+    assert len(pending_events(kube)) == 4, "a reason not told before: at once"
+    put(jobs, pending_job("Priority"))
+    wait = await jobs.reconcile(("ns", "p"))
+    assert len(pending_events(kube)) == 4, "Priority again (Slurm's reasons flip): held"
+    assert wait is not None and 0 < wait <= lc.PENDING_REPORT_SECONDS
+    assert status_writes(kube)[-1]["reason"] == "Priority", "status mirrors Slurm all the same"
+    later = datetime.now(UTC) + timedelta(hours=1)
+    put(jobs, pending_job("Priority", later))
+    await jobs.reconcile(("ns", "p"))
+    assert len(pending_events(kube)) == 4 and "expectedStart" not in status_writes(kube)[-1], "held too"
+    monkeypatch.setattr(lc, "PENDING_REPORT_SECONDS", 0.0)  # the window has passed
+    await jobs.reconcile(("ns", "p"))
+    assert len(pending_events(kube)) == 6
+    assert pending_events(kube)[-1][1].endswith(f"start at {later.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    assert status_writes(kube)[-1] == {"expectedStart": later.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+async def test_a_restarted_operator_does_not_tell_the_same_wait_again() -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
+    iso = start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    phj = placeholderjob(
+        jobId=7, phase="Pending", slurmState="PENDING", reason="Resources", expectedStart=iso, observedGeneration=1
+    )
+    kube, slurm = FakeKube({}), FakeSlurm()
+    jobs = shell(kube, slurm, phj, gated_pod(), [pending_job("Resources", start + timedelta(seconds=30))])
+    assert await jobs.reconcile(("ns", "p")) is None
+    assert pending_events(kube) == [] and status_writes(kube) == [], "status says what was told; 30 s is no news"
+    assert slurm.calls == []

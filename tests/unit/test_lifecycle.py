@@ -18,6 +18,7 @@ from slurm_bridge.operator import lifecycle as lc
 from slurm_bridge.operator import plan as pl
 
 from slurm_bridge import names
+from slurm_bridge.placeholderjob import PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 Obj = dict[str, Any]
@@ -28,7 +29,7 @@ NOW = lc.Clock(1000.0, datetime(2026, 1, 1, 12, 0, tzinfo=UTC))
 
 PHASES = ["Pending", "Allocated", "Running", "Completed", "Failed", "Cancelled", "Deleted"]
 SLURM_STATES = ["PENDING", "RUNNING", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "vanished"]
-MEMBER_STATES = ["running", "succeeded", "failed", "terminating", "deleted"]
+MEMBER_STATES = ["running", "gated", "succeeded", "failed", "terminating", "deleted"]
 
 
 # ---- objects ------------------------------------------------------------------------------------
@@ -108,6 +109,8 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
             return ("podgroup", scheduled)
         case pl.UpdateJob(job_id=job_id):
             return ("update", job_id)
+        case pl.ReportPending(pods=pods, reason=reason):
+            return ("told", pods, reason)
     return ({
         pl.AddFinalizer: "finalizer", pl.ConfirmMembers: "confirm", pl.Fence: "fence", pl.Submit: "submit",
         pl.RequestFullList: "full-list", pl.ForgetUncertain: "forget-uncertain", pl.Finalize: "finalize",
@@ -138,19 +141,20 @@ PODS_END = {"succeeded": ("Completed", "PodsSucceeded"), "failed": ("Failed", "P
 
 
 def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]], float | None]:
-    """docs/architecture.md, "The PlaceholderJob decision table", for one member bound to NODE."""
-    holds_node = member in ("running", "terminating")  # a terminating pod still runs on its node
+    """docs/architecture.md, "The PlaceholderJob decision table", for one member bound to NODE (or
+    still gated)."""
+    holds_node = member in ("running", "terminating", "gated")  # a terminating pod still runs on its node
     slurm_may_hold = slurm in ("PENDING", "RUNNING", "vanished")  # (a vanished job is cancelled anyway)
     if phase == "Deleted":
         if not slurm_may_hold:
             return [("finalize",)], None
         if holds_node:  # end the pod first (unless it is terminating already), release later
-            end = [("end", ("p",), "PlaceholderJobDeleted")] if member == "running" else []
+            end = [("end", ("p",), "PlaceholderJobDeleted")] if member != "terminating" else []
             return [("confirm",), *end, ("waiting", ("p",))], lc.FINALIZE_RECHECK_SECONDS
         return [("confirm",), ("cancel", JOB), ("event", "Cancelled"), ("finalize",)], None
     if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted
         cancel = [("cancel", JOB)] if slurm in ("PENDING", "RUNNING") else []
-        end = [("end", ("p",), "EndedBefore")] if member == "running" else []
+        end = [("end", ("p",), "EndedBefore")] if member in ("running", "gated") else []
         return [*cancel, *end], None
     if not holds_node:  # Kubernetes -> Slurm: every member ended (confirmed by a GET)
         new_phase, reason = PODS_END[member]
@@ -159,8 +163,12 @@ def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]]
     if slurm in SLURM_END:  # Slurm -> Kubernetes
         new_phase, reason = SLURM_END[slurm]
         return [("status", new_phase, reason), ("event", reason), ("end", ("p",), reason)], None
-    if slurm == "PENDING":  # mirror Slurm's state and reason
-        return [("podgroup", False), ("status", "Pending", "Resources")], None
+    if slurm == "PENDING":  # mirror Slurm's state and reason; tell the waiting pod why (first wait)
+        waiting = ("p",) if member == "gated" else ()
+        return [("podgroup", False), ("told", waiting, "Resources"), ("status", "Pending", "Resources")], None
+    if member == "gated":  # record the node (unless recorded), then release the pod
+        record: list[tuple[Any, ...]] = [("status", "Allocated", "")] if phase == "Pending" else []
+        return [*record, ("release", (("p", NODE),)), ("podgroup", True)], None
     # The member is bound already: the allocation (when not recorded yet) and Running are one write.
     write: list[tuple[Any, ...]] = []
     if phase == "Allocated":
@@ -241,7 +249,8 @@ def test_a_missing_finalizer_is_added_first() -> None:
     obj = phj("Pending")
     obj["metadata"]["finalizers"] = []
     got, _ = run(obj, slurm_side("PENDING"), {"p": pod("gated")})
-    assert got[0] == ("finalizer",) and got[1:] == [("podgroup", False), ("status", "Pending", "Resources")]
+    assert got[0] == ("finalizer",)
+    assert got[1:] == [("podgroup", False), ("told", ("p",), "Resources"), ("status", "Pending", "Resources")]
 
 
 def test_a_deleted_placeholderjob_cancels_every_live_job_made_for_it() -> None:
@@ -281,7 +290,8 @@ def test_a_changed_spec_updates_the_pending_job() -> None:
     obj = phj("Pending")
     obj["metadata"]["generation"] = 2
     got, _ = run(obj, slurm_side("PENDING"), {"p": pod("gated")})
-    assert got == [("update", JOB), ("status", None, None), ("podgroup", False), ("status", "Pending", "Resources")]
+    assert got == [("update", JOB), ("status", None, None), ("podgroup", False), ("told", ("p",), "Resources"),
+                   ("status", "Pending", "Resources")]  # fmt: skip
 
 
 def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
@@ -318,3 +328,106 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     )
     assert isinstance(two.actions[0], pl.WriteStatus), "a gang's assignments are written before any release"
     assert two.requeue is None
+
+
+# ---- "why is my pod pending?": when the waiting pods are told (lifecycle.pending) -------------------
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+HOUR = timedelta(hours=1)
+WINDOW = lc.PENDING_REPORT_SECONDS
+# What the pods were told: nothing yet (status before the first reason), Priority by this process
+# some seconds ago (told: None after a restart, where status.reason says it).
+TOLD = {"nothing": (None, ""), "restart": (None, "Priority"), "recently": (WINDOW / 2, "Priority"),
+        "long ago": (WINDOW * 2, "Priority")}  # fmt: skip
+# Slurm's estimate now, against status.expectedStart = NOW + 2 h.
+ESTIMATES = {"same": 2 * HOUR, "30 s later": 2 * HOUR + timedelta(seconds=30), "1 h later": 3 * HOUR,
+             "none": None, "passed": -HOUR}  # fmt: skip
+REASONS = ["Priority", "Resources", "Dependency-told-before", ""]
+
+
+def expected_report(told: str, reason: str, estimate: str) -> str:
+    """The rule of docs/troubleshooting.md, written independently: "now", "later" or "no"."""
+    ago, last = TOLD[told]
+    before = {"Priority", "Dependency"} if ago is not None else set()
+    news = reason != "" and reason != last
+    moved = estimate in ("1 h later",)  # 30 s is within the tolerance; "none"/"passed": the estimate went
+    if not news and not moved:
+        return "no"
+    if news and reason not in before:
+        return "now"  # a reason not told before
+    if ago is None or ago >= WINDOW:
+        return "now"
+    return "later"
+
+
+@pytest.mark.parametrize(("told", "reason", "estimate"), list(itertools.product(TOLD, REASONS, ESTIMATES)))
+def test_when_the_waiting_pods_are_told(told: str, reason: str, estimate: str) -> None:
+    ago, last = TOLD[told]
+    code = reason.removesuffix("-told-before")
+    memory = None if ago is None else lc.Told(NOW.mono - ago, last, frozenset({"Priority", "Dependency"}))
+    shift = ESTIMATES[estimate]
+    start = None if shift is None else NOW.wall + shift
+    status = PlaceholderJobStatus(job_id=JOB, phase="Pending", slurm_state="PENDING", reason=last or None,
+                                     expected_start=iso(NOW.wall + 2 * HOUR))  # fmt: skip
+    job = JobInfo(job_id=JOB, states=("PENDING",), reason=code, start_time=start)
+    report, requeue = lc.pending(status, job, {"p": pod("gated")}, NOW, memory)
+    want = expected_report(told, code, estimate)
+    assert ("now" if report else "later" if requeue else "no") == want
+    if want == "later":
+        assert requeue == pytest.approx(WINDOW - (ago or 0))
+    if report:
+        [r] = report
+        assert r.pods == ("p",) and r.reason == code
+        assert r.message.startswith(f"Slurm job {JOB} is waiting")
+        future = start is not None and start > NOW.wall
+        assert ("Slurm expects it to start at" in r.message) == future, r.message
+        assert start is None or not future or r.message.endswith(f"start at {iso(start)}")
+
+
+def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_the_wait() -> None:
+    start = NOW.wall + 2 * HOUR
+    obj = phj("Pending", reason="Resources", expectedStart=iso(start))
+    for moved, writes in ((timedelta(seconds=50), []), (HOUR, [{"expectedStart": iso(start + HOUR)}])):
+        job = JobInfo(job_id=JOB, states=("PENDING",), reason="Resources", start_time=start + moved)
+        side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job, found=job, taken_at=NOW.mono)
+        plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+        assert [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)] == writes
+    side = slurm_side("RUNNING")  # allocated: the estimate of a wait that is over is removed
+    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+    [write] = [a for a in plan.actions if isinstance(a, pl.WriteStatus)]
+    assert write.status.dump()["expectedStart"] is None and write.status.phase == "Allocated"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected", "moved"),
+    [
+        (None, None, False), (None, "2026-01-01T14:00:00Z", True), ("2026-01-01T14:00:00Z", None, True),
+        ("2026-01-01T14:00:00Z", "2026-01-01T14:00:50Z", False),  # under a minute
+        ("2026-01-01T12:05:00Z", "2026-01-01T12:06:30Z", True),  # 90 s, 6.5 min ahead
+        ("2026-01-01T20:00:00Z", "2026-01-01T20:30:00Z", False),  # 30 min of 8.5 h ahead
+        ("2026-01-01T20:00:00Z", "2026-01-01T21:00:00Z", True),  # 1 h of 9 h ahead
+        ("not a time", "2026-01-01T14:00:00Z", True),
+    ],
+)  # fmt: skip
+def test_start_moved(recorded: str | None, expected: str | None, moved: bool) -> None:
+    assert lc.start_moved(recorded, expected, NOW.wall) is moved
+
+
+def test_expected_start_is_none_when_slurm_has_no_estimate_or_it_passed() -> None:
+    def job_at(t: datetime | None, state: str = "PENDING") -> JobInfo:
+        return JobInfo(job_id=JOB, states=(state,), start_time=t)
+
+    assert lc.expected_start(job_at(None), NOW.wall) is None  # 0 on the wire
+    assert lc.expected_start(job_at(NOW.wall - HOUR), NOW.wall) is None
+    assert lc.expected_start(job_at(NOW.wall + HOUR), NOW.wall) == "2026-01-01T13:00:00Z"
+    assert lc.expected_start(job_at(NOW.wall + HOUR, "RUNNING"), NOW.wall) is None  # a start, not an estimate
+
+
+def test_the_pending_message() -> None:
+    assert lc.pending_message(123, "Resources", "2026-11-24T10:00:00Z") == (
+        "Slurm job 123 is waiting: Resources (the nodes it needs are busy); "
+        "Slurm expects it to start at 2026-11-24T10:00:00Z"
+    )
+    assert lc.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, ItemsView
+from datetime import UTC, datetime
 
 import pytest
 from slurm_bridge.operator import poller as poller_module
@@ -243,6 +244,26 @@ async def test_pending_jobs_are_read_again_for_their_reason(monkeypatch: pytest.
     await poller.poll_once()
     assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
     assert poller.snapshot is not None and poller.snapshot.by_id[1].reason == "Resources"
+
+
+async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's estimate of a pending job's start (start_time) is told to its waiting pods, so a new
+    one reaches the view and the PlaceholderJob, as a new reason does."""
+    monkeypatch.setattr(poller_module, "PENDING_REFRESH_SECONDS", 0.0)
+    slurm, changed = FakeSlurm(), list[str]()
+    poller = _poller(slurm, changed)
+    job = _job(1, "a", "PENDING", reason="Resources")
+    slurm.set(job)
+    await poller.poll_once()
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    slurm.set(job.model_copy(update={"start_time": start}))
+    changed.clear()
+    await poller.poll_once()
+    assert changed == ["phj-a"]
+    assert poller.snapshot is not None and poller.snapshot.by_id[1].start_time == start
+    changed.clear()
+    await poller.poll_once()
+    assert changed == [], "the same estimate again is no change"
 
 
 def test_refused_submit_is_not_adopted() -> None:
