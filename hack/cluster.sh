@@ -406,6 +406,9 @@ up_slurm() {
   cp /etc/hosts "$SLURM_ROOT/etc/hosts"
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
   local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
+  if alive slurmctld && ! alive slurmdbd; then
+    die "slurmctld runs without slurmdbd (a cluster started before Slurm accounting, or slurmdbd stopped); run 'hack/cluster.sh down' and 'hack/cluster.sh up'"
+  fi
   if ! alive slurmctld; then
     rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
     head -c 32 /dev/urandom > "$sdir/jwt.key"

@@ -14,17 +14,16 @@ from kubernetes import config as k8s_config
 from tests.harness import (
     BRIDGE_SH,
     DEPLOY_SH,
+    MANAGED_LABEL,
     PrerequisiteMissing,
     SlurmEnv,
+    clean_slate,
     ensure_cluster,
     log_tails,
     run,
     slurm_env_from,
     wait_for,
 )
-
-MANAGED_LABEL = "slurm-bridge.local/managed"
-
 
 LAYERS = ("unit", "integration", "e2e", "deployed")
 
@@ -55,6 +54,7 @@ _CLUSTER: dict[str, str] = {}
 @pytest.fixture(scope="session")
 def cluster() -> dict[str, str]:
     env = ensure_cluster()
+    clean_slate(env)
     _CLUSTER["state_dir"] = env["SB_STATE_DIR"]
     return env
 

@@ -70,7 +70,7 @@ def cluster_env() -> dict[str, str]:
 def cluster_running() -> bool:
     out = run(["bash", str(CLUSTER_SH), "status"], check=False).stdout
     needed = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "munged",
-              "slurmctld", "slurmrestd", "containerd", "kubelet", "kube-proxy"]  # fmt: skip
+              "mariadb", "slurmdbd", "slurmctld", "slurmrestd", "containerd", "kubelet", "kube-proxy"]  # fmt: skip
     states = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[1:] if len(ln.split()) > 2}
     return all(states.get(n) == "running" for n in needed)
 
@@ -138,3 +138,73 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         root=Path(env["SLURM_ROOT"]),
         state_dir=Path(env["SB_STATE_DIR"]),
     )
+
+
+# What hack/demo.sh leaves running (examples/demo.yaml): its namespace, and its jobs in Slurm.
+DEMO_NAMESPACE = "slurm-bridge-demo"
+MANAGED_LABEL = "slurm-bridge.local/managed"
+LIVE_JOB_STATES = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"}
+
+
+def clean_slate(env: dict[str, str], timeout: float = 90) -> None:
+    """Make the cluster whole before a session: what the demo or an aborted run left behind (the
+    demo's namespace, managed test namespaces, their Slurm jobs) is removed, so that no test waits
+    on nodes something it cannot see still holds.
+
+    The namespaces go first, while whatever bridge made their jobs still runs and ends them;
+    PlaceholderJobs no bridge finalizes in time lose their finalizer. Every live Slurm job left
+    is then cancelled (the local Slurm serves only these tests).
+    """
+    import httpx
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
+    try:
+        core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+        stale = [
+            n.metadata.name
+            for n in core.list_namespace().items
+            if n.metadata.name == DEMO_NAMESPACE or (n.metadata.labels or {}).get(MANAGED_LABEL) == "true"
+        ]
+        for name in stale:
+            _found(lambda name=name: core.delete_namespace(name))
+
+        def left() -> list[str]:
+            return [n for n in stale if _found(lambda n=n: core.read_namespace(n))]
+
+        deadline = time.monotonic() + timeout
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for ns in left():  # no bridge ended them: let the namespaces go
+            for phj in custom.list_namespaced_custom_object("slinky.slurm.net", "v1alpha1", ns, "placeholderjobs")[
+                "items"
+            ]:
+                _found(lambda ns=ns, phj=phj: custom.patch_namespaced_custom_object(
+                    "slinky.slurm.net", "v1alpha1", ns, "placeholderjobs", phj["metadata"]["name"],
+                    {"metadata": {"finalizers": None}}))  # fmt: skip
+    finally:
+        api.close()
+    headers = {"X-SLURM-USER-TOKEN": Path(env["SLURM_JWT_FILE"]).read_text().strip()}
+    api_url = f"{env['SLURM_REST_URL']}/slurm/v0.0.44"
+
+    def live() -> list[int]:
+        jobs = httpx.get(f"{api_url}/jobs", headers=headers, timeout=30).raise_for_status().json()["jobs"]
+        return [j["job_id"] for j in jobs if set(j.get("job_state") or []) & LIVE_JOB_STATES]
+
+    for job_id in live():
+        httpx.delete(f"{api_url}/job/{job_id}", headers=headers, timeout=30)
+    wait_for(lambda: not live(), timeout, "every Slurm job left by an earlier run (or the demo) to end")
+
+
+def _found(call: Callable[[], Any]) -> bool:
+    """Run a Kubernetes call; False when its object does not exist (any other error is raised)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        call()
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True

@@ -29,6 +29,7 @@ from tests.e2e.util import (
     read_pod,
     refused_allocation,
     slurm_job,
+    wait_for_idle_nodes,
 )
 from tests.harness import BRIDGE_SH, CLUSTER_SH, REPO, SlurmEnv, run, wait_for
 
@@ -202,6 +203,7 @@ def test_pod_that_cannot_start_now_is_queued_and_runs_when_slurm_frees_nodes(
     blocker = JobRequest(
         partition=slurm_env.partition, nodes=len(slurm_env.nodes), exclusive=True, time_limit_minutes=10
     )
+    wait_for_idle_nodes(slurm_env, slurm_env.nodes)
     blocker_id = _slurm_call(
         slurm_env, lambda c: c.submit_external_job(blocker, name="e2e-blocker", admin_comment="e2e blocker")
     )

@@ -6,6 +6,7 @@ import contextlib
 import json
 from typing import Any
 
+import hostlist
 import httpx
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -147,3 +148,28 @@ def end_workloads(
 def live_jobs(slurm_env: SlurmEnv, ns: str) -> list[dict[str, Any]]:
     done = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
     return [j for j in bridge_jobs_in(slurm_env, ns) if not set(j["job_state"]) & done]
+
+
+def wait_for_idle_nodes(slurm: SlurmEnv, nodes: list[str], timeout: float = 90) -> None:
+    """Wait until no live Slurm job holds any of ``nodes`` (jobs of earlier tests' namespaces end
+    as those are deleted); else fail naming the jobs that hold them, so a test that needs the
+    whole cluster never waits on something it cannot see."""
+    wanted = set(nodes)
+
+    def holders() -> list[dict[str, Any]]:
+        out = []
+        for job in slurm_jobs(slurm):
+            if set(job.get("job_state") or []) & {"RUNNING", "SUSPENDED", "COMPLETING"}:
+                held = set(hostlist.expand_hostlist(job.get("nodes") or ""))
+                if held & wanted:
+                    out.append(job)
+        return out
+
+    try:
+        wait_for(lambda: not holders(), timeout, "no Slurm job on the nodes this test needs")
+    except AssertionError:
+        held = [
+            f"job {j['job_id']} {j['name']!r} (user {j.get('user_name')}, nodes {j.get('nodes')})" for j in holders()
+        ]
+        raise AssertionError(f"this test needs nodes {sorted(wanted)} free, but after {timeout:.0f}s these Slurm jobs "
+                             f"still hold them: {'; '.join(held)}") from None  # fmt: skip
