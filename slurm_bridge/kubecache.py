@@ -150,7 +150,14 @@ class WatchCache:
 class TenantCache:
     """Every TenantPolicy and every namespace's labels, and the index built from them."""
 
-    def __init__(self, kube: KubeClient, on_change: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self, kube: KubeClient | None, on_change: Callable[[str, str], None] | None = None, *, unavailable: str = ""
+    ) -> None:
+        """``kube`` None: no credentials (``unavailable`` says why); never synced, so every check
+        that needs a policy fails closed with that message."""
+        self._unavailable = unavailable if kube is None else ""
+        kube = kube or KubeClient("http://127.0.0.1:0")  # never called
+
         def changed(kind: str) -> Callable[[str, Obj], None] | None:
             if on_change is None:
                 return None
@@ -171,6 +178,8 @@ class TenantCache:
     @property
     def problem(self) -> str:
         """Why the cache is not synced, for refusals and logs."""
+        if self._unavailable:
+            return self._unavailable
         errors = [c.last_error for c in (self.policies, self.namespaces) if c.last_error]
         return "; ".join(errors) or "the first lists of TenantPolicies and namespaces are not in yet"
 
@@ -192,6 +201,8 @@ class TenantCache:
             self.namespaces.version += 1
 
     def start(self) -> None:
+        if self._unavailable:
+            return
         self._tasks = [asyncio.create_task(c.run(), name=f"watch-{c.what}") for c in (self.policies, self.namespaces)]
 
     async def wait_synced(self) -> None:

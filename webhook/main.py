@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import ssl
 import sys
@@ -20,6 +21,8 @@ from .certs import DEFAULT_HOSTS, CertError, write_certs
 from .logs import setup_logging
 from .render import RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
 from .server import WebhookServer
+
+log = logging.getLogger("slurm_bridge.webhook")
 
 EXIT_USAGE = 2
 # Longer than the endpoint controller and kube-proxy take to drop a terminating pod (about a second).
@@ -85,13 +88,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -> None:
-    creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)
-    kube = KubeClient.from_credentials(creds, component="slurm-bridge-webhook", max_connections=4)
-    server = WebhookServer(config, tenants=TenantCache(kube))
+    kube: KubeClient | None = None
+    try:
+        creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)
+        kube = KubeClient.from_credentials(creds, component="slurm-bridge-webhook", max_connections=4)
+        tenants = TenantCache(kube)
+    except kubeconfig_loader.CredentialsError as e:
+        # Serve anyway (pods that ask for nothing a policy could refuse still get through in open
+        # mode), but every tenancy check fails closed with this message.
+        problem = f"no Kubernetes credentials to read TenantPolicies with ({e}); pass --kubeconfig or run in a pod"
+        log.error("%s", problem)
+        tenants = TenantCache(None, unavailable=problem)
+    server = WebhookServer(config, tenants=tenants)
     try:
         await server.start()
     except BaseException:
-        await kube.aclose()
+        if kube is not None:
+            await kube.aclose()
         raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -101,7 +114,8 @@ async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -
         await stop.wait()
     finally:
         await server.stop(drain_seconds)
-        await kube.aclose()
+        if kube is not None:
+            await kube.aclose()
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -109,9 +123,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format)
     try:
         asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS), args.kubeconfig))
-    except kubeconfig_loader.CredentialsError as e:
-        print(f"slurm-bridge-webhook: no Kubernetes credentials for the TenantPolicy cache: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except (OSError, ssl.SSLError) as e:
         print(
             f"slurm-bridge-webhook: cannot serve on {config.webhookListen} with certificate "

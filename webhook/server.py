@@ -233,16 +233,16 @@ def build_app(
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if not is_ready():
-            return web.Response(status=503, text="shutting down\n")
-        if tenants is not None and not tenants.synced:
-            return web.Response(status=503, text=f"not ready: {tenants.problem}\n")
-        return web.Response(text="ok\n")
+        # Not gated on the TenantPolicy cache: a check that needs it fails closed per request with
+        # its reason, and pods that ask for nothing a policy could refuse still get through.
+        if is_ready():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="shutting down\n")
 
     app.router.add_post("/mutate", _admission_handler(config, mutate, "mutate"))
 
     def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
-        return validate(req, cfg, tenants)
+        return validate(req, cfg) if tenants is None else validate(req, cfg, tenants)
 
     app.router.add_post("/validate", _admission_handler(config, validate_with_tenants, "validate", tenants))
     app.router.add_get("/healthz", healthz)
