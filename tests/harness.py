@@ -104,6 +104,28 @@ def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
     return tails
 
 
+@dataclass(frozen=True)
+class Tenant:
+    """A Unix + Slurm user of the local cluster's accounting (hack/cluster.sh makes them with sacctmgr)."""
+
+    user: str
+    uid: int
+    group: str
+    gid: int
+    accounts: tuple[str, ...]  # the first is the user's default account
+    qos: str  # a QOS with a limit (GrpTRES=cpu=QOS_CPU_LIMIT)
+
+
+# The tenants of the local cluster's slurmdbd: one place, so the cluster and the tests agree
+# (tests/e2e/test_tenancy.py). The bridge's own Slurm user (AdminLevel=Administrator) is BRIDGE_SLURM_USER.
+TENANTS: dict[str, Tenant] = {
+    "a": Tenant("alice", 2001, "team-a", 2001, ("team-a", "team-a-dev"), "team-a-qos"),
+    "b": Tenant("bob", 2002, "team-b", 2002, ("team-b",), "team-b-qos"),
+}
+QOS_CPU_LIMIT = 8
+BRIDGE_SLURM_USER = "slurm-bridge"
+
+
 @dataclass
 class SlurmEnv:
     """The real Slurm of the local cluster."""
@@ -126,6 +148,10 @@ class SlurmEnv:
 
     def headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-TOKEN": self.token}
+
+    def sacct(self, *args: str) -> str:
+        """``sacct`` in Slurm's root (hack/cluster.sh slurm sacct): accounting as slurmdbd records it."""
+        return run(["bash", str(CLUSTER_SH), "slurm", "sacct", *args]).stdout
 
 
 def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
