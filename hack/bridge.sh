@@ -64,8 +64,9 @@ start_component() {
       wait_ready bridge-operator "$SB_READY_TIMEOUT" operator_leads ;;
     webhook)
       alive bridge-webhook || check_port bridge-webhook "$SB_WEBHOOK_PORT" SB_WEBHOOK_PORT
-      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" --log-level "$SB_LOG_LEVEL" \
-        --log-format "$SB_LOG_FORMAT" serve --drain-seconds 0
+      # --kubeconfig: the webhook reads TenantPolicies and namespaces (docs/tenancy.md).
+      start bridge-webhook "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" --kubeconfig "$kc" \
+        --log-level "$SB_LOG_LEVEL" --log-format "$SB_LOG_FORMAT" serve --drain-seconds 0
       echo "$SB_WEBHOOK_PORT" > "$STATE_DIR/bridge-webhook.port"
       wait_ready bridge-webhook "$SB_READY_TIMEOUT" curl -sf --cacert "$BRIDGE_DIR/tls/ca.crt" "https://127.0.0.1:$SB_WEBHOOK_PORT/readyz" ;;
     extender)

@@ -16,11 +16,13 @@ from slurm_bridge.operator.controller import Controller
 from slurm_bridge.operator.leader import LeaderElector
 from slurm_bridge.operator.login import login as kopf_login
 from slurm_bridge.operator.nodes import NodeController
+from slurm_bridge.operator.tenants import TenantStatusController
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -189,7 +191,11 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
     kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator")
     slurm = SlurmClient.from_config(cfg)
-    ctrl = Controller(cfg, kube, slurm)
+    # TenantPolicies and namespaces, read by every replica (a standby's cache is warm when it leads).
+    tenant_status: TenantStatusController | None = None
+    tenants = TenantCache(kube, on_change=lambda *_: tenant_status.wake() if tenant_status else None)
+    ctrl = Controller(cfg, kube, slurm, tenants)
+    tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     node_ctrl = NodeController(cfg, kube, slurm)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).
@@ -204,7 +210,9 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         await elector.is_leader.wait()
         ctrl.start()
         node_ctrl.start()
+        tenant_status.start()
 
+    tenants.start()
     tasks = [
         asyncio.create_task(elector.run(), name="leader"),
         asyncio.create_task(lead(), name="lead"),
@@ -216,8 +224,10 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         """Stop working, then give the Lease up: a rollout's new leader takes over at once."""
         for t in tasks:
             t.cancel()
+        await tenant_status.stop()
         await node_ctrl.stop()
         await ctrl.stop()
+        await tenants.stop()
         await elector.release()
 
     registry = build_registry(ctrl, elector, node_ctrl, hand_over, creds)

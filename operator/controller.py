@@ -24,6 +24,7 @@ from slurm_bridge.operator.store import ObjectStore, WorkQueue
 from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.slurm.client import SlurmClient
 
 Obj = dict[str, Any]
@@ -45,15 +46,18 @@ class Stats:
 
 
 class Controller:
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient) -> None:
+    def __init__(
+        self, config: Config, kube: KubeClient, slurm: SlurmClient, tenants: TenantCache | None = None
+    ) -> None:
         self.config = config
+        self.tenants = tenants
         self.kube = kube
         self.slurm = slurm
         self.pods = ObjectStore()
         self.phjs = ObjectStore(index=member_pods)
         self.queue = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, self._on_job_change, self._on_poll)
-        self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller)
+        self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller, tenants)
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)
 
@@ -117,4 +121,6 @@ class Controller:
         kind, ns, name = cast(tuple[str, str, str], item)
         if kind == "pod":
             return await self.members.reconcile((ns, name))
+        if self.tenants is not None:
+            await self.tenants.ensure_namespace(ns)  # a namespace created a moment ago
         return await self.jobs.reconcile((ns, name))

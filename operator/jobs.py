@@ -32,13 +32,14 @@ from slurm_bridge.operator.podgroups import PodGroupReporter
 from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.store import Key, ObjectStore
 
-from slurm_bridge import logs, metrics, names
+from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, phj_path, pod_path
+from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
 Obj = st.Obj
@@ -72,9 +73,11 @@ class PlaceholderJobs:
         pods: ObjectStore,
         phjs: ObjectStore,
         poller: SlurmPoller,
+        tenants: TenantCache | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.pods, self.phjs, self.poller = pods, phjs, poller
+        self.tenants = tenants
         self.placer = Placer(slurm, config.immediateAllocation)
         self.podgroups = PodGroupReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
@@ -126,12 +129,15 @@ class PlaceholderJobs:
         now = lc.Clock(time.monotonic())
         scheduler = self.config.schedulerName
         told = self._told.get(phj["metadata"]["uid"])
-        plan = lc.decide(phj, slurm, members, now, scheduler=scheduler, at_once=at_once, told=told)
+        policy = self.tenancy_for(phj["metadata"]["namespace"])
+        plan = lc.decide(phj, slurm, members, now, scheduler=scheduler, at_once=at_once, told=told, tenancy=policy)
         applied = await self.apply(phj, plan, members)
         if not isinstance(applied, Confirm):
             return applied
         confirmed = await self.confirmed_members(applied.phj, members)
-        plan = lc.decide(applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once, told=told)
+        plan = lc.decide(
+            applied.phj, slurm, members, now, confirmed, scheduler=scheduler, at_once=at_once, told=told, tenancy=policy
+        )
         result = await self.apply(applied.phj, plan, members, confirmed)
         assert not isinstance(result, Confirm)
         return result
@@ -205,6 +211,21 @@ class PlaceholderJobs:
                 await self._finalize(phj)
         return phj, None
 
+    def tenancy_for(self, namespace: str) -> lc.Tenancy | None:
+        """The namespace's policy verdict, asked by ``decide`` only right before a submit or an
+        update (the policy as it is at that moment). None without a tenant cache."""
+        cache = self.tenants
+        if cache is None:
+            return None
+        mode = self.config.tenancy
+
+        def verdict(request: JobRequest) -> tenancy.Verdict:
+            if not cache.synced:
+                return tenancy.Verdict(request, waiting=cache.problem)
+            return tenancy.verdict(cache.index().match(namespace), namespace, request, mode)
+
+        return verdict
+
     def _with_unwritten(self, phj: Obj) -> tuple[Obj, float | None]:
         """The PlaceholderJob as if its unwritten submit status were written, and until when it
         may stay unwritten (None: nothing unwritten)."""
@@ -233,12 +254,18 @@ class PlaceholderJobs:
             raise
         except SlurmError as e:
             message = f"Slurm refused the job: {e}"
-            await self.patch_status(phj, lc.rejected_status(phj, message).dump())
-            await self.kube.event(phj, "SubmitRejected", message, warning=True)
+            rejected = lc.rejected_status(phj, message, association=e.is_association_refusal)
+            final = rejected.phase == names.PHASE_FAILED
+            await self.patch_status(phj, rejected.dump())
+            reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else "SubmitRejected"
+            shown = rejected.message or message
+            await self.kube.event(phj, reason, shown, warning=True)
             for pod_name in action.present:
                 pod = members.get(pod_name)
                 if pod is not None:
-                    await self.kube.event(pod, "SlurmSubmitRejected", message, warning=True)
+                    await self.kube.event(pod, "Slurm" + reason if not final else reason, shown, warning=True)
+            if final:
+                return -1.0  # the status write brings the PlaceholderJob back: its pods are ended
             return lc.SUBMIT_RETRY_SECONDS  # Slurm's limits may change (partition up, QOS raised)
         self.poller.submitted(meta["uid"], job_id)
         metrics.job_submitted()

@@ -16,7 +16,7 @@ and :func:`submitted_status` for those steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -48,9 +48,13 @@ from slurm_bridge.kube import now_iso
 from slurm_bridge.placeholderjob import Phase, PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.slurm.reasons import explain
+from slurm_bridge.tenancy import Verdict
 
 Obj = st.Obj
 Members = Mapping[str, Obj | None]
+# The namespace's TenantPolicy verdict on a request (slurm_bridge/tenancy.py), asked only right
+# before a submit or a job update: the policy as it is then applies (docs/tenancy.md).
+Tenancy = Callable[[JobRequest], Verdict]
 
 # A job submitted this recently may not be in the snapshot yet; wait for it rather than
 # concluding it vanished.
@@ -72,6 +76,11 @@ EXPECTED_START_SHARE = 0.1
 # Status reasons of a gang PlaceholderJob before its job exists.
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_SUBMITTING = "Submitting"
+# The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey
+# once: the next such refusal of the same spec ends the PlaceholderJob (no retry storm).
+REASON_ASSOCIATION_REJECTED = "AssociationRejected"
+# While the TenantPolicies are not read yet, a submit waits this long.
+TENANCY_WAIT_SECONDS = 2.0
 
 
 # ---- inputs -----------------------------------------------------------------------------------
@@ -127,6 +136,7 @@ def decide(
     scheduler: str,
     at_once: float | None = None,
     told: Told | None = None,
+    tenancy: Tenancy | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -134,7 +144,8 @@ def decide(
     ``confirmed``: the same after a GET of the missing ones (see ConfirmMembers); ``scheduler``:
     the bridge's scheduler name (PodGroup messages say it); ``at_once``: see :func:`allocation`
     (``phj`` then carries the unwritten status of its submit); ``told``: what the waiting pods
-    were last told about their pending job (see :func:`pending`).
+    were last told about their pending job (see :func:`pending`); ``tenancy``: the namespace's
+    policy, asked before a submit or job update (None: no policy applies, as before tenancy).
     """
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
@@ -148,12 +159,19 @@ def decide(
     if status.phase in names.TERMINAL_PHASES:
         return _chain(pre, _terminal(status, slurm, members))
     if slurm.job_id is None:
-        return _chain(pre, _no_job(phj, slurm, members, now, confirmed))
+        return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
-        adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING))
+        adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
-    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once, told))
+    return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once, told, tenancy))
+
+
+def identity(job: JobInfo | None) -> dict[str, str]:
+    """Whom Slurm runs and charges the job as, for the status write that records its id."""
+    if job is None:
+        return {}
+    return {k: v for k, v in (("slurm_user", job.user_name), ("account", job.account)) if v}
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -180,7 +198,9 @@ def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) 
     return Plan(tuple(actions))
 
 
-def _no_job(phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None) -> Plan:
+def _no_job(
+    phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None, tenancy: Tenancy | None
+) -> Plan:
     """No job yet: end with the pods, wait after a refusal or an uncertain submit, else submit."""
     meta = phj["metadata"]
     ended = _all_ended(members, confirmed)
@@ -196,10 +216,10 @@ def _no_job(phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed:
         if slurm.last_full_at <= slurm.uncertain_since:
             return Plan((RequestFullList(),), requeue=slurm.poll_period)
         pre = (ForgetUncertain(),)
-    return _chain(pre, _submit(phj, members))
+    return _chain(pre, _submit(phj, members, tenancy))
 
 
-def _submit(phj: Obj, members: Members) -> Plan:
+def _submit(phj: Obj, members: Members, tenancy: Tenancy | None = None) -> Plan:
     spec, status = spec_of(phj), status_of(phj)
     present = tuple(st.holding_allocation(members))
     need = spec.min_member if spec.min_member is not None else len(members)
@@ -211,10 +231,32 @@ def _submit(phj: Obj, members: Members) -> Plan:
         return Plan((WriteStatus(PlaceholderJobStatus(
             phase=names.PHASE_PENDING, reason=REASON_WAITING_FOR_PODS, message=message, pod_list=",".join(spec.pods),
         )),))  # fmt: skip
+    request = spec.slurm
+    if tenancy is not None:
+        verdict = tenancy(request)
+        if verdict.waiting:
+            return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
+        if not verdict.allowed:
+            return refused_by_policy(phj, members, verdict)
+        request = verdict.request  # the tenant's user, group, account and QOS where unset
     fence: tuple[Action, ...] = ()
     if is_gang(phj) and status.reason != REASON_SUBMITTING:
         fence = (Fence(),)
-    return Plan((*fence, Submit(spec.slurm, present)))
+    return Plan((*fence, Submit(request, present)))
+
+
+def refused_by_policy(phj: Obj, members: Members, verdict: Verdict) -> Plan:
+    """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
+    the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
+    gen = phj["metadata"].get("generation")
+    message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
+    conditions = st.set_condition(
+        status_of(phj).condition_dicts(), names.COND_SUBMITTED, False, verdict.reason, message, gen
+    )
+    ended = _terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, conditions=conditions)
+    live = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p) and not st.pod_terminating(p))
+    end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
+    return Plan((ended, Event(verdict.reason, message, warning=True), *end))
 
 
 def _with_job(
@@ -227,6 +269,7 @@ def _with_job(
     scheduler: str,
     at_once: float | None = None,
     told: Told | None = None,
+    tenancy: Tenancy | None = None,
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
     job_id, job = slurm.job_id, slurm.job
@@ -247,7 +290,7 @@ def _with_job(
     if job.is_finished:
         return slurm_ended(phj, members, job, job_id)
     if job.is_pending:
-        return _pending(phj, status, job, members, now, told)
+        return _pending(phj, status, job, members, now, told, tenancy)
     if job.is_running and job.nodes:
         return allocation(phj, members, job, scheduler=scheduler, status=status, now=now.mono, at_once=at_once)
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
@@ -266,12 +309,29 @@ def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) ->
     ))  # fmt: skip
 
 
-def _pending(phj: Obj, status: PlaceholderJobStatus, job: JobInfo, members: Members, now: Clock,
-             told: Told | None) -> Plan:  # fmt: skip
+def _pending(
+    phj: Obj,
+    status: PlaceholderJobStatus,
+    job: JobInfo,
+    members: Members,
+    now: Clock,
+    told: Told | None,
+    tenancy: Tenancy | None = None,
+) -> Plan:
     gen = phj["metadata"].get("generation")
     update: tuple[Action, ...] = ()
     if gen and status.observed_generation != gen:
-        update = (UpdateJob(job.job_id, spec_of(phj).slurm), WriteStatus(PlaceholderJobStatus(observed_generation=gen)))
+        request = spec_of(phj).slurm
+        verdict = tenancy(request) if tenancy is not None else None
+        seen = WriteStatus(PlaceholderJobStatus(observed_generation=gen))
+        if verdict is not None and verdict.waiting:
+            return Plan(requeue=TENANCY_WAIT_SECONDS)
+        if verdict is not None and not verdict.allowed:
+            # The job keeps the spec it was submitted with; the change is refused, not applied.
+            message = f"the spec change was not applied to Slurm job {job.job_id}: {verdict.message}"
+            update = (Event(verdict.reason, message, warning=True), seen)
+        else:
+            update = (UpdateJob(job.job_id, verdict.request if verdict is not None else request), seen)
     mirror = _mirror(status, job, names.PHASE_PENDING, gen)
     expected = expected_start(job, now.wall)
     report, requeue = pending(status, job, members, now, told)
@@ -360,7 +420,9 @@ def _mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase, gen: int |
     """Slurm's state and reason in status, written only when they changed."""
     if status.slurm_state == job.state and (status.reason or "") == job.reason and status.phase == phase:
         return ()
-    mirrored = PlaceholderJobStatus(slurm_state=job.state, reason=job.reason, phase=phase, job_id=job.job_id)
+    mirrored = PlaceholderJobStatus(
+        slurm_state=job.state, reason=job.reason, phase=phase, job_id=job.job_id, **identity(job)
+    )
     if not job.is_pending:
         return (WriteStatus(mirrored),)
     message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
@@ -412,7 +474,7 @@ def allocation(
             job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
             node_list=nodes, pod_list=",".join(spec.pods),
             assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
-            start_time=status.start_time or now_iso(), conditions=conditions,
+            start_time=status.start_time or now_iso(), conditions=conditions, **identity(job),
         )  # fmt: skip
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
@@ -463,6 +525,7 @@ def submitted_status(
         reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
         observed_generation=gen, pod_list=",".join(spec.pods),
         conditions=st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
+        **identity(job),
     )  # fmt: skip
     expected = expected_start(job, datetime.now(UTC)) if job is not None else None
     if expected is not None:
@@ -470,14 +533,40 @@ def submitted_status(
     return submitted
 
 
-def rejected_status(phj: Obj, message: str) -> PlaceholderJobStatus:
-    """Slurm refused the job: kept in status so no event resubmits the same spec at once."""
-    gen = phj["metadata"].get("generation")
-    conditions = status_of(phj).condition_dicts()
+def rejected_status(phj: Obj, message: str, *, association: bool = False) -> PlaceholderJobStatus:
+    """Slurm refused the job: kept in status so no event resubmits the same spec at once.
+
+    ``association``: Slurm refused it for its association, QOS, wckey or accounting policy
+    (``SlurmError.is_association_refusal``). The first such refusal is retried once, after
+    SUBMIT_RETRY_SECONDS (slurmctld learns of a new association from slurmdbd a moment later); the
+    second one of the same spec ends the PlaceholderJob Failed with Slurm's message (phase Failed
+    in the returned status: the shell says so with Events, and the pods are ended).
+    """
+    meta = phj["metadata"]
+    gen = meta.get("generation")
+    status = status_of(phj)
+    conditions = status.condition_dicts()
+    if association:
+        before = next((c for c in status.conditions or [] if c.type == names.COND_SUBMITTED), None)
+        if (
+            before is not None
+            and before.reason == REASON_ASSOCIATION_REJECTED
+            and status.observed_generation == gen
+            and status.reason == st.REASON_SUBMIT_REJECTED
+        ):
+            reason = names.REASON_SLURM_ASSOCIATION_REJECTED
+            final = (
+                f"{message} (refused again after a retry; fix the Slurm association or the job's account, "
+                "QOS or wckey and create the pod again)"
+            )
+            conditions = st.set_condition(conditions, names.COND_SUBMITTED, False, reason, final, gen)
+            ended = _terminal_status(phj, names.PHASE_FAILED, reason, final, conditions=conditions)
+            return ended.status
+    why = REASON_ASSOCIATION_REJECTED if association else "SubmitRejected"
     return PlaceholderJobStatus(
         phase=names.PHASE_PENDING, reason=st.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
         observed_generation=gen,
-        conditions=st.set_condition(conditions, names.COND_SUBMITTED, False, "SubmitRejected", message, gen),
+        conditions=st.set_condition(conditions, names.COND_SUBMITTED, False, why, message, gen),
     )  # fmt: skip
 
 

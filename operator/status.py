@@ -105,7 +105,7 @@ def compress_hostlist(nodes: Sequence[str]) -> str:
 def set_condition(
     conditions: list[Obj] | None,
     ctype: str,
-    status: bool,
+    status: bool | None,
     reason: str,
     message: str,
     generation: int | None,
@@ -116,7 +116,7 @@ def set_condition(
     condition's observedGeneration, and a caller that forgets it would write an invalid status."""
     out: list[Obj] = []
     found = False
-    value = "True" if status else "False"
+    value = "Unknown" if status is None else "True" if status else "False"
     for c in conditions or []:
         if c.get("type") != ctype:
             out.append(Condition.model_validate(c).dump())  # every field set, even on older ones

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import ssl
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -236,6 +237,37 @@ class KubeClient:
             return await self.request("GET", path, params=params)
         except NotFound:
             return None
+
+    async def watch(
+        self, path: str, resource_version: str, *, timeout_seconds: int = 300
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch events of a collection from ``resource_version`` on (bookmarks included), until
+        the server ends the watch (about ``timeout_seconds``). An ERROR event is yielded as it came
+        (410 Gone: list again)."""
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        headers: dict[str, str] = {}
+        if self._token is not None and (token := await self._token.token()):
+            headers["Authorization"] = f"Bearer {token}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 30)
+        async with self._http().get(self.server + path, params=params, headers=headers, timeout=timeout) as resp:
+            if resp.status >= 400:
+                raw = await resp.read()
+                raise {404: NotFound, 409: Conflict}.get(resp.status, KubeError)(
+                    resp.status, "", raw.decode(errors="replace")[:500]
+                )
+            buffer = b""
+            async for chunk in resp.content.iter_any():  # not line by line: aiohttp caps a line's length
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event: dict[str, Any] = pydantic_core.from_json(line)
+                        yield event
 
     async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body=obj)

@@ -272,12 +272,51 @@ class OperatorCollector(Collector):
         for phase, n in counts.items():
             phases.add_metric([phase], n)
         yield phases
+        yield from by_account(self.phjs.values())
         depth = GaugeMetricFamily(f"{NS}_workqueue_depth", "Keys waiting in a work queue", labels=["queue"])
         for name, queue in self.queues.items():
             depth.add_metric([name], len(queue))
         yield depth
         yield GaugeMetricFamily(f"{NS}_leader", "1 while this operator replica holds the leader Lease",
                                 value=1 if self.elector.is_leader.is_set() else 0)  # fmt: skip
+
+
+_LIVE_JOB = frozenset({names.PHASE_PENDING, names.PHASE_ALLOCATED, names.PHASE_RUNNING})
+_HOLDING = frozenset({names.PHASE_ALLOCATED, names.PHASE_RUNNING})
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def by_account(phjs: list[Obj]) -> Iterator[Metric]:
+    """Live Slurm jobs and the CPUs they hold, by the Slurm account they are charged to
+    (status.account, Slurm's record; "" until Slurm has said). One series per account, never per
+    pod or namespace."""
+    jobs: dict[str, int] = {}
+    cpus: dict[str, int] = {}
+    for phj in phjs:
+        status = phj.get("status") or {}
+        phase = status.get("phase")
+        if phase not in _LIVE_JOB or status.get("jobId") is None:
+            continue
+        account = str(status.get("account") or "")
+        jobs[account] = jobs.get(account, 0) + 1
+        if phase in _HOLDING:
+            slurm = (phj.get("spec") or {}).get("slurm") or {}
+            nodes = len(status.get("assignments") or []) or _int(slurm.get("nodes"), 1)
+            per_node = _int(slurm.get("tasksPerNode"), 1) * _int(slurm.get("cpusPerTask"), 1)
+            cpus[account] = cpus.get(account, 0) + nodes * per_node
+    job_family = GaugeMetricFamily(f"{NS}_jobs_by_account", "Live Slurm jobs of the bridge (PlaceholderJobs "
+                                   "Pending, Allocated or Running with a job id), by Slurm account",
+                                   labels=["account"])  # fmt: skip
+    cpu_family = GaugeMetricFamily(f"{NS}_allocated_cpus_by_account", "CPUs Slurm allocated to the bridge's "
+                                   "running jobs, by Slurm account", labels=["account"])  # fmt: skip
+    for account, n in sorted(jobs.items()):
+        job_family.add_metric([account], n)
+        cpu_family.add_metric([account], cpus.get(account, 0))
+    yield job_family
+    yield cpu_family
 
 
 _collector: OperatorCollector | None = None

@@ -20,6 +20,31 @@ KIND: Final = "PlaceholderJob"
 PLURAL: Final = "placeholderjobs"
 SHORT_NAME: Final = "phj"
 
+# --- TenantPolicy CRD (cluster-scoped; slurm_bridge/tenancy.py, docs/tenancy.md) ------------------
+TP_KIND: Final = "TenantPolicy"
+TP_PLURAL: Final = "tenantpolicies"
+TP_SHORT_NAME: Final = "tp"
+# Conditions on a TenantPolicy: Ready (it selects namespaces no other policy selects and is valid),
+# AccountsValid (its accounts and QOS exist in Slurm's accounting, or Unknown when that cannot be read).
+TP_COND_READY: Final = "Ready"
+TP_COND_ACCOUNTS_VALID: Final = "AccountsValid"
+TP_REASON_SELECTED: Final = "NamespacesSelected"
+TP_REASON_NO_NAMESPACES: Final = "NoNamespaces"
+TP_REASON_CONFLICT: Final = "NamespaceConflict"
+TP_REASON_INVALID: Final = "InvalidSpec"
+TP_REASON_ACCOUNTS_FOUND: Final = "AccountsFound"
+TP_REASON_UNKNOWN_ACCOUNT: Final = "UnknownAccount"
+TP_REASON_UNKNOWN_QOS: Final = "UnknownQOS"
+TP_REASON_ACCOUNTING_UNAVAILABLE: Final = "AccountingUnavailable"
+# Reasons of a PlaceholderJob the bridge refused for its namespace's policy (phase Failed).
+REASON_TENANT_POLICY_VIOLATION: Final = "TenantPolicyViolation"
+REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"
+REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
+# A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
+REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
+# Event on a TenantPolicy when live jobs it selects no longer fit it (they are never cancelled).
+REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
+
 # --- Annotations users may set (Go slurm-bridge compatible) --------------------------------
 ANN_ACCOUNT: Final = SLURMJOB_PREFIX + "account"
 ANN_CONSTRAINTS: Final = SLURMJOB_PREFIX + "constraints"

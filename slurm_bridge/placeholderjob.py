@@ -87,6 +87,9 @@ class PlaceholderJobStatus(_Camel):
     slurm_state: str | None = None
     reason: str | None = None
     message: str | None = None
+    # Whom Slurm runs and charges the job as, from its record (written with the job id).
+    slurm_user: str | None = None
+    account: str | None = None
     pod_list: str | None = None
     node_list: str | None = None
     assignments: list[Assignment] | None = None

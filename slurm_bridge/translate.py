@@ -30,6 +30,7 @@ __all__ = [
     "GPU_RESOURCES",
     "AnnotationError",
     "PodResources",
+    "annotation_values",
     "job_request",
     "parse_annotations",
     "parse_quantity",
@@ -433,6 +434,12 @@ def validate_annotations(annotations: Mapping[str, str]) -> list[AnnotationError
     Other annotations are not ours to judge and are ignored.
     """
     return _parse_all(annotations)[1]
+
+
+def annotation_values(annotations: Mapping[str, str]) -> dict[str, object]:
+    """JobRequest field values of the slurmjob annotations that are valid (the invalid ones are
+    :func:`validate_annotations`' to report), for checks that look at what was asked for."""
+    return _parse_all(annotations)[0]
 
 
 def parse_annotations(annotations: Mapping[str, str]) -> dict[str, object]:

@@ -104,6 +104,28 @@ def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
     return tails
 
 
+@dataclass(frozen=True)
+class Tenant:
+    """A Unix + Slurm user of the local cluster's accounting (hack/cluster.sh makes them with sacctmgr)."""
+
+    user: str
+    uid: int
+    group: str
+    gid: int
+    accounts: tuple[str, ...]  # the first is the user's default account
+    qos: str  # a QOS with a limit (GrpTRES=cpu=QOS_CPU_LIMIT)
+
+
+# The tenants of the local cluster's slurmdbd: one place, so the cluster and the tests agree
+# (tests/e2e/test_tenancy.py). The bridge's own Slurm user (AdminLevel=Administrator) is BRIDGE_SLURM_USER.
+TENANTS: dict[str, Tenant] = {
+    "a": Tenant("alice", 2001, "team-a", 2001, ("team-a", "team-a-dev"), "team-a-qos"),
+    "b": Tenant("bob", 2002, "team-b", 2002, ("team-b",), "team-b-qos"),
+}
+QOS_CPU_LIMIT = 8
+BRIDGE_SLURM_USER = "slurm-bridge"
+
+
 @dataclass
 class SlurmEnv:
     """The real Slurm of the local cluster."""
@@ -126,6 +148,10 @@ class SlurmEnv:
 
     def headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-TOKEN": self.token}
+
+    def sacct(self, *args: str) -> str:
+        """``sacct`` in Slurm's root (hack/cluster.sh slurm sacct): accounting as slurmdbd records it."""
+        return run(["bash", str(CLUSTER_SH), "slurm", "sacct", *args]).stdout
 
 
 def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
@@ -168,10 +194,10 @@ def clean_slate(env: dict[str, str], timeout: float = 90) -> None:
             if n.metadata.name == DEMO_NAMESPACE or (n.metadata.labels or {}).get(MANAGED_LABEL) == "true"
         ]
         for name in stale:
-            _found(lambda name=name: core.delete_namespace(name))
+            _found(core.delete_namespace, name)
 
         def left() -> list[str]:
-            return [n for n in stale if _found(lambda n=n: core.read_namespace(n))]
+            return [n for n in stale if _found(core.read_namespace, n)]
 
         deadline = time.monotonic() + timeout
         while left() and time.monotonic() < deadline:
@@ -180,9 +206,8 @@ def clean_slate(env: dict[str, str], timeout: float = 90) -> None:
             for phj in custom.list_namespaced_custom_object("slinky.slurm.net", "v1alpha1", ns, "placeholderjobs")[
                 "items"
             ]:
-                _found(lambda ns=ns, phj=phj: custom.patch_namespaced_custom_object(
-                    "slinky.slurm.net", "v1alpha1", ns, "placeholderjobs", phj["metadata"]["name"],
-                    {"metadata": {"finalizers": None}}))  # fmt: skip
+                _found(custom.patch_namespaced_custom_object, "slinky.slurm.net", "v1alpha1", ns, "placeholderjobs",
+                       phj["metadata"]["name"], {"metadata": {"finalizers": None}})  # fmt: skip
     finally:
         api.close()
     headers = {"X-SLURM-USER-TOKEN": Path(env["SLURM_JWT_FILE"]).read_text().strip()}
@@ -197,12 +222,12 @@ def clean_slate(env: dict[str, str], timeout: float = 90) -> None:
     wait_for(lambda: not live(), timeout, "every Slurm job left by an earlier run (or the demo) to end")
 
 
-def _found(call: Callable[[], Any]) -> bool:
+def _found(call: Callable[..., Any], *args: Any) -> bool:
     """Run a Kubernetes call; False when its object does not exist (any other error is raised)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        call()
+        call(*args)
     except ApiException as e:
         if e.status == 404:
             return False

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge.cli import LOG_LEVELS
 from slurm_bridge.config import Config, ConfigError, load_config
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import TenantCache
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs
 from .logs import setup_logging
 from .render import RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
 from .server import WebhookServer
+
+log = logging.getLogger("slurm_bridge.webhook")
 
 EXIT_USAGE = 2
 # Longer than the endpoint controller and kube-proxy take to drop a terminating pod (about a second).
@@ -30,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
         "and rejects invalid slurmjob annotations and reserved labels.",
     )
     p.add_argument("--config", metavar="PATH", help="bridge configuration file (YAML); defaults apply without it")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig for reading TenantPolicies and namespaces (default: $KUBECONFIG or in-cluster)",
+    )
     # The same flags as the operator and extender (the chart passes logLevel and logFormat to all).
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
     p.add_argument("--log-format", default="json", choices=["json", "text"])
@@ -76,9 +87,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(config: Config, drain_seconds: float) -> None:
-    server = WebhookServer(config)
-    await server.start()
+async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -> None:
+    kube: KubeClient | None = None
+    try:
+        creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)
+        kube = KubeClient.from_credentials(creds, component="slurm-bridge-webhook", max_connections=4)
+        tenants = TenantCache(kube)
+    except kubeconfig_loader.CredentialsError as e:
+        # Serve anyway (pods that ask for nothing a policy could refuse still get through in open
+        # mode), but every tenancy check fails closed with this message.
+        problem = f"no Kubernetes credentials to read TenantPolicies with ({e}); pass --kubeconfig or run in a pod"
+        log.error("%s", problem)
+        tenants = TenantCache(None, unavailable=problem)
+    server = WebhookServer(config, tenants=tenants)
+    try:
+        await server.start()
+    except BaseException:
+        if kube is not None:
+            await kube.aclose()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -87,13 +114,15 @@ async def _serve(config: Config, drain_seconds: float) -> None:
         await stop.wait()
     finally:
         await server.stop(drain_seconds)
+        if kube is not None:
+            await kube.aclose()
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     setup_logging(args.log_level, args.log_format)
     try:
-        asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS)))
+        asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS), args.kubeconfig))
     except (OSError, ssl.SSLError) as e:
         print(
             f"slurm-bridge-webhook: cannot serve on {config.webhookListen} with certificate "

@@ -164,8 +164,12 @@ def webhook_configurations(
     }
     # The bridge's own writes (trustedUsers: the operator releasing pods) need no review: the
     # webhook would allow them anyway, and skipping it saves the apiserver a TLS round trip per pod.
-    # Nor does a plain pod's create (PLAIN_POD_CREATE_CHECK).
-    conditions = [{"name": "something-to-check", "expression": PLAIN_POD_CREATE_CHECK}]
+    # Nor does a plain pod's create (PLAIN_POD_CREATE_CHECK) while tenancy is open: it asks for
+    # nothing a TenantPolicy could refuse, and gets the tenant's defaults at submit. In strict mode
+    # every pod is reviewed, since one in a namespace no policy selects is refused (docs/tenancy.md).
+    conditions = []
+    if config.tenancy == "open":
+        conditions.append({"name": "something-to-check", "expression": PLAIN_POD_CREATE_CHECK})
     if config.trustedUsers:
         users = json.dumps(list(dict.fromkeys(config.trustedUsers)), separators=(",", ":"))
         conditions.insert(0, {"name": "not-the-bridge", "expression": f"!(request.userInfo.username in {users})"})
@@ -178,7 +182,7 @@ def webhook_configurations(
                 "name": f"validate.{name}.slinky.slurm.net",
                 "clientConfig": _client_config(url, service, "/validate", bundle),
                 "rules": [{"operations": ["CREATE", "UPDATE"], **r} for r in [pod_rule, *workload_rules]],
-                "matchConditions": conditions,
+                **({"matchConditions": conditions} if conditions else {}),
                 **common,
             }
         ],

@@ -1,7 +1,9 @@
 """The HTTPS server the apiserver calls.
 
-It makes no Kubernetes API calls: the webhook configurations' namespaceSelector already limits
-calls to managed namespaces, so every decision is a pure function of the AdmissionReview.
+The webhook configurations' namespaceSelector limits calls to managed namespaces, so a decision is
+a pure function of the AdmissionReview and of the TenantPolicies and namespaces the webhook keeps
+in a watch cache (slurm_bridge/kubecache.py): its only Kubernetes API calls are that cache's list
+and watch, and a GET of a namespace created a moment ago.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from cryptography import x509
 
 from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config, split_listen
+from slurm_bridge.kube import KubeError
+from slurm_bridge.kubecache import TenantCache
 
 from .mutate import mutate
 from .review import AdmissionRequest, Decision, InvalidObject, MalformedReview, parse_review, review_response
@@ -167,7 +171,9 @@ def _log_fields(req: AdmissionRequest, decision: Decision, endpoint: str, starte
     return fields
 
 
-def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callable[[web.Request], Any]:
+def _admission_handler(
+    config: Config, decide: Handler, endpoint: str, tenants: TenantCache | None = None
+) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         body = await request.read()
@@ -179,6 +185,11 @@ def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callab
             return web.Response(status=400, text=f"malformed AdmissionReview: {e}\n")
         # Every line of this admission names the object (a pod has no Slurm job yet).
         logs.bind(namespace=req.namespace, name=req.object_name, kind=req.kind)
+        if tenants is not None and req.operation in ("CREATE", "UPDATE"):
+            try:
+                await tenants.ensure_namespace(req.namespace)  # created a moment ago: read its labels
+            except (KubeError, OSError, TimeoutError) as e:
+                log.warning("cannot read namespace %s: %s", req.namespace, e)
         result = "error"
         try:
             decision = decide(req, config)
@@ -204,7 +215,9 @@ def _admission_handler(config: Config, decide: Handler, endpoint: str) -> Callab
     return handle
 
 
-def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> web.Application:
+def build_app(
+    config: Config, is_ready: Callable[[], bool] = lambda: True, tenants: TenantCache | None = None
+) -> web.Application:
     @web.middleware
     async def close_while_draining(request: web.Request, handler: Any) -> web.StreamResponse:
         # While draining, every answer ends its connection ("Connection: close"), so the API
@@ -220,12 +233,18 @@ def build_app(config: Config, is_ready: Callable[[], bool] = lambda: True) -> we
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
+        # Not gated on the TenantPolicy cache: a check that needs it fails closed per request with
+        # its reason, and pods that ask for nothing a policy could refuse still get through.
         if is_ready():
             return web.Response(text="ok\n")
         return web.Response(status=503, text="shutting down\n")
 
     app.router.add_post("/mutate", _admission_handler(config, mutate, "mutate"))
-    app.router.add_post("/validate", _admission_handler(config, validate, "validate"))
+
+    def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
+        return validate(req, cfg) if tenants is None else validate(req, cfg, tenants)
+
+    app.router.add_post("/validate", _admission_handler(config, validate_with_tenants, "validate", tenants))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics.handler(metrics.WEBHOOK))
@@ -241,8 +260,10 @@ class WebhookServer:
         *,
         listen: str | None = None,
         tls_reload_seconds: float = 5.0,
+        tenants: TenantCache | None = None,
     ) -> None:
         self.config = config
+        self.tenants = tenants
         self.host, self._port = split_listen(listen or config.webhookListen)
         self.tls_reload_seconds = tls_reload_seconds
         self.ssl_context: ReloadingSSLContext | None = None
@@ -262,7 +283,8 @@ class WebhookServer:
     async def start(self) -> None:
         """Raises OSError or ssl.SSLError when the certificate cannot be loaded or the port bound."""
         self.ssl_context = ReloadingSSLContext(self.config.webhookCertFile, self.config.webhookKeyFile)
-        self._runner = web.AppRunner(build_app(self.config, lambda: not self._stopping), access_log=None)
+        app = build_app(self.config, lambda: not self._stopping, self.tenants)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self.ssl_context)
         try:
@@ -272,6 +294,8 @@ class WebhookServer:
             self._runner = None
             raise
         self._watch = asyncio.create_task(self.ssl_context.watch(self.tls_reload_seconds))
+        if self.tenants is not None:
+            self.tenants.start()
         log.info(
             "webhook serving",
             extra={
@@ -308,4 +332,6 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.tenants is not None:
+            await self.tenants.stop()
         log.info("webhook stopped")

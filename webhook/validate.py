@@ -11,12 +11,13 @@ because Slurm chooses its node and anything else would be ignored or leave the p
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from slurm_bridge import dra, names, workloads
+from slurm_bridge import dra, names, tenancy, workloads
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, parse_placement
-from slurm_bridge.translate import placement_request_problems, validate_annotations
+from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.translate import annotation_values, job_request, placement_request_problems, validate_annotations
 from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
 from .mutate import goes_to_bridge
@@ -225,6 +226,75 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
     return dra.consistency_problems(pod)
 
 
+class Tenants(Protocol):
+    """The webhook's view of the TenantPolicies and namespaces (slurm_bridge/kubecache.py)."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    @property
+    def problem(self) -> str: ...
+
+    def index(self) -> tenancy.TenantIndex: ...
+
+
+def tenancy_problems(
+    namespace: str,
+    config: Config,
+    tenants: Tenants | None,
+    asked: Sequence[Mapping[str, str]],
+    whole: JobRequest | None = None,
+) -> list[str]:
+    """Why the namespace's TenantPolicy refuses a managed pod or workload (docs/tenancy.md).
+
+    ``asked``: the slurmjob annotations that configure its jobs (the workload's, its templates',
+    or a pod's own). ``whole``: the pod's whole job request when the pod is its own group, so the
+    caps on CPUs and GPUs and the default partition are checked here too; otherwise only what the
+    annotations ask for is (the operator checks the whole job again before it submits it). No
+    annotation at all needs nothing here in open mode: the tenant's defaults apply at submit.
+    """
+    if tenants is None:
+        return []
+    annotated = any(slurmjob_annotations(a) for a in asked)
+    if not tenants.synced:
+        if config.tenancy == "strict" or annotated or whole is not None:
+            return [f"the webhook has not read the TenantPolicies yet ({tenants.problem}); try again in a moment"]
+        return []
+    match = tenants.index().match(namespace)
+    if match.conflict:
+        return [tenancy.conflict_message(namespace, match.conflict)]
+    if match.policy is None:
+        return [tenancy.no_policy_message(namespace)] if config.tenancy == "strict" else []
+    policy = match.policy
+    problems: list[tenancy.Violation] = []
+    if whole is not None:
+        problems += tenancy.check(tenancy.apply_defaults(whole, policy).model_dump(exclude_none=True), policy)
+    for ann in asked:
+        problems += tenancy.check(annotation_values(slurmjob_annotations(ann)), policy, derived=False)
+    return list(dict.fromkeys(str(p) for p in problems))
+
+
+def _pod_tenancy(
+    request: AdmissionRequest, config: Config, tenants: Tenants | None, annotations_valid: bool
+) -> list[str]:
+    """The TenantPolicy's verdict on a managed pod: on create, and when its slurmjob annotations change."""
+    pod = request.object or {}
+    if tenants is None or _spec(pod).get("schedulerName") != config.schedulerName:
+        return []
+    meta = _metadata(pod) or ({}, {})
+    if request.operation == "UPDATE":
+        before = slurmjob_annotations((_metadata(request.old_object) or ({}, {}))[1])
+        if before == slurmjob_annotations(meta[1]):
+            return []
+    whole = None
+    if _own_group(pod) and annotations_valid:
+        try:
+            whole = job_request([pod], config=config, annotations=slurmjob_annotations(meta[1]))
+        except ValueError:
+            whole = None  # reported by the other checks
+    return tenancy_problems(request.namespace, config, tenants, [meta[1]], whole)
+
+
 def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list[str] | None = None) -> Decision:
     problems = reserved + invalid
     if not problems:
@@ -236,10 +306,11 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
     return Decision(allowed=False, code=422, reason="Invalid", message=message)
 
 
-def validate(request: AdmissionRequest, config: Config) -> Decision:
+def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None = None) -> Decision:
     """Validating webhook decision for pods and the workload kinds whose annotations configure
     Slurm jobs (slurm_bridge/workloads.py); their pod templates are checked like pods, so errors
-    show early."""
+    show early. ``tenants``: the TenantPolicies (None: no tenancy check, as before it existed);
+    what a policy refuses is Forbidden (403), like a reserved key."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
     gk = (request.group, request.kind)
@@ -254,6 +325,7 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
         placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
         devices = _pod_devices(request.object or {}, old_obj, config)
+        reserved += _pod_tenancy(request, config, tenants, not invalid)
         return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
     paths = workloads.POD_TEMPLATES.get(gk)
@@ -289,4 +361,18 @@ def validate(request: AdmissionRequest, config: Config) -> Decision:
         grouped = any(_in_podgroup(spec) for spec in managed.values())
         annotations = None if invalid or grouped else slurmjob_annotations(new_meta[1])
         invalid += placement_check(managed, annotations, 1 if gk == workloads.JOB.group_kind else None)
+    if managed and (changed or any(_template_annotations_changed(request, paths, w) for w in managed)):
+        templates = pod_templates(request.object, paths)
+        asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
+        reserved += tenancy_problems(request.namespace, config, tenants, asked)
     return _decide(reserved, invalid, "ok")
+
+
+def _template_annotations_changed(request: AdmissionRequest, paths: Sequence[Sequence[str]], where: str) -> bool:
+    """Whether the slurmjob annotations of the template at ``where`` (``...spec``) changed."""
+    if request.operation != "UPDATE":
+        return True
+    at = where[: -len(".spec")]
+    new = (_metadata(pod_templates(request.object, paths).get(at)) or ({}, {}))[1]
+    old = (_metadata(pod_templates(request.old_object, paths).get(at)) or ({}, {}))[1]
+    return slurmjob_annotations(new) != slurmjob_annotations(old)

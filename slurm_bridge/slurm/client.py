@@ -66,6 +66,7 @@ _MAYBE_SENT = (
 _GATEWAY_STATUSES = frozenset({502, 503, 504})
 _AUTH_STATUSES = frozenset({401, 403, 511})
 _VERSION_IN_PATH = re.compile(r"/slurm/(v\d+\.\d+\.\d+)/")
+_DB_VERSION_IN_PATH = re.compile(r"^/slurmdb/v\d+\.\d+\.\d+/")
 _ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+")
 
 
@@ -532,6 +533,22 @@ class SlurmClient:
         reply = await self._request("DELETE", codec.path(f"node/{name}"), not_found_ok=True)
         return reply.status != 404
 
+    async def list_accounts(self) -> list[str] | None:
+        """The names of every account in Slurm's accounting; None when slurmrestd serves no
+        accounting endpoints (started without its slurmdbd plugin, or no slurmdbd)."""
+        return await self._db_names("accounts")
+
+    async def list_qos(self) -> list[str] | None:
+        """The names of every QOS in Slurm's accounting; None as for :meth:`list_accounts`."""
+        return await self._db_names("qos")
+
+    async def _db_names(self, key: str) -> list[str] | None:
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.db_path(f"{key}/"), not_found_ok=True)
+        if reply.status == 404:
+            return None
+        return codec.decode_db_names(reply.body, key)
+
     async def list_partitions(self) -> list[str]:
         """The names of every partition, in one request."""
         codec = await self._get_codec()
@@ -575,7 +592,8 @@ class SlurmClient:
             if self.user:
                 headers["X-SLURM-USER-NAME"] = self.user
             self.request_count += 1
-            endpoint = _ID_IN_PATH.sub(_placeholder, _VERSION_IN_PATH.sub("/", path))
+            unversioned = _VERSION_IN_PATH.sub("/", _DB_VERSION_IN_PATH.sub("/slurmdb/", path))
+            endpoint = _ID_IN_PATH.sub(_placeholder, unversioned)
             kind = f"{method} {endpoint}"
             self.requests_by_kind[kind] = self.requests_by_kind.get(kind, 0) + 1
             maybe_applied = False

@@ -41,6 +41,12 @@ SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT = 5005
 ESLURM_AUTH_CRED_INVALID = 6000
 ESLURM_AUTH_EXPIRED = 6001
 ESLURM_AUTH_UNABLE_TO_GENERATE_TOKEN = 6009
+ESLURM_INVALID_ACCOUNT = 2045
+ESLURM_ACCOUNTING_POLICY = 2050
+ESLURM_RESERVATION_ACCESS = 2052
+ESLURM_INVALID_WCKEY = 2057
+ESLURM_INVALID_QOS = 2066
+ESLURM_USER_ID_UNKNOWN = 2166
 ESLURM_DB_CONNECTION = 7000
 ESLURM_REST_AUTH_FAIL = 9008
 EAGAIN = 11
@@ -88,6 +94,29 @@ AUTH_ERRORS = frozenset(
     }
 )
 NOT_FOUND_ERRORS = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_INVALID_NODE_NAME})
+# Slurm refused the job for whom it runs as or is charged to (its association: user x account x
+# partition, its QOS or wckey, or an accounting policy limit it can never meet): the same request
+# will be refused again until an administrator changes Slurm's accounting, so it is tried once more
+# (slurmctld learns of new associations from slurmdbd a moment later) and then given up.
+ASSOCIATION_ERRORS = frozenset(
+    {
+        ESLURM_INVALID_ACCOUNT,
+        ESLURM_ACCOUNTING_POLICY,
+        ESLURM_RESERVATION_ACCESS,
+        ESLURM_INVALID_WCKEY,
+        ESLURM_INVALID_QOS,
+        ESLURM_USER_ID_UNKNOWN,
+    }
+)
+# The same refusals by Slurm's own words, for an answer without error numbers.
+ASSOCIATION_ERROR_TEXTS = (
+    "invalid account",
+    "invalid qos",
+    "invalid wckey",
+    "job violates accounting/qos policy",
+    "access denied to requested reservation",
+    "invalid user id",
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +159,15 @@ class SlurmError(Exception):
     @property
     def error_texts(self) -> tuple[str, ...]:
         return tuple(str(e) for e in self.errors)
+
+    @property
+    def is_association_refusal(self) -> bool:
+        """Slurm refused the job for its association, account, QOS, wckey or accounting policy
+        (``ASSOCIATION_ERRORS``): no retry will succeed until Slurm's accounting changes."""
+        if self.error_numbers & ASSOCIATION_ERRORS:
+            return True
+        text = " ".join(self.error_texts).lower()
+        return any(t in text for t in ASSOCIATION_ERROR_TEXTS)
 
 
 class SlurmUnavailable(SlurmError):

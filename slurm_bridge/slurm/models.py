@@ -45,6 +45,10 @@ class JobRequest(_Camel):
     priority: int | None = Field(default=None, ge=0)
     user_id: int | None = Field(default=None, ge=0)
     group_id: int | None = Field(default=None, ge=0)
+    # The same by name (a TenantPolicy may name its user): Slurm resolves it at submit. A name wins
+    # over an id; the bridge never sets both.
+    user_name: str | None = None
+    group_name: str | None = None
     mcs_label: str | None = None
 
     def crd_dict(self) -> dict[str, Any]:
@@ -72,6 +76,9 @@ class JobInfo(BaseModel):
     start_time: datetime | None = None
     end_time: datetime | None = None
     time_limit_minutes: int | None = None
+    # Whom Slurm runs and charges the job as (shown in the PlaceholderJob's status).
+    user_name: str = ""
+    account: str = ""
 
     @property
     def state(self) -> str:

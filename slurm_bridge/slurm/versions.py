@@ -159,6 +159,8 @@ class JobWire(_Wire):
     start_time: _Time = None
     end_time: _Time = None
     time_limit: _Time = None
+    user_name: str | None = None
+    account: str | None = None
 
 
 _JOB_KEYS = tuple(JobWire.model_fields)
@@ -377,6 +379,10 @@ class Codec:
     def path(self, suffix: str) -> str:
         return f"/slurm/{self.version}/{suffix}"
 
+    def db_path(self, suffix: str) -> str:
+        """A path of the accounting endpoints (slurmrestd's slurmdbd plugin)."""
+        return f"/slurmdb/{self.version}/{suffix}"
+
     # -- requests
 
     def job_desc(self, req: JobRequest, *, for_update: bool = False) -> JobDesc:
@@ -393,7 +399,8 @@ class Codec:
         where the partition allows it, and it cannot undo a partition's OverSubscribe=EXCLUSIVE.
         ``None`` also sends nothing (the partition's default).
 
-        ``user_id``/``group_id`` are strings on the wire (the API also accepts names there).
+        ``user_id``/``group_id`` are strings on the wire, and the API also accepts names there:
+        ``user_name``/``group_name`` (a TenantPolicy's user by name) go into the same fields.
 
         Placement: ``required_nodes`` and ``excluded_nodes`` are arrays of node names (the
         ``csv_string`` of every supported version), sbatch's ``--nodelist`` and ``--exclude``.
@@ -420,8 +427,8 @@ class Codec:
             mcs_label=req.mcs_label,
         )
         if not for_update:
-            d.user_id = None if req.user_id is None else str(req.user_id)
-            d.group_id = None if req.group_id is None else str(req.group_id)
+            d.user_id = req.user_name or (None if req.user_id is None else str(req.user_id))
+            d.group_id = req.group_name or (None if req.group_id is None else str(req.group_id))
         return d
 
     def submit_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
@@ -508,6 +515,8 @@ class Codec:
             start_time=_time(w.start_time),
             end_time=_time(w.end_time),
             time_limit_minutes=_minutes(w.time_limit),
+            user_name=w.user_name or "",
+            account=w.account or "",
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
@@ -608,6 +617,10 @@ class Codec:
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:
         return [self.decode_node(n) for n in listed(body, "nodes", "nodes")]
+
+    def decode_db_names(self, body: Any, key: str) -> list[str]:
+        """The ``name`` of each entry of an accounting list (``accounts``, ``qos``)."""
+        return [_validate(PartitionWire, a, key).name for a in listed(body, key, key)]
 
     def decode_partition_names(self, body: Any) -> list[str]:
         return [_validate(PartitionWire, p, "partition").name for p in listed(body, "partitions", "partitions")]

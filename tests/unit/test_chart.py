@@ -147,9 +147,10 @@ def _crd_version() -> Obj:
 
 def test_long_printer_columns_show_only_with_wide_output() -> None:
     """PODS and NODES list every member (up to 4096): `kubectl get phj` stays one short line per
-    job, `-o wide` adds them (priority 1), and Slurm's expected start of a pending job."""
+    job, `-o wide` adds them (priority 1), Slurm's expected start of a pending job, and the Slurm
+    user and account (docs/tenancy.md)."""
     columns = {c["name"]: c.get("priority", 0) for c in _crd_version()["additionalPrinterColumns"]}
-    assert {n for n, p in columns.items() if p == 1} == {"Pods", "Nodes", "ExpectedStart"}
+    assert {n for n, p in columns.items() if p == 1} == {"Pods", "Nodes", "ExpectedStart", "User", "Account"}
     assert {n for n, p in columns.items() if p == 0} == {"JobID", "Phase", "Reason", "Age"}
 
 
@@ -459,8 +460,16 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")
         | _grant("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")  # kopf's resource scan
+        # tenancy (docs/tenancy.md): policies, the namespaces' labels, the policies' status
+        | _grant("", "namespaces", "get", "list", "watch")
+        | _grant("slinky.slurm.net", "tenantpolicies", "get", "list", "watch")
+        | _grant("slinky.slurm.net", "tenantpolicies/status", "patch")
     )
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-operator")) == operator
+    # The webhook reads policies and namespaces (their cache, slurm_bridge/kubecache.py), nothing more.
+    assert _rules(find(docs, "ClusterRole", f"{RELEASE}-webhook")) == (
+        _grant("", "namespaces", "get", "list", "watch") | _grant("slinky.slurm.net", "tenantpolicies", "list", "watch")
+    )
     assert _rules(find(docs, "Role", f"{RELEASE}-operator-lease")) == (
         _grant("coordination.k8s.io", "leases", "create")
         | _grant("coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-operator",))
@@ -484,7 +493,8 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
             "Role/extension-apiserver-authentication-reader",
             f"Role/{RELEASE}-scheduler-lease",
         },
-    }, "the webhook makes no API calls, so it has no binding"
+        f"{RELEASE}-webhook": {f"ClusterRole/{RELEASE}-webhook"},
+    }
     auth_reader = find(docs, "RoleBinding", f"{RELEASE}-scheduler-auth-reader")
     assert auth_reader["metadata"]["namespace"] == "kube-system"
 
@@ -507,10 +517,11 @@ def test_lease_names_follow_the_config() -> None:
     assert sched_lease["rules"][0]["resourceNames"] == ["hpc-scheduler"]
 
 
-def test_webhook_pods_get_no_api_token() -> None:
+def test_webhook_pods_get_an_api_token_for_the_tenancy_rules() -> None:
+    """The webhook lists and watches TenantPolicies and namespaces (docs/tenancy.md), read-only."""
     docs = render()
-    assert deployment(docs, "webhook")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    assert find(docs, "ServiceAccount", f"{RELEASE}-webhook")["automountServiceAccountToken"] is False
+    assert deployment(docs, "webhook")["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert find(docs, "ServiceAccount", f"{RELEASE}-webhook")["automountServiceAccountToken"] is True
 
 
 # ---- workloads ---------------------------------------------------------------------------------

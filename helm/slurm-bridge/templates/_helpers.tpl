@@ -185,6 +185,7 @@ matchExpressions:
   "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
+  "tenancy" ($c.tenancy | default "open")
 }}
 {{- $sel := $c.managedNamespaceSelector | default dict }}
 {{- if or $sel.matchLabels $sel.matchExpressions }}
