@@ -88,6 +88,14 @@ class TenantPolicySpec(_Model):
     wckeys: tuple[str, ...] = ()
     limits: Limits | None = None
 
+    @model_validator(mode="after")
+    def _group_with_user(self) -> TenantPolicySpec:
+        # Slurm gives a job submitted for another user the *submitter's* group unless it names
+        # one (checked on Slurm 26.05), so a tenant's jobs would run with the bridge's group.
+        if self.user is not None and self.group is None:
+            raise ValueError("set group too when user is set: without it Slurm runs the jobs with the bridge's group")
+        return self
+
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         if namespace in self.namespaces:
             return True
@@ -190,7 +198,7 @@ def _identity_problem(
 ) -> str | None:
     """Why a requested user or group is not the tenant's (None: it is)."""
     if allowed is None:
-        who = "the bridge's own Slurm user" if kind == "user" else "the user's primary group"
+        who = "the bridge's own Slurm user" if kind == "user" else "the bridge's own Slurm group"
         return f"the policy sets no {kind}, so jobs run with {who}; leave the key out"
     if by_name:
         if allowed.name is not None and value == allowed.name:

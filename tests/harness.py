@@ -116,14 +116,25 @@ class Tenant:
     qos: str  # a QOS with a limit (GrpTRES=cpu=QOS_CPU_LIMIT)
 
 
-# The tenants of the local cluster's slurmdbd: one place, so the cluster and the tests agree
-# (tests/e2e/test_tenancy.py). The bridge's own Slurm user (AdminLevel=Administrator) is BRIDGE_SLURM_USER.
-TENANTS: dict[str, Tenant] = {
-    "a": Tenant("alice", 2001, "team-a", 2001, ("team-a", "team-a-dev"), "team-a-qos"),
-    "b": Tenant("bob", 2002, "team-b", 2002, ("team-b",), "team-b-qos"),
-}
-QOS_CPU_LIMIT = 8
-BRIDGE_SLURM_USER = "slurm-bridge"
+ACCOUNTING_ENV = REPO / "hack" / "accounting.env"
+
+
+def _accounting() -> tuple[dict[str, Tenant], int]:
+    """The tenants hack/cluster.sh creates from hack/accounting.env (the one place both read), as
+    "a", "b", ... in their order there, and the CPUs each tenant's QOS allows at once."""
+    values = dict(shlex.split(line)[0].split("=", 1) for line in ACCOUNTING_ENV.read_text().splitlines()
+                  if line and not line.startswith("#"))  # fmt: skip
+    tenants = {}
+    for key, word in zip("abcdefgh", values["TENANTS"].split(), strict=False):
+        user, uid, group, gid, accounts, qos = word.split(":")
+        tenants[key] = Tenant(user, int(uid), group, int(gid), tuple(accounts.split(",")), qos.split(",")[0])
+    limit = values["TENANT_QOS_LIMIT"]
+    if not limit.startswith("GrpTRES=cpu="):
+        raise ValueError(f"{ACCOUNTING_ENV}: TENANT_QOS_LIMIT must be GrpTRES=cpu=N for the tenancy tests, not {limit}")
+    return tenants, int(limit.removeprefix("GrpTRES=cpu="))
+
+
+TENANTS, QOS_CPU_LIMIT = _accounting()
 
 
 @dataclass

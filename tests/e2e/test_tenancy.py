@@ -1,10 +1,10 @@
 """Tenancy against the real slurmdbd (docs/tenancy.md): each namespace submits only as its own
 Slurm identity, and what Slurm's accounting says reaches Kubernetes.
 
-Assumes the local cluster's accounting as tests/harness.py TENANTS describes it: alice (uid 2001,
-group team-a) in accounts team-a (default) and team-a-dev with QOS team-a-qos (GrpTRES=cpu=8) and
-normal; bob (uid 2002) in team-b with team-b-qos; the bridge's Slurm user an accounting
-Administrator; AccountingStorageEnforce=associations,limits,qos.
+The local cluster's accounting is hack/accounting.env's (tests/harness.py TENANTS reads it):
+alice (uid 2001, group team-a) in accounts team-a (default) and team-a-dev with QOS team-a-qos
+(GrpTRES=cpu=8) and normal; bob (uid 2002) in team-b with team-b-qos; the bridge's Slurm user is
+SlurmUser; AccountingStorageEnforce=associations,limits,qos.
 """
 
 from __future__ import annotations
@@ -189,7 +189,13 @@ def test_a_placeholderjob_a_trusted_user_writes_outside_the_policy_is_refused_by
 def test_an_unknown_account_in_a_policy_is_reported_on_the_policy(
     ns: str, custom: k8s.CustomObjectsApi, policy: Callable[[Obj], str]
 ) -> None:
-    name = policy({"namespaces": [ns], "user": {"name": A.user}, "accounts": {"default": "no-such-account"}})
+    spec = {
+        "namespaces": [ns],
+        "user": {"name": A.user},
+        "group": {"id": A.gid},
+        "accounts": {"default": "no-such-account"},
+    }
+    name = policy(spec)
 
     def reported() -> Obj | None:
         cond = condition(policy_status(custom, name), names.TP_COND_ACCOUNTS_VALID)

@@ -36,8 +36,8 @@ TEAM_A: Obj = {
     "wckeys": ["sim"],
     "limits": {"maxNodes": 4, "maxCPUs": 16, "maxGPUs": 2, "maxTimeLimitMinutes": 120},
 }
-BY_ID: Obj = {"namespaces": ["team-b"], "user": {"id": 2002}, "accounts": {"default": "team-b"}}
-OPEN_ENDED: Obj = {"namespaces": ["free"], "user": {"name": "carol"}}
+BY_ID: Obj = {"namespaces": ["team-b"], "user": {"id": 2002}, "group": {"id": 2002}, "accounts": {"default": "team-b"}}
+OPEN_ENDED: Obj = {"namespaces": ["free"], "user": {"name": "carol"}, "group": {"name": "carol"}}
 
 
 def policy(spec: Obj, name: str = "team-a") -> TenantPolicy:
@@ -64,7 +64,7 @@ CHECK_TABLE: list[tuple[str, Obj, Obj, list[str]]] = [
     ("the tenant's uid", BY_ID, {"user_id": 2002}, []),
     ("another uid", BY_ID, {"user_id": 2001}, [f"{names.ANN_USER_ID}: '2001'", "only the tenant's user 2002"]),
     ("a name when the policy has a uid", BY_ID, {"user_name": "bob"}, [f"{names.ANN_USER_ID}: 'bob'"]),
-    ("a group when the policy sets none", BY_ID, {"group_id": 2002}, ["the policy sets no group"]),
+    ("a group when the policy sets none", {"namespaces": ["x"]}, {"group_id": 2002}, ["the policy sets no group"]),
     ("a user when the policy sets none", {"namespaces": ["x"]}, {"user_id": 5}, ["the policy sets no user"]),
     ("only the default account allowed", BY_ID, {"account": "team-b"}, []),
     ("not the only account", BY_ID, {"account": "team-a"}, ["allowed: team-b"]),
@@ -132,6 +132,7 @@ def test_an_invalid_policy_refuses_everything_and_says_why() -> None:
         ({"user": {"name": "has space"}}, "pattern"),
         ({"limits": {"maxNodes": 0}}, "greater than or equal to 1"),
         ({"user": {"id": -1}}, "greater than or equal to 0"),
+        ({"user": {"name": "alice"}}, "set group too when user is set"),
     ],
 )
 def test_malformed_policies_do_not_parse(spec: Obj, problem: str) -> None:

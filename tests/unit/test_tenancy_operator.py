@@ -23,7 +23,7 @@ from .test_lifecycle import NOW, phj, pod, slurm_side
 Obj = dict[str, Any]
 POLICY = tenancy.TenantPolicy.from_object({
     "metadata": {"name": "team-a", "generation": 2},
-    "spec": {"namespaces": ["ns"], "user": {"name": "alice"}, "accounts": {"default": "team-a"},
+    "spec": {"namespaces": ["ns"], "user": {"name": "alice"}, "group": {"id": 2001}, "accounts": {"default": "team-a"},
              "qos": {"default": "team-a-qos", "allowed": ["team-a-qos", "normal"]}},
 })  # fmt: skip
 

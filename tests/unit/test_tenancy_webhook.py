@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 STRICT = CONFIG.model_copy(update={"tenancy": "strict"})
 TEAM = {
     "metadata": {"name": "team-a", "generation": 1},
-    "spec": {"namespaces": ["slurm"], "user": {"id": 2001}, "accounts": {"default": "team-a"},
+    "spec": {"namespaces": ["slurm"], "user": {"id": 2001}, "group": {"id": 2001}, "accounts": {"default": "team-a"},
              "limits": {"maxCPUs": 4}},
 }  # fmt: skip
 
