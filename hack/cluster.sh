@@ -43,11 +43,13 @@ make_pki() {
 # gate and API version are turned on: alpha scheduling.k8s.io/v1alpha2 in 1.36; beta v1beta1 in
 # 1.37 (a beta gate and API that are still off by default), where the Job controller can make a
 # Job's Workload and PodGroups (WorkloadWithJob) and CompositePodGroup (alpha, v1alpha3) groups
-# them. 1.34 has no Workload API, and 1.35's v1alpha1 is not one the bridge reads: neither turns
+# them. DRAWorkloadResourceClaims lets a PodGroup carry shared claims, which the bridge refuses
+# by name (docs/workloads.md): without the gate the API server would drop them before it could.
+# 1.34 has no Workload API, and 1.35's v1alpha1 is not one the bridge reads: neither turns
 # anything on, so the bridge's "not served" errors are what those versions show.
 case $KUBERNETES_MINOR in
-  36) FEATURE_GATES="GenericWorkload=true"; RUNTIME_CONFIG="scheduling.k8s.io/v1alpha2=true" ;;
-  37) FEATURE_GATES="GenericWorkload=true,WorkloadWithJob=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
+  36) FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true"; RUNTIME_CONFIG="scheduling.k8s.io/v1alpha2=true" ;;
+  37) FEATURE_GATES="GenericWorkload=true,WorkloadWithJob=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
       RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true" ;;
   *) FEATURE_GATES=""; RUNTIME_CONFIG="" ;;
 esac
