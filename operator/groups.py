@@ -245,9 +245,10 @@ def workload_name(podgroup: Mapping[str, Any]) -> str | None:
 
 
 def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
-    """Why the bridge cannot place a gang PodGroup (claims its pods share, topology constraints):
-    the webhook refuses such PodGroups; one made before it looked gets this on its pods. The
-    fields are immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
+    """Why the bridge cannot place a PodGroup's pods, whatever its policy (claims its pods share,
+    topology constraints; slurm_bridge/workloadapi.py): the webhook refuses such PodGroups, and one
+    made before it looked (or with the webhook bypassed) gets this on its pods. The fields are
+    immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
     problems = workloadapi.group_problems(podgroup.get("spec") or {}, "spec")
     if not problems:
         return None

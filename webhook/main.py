@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="kubeconfig for reading TenantPolicies and namespaces (default: $KUBECONFIG or in-cluster)",
+        help="kubeconfig for reading TenantPolicies, namespaces and API discovery (default: $KUBECONFIG or in-cluster)",
     )
     # The same flags as the operator and extender (the chart passes logLevel and logFormat to all).
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
