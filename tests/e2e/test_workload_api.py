@@ -45,6 +45,8 @@ from tests.harness import SlurmEnv, wait_for
 pytestmark = pytest.mark.usefixtures("bridge")
 
 P = names.SLURMJOB_PREFIX
+# Accounts the bridge's Slurm user has (hack/accounting.env BRIDGE_ACCOUNTS): Slurm enforces
+# associations, so a job naming another account is refused.
 GROUP = workloadapi.GROUP
 Obj = dict[str, Any]
 # What each Kubernetes minor release must serve (None: no Workload API the bridge reads).
@@ -314,9 +316,9 @@ def test_a_podgroup_made_before_its_workload(
     )
     assert "Workload early" in event.message and event.type == "Warning"
     _assert_unreleased_for(core, ns, 2, "job-name=early")
-    wapi.create(custom, ns, wapi.workload("early", 2, {P + "account": "late-workload"}))
+    wapi.create(custom, ns, wapi.workload("early", 2, {P + "account": "gang"}))
     phj = _phase(custom, ns, "pg-early-workers", "Running", timeout=60)
-    assert _one_gang_job(slurm_env, ns, phj, 2)["account"] == "late-workload"
+    assert _one_gang_job(slurm_env, ns, phj, 2)["account"] == "gang"
 
 
 def _controlled_by(obj: Obj, uid: str) -> bool:
@@ -336,7 +338,7 @@ def test_a_podgroup_the_job_controller_makes_is_a_gang_like_one_made_by_hand(
     configured by the Job. Before 1.37 ``spec.scheduling`` is not a Job field: the API server drops
     it and the Job's pods are one Slurm job each, as for any Job."""
     gang = {"schedulingPolicy": {"gang": {"minCount": 2}}}
-    annotations = {P + "account": "from-job", P + "timelimit": "15"}
+    annotations = {P + "account": "physics", P + "timelimit": "15"}
     created = batch.create_namespaced_job(ns, _job("ctl", None, 2, annotations, scheduling=gang))
     uid = created.metadata.uid
     if wapi.version != "v1beta1":
@@ -376,7 +378,7 @@ def test_a_podgroup_the_job_controller_makes_is_a_gang_like_one_made_by_hand(
     assert phj["spec"]["group"]["apiVersion"] == wapi.api and phj["spec"]["minMember"] == 2
     assert len(set(_bound_to_assignments(core, ns, phj).values())) == 2
     job = _one_gang_job(slurm_env, ns, phj, 2)
-    assert (job["account"], job["time_limit"]["number"]) == ("from-job", 15)
+    assert (job["account"], job["time_limit"]["number"]) == ("physics", 15)
     assert job["name"] == pg["metadata"]["name"][:200]
     cond = wait_for(
         lambda: (c := wapi.scheduled(custom, ns, pg["metadata"]["name"])) and c["status"] == "True" and c,
