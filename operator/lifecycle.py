@@ -166,6 +166,8 @@ def decide(
         return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
+        if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
+            adopt.status.het_job_id = slurm.job_id  # a CompositePodGroup's heterogeneous job
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once, told, tenancy))

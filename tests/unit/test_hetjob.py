@@ -281,3 +281,11 @@ def test_component_status_without_a_record_keeps_offset_and_podgroup() -> None:
     entries = hetjob.component_status(spec_of(obj).components or [], [None, None])
     assert [e.dump() for e in entries] == [{"offset": 0, "podGroup": "a"}, {"offset": 1, "podGroup": "b"}]
     assert PlaceholderJobStatus(components=entries).dump()["components"][1] == {"offset": 1, "podGroup": "b"}
+
+
+def test_a_heterogeneous_job_status_does_not_name_is_adopted_with_its_het_job_id() -> None:
+    obj = composite_phj(None, job_id=None)
+    plan = lc.decide(obj, side("PENDING", "PENDING"), members("gated"), NOW, scheduler="s")
+    adopt = plan.actions[0]
+    assert isinstance(adopt, pl.WriteStatus) and adopt.status.job_id == adopt.status.het_job_id == LEADER
+    assert not any(isinstance(a, pl.Submit) for a in plan.actions), "adopted, never submitted again"
