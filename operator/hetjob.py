@@ -11,9 +11,11 @@ them all when the leader is cancelled. So:
   its member pods; the TenantPolicy judges each component's request;
 - **all or nothing**: pods are released only when every component is RUNNING with nodes; each
   pod gets a node of its own component's, recorded with its offset before any pod is touched;
-- **ending any part ends the whole**: a component that ends or vanishes (``scancel`` of the
-  leader, or of one component, a time limit, a node failure) ends every member pod and cancels
-  what is left of the job; every member pod ending cancels it (the leader, hence every part).
+- **ending any part ends the whole**: a component that ends (``scancel`` of the leader, or of
+  one component, a time limit, a node failure) or a leader that vanishes ends every member pod
+  and cancels what is left of the job; every member pod ending cancels it (the leader, hence
+  every part). A component missing from the view while its leader lives is looked for (a full
+  list), never taken for ended: Slurm purges a job's components together.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from slurm_bridge.operator.plan import (
     Plan,
     Release,
     ReportPodGroup,
+    RequestFullList,
     Submit,
     WriteStatus,
 )
+from slurm_bridge.operator.poller import FULL_RESYNC_SECONDS
 
 from slurm_bridge import names
 from slurm_bridge.kube import now_iso
@@ -115,10 +119,14 @@ def follow(
         return Plan(lc._mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
     parts = components(leader, slurm, count)
     for offset, part in enumerate(parts):
-        if part is None and soon:
-            return Plan(requeue=slurm.poll_period)  # the view shows the leader, not yet every component
-        if part is None or part.is_finished:
+        if part is not None and part.is_finished:
             return ended_part(phj, members, slurm, part, offset)
+    if any(part is None for part in parts):
+        # The view shows the live leader but not every component (Slurm purges them together):
+        # a full list, which keeps every job with the bridge's admin_comment, brings them.
+        if soon or now.mono - slurm.last_full_at < FULL_RESYNC_SECONDS:
+            return Plan(requeue=slurm.poll_period)
+        return Plan((RequestFullList(),), requeue=slurm.poll_period)
     if leader.is_pending:
         return lc._pending(phj, status, leader, members, now, told, None, update_job=False)
     running = [p for p in parts if p is not None and p.is_running and p.nodes]

@@ -123,10 +123,15 @@ def expected(phase: str, s0: str, s1: str, member: str) -> tuple[list[tuple[Any,
     if not live:  # Kubernetes -> Slurm: every member ended
         new_phase, reason = PODS_END["succeeded" if member == "all-succeeded" else "deleted"]
         return [("confirm",), ("status", new_phase, reason), *cancels(s0, s1), ("event", reason)], None
-    ended = next(((s, o) for o, s in ((0, s0), (1, s1)) if s not in LIVE), None)
+    if s0 == "vanished":
+        new_phase, reason = SLURM_END["vanished"]
+        return [("status", new_phase, reason), *cancels(s0, s1), ("event", reason), ("end", tuple(live), reason)], None
+    ended = next(((s, o) for o, s in ((0, s0), (1, s1)) if s not in (*LIVE, "vanished")), None)
     if ended is not None:  # Slurm -> Kubernetes: any part ends the whole
         new_phase, reason = SLURM_END[ended[0]]
         return [("status", new_phase, reason), *cancels(s0, s1), ("event", reason), ("end", tuple(live), reason)], None
+    if s1 == "vanished":  # the leader lives: the component is looked for, never taken for ended
+        return [("full-list",)], PERIOD
     if s0 == "PENDING":
         waiting = tuple(live) if member == "gated" else ()
         return [("podgroup", False), ("told", waiting, "Resources"), ("status", "Pending", "Resources")], None
@@ -182,12 +187,13 @@ def test_a_component_short_of_nodes_fails_the_composite_and_cancels_the_job() ->
     assert isinstance(failed, pl.WriteStatus) and "component 1 (PodGroup b)" in (failed.status.message or "")
 
 
-def test_a_component_the_view_lacks_right_after_the_submit_is_waited_for() -> None:
+def test_a_component_the_view_lacks_is_looked_for_at_most_every_full_list_period() -> None:
     just = side("PENDING", "vanished", submitted_at=NOW.mono - 1)
-    assert run(composite_phj("Pending"), just, members("gated")) == ([], PERIOD)
-    later = side("PENDING", "vanished", submitted_at=NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1)
-    got, _ = run(composite_phj("Pending"), later, members("gated"))
-    assert got[0] == ("status", "Failed", "SlurmJobVanished") and ("cancel", LEADER) in got
+    assert run(composite_phj("Pending"), just, members("gated")) == ([], PERIOD), "just submitted"
+    listed = side("PENDING", "vanished", last_full_at=NOW.mono - 5)
+    assert run(composite_phj("Pending"), listed, members("gated")) == ([], PERIOD), "a full list was taken lately"
+    old = side("RUNNING", "vanished", last_full_at=NOW.mono - 60)
+    assert run(composite_phj("Pending"), old, members("gated")) == ([("full-list",)], PERIOD)
 
 
 def test_a_component_that_ended_names_itself_in_the_message() -> None:
