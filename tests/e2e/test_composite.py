@@ -125,13 +125,14 @@ def gated_while_pending(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: s
     early: list[str] = []
 
     def running() -> Obj | None:
+        # The pods first: the allocation is written before any pod is released, so a
+        # PlaceholderJob still Pending when read after them means they were read unallocated.
+        seen = {n: read_pod(core, ns, n) for n in pods}
         phj = get_phj(custom, ns, f"cpg-{name}")
         phase = ((phj or {}).get("status") or {}).get("phase")
         if phase in (None, "Pending"):
-            for pod_name in pods:
-                pod = read_pod(core, ns, pod_name)
-                if pod is not None and (not has_gate(pod) or pod.spec.node_name):
-                    early.append(f"{pod_name} released while the PlaceholderJob was {phase}")
+            early.extend(f"{n} released while the PlaceholderJob was {phase}" for n, pod in seen.items()
+                         if pod is not None and (not has_gate(pod) or pod.spec.node_name))  # fmt: skip
         return phj if phase == "Running" else None
 
     phj: Obj = wait_for(running, BACKFILL_WAIT, f"PlaceholderJob {ns}/cpg-{name} Running", interval=0.5)
