@@ -82,7 +82,7 @@ start_component() {
         LEADER_ELECT=false NAMESPACE=default python3 -P -c 'import os,sys; sys.stdout.write(os.path.expandvars(sys.stdin.read()))' \
         < "$REPO_DIR/extender/kube-scheduler.yaml" > "$BRIDGE_DIR/kube-scheduler.yaml"
       alive bridge-scheduler || check_port bridge-scheduler "$SB_BRIDGE_SCHEDULER_PORT" SB_BRIDGE_SCHEDULER_PORT
-      start bridge-scheduler "$BIN_DIR/kube-scheduler" --config "$BRIDGE_DIR/kube-scheduler.yaml" \
+      start bridge-scheduler "$K8S_BIN_DIR/kube-scheduler" --config "$BRIDGE_DIR/kube-scheduler.yaml" \
         --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
         --bind-address 127.0.0.1 --secure-port "$SB_BRIDGE_SCHEDULER_PORT"
       echo "$SB_BRIDGE_SCHEDULER_PORT" > "$STATE_DIR/bridge-scheduler.port"

@@ -7,12 +7,20 @@ require_go
 mkdir -p "$BIN_DIR" "$CACHE_DIR/src"
 export GOFLAGS="${GOFLAGS:-} -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
 
-stamp() { echo "$BIN_DIR/.built-$1-$2"; }
-have() { [ -f "$(stamp "$1" "$2")" ] && for b in "${@:3}"; do [ -x "$BIN_DIR/$b" ] || return 1; done; }
-done_stamp() { rm -f "$BIN_DIR/.built-$1-"*; touch "$(stamp "$1" "$2")"; }
+stamp() { echo "${DEST:-$BIN_DIR}/.built-$1-$2"; }
+have() { [ -f "$(stamp "$1" "$2")" ] && for b in "${@:3}"; do [ -x "${DEST:-$BIN_DIR}/$b" ] || return 1; done; }
+done_stamp() { rm -f "${DEST:-$BIN_DIR}/.built-$1-"*; touch "$(stamp "$1" "$2")"; }
 
 build_kubernetes() {
-  local v=$KUBERNETES_VERSION minor gomod dir
+  local v=$KUBERNETES_VERSION minor gomod dir DEST=$K8S_BIN_DIR b
+  mkdir -p "$DEST"
+  # A cache from before versions had directories of their own: move that version's binaries in.
+  if [ -f "$BIN_DIR/.built-kubernetes-$v" ]; then
+    for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+      [ -x "$BIN_DIR/$b" ] && mv "$BIN_DIR/$b" "$DEST/$b"
+    done
+    mv "$BIN_DIR/.built-kubernetes-$v" "$DEST/"
+  fi
   have kubernetes "$v" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && return 0
   log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy $v (cold: tens of minutes)"
   minor=${v#v1.}; minor=${minor%%.*}
@@ -33,7 +41,7 @@ build_kubernetes() {
   go get "${cmds[@]/%/@$v}" >&2 || die "go get k8s.io/kubernetes@$v failed; see the output above"
   local pkg="k8s.io/component-base/version"
   local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  go build -ldflags "$ld" -o "$BIN_DIR/" "${cmds[@]}" >&2 \
+  go build -ldflags "$ld" -o "$DEST/" "${cmds[@]}" >&2 \
     || die "go build of Kubernetes $v failed; see the output above"
   done_stamp kubernetes "$v"
 }
@@ -96,18 +104,29 @@ build_module() { # name version module package binary: build a module's command 
   done_stamp "$name" "$v"
 }
 
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm kubernetes containerd jobset lws)
+build_helm4() { # Helm 4 beside Helm 3: the same command name, so it is installed as helm4
+  have helm4 "$HELM4_VERSION" helm4 && return 0
+  log "building helm $HELM4_VERSION (as helm4)"
+  local tmp; tmp=$(mktemp -d)
+  GOBIN="$tmp" go install -ldflags "-s -w" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION" >&2 \
+    || { rm -rf "$tmp"; die "go install helm.sh/helm/v4/cmd/helm@$HELM4_VERSION failed; see the output above"; }
+  mv "$tmp/helm" "$BIN_DIR/helm4"; rm -rf "$tmp"
+  done_stamp helm4 "$HELM4_VERSION"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm helm4 kubernetes containerd jobset lws)
 for t in "${targets[@]}"; do
   case $t in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_plain kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok ;;
     helm) build_plain helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm ;;
+    helm4) build_helm4 ;;
     containerd) build_containerd ;;
     # The workload controllers of the e2e cluster (started by hack/cluster.sh).
     jobset) build_module jobset "$JOBSET_VERSION" sigs.k8s.io/jobset . jobset-controller ;;
     lws) build_module lws "$LWS_VERSION" sigs.k8s.io/lws ./cmd lws-controller ;;
-    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, containerd, jobset, lws)" ;;
+    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, helm4, containerd, jobset, lws)" ;;
   esac
 done
 log "binaries ready in $BIN_DIR"

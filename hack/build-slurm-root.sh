@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the Debian roots the local Slurm runs in, once each: Slurm >= 25.05 (external jobs) with
-# slurmdbd into $SLURM_ROOT, and slurmdbd's MariaDB into $MARIADB_ROOT. A root is rebuilt when its
+# slurmdbd into $SLURM_ROOT, and slurmdbd's MariaDB into $MARIADB_ROOT (`cluster`, the default);
+# or (`old`) a Slurm too old for the bridge, for hack/old-slurm.sh. A root is rebuilt when its
 # suite or package list in hack/versions.env changes (the stamp names both).
 . "$(dirname "$0")/lib.sh"
 require_root "building the Slurm roots"
@@ -32,5 +33,14 @@ check_mariadb() { # tmp-root
   echo "mariadb $(chroot "$1" dpkg-query -W -f '${Version}' mariadb-server)" > "$1/$(mariadb_root_stamp)"
 }
 
-bootstrap "$SLURM_ROOT" "$(slurm_root_stamp)" "$SLURM_SUITE" "$SLURM_PACKAGES" check_slurm
-bootstrap "$MARIADB_ROOT" "$(mariadb_root_stamp)" "$MARIADB_SUITE" "$MARIADB_PACKAGES" check_mariadb
+check_old_slurm() { # tmp-root
+  echo "slurm $(chroot "$1" dpkg-query -W -f '${Version}' slurmctld)" > "$1/$(old_slurm_root_stamp)"
+}
+
+case "${1:-cluster}" in
+  cluster)
+    bootstrap "$SLURM_ROOT" "$(slurm_root_stamp)" "$SLURM_SUITE" "$SLURM_PACKAGES" check_slurm
+    bootstrap "$MARIADB_ROOT" "$(mariadb_root_stamp)" "$MARIADB_SUITE" "$MARIADB_PACKAGES" check_mariadb ;;
+  old) bootstrap "$OLD_SLURM_ROOT" "$(old_slurm_root_stamp)" "$OLD_SLURM_SUITE" "$OLD_SLURM_PACKAGES" check_old_slurm ;;
+  *) die "usage: hack/build-slurm-root.sh [cluster|old]" ;;
+esac

@@ -15,14 +15,14 @@ cd "$REPO_DIR"
 RELEASE=slurm-bridge
 RELEASE_NAMESPACE=slurm-bridge-system
 VALUES=hack/local-values.yaml
-HELM="$BIN_DIR/helm"
+HELM=$HELM_BIN   # SB_HELM=4: Helm 4 (hack/lib.sh)
 
 cluster_env() { eval "$(bash "$HACK_DIR/cluster.sh" env)"; }
 
 cmd_install() {
   [ -f "$KUBECONFIG_FILE" ] && kubectl_ get --raw /readyz >/dev/null 2>&1 || die "the local cluster is not running; run hack/cluster.sh up first"
   bash "$HACK_DIR/node.sh" ready || die "the real node $SB_REAL_NODE is not Ready (hack/cluster.sh status; its kubelet log)"
-  [ -x "$HELM" ] || bash "$HACK_DIR/build-binaries.sh" helm
+  [ -x "$HELM" ] || bash "$HACK_DIR/build-binaries.sh" "$HELM_TARGET"
   if alive bridge-operator || alive bridge-webhook; then
     die "the process bridge (hack/bridge.sh) is running and uses the same names; run hack/bridge.sh down first"
   fi
@@ -47,7 +47,7 @@ cmd_install() {
     --set config.slurmRestApi="$SLURM_REST_URL_FOR_PODS" \
     --wait --timeout 5m
   # ---------------------------------------------------------------------------------------------
-  log "slurm-bridge $IMAGE_TAG installed as release $RELEASE in $RELEASE_NAMESPACE; namespaces labelled slurm-bridge.local/managed=true are managed"
+  log "slurm-bridge $IMAGE_TAG installed with $("$HELM" version --short) as release $RELEASE in $RELEASE_NAMESPACE; namespaces labelled slurm-bridge.local/managed=true are managed"
 }
 
 cmd_uninstall() {

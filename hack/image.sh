@@ -127,9 +127,9 @@ build_bridge() {
 
 build_scheduler() {
   local out=$1 c
-  [ -x "$BIN_DIR/kube-scheduler" ] || die "kube-scheduler is not built; run hack/build-binaries.sh"
+  [ -x "$K8S_BIN_DIR/kube-scheduler" ] || die "kube-scheduler is not built; run hack/build-binaries.sh"
   c=$(buildah_ from scratch)
-  buildah_ copy --quiet "$c" "$BIN_DIR/kube-scheduler" /usr/local/bin/kube-scheduler >/dev/null
+  buildah_ copy --quiet "$c" "$K8S_BIN_DIR/kube-scheduler" /usr/local/bin/kube-scheduler >/dev/null
   buildah_ config --env PATH=/usr/local/bin --entrypoint '["/usr/local/bin/kube-scheduler"]' --user 65532:65532 "$c"
   buildah_ commit --quiet --rm "$c" "$(ref scheduler)" >/dev/null || die "committing $(ref scheduler) failed"
   save "$(ref scheduler)" "$out"

@@ -5,12 +5,37 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$HACK_DIR/.." && pwd)"
 # shellcheck source=versions.env
 . "$HACK_DIR/versions.env"
-
 # Heavy, reusable artefacts (binaries, Slurm root, Go caches) live outside the repository.
 CACHE_DIR="${SLURM_BRIDGE_CACHE:-$HOME/.cache/slurm-bridge}"
 BIN_DIR="$CACHE_DIR/bin"
 # Per-cluster state (data dirs, logs, pids, kubeconfig) is thrown away by `down`.
 STATE_DIR="${SLURM_BRIDGE_STATE:-$CACHE_DIR/cluster}"
+# The cluster's Kubernetes: SB_KUBERNETES (a minor such as 1.36, or an exact version) picks one of
+# KUBERNETES_VERSIONS; without it, the version of the cluster that runs (its state records it),
+# else the default. So hack/bridge.sh and hack/image.sh follow the cluster hack/cluster.sh made.
+if [ -n "${SB_KUBERNETES:-}" ]; then
+  _want=v${SB_KUBERNETES#v}; _found=
+  for _v in $KUBERNETES_VERSIONS; do
+    case $_v in "$_want" | "$_want".*) _found=$_v ;; esac
+  done
+  [ -n "$_found" ] || { echo "error: SB_KUBERNETES=$SB_KUBERNETES is not a supported version (one of: $KUBERNETES_VERSIONS)" >&2; exit 1; }
+  KUBERNETES_VERSION=$_found
+  unset _want _found _v
+elif [ -s "$STATE_DIR/kubernetes-version" ]; then
+  KUBERNETES_VERSION=$(cat "$STATE_DIR/kubernetes-version")
+fi
+KUBERNETES_MINOR=${KUBERNETES_VERSION#v1.}; KUBERNETES_MINOR=${KUBERNETES_MINOR%%.*}
+# The Kubernetes binaries (control plane, kubelet, kube-proxy) of the chosen version: one
+# directory per version, so each version of the matrix is built once.
+K8S_BIN_DIR="$BIN_DIR/kubernetes-$KUBERNETES_VERSION"
+# SB_HELM=3 (default) or 4: the Helm major that hack/deploy.sh and the chart tests use, and its
+# build target (hack/build-binaries.sh).
+case "${SB_HELM:-3}" in
+  3) HELM_TARGET=helm ;;
+  4) HELM_TARGET=helm4 ;;
+  *) echo "error: SB_HELM=$SB_HELM: expected 3 or 4 (the Helm major to use)" >&2; exit 1 ;;
+esac
+HELM_BIN="$BIN_DIR/$HELM_TARGET"
 
 die() { echo "error: $*" >&2; exit 1; }
 log() { echo "==> $*" >&2; }
@@ -63,6 +88,8 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_SLURMCTLD_PORT:=26817}" "${SB_SLURMRESTD_PORT:=26820}"
 # Slurm accounting: slurmdbd and its MariaDB (docs/tenancy.md); the bridge's own Slurm user.
 : "${SB_SLURMDBD_PORT:=26819}" "${SB_MARIADB_PORT:=26306}" "${SB_BRIDGE_SLURM_USER:=slurm}"
+# A Slurm too old for the bridge (hack/old-slurm.sh): its slurmctld and slurmrestd.
+: "${SB_OLD_SLURMCTLD_PORT:=26917}" "${SB_OLD_SLURMRESTD_PORT:=26920}"
 : "${SB_NODES:=4}" "${SB_GPU_NODES:=2}" "${SB_NODE_CPUS:=64}" "${SB_NODE_MEMORY_MIB:=262144}"
 : "${SB_NODE_PODS:=110}" "${SB_NODE_GPUS:=4}" "${SB_NODE_PREFIX:=kwok-node-}"
 # Extra kwok nodes that are not in Slurm (no managed-node taint): default-scheduler pods run there,
@@ -97,8 +124,10 @@ REAL_NODE_KEY=slurm-bridge.local/real-node
 
 SLURM_ROOT="$CACHE_DIR/slurm-root"
 MARIADB_ROOT="$CACHE_DIR/mariadb-root"
+OLD_SLURM_ROOT="$CACHE_DIR/slurm-root-$OLD_SLURM_SUITE"
 # A root's stamp file names its suite and packages, so a change to either rebuilds it.
 slurm_root_stamp() { echo ".slurm-bridge-root-$SLURM_SUITE-$(echo "$SLURM_PACKAGES" | sha1sum | cut -c1-8)"; }
+old_slurm_root_stamp() { echo ".slurm-bridge-root-$OLD_SLURM_SUITE-$(echo "$OLD_SLURM_PACKAGES" | sha1sum | cut -c1-8)"; }
 mariadb_root_stamp() { echo ".slurm-bridge-root-$MARIADB_SUITE-$(echo "$MARIADB_PACKAGES" | sha1sum | cut -c1-8)"; }
 IMAGES_DIR="$CACHE_DIR/images"
 NODE_DIR="$STATE_DIR/node"

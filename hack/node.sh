@@ -184,7 +184,7 @@ service_routing_works() {
 cmd_up() {
   require_root "hack/node.sh up"
   ensure_apt runc containernetworking-plugins nftables iptables buildah
-  [ -x "$BIN_DIR/kubelet" ] && [ -x "$BIN_DIR/containerd" ] || die "kubelet or containerd is not built; run hack/build-binaries.sh"
+  [ -x "$K8S_BIN_DIR/kubelet" ] && [ -x "$BIN_DIR/containerd" ] || die "kubelet or containerd is not built; run hack/build-binaries.sh"
   ip link show "$SB_POD_BRIDGE" >/dev/null 2>&1 || net_up
   write_configs
 
@@ -194,11 +194,11 @@ cmd_up() {
   cmd_import "$(bash "$HACK_DIR/image.sh" archive pause)"
 
   alive kubelet || check_port kubelet "$SB_KUBELET_PORT" SB_KUBELET_PORT
-  start kubelet "$BIN_DIR/kubelet" --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
+  start kubelet "$K8S_BIN_DIR/kubelet" --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
     --hostname-override "$SB_REAL_NODE" --node-ip "$SB_HOST_IP" --root-dir "$NODE_DIR/kubelet" \
     --cert-dir "$NODE_DIR/kubelet/pki" --node-labels "$REAL_NODE_KEY=true"
   alive kube-proxy || check_port kube-proxy "$SB_KUBE_PROXY_HEALTHZ_PORT" SB_KUBE_PROXY_HEALTHZ_PORT
-  start kube-proxy "$BIN_DIR/kube-proxy" --config "$NODE_DIR/kube-proxy.yaml"
+  start kube-proxy "$K8S_BIN_DIR/kube-proxy" --config "$NODE_DIR/kube-proxy.yaml"
   wait_ready kubelet "$SB_READY_TIMEOUT" node_ready
   wait_ready kube-proxy "$SB_READY_TIMEOUT" service_routing_works
   log "real node $SB_REAL_NODE ready (containerd $("$BIN_DIR/containerd" --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'))"

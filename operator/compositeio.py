@@ -26,6 +26,7 @@ from slurm_bridge.operator.composite import (
 from slurm_bridge.operator.groups import Getter, Group, GroupError
 
 from slurm_bridge import names
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,9 @@ class CompositeReader:
     """Reads a PodGroup's parent CompositePodGroup (and its parent) through ``get``; the served
     version is found by discovery once."""
 
-    def __init__(self, get: Getter) -> None:
+    def __init__(self, get: Getter, apis: Discovery) -> None:
         self._get = get
-        self._version: str | None = None
+        self._apis = apis  # the discovery the resolver shares (slurm_bridge/clusterapis.py)
 
     async def group(self, pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group | None:
         """The composite's group for a pod of gang PodGroup ``podgroup``, which names a parent;
@@ -60,22 +61,17 @@ class CompositeReader:
         return composite_group(pod, podgroup, composite, controller, workload)
 
     async def version(self, podgroup: str = "", parent: str = "") -> str:
-        """The served CompositePodGroup version the bridge knows."""
-        if self._version:
-            return self._version
+        """The served CompositePodGroup version the bridge knows (the shared, cached discovery)."""
         try:
-            doc = await self._get(f"/apis/{API_GROUP}")
+            served_by_version = await self._apis.workload_versions()
         except KubeError as e:
             raise GroupError(
                 "CompositePodGroupAPIUnreadable", f"cannot discover the {API_GROUP} API: {e}", 30.0
             ) from None
-        served = [str(v.get("version")) for v in (doc or {}).get("versions") or []]
         for version in VERSIONS:
-            if version in served:
-                resources = await self._get(f"/apis/{API_GROUP}/{version}")
-                if any(r.get("name") == PLURAL for r in (resources or {}).get("resources") or []):
-                    self._version = version
-                    return version
+            if PLURAL in served_by_version.get(version, ()):
+                return version
+        served = sorted(served_by_version)
         known = ", ".join(f"{API_GROUP}/{v}" for v in VERSIONS)
         raise GroupError(
             "CompositePodGroupAPINotServed",

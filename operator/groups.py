@@ -2,10 +2,11 @@
 
 The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
 
-- A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (Kubernetes 1.36
-  Workload API, ``scheduling.k8s.io``) with a ``gang`` policy belongs to that gang. Its options
-  merge the PodGroup's, the selected controller's (the JobSet or Job above the pod) and the
-  Workload's annotations, later winning. A ``basic`` policy asks for no gang: the rules below decide.
+- A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (the Kubernetes
+  Workload API, ``scheduling.k8s.io`` v1beta1 or v1alpha2, read through
+  :mod:`slurm_bridge.workloadapi`) with a ``gang`` policy belongs to that gang. Its options merge
+  the PodGroup's, the selected controller's (the JobSet or Job above the pod) and the Workload's
+  annotations, later winning. A ``basic`` policy asks for no gang: the rules below decide.
 - A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
 - Otherwise the pod's *controller* owner chain is walked, at most ``MAX_OWNER_DEPTH`` owners up,
   and the highest recognised workload decides: a JobSet is one gang, a LeaderWorkerSet one gang
@@ -28,7 +29,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from slurm_bridge import names, workloads
+from slurm_bridge import names, workloadapi, workloads
 from slurm_bridge.kube import MAX_NAME_LENGTH, bounded
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, group_kind
@@ -47,14 +48,14 @@ JOBSET: Final[GroupKind] = workloads.JOBSET.group_kind
 LWS: Final[GroupKind] = workloads.LWS.group_kind
 PODGROUP: Final[GroupKind] = workloads.PODGROUP.group_kind
 PODGROUP_API_VERSION: Final = workloads.PODGROUP.api_version
-# The built-in Workload API (Kubernetes 1.36, feature gate GenericWorkload).
+# The built-in Workload API (feature gate GenericWorkload; slurm_bridge/workloadapi.py).
 WORKLOAD_API_GROUP: Final = workloads.WORKLOAD.group
 SCHED_PODGROUP: Final[GroupKind] = workloads.SCHED_PODGROUP.group_kind
 WORKLOAD: Final[GroupKind] = workloads.WORKLOAD.group_kind
 # Versions of the Workload API whose PodGroup and Workload shapes the bridge knows, preferred
 # first, with the PodGroup status condition that says the gang was scheduled.
 WORKLOAD_API_VERSIONS: Final[Mapping[str, str]] = {
-    v: names.PODGROUP_COND_SCHEDULED for v in workloads.SCHED_PODGROUP.versions
+    v: workloadapi.VERSIONS[v].condition for v in workloads.SCHED_PODGROUP.versions
 }
 
 # Workloads that decide grouping when found in the owner chain (the highest one wins).
@@ -234,18 +235,25 @@ def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
 
 def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
     """``schedulingPolicy.gang.minCount`` of a built-in PodGroup; None for a ``basic`` policy."""
-    gang = (((podgroup.get("spec") or {}).get("schedulingPolicy")) or {}).get("gang")
-    if not isinstance(gang, Mapping):
-        return None
-    return max(_count(gang.get("minCount"), 1), 1)
+    return workloadapi.read_podgroup(podgroup).min_count
 
 
 def workload_name(podgroup: Mapping[str, Any]) -> str | None:
-    """The Workload a built-in PodGroup was made from (``podGroupTemplateRef.workload``)."""
-    spec = podgroup.get("spec") or {}
-    ref = ((spec.get("podGroupTemplateRef") or {}).get("workload")) or spec.get("workloadRef") or {}
-    name = ref.get("workloadName")
-    return str(name) if name else None
+    """The Workload a built-in PodGroup was made from (v1beta1 ``workloadRef``, v1alpha2
+    ``podGroupTemplateRef.workload``)."""
+    return workloadapi.read_podgroup(podgroup).workload
+
+
+def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
+    """Why the bridge cannot place a PodGroup's pods, whatever its policy (claims its pods share,
+    topology constraints; slurm_bridge/workloadapi.py): the webhook refuses such PodGroups, and one
+    made before it looked (or with the webhook bypassed) gets this on its pods. The fields are
+    immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
+    problems = workloadapi.group_problems(podgroup.get("spec") or {}, "spec")
+    if not problems:
+        return None
+    name = (podgroup.get("metadata") or {}).get("name")
+    return GroupError("PodGroupUnsupported", f"PodGroup {name}: " + "; ".join(problems), 60.0)
 
 
 def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group:

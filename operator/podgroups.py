@@ -1,8 +1,14 @@
-"""The scheduled condition of a built-in PodGroup (Kubernetes 1.36 Workload API).
+"""The scheduled condition of a built-in PodGroup (the Kubernetes Workload API).
 
 kube-scheduler reports on a PodGroup whether its gang was scheduled; for a gang the bridge
 places, nobody else would, so ``kubectl get podgroups`` would show it unscheduled forever. The
 PlaceholderJob stays the full record; this mirrors its outcome where Workload users look.
+
+The condition is written at the version the API server serves now (the PodGroup is the same
+object at every version; the one recorded in the PlaceholderJob may be gone after an upgrade),
+with that version's type: ``PodGroupScheduled`` at v1alpha2, ``PodGroupInitiallyScheduled`` at
+v1beta1, which stays True once True (a later run of the gang waiting in Slurm does not turn it
+back to False), as kube-scheduler does it (slurm_bridge/workloadapi.py).
 """
 
 from __future__ import annotations
@@ -12,9 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import SCHED_PODGROUP, WORKLOAD_API_VERSIONS
+from slurm_bridge.operator.groups import SCHED_PODGROUP
 
+from slurm_bridge import workloadapi
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.workloadapi import APIVersion
 from slurm_bridge.workloads import group_kind
 
 log = logging.getLogger(__name__)
@@ -27,13 +36,34 @@ def podgroup_of(phj: Mapping[str, Any]) -> Obj | None:
     return dict(source) if group_kind(source) == SCHED_PODGROUP else None
 
 
+def condition_change(version: APIVersion, conditions: list[Obj], scheduled: bool, reason: str, message: str) -> bool:
+    """Whether the PodGroup's ``conditions`` need this report written (pure)."""
+    current = next((c for c in conditions if c.get("type") == version.condition), None)
+    if current is None:
+        return True
+    if version.sticky and current.get("status") == "True":
+        return False  # PodGroupInitiallyScheduled: True is final
+    wanted = ("True" if scheduled else "False", reason, message)
+    return (current.get("status"), current.get("reason"), current.get("message")) != wanted
+
+
 class PodGroupReporter:
     """Writes the condition once per change; remembers what it wrote (a cache: after a restart
     the first report reads the PodGroup and finds the condition already there)."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeClient, apis: Discovery | None = None) -> None:
         self.kube = kube
+        self.apis = apis or Discovery(kube.get)
         self._said: dict[str, tuple[bool, str, str]] = {}  # PodGroup uid -> last condition written
+
+    async def _version(self, recorded: str) -> APIVersion | None:
+        """The served version to write at; the recorded one when discovery cannot say."""
+        try:
+            served = await self.apis.workload_version()
+        except KubeError as e:
+            log.warning("cannot discover the Workload API (%s); writing at %s", e, recorded)
+            served = None
+        return workloadapi.VERSIONS.get(served) if served else workloadapi.version_of(recorded)
 
     async def report(self, phj: Obj, scheduled: bool, reason: str, message: str) -> None:
         source = podgroup_of(phj)
@@ -43,19 +73,17 @@ class PodGroupReporter:
         said = (scheduled, reason, message)
         if self._said.get(uid) == said:
             return
-        api_version = str(source.get("apiVersion"))
-        ctype = WORKLOAD_API_VERSIONS.get(api_version.rpartition("/")[2])
-        if ctype is None:
+        version = await self._version(str(source.get("apiVersion")))
+        if version is None:
             return
-        path = resource_path(api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
+        ctype = version.condition
+        path = resource_path(version.api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
         try:
             podgroup = await self.kube.get(path)
             if podgroup is None or podgroup["metadata"].get("uid") != uid:
                 return  # deleted; its PlaceholderJob goes with it
             conditions = (podgroup.get("status") or {}).get("conditions") or []
-            current = next((c for c in conditions if c.get("type") == ctype), None)
-            wanted = ("True" if scheduled else "False", reason, message)
-            if current and (current.get("status"), current.get("reason"), current.get("message")) == wanted:
+            if not condition_change(version, conditions, scheduled, reason, message):
                 self._said[uid] = said
                 return
             new = st.set_condition(conditions, ctype, scheduled, reason, message,

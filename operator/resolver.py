@@ -1,6 +1,7 @@
 """Pod -> group resolution with API reads: the owner walk (depth-limited, discovery cached), the
-PodGroup and Workload reads. The rules it applies are pure and live in :mod:`.groups`; this
-module is the I/O around them.
+PodGroup and Workload reads at the Workload API version the cluster serves. The rules it applies
+are pure and live in :mod:`.groups` (and :mod:`slurm_bridge.workloadapi` for the Workload API's
+shapes); this module is the I/O around them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from slurm_bridge.operator.groups import (
     PODGROUP_API_VERSION,
     RECOGNIZED,
     WORKLOAD_API_GROUP,
-    WORKLOAD_API_VERSIONS,
     Getter,
     Group,
     GroupError,
@@ -29,11 +29,13 @@ from slurm_bridge.operator.groups import (
     lws_group,
     pod_group,
     podgroup_group,
+    unsupported_podgroup,
     workload_name,
     workload_podgroup_group,
 )
 
 from slurm_bridge import names, workloads
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.workloads import api_group, controller_of, group_kind, scheduling_group_name
 
@@ -41,12 +43,12 @@ from slurm_bridge.workloads import api_group, controller_of, group_kind, schedul
 class GroupResolver:
     """Resolves pods to groups with GETs through ``get``; caches API discovery (kind -> resource)."""
 
-    def __init__(self, get: Getter, *, max_depth: int = MAX_OWNER_DEPTH) -> None:
+    def __init__(self, get: Getter, *, max_depth: int = MAX_OWNER_DEPTH, apis: Discovery | None = None) -> None:
         self._get = get
         self.max_depth = max_depth
         self._plurals: dict[tuple[str, str], str] = {}
-        self._workload_version: str | None = None
-        self.composites = CompositeReader(get)
+        self.apis = apis or Discovery(get)
+        self.composites = CompositeReader(get, self.apis)
 
     async def resolve(self, pod: Obj) -> Group:
         """The pod's group; raises GroupError when it cannot be known now."""
@@ -89,39 +91,29 @@ class GroupResolver:
         return obj
 
     async def workload_api_version(self) -> str:
-        """The served Workload API version the bridge knows (found once by discovery)."""
-        if self._workload_version:
-            return self._workload_version
+        """The served Workload API version the bridge reads (v1beta1 preferred, then v1alpha2),
+        found by discovery and remembered for a while (slurm_bridge/clusterapis.py)."""
         try:
-            doc = await self._get(f"/apis/{WORKLOAD_API_GROUP}")
+            version = await self.apis.workload_version()
+            if version:
+                return version
+            message = await self.apis.workload_api_missing("the pod sets spec.schedulingGroup")
         except KubeError as e:
             message = f"cannot discover the {WORKLOAD_API_GROUP} API: {e}"
             raise GroupError("WorkloadAPIUnreadable", message, 30.0) from None
-        served = [str(v.get("version")) for v in (doc or {}).get("versions") or []]
-        for version in WORKLOAD_API_VERSIONS:
-            if version in served:
-                # The group also serves PriorityClasses (v1): the version must hold podgroups.
-                resources = await self._get(f"/apis/{WORKLOAD_API_GROUP}/{version}")
-                if any(
-                    r.get("name") == workloads.SCHED_PODGROUP.plural for r in (resources or {}).get("resources") or []
-                ):
-                    self._workload_version = version
-                    return version
-        known = ", ".join(f"{WORKLOAD_API_GROUP}/{v}" for v in WORKLOAD_API_VERSIONS)
-        raise GroupError(
-            "WorkloadAPINotServed",
-            f"the pod sets spec.schedulingGroup, but the API server serves no PodGroups in {known} "
-            f"(served versions: {', '.join(served) or 'none'}); enable the GenericWorkload feature gate and "
-            f"--runtime-config={WORKLOAD_API_GROUP}/v1alpha2=true",
-            60.0,
-        )
+        raise GroupError("WorkloadAPINotServed", message or "the Workload API is not served", 60.0)
 
     async def _workload_podgroup(self, pod: Obj, name: str) -> Group | None:
         """The gang of the pod's built-in PodGroup; None for a ``basic`` policy, which (as in the
-        Go slurm-bridge) asks for no gang, so the usual rules below decide."""
+        Go slurm-bridge) asks for no gang, so the usual rules below decide. A PodGroup the 1.37
+        Job controller made (``spec.scheduling`` of a Job, gate WorkloadWithJob) is read like one
+        made by hand: its pods name it, it names its Workload, and the Job is their controller."""
         ns = pod["metadata"]["namespace"]
         api_version = f"{WORKLOAD_API_GROUP}/{await self.workload_api_version()}"
         podgroup = await self._read(api_version, "PodGroup", ns, name, "spec.schedulingGroup.podGroupName names")
+        problem = unsupported_podgroup(podgroup)  # whatever its policy: Slurm places each of its pods
+        if problem is not None:
+            raise problem
         if gang_min_count(podgroup) is None:
             return None
         workload: Obj | None = None

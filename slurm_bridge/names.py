@@ -203,11 +203,13 @@ SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 # --- Workload grouping (read only; operator/groups.py, docs/workloads.md) --------------------
 # A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).
 LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
-# The condition Kubernetes' built-in PodGroup (scheduling.k8s.io/v1alpha2, named by a pod's
+# The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's
 # spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
-# the gangs it places, the bridge for those Slurm placed (operator/podgroups.py). The reasons are
-# kube-scheduler's.
+# the gangs it places, the bridge for those Slurm placed (operator/podgroups.py). v1alpha2
+# (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
+# stays True once True (slurm_bridge/workloadapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
+PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 PODGROUP_REASON_SCHEDULED: Final = "Scheduled"
 PODGROUP_REASON_UNSCHEDULABLE: Final = "Unschedulable"
 # The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its

@@ -76,12 +76,16 @@ LWS: Final = WorkloadKind(
 PODGROUP: Final = WorkloadKind(
     "scheduling.x-k8s.io", "PodGroup", "podgroups", versions=("v1alpha1",), configures=True, gang=True
 )
-# The Kubernetes 1.36 Workload API (feature gate GenericWorkload): a pod names its built-in
-# PodGroup in spec.schedulingGroup; operator/groups.py merges the PodGroup's, its controller's
-# and the Workload's annotations.
-WORKLOAD: Final = WorkloadKind("scheduling.k8s.io", "Workload", "workloads", versions=("v1alpha2",), configures=True)
+# The Kubernetes Workload API (feature gate GenericWorkload): a pod names its built-in PodGroup in
+# spec.schedulingGroup; operator/groups.py merges the PodGroup's, its controller's and the
+# Workload's annotations. v1beta1 is Kubernetes 1.37's, v1alpha2 1.36's; the bridge reads whichever
+# the API server serves, preferring the first, and slurm_bridge/workloadapi.py hides their shapes.
+WORKLOAD_API_VERSIONS: Final = ("v1beta1", "v1alpha2")
+WORKLOAD: Final = WorkloadKind(
+    "scheduling.k8s.io", "Workload", "workloads", versions=WORKLOAD_API_VERSIONS, configures=True
+)
 SCHED_PODGROUP: Final = WorkloadKind(
-    "scheduling.k8s.io", "PodGroup", "podgroups", versions=("v1alpha2",), configures=True, gang=True
+    "scheduling.k8s.io", "PodGroup", "podgroups", versions=WORKLOAD_API_VERSIONS, configures=True, gang=True
 )
 POD: Final = WorkloadKind("", "Pod", "pods")
 # Kubernetes 1.37 (feature gate CompositePodGroup, alpha): a PodGroup names its parent in

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge.cli import LOG_LEVELS
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config, ConfigError, load_config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="kubeconfig for reading TenantPolicies and namespaces (default: $KUBECONFIG or in-cluster)",
+        help="kubeconfig for reading TenantPolicies, namespaces and API discovery (default: $KUBECONFIG or in-cluster)",
     )
     # The same flags as the operator and extender (the chart passes logLevel and logFormat to all).
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
@@ -89,17 +90,19 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -> None:
     kube: KubeClient | None = None
+    apis: Discovery | None = None
     try:
         creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)
         kube = KubeClient.from_credentials(creds, component="slurm-bridge-webhook", max_connections=4)
         tenants = TenantCache(kube)
+        apis = Discovery(kube.get)  # the Workload API and DRA checks of webhook/apis.py
     except kubeconfig_loader.CredentialsError as e:
         # Serve anyway (pods that ask for nothing a policy could refuse still get through in open
         # mode), but every tenancy check fails closed with this message.
         problem = f"no Kubernetes credentials to read TenantPolicies with ({e}); pass --kubeconfig or run in a pod"
         log.error("%s", problem)
         tenants = TenantCache(None, unavailable=problem)
-    server = WebhookServer(config, tenants=tenants)
+    server = WebhookServer(config, tenants=tenants, apis=apis)
     try:
         await server.start()
     except BaseException:

@@ -7,7 +7,7 @@ the wanted shape yields no operations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -100,8 +100,18 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
     return result
 
 
-def mutate(request: AdmissionRequest, config: Config) -> Decision:
-    """Mutating webhook decision: only pod CREATE is changed, everything else passes untouched."""
+def _refuse(problems: Sequence[str]) -> Decision:
+    count = f"{len(problems)} problems: " if len(problems) > 1 else ""
+    return Decision(allowed=False, code=422, reason="Invalid", message="slurm-bridge: " + count + "; ".join(problems))
+
+
+def mutate(request: AdmissionRequest, config: Config, api_problems: Sequence[str] = ()) -> Decision:
+    """Mutating webhook decision: only pod CREATE is changed, everything else passes untouched.
+
+    ``api_problems``: why the request needs an API this cluster does not serve (webhook/apis.py,
+    asked here because only a mutating webhook sees a field the API server is about to drop)."""
+    if api_problems:
+        return _refuse(api_problems)
     if request.operation != "CREATE" or request.sub_resource or (request.group, request.kind) != ("", "Pod"):
         return Decision(allowed=True, reason="not a pod create")
     assert request.object is not None  # parse_review guarantees it for CREATE
@@ -109,9 +119,6 @@ def mutate(request: AdmissionRequest, config: Config) -> Decision:
     if m.skipped:
         return Decision(allowed=True, reason=m.skipped)
     if m.problems:
-        count = f"{len(m.problems)} problems: " if len(m.problems) > 1 else ""
-        return Decision(
-            allowed=False, code=422, reason="Invalid", message="slurm-bridge: " + count + "; ".join(m.problems)
-        )
+        return _refuse(m.problems)
     reason = "set " + ", ".join(m.changes) if m.changes else "already mutated"
     return Decision(allowed=True, reason=reason, patch=m.patch, warnings=m.warnings)

@@ -148,6 +148,15 @@ def webhook_configurations(
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
         for k in workloads.CONFIGURING
     ]
+    # Their creates are also seen by the mutating webhook, which alone sees a pod template's
+    # spec.schedulingGroup (or a Job's spec.scheduling) before an API server without the Workload
+    # API drops it (webhook/apis.py); it changes nothing in them.
+    template_rules = [
+        {"operations": ["CREATE"], "apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural],
+         "scope": "Namespaced"}
+        for k in workloads.CONFIGURING
+        if k.pod_templates
+    ]  # fmt: skip
     mutating = {
         "apiVersion": ADMISSION_API,
         "kind": "MutatingWebhookConfiguration",
@@ -156,7 +165,7 @@ def webhook_configurations(
             {
                 "name": f"mutate-pods.{name}.slinky.slurm.net",
                 "clientConfig": _client_config(url, service, "/mutate", bundle),
-                "rules": [{"operations": ["CREATE"], **pod_rule}],
+                "rules": [{"operations": ["CREATE"], **pod_rule}, *template_rules],
                 "reinvocationPolicy": "IfNeeded",
                 **common,
             }

@@ -1,9 +1,10 @@
 """The HTTPS server the apiserver calls.
 
 The webhook configurations' namespaceSelector limits calls to managed namespaces, so a decision is
-a pure function of the AdmissionReview and of the TenantPolicies and namespaces the webhook keeps
-in a watch cache (slurm_bridge/kubecache.py): its only Kubernetes API calls are that cache's list
-and watch, and a GET of a namespace created a moment ago.
+a pure function of the AdmissionReview, of the TenantPolicies and namespaces the webhook keeps in a
+watch cache (slurm_bridge/kubecache.py) and, for the few creates that need an API the cluster may
+not serve, of API discovery (webhook/apis.py, cached): its only Kubernetes API calls are that
+cache's list and watch, a GET of a namespace created a moment ago, and those discovery reads.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -23,10 +25,12 @@ from aiohttp import web
 from cryptography import x509
 
 from slurm_bridge import logs, metrics
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeError
 from slurm_bridge.kubecache import TenantCache
 
+from . import apis as api_checks
 from .mutate import mutate
 from .review import AdmissionRequest, Decision, InvalidObject, MalformedReview, parse_review, review_response
 from .validate import validate
@@ -36,7 +40,7 @@ log = logging.getLogger("slurm_bridge.webhook")
 # A pod with its oldObject can exceed aiohttp's 1 MiB default; etcd stores objects up to 1.5 MiB.
 MAX_BODY: Final = 8 * 1024 * 1024
 
-Handler = Callable[[AdmissionRequest, Config], Decision]
+Handler = Callable[[AdmissionRequest, Config], Decision | Awaitable[Decision]]
 
 
 class ReloadingSSLContext(ssl.SSLContext):
@@ -192,7 +196,8 @@ def _admission_handler(
                 log.warning("cannot read namespace %s: %s", req.namespace, e)
         result = "error"
         try:
-            decision = decide(req, config)
+            decided = decide(req, config)
+            decision = await decided if inspect.isawaitable(decided) else decided
             result = "allowed" if decision.allowed else "denied"
         except InvalidObject as e:
             decision = Decision(allowed=False, code=400, reason="BadRequest", message=f"slurm-bridge: {e}")
@@ -216,8 +221,14 @@ def _admission_handler(
 
 
 def build_app(
-    config: Config, is_ready: Callable[[], bool] = lambda: True, tenants: TenantCache | None = None
+    config: Config,
+    is_ready: Callable[[], bool] = lambda: True,
+    tenants: TenantCache | None = None,
+    apis: Discovery | None = None,
 ) -> web.Application:
+    """``apis``: discovery for the creates that need an API the cluster may not serve (None: no
+    Kubernetes credentials, so they are not checked)."""
+
     @web.middleware
     async def close_while_draining(request: web.Request, handler: Any) -> web.StreamResponse:
         # While draining, every answer ends its connection ("Connection: close"), so the API
@@ -239,7 +250,13 @@ def build_app(
             return web.Response(text="ok\n")
         return web.Response(status=503, text="shutting down\n")
 
-    app.router.add_post("/mutate", _admission_handler(config, mutate, "mutate"))
+    async def mutate_checking_apis(req: AdmissionRequest, cfg: Config) -> Decision:
+        need = api_checks.needs(req, cfg)
+        if not need or apis is None:
+            return mutate(req, cfg)
+        return mutate(req, cfg, api_checks.problems(need, await api_checks.facts(need, apis)))
+
+    app.router.add_post("/mutate", _admission_handler(config, mutate_checking_apis, "mutate"))
 
     def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
         return validate(req, cfg) if tenants is None else validate(req, cfg, tenants)
@@ -261,9 +278,11 @@ class WebhookServer:
         listen: str | None = None,
         tls_reload_seconds: float = 5.0,
         tenants: TenantCache | None = None,
+        apis: Discovery | None = None,
     ) -> None:
         self.config = config
         self.tenants = tenants
+        self.apis = apis
         self.host, self._port = split_listen(listen or config.webhookListen)
         self.tls_reload_seconds = tls_reload_seconds
         self.ssl_context: ReloadingSSLContext | None = None
@@ -283,7 +302,7 @@ class WebhookServer:
     async def start(self) -> None:
         """Raises OSError or ssl.SSLError when the certificate cannot be loaded or the port bound."""
         self.ssl_context = ReloadingSSLContext(self.config.webhookCertFile, self.config.webhookKeyFile)
-        app = build_app(self.config, lambda: not self._stopping, self.tenants)
+        app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self.ssl_context)

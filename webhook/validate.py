@@ -1,11 +1,14 @@
 """Pod and workload validation.
 
-Three rules: the labels and annotations through which the bridge records a pod's Slurm allocation
+Four rules: the labels and annotations through which the bridge records a pod's Slurm allocation
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
 was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
-``kubectl apply`` instead of as a Slurm submission error later; and a managed pod's placement
+``kubectl apply`` instead of as a Slurm submission error later; a managed pod's placement
 (nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/placement.py),
-because Slurm chooses its node and anything else would be ignored or leave the pod Pending.
+because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
+built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
+what Slurm cannot give a gang it places: claims the group shares, topology constraints
+(slurm_bridge/workloadapi.py, docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from slurm_bridge import dra, names, tenancy, workloads
+from slurm_bridge import dra, names, tenancy, workloadapi, workloads
 from slurm_bridge.config import Config
 from slurm_bridge.placement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
@@ -295,6 +298,26 @@ def _pod_tenancy(
     return tenancy_problems(request.namespace, config, tenants, [meta[1]], whole)
 
 
+def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str]:
+    """What a built-in PodGroup, a Workload or a Job's ``spec.scheduling`` asks that the bridge
+    cannot give (slurm_bridge/workloadapi.py). Checked on create: the fields are immutable."""
+    if request.operation != "CREATE" or not isinstance(request.object, Mapping):
+        return []
+    gk, obj = (request.group, request.kind), request.object
+    if gk == workloads.SCHED_PODGROUP.group_kind:
+        return workloadapi.group_problems(_spec(obj), "spec")
+    if gk == workloads.WORKLOAD.group_kind:
+        if request.version == "v1alpha1":  # Kubernetes 1.35
+            return [f"{workloadapi.GROUP}/v1alpha1 Workload: {workloadapi.V1ALPHA1_WHY}"]
+        return workloadapi.workload_problems(obj)
+    if gk == workloads.JOB.group_kind:
+        scheduling = workloadapi.job_scheduling(_spec(obj))
+        template = _spec(_spec(obj).get("template"))
+        if scheduling is not None and goes_to_bridge(template.get("schedulerName"), config.schedulerName):
+            return workloadapi.group_problems(scheduling, "spec.scheduling")
+    return []
+
+
 def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list[str] | None = None) -> Decision:
     problems = reserved + invalid
     if not problems:
@@ -332,6 +355,7 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     reserved, invalid = [], annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
+    invalid += workload_api_problems(request, config)
     old_templates = pod_templates(old_obj, paths)
     managed: dict[str, Mapping[str, Any]] = {}
     changed = old_meta is None or slurmjob_annotations(new_meta[1]) != slurmjob_annotations(old_meta[1])
@@ -357,10 +381,13 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
             )
     if changed and managed:
         # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator,
-        # and so are the options of pods that name a built-in PodGroup: each is checked on its own.
+        # and so are the options of pods that name a built-in PodGroup (or whose Job asks its
+        # controller for a gang PodGroup, spec.scheduling): each is checked on its own.
         grouped = any(_in_podgroup(spec) for spec in managed.values())
-        annotations = None if invalid or grouped else slurmjob_annotations(new_meta[1])
-        invalid += placement_check(managed, annotations, 1 if gk == workloads.JOB.group_kind else None)
+        job_gang = gk == workloads.JOB.group_kind and workloadapi.job_gang(_spec(request.object))
+        annotations = None if invalid or grouped or job_gang else slurmjob_annotations(new_meta[1])
+        single = gk == workloads.JOB.group_kind and not job_gang
+        invalid += placement_check(managed, annotations, 1 if single else None)
     if managed and (changed or any(_template_annotations_changed(request, paths, w) for w in managed)):
         templates = pod_templates(request.object, paths)
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]

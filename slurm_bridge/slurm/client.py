@@ -46,7 +46,16 @@ from .errors import (
 from .jsonlist import parse_with_list
 from .models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
 from .transport import Http11Transport
-from .versions import SUPPORTED_VERSIONS, Codec, ControllerPing, codec_for, listed
+from .versions import (
+    MIN_SLURM_RELEASE,
+    SUPPORTED_VERSIONS,
+    Codec,
+    ControllerPing,
+    codec_for,
+    listed,
+    slurm_release,
+    too_old,
+)
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -314,12 +323,27 @@ class SlurmClient:
             if reply.status != 404:
                 return version
         offered = await self._offered_versions()
-        raise SlurmUnsupportedVersion(
-            f"slurmrestd at {self.base_url} offers REST API "
-            f"{', '.join(offered) if offered else 'no recognisable version'}; this client needs one of "
-            f"{', '.join(SUPPORTED_VERSIONS)} (load a matching data_parser plugin or upgrade Slurm)",
-            offered=offered,
-        )
+        release = await self._release(offered[0]) if offered else None
+        apis = ", ".join(offered) if offered else "no recognisable version"
+        needs = f"slurm-bridge needs Slurm {MIN_SLURM_RELEASE[0]}.{MIN_SLURM_RELEASE[1]:02d} or newer"
+        if release is not None and too_old(release):
+            speaks = ", ".join(SUPPORTED_VERSIONS)
+            message = (f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
+                       f"external jobs it submits (REST API {speaks}): upgrade Slurm")  # fmt: skip
+        else:
+            found = f"Slurm {release}, " if release else ""
+            message = (f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
+                       f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
+                       "plugin (slurmrestd -d) or upgrade Slurm")  # fmt: skip
+        raise SlurmUnsupportedVersion(message, offered=offered, release=release)
+
+    async def _release(self, version: str) -> str | None:
+        """The Slurm release behind a REST API version the bridge does not speak (its ping's meta)."""
+        try:
+            reply = await self._request("GET", f"/slurm/{version}/ping", not_found_ok=True, probe=True)
+        except SlurmError:
+            return None
+        return slurm_release(reply.body)
 
     async def _offered_versions(self) -> list[str]:
         try:

@@ -201,6 +201,9 @@ class SlurmNotFound(SlurmError):
 class SlurmUnsupportedVersion(SlurmError):
     """The server offers none of the REST API versions this client speaks."""
 
-    def __init__(self, message: str, *, offered: Sequence[str] = (), status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, offered: Sequence[str] = (), release: str | None = None, status: int | None = None
+    ) -> None:
         self.offered = tuple(offered)
+        self.release = release  # the Slurm release found, when its answer named one
         super().__init__(message, status=status)

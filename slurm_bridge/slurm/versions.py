@@ -22,6 +22,33 @@ from .models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
 
 # Highest first: the client picks the first one the server offers.
 SUPPORTED_VERSIONS: Final = ("v0.0.45", "v0.0.44", "v0.0.43")
+# The oldest Slurm the bridge runs on: external jobs came with 25.05 (its REST API v0.0.43).
+MIN_SLURM_RELEASE: Final = (25, 5)
+
+
+def slurm_release(body: object) -> str | None:
+    """The Slurm release an answer's ``meta`` names (e.g. "24.11.5"), in any REST API version."""
+    meta = body.get("meta") if isinstance(body, dict) else None
+    slurm = meta.get("slurm") if isinstance(meta, dict) else None
+    if not isinstance(slurm, dict):
+        return None
+    release = slurm.get("release")
+    if isinstance(release, str) and release:
+        return release
+    v = slurm.get("version")
+    if isinstance(v, dict) and all(k in v for k in ("major", "minor", "micro")):
+        return f"{v['major']}.{int(v['minor']):02d}.{v['micro']}"
+    return None
+
+
+def too_old(release: str) -> bool:
+    """Whether a Slurm release predates external jobs (None-safe callers parse first)."""
+    try:
+        major, minor = (int(x) for x in release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < MIN_SLURM_RELEASE
+
 
 # Base job states; Slurm lists flags (COMPLETING, REQUEUED, ...) beside them.
 _JOB_BASE_STATES: Final = frozenset(

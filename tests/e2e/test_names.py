@@ -14,7 +14,7 @@ from slurm_bridge.operator.jobref import default_job_name
 from slurm_bridge import names
 from slurm_bridge.kube import label_value
 from tests.e2e.test_pipeline import _running_phj
-from tests.e2e.test_workload_api import GROUP, VERSION, _create, _job, _podgroup, _workload
+from tests.e2e.test_workload_api import WorkloadAPI, _job, _no_workload_api, wapi, workload_kinds
 from tests.e2e.test_workloads import _bound_to_assignments, _one_gang_job, _phase
 from tests.e2e.util import get_phj, make_pod, pod_events, read_pod, slurm_job
 from tests.harness import SlurmEnv, wait_for
@@ -24,11 +24,8 @@ pytestmark = pytest.mark.usefixtures("bridge")
 # A DNS subdomain of 253 characters: four labels of at most 63.
 LONGEST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
 assert len(LONGEST) == 253
-
-
-@pytest.fixture
-def workload_kinds() -> tuple[tuple[str, str, str], ...]:
-    return ((GROUP, VERSION, "podgroups"), (GROUP, VERSION, "workloads"))
+# The served Workload API version's fixtures (found once by discovery), used here as fixtures.
+__all__ = ["wapi", "workload_kinds"]
 
 
 def _released_with_bounded_label(pod: Any, phj: str) -> None:
@@ -58,10 +55,17 @@ def test_a_pod_named_with_253_characters_runs_and_its_job_ends_with_it(
 
 
 def test_a_gang_whose_podgroup_is_named_with_253_characters_starts_together(
-    core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, ns: str, slurm_env: SlurmEnv
+    wapi: WorkloadAPI,
+    core: k8s.CoreV1Api,
+    batch: k8s.BatchV1Api,
+    custom: k8s.CustomObjectsApi,
+    ns: str,
+    slurm_env: SlurmEnv,
 ) -> None:
-    _create(custom, ns, _workload("long", 2))
-    _create(custom, ns, _podgroup(LONGEST, "long", 2))
+    if wapi.version is None:
+        return _no_workload_api(wapi, core, ns)
+    wapi.create(custom, ns, wapi.workload("long", 2))
+    wapi.create(custom, ns, wapi.podgroup(LONGEST, "long", 2))
     batch.create_namespaced_job(ns, _job("long", LONGEST, 2))
     name = phj_name("pg", LONGEST)
     assert len(name) == 253 and name != LONGEST, "the PlaceholderJob's own name is bounded too"

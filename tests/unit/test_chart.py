@@ -37,16 +37,19 @@ Obj = dict[str, Any]
 # ---- helpers (also used by tests/e2e/test_helm.py and test_rbac.py) -----------------------------
 @functools.cache
 def helm_binary() -> Path:
-    """hack/lib.sh's $BIN_DIR/helm, built by `hack/build-binaries.sh helm` when missing."""
+    """hack/lib.sh's $HELM_BIN (Helm 3, or Helm 4 with SB_HELM=4), built by `hack/build-binaries.sh`
+    when missing."""
     proc = subprocess.run(
-        ["bash", "-c", '. hack/lib.sh && echo "$BIN_DIR"'], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    if proc.returncode != 0 or not proc.stdout.strip():
-        pytest.fail(f"cannot read BIN_DIR from hack/lib.sh: {proc.stderr[-1000:]}")
-    helm = Path(proc.stdout.strip()) / "helm"
+        ["bash", "-c", '. hack/lib.sh && echo "$HELM_BIN $HELM_TARGET"'], cwd=REPO, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    if proc.returncode != 0 or len(proc.stdout.split()) != 2:
+        pytest.fail(f"cannot read HELM_BIN from hack/lib.sh: {proc.stderr[-1000:]}")
+    path, target = proc.stdout.split()
+    helm = Path(path)
     if not os.access(helm, os.X_OK):
         build = subprocess.run(
-            ["bash", "hack/build-binaries.sh", "helm"], cwd=REPO, capture_output=True, text=True, timeout=1800
+            ["bash", "hack/build-binaries.sh", target], cwd=REPO, capture_output=True, text=True, timeout=1800
         )
         if build.returncode != 0 or not os.access(helm, os.X_OK):
             pytest.fail(
@@ -585,7 +588,7 @@ def test_each_component_runs_its_own_entry_point_of_one_image() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kube_version", "tag"), [("v1.31.4", "v1.31.4"), ("v1.36.3", "v1.36.3"), ("v1.33.1+k3s1", "v1.33.1")]
+    ("kube_version", "tag"), [("v1.34.4", "v1.34.4"), ("v1.37.2", "v1.37.2"), ("v1.35.1+k3s1", "v1.35.1")]
 )
 def test_scheduler_image_follows_the_cluster_version(kube_version: str, tag: str) -> None:
     d = deployment(render(kube_version=kube_version), "scheduler")
@@ -594,9 +597,24 @@ def test_scheduler_image_follows_the_cluster_version(kube_version: str, tag: str
     assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.36.0"
 
 
-def test_chart_refuses_clusters_without_scheduling_gates() -> None:
-    proc = render_text(kube_version="v1.29.5")
-    assert proc.returncode != 0 and "kubeVersion" in proc.stderr
+def _tested_versions() -> list[str]:
+    text = (REPO / "hack" / "versions.env").read_text()
+    m = re.search(r'^KUBERNETES_VERSIONS="([^"]+)"$', text, re.M)
+    assert m, "hack/versions.env has no KUBERNETES_VERSIONS"
+    return m.group(1).split()
+
+
+def test_chart_installs_on_exactly_the_tested_kubernetes_versions() -> None:
+    """kubeVersion is the matrix's range (docs/compatibility.md): every tested version renders,
+    the minor below the oldest and the one above the newest are refused."""
+    versions = _tested_versions()
+    for v in versions:
+        assert render_text(kube_version=v).returncode == 0, v
+    minors = sorted(int(v.split(".")[1]) for v in versions)
+    assert minors == list(range(minors[0], minors[-1] + 1)), "one version per minor, none skipped"
+    for outside in (f"v1.{minors[0] - 1}.9", f"v1.{minors[-1] + 1}.0"):
+        proc = render_text(kube_version=outside)
+        assert proc.returncode != 0 and "kubeVersion" in proc.stderr, outside
 
 
 def test_scheduler_config_matches_the_local_template() -> None:

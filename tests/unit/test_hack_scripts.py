@@ -161,3 +161,17 @@ def test_setup_python_silences_setuptools_notice_about_the_mapped_folders(tmp_pa
     notice = "Please be careful with folders in your working directory"
     assert notice in _build_editable(tmp_path / "a", None), "the notice this guards against (setuptools changed?)"
     assert notice not in _build_editable(tmp_path / "b", setting)
+
+
+@pytest.mark.parametrize(("wanted", "version"), [("1.34", "v1.34.4"), ("1.36", "v1.36.3"), ("v1.37.2", "v1.37.2")])
+def test_sb_kubernetes_picks_the_clusters_version_and_its_own_binaries(wanted: str, version: str) -> None:
+    proc = _bash('echo "$KUBERNETES_VERSION $KUBERNETES_MINOR $K8S_BIN_DIR"', {"SB_KUBERNETES": wanted})
+    assert proc.returncode == 0, proc.stderr
+    got, minor, bin_dir = proc.stdout.split()
+    assert got == version and minor == version.split(".")[1] and bin_dir.endswith(f"/bin/kubernetes-{version}")
+
+
+def test_an_unsupported_sb_kubernetes_names_the_supported_versions() -> None:
+    proc = _bash("echo unreachable", {"SB_KUBERNETES": "1.33"})
+    assert proc.returncode != 0 and "unreachable" not in proc.stdout
+    assert "SB_KUBERNETES=1.33 is not a supported version" in proc.stderr and "v1.37.2" in proc.stderr

@@ -142,6 +142,28 @@ async def test_server_without_a_supported_version_is_named(token_file: Path) -> 
     assert "v0.0.42, v0.0.41" in str(e.value) and "v0.0.45" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("meta", "words"),
+    [
+        ({"slurm": {"release": "24.11.5", "version": {"major": "24", "minor": "11", "micro": "5"}}},
+         ["is Slurm 24.11.5", "needs Slurm 25.05 or newer", "upgrade Slurm"]),
+        ({"slurm": {"version": {"major": "24", "minor": "5", "micro": "1"}}},
+         ["is Slurm 24.05.1", "needs Slurm 25.05"]),
+        ({"slurm": {"release": "25.11.2"}}, ["Slurm 25.11.2", "load a matching data_parser plugin"]),
+        ({}, ["offers none of", "load a matching data_parser plugin"]),
+    ],
+)  # fmt: skip
+async def test_a_too_old_slurm_is_named_with_the_release_it_needs(
+    token_file: Path, meta: dict[str, Any], words: list[str]
+) -> None:
+    fake = FakeSlurm(versions=("v0.0.42", "v0.0.41"))
+    fake.on("GET", "/slurm/v0.0.42/ping", lambda r: ok({"meta": meta, "pings": []}))
+    async with client(fake, token_file) as c:
+        with pytest.raises(SlurmUnsupportedVersion) as e:
+            await c.api_version()
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
 async def test_pinned_version_skips_discovery(token_file: Path) -> None:
     fake = FakeSlurm()
     fake.on("GET", "/slurm/v0.0.43/jobs", lambda r: ok({"jobs": []}))

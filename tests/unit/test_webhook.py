@@ -945,14 +945,18 @@ def test_render_url(certs: Path) -> None:
         assert hook["timeoutSeconds"] == 10
         assert len(hook["name"].split(".")) >= 3
     mutating, validating = (d["webhooks"][0] for d in docs)
-    assert mutating["rules"] == [
-        {
-            "operations": ["CREATE"],
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "resources": ["pods"],
-            "scope": "Namespaced",
-        }
+    assert mutating["rules"][0] == {
+        "operations": ["CREATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    }
+    # Workloads with pod templates: only their creates, only checked (webhook/apis.py).
+    assert [(r["operations"], r["apiGroups"][0], r["resources"][0]) for r in mutating["rules"][1:]] == [
+        (["CREATE"], "batch", "jobs"),
+        (["CREATE"], "jobset.x-k8s.io", "jobsets"),
+        (["CREATE"], "leaderworkerset.x-k8s.io", "leaderworkersets"),
     ]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     resources = {(r["apiGroups"][0], r["resources"][0]) for r in validating["rules"]}

@@ -47,7 +47,7 @@ def test_grouping_views() -> None:
     assert workloads.PLURALS[("apps", "ReplicaSet")] == "replicasets"
     assert workloads.PLURALS[("", "Pod")] == "pods"
     assert workloads.PODGROUP.api_version == "scheduling.x-k8s.io/v1alpha1"
-    assert workloads.SCHED_PODGROUP.api_version == "scheduling.k8s.io/v1alpha2"
+    assert workloads.SCHED_PODGROUP.api_version == "scheduling.k8s.io/v1beta1"  # preferred; v1alpha2 read too
     assert workloads.WorkloadKind("", "Pod", "pods", versions=("v1",)).api_version == "v1"
 
 
