@@ -22,10 +22,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
+from slurm_bridge.operator import hetjob
 from slurm_bridge.operator import lifecycle as lc
 from slurm_bridge.operator import plan as pl
 from slurm_bridge.operator import status as st
-from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, DeviceBinder
+from slurm_bridge.operator.compositeio import CompositeReporter
+from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, DeviceBinder, Prepared
 from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placer import Placer
 from slurm_bridge.operator.podgroups import PodGroupReporter
@@ -80,6 +82,7 @@ class PlaceholderJobs:
         self.tenants = tenants
         self.placer = Placer(slurm, config.immediateAllocation)
         self.podgroups = PodGroupReporter(kube)
+        self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
@@ -112,6 +115,7 @@ class PlaceholderJobs:
             job=found if found is not None and found.job_id == job_id else snap.by_id.get(job_id or -1),
             found=found,
             others=others,
+            components=snap.components(job_id) if job_id is not None else (),
             submitted_at=made[1] if made else None,
             taken_at=snap.taken_at,
             uncertain_since=self.poller.uncertain_since(uid),
@@ -192,9 +196,9 @@ class PlaceholderJobs:
                     raise
                 except SlurmError as e:
                     await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
-            case pl.Release(job_id=job_id, pods=pods, announce=announce, unless_released=unless_released):
+            case pl.Release(job_id=job_id, pods=pods, announce=announce, unless_released=unless_released, het=het):
                 self._told.pop(phj["metadata"]["uid"], None)  # the wait is over
-                outcome = await self._release(phj, job_id, pods, members, announce)
+                outcome = await self._release(phj, job_id, pods, members, announce, het)
                 if outcome == "refused":  # failed and cancelled: the terminal rows end the members
                     return phj, 0.0
                 if outcome == "device-missing":
@@ -203,6 +207,7 @@ class PlaceholderJobs:
                     return phj, DEVICES_RETRY_SECONDS
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj, scheduled, reason, message)
+                await self.composites.report(phj, scheduled, reason, message)
             case pl.RequestFullList():
                 self.poller.poll_soon(full=True)
             case pl.ForgetUncertain():
@@ -246,7 +251,10 @@ class PlaceholderJobs:
         ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
         name = request.job_name or default_job_name(meta["namespace"], meta["name"])
         try:
-            job_id = await self.placer.place(request, name, encode_admin_comment(ref))
+            if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
+                job_id = await self.placer.place_het(list(action.components), name, encode_admin_comment(ref))
+            else:
+                job_id = await self.placer.place(request, name, encode_admin_comment(ref))
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -270,10 +278,15 @@ class PlaceholderJobs:
         self.poller.submitted(meta["uid"], job_id)
         metrics.job_submitted()
         logs.bind(jobId=job_id)
-        job = await self.poller.refresh(job_id, ref)
-        submitted = lc.submitted_status(phj, job_id, job, request)
+        job = await self.poller.refresh(job_id, ref, het=bool(action.components))
+        submitted = lc.submitted_status(phj, job_id, job, request, components=action.components)
+        if action.components and self.poller.snapshot is not None:  # each component's own job id, at once
+            parts: dict[int, JobInfo | None] = {c.het_job_offset: c for c in self.poller.snapshot.components(job_id)}
+            parts.setdefault(0, job)
+            spec_parts = spec_of(phj).components or []
+            submitted.components = hetjob.component_status(spec_parts, [parts.get(i) for i in range(len(spec_parts))])
         log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
-        if job is not None and job.is_running and job.nodes:
+        if job is not None and job.is_running and job.nodes and not action.components:
             # Allocated at once: the pods are released now and the submit's status is written
             # with the allocation's (a single pod's once it is bound: lifecycle.allocation). No
             # Event: the status says it, and the scheduler posts Scheduled on each pod (as for
@@ -344,22 +357,39 @@ class PlaceholderJobs:
         pods: tuple[tuple[str, str], ...],
         members: Mapping[str, Obj | None],
         announce: bool = True,
+        het: tuple[tuple[str, int, int], ...] = (),
     ) -> Literal["released", "device-missing", "refused"]:
         """Claims of exactly Slurm's devices first (operator/devices.py), then the pods.
 
         ``device-missing``: no member is released. ``refused``: the API server refused a member's
-        release for good, so the PlaceholderJob failed and its job was cancelled."""
+        release for good, so the PlaceholderJob failed and its job was cancelled. ``het``: a
+        heterogeneous job's (pod, component job id, offset): each pod is labelled with its
+        component's job id and annotated with the job's id and its offset, and its devices are
+        its component's."""
         unreleased: dict[str, tuple[Obj, str]] = {}
         for name, node in pods:
             pod = members.get(name)
             if pod is not None:
                 unreleased[name] = (pod, node)
-        prepared = await self.devices.prepare(phj, job_id, unreleased)
-        if prepared.problem:
-            return "device-missing"
+        part = {name: (component, offset) for name, component, offset in het}
+        prepared = Prepared()
+        for component in sorted({part.get(name, (job_id, 0))[0] for name in unreleased}):
+            mine = {n: v for n, v in unreleased.items() if part.get(n, (job_id, 0))[0] == component}
+            found = await self.devices.prepare(phj, component, mine)
+            if found.problem:
+                return "device-missing"
+            prepared.annotations.update(found.annotations)
         phj_name = phj["metadata"]["name"]
+
+        def annotations(name: str) -> dict[str, str] | None:
+            extra = dict(prepared.annotations.get(name) or {})
+            if name in part:
+                extra[names.ANN_SLURM_HET_JOB_ID] = str(job_id)
+                extra[names.ANN_SLURM_HET_OFFSET] = str(part[name][1])
+            return extra or None
+
         refusals = await asyncio.gather(*(
-            self._release_pod(pod, node, job_id, phj_name, prepared.annotations.get(pod_name), announce)
+            self._release_pod(pod, node, part.get(pod_name, (job_id, 0))[0], phj_name, annotations(pod_name), announce)
             for pod_name, (pod, node) in unreleased.items()
         ))  # fmt: skip
         for pod_name, refusal in zip(unreleased, refusals, strict=True):
@@ -476,6 +506,7 @@ class PlaceholderJobs:
         self._unwritten.pop(meta["uid"], None)
         self._told.pop(meta["uid"], None)
         self.podgroups.forget(phj)
+        self.composites.forget(phj)
 
     async def _add_finalizer(self, phj: Obj) -> Obj:
         meta = phj["metadata"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from slurm_bridge.operator import status as st
+from slurm_bridge.operator.composite import is_composite
 from slurm_bridge.operator.groups import is_gang
 from slurm_bridge.operator.plan import (
     Action,
@@ -101,6 +102,9 @@ class SlurmSide:
     # newest live job (else newest that ran). What an ended or deleted PlaceholderJob cancels.
     found: JobInfo | None = None
     others: tuple[int, ...] = ()  # other live jobs made for this PlaceholderJob (a crash mid-submit)
+    # A heterogeneous job's components as the view holds them, by offset (the leader first): a
+    # CompositePodGroup's (operator/hetjob.py). () for any other job.
+    components: tuple[JobInfo, ...] = ()
     submitted_at: float | None = None  # monotonic time of the bridge's submit of job_id, until seen
     taken_at: float = 0.0  # when the view was taken (monotonic)
     uncertain_since: float | None = None  # a submit that may have made a job, not yet resolved
@@ -162,6 +166,8 @@ def decide(
         return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
+        if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
+            adopt.status.het_job_id = slurm.job_id  # a CompositePodGroup's heterogeneous job
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, scheduler, at_once, told, tenancy))
@@ -192,6 +198,7 @@ def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) 
     actions: list[Action] = []
     if slurm.found is not None and not slurm.found.is_finished:
         actions.append(Cancel(slurm.found.job_id))  # a cancel lost in a crash, done again
+    actions += _leftovers(slurm)
     live = tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p) and not st.pod_terminating(p))
     if live:
         actions.append(EndPods(live, status.reason or "SlurmJobEnded", status.message or ""))
@@ -220,6 +227,10 @@ def _no_job(
 
 
 def _submit(phj: Obj, members: Members, tenancy: Tenancy | None = None) -> Plan:
+    if is_composite(phj):
+        from slurm_bridge.operator import hetjob  # it builds on this module
+
+        return hetjob.submit(phj, members, tenancy)
     spec, status = spec_of(phj), status_of(phj)
     present = tuple(st.holding_allocation(members))
     need = spec.min_member if spec.min_member is not None else len(members)
@@ -272,6 +283,10 @@ def _with_job(
     tenancy: Tenancy | None = None,
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
+    if is_composite(phj):
+        from slurm_bridge.operator import hetjob  # it builds on this module
+
+        return hetjob.follow(phj, status, slurm, members, now, confirmed, scheduler, told)
     job_id, job = slurm.job_id, slurm.job
     assert job_id is not None
     ended = _all_ended(members, confirmed)
@@ -317,10 +332,16 @@ def _pending(
     now: Clock,
     told: Told | None,
     tenancy: Tenancy | None = None,
+    *,
+    update_job: bool = True,
 ) -> Plan:
+    """A pending job: update it to a changed spec (not a heterogeneous job, ``update_job``
+    False: its components' requests stay as submitted), mirror Slurm's reason, tell the pods."""
     gen = phj["metadata"].get("generation")
     update: tuple[Action, ...] = ()
-    if gen and status.observed_generation != gen:
+    if gen and status.observed_generation != gen and not update_job:
+        update = (WriteStatus(PlaceholderJobStatus(observed_generation=gen)),)
+    elif gen and status.observed_generation != gen:
         request = spec_of(phj).slurm
         verdict = tenancy(request) if tenancy is not None else None
         seen = WriteStatus(PlaceholderJobStatus(observed_generation=gen))
@@ -514,12 +535,24 @@ def release_rejected(phj: Obj, job_id: int, pod: str, error: str) -> Plan:
 
 
 def submitted_status(
-    phj: Obj, job_id: int, job: JobInfo | None, request: JobRequest, now: str | None = None
+    phj: Obj,
+    job_id: int,
+    job: JobInfo | None,
+    request: JobRequest,
+    now: str | None = None,
+    components: tuple[JobRequest, ...] = (),
 ) -> PlaceholderJobStatus:
-    """The status of a job just submitted (written with the allocation when Slurm allocated at once)."""
+    """The status of a job just submitted (written with the allocation when Slurm allocated at
+    once); ``components``: a heterogeneous job's component requests (``job_id`` its leader)."""
     meta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
     gen = meta.get("generation")
     message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
+    if components:
+        sizes = "+".join(str(r.nodes) for r in components)
+        message = (
+            f"submitted heterogeneous Slurm job {job_id} ({len(components)} components of {sizes} node(s), "
+            f"partition {request.partition or '-'}; Slurm starts it in a backfill pass)"
+        )
     submitted = PlaceholderJobStatus(
         job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
         reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
@@ -530,6 +563,8 @@ def submitted_status(
     expected = expected_start(job, datetime.now(UTC)) if job is not None else None
     if expected is not None:
         submitted.expected_start = expected
+    if components:
+        submitted.het_job_id = job_id
     return submitted
 
 
@@ -587,6 +622,15 @@ def _terminal_status(
     return WriteStatus(ended)
 
 
+def _leftovers(slurm: SlurmSide) -> tuple[Cancel, ...]:
+    """Components of a heterogeneous job that live on while its leader does not (the leader
+    component alone was cancelled): cancelling the leader no longer reaches them, so each is
+    cancelled on its own."""
+    if slurm.found is not None and not slurm.found.is_finished:
+        return ()
+    return tuple(Cancel(c.job_id) for c in slurm.components if not c.is_finished)
+
+
 def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
     """A deleted PlaceholderJob: release its Slurm job, but never under a live pod.
 
@@ -597,7 +641,8 @@ def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
     """
     job_id, job = slurm.job_id, slurm.found
     live_job = job_id is not None and (job is None or not job.is_finished)
-    if live_job or slurm.others:
+    leftovers = _leftovers(slurm)
+    if live_job or slurm.others or leftovers:
         if confirmed is None:
             return Plan((ConfirmMembers(),))
         holding = list(st.holding_allocation(confirmed))
@@ -616,5 +661,6 @@ def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
         actions += [Cancel(job_id), Event("Cancelled", f"PlaceholderJob deleted: cancelled Slurm job {job_id}")]
     # Any other live job this PlaceholderJob made (a crash between submit and status).
     actions += [Cancel(o) for o in slurm.others]
+    actions += leftovers
     actions.append(Finalize())
     return Plan(tuple(actions))

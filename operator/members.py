@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 
 from slurm_bridge.operator import status as st
+from slurm_bridge.operator.composite import CompositeGroup
+from slurm_bridge.operator.compositemembers import CompositeMembership
 from slurm_bridge.operator.groups import Group, GroupError, Join, is_gang, plan_join, same_group
 from slurm_bridge.operator.lifecycle import REASON_SUBMITTING
 from slurm_bridge.operator.poller import SlurmPoller
@@ -76,6 +78,7 @@ class Membership:
         self.config, self.kube = config, kube
         self.pods, self.phjs, self.queue, self.poller = pods, phjs, queue, poller
         self.groups = GroupResolver(kube.get)
+        self.composite = CompositeMembership(self)  # CompositePodGroups (operator/compositemembers.py)
         # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self._member_of: dict[str, Key] = {}
@@ -106,6 +109,8 @@ class Membership:
         except GroupError as e:
             await self._tell(pod, e.reason, e.message)
             return e.retry_after
+        if isinstance(group, CompositeGroup):
+            return await self.composite.join(pod, group)
         if group.gang:
             return await self._join_gang(pod, group)
         return await self._single(pod, group)

@@ -33,10 +33,16 @@ def candidates(
     snap: JobSnapshot, known: Collection[str], submitting: Callable[[str], bool], now: float, grace: float
 ) -> Iterator[tuple[int, PhjRef]]:
     """Live jobs whose PlaceholderJob uid is neither known nor just submitted for, and older than
-    ``grace`` seconds (wall clock ``now``): each still needs a GET before it is cancelled."""
+    ``grace`` seconds (wall clock ``now``): each still needs a GET before it is cancelled.
+
+    A heterogeneous job's component is left to its leader while the leader lives: cancelling the
+    leader cancels every component (a component outliving its leader is cancelled on its own)."""
     for job_id, ref in list(snap.refs.items()):
         job = snap.by_id[job_id]
         if job.is_finished or ref.uid in known or submitting(ref.uid):
+            continue
+        leader = snap.by_id.get(job.het_job_id) if job.is_het_component else None
+        if leader is not None and not leader.is_finished:
             continue
         if job.submit_time and now - job.submit_time.timestamp() < grace:
             continue

@@ -56,3 +56,11 @@ class Placer:
             log.info("Slurm cannot start job %s now (%s): queued it; partition %s queues directly for %.0fs",
                      name, reason, partition or "(default)", backoff)  # fmt: skip
         return job_id
+
+    async def place_het(self, requests: list[JobRequest], name: str, admin_comment: str) -> int:
+        """A heterogeneous job (a CompositePodGroup's), always queued: Slurm refuses a
+        heterogeneous immediate allocation (error 2078) and starts such a job only in a backfill
+        pass. Returns the leader's id."""
+        job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment)
+        metrics.job_queued()
+        return job_id

@@ -71,10 +71,14 @@ class Fence:
 
 @dataclass(frozen=True)
 class Submit:
-    """Allocate now or queue (see jobs.Placer); ``present``: live members told of a refusal."""
+    """Allocate now or queue (see jobs.Placer); ``present``: live members told of a refusal.
+
+    ``components``: a heterogeneous job's component requests in offset order (``request`` is
+    component 0's): always queued, Slurm starts such a job only in a backfill pass."""
 
     request: JobRequest
     present: tuple[str, ...]
+    components: tuple[JobRequest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class Release:
     # if a member cannot be released (a DRA device is missing), so the held pod's PlaceholderJob
     # says which job holds it.
     unless_released: PlaceholderJobStatus | None = None
+    # A heterogeneous job (``job_id`` its leader): (pod, its component's job id, the offset).
+    het: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

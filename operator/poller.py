@@ -64,19 +64,29 @@ class JobSnapshot:
 
     def __init__(self, jobs: dict[int, JobInfo], refs: dict[int, PhjRef], taken_at: float) -> None:
         self.taken_at = taken_at
-        self.by_id = jobs
-        self.refs = refs
+        self.by_id: dict[int, JobInfo] = {}
+        self.refs: dict[int, PhjRef] = {}
+        # PlaceholderJob uid -> its jobs; a heterogeneous job only by its leader, which stands for
+        # the whole job (adoption, cancels). Leader id -> offset -> component, leader included.
         self.by_uid: dict[str, list[JobInfo]] = {}
-        for job_id, ref in refs.items():
-            self.by_uid.setdefault(ref.uid, []).append(jobs[job_id])
+        self.het: dict[int, dict[int, JobInfo]] = {}
         # The pending jobs (their reasons are read again), and a counter of changes to the view.
-        self.pending = {job_id for job_id, job in jobs.items() if job.is_pending}
+        self.pending: set[int] = set()
+        for job_id, ref in refs.items():
+            self._add(jobs[job_id], ref)
         self.version = 0
 
     def put(self, job: JobInfo, ref: PhjRef) -> None:
         self.drop(job.job_id)
+        self._add(job, ref)
+
+    def _add(self, job: JobInfo, ref: PhjRef) -> None:
         self.by_id[job.job_id] = job
         self.refs[job.job_id] = ref
+        if job.het_job_id:
+            self.het.setdefault(job.het_job_id, {})[job.het_job_offset] = job
+        if job.is_het_component:
+            return  # its leader stands for it
         self.by_uid.setdefault(ref.uid, []).append(job)
         if job.is_pending:
             self.pending.add(job.job_id)
@@ -84,14 +94,26 @@ class JobSnapshot:
     def drop(self, job_id: int) -> None:
         self.version += 1
         self.pending.discard(job_id)
-        self.by_id.pop(job_id, None)
+        job = self.by_id.pop(job_id, None)
         ref = self.refs.pop(job_id, None)
+        if job is not None and job.het_job_id:
+            parts = self.het.get(job.het_job_id, {})
+            if parts.get(job.het_job_offset) is job:
+                del parts[job.het_job_offset]
+            if not parts:
+                self.het.pop(job.het_job_id, None)
         if ref is not None:
             jobs = [j for j in self.by_uid.get(ref.uid, []) if j.job_id != job_id]
             if jobs:
                 self.by_uid[ref.uid] = jobs
             else:
                 self.by_uid.pop(ref.uid, None)
+
+    def components(self, leader: int) -> tuple[JobInfo, ...]:
+        """A heterogeneous job's components the view holds, by offset (the leader first); ()
+        for any other job."""
+        parts = self.het.get(leader, {})
+        return tuple(parts[o] for o in sorted(parts))
 
     def job_for_uid(self, uid: str) -> JobInfo | None:
         """The bridge's live job for a PlaceholderJob (newest first), else its newest ended one."""
@@ -198,22 +220,31 @@ class SlurmPoller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._resyncing
 
-    async def refresh(self, job_id: int, ref: PhjRef) -> JobInfo | None:
-        """Read one job the bridge just made, so its state is known without waiting for a poll.
+    async def refresh(self, job_id: int, ref: PhjRef, *, het: bool = False) -> JobInfo | None:
+        """Read one job the bridge just made, so its state is known without waiting for a poll;
+        ``het``: a heterogeneous job's leader, read with every component.
 
         When the read fails the next poll reads it. None: Slurm does not know the job (yet).
         """
         try:
-            job = await self._slurm.get_job(job_id)
+            if het:
+                found = await self._slurm.get_jobs(job_id)
+            else:
+                one = await self._slurm.get_job(job_id)
+                found = [one] if one is not None else []
         except SlurmError as e:
             log.info("reading Slurm job %d failed, the next poll reads it: %s", job_id, e)
             self._expected[job_id] = ref
             self.poll_soon()
             return None
+        job = next((j for j in found if j.job_id == job_id), None)
         if job is None:
             self._expected[job_id] = ref
             return None
-        self._apply(job, ref, time.monotonic(), notify=False)
+        at = time.monotonic()
+        for j in found:  # a heterogeneous job's leader answers with every component
+            if j.job_id == job_id or (job.het_job_id and j.het_job_id == job.het_job_id):
+                self._apply(j, ref, at, notify=False)
         return job
 
     # ---- the bridge's own submits ----------------------------------------------------------------
@@ -248,8 +279,12 @@ class SlurmPoller:
         again to learn it (should Slurm report anything else, the states differ and it is read)."""
         snap = self.snapshot
         job = snap.by_id.get(job_id) if snap is not None else None
-        if snap is not None and job is not None and not job.is_finished:
-            snap.put(job.model_copy(update={"states": ("CANCELLED",)}), snap.refs[job_id])
+        if snap is None or job is None:
+            return
+        # Cancelling a heterogeneous job's leader cancels every component.
+        for part in snap.components(job_id) if job.het_job_id == job_id else (job,):
+            if not part.is_finished:
+                snap.put(part.model_copy(update={"states": ("CANCELLED",)}), snap.refs[part.job_id])
 
     # ---- polls ---------------------------------------------------------------------------------
     async def poll_once(self) -> JobSnapshot:
@@ -339,12 +374,11 @@ class SlurmPoller:
         assert snap is not None
         previous = self._states
         states = self._states = await self._slurm.job_states(previous)
-        by_state = states.by_id
         wanted: dict[int, PhjRef] = dict(self._expected)
         settled = self._settled
         if not (states.unchanged and settled is not None and settled[0] is previous and settled[1] == snap.version):
             for job_id, job in snap.by_id.items():
-                state = by_state.get(job_id)
+                state = states.of(job)
                 if state is None or (state != job.states and set(state) != set(job.states)):
                     wanted[job_id] = snap.refs[job_id]
         # else: the same answer as the last poll's, which found every job as the view still has it
@@ -358,7 +392,7 @@ class SlurmPoller:
             wanted[job_id] = snap.refs[job_id]
         if not wanted:
             return
-        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(by_state), 1):
+        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
             await self._full(started)
             return
         sem = asyncio.Semaphore(GET_CONCURRENCY)
@@ -375,7 +409,7 @@ class SlurmPoller:
             elif job_id in snap.by_id:
                 self._forget(job_id)  # purged from Slurm
                 self._purged_at[job_id] = started
-            elif job_id not in by_state:
+            elif not states.knows(job_id):
                 # An expected job Slurm does not know: the next full list decides.
                 self._full_wanted = True
 

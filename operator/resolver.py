@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_bridge.operator.composite import parent_name
+from slurm_bridge.operator.compositeio import CompositeReader
 from slurm_bridge.operator.groups import (
     JOB,
     JOBSET,
@@ -46,6 +48,7 @@ class GroupResolver:
         self.max_depth = max_depth
         self._plurals: dict[tuple[str, str], str] = {}
         self.apis = apis or Discovery(get)
+        self.composites = CompositeReader(get, self.apis)
 
     async def resolve(self, pod: Obj) -> Group:
         """The pod's group; raises GroupError when it cannot be known now."""
@@ -119,6 +122,10 @@ class GroupResolver:
             workload = await self._read(api_version, "Workload", ns, wname, f"PodGroup {name} was made from")
         recognized, _ = await self._walk(pod)
         controller = recognized if recognized is not None and group_kind(recognized) in (JOB, JOBSET) else None
+        if parent_name(podgroup):  # a CompositePodGroup's child (Kubernetes 1.37): operator/composite.py
+            composite = await self.composites.group(pod, podgroup, controller, workload)
+            if composite is not None:
+                return composite
         return workload_podgroup_group(pod, podgroup, controller, workload)
 
     async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:

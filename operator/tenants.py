@@ -92,19 +92,23 @@ def outside_policy(policy: tenancy.TenantPolicy, phjs: Iterable[Obj], selected: 
         status = status_of(phj)
         if status.phase not in _LIVE or status.job_id is None:
             continue
-        try:
-            request = tenancy.apply_defaults(spec_of(phj).slurm, policy)
-        except ValueError:
-            continue
-        values = request.model_dump(exclude_none=True)
-        if status.account:
-            values["account"] = status.account  # what Slurm charges it to
-        if status.slurm_user and spec.user is not None and spec.user.name is not None:
-            values.pop("user_id", None)
-            values["user_name"] = status.slurm_user
-        problems = tenancy.check(values, policy)
-        if problems:
-            out.append(f"{meta.get('namespace')}/{meta.get('name')} (job {status.job_id}): {problems[0]}")
+        phj_spec = spec_of(phj)
+        # A heterogeneous job (a CompositePodGroup's) is judged component by component.
+        for requested in [c.slurm for c in phj_spec.components or []] or [phj_spec.slurm]:
+            try:
+                request = tenancy.apply_defaults(requested, policy)
+            except ValueError:
+                continue
+            values = request.model_dump(exclude_none=True)
+            if status.account:
+                values["account"] = status.account  # what Slurm charges it to
+            if status.slurm_user and spec.user is not None and spec.user.name is not None:
+                values.pop("user_id", None)
+                values["user_name"] = status.slurm_user
+            problems = tenancy.check(values, policy)
+            if problems:
+                out.append(f"{meta.get('namespace')}/{meta.get('name')} (job {status.job_id}): {problems[0]}")
+                break
     return sorted(out)
 
 

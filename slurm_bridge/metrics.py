@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -285,6 +285,20 @@ _LIVE_JOB = frozenset({names.PHASE_PENDING, names.PHASE_ALLOCATED, names.PHASE_R
 _HOLDING = frozenset({names.PHASE_ALLOCATED, names.PHASE_RUNNING})
 
 
+def _held_cpus(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int:
+    """CPUs a PlaceholderJob's allocation holds: nodes x tasks x cpus per task; a heterogeneous
+    job's (spec.components) summed over its components, each with its own size."""
+    assignments = status.get("assignments") or []
+    parts = spec.get("components") or [spec]
+    total = 0
+    for offset, part in enumerate(parts):
+        slurm = part.get("slurm") or {}
+        mine = [a for a in assignments if len(parts) == 1 or a.get("offset") == offset]
+        nodes = len(mine) or _int(slurm.get("nodes"), 1)
+        total += nodes * _int(slurm.get("tasksPerNode"), 1) * _int(slurm.get("cpusPerTask"), 1)
+    return total
+
+
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
@@ -303,10 +317,7 @@ def by_account(phjs: list[Obj]) -> Iterator[Metric]:
         account = str(status.get("account") or "")
         jobs[account] = jobs.get(account, 0) + 1
         if phase in _HOLDING:
-            slurm = (phj.get("spec") or {}).get("slurm") or {}
-            nodes = len(status.get("assignments") or []) or _int(slurm.get("nodes"), 1)
-            per_node = _int(slurm.get("tasksPerNode"), 1) * _int(slurm.get("cpusPerTask"), 1)
-            cpus[account] = cpus.get(account, 0) + nodes * per_node
+            cpus[account] = cpus.get(account, 0) + _held_cpus(phj.get("spec") or {}, status)
     job_family = GaugeMetricFamily(f"{NS}_jobs_by_account", "Live Slurm jobs of the bridge (PlaceholderJobs "
                                    "Pending, Allocated or Running with a job id), by Slurm account",
                                    labels=["account"])  # fmt: skip

@@ -99,9 +99,15 @@ LABEL_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
 ANN_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
 # The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
 ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
+# A pod of a CompositePodGroup runs in one component of a heterogeneous Slurm job: the job's id (its
+# leader's) and the component's offset. The pod's LABEL_SLURM_JOB_ID is the component's own job id.
+ANN_SLURM_HET_JOB_ID: Final = SLINKY_PREFIX + "slurm-het-job-id"
+ANN_SLURM_HET_OFFSET: Final = SLINKY_PREFIX + "slurm-het-offset"
 
 RESERVED_POD_LABELS: Final = frozenset({LABEL_SLURM_JOB_ID, LABEL_PLACEHOLDER_JOB})
-RESERVED_POD_ANNOTATIONS: Final = frozenset({ANN_SLURM_NODE, ANN_SLURM_DEVICES, ANN_PLACEHOLDER_JOB})
+RESERVED_POD_ANNOTATIONS: Final = frozenset(
+    {ANN_SLURM_NODE, ANN_SLURM_DEVICES, ANN_PLACEHOLDER_JOB, ANN_SLURM_HET_JOB_ID, ANN_SLURM_HET_OFFSET}
+)
 
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
 LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
@@ -206,6 +212,10 @@ PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
 PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 PODGROUP_REASON_SCHEDULED: Final = "Scheduled"
 PODGROUP_REASON_UNSCHEDULABLE: Final = "Unschedulable"
+# The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its
+# whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
+# heterogeneous Slurm jobs it makes of them (operator/compositeio.py). True is final.
+COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
 # The LeaderWorkerSet and group a pod belongs to (set by the LeaderWorkerSet controller).
 LABEL_LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
 LABEL_LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"

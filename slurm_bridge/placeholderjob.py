@@ -37,6 +37,16 @@ class GroupSource(_Camel):
     uid: str | None = None
 
 
+class Component(_Camel):
+    """One component of a heterogeneous Slurm job: a child PodGroup of a CompositePodGroup, its
+    member pods (one node each) and its own request. Its offset is its place in the list."""
+
+    pod_group: str
+    min_member: int = Field(ge=1)
+    pods: list[str]
+    slurm: JobRequest
+
+
 class PlaceholderJobSpec(_Camel):
     pods: list[str]
     # The uid of each member (gangs only): a pod with a member's name but another uid is a later
@@ -45,11 +55,26 @@ class PlaceholderJobSpec(_Camel):
     min_member: int | None = Field(default=None, ge=1)
     group: GroupSource | None = None
     slurm: JobRequest
+    # A CompositePodGroup's heterogeneous job: its components in offset order (``pods`` lists
+    # every component's pods, ``slurm`` is component 0's request), and how many must be complete.
+    min_components: int | None = Field(default=None, ge=1)
+    components: list[Component] | None = None
 
 
 class Assignment(_Camel):
     pod: str
     node: str
+    offset: int | None = Field(default=None, ge=0)  # the pod's heterogeneous job component
+
+
+class ComponentStatus(_Camel):
+    """A heterogeneous job's component as Slurm reports it."""
+
+    offset: int = Field(ge=0)
+    pod_group: str
+    job_id: int | None = None
+    slurm_state: str | None = None
+    node_list: str | None = None
 
 
 # What a condition written before every field was required reads as (see Condition).
@@ -83,6 +108,8 @@ class Condition(_Camel):
 class PlaceholderJobStatus(_Camel):
     observed_generation: int | None = None
     job_id: int | None = None
+    het_job_id: int | None = None  # a CompositePodGroup's heterogeneous job (its leader's id)
+    components: list[ComponentStatus] | None = None
     phase: Phase | None = None
     slurm_state: str | None = None
     reason: str | None = None

@@ -88,6 +88,12 @@ SCHED_PODGROUP: Final = WorkloadKind(
     "scheduling.k8s.io", "PodGroup", "podgroups", versions=WORKLOAD_API_VERSIONS, configures=True, gang=True
 )
 POD: Final = WorkloadKind("", "Pod", "pods")
+# Kubernetes 1.37 (feature gate CompositePodGroup, alpha): a PodGroup names its parent in
+# spec.parentCompositePodGroupName; a gang of gang PodGroups is one heterogeneous Slurm job
+# (operator/composite.py).
+COMPOSITE_PODGROUP: Final = WorkloadKind(
+    "scheduling.k8s.io", "CompositePodGroup", "compositepodgroups", versions=("v1alpha3",), configures=True, gang=True
+)
 
 # Every kind, in the order the webhook registers them; the last ones commonly own pods and are
 # listed so that the operator's owner walk needs no discovery call for them.
@@ -99,6 +105,7 @@ KINDS: Final[tuple[WorkloadKind, ...]] = (
     WORKLOAD,
     SCHED_PODGROUP,
     POD,
+    COMPOSITE_PODGROUP,
     WorkloadKind("", "ReplicationController", "replicationcontrollers"),
     WorkloadKind("batch", "CronJob", "cronjobs"),
     WorkloadKind("apps", "ReplicaSet", "replicasets"),

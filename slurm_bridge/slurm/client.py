@@ -378,6 +378,21 @@ class SlurmClient:
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
+        """Submit one heterogeneous external job, a component per request (in offset order), and
+        return its leader's id (component 0's; component ``i`` has its own id, and cancelling the
+        leader cancels every component).
+
+        Always queued: Slurm 26.05 refuses a heterogeneous immediate allocation (``job/allocate``
+        with ``hetjob`` and ``immediate``: error 2078, even on an idle cluster) and starts such a
+        job only in a backfill pass (``SchedulerParameters=bf_interval``, 30 s by default). Never
+        sent twice, as :meth:`submit_external_job`.
+        """
+        codec = await self._get_codec()
+        body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment)
+        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
+        return codec.decode_submit(reply.body)
+
     async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
@@ -476,6 +491,15 @@ class SlurmClient:
             return None
         jobs = codec.decode_jobs(reply.body)
         return next((j for j in jobs if j.job_id == job_id), jobs[0] if jobs else None)
+
+    async def get_jobs(self, job_id: int) -> list[JobInfo]:
+        """Every job record the answer for ``job_id`` holds: the job, or a heterogeneous job's
+        every component when ``job_id`` is its leader; [] when Slurm does not know it."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path(f"job/{int(job_id)}"), params=_JOB_QUERY, not_found_ok=True)
+        if reply.status == 404:
+            return []
+        return codec.decode_jobs(reply.body)
 
     async def job_devices(self, job_id: int) -> dict[str, NodeDevices] | None:
         """Node -> the devices (GRES indices, CPUs) the job holds there; None when Slurm does not

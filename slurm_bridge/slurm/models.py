@@ -79,10 +79,25 @@ class JobInfo(BaseModel):
     # Whom Slurm runs and charges the job as (shown in the PlaceholderJob's status).
     user_name: str = ""
     account: str = ""
+    # A heterogeneous job's component: the leader's id (component 0's) and this one's offset; 0
+    # and 0 for any other job. Each component is a job of its own in Slurm's lists.
+    het_job_id: int = 0
+    het_job_offset: int = 0
 
     @property
     def state(self) -> str:
         return self.states[0] if self.states else "UNKNOWN"
+
+    @property
+    def het_leader(self) -> int:
+        """The id that stands for the whole job: the leader's for a heterogeneous job's component
+        (cancelling it cancels every component), else the job's own."""
+        return self.het_job_id or self.job_id
+
+    @property
+    def is_het_component(self) -> bool:
+        """A heterogeneous job's component other than its leader."""
+        return self.het_job_id != 0 and self.het_job_id != self.job_id
 
     @property
     def is_pending(self) -> bool:
@@ -104,16 +119,39 @@ class JobStates:
     ``unchanged`` says every job has the same flags as in the one passed to ``job_states`` as
     ``previous``: a poll that already looked at that one has nothing new to compare. (With
     thousands of jobs, comparing each job every poll period was most of an idle poller's CPU.)
+    ``het`` holds the components of heterogeneous jobs that the answer names by
+    ``<leader>+<offset>`` rather than by their own id; :meth:`of` finds a job either way.
     """
 
-    __slots__ = ("by_id", "unchanged")
+    __slots__ = ("by_id", "het", "unchanged")
 
-    def __init__(self, by_id: dict[int, tuple[str, ...]], *, unchanged: bool = False) -> None:
+    def __init__(
+        self,
+        by_id: dict[int, tuple[str, ...]],
+        *,
+        unchanged: bool = False,
+        het: dict[tuple[int, int], tuple[str, ...]] | None = None,
+    ) -> None:
         self.by_id = by_id
+        self.het = het or {}
         self.unchanged = unchanged
 
     def __repr__(self) -> str:
-        return f"JobStates({len(self.by_id)} jobs, unchanged={self.unchanged})"
+        return f"JobStates({len(self)} jobs, unchanged={self.unchanged})"
+
+    def __len__(self) -> int:
+        return len(self.by_id) + len(self.het)
+
+    def of(self, job: JobInfo) -> tuple[str, ...] | None:
+        """The state flags the answer gives ``job``, by its id or as a heterogeneous component."""
+        found = self.by_id.get(job.job_id)
+        if found is None and job.het_job_id:
+            found = self.het.get((job.het_job_id, job.het_job_offset))
+        return found
+
+    def knows(self, job_id: int) -> bool:
+        """Whether the answer lists ``job_id`` (a plain job, or a heterogeneous job's leader)."""
+        return job_id in self.by_id or (job_id, 0) in self.het
 
 
 FINISHED_JOB_STATES = frozenset(

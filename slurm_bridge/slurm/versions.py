@@ -188,9 +188,13 @@ class JobWire(_Wire):
     time_limit: _Time = None
     user_name: str | None = None
     account: str | None = None
+    het_job_id: NoVal | int | None = None
+    het_job_offset: NoVal | int | None = None
 
 
 _JOB_KEYS = tuple(JobWire.model_fields)
+# ``jobs/state`` names a heterogeneous job's component ``<leader>+<offset>``.
+_HET_STATE_ID = re.compile(r"^(\d+)\+(\d+)$")
 
 
 class CoreWire(_Wire):
@@ -346,6 +350,12 @@ def _minutes(v: _Time) -> int | None:
     return v.value() if isinstance(v, NoVal) else v
 
 
+def _number(v: NoVal | int | None) -> int:
+    """A count or id that Slurm may leave unset (0 then)."""
+    n = v.value() if isinstance(v, NoVal) else v
+    return n or 0
+
+
 def _base_first(states: list[str] | str, base: frozenset[str]) -> tuple[str, ...]:
     """Upper-cased states with the base state first, whatever order the server used."""
     items = [s.upper() for s in ([states] if isinstance(states, str) else states) if s]
@@ -467,6 +477,15 @@ class Codec:
         d.current_working_directory = "/tmp"
         return {"job": d.body()}
 
+    def het_submit_body(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> dict[str, Any]:
+        """One heterogeneous external job, a component per request in offset order (``jobs``, a
+        list of job descriptions: Slurm 26.05 makes them one job whose leader is component 0,
+        checked). Every component carries the name and the admin comment, so each is found as the
+        bridge's in Slurm's lists, where each component is a job of its own."""
+        if not reqs:
+            raise ValueError("a heterogeneous job needs at least one component")
+        return {"jobs": [self.submit_body(r, name=name, admin_comment=admin_comment)["job"] for r in reqs]}
+
     def allocate_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
         """The external job of :meth:`submit_body`, allocated now or refused (never queued)."""
         body = self.submit_body(req, name=name, admin_comment=admin_comment)
@@ -544,6 +563,8 @@ class Codec:
             time_limit_minutes=_minutes(w.time_limit),
             user_name=w.user_name or "",
             account=w.account or "",
+            het_job_id=_number(w.het_job_id),
+            het_job_offset=_number(w.het_job_offset),
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
@@ -552,21 +573,27 @@ class Codec:
     def decode_job_states(self, body: Any, previous: JobStates | None = None) -> JobStates:
         """``jobs/state``: job id -> state flags (base state first, as in :meth:`decode_job`).
 
-        Ids are strings on the wire; array and heterogeneous job ids (``12_3``, ``12+1``) are
-        left out: the bridge never makes such jobs. ``unchanged``: every job has the same flags as
-        in ``previous`` (in whatever order they came). Decoding 10,000 jobs takes about 2.5 ms:
-        each distinct flag list is ordered once.
+        Ids are strings on the wire; array task ids (``12_3``) are left out: the bridge never
+        makes array jobs. A heterogeneous job's component named ``<leader>+<offset>`` goes into
+        ``JobStates.het`` (the bridge's CompositePodGroups are heterogeneous jobs).
+        ``unchanged``: every job has the same flags as in ``previous`` (in whatever order they
+        came). Decoding 10,000 jobs takes about 2.5 ms: each distinct flag list is ordered once.
         """
         items = listed(body, "jobs", "jobs/state")
         states: dict[int, tuple[str, ...]] = {}
+        het: dict[tuple[int, int], tuple[str, ...]] = {}
         # Thousands of jobs share a handful of flag lists: order each distinct one once.
         ordered: dict[tuple[str, ...] | str, tuple[str, ...]] = {}
         for j in items:
             raw_id = j.get("job_id") if isinstance(j, dict) else None
+            component: tuple[int, int] | None = None
             if isinstance(raw_id, str):
-                if not raw_id.isdigit():
+                if raw_id.isdigit():
+                    job_id = int(raw_id)
+                elif (m := _HET_STATE_ID.match(raw_id)) is not None:
+                    component = (int(m[1]), int(m[2]))
+                else:
                     continue
-                job_id = int(raw_id)
             elif isinstance(raw_id, int):
                 job_id = raw_id
             else:
@@ -578,8 +605,12 @@ class Codec:
             found = ordered.get(key)
             if found is None:
                 found = ordered[key] = _base_first(flags, _JOB_BASE_STATES)
-            states[job_id] = found
-        return JobStates(states, unchanged=previous is not None and states == previous.by_id)
+            if component is not None:
+                het[component] = found
+            else:
+                states[job_id] = found
+        unchanged = previous is not None and states == previous.by_id and het == previous.het
+        return JobStates(states, unchanged=unchanged, het=het)
 
     def last_update(self, body: Any) -> int | None:
         """The answer's ``last_update`` (Slurm's clock, seconds): what to pass as ``update_time``

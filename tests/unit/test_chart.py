@@ -455,6 +455,9 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("scheduling.k8s.io", "podgroups", "get")
         | _grant("scheduling.k8s.io", "workloads", "get")
         | _grant("scheduling.k8s.io", "podgroups/status", "patch")
+        # 1.37 CompositePodGroups: the parent of a PodGroup, the composite's condition
+        | _grant("scheduling.k8s.io", "compositepodgroups", "get")
+        | _grant("scheduling.k8s.io", "compositepodgroups/status", "patch")
         # exact DRA devices: the pods' claims and the nodes' ResourceSlices
         | _grant("resource.k8s.io", "resourceclaims", "get", "create")
         | _grant("resource.k8s.io", "resourceclaims/status", "patch")

@@ -284,3 +284,22 @@ def test_jobs_and_cpus_by_account() -> None:
         [running, pending, other, done])}  # fmt: skip
     assert families["slurm_bridge_jobs_by_account"] == {"team-a": 2, "team-b": 1}
     assert families["slurm_bridge_allocated_cpus_by_account"] == {"team-a": 8, "team-b": 1}
+
+
+def test_a_heterogeneous_job_is_judged_and_counted_component_by_component() -> None:
+    """A CompositePodGroup's job: its components' requests and sizes, not only component 0's."""
+    het = phj("Running", account="team-a", slurmUser="alice")
+    het["metadata"]["namespace"] = "ns"
+    het["spec"]["components"] = [
+        {"podGroup": "a", "minMember": 1, "pods": ["a0"], "slurm": {"nodes": 1, "cpusPerTask": 2}},
+        {"podGroup": "b", "minMember": 2, "pods": ["b0", "b1"],
+         "slurm": {"nodes": 2, "cpusPerTask": 4, "qos": "not-allowed"}},
+    ]  # fmt: skip
+    het["spec"]["slurm"] = het["spec"]["components"][0]["slurm"]
+    het["status"]["assignments"] = [{"pod": "a0", "node": "n1", "offset": 0}, {"pod": "b0", "node": "n2", "offset": 1},
+                                    {"pod": "b1", "node": "n3", "offset": 1}]  # fmt: skip
+    families = {m.name: {s.labels["account"]: s.value for s in m.samples} for m in metrics.by_account([het])}
+    assert families["slurm_bridge_allocated_cpus_by_account"] == {"team-a": 1 * 2 + 2 * 4}
+    view = tn.desired_status(POLICY, {}, _index(POLICY), KNOWN, [het])
+    (line,) = view.status["jobsOutsidePolicy"]
+    assert line.startswith("ns/phj (job 7): ") and "not-allowed" in line, line

@@ -968,6 +968,7 @@ def test_render_url(certs: Path) -> None:
         ("scheduling.x-k8s.io", "podgroups"),
         ("scheduling.k8s.io", "workloads"),
         ("scheduling.k8s.io", "podgroups"),
+        ("scheduling.k8s.io", "compositepodgroups"),
     }
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in validating["rules"])
 

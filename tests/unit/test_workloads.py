@@ -36,13 +36,14 @@ def test_configuring_kinds_and_their_pod_templates() -> None:
         ("scheduling.x-k8s.io", "PodGroup"): (),
         ("scheduling.k8s.io", "Workload"): (),
         ("scheduling.k8s.io", "PodGroup"): (),
+        ("scheduling.k8s.io", "CompositePodGroup"): (),
     }
 
 
 def test_grouping_views() -> None:
     deciding = {("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")}
     assert deciding == workloads.DECIDES_GROUP
-    assert {"JobSet", "LeaderWorkerSet", "PodGroup"} == workloads.GANG_KINDS
+    assert {"JobSet", "LeaderWorkerSet", "PodGroup", "CompositePodGroup"} == workloads.GANG_KINDS
     assert workloads.PLURALS[("apps", "ReplicaSet")] == "replicasets"
     assert workloads.PLURALS[("", "Pod")] == "pods"
     assert workloads.PODGROUP.api_version == "scheduling.x-k8s.io/v1alpha1"

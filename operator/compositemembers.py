@@ -1,0 +1,191 @@
+"""Pods -> a CompositePodGroup's PlaceholderJob (I/O): the membership writes of a heterogeneous
+job, by the rules of ``composite.plan_composite_join``.
+
+As for gangs (operator/members.py, whose helpers this uses), every write carries a
+resourceVersion test, so members joining at once never lose each other, and a fenced
+PlaceholderJob counts as submitted. Each component's request is computed from its own pods and
+options (``CompositeGroup``); ``spec.slurm`` repeats component 0's, ``spec.pods`` lists every
+component's pods (the indexes and the member checks read it), ``spec.minMember`` is the sum of
+the components' gang sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.composite import (
+    REASON_COMPOSITE_FULL,
+    CompositeGroup,
+    CompositeJoin,
+    Part,
+    flat_pods,
+    plan_composite_join,
+)
+from slurm_bridge.operator.groups import same_group
+
+from slurm_bridge import names
+from slurm_bridge.kube import Conflict, Invalid, KubeError, phj_path
+from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
+
+if TYPE_CHECKING:
+    from slurm_bridge.operator.members import Membership
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+def parts_of(spec: PlaceholderJobSpec) -> tuple[Part, ...]:
+    return tuple(Part(c.pod_group, c.min_member, tuple(c.pods)) for c in spec.components or [])
+
+
+def composite_spec(parts: tuple[Part, ...], slurm: dict[str, Obj], min_components: int) -> Obj:
+    """The spec fields of a composite's PlaceholderJob for ``parts`` (``slurm``: PodGroup ->
+    its component's request in CRD form)."""
+    components = [
+        {"podGroup": p.pod_group, "minMember": p.min_member, "pods": list(p.pods), "slurm": slurm[p.pod_group]}
+        for p in parts
+    ]
+    return {
+        "pods": list(flat_pods(parts)),
+        "components": components,
+        "slurm": components[0]["slurm"],
+        "minMember": sum(p.min_member for p in parts),
+        "minComponents": min_components,
+    }
+
+
+class CompositeMembership:
+    """join(pod, group): make a pod of a CompositePodGroup a member of its component."""
+
+    def __init__(self, members: Membership) -> None:
+        self.m = members
+
+    async def join(self, pod: Obj, group: CompositeGroup) -> float | None:
+        m, key = self.m, (group.namespace, group.name)
+        if not m.poller.synced.is_set():
+            return m.config.pollPeriodSeconds  # whether the composite's job exists is not known yet
+        for _ in range(10):
+            phj = m.phjs.get(key)
+            if phj is None:
+                return await self._create(pod, group)
+            done, delay = await self._join_once(pod, group, phj)
+            if done:
+                return delay
+        return 1.0
+
+    async def _join_once(self, pod: Obj, group: CompositeGroup, phj: Obj) -> tuple[bool, float | None]:
+        """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
+        m = self.m
+        meta, key = pod["metadata"], (group.namespace, group.name)
+        pmeta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
+        if pmeta.get("deletionTimestamp"):
+            return True, 1.0  # an ended run's PlaceholderJob is being finalized
+        if not same_group(phj, group):
+            return True, await m._name_taken(pod, group, spec.group or GroupSource())
+        submitted = m._is_submitted(phj)
+        plan = plan_composite_join(
+            parts_of(spec),
+            spec.pod_uids or {},
+            meta["name"],
+            meta["uid"],
+            group.component,
+            group.min_member,
+            submitted=submitted,
+            terminal=status.phase in names.TERMINAL_PHASES,
+            ended=await m._ended_members(phj, exclude=meta["name"]),
+        )
+        if plan.action == "member":
+            m._member_of[meta["uid"]] = key
+            m.queue.add(("phj", *key))
+            return True, None
+        if plan.action == "recycle":
+            await m.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the composite; this ended "
+                               "PlaceholderJob is deleted and a new one made")  # fmt: skip
+            await m.kube.delete(phj_path(*key), uid=pmeta["uid"])
+            return True, 1.0
+        if plan.action == "wait":
+            await m._tell(pod, REASON_COMPOSITE_FULL, plan.why)
+            return True, 5.0
+        return await self._write(pod, group, phj, plan, submitted)
+
+    async def _write(
+        self, pod: Obj, group: CompositeGroup, phj: Obj, plan: CompositeJoin, submitted: bool
+    ) -> tuple[bool, float | None]:
+        m = self.m
+        meta, key = pod["metadata"], (group.namespace, group.name)
+        spec = spec_of(phj)
+        slurm = {c.pod_group: c.slurm.crd_dict() for c in spec.components or []}
+        if not submitted:
+            mine = next(p for p in plan.parts if p.pod_group == group.component)
+            try:
+                slurm[group.component] = (await m._gang_request(group, list(mine.pods), pod)).crd_dict()
+            except ValueError as e:
+                await m._tell(pod, "InvalidSlurmOptions", f"cannot build the Slurm request of PodGroup "
+                              f"{group.component}'s component: {e}")  # fmt: skip
+                return True, 30.0
+        fields = composite_spec(plan.parts, slurm, group.min_components)
+        ops: list[Obj] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": phj["metadata"]["resourceVersion"]},
+            {"op": "replace", "path": "/spec/pods", "value": fields["pods"]},
+            {"op": "add", "path": "/spec/podUIDs", "value": plan.uids},
+            {"op": "add", "path": "/spec/components", "value": fields["components"]},
+        ]
+        if not submitted:
+            ops += [{"op": "add", "path": f"/spec/{k}", "value": fields[k]}
+                    for k in ("slurm", "minMember", "minComponents")]  # fmt: skip
+        try:
+            updated = await m.kube.patch(phj_path(*key), ops, "json")
+        except KubeError as e:
+            if not isinstance(e, Conflict) and e.status != 422:
+                raise
+            # Another member joined first (the resourceVersion test failed): read it again.
+            fresh = await m.kube.get(phj_path(*key))
+            if fresh is None:
+                m.phjs.delete(phj)
+            else:
+                m.phjs.upsert(fresh)
+            return False, None
+        m.phjs.upsert(updated)
+        m._member_of[meta["uid"]] = key
+        m._told.pop(meta["uid"], None)
+        if plan.slot and plan.slot != meta["name"]:
+            message = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot} of PodGroup " \
+                      f"{group.component}'s component"  # fmt: skip
+            await m.kube.event(updated, "MemberReplaced", message)
+        m.queue.add(("phj", *key))
+        return True, None
+
+    async def _create(self, pod: Obj, group: CompositeGroup) -> float | None:
+        m, meta = self.m, pod["metadata"]
+        try:
+            request = await m._gang_request(group, [meta["name"]], pod)
+        except ValueError as e:
+            await m._tell(pod, "InvalidSlurmOptions", f"cannot build the Slurm request of PodGroup "
+                          f"{group.component}'s component: {e}")  # fmt: skip
+            return 30.0
+        from slurm_bridge.operator.members import new_phj  # members imports this module
+
+        parts = (Part(group.component, group.min_member, (meta["name"],)),)
+        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
+        phj["spec"].update(composite_spec(parts, {group.component: request.crd_dict()}, group.min_components))
+        try:
+            created = await m.kube.create(phj_path(group.namespace), phj)
+        except Invalid as e:
+            await m._tell(pod, st.REASON_PHJ_REFUSED,
+                          f"the API server refused the composite's PlaceholderJob: {e.message}")  # fmt: skip
+            return 30.0
+        except Conflict:
+            existing = await m.kube.get(phj_path(group.namespace, group.name))
+            if existing is None or existing["metadata"].get("deletionTimestamp"):
+                return 1.0
+            m.phjs.upsert(existing)
+            return 0.05  # another member created it: join it
+        m.phjs.upsert(created)
+        m._member_of[meta["uid"]] = (group.namespace, group.name)
+        m.queue.add(("phj", group.namespace, group.name))
+        log.info(
+            "PlaceholderJob %s/%s made for CompositePodGroup %s", group.namespace, group.name, group.source["name"]
+        )
+        return None
