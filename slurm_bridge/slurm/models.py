@@ -119,39 +119,29 @@ class JobStates:
     ``unchanged`` says every job has the same flags as in the one passed to ``job_states`` as
     ``previous``: a poll that already looked at that one has nothing new to compare. (With
     thousands of jobs, comparing each job every poll period was most of an idle poller's CPU.)
-    ``het`` holds the components of heterogeneous jobs that the answer names by
-    ``<leader>+<offset>`` rather than by their own id; :meth:`of` finds a job either way.
+    A heterogeneous job's components are there by their own ids too (the answer names them
+    ``<id>+<offset>``, decoded by the codec).
     """
 
-    __slots__ = ("by_id", "het", "unchanged")
+    __slots__ = ("by_id", "unchanged")
 
-    def __init__(
-        self,
-        by_id: dict[int, tuple[str, ...]],
-        *,
-        unchanged: bool = False,
-        het: dict[tuple[int, int], tuple[str, ...]] | None = None,
-    ) -> None:
+    def __init__(self, by_id: dict[int, tuple[str, ...]], *, unchanged: bool = False) -> None:
         self.by_id = by_id
-        self.het = het or {}
         self.unchanged = unchanged
 
     def __repr__(self) -> str:
         return f"JobStates({len(self)} jobs, unchanged={self.unchanged})"
 
     def __len__(self) -> int:
-        return len(self.by_id) + len(self.het)
+        return len(self.by_id)
 
     def of(self, job: JobInfo) -> tuple[str, ...] | None:
-        """The state flags the answer gives ``job``, by its id or as a heterogeneous component."""
-        found = self.by_id.get(job.job_id)
-        if found is None and job.het_job_id:
-            found = self.het.get((job.het_job_id, job.het_job_offset))
-        return found
+        """The state flags the answer gives ``job`` (a plain job or a heterogeneous component)."""
+        return self.by_id.get(job.job_id)
 
     def knows(self, job_id: int) -> bool:
         """Whether the answer lists ``job_id`` (a plain job, or a heterogeneous job's leader)."""
-        return job_id in self.by_id or (job_id, 0) in self.het
+        return job_id in self.by_id
 
 
 FINISHED_JOB_STATES = frozenset(

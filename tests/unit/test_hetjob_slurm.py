@@ -102,23 +102,22 @@ async def test_a_leaders_record_holds_every_component(token_file: Path) -> None:
         assert (await c.get_job(LEADER)) == leader, "get_job still answers with the job asked for"
 
 
-async def test_job_states_name_components_by_leader_and_offset(token_file: Path) -> None:
+async def test_job_states_name_components_by_their_own_id_and_offset(token_file: Path) -> None:
+    # As Slurm 26.05 answers (checked): leader 13's components are "13+0" and "14+1".
     fake = FakeSlurm()
     jobs = [{"job_id": "7", "state": ["RUNNING"]}, {"job_id": f"{LEADER}+0", "state": ["PENDING"]},
-            {"job_id": f"{LEADER}+1", "state": ["PENDING"]}, {"job_id": "9_2", "state": ["PENDING"]}]  # fmt: skip
+            {"job_id": f"{LEADER + 1}+1", "state": ["PENDING"]}, {"job_id": "9_2", "state": ["PENDING"]}]  # fmt: skip
     later = [
         *jobs[:1],
         {"job_id": f"{LEADER}+0", "state": ["RUNNING"]},
-        {"job_id": f"{LEADER}+1", "state": ["RUNNING"]},
+        {"job_id": f"{LEADER + 1}+1", "state": ["RUNNING"]},
     ]
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", *(lambda r, j=j: ok({"jobs": j}) for j in (jobs, jobs, later)))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         states = await c.job_states()
-        assert states.by_id == {7: ("RUNNING",)} and len(states) == 3
-        assert states.het == {(LEADER, 0): ("PENDING",), (LEADER, 1): ("PENDING",)}
+        assert states.by_id == {7: ("RUNNING",), LEADER: ("PENDING",), LEADER + 1: ("PENDING",)}
         assert states.of(component(LEADER + 1, 1)) == ("PENDING",)
-        assert states.of(JobInfo(job_id=LEADER + 1)) is None, "a plain job is looked up by its id only"
-        assert states.knows(LEADER) and states.knows(7) and not states.knows(LEADER + 1)
+        assert states.knows(LEADER) and states.knows(7)
         again = await c.job_states(states)
         assert again.unchanged
         assert not (await c.job_states(again)).unchanged, "a component's state moved"
@@ -168,7 +167,7 @@ async def test_a_leaders_refresh_reads_every_component_and_cancel_covers_them() 
     assert [c.state for c in snap.components(LEADER)] == ["CANCELLED", "CANCELLED"]
 
 
-async def test_the_poller_follows_components_named_by_leader_and_offset() -> None:
+async def test_the_poller_follows_components_by_their_own_ids() -> None:
     slurm, changed = FakePollerSlurm(), list[str]()
     poller = _poller(slurm, changed)
     leader, other = component(LEADER, 0), component(LEADER + 1, 1)
@@ -179,9 +178,7 @@ async def test_the_poller_follows_components_named_by_leader_and_offset() -> Non
 
     def states(_: JobStates | None = None) -> JobStates:
         slurm.calls.append("states")
-        plain = {j.job_id: j.states for j in slurm.jobs.values() if not j.het_job_id}
-        het = {(j.het_job_id, j.het_job_offset): j.states for j in slurm.jobs.values() if j.het_job_id}
-        return JobStates(plain, het=het)
+        return JobStates({j.job_id: j.states for j in slurm.jobs.values()})
 
     async def job_states(previous: JobStates | None = None) -> JobStates:
         return states(previous)
