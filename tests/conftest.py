@@ -18,6 +18,7 @@ from tests.harness import (
     PrerequisiteMissing,
     SlurmEnv,
     clean_slate,
+    cluster_minor,
     ensure_cluster,
     log_tails,
     run,
@@ -28,15 +29,26 @@ from tests.harness import (
 LAYERS = ("unit", "integration", "e2e", "deployed")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by directory, so `-m unit|integration|e2e|deployed` selects a layer, and run the
-    deployed tier last: it replaces the bridge processes the e2e tests use with the Helm release."""
+    deployed tier last: it replaces the bridge processes the e2e tests use with the Helm release.
+
+    Tests of a feature newer than the local cluster's Kubernetes (``@pytest.mark.kubernetes(37)``)
+    are deselected, and the summary says how many: on an older version of the matrix there is
+    nothing of it to test. The default version (CI's) has every feature, so nothing is left out there."""
     for item in items:
         parts = Path(str(item.fspath)).parts
         for layer in LAYERS:
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
     items.sort(key=lambda item: "deployed" in Path(str(item.fspath)).parts)
+    needs = {id(i): m.args[0] for i in items if (m := i.get_closest_marker("kubernetes")) is not None}
+    if needs:
+        minor = cluster_minor()
+        newer = [i for i in items if needs.get(id(i), 0) > minor]
+        if newer:
+            config.hook.pytest_deselected(items=newer)
+            items[:] = [i for i in items if needs.get(id(i), 0) <= minor]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -244,3 +244,12 @@ def _found(call: Callable[..., Any], *args: Any) -> bool:
             return False
         raise
     return True
+
+
+def cluster_minor() -> int:
+    """The Kubernetes minor of the local cluster: the one running, else the one `hack/cluster.sh up`
+    will start (SB_KUBERNETES or the default of hack/versions.env)."""
+    out = run(["bash", "-c", f'. "{REPO}/hack/lib.sh" && echo "$KUBERNETES_MINOR"'], check=False, timeout=60)
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise PrerequisiteMissing(f"cannot read the Kubernetes version from hack/lib.sh: {out.stderr[-1000:]}")
+    return int(out.stdout.strip())
