@@ -16,7 +16,8 @@ cd "$REPO_DIR"
 require_root "hack/matrix.sh (the local Slurm runs in a chroot)"
 : "${SB_MATRIX_DEPLOYED:=1}"
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || read -r -a versions <<< "$KUBERNETES_VERSIONS"
+# Newest first: the default version (CI's, with Helm 3 as CI) is known before the older ones.
+[ ${#versions[@]} -gt 0 ] || read -r -a versions <<< "$(echo "$KUBERNETES_VERSIONS" | tr ' ' '\n' | sort -rV | tr '\n' ' ')"
 out="$CACHE_DIR/matrix"; mkdir -p "$out"
 t0=$SECONDS
 
@@ -60,7 +61,7 @@ case "$unit $integration" in *FAIL*) failed=1 ;; esac
 
 i=0
 for v in "${versions[@]}"; do
-  helm_major=$(( i % 2 == 0 ? 4 : 3 )); i=$((i + 1))
+  helm_major=$(( i % 2 == 0 ? 3 : 4 )); i=$((i + 1))
   bash hack/cluster.sh down >/dev/null 2>&1 || true
   log "matrix: Kubernetes $v (cold builds take tens of minutes the first time)"
   if ! SB_KUBERNETES=$v bash hack/cluster.sh up > "$out/up-$v.log" 2>&1; then
