@@ -12,7 +12,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge.operator import status as st
 from slurm_bridge.operator.composite import (
     API_GROUP,
     PLURAL,
@@ -23,11 +22,12 @@ from slurm_bridge.operator.composite import (
     nested,
     parent_name,
 )
-from slurm_bridge.operator.groups import Getter, Group, GroupError
+from slurm_bridge.operator.groups import Getter, Group, GroupError, read_group_object
+from slurm_bridge.operator.podgroups import ConditionWriter
 
 from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.kube import KubeError, resource_path
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -82,24 +82,7 @@ class CompositeReader:
         )
 
     async def _read(self, api_version: str, ns: str, name: str, why: str) -> Obj:
-        path = resource_path(api_version, PLURAL, ns, name)
-        try:
-            obj = await self._get(path)
-        except KubeError as e:
-            if e.status == 403:
-                raise GroupError(f"{KIND}Forbidden", f"the bridge may not read {KIND} {ns}/{name} ({api_version}); "
-                                 f"grant it get on {PLURAL}", 60.0) from None  # fmt: skip
-            raise GroupError(
-                f"{KIND}Unreadable", f"cannot read {KIND} {ns}/{name} ({api_version}): {e}", 30.0
-            ) from None
-        if obj is None:
-            # A workload controller creates the CompositePodGroup, the PodGroups and the pods in some order.
-            raise GroupError(f"{KIND}NotFound",
-                             f"{why} {KIND} {name}, which does not exist ({api_version}); the pod waits for it",
-                             5.0)  # fmt: skip
-        obj.setdefault("apiVersion", api_version)
-        obj.setdefault("kind", KIND)
-        return obj
+        return await read_group_object(self._get, api_version, KIND, PLURAL, ns, name, why)
 
 
 def composite_of(phj: Mapping[str, Any]) -> Obj | None:
@@ -107,51 +90,34 @@ def composite_of(phj: Mapping[str, Any]) -> Obj | None:
     return dict((phj.get("spec") or {}).get("group") or {}) if is_composite(phj) else None
 
 
-class CompositeReporter:
+class CompositeReporter(ConditionWriter):
     """Writes the composite's scheduled condition once per change, never back to False once True
     (Kubernetes' rule: the condition records the first scheduling). What it wrote is a cache."""
-
-    def __init__(self, kube: KubeClient) -> None:
-        self.kube = kube
-        self._said: dict[str, tuple[bool, str, str]] = {}  # CompositePodGroup uid -> last condition written
 
     async def report(self, phj: Obj, scheduled: bool, reason: str, message: str) -> None:
         source = composite_of(phj)
         if source is None:
             return
         uid, said = str(source.get("uid")), (scheduled, reason, message)
-        if self._said.get(uid) == said:
+        if self.told(uid, said):
             return
         ctype = names.COMPOSITE_COND_SCHEDULED
         path = resource_path(
             str(source.get("apiVersion")), PLURAL, phj["metadata"]["namespace"], str(source.get("name"))
         )
-        try:
-            composite = await self.kube.get(path)
-            if composite is None or composite["metadata"].get("uid") != uid:
-                return  # deleted; its PlaceholderJob goes with it
-            conditions = (composite.get("status") or {}).get("conditions") or []
+
+        def needed(conditions: list[Obj]) -> bool:
             current = next((c for c in conditions if c.get("type") == ctype), None)
+            if current is None:
+                return True
+            if current.get("status") == "True" and not scheduled:
+                return False  # final once True
             wanted = ("True" if scheduled else "False", reason, message)
-            final = current is not None and current.get("status") == "True" and not scheduled
-            if final or (current and (current.get("status"), current.get("reason"), current.get("message")) == wanted):
-                self._said[uid] = said
-                return
-            new = st.set_condition(conditions, ctype, scheduled, reason, message,
-                                   composite["metadata"].get("generation"))  # fmt: skip
-            body = {"metadata": {"resourceVersion": composite["metadata"]["resourceVersion"]},
-                    "status": {"conditions": new}}  # fmt: skip
-            await self.kube.patch(f"{path}/status", body)
-        except Conflict:
-            return  # changed meanwhile: the next reconcile reports again
-        except KubeError as e:
-            log.warning("cannot set %s on CompositePodGroup %s: %s", ctype, path, e)
-            if e.status in (403, 404, 422):
-                self._said[uid] = said  # asking again will not help: say it once, try the next change
-            return
-        self._said[uid] = said
+            return (current.get("status"), current.get("reason"), current.get("message")) != wanted
+
+        await self.write(path, uid, ctype, said, needed)
 
     def forget(self, phj: Mapping[str, Any]) -> None:
         source = composite_of(phj)
         if source is not None:
-            self._said.pop(str(source.get("uid")), None)
+            self.forget_uid(str(source.get("uid")))

@@ -26,7 +26,7 @@ from slurm_bridge.operator.composite import (
 from slurm_bridge.operator.groups import same_group
 
 from slurm_bridge import names
-from slurm_bridge.kube import Conflict, Invalid, KubeError, phj_path
+from slurm_bridge.kube import Conflict, Invalid, phj_path
 from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
 
 if TYPE_CHECKING:
@@ -135,27 +135,10 @@ class CompositeMembership:
         if not submitted:
             ops += [{"op": "add", "path": f"/spec/{k}", "value": fields[k]}
                     for k in ("slurm", "minMember", "minComponents")]  # fmt: skip
-        try:
-            updated = await m.kube.patch(phj_path(*key), ops, "json")
-        except KubeError as e:
-            if not isinstance(e, Conflict) and e.status != 422:
-                raise
-            # Another member joined first (the resourceVersion test failed): read it again.
-            fresh = await m.kube.get(phj_path(*key))
-            if fresh is None:
-                m.phjs.delete(phj)
-            else:
-                m.phjs.upsert(fresh)
-            return False, None
-        m.phjs.upsert(updated)
-        m._member_of[meta["uid"]] = key
-        m._told.pop(meta["uid"], None)
-        if plan.slot and plan.slot != meta["name"]:
-            message = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot} of PodGroup " \
-                      f"{group.component}'s component"  # fmt: skip
-            await m.kube.event(updated, "MemberReplaced", message)
-        m.queue.add(("phj", *key))
-        return True, None
+        replaced = (f"pod {meta['name']} takes the place (and node) of ended member {plan.slot} of PodGroup "
+                    f"{group.component}'s component")  # fmt: skip
+        joined = await m.patch_join(key, phj, ops, meta, replaced if plan.slot and plan.slot != meta["name"] else None)
+        return joined, None
 
     async def _create(self, pod: Obj, group: CompositeGroup) -> float | None:
         m, meta = self.m, pod["metadata"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from slurm_bridge import names, workloadapi, workloads
-from slurm_bridge.kube import MAX_NAME_LENGTH, bounded
+from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, resource_path
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, group_kind
 
@@ -80,6 +80,29 @@ class GroupError(Exception):
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+
+
+async def read_group_object(get: Getter, api_version: str, kind: str, plural: str, ns: str, name: str, why: str) -> Obj:
+    """A Workload API object (PodGroup, Workload, CompositePodGroup) a pod's group depends on.
+
+    Workload controllers create the pods, their groups and the Workload in any order, so a missing
+    one holds the pod (``<Kind>NotFound``, looked for again in 5 s); ``why`` says which field
+    named it. 403 and other errors become ``<Kind>Forbidden`` / ``<Kind>Unreadable``.
+    """
+    try:
+        obj = await get(resource_path(api_version, plural, ns, name))
+    except KubeError as e:
+        if e.status == 403:
+            raise GroupError(f"{kind}Forbidden", f"the bridge may not read {kind} {ns}/{name} ({api_version}); "
+                             f"grant it get on {plural}", 60.0) from None  # fmt: skip
+        raise GroupError(f"{kind}Unreadable", f"cannot read {kind} {ns}/{name} ({api_version}): {e}", 30.0) from None
+    if obj is None:
+        raise GroupError(f"{kind}NotFound",
+                         f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it",
+                         5.0)  # fmt: skip
+    obj.setdefault("apiVersion", api_version)
+    obj.setdefault("kind", kind)
+    return obj
 
 
 @dataclass(frozen=True)

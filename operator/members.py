@@ -258,26 +258,33 @@ class Membership:
                 return True, 30.0
             ops.append({"op": "add", "path": "/spec/slurm", "value": request.crd_dict()})
             ops.append({"op": "add", "path": "/spec/minMember", "value": group.min_member})
+        replaced = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot}"
+        joined = await self.patch_join(
+            key, phj, ops, meta, replaced if plan.slot and plan.slot != meta["name"] else None
+        )
+        return joined, None
+
+    async def patch_join(self, key: Key, phj: Obj, ops: list[Obj], meta: Obj, replaced: str | None) -> bool:
+        """Apply a member's join (``ops`` start with a resourceVersion test); False: another member
+        joined first, and the PlaceholderJob is read again. ``replaced``: the MemberReplaced Event."""
         try:
             updated = await self.kube.patch(phj_path(*key), ops, "json")
         except KubeError as e:
             if not isinstance(e, Conflict) and e.status != 422:
                 raise
-            # Another member joined first (the resourceVersion test failed): read it again.
             fresh = await self.kube.get(phj_path(*key))
             if fresh is None:
                 self.phjs.delete(phj)
             else:
                 self.phjs.upsert(fresh)
-            return False, None
+            return False
         self.phjs.upsert(updated)
         self._member_of[meta["uid"]] = key
         self._told.pop(meta["uid"], None)
-        if plan.slot and plan.slot != meta["name"]:
-            message = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot}"
-            await self.kube.event(updated, "MemberReplaced", message)
+        if replaced is not None:
+            await self.kube.event(updated, "MemberReplaced", replaced)
         self.queue.add(("phj", *key))
-        return True, None
+        return True
 
     async def _create_gang(self, pod: Obj, group: Group) -> float | None:
         meta = pod["metadata"]

@@ -14,7 +14,7 @@ back to False), as kube-scheduler does it (slurm_bridge/workloadapi.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_bridge.operator import status as st
@@ -47,14 +47,54 @@ def condition_change(version: APIVersion, conditions: list[Obj], scheduled: bool
     return (current.get("status"), current.get("reason"), current.get("message")) != wanted
 
 
-class PodGroupReporter:
-    """Writes the condition once per change; remembers what it wrote (a cache: after a restart
-    the first report reads the PodGroup and finds the condition already there)."""
+class ConditionWriter:
+    """Writes a workload object's scheduled condition once per change; remembers what it wrote by
+    the object's uid (a cache: after a restart the first report reads the object and finds the
+    condition already there). Shared by PodGroups and CompositePodGroups."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self._said: dict[str, tuple[bool, str, str]] = {}  # object uid -> last condition written
+
+    def told(self, uid: str, said: tuple[bool, str, str]) -> bool:
+        return self._said.get(uid) == said
+
+    async def write(
+        self, path: str, uid: str, ctype: str, said: tuple[bool, str, str], needed: Callable[[list[Obj]], bool]
+    ) -> None:
+        """Set condition ``ctype`` to ``said`` on the object at ``path`` when ``needed`` says its
+        conditions lack it; the resourceVersion is tested, so a concurrent change wins."""
+        scheduled, reason, message = said
+        try:
+            obj = await self.kube.get(path)
+            if obj is None or obj["metadata"].get("uid") != uid:
+                return  # deleted; its PlaceholderJob goes with it
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if not needed(conditions):
+                self._said[uid] = said
+                return
+            new = st.set_condition(conditions, ctype, scheduled, reason, message, obj["metadata"].get("generation"))
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"conditions": new}}
+            await self.kube.patch(f"{path}/status", body)
+        except Conflict:
+            return  # changed meanwhile: the next reconcile reports again
+        except KubeError as e:
+            log.warning("cannot set %s on %s: %s", ctype, path, e)
+            if e.status in (403, 404, 422):
+                self._said[uid] = said  # asking again will not help: say it once, try the next change
+            return
+        self._said[uid] = said
+
+    def forget_uid(self, uid: str) -> None:
+        self._said.pop(uid, None)
+
+
+class PodGroupReporter(ConditionWriter):
+    """The PodGroup's scheduled condition, at the Workload API version the cluster serves."""
 
     def __init__(self, kube: KubeClient, apis: Discovery | None = None) -> None:
-        self.kube = kube
+        super().__init__(kube)
         self.apis = apis or Discovery(kube.get)
-        self._said: dict[str, tuple[bool, str, str]] = {}  # PodGroup uid -> last condition written
 
     async def _version(self, recorded: str) -> APIVersion | None:
         """The served version to write at; the recorded one when discovery cannot say."""
@@ -71,36 +111,17 @@ class PodGroupReporter:
             return
         uid = str(source.get("uid"))
         said = (scheduled, reason, message)
-        if self._said.get(uid) == said:
+        if self.told(uid, said):
             return
         version = await self._version(str(source.get("apiVersion")))
         if version is None:
             return
-        ctype = version.condition
         path = resource_path(version.api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
-        try:
-            podgroup = await self.kube.get(path)
-            if podgroup is None or podgroup["metadata"].get("uid") != uid:
-                return  # deleted; its PlaceholderJob goes with it
-            conditions = (podgroup.get("status") or {}).get("conditions") or []
-            if not condition_change(version, conditions, scheduled, reason, message):
-                self._said[uid] = said
-                return
-            new = st.set_condition(conditions, ctype, scheduled, reason, message,
-                                   podgroup["metadata"].get("generation"))  # fmt: skip
-            body = {"metadata": {"resourceVersion": podgroup["metadata"]["resourceVersion"]},
-                    "status": {"conditions": new}}  # fmt: skip
-            await self.kube.patch(f"{path}/status", body)
-        except Conflict:
-            return  # changed meanwhile: the next reconcile reports again
-        except KubeError as e:
-            log.warning("cannot set %s on PodGroup %s: %s", ctype, path, e)
-            if e.status in (403, 404, 422):
-                self._said[uid] = said  # asking again will not help: say it once, try the next change
-            return
-        self._said[uid] = said
+        await self.write(
+            path, uid, version.condition, said, lambda c: condition_change(version, c, scheduled, reason, message)
+        )
 
     def forget(self, phj: Mapping[str, Any]) -> None:
         source = podgroup_of(phj)
         if source is not None:
-            self._said.pop(str(source.get("uid")), None)
+            self.forget_uid(str(source.get("uid")))

@@ -29,6 +29,7 @@ from slurm_bridge.operator.groups import (
     lws_group,
     pod_group,
     podgroup_group,
+    read_group_object,
     unsupported_podgroup,
     workload_name,
     workload_podgroup_group,
@@ -131,23 +132,7 @@ class GroupResolver:
     async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
         """A Workload API object the pod's group depends on; the pod waits while it is missing."""
         plural = workloads.PLURALS[(WORKLOAD_API_GROUP, kind)]
-        path = resource_path(api_version, plural, ns, name)
-        try:
-            obj = await self._get(path)
-        except KubeError as e:
-            if e.status == 403:
-                raise GroupError(f"{kind}Forbidden", f"the bridge may not read {kind} {ns}/{name} ({api_version}); "
-                                 f"grant it get on {plural}", 60.0) from None  # fmt: skip
-            message = f"cannot read {kind} {ns}/{name} ({api_version}): {e}"
-            raise GroupError(f"{kind}Unreadable", message, 30.0) from None
-        if obj is None:
-            # Workload controllers create the pods, the PodGroup and the Workload in some order.
-            raise GroupError(f"{kind}NotFound",
-                             f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it",
-                             5.0)  # fmt: skip
-        obj.setdefault("apiVersion", api_version)
-        obj.setdefault("kind", kind)
-        return obj
+        return await read_group_object(self._get, api_version, kind, plural, ns, name, why)
 
     async def _walk(self, pod: Obj) -> tuple[Obj | None, Obj | None]:
         """(highest recognised workload, highest readable controller) above the pod.
