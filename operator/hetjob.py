@@ -225,14 +225,8 @@ def allocation(
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:
-        message = f"every member pod is bound to its Slurm node ({nodes})"
-        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
-        running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
-        write = running if write is None else PlaceholderJobStatus.model_validate(write.dump() | running.dump())
-    unreleased = tuple(
-        (n, assignment[n]) for n, p in live.items()
-        if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
-    )  # fmt: skip
+        write = lc.with_running(write, conditions, nodes, gen)
+    unreleased = lc.unreleased_members(live, assignment)
     actions: list[Action] = [WriteStatus(write)] if write is not None else []  # the record before any pod
     het = tuple((n, *where[n]) for n, _ in unreleased)
     actions.append(Release(leader.job_id, unreleased, het=het))

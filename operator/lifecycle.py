@@ -500,14 +500,8 @@ def allocation(
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:
-        message = f"every member pod is bound to its Slurm node ({nodes})"
-        ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
-        running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
-        write = running if write is None else PlaceholderJobStatus.model_validate(write.dump() | running.dump())
-    unreleased = tuple(
-        (n, assignment[n]) for n, p in live.items()
-        if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
-    )  # fmt: skip
+        write = with_running(write, conditions, nodes, gen)
+    unreleased = unreleased_members(live, assignment)
     single = len(live) == 1 and not is_gang(phj)
     waiting = write is not None and not bound and single and at_once is not None and now < at_once
     actions: list[Action] = []
@@ -532,6 +526,24 @@ def release_rejected(phj: Obj, job_id: int, pod: str, error: str) -> Plan:
         Cancel(job_id),
         Event(st.REASON_RELEASE_REJECTED, message, warning=True),
     ))  # fmt: skip
+
+
+def with_running(
+    write: PlaceholderJobStatus | None, conditions: list[Obj] | None, nodes: str, gen: int | None
+) -> PlaceholderJobStatus:
+    """``write`` (or nothing) and phase Running with Ready: every member is bound to its node."""
+    message = f"every member pod is bound to its Slurm node ({nodes})"
+    ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
+    running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
+    return running if write is None else PlaceholderJobStatus.model_validate(write.dump() | running.dump())
+
+
+def unreleased_members(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(pod, node) of the live members that are neither bound nor released to their node yet."""
+    return tuple(
+        (n, assignment[n]) for n, p in live.items()
+        if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
+    )  # fmt: skip
 
 
 def submitted_status(
