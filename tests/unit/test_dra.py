@@ -6,6 +6,7 @@ server and slurmrestd)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -38,6 +39,9 @@ def admitted(pod: Obj) -> Obj:
     decision = mutate(make_request(pod), CONFIG)
     assert decision.allowed, decision.message
     return apply(pod, decision.patch)
+
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 # --- admission ------------------------------------------------------------------------------------
@@ -419,3 +423,12 @@ async def test_a_job_slurm_forgot_releases_nothing() -> None:
 
 def test_sched_name_is_the_bridges() -> None:
     assert CONFIG.schedulerName == SCHED
+
+
+@pytest.mark.parametrize("name", ["a" * 199 + "." + "b" * 53, "a" * 253, "a" * 199 + "-" + "b" * 53])
+def test_a_pod_named_with_253_characters_gets_a_valid_claim_name(name: str) -> None:
+    pod = make_pod({"containers": [container(limits={GPU: "1"})]})
+    pod["metadata"]["name"] = name
+    (entry,) = admitted(pod)["spec"]["resourceClaims"]
+    claim = entry["resourceClaimName"]
+    assert len(claim) <= 253 and DNS_SUBDOMAIN.match(claim), claim

@@ -1,0 +1,58 @@
+"""operator/members.py: a PlaceholderJob the API server refuses to create (HTTP 422) is reported on
+the pod once and not created again in a loop: no Slurm job exists yet, and the same object would be
+refused again (issue 22, "a write that can never succeed is reported")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurm_bridge.operator import status as st
+from slurm_bridge.operator.members import Membership
+from slurm_bridge.operator.poller import SlurmPoller
+from slurm_bridge.operator.store import ObjectStore, WorkQueue
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Invalid
+
+Obj = dict[str, Any]
+
+
+class RefusingKube:
+    def __init__(self) -> None:
+        self.creates = 0
+        self.events: list[tuple[str, str]] = []
+
+    async def get(self, path: str, params: Any = None) -> Obj | None:
+        return None
+
+    async def create(self, path: str, obj: Obj) -> Obj:
+        self.creates += 1
+        raise Invalid(422, "Invalid", 'PlaceholderJob.slinky.slurm.net "p" is invalid: spec.slurm.jobName: Too long')
+
+    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((reason, message))
+
+
+async def _noop(_: Any) -> None:
+    return None
+
+
+async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried() -> None:
+    config, kube = Config(), RefusingKube()
+    pods, phjs = ObjectStore(), ObjectStore()
+    pod = {"kind": "Pod", "apiVersion": "v1",
+           "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1", "annotations": {}},
+           "spec": {"schedulerName": config.schedulerName, "schedulingGates": [{"name": names.SCHEDULING_GATE}],
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+           "status": {"phase": "Pending"}}  # fmt: skip
+    pods.upsert(pod)
+    poller = SlurmPoller(None, config.bridgeId, config.pollPeriodSeconds, lambda _: None)  # type: ignore[arg-type]
+    poller.synced.set()
+    members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)  # type: ignore[arg-type]
+    assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"
+    assert kube.creates == 1
+    [(reason, message)] = kube.events
+    assert reason == st.REASON_PHJ_REFUSED and "spec.slurm.jobName: Too long" in message
+    await members.reconcile(("ns", "p"))  # the pod changes again: the same refusal is not told twice
+    assert len(kube.events) == 1
