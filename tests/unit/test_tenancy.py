@@ -281,3 +281,24 @@ def test_the_crd_says_the_cross_field_rules_in_cel() -> None:
     for choice in ("accounts", "qos"):
         (rule,) = spec["properties"][choice]["x-kubernetes-validations"]
         assert "self.default in self.allowed" in rule["rule"]
+
+
+def _doc_policies() -> list[Obj]:
+    """Every TenantPolicy the docs show (YAML blocks of docs/tenancy.md and docs/migrating.md)."""
+    found: list[Obj] = []
+    for doc in ("tenancy.md", "migrating.md"):
+        text = (REPO / "docs" / doc).read_text()
+        for block in text.split("```yaml")[1:]:
+            obj = yaml.safe_load(block.split("```")[0])
+            if isinstance(obj, dict) and obj.get("kind") == names.TP_KIND:
+                found.append(obj)
+    return found
+
+
+def test_every_policy_the_docs_show_is_valid() -> None:
+    policies = _doc_policies()
+    assert len(policies) >= 3
+    for obj in policies:
+        jsonschema.validate(obj["spec"], _schema())
+        parsed = TenantPolicy.from_object(obj)
+        assert parsed.spec is not None, (obj["metadata"]["name"], parsed.problem)
