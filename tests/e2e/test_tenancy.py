@@ -164,12 +164,15 @@ def test_a_placeholderjob_a_trusted_user_writes_outside_the_policy_is_refused_by
     """No webhook looks at a PlaceholderJob: the operator checks the policy before it submits."""
     name = policy(tenant_spec(A, ns))
     wait_selected(custom, name, ns)
+    # The pod first: a PlaceholderJob whose every member is missing has ended (PodsDeleted), so one
+    # written before its pod exists may be ended before the operator ever looks at its policy.
+    core.create_namespaced_pod(ns, make_pod("victim"))
+    wait_for(lambda: get_phj(custom, ns, "victim"), 30, "the pod's own PlaceholderJob")
     phj = {
         "apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "trusted"},
         "spec": {"pods": ["victim"], "slurm": {"nodes": 1, "userId": 0, "account": B.accounts[0]}},
     }  # fmt: skip
     custom.create_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL, phj)
-    core.create_namespaced_pod(ns, make_pod("victim"))
 
     def refused() -> Obj | None:
         status = (get_phj(custom, ns, "trusted") or {}).get("status") or {}
