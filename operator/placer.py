@@ -24,6 +24,11 @@ class Placer:
     A refused immediate allocation costs a call and leaves a FAILED job record, so after a
     refusal the partition's jobs are queued directly for a while -- but only when the queued
     submit then succeeds: a request Slurm refuses outright says nothing about the partition.
+
+    A job for another user or group (``JobRequest.names_identity``) is always queued:
+    slurmrestd's ``job/allocate`` ignores ``user_id``/``group_id`` and allocates as the token's
+    user (checked on Slurm 26.05, v0.0.44: a job for uid 2001 ran as ``slurm``), so an
+    immediate allocation would run a tenant's job as the bridge. ``job/submit`` honours them.
     """
 
     def __init__(self, slurm: SlurmClient, immediate: bool) -> None:
@@ -36,7 +41,7 @@ class Placer:
         partition, now = request.partition or "", time.monotonic()
         until, backoff = self.queue_only.get(partition, (0.0, 0.0))
         refused: SlurmError | None = None
-        if self.immediate and now >= until:
+        if self.immediate and now >= until and not request.names_identity:
             try:
                 job_id = await self.slurm.allocate_external_job(request, name=name, admin_comment=admin_comment)
             except (SlurmUnavailable, SlurmAuthError):

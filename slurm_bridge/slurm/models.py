@@ -51,6 +51,12 @@ class JobRequest(_Camel):
     group_name: str | None = None
     mcs_label: str | None = None
 
+    @property
+    def names_identity(self) -> bool:
+        """Whether the job is for a user or group other than the token's (user-id, group-id, a
+        TenantPolicy's user): only ``job/submit`` honours that (see operator/placer.py)."""
+        return any(v is not None for v in (self.user_id, self.group_id, self.user_name, self.group_name))
+
     def crd_dict(self) -> dict[str, Any]:
         """The CRD ``spec.slurm`` form (camelCase, unset fields left out)."""
         return self.model_dump(by_alias=True, exclude_none=True)

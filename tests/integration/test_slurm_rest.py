@@ -15,7 +15,7 @@ from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS
-from tests.harness import SlurmEnv
+from tests.harness import TENANTS, SlurmEnv
 
 pytestmark = pytest.mark.integration
 
@@ -342,3 +342,24 @@ async def test_unknown_job_and_node(slurm: SlurmClient) -> None:
     await slurm.cancel_job(99_999_999)
     with pytest.raises(SlurmNotFound):
         await slurm.update_node("no-such-node", state="DRAIN", reason="test")
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_only_a_queued_submit_runs_a_job_as_the_user_it_names(slurm_env: SlurmEnv, version: str) -> None:
+    """Why operator/placer.py queues every job for another user: slurmrestd's job/allocate ignores
+    user_id and group_id (the job runs as the token's user, SlurmUser), job/submit honours them.
+    If a Slurm release changes this, this test says so, and the placer may allocate them again."""
+    tenant = TENANTS["a"]
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+        jobs = Jobs(client, f"identity-{version}")
+        try:
+            base = JobRequest(partition=slurm_env.partition, nodes=1, cpus_per_task=1, time_limit_minutes=5)
+            as_tenant = base.model_copy(update={"user_id": tenant.uid, "group_id": tenant.gid})
+            # The bridge's own account, which SlurmUser has: Slurm allocates, but as the token's user.
+            allocated = await _job(client, await jobs.allocate(as_tenant, name="allocated"))
+            assert allocated.user_name != tenant.user, allocated
+            queued = await _job(client, await jobs.submit(
+                as_tenant.model_copy(update={"account": tenant.accounts[0]}), name="queued"))  # fmt: skip
+            assert (queued.user_name, queued.account) == (tenant.user, tenant.accounts[0]), queued
+        finally:
+            await jobs.cleanup()

@@ -121,3 +121,15 @@ async def test_immediate_allocation_off_always_queues(clock: list[float]) -> Non
     c = make(slurm, immediateAllocation=False)
     await c.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls == ["submit p"]
+
+
+@pytest.mark.parametrize(
+    "identity", [{"user_id": 2001}, {"group_id": 2001}, {"user_name": "alice"}, {"group_name": "team-a"}]
+)
+async def test_a_job_for_another_user_is_queued_never_allocated_as_the_token_user(
+    clock: list[float], identity: dict[str, Any]
+) -> None:
+    """slurmrestd's job/allocate ignores user_id: the job would run as the bridge's Slurm user."""
+    slurm = FakeSlurm()
+    assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
+    assert slurm.calls == ["submit p"]
