@@ -5,7 +5,9 @@ extender bind) and N pods in an unmanaged namespace (default-scheduler), in the 
 local cluster, and prints p50/p99 latency, pods bound per second (and the bridge's ratio to the
 default scheduler), Slurm REST calls per pod and per poll period, API-server writes per pod by
 verb and resource (the API server's own counters, background subtracted), and the CPU and peak
-memory of every local process during each run (sysstats.py).
+memory of every local process during each run (sysstats.py): CPU % of a core, and CPU
+milliseconds per pod of each process and of the whole machine, bridge beside default, with the
+ratio of the machine's CPU per bridge pod to its CPU per default pod (issue 24: <= 2).
 
     .venv/bin/python bench/pipeline_latency.py [--pods 200] [--rates 20,0] [--concurrency 16]
 
@@ -319,7 +321,8 @@ COLUMNS = {  # row key -> heading
     "ratio_to_default": "ratio",
     "api_writes_per_pod": "API writes/pod", "slurm_calls_per_pod": "Slurm calls/pod",
     "slurm_calls_per_pod_lifecycle": "calls/lifecycle", "operator_cpu_percent": "operator CPU %",
-    "operator_peak_rss_mib": "operator RSS MiB",
+    "operator_peak_rss_mib": "operator RSS MiB", "machine_cpu_ms_per_pod": "machine CPU ms/pod",
+    "machine_cpu_ratio": "CPU ratio",
 }  # fmt: skip
 
 
@@ -339,6 +342,24 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         if procs:
             print(f"{who}: CPU % of a core over {procs['seconds']} s (machine {procs['machine_busy_percent']} % busy "
                   f"of all cores): {procs['cpu_percent']}; peak RSS MiB: {procs['peak_rss_mib']}")  # fmt: skip
+        if r.get("cpu_ms_per_pod"):
+            print(f"{who}: CPU ms per pod (each process with its children; machine: all cores' busy time): "
+                  f"{r['cpu_ms_per_pod']}")  # fmt: skip
+    print_cpu_per_pod(rows)
+
+
+def print_cpu_per_pod(rows: list[dict[str, Any]]) -> None:
+    """CPU ms per pod of every process, bridge beside default, per run (issue 24)."""
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        pair = {r["scheduler"]: r for r in rows if r["mode"] == mode}
+        bridge, default = pair.get("slurm-bridge", {}), pair.get("default-scheduler", {})
+        b, d = bridge.get("cpu_ms_per_pod") or {}, default.get("cpu_ms_per_pod") or {}
+        if not b and not d:
+            continue
+        print(f"{mode}: CPU ms per pod, bridge / default (ratio):")
+        for name in sorted(set(b) | set(d), key=lambda n: (n == sysstats.MACHINE, -b.get(n, 0.0))):
+            ratio = sysstats.cpu_ratio(b, d, name)
+            print(f"  {name:26} {b.get(name, '-')!s:>9} / {d.get(name, '-')!s:<9} ({ratio if ratio else '-'})")
 
 
 def delete_and_wait(core: k8s.CoreV1Api, ns: str, timeout: float) -> None:
@@ -392,6 +413,9 @@ def one_run(
         row["processes"] = extra.procs
         row["operator_cpu_percent"] = extra.procs["cpu_percent"].get("bridge-operator")
         row["operator_peak_rss_mib"] = extra.procs["peak_rss_mib"].get("bridge-operator")
+        row["cpu_ms_per_pod"] = sysstats.cpu_ms_per_pod(extra.procs, args.pods)
+        row["machine_cpu_ms_per_pod"] = row["cpu_ms_per_pod"].get(sysstats.MACHINE)
+    bridge["machine_cpu_ratio"] = sysstats.cpu_ratio(bridge["cpu_ms_per_pod"], default["cpu_ms_per_pod"])
     return bridge, default
 
 
@@ -418,6 +442,8 @@ def verdict(rows: list[dict[str, Any]], pods: int) -> str:
             f"calls/pod {cmp(r['slurm_calls_per_pod'], 3, True)}",
             f"API writes/pod {cmp(r['api_writes_per_pod'], 6, True)}",
         ]
+        if r.get("machine_cpu_ratio") is not None:
+            checks.append(f"machine CPU/pod vs default {cmp(r['machine_cpu_ratio'], 2, True)}")
         if r["mode"] == "burst":
             if r.get("ratio_to_default") is not None:
                 checks.insert(0, f"ratio {cmp(r['ratio_to_default'], 0.75 if pods >= 1000 else 0.5, False)}")

@@ -210,11 +210,41 @@ class ProcSampler:
     def cpu_percent(self, name: str) -> float:
         return 100 * (self._cpu1.get(name, 0.0) - self._cpu0.get(name, 0.0)) / max(self.seconds, 1e-9)
 
+    def cpu_seconds(self, name: str) -> float:
+        """CPU seconds ``name`` (with its children) used over the block."""
+        return self._cpu1.get(name, 0.0) - self._cpu0.get(name, 0.0)
+
     def row(self) -> dict[str, Any]:
         (b0, t0), (b1, t1) = self._busy
         return {
             "seconds": round(self.seconds, 1),
             "machine_busy_percent": round(100 * (b1 - b0) / max(t1 - t0, 1e-9)),
             "cpu_percent": {n: round(self.cpu_percent(n)) for n in self.pids},
+            "cpu_seconds": {n: round(self.cpu_seconds(n), 3) for n in self.pids},
+            "machine_cpu_seconds": round(b1 - b0, 3),
             "peak_rss_mib": {n: round(r / 2**20) for n, r in self.peak_rss.items()},
         }
+
+
+# ---- CPU per pod (issue 24) -------------------------------------------------------------------
+MACHINE = "machine"
+
+
+def cpu_ms_per_pod(row: dict[str, Any], pods: int) -> dict[str, float]:
+    """CPU milliseconds per pod of each process and of the whole machine (all cores, busy time),
+    from a ``ProcSampler.row()`` over a run of ``pods`` pods."""
+    if pods <= 0:
+        return {}
+    out = {n: round(1000 * s / pods, 2) for n, s in sorted(row.get("cpu_seconds", {}).items())}
+    if "machine_cpu_seconds" in row:
+        out[MACHINE] = round(1000 * row["machine_cpu_seconds"] / pods, 2)
+    return out
+
+
+def cpu_ratio(bridge: dict[str, float], default: dict[str, float], name: str = MACHINE) -> float | None:
+    """CPU per bridge pod over CPU per default-scheduler pod (issue 24's target: <= 2 for the
+    machine); None when either is missing or the default's is zero."""
+    b, d = bridge.get(name), default.get(name)
+    if b is None or not d:
+        return None
+    return round(b / d, 2)

@@ -52,6 +52,27 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+def configure_kopf(settings: kopf.OperatorSettings, scheduler_name: str) -> None:
+    """kopf's settings for the operator (also applied by bench/replay.py, so that the replay's
+    kopf works as the operator's does)."""
+    settings.posting.enabled = False  # the controller records its own Events
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    settings.peering.standalone = True  # leader election is the Lease's job
+    settings.persistence.diffbase_storage = _NoDiffBase()
+    # The initial lists (start-up, leader takeover) in pages: kopf keeps one page, not the whole
+    # decoded list (with 10,000 pods and PlaceholderJobs that was about 320 MB of the
+    # restarted operator's memory: docs/performance.md, run 8).
+    settings.watching.chunk_size = LIST_CHUNK_SIZE
+    # kopf's worker for an object keeps its last event while it waits for the next one. With
+    # the default of 5 s, an initial list held every object listed in the last 5 s whole
+    # (16,000 at once at 10,000 PlaceholderJobs: docs/performance.md, run 11).
+    settings.queueing.idle_timeout = KOPF_WORKER_IDLE_SECONDS
+    # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
+    settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={scheduler_name}"
+
+
 def build_registry(
     ctrl: Controller,
     elector: LeaderElector,
@@ -72,22 +93,7 @@ def build_registry(
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.posting.enabled = False  # the controller records its own Events
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.networking.request_timeout = 30
-        settings.peering.standalone = True  # leader election is the Lease's job
-        settings.persistence.diffbase_storage = _NoDiffBase()
-        # The initial lists (start-up, leader takeover) in pages: kopf keeps one page, not the whole
-        # decoded list (with 10,000 pods and PlaceholderJobs that was about 320 MB of the
-        # restarted operator's memory: docs/performance.md, run 8).
-        settings.watching.chunk_size = LIST_CHUNK_SIZE
-        # kopf's worker for an object keeps its last event while it waits for the next one. With
-        # the default of 5 s, an initial list held every object listed in the last 5 s whole
-        # (16,000 at once at 10,000 PlaceholderJobs: docs/performance.md, run 11).
-        settings.queueing.idle_timeout = KOPF_WORKER_IDLE_SECONDS
-        # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
-        settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={ctrl.config.schedulerName}"
+        configure_kopf(settings, ctrl.config.schedulerName)
 
     if creds is not None:
 

@@ -246,6 +246,11 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queued)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being processed (timers of later re-queues aside)."""
+        return not self._queued and not self._active and not self._dirty
+
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()

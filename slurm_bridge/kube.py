@@ -211,11 +211,7 @@ class KubeClient:
         for attempt in (1, 2):
             if self._token is not None and (token := await self._token.token()):
                 headers["Authorization"] = f"Bearer {token}"
-            async with self._http().request(
-                method, self.server + path, data=data, params=params, headers=headers
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
+            status, raw = await self._send(method, path, data, params, headers)
             if status != 401 or self._token is None or attempt == 2:
                 break
             self._token.invalidate()  # a rotated file or an expired exec token: fetch it anew, once
@@ -231,6 +227,13 @@ class KubeClient:
             return {}
         result: dict[str, Any] = pydantic_core.from_json(raw)
         return result
+
+    async def _send(
+        self, method: str, path: str, data: bytes | None, params: dict[str, str] | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """One HTTP exchange: (status, body). bench/replay.py answers here instead of a server."""
+        async with self._http().request(method, self.server + path, data=data, params=params, headers=headers) as resp:
+            return resp.status, await resp.read()
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
         try:

@@ -76,3 +76,30 @@ def test_api_requests_scrapes_metrics_with_the_kubernetes_client() -> None:
         assert sysstats.api_requests(api)[("POST", "pods/binding")] == 200
     finally:
         server.shutdown()
+
+
+def test_cpu_ms_per_pod_of_each_process_and_the_machine() -> None:
+    row = {"cpu_seconds": {"kube-apiserver": 3.0, "bridge-operator": 2.6}, "machine_cpu_seconds": 12.0}
+    assert sysstats.cpu_ms_per_pod(row, 200) == {"bridge-operator": 13.0, "kube-apiserver": 15.0, "machine": 60.0}
+    assert sysstats.cpu_ms_per_pod(row, 0) == {}
+    assert sysstats.cpu_ms_per_pod({"cpu_seconds": {}}, 10) == {}, "no machine figure without its sample"
+
+
+def test_cpu_ratio_bridge_over_default() -> None:
+    bridge, default = {"machine": 60.0, "etcd": 2.0}, {"machine": 25.0, "etcd": 0.0}
+    assert sysstats.cpu_ratio(bridge, default) == 2.4
+    assert sysstats.cpu_ratio(bridge, default, "etcd") is None, "a zero baseline has no ratio"
+    assert sysstats.cpu_ratio(bridge, {}, "machine") is None
+
+
+def test_proc_sampler_row_has_the_cpu_seconds_per_pod_rests_on() -> None:
+    sampler = sysstats.ProcSampler({"me": os.getpid()}, interval=0.05)
+    with sampler:
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+    row = sampler.row()
+    assert 0.1 <= row["cpu_seconds"]["me"] <= 0.5
+    assert row["machine_cpu_seconds"] >= row["cpu_seconds"]["me"] - 0.05
+    per_pod = sysstats.cpu_ms_per_pod(row, 10)
+    assert per_pod["me"] == round(1000 * row["cpu_seconds"]["me"] / 10, 2)
