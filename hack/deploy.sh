@@ -47,7 +47,22 @@ cmd_install() {
     --set config.slurmRestApi="$SLURM_REST_URL_FOR_PODS" \
     --wait --timeout 5m
   # ---------------------------------------------------------------------------------------------
+  webhook_reachable
   log "slurm-bridge $IMAGE_TAG installed with $("$HELM" version --short) as release $RELEASE in $RELEASE_NAMESPACE; namespaces labelled slurm-bridge.local/managed=true are managed"
+}
+
+webhook_reachable() {
+  # `helm --wait` returns once the pods are Ready; the API server reaches the webhook through the
+  # Service's ClusterIP a moment later, when kube-proxy has its rules (Helm 4's default watcher
+  # returns sooner than Helm 3 did, and a pod created at once was refused "connection refused").
+  # This host routes the Service range as the API server does: wait until the webhook answers there.
+  local ip deadline=$((SECONDS + 60))
+  ip=$(kubectl -n slurm-bridge-system get service slurm-bridge-webhook -o jsonpath='{.spec.clusterIP}') \
+    || die "the webhook Service slurm-bridge-webhook is missing after the install"
+  until curl -sk -o /dev/null --max-time 2 "https://$ip:443/readyz"; do
+    [ $SECONDS -lt $deadline ] || die "the webhook Service ($ip:443) does not answer 60 s after the install; see the webhook pods' logs"
+    sleep 0.5
+  done
 }
 
 cmd_uninstall() {
