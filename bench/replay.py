@@ -63,6 +63,9 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.slurm.client import SlurmClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_memory import admitted_pod_spec  # bench/ is not a package
+
 Obj = dict[str, Any]
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -116,32 +119,7 @@ def new_pod(name: str, uid: str) -> Obj:
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "creationTimestamp": "2026-11-23T00:00:00Z",
                      "managedFields": managed_fields("python-requests",
                                                      ["containers", "restartPolicy", "tolerations"])},
-        "spec": {
-            "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
-                                                                             "fieldPath": "metadata.namespace"}}]}},
-            ], "defaultMode": 420}}],
-            "containers": [{
-                "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": True,
-                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                "imagePullPolicy": "Always",
-            }],
-            "restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
-            "schedulerName": "slurm-bridge", "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-            "tolerations": [
-                {"key": "slinky.slurm.net/managed-node", "operator": "Exists", "effect": "NoExecute"},
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
-            ],
-            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
-        },
+        "spec": admitted_pod_spec(schedulingGates=[{"name": names.SCHEDULING_GATE}]),
         "status": {"phase": "Pending", "qosClass": "Burstable",
                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
                                    "message": "Scheduling is blocked due to non-empty scheduling gates",

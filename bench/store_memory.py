@@ -33,6 +33,39 @@ MANAGED = [
 ]  # fmt: skip
 
 
+def admitted_pod_spec(**extra: Any) -> dict[str, Any]:
+    """The benchmark pod's spec as the API server stores it once the bridge's webhook admitted it
+    (defaults, the service account volume, the bridge's scheduler and toleration); ``extra``
+    adds fields (a node, a scheduling gate). bench/replay.py uses it too."""
+    return {
+        "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                         "fieldPath": "metadata.namespace"}}]}},
+        ], "defaultMode": 420}}],
+        "containers": [{
+            "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+            "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": True,
+                              "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+            "imagePullPolicy": "Always",
+        }],
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+        "schedulerName": "slurm-bridge",
+        "tolerations": [
+            {"key": "slinky.slurm.net/managed-node", "operator": "Exists", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+        ],
+        "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+        **extra,
+    }  # fmt: skip
+
+
 def pod(i: int) -> dict[str, Any]:
     name = f"b{i:05d}"
     return {
@@ -45,32 +78,7 @@ def pod(i: int) -> dict[str, Any]:
             "annotations": {"slinky.slurm.net/slurm-node": f"kwok-node-{i % 4 + 1}"},
             "managedFields": MANAGED,
         },
-        "spec": {
-            "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
-                                                                             "fieldPath": "metadata.namespace"}}]}},
-            ], "defaultMode": 420}}],
-            "containers": [{
-                "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": True,
-                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                "imagePullPolicy": "Always",
-            }],
-            "restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": f"kwok-node-{i % 4 + 1}",
-            "securityContext": {}, "schedulerName": "slurm-bridge",
-            "tolerations": [
-                {"key": "slinky.slurm.net/managed-node", "operator": "Exists", "effect": "NoExecute"},
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
-            ],
-            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
-        },
+        "spec": admitted_pod_spec(nodeName=f"kwok-node-{i % 4 + 1}"),
         "status": {
             "phase": "Running",
             "conditions": [{"type": t, "status": "True", "lastProbeTime": None,
