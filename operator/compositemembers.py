@@ -96,18 +96,9 @@ class CompositeMembership:
             terminal=status.phase in names.TERMINAL_PHASES,
             ended=await m._ended_members(phj, exclude=meta["name"]),
         )
-        if plan.action == "member":
-            m._member_of[meta["uid"]] = key
-            m.queue.add(("phj", *key))
-            return True, None
-        if plan.action == "recycle":
-            await m.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the composite; this ended "
-                               "PlaceholderJob is deleted and a new one made")  # fmt: skip
-            await m.kube.delete(phj_path(*key), uid=pmeta["uid"])
-            return True, 1.0
-        if plan.action == "wait":
-            await m._tell(pod, REASON_COMPOSITE_FULL, plan.why)
-            return True, 5.0
+        settled = await m.settle_join(plan.action, pod, phj, key, "composite", (REASON_COMPOSITE_FULL, plan.why))
+        if settled is not None:
+            return settled
         return await self._write(pod, group, phj, plan, submitted)
 
     async def _write(

@@ -210,7 +210,7 @@ def allocation(
         where.update({p: (job.job_id, offset) for p in component.pods})
     nodes = st.compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
     live = st.holding_allocation(members)
-    bound = bool(live) and all(p.get("spec", {}).get("nodeName") == assignment[n] for n, p in live.items())
+    bound = st.all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} ({len(parts)} components)"

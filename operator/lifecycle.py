@@ -486,7 +486,7 @@ def allocation(
         return Plan((ended, Cancel(job.job_id)))
     nodes = st.compress_hostlist(job.nodes)
     live = st.holding_allocation(members)
-    bound = bool(live) and all(p.get("spec", {}).get("nodeName") == assignment[n] for n, p in live.items())
+    bound = st.all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm job {job.job_id} allocated {nodes}"

@@ -213,21 +213,33 @@ class Membership:
             terminal=status.phase in names.TERMINAL_PHASES,
             ended=await self._ended_members(phj, exclude=meta["name"]),
         )
-        if plan.action == "member":
+        full = (f"the gang's Slurm job was submitted for {len(spec.pods)} other pods and none of them has ended; "
+                "the pod waits for a free place")  # fmt: skip
+        settled = await self.settle_join(plan.action, pod, phj, key, "gang", ("GangFull", full))
+        if settled is not None:
+            return settled
+        return await self._write_membership(pod, group, phj, plan, submitted)
+
+    async def settle_join(
+        self, action: str, pod: Obj, phj: Obj, key: Key, run_of: str, full: tuple[str, str]
+    ) -> tuple[bool, float | None] | None:
+        """The join outcomes that write no membership (gangs and composites alike): already a
+        ``member``; ``recycle`` an ended run's PlaceholderJob; ``wait`` for a free place (``full``:
+        the Event's reason and message). None: the membership is to be written."""
+        meta = pod["metadata"]
+        if action == "member":
             self._member_of[meta["uid"]] = key
             self.queue.add(("phj", *key))
             return True, None
-        if plan.action == "recycle":
-            await self.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the gang; this ended "
+        if action == "recycle":
+            await self.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the {run_of}; this ended "
                                   "PlaceholderJob is deleted and a new one made")  # fmt: skip
-            await self.kube.delete(phj_path(*key), uid=pmeta["uid"])
+            await self.kube.delete(phj_path(*key), uid=phj["metadata"]["uid"])
             return True, 1.0
-        if plan.action == "wait":
-            await self._tell(pod, "GangFull",
-                             f"the gang's Slurm job was submitted for {len(spec.pods)} other pods and "
-                             "none of them has ended; the pod waits for a free place")  # fmt: skip
+        if action == "wait":
+            await self._tell(pod, *full)
             return True, 5.0
-        return await self._write_membership(pod, group, phj, plan, submitted)
+        return None
 
     async def _name_taken(self, pod: Obj, group: Group, source: GroupSource) -> float:
         if source.kind == group.source["kind"] and source.name == group.source["name"]:

@@ -157,6 +157,11 @@ def holding_allocation(members: Mapping[str, Obj | None]) -> dict[str, Obj]:
     return {n: p for n, p in members.items() if p is not None and not pod_ended(p)}
 
 
+def all_bound(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> bool:
+    """Every live member is bound to the node assigned to it (and there is one)."""
+    return bool(live) and all(p.get("spec", {}).get("nodeName") == assignment[n] for n, p in live.items())
+
+
 def pod_is_released(pod: Obj, node: str) -> bool:
     annotations = pod["metadata"].get("annotations") or {}
     gates = pod.get("spec", {}).get("schedulingGates") or []
