@@ -2,7 +2,7 @@
 
 Drives the real operator (``Controller``: the stores' projections, the work queue, the resolver
 and ``Membership`` creating the PlaceholderJob, ``lifecycle.decide`` and the shell in
-``operator/jobs.py``, the release patch, the status write, the finalizer) through N bare pods'
+``operator/placeholderjobs/phjsync.py``, the release patch, the status write, the finalizer) through N bare pods'
 lives, from the watch events kopf delivers to the requests the operator sends:
 
 - a stand-in API server (``ApiServer``) answers every Kubernetes request the operator makes at
@@ -16,7 +16,7 @@ lives, from the watch events kopf delivers to the requests the operator sends:
 
 With ``--kopf`` (the default runs both) the watch events go through kopf's own per-event machinery
 (``kopf._core.reactor.queueing.watcher`` and ``processing.process_resource_event``, the
-operator's registry and settings from ``operator/app.py``), fed by a stand-in of kopf's watch
+operator's registry and settings from ``operator/runtime/app.py``), fed by a stand-in of kopf's watch
 stream that decodes the JSON lines as kopf's does; without it they are decoded and handed to the
 controller's handlers directly. The difference is kopf's share.
 
@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import httpx
-from slurm_bridge.operator import lifecycle
-from slurm_bridge.operator.controller import Controller
-from slurm_bridge.operator.poller import JobSnapshot
+from slurm_bridge.operator.placeholderjobs import lifecycle
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime.poller import JobSnapshot
 
 from slurm_bridge import logs, names
 from slurm_bridge.config import Config
@@ -443,7 +443,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     from kopf._core.actions import lifecycles
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
-    from slurm_bridge.operator.app import build_registry, configure_kopf
+    from slurm_bridge.operator.runtime.app import build_registry, configure_kopf
 
     registry = build_registry(ctrl, elector=None)  # type: ignore[arg-type]  # the elector is not used
     settings = kopf.OperatorSettings()

@@ -19,8 +19,8 @@ import os
 import tracemalloc
 from typing import Any
 
-from slurm_bridge.operator import store as store_module
-from slurm_bridge.operator.store import ObjectStore
+from slurm_bridge.operator.runtime import store as store_module
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 MANAGED = [
     {"manager": m, "operation": op, "apiVersion": "v1", "time": "2026-11-23T00:00:00Z", "fieldsType": "FieldsV1",
@@ -164,7 +164,7 @@ def rss_mib() -> float:
 def process_rss(objects: int, nodes: int, whole: bool) -> dict[str, float]:
     """RSS of a process that imports the whole operator (kopf, aiohttp, pydantic, the Slurm
     client), then fills the stores: the operator's memory without its watches' own buffers."""
-    import slurm_bridge.operator.app  # noqa: F401  (everything the operator process imports)
+    import slurm_bridge.operator.runtime.app  # noqa: F401  (everything the operator process imports)
 
     if whole:
         store_module.project = lambda obj: obj

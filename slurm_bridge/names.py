@@ -142,7 +142,7 @@ COND_READY: Final = "Ready"  # every member pod is bound
 COND_ENDED: Final = "Ended"
 
 # Event on each waiting member pod and the PlaceholderJob: the Slurm job waits in Slurm's queue,
-# with Slurm's reason in words and its expected start (operator/lifecycle.py, docs/troubleshooting.md).
+# with Slurm's reason in words and its expected start (operator/placeholderjobs/lifecycle.py, docs/troubleshooting.md).
 EVENT_SLURM_JOB_PENDING: Final = "SlurmJobPending"
 
 # Pod condition set before the bridge ends a pod, as Kubernetes' own evictors do.
@@ -158,7 +158,7 @@ LABEL_APP_NAME: Final = "app.kubernetes.io/name"
 LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 
-# --- Node sync: cordon/drain <-> Slurm DRAIN/DOWN/FAIL (operator/nodes.py, docs/nodes.md) -----
+# --- Node sync: cordon/drain <-> Slurm DRAIN/DOWN/FAIL (operator/nodes/controller.py, docs/nodes.md) -----
 # Effect of TAINT_MANAGED_NODE (slurm_bridge/taints.py builds the taint and its matching toleration).
 TAINT_MANAGED_NODE_EFFECT: Final = "NoExecute"
 # Taint naming the state ("drain", "down" or "fail") in which Slurm or an administrator holds the
@@ -185,7 +185,7 @@ POD_CLAIM_ENTRY: Final = "slurm-devices"
 # pod uses the claim any more); the bridge sets it on the claims it allocates, as kube-scheduler does.
 RESOURCE_CLAIM_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 
-# --- Dynamic external nodes: Kubernetes nodes registered in Slurm (operator/registration.py) ----
+# --- Dynamic external nodes: Kubernetes nodes registered in Slurm (operator/nodes/registration.py) ----
 # The Go slurm-bridge's keys: a node with this label (any value) is registered in Slurm ...
 LABEL_EXTERNAL_NODE: Final = SCHEDULER_PREFIX + "external-node"
 # ... in these partitions (a comma list, passed as node features; default: the config's partition)
@@ -200,12 +200,12 @@ SLURM_NODE_COMMENT_PREFIX: Final = "slurm-bridge:"
 # the node sync mirrors them as an outage (cordon), and must not lift them as its own.
 SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 
-# --- Workload grouping (read only; operator/groups.py, docs/workloads.md) --------------------
+# --- Workload grouping (read only; operator/placeholderjobs/groups.py, docs/workloads.md) --------------------
 # A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).
 LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
 # The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's
 # spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
-# the gangs it places, the bridge for those Slurm placed (operator/podgroups.py). v1alpha2
+# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/podgroups.py). v1alpha2
 # (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
 # stays True once True (slurm_bridge/workloadapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
@@ -214,7 +214,7 @@ PODGROUP_REASON_SCHEDULED: Final = "Scheduled"
 PODGROUP_REASON_UNSCHEDULABLE: Final = "Unschedulable"
 # The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its
 # whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
-# heterogeneous Slurm jobs it makes of them (operator/compositeio.py). True is final.
+# heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/compositeio.py). True is final.
 COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
 # The LeaderWorkerSet and group a pod belongs to (set by the LeaderWorkerSet controller).
 LABEL_LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"

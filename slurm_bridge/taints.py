@@ -1,6 +1,6 @@
 """The managed-node taint and the toleration that matches it, in one place.
 
-The operator puts the taint on every Kubernetes node that is a Slurm node (operator/nodesync.py),
+The operator puts the taint on every Kubernetes node that is a Slurm node (operator/nodes/nodesync.py),
 so that only the bridge's pods run there; the webhook gives each pod it takes the matching
 toleration (webhook/mutate.py). Both sides read the taint's key, value (the scheduler name) and
 effect from here, so they cannot drift apart. Pure.

@@ -134,7 +134,7 @@ def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _own_group(pod: Mapping[str, Any]) -> bool:
-    """A pod that is its own PlaceholderJob, configured by its own annotations (operator/groups.py):
+    """A pod that is its own PlaceholderJob, configured by its own annotations (operator/placeholderjobs/groups.py):
     no controller, no PodGroup label and no built-in PodGroup."""
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("deployed")
 
 KEEP_RUNNING = {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}
 COMPLETE_SOON = {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"}
-LEASE_SECONDS = 15  # the operator's Lease duration (operator/leader.py)
+LEASE_SECONDS = 15  # the operator's Lease duration (operator/runtime/leader.py)
 # What the API server says when RBAC denies a request (not other 403s).
 RBAC_DENIAL = re.compile(r'is forbidden: User "|cannot \w+ resource "|Not enough permissions', re.I)
 

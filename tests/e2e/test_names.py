@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from slurm_bridge.operator.groups import phj_name
-from slurm_bridge.operator.jobref import default_job_name
+from slurm_bridge.operator.placeholderjobs.groups import phj_name
+from slurm_bridge.operator.placeholderjobs.jobref import default_job_name
 
 from slurm_bridge import names
 from slurm_bridge.kube import label_value

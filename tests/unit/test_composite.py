@@ -1,7 +1,7 @@
 """CompositePodGroups (Kubernetes 1.37, scheduling.k8s.io/v1alpha3) as one heterogeneous Slurm
 job: which pods belong to the composite and to which component, where each component's options
-come from, how pods join, and the composite's scheduled condition (operator/composite.py,
-operator/compositeio.py). A fake API stands in for the server; it serves the PodGroup and the
+come from, how pods join, and the composite's scheduled condition (operator/placeholderjobs/composite.py,
+operator/placeholderjobs/compositeio.py). A fake API stands in for the server; it serves the PodGroup and the
 Workload at whichever scheduling.k8s.io version the resolver discovers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.composite import (
+from slurm_bridge.operator.placeholderjobs.composite import (
     MAX_COMPONENTS,
     REASON_NESTED,
     CompositeGroup,
@@ -22,10 +22,10 @@ from slurm_bridge.operator.composite import (
     parent_name,
     plan_composite_join,
 )
-from slurm_bridge.operator.compositeio import CompositeReporter
-from slurm_bridge.operator.compositemembers import composite_spec
-from slurm_bridge.operator.groups import GroupError, is_gang
-from slurm_bridge.operator.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
+from slurm_bridge.operator.placeholderjobs.compositemembers import composite_spec
+from slurm_bridge.operator.placeholderjobs.groups import GroupError, is_gang
+from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError

@@ -1,7 +1,7 @@
 """A CompositePodGroup through the operator's shells, with fake Kubernetes and Slurm clients:
-pods join their components of one PlaceholderJob (operator/compositemembers.py), the PlaceholderJob
+pods join their components of one PlaceholderJob (operator/placeholderjobs/compositemembers.py), the PlaceholderJob
 becomes one heterogeneous submit, and the release labels each pod with its component's job and
-annotates it with the job's id and its offset (operator/jobs.py)."""
+annotates it with the job's id and its offset (operator/placeholderjobs/phjsync.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import copy
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.jobs import PlaceholderJobs
-from slurm_bridge.operator.members import Membership
-from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.store import ObjectStore
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.members import Membership
+from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
+from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config

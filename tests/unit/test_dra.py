@@ -10,8 +10,8 @@ import re
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.devices import DeviceBinder, wants_devices
-from slurm_bridge.operator.status import release_pod_patch
+from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
+from slurm_bridge.operator.placeholderjobs.status import release_pod_patch
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.validate import validate
 

@@ -1,10 +1,10 @@
 """Device-plugin GPU resources have one list (translate.GPU_RESOURCES): what a pod may request as
-Slurm GPUs is exactly what a registered node offers as them (operator/registration.py)."""
+Slurm GPUs is exactly what a registered node offers as them (operator/nodes/registration.py)."""
 
 from __future__ import annotations
 
 import pytest
-from slurm_bridge.operator import registration as reg
+from slurm_bridge.operator.nodes import registration as reg
 
 from slurm_bridge import names
 from slurm_bridge.translate import GPU_RESOURCES

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.groups import (
+from slurm_bridge.operator.placeholderjobs.groups import (
     Group,
     GroupError,
     Join,
@@ -21,7 +21,7 @@ from slurm_bridge.operator.groups import (
     podgroup_size,
     same_group,
 )
-from slurm_bridge.operator.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.config import Config

@@ -1,11 +1,11 @@
-"""operator/heap.py: the C allocator's free memory goes back to the system."""
+"""operator/runtime/heap.py: the C allocator's free memory goes back to the system."""
 
 from __future__ import annotations
 
 import platform
 
 import pytest
-from slurm_bridge.operator import heap
+from slurm_bridge.operator.runtime import heap
 
 pytestmark = pytest.mark.unit
 

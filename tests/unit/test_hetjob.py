@@ -1,5 +1,5 @@
-"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/hetjob.py, and
-the rows of operator/lifecycle.py it shares), with no servers.
+"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/placeholderjobs/hetjob.py, and
+the rows of operator/placeholderjobs/lifecycle.py it shares), with no servers.
 
 The job has two components: component 0 (the leader, job 10, PodGroup ``a``: pod a0 on node na)
 and component 1 (job 11, PodGroup ``b``: pods b0 and b1 on nb1 and nb2). Every PlaceholderJob
@@ -16,9 +16,9 @@ import itertools
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import hetjob
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import plan as pl
+from slurm_bridge.operator.placeholderjobs import hetjob
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import plan as pl
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of

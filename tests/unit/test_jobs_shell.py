@@ -1,4 +1,4 @@
-"""operator/jobs.py, the shell around lifecycle.decide, with fake Kubernetes and Slurm clients:
+"""operator/placeholderjobs/phjsync.py, the shell around lifecycle.decide, with fake Kubernetes and Slurm clients:
 the plan's actions become the API calls the integration and e2e tests see (in order), a missing
 member is confirmed with a GET, and an immediate allocation is written in one status patch."""
 
@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, Prepared
-from slurm_bridge.operator.jobref import PhjRef
-from slurm_bridge.operator.jobs import PlaceholderJobs
-from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.store import ObjectStore
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, Prepared
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
+from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config

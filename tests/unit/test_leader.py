@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.leader import LeaderElector
+from slurm_bridge.operator.runtime.leader import LeaderElector
 
 from slurm_bridge.kube import Conflict
 

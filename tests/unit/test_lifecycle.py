@@ -1,4 +1,4 @@
-"""The PlaceholderJob decision table (operator/lifecycle.py ``decide``), with no servers.
+"""The PlaceholderJob decision table (operator/placeholderjobs/lifecycle.py ``decide``), with no servers.
 
 Every PlaceholderJob phase (and a deleted one) x every Slurm state the bridge reacts to (and a
 job that vanished from Slurm) x every member pod state is checked against ``expected``: a short
@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import plan as pl
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import plan as pl
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJobStatus
@@ -119,7 +119,8 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
 
 def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[list[tuple[Any, ...]], float | None]:
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
-    written before it is in place), as operator/jobs.py does. The actions' summaries, the re-queue."""
+    written before it is in place), as
+    operator/placeholderjobs/phjsync.py does. The actions' summaries, the re-queue."""
     plan = lc.decide(obj, slurm, members, NOW, scheduler="slurm-bridge")
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):

@@ -1,4 +1,4 @@
-"""operator/members.py: a PlaceholderJob the API server refuses to create (HTTP 422) is reported on
+"""operator/placeholderjobs/members.py: a PlaceholderJob the API server refuses to create (HTTP 422) is reported on
 the pod once and not created again in a loop: no Slurm job exists yet, and the same object would be
 refused again (issue 22, "a write that can never succeed is reported")."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.members import Membership
-from slurm_bridge.operator.poller import SlurmPoller
-from slurm_bridge.operator.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.members import Membership
+from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
 
 from slurm_bridge import names
 from slurm_bridge.config import Config

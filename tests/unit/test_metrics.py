@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from slurm_bridge.extender.main import serve as serve_extender
-from slurm_bridge.operator.app import build_registry
+from slurm_bridge.operator.runtime.app import build_registry
 from slurm_bridge.webhook.certs import write_certs
 from slurm_bridge.webhook.server import WebhookServer
 

@@ -1,4 +1,4 @@
-"""Node sync decisions (operator/nodesync.py) and the node controller around them, with no servers.
+"""Node sync decisions (operator/nodes/nodesync.py) and the node controller around them, with no servers.
 
 Three layers: an explicit table of the cases docs/nodes.md describes; every combination of both
 sides' states and the bridge's markers, checked for the properties that prevent fights (a plan
@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
-from slurm_bridge.operator.nodes import NodeController
-from slurm_bridge.operator.nodesync import (
+from slurm_bridge.operator.nodes.controller import NodeController
+from slurm_bridge.operator.nodes.nodesync import (
     KubeView,
     Outage,
     Plan,
@@ -579,7 +579,7 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
 
 
 async def test_the_whole_node_list_is_read_again_every_full_list_period(monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_bridge.operator import nodes as nodes_module
+    from slurm_bridge.operator.nodes import controller as nodes_module
 
     kube = FakeKube([named(N)])
     slurm = FakeSlurm([info()])

@@ -6,8 +6,13 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment, default_job_name, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.jobref import (
+    PhjRef,
+    decode_admin_comment,
+    default_job_name,
+    encode_admin_comment,
+)
 
 from slurm_bridge import names
 from slurm_bridge.kube import label_value

@@ -1,12 +1,12 @@
-"""operator/orphans.py: which live bridge jobs may be orphans (each is confirmed with a GET)."""
+"""operator/placeholderjobs/orphans.py: which live bridge jobs may be orphans (each is confirmed with a GET)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.jobref import PhjRef
-from slurm_bridge.operator.orphans import candidates
-from slurm_bridge.operator.poller import JobSnapshot
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.orphans import candidates
+from slurm_bridge.operator.runtime.poller import JobSnapshot
 
 from slurm_bridge.slurm.models import JobInfo
 
@@ -39,8 +39,8 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from slurm_bridge.operator import orphans
-    from slurm_bridge.operator.store import ObjectStore
+    from slurm_bridge.operator.placeholderjobs import orphans
+    from slurm_bridge.operator.runtime.store import ObjectStore
 
     from slurm_bridge.config import Config
     from slurm_bridge.kube import KubeClient

@@ -1,4 +1,4 @@
-"""operator/pollloop.py: the poll loop both Slurm readers share (jobs and nodes)."""
+"""operator/runtime/pollloop.py: the poll loop both Slurm readers share (jobs and nodes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.pollloop import PollLoop
+from slurm_bridge.operator.runtime.pollloop import PollLoop
 
 
 class Stop(Exception):

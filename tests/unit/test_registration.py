@@ -1,13 +1,13 @@
 """Registration of labelled Kubernetes nodes as Slurm dynamic nodes: the node line, and the pure
-decision table (operator/registration.py), including whole sequences applied step by step."""
+decision table (operator/nodes/registration.py), including whole sequences applied step by step."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import nodesync
-from slurm_bridge.operator import registration as reg
+from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.operator.nodes import registration as reg
 
 from slurm_bridge import names
 from slurm_bridge.slurm.models import NodeInfo

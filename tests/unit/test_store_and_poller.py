@@ -7,10 +7,10 @@ from collections.abc import Callable, Hashable, ItemsView
 from datetime import UTC, datetime
 
 import pytest
-from slurm_bridge.operator import poller as poller_module
-from slurm_bridge.operator.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.poller import SlurmPoller
-from slurm_bridge.operator.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.runtime import poller as poller_module
+from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
 
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobStates
@@ -267,7 +267,7 @@ async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest
 
 
 def test_refused_submit_is_not_adopted() -> None:
-    from slurm_bridge.operator.poller import JobSnapshot
+    from slurm_bridge.operator.runtime.poller import JobSnapshot
 
     failed = _job(5, "x", "FAILED")
     ref = PhjRef("bridge", "ns", "phj-x", "x")
@@ -280,7 +280,7 @@ def test_refused_submit_is_not_adopted() -> None:
 
 @pytest.mark.parametrize("live_state", ["PENDING", "RUNNING"])
 def test_live_job_wins_over_ended_ones(live_state: str) -> None:
-    from slurm_bridge.operator.poller import JobSnapshot
+    from slurm_bridge.operator.runtime.poller import JobSnapshot
 
     ref = PhjRef("bridge", "ns", "p", "u")
     old, live = _job(1, "u", "CANCELLED", ("n1",)), _job(2, "u", live_state)
@@ -512,7 +512,7 @@ def _phj(name: str, pods: list[str], rv: int, ns: str = "ns") -> dict[str, objec
 
 
 def test_the_member_index_follows_every_update_and_delete() -> None:
-    from slurm_bridge.operator.members import member_pods
+    from slurm_bridge.operator.placeholderjobs.members import member_pods
 
     s = ObjectStore(index=member_pods)
     s.upsert(_phj("g", ["a", "b"], 1))
@@ -533,7 +533,7 @@ def test_the_member_index_follows_every_update_and_delete() -> None:
 def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> None:
     """A walk over every PlaceholderJob cost 5 ms a pod with 10,000; a restart reconciles every
     ended pod, and 2,000 of them held the event loop until the Lease was lost (performance.md, run 8)."""
-    from slurm_bridge.operator.members import Membership, member_pods
+    from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 
     phjs = ObjectStore(index=member_pods)
     for i in range(3):

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import nodesync, registration
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.store import ObjectStore, project, project_node, project_pod
+from slurm_bridge.operator.nodes import nodesync, registration
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.runtime.store import ObjectStore, project, project_node, project_pod
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
@@ -174,10 +174,10 @@ def test_stored_objects_share_nothing_with_the_given_one_and_intern_short_string
 
 def test_tombstones_expire(monkeypatch: pytest.MonkeyPatch) -> None:
     """A deleted object's version is remembered long enough to refuse stale events, then forgotten."""
-    from slurm_bridge.operator import store as store_module
+    from slurm_bridge.operator.runtime import store as store_module
 
     clock = [1000.0]
-    monkeypatch.setattr("slurm_bridge.operator.store.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("slurm_bridge.operator.runtime.store.time.monotonic", lambda: clock[0])
     store = ObjectStore()
     first = full_pod()
     store.upsert(first)

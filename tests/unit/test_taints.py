@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import nodesync
+from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.webhook.mutate import mutate_pod
 
 from slurm_bridge import names, taints

@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import plan as pl
-from slurm_bridge.operator import tenants as tn
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.tenantpolicies import controller as tn
 
 from slurm_bridge import metrics, names, tenancy
 from slurm_bridge.placeholderjob import status_of

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.groups import GroupError, gang_min_count, workload_name
-from slurm_bridge.operator.podgroups import PodGroupReporter, podgroup_of
-from slurm_bridge.operator.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.groups import GroupError, gang_min_count, workload_name
+from slurm_bridge.operator.placeholderjobs.podgroups import PodGroupReporter, podgroup_of
+from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 from slurm_bridge.webhook.review import AdmissionRequest, Decision
 from slurm_bridge.webhook.validate import validate
 

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.podgroups import condition_change
+from slurm_bridge.operator.placeholderjobs.podgroups import condition_change
 
 from slurm_bridge import names, workloadapi, workloads
 from slurm_bridge.clusterapis import MISSING_TTL, Discovery

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from slurm_bridge.operator import groups
+from slurm_bridge.operator.placeholderjobs import groups
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate

@@ -1,5 +1,5 @@
 """The PlaceholderJob controller's Plan: what :func:`.lifecycle.decide` asks the shell
-(:mod:`.jobs`) to do, in order. Pure data; each action is idempotent when applied."""
+(:mod:`.phjsync`) to do, in order. Pure data; each action is idempotent when applied."""
 
 from __future__ import annotations
 

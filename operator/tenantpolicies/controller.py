@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from slurm_bridge.operator import status as st
+from slurm_bridge.operator.placeholderjobs import status as st
 
 from slurm_bridge import names, tenancy
 from slurm_bridge.config import Config

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import hostlist
-from slurm_bridge.operator.groups import is_gang
+from slurm_bridge.operator.placeholderjobs.groups import is_gang
 
 from slurm_bridge import names
 from slurm_bridge.kube import escape_pointer, label_value, now_iso

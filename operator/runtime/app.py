@@ -11,12 +11,12 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-from slurm_bridge.operator import heap
-from slurm_bridge.operator.controller import Controller
-from slurm_bridge.operator.leader import LeaderElector
-from slurm_bridge.operator.login import login as kopf_login
-from slurm_bridge.operator.nodes import NodeController
-from slurm_bridge.operator.tenants import TenantStatusController
+from slurm_bridge.operator.nodes.controller import NodeController
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime import heap
+from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.runtime.login import login as kopf_login
+from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import metrics, names
@@ -99,7 +99,7 @@ def build_registry(
 
         @kopf.on.login(registry=registry)
         async def login(**_: Any) -> kopf.ConnectionInfo:
-            return await kopf_login(creds)  # operator/login.py: exec plugins, in-cluster
+            return await kopf_login(creds)  # operator/runtime/login.py: exec plugins, in-cluster
 
     @kopf.on.event("v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:

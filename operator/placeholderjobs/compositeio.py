@@ -1,4 +1,4 @@
-"""CompositePodGroups, the reads and the status write (the rules are operator/composite.py's).
+"""CompositePodGroups, the reads and the status write (the rules are operator/placeholderjobs/composite.py's).
 
 ``CompositeReader`` finds whether a pod's PodGroup belongs to a gang CompositePodGroup (the
 resolver asks it once the PodGroup is read); ``CompositeReporter`` sets the composite's
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge.operator.composite import (
+from slurm_bridge.operator.placeholderjobs.composite import (
     API_GROUP,
     PLURAL,
     VERSIONS,
@@ -22,8 +22,8 @@ from slurm_bridge.operator.composite import (
     nested,
     parent_name,
 )
-from slurm_bridge.operator.groups import Getter, Group, GroupError, read_group_object
-from slurm_bridge.operator.podgroups import ConditionWriter
+from slurm_bridge.operator.placeholderjobs.groups import Getter, Group, GroupError, read_group_object
+from slurm_bridge.operator.placeholderjobs.podgroups import ConditionWriter
 
 from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery

@@ -11,9 +11,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
 
-from slurm_bridge.operator.jobref import PhjRef
-from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.store import ObjectStore
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
+from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config

@@ -25,10 +25,10 @@ import time
 from collections.abc import Hashable
 from typing import Any, cast
 
-from slurm_bridge.operator import nodesync
-from slurm_bridge.operator import registration as reg
-from slurm_bridge.operator.pollloop import PollLoop
-from slurm_bridge.operator.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
 
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config

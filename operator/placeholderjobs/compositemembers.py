@@ -1,7 +1,7 @@
 """Pods -> a CompositePodGroup's PlaceholderJob (I/O): the membership writes of a heterogeneous
 job, by the rules of ``composite.plan_composite_join``.
 
-As for gangs (operator/members.py, whose helpers this uses), every write carries a
+As for gangs (operator/placeholderjobs/members.py, whose helpers this uses), every write carries a
 resourceVersion test, so members joining at once never lose each other, and a fenced
 PlaceholderJob counts as submitted. Each component's request is computed from its own pods and
 options (``CompositeGroup``); ``spec.slurm`` repeats component 0's, ``spec.pods`` lists every
@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.composite import (
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.composite import (
     REASON_COMPOSITE_FULL,
     CompositeGroup,
     CompositeJoin,
@@ -23,14 +23,14 @@ from slurm_bridge.operator.composite import (
     flat_pods,
     plan_composite_join,
 )
-from slurm_bridge.operator.groups import same_group
+from slurm_bridge.operator.placeholderjobs.groups import same_group
 
 from slurm_bridge import names
 from slurm_bridge.kube import Conflict, Invalid, phj_path
 from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
 
 if TYPE_CHECKING:
-    from slurm_bridge.operator.members import Membership
+    from slurm_bridge.operator.placeholderjobs.members import Membership
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -139,7 +139,7 @@ class CompositeMembership:
             await m._tell(pod, "InvalidSlurmOptions", f"cannot build the Slurm request of PodGroup "
                           f"{group.component}'s component: {e}")  # fmt: skip
             return 30.0
-        from slurm_bridge.operator.members import new_phj  # members imports this module
+        from slurm_bridge.operator.placeholderjobs.members import new_phj  # members imports this module
 
         parts = (Part(group.component, group.min_member, (meta["name"],)),)
         phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})

@@ -3,7 +3,7 @@
 ``decide(phj, slurm, members, now)`` reads the PlaceholderJob, what the poller's view says about
 its Slurm job (known, vanished, not seen yet, or no job at all) and its member pods, and returns
 the actions that bring the two sides together, in order. It does no I/O: the shell
-(:mod:`.jobs`) gathers the inputs, applies the actions and re-queues. The table of cases is in
+(:mod:`.phjsync`) gathers the inputs, applies the actions and re-queues. The table of cases is in
 docs/architecture.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
 every phase x Slurm state x member state, and the crash-recovery cases.
 
@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.composite import is_composite
-from slurm_bridge.operator.groups import is_gang
-from slurm_bridge.operator.plan import (
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.composite import is_composite
+from slurm_bridge.operator.placeholderjobs.groups import is_gang
+from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
     AddFinalizer,
     Cancel,
@@ -103,7 +103,7 @@ class SlurmSide:
     found: JobInfo | None = None
     others: tuple[int, ...] = ()  # other live jobs made for this PlaceholderJob (a crash mid-submit)
     # A heterogeneous job's components as the view holds them, by offset (the leader first): a
-    # CompositePodGroup's (operator/hetjob.py). () for any other job.
+    # CompositePodGroup's (operator/placeholderjobs/hetjob.py). () for any other job.
     components: tuple[JobInfo, ...] = ()
     submitted_at: float | None = None  # monotonic time of the bridge's submit of job_id, until seen
     taken_at: float = 0.0  # when the view was taken (monotonic)
@@ -228,7 +228,7 @@ def _no_job(
 
 def _submit(phj: Obj, members: Members, tenancy: Tenancy | None = None) -> Plan:
     if is_composite(phj):
-        from slurm_bridge.operator import hetjob  # it builds on this module
+        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
 
         return hetjob.submit(phj, members, tenancy)
     spec, status = spec_of(phj), status_of(phj)
@@ -284,7 +284,7 @@ def _with_job(
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
     if is_composite(phj):
-        from slurm_bridge.operator import hetjob  # it builds on this module
+        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
 
         return hetjob.follow(phj, status, slurm, members, now, confirmed, scheduler, told)
     job_id, job = slurm.job_id, slurm.job

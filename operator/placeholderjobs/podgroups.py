@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.groups import SCHED_PODGROUP
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.groups import SCHED_PODGROUP
 
 from slurm_bridge import workloadapi
 from slurm_bridge.clusterapis import Discovery

@@ -18,9 +18,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from slurm_bridge.operator import heap
-from slurm_bridge.operator.jobref import PhjRef, decode_admin_comment
-from slurm_bridge.operator.pollloop import PollLoop
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.runtime import heap
+from slurm_bridge.operator.runtime.pollloop import PollLoop
 
 from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient

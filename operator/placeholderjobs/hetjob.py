@@ -1,6 +1,6 @@
 """A CompositePodGroup's heterogeneous Slurm job: the decisions :func:`.lifecycle.decide` hands
 over for it. Pure, like the rest of the decision table (docs/architecture.md, "Heterogeneous
-jobs"); operator/jobs.py applies the plans.
+jobs"); operator/placeholderjobs/phjsync.py applies the plans.
 
 The job has a component per child PodGroup (``spec.components``, offset = place in the list).
 Slurm lists each component as a job of its own (the leader, component 0, has the job's id; the
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.plan import (
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
     Cancel,
     ConfirmMembers,
@@ -38,7 +38,7 @@ from slurm_bridge.operator.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.poller import FULL_RESYNC_SECONDS
+from slurm_bridge.operator.runtime.poller import FULL_RESYNC_SECONDS
 
 from slurm_bridge import names
 from slurm_bridge.kube import now_iso

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge.operator.composite import parent_name
-from slurm_bridge.operator.compositeio import CompositeReader
-from slurm_bridge.operator.groups import (
+from slurm_bridge.operator.placeholderjobs.composite import parent_name
+from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReader
+from slurm_bridge.operator.placeholderjobs.groups import (
     JOB,
     JOBSET,
     LWS,
@@ -123,7 +123,7 @@ class GroupResolver:
             workload = await self._read(api_version, "Workload", ns, wname, f"PodGroup {name} was made from")
         recognized, _ = await self._walk(pod)
         controller = recognized if recognized is not None and group_kind(recognized) in (JOB, JOBSET) else None
-        if parent_name(podgroup):  # a CompositePodGroup's child (Kubernetes 1.37): operator/composite.py
+        if parent_name(podgroup):  # a CompositePodGroup's child (Kubernetes 1.37): composite.py
             composite = await self.composites.group(pod, podgroup, controller, workload)
             if composite is not None:
                 return composite

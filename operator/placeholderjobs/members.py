@@ -4,21 +4,21 @@ A pod that is its own group gets one named after it and owned by it; a gang's po
 PlaceholderJob named after the gang's root, with the membership rules of ``groups.plan_join``.
 Membership only changes with a resourceVersion test, so two members joining at once cannot both
 win, and a gang fenced for submission (``lifecycle.REASON_SUBMITTING``) is treated as submitted.
-Ended pods are left to :mod:`.jobs`, which decides whether the Slurm job ends with them.
+Ended pods are left to :mod:`.phjsync`, which decides whether the Slurm job ends with them.
 """
 
 from __future__ import annotations
 
 import logging
 
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.composite import CompositeGroup
-from slurm_bridge.operator.compositemembers import CompositeMembership
-from slurm_bridge.operator.groups import Group, GroupError, Join, is_gang, plan_join, same_group
-from slurm_bridge.operator.lifecycle import REASON_SUBMITTING
-from slurm_bridge.operator.poller import SlurmPoller
-from slurm_bridge.operator.resolver import GroupResolver
-from slurm_bridge.operator.store import Key, ObjectStore, WorkQueue
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
+from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
+from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, is_gang, plan_join, same_group
+from slurm_bridge.operator.placeholderjobs.lifecycle import REASON_SUBMITTING
+from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.runtime.store import Key, ObjectStore, WorkQueue
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
@@ -78,7 +78,7 @@ class Membership:
         self.config, self.kube = config, kube
         self.pods, self.phjs, self.queue, self.poller = pods, phjs, queue, poller
         self.groups = GroupResolver(kube.get)
-        self.composite = CompositeMembership(self)  # CompositePodGroups (operator/compositemembers.py)
+        self.composite = CompositeMembership(self)  # CompositePodGroups (operator/placeholderjobs/compositemembers.py)
         # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self._member_of: dict[str, Key] = {}

@@ -2,7 +2,7 @@
 
 The work is in three modules, each with one concern:
 - :mod:`.members` (I/O): pods -> their group's PlaceholderJob;
-- :mod:`.jobs` (I/O) around :mod:`.lifecycle` (pure ``decide``): PlaceholderJob <-> Slurm job;
+- :mod:`.phjsync` (I/O) around :mod:`.lifecycle` (pure ``decide``): PlaceholderJob <-> Slurm job;
 - :mod:`.orphans`: Slurm jobs whose PlaceholderJob is gone.
 Every step is idempotent and reads its state from Kubernetes objects and the poller's view of
 Slurm, so a restart at any line neither duplicates nor leaks a Slurm job.
@@ -14,12 +14,12 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from slurm_bridge.operator.jobref import PhjRef
-from slurm_bridge.operator.jobs import PlaceholderJobs
-from slurm_bridge.operator.members import Membership, member_pods
-from slurm_bridge.operator.orphans import OrphanSweeper
-from slurm_bridge.operator.poller import SlurmPoller
-from slurm_bridge.operator.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
+from slurm_bridge.operator.placeholderjobs.orphans import OrphanSweeper
+from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
+from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
 
 from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
@@ -32,7 +32,7 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Stats:
-    """What /stats reports about the controller (operator/app.py)."""
+    """What /stats reports about the controller (operator/runtime/app.py)."""
 
     slurm_requests: int
     slurm_requests_by_kind: dict[str, int]

@@ -22,17 +22,17 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
-from slurm_bridge.operator import hetjob
-from slurm_bridge.operator import lifecycle as lc
-from slurm_bridge.operator import plan as pl
-from slurm_bridge.operator import status as st
-from slurm_bridge.operator.compositeio import CompositeReporter
-from slurm_bridge.operator.devices import DEVICES_RETRY_SECONDS, DeviceBinder, Prepared
-from slurm_bridge.operator.jobref import PhjRef, default_job_name, encode_admin_comment
-from slurm_bridge.operator.placer import Placer
-from slurm_bridge.operator.podgroups import PodGroupReporter
-from slurm_bridge.operator.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.store import Key, ObjectStore
+from slurm_bridge.operator.placeholderjobs import hetjob
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, DeviceBinder, Prepared
+from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.podgroups import PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.submit import Placer
+from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.store import Key, ObjectStore
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
@@ -359,7 +359,7 @@ class PlaceholderJobs:
         announce: bool = True,
         het: tuple[tuple[str, int, int], ...] = (),
     ) -> Literal["released", "device-missing", "refused"]:
-        """Claims of exactly Slurm's devices first (operator/devices.py), then the pods.
+        """Claims of exactly Slurm's devices first (operator/placeholderjobs/devices.py), then the pods.
 
         ``device-missing``: no member is released. ``refused``: the API server refused a member's
         release for good, so the PlaceholderJob failed and its job was cancelled. ``het``: a

@@ -1,0 +1,1 @@
+"""The node controller: Kubernetes cordons and Slurm DRAIN state kept in step; dynamic nodes."""

@@ -1,0 +1,1 @@
+"""The PlaceholderJob controller: pods -> PlaceholderJobs -> Slurm jobs, and back."""

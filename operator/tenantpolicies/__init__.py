@@ -1,0 +1,1 @@
+"""The TenantPolicy status controller: what the leader tells administrators about each policy."""
