@@ -18,9 +18,10 @@ from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, tenancy, workloadapi, workloads
 from slurm_bridge.config import Config
-from slurm_bridge.placement import Placement, parse_placement
+from slurm_bridge.jobannotations import annotation_values, validate_annotations
+from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import annotation_values, job_request, placement_request_problems, validate_annotations
+from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
 from .mutate import goes_to_bridge
