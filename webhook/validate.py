@@ -4,7 +4,7 @@ Four rules: the labels and annotations through which the bridge records a pod's 
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
 was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
 ``kubectl apply`` instead of as a Slurm submission error later; a managed pod's placement
-(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/placement.py),
+(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/nodeplacement.py),
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
@@ -18,9 +18,10 @@ from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, tenancy, workloadapi, workloads
 from slurm_bridge.config import Config
-from slurm_bridge.placement import Placement, parse_placement
+from slurm_bridge.jobannotations import annotation_values, validate_annotations
+from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import annotation_values, job_request, placement_request_problems, validate_annotations
+from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
 from .mutate import goes_to_bridge

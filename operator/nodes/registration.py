@@ -29,8 +29,8 @@ from fractions import Fraction
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
-from slurm_bridge.translate import GPU_RESOURCES, parse_quantity
 
 Obj = dict[str, Any]
 

@@ -453,7 +453,7 @@ VALIDATE_CASES += [
 ]
 
 
-# --- placement: what Slurm cannot honour is refused (slurm_bridge/placement.py) -----------------
+# --- placement: what Slurm cannot honour is refused (slurm_bridge/nodeplacement.py) -----------------
 
 HOST = names.LABEL_HOSTNAME
 FEATURE = names.LABEL_NODE_FEATURE_PREFIX
