@@ -6,9 +6,8 @@ Membership only changes with a resourceVersion test, so two members joining at o
 win, and a gang fenced for submission (``lifecycle.REASON_SUBMITTING``) is treated as submitted.
 Ended pods are left to :mod:`.phjsync`, which decides whether the Slurm job ends with them.
 
-A terminating member (deletionTimestamp) keeps its place and its node until it has ended or is
-gone, as a terminating pod keeps its allocation (docs/architecture.md): a newcomer waits for the
-place, and the member's end wakes it (docs/workloads.md, "Late members").
+A terminating member keeps its place and node until it has ended, as a terminating pod keeps its
+allocation: a newcomer waits, and the member's end wakes it (docs/workloads.md, "Late members").
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ from slurm_bridge.translate import job_request
 log = logging.getLogger(__name__)
 
 Obj = st.Obj
-# A pod waiting for a free place in a submitted gang looks again this often; a member's end wakes
-# it sooner (the waiting list is a cache, lost on a restart).
+# A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
 WAIT_SECONDS = 5.0
 
 
@@ -49,9 +47,8 @@ class Vacancies:
     terminating: frozenset[str] = frozenset()
 
     def free(self, submitted: bool) -> frozenset[str]:
-        """The places a newcomer may take. Before submission nothing is allocated, so a
-        terminating member holds no node and drops out; after it, a terminating member keeps its
-        place and node until it has ended, so a node never runs two members of one job."""
+        """The places a newcomer may take. Before submission nothing is allocated: a terminating
+        member drops out; after it, it keeps place and node until it has ended (no node runs two)."""
         return self.ended if submitted else self.ended | self.terminating
 
     def note(self) -> str:
@@ -134,9 +131,8 @@ class Membership:
         self.unwait(uid)
 
     def await_place(self, key: Key, pod: Obj) -> None:
-        """The pod may wait for a place in the gang ``key``. Noted before the gang's members are
-        read, so a member that ends while the pod decides wakes it again (the queue then runs it
-        once more), and no end is missed."""
+        """The pod may wait for a place in gang ``key``: noted before the members are read, so a
+        member that ends while the pod decides queues it again, and no end is missed."""
         meta = pod["metadata"]
         self.unwait(meta["uid"])
         self._waiting.setdefault(key, {})[meta["uid"]] = (meta["namespace"], meta["name"])
