@@ -50,12 +50,11 @@ from .versions import (
     MIN_SLURM_RELEASE,
     SUPPORTED_VERSIONS,
     Codec,
-    ControllerPing,
     codec_for,
-    listed,
     slurm_release,
     too_old,
 )
+from .wire import ControllerPing, listed
 
 if TYPE_CHECKING:
     from ..config import Config

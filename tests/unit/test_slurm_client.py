@@ -23,8 +23,9 @@ from slurm_bridge.slurm.errors import (
     SlurmUnavailable,
     SlurmUnsupportedVersion,
 )
+from slurm_bridge.slurm.formats import expand_nodes, gres_to_tres_per_node
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for, expand_nodes, gres_to_tres_per_node
+from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
 
 pytestmark = pytest.mark.unit
 
