@@ -153,7 +153,7 @@ def metric_outcome(reply: Reply) -> str:
         return "server_error"
     if reply.status >= 400 or reply.errors:
         return "slurm_error"
-    return "ok"
+    return "server_error" if _not_json(reply) else "ok"
 
 
 # --- outcomes --------------------------------------------------------------------------------
@@ -264,7 +264,17 @@ def classify_reply(what: str, reply: Reply, expect: Expect, scrub: Scrub) -> Out
         return Answer(Reply(404, reply.body, reply.errors, reply.text))
     if reply.status >= 400 or reply.errors:
         return Failed(refusal(f"{what}: Slurm refused the request" + detail, reply.status, errors))
+    if _not_json(reply):
+        # Something other than slurmrestd answered (a proxy's page, a wrong URL): nothing in it can
+        # be read as Slurm's answer, and a submit may still have reached Slurm behind it.
+        problem = f"the answer (HTTP {reply.status}) is not slurmrestd's JSON{detail}; check slurmrestUrl"
+        return _unless_resent(what, Unavailable(problem, True, reply.status), expect)
     return Answer(reply)
+
+
+def _not_json(reply: Reply) -> bool:
+    """A successful status with a body that is not JSON (``text`` holds it then)."""
+    return bool(reply.text) and reply.body is None and reply.value is None
 
 
 def classify_failure(what: str, error: httpx.HTTPError, expect: Expect, base_url: str, scrub: Scrub) -> Outcome:

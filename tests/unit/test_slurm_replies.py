@@ -130,7 +130,12 @@ SHAPES: dict[str, Shape] = {
     "200 no errors key": Shape(200, {"jobs": []}, Expect(), ANSWER, "ok"),
     "200 empty body": Shape(200, b"", Expect(), ANSWER, "ok"),
     # Not JSON but 200: an answer whose text the call's decoding then refuses.
-    "200 not JSON": Shape(200, b"<html>slurmrestd</html>", Expect(), ANSWER, "ok", ("<html>slurmrestd</html>",)),
+    # Not slurmrestd's answer (a proxy's page): an outage naming the text, never an empty success.
+    "200 not JSON": Shape(200, b"<html>slurmrestd</html>", Expect(), ("unavailable", 200, [], "maybe applied"),
+                          "server_error", ("<html>slurmrestd</html>", "not slurmrestd's JSON")),
+    "200 not JSON to a submit": Shape(200, b"<html>proxy</html>", SUBMIT,
+                                      ("failed", SlurmUnavailable, 200, [], "maybe applied"), "server_error",
+                                      ("<html>proxy</html>",)),
     # A cancel's and an update's per-job failures are in the body, not in errors[]: the call reads them.
     "200 cancel status already done": Shape(200, KILL_ALREADY_DONE, Expect(), ANSWER, "ok"),
     "200 update results with error": Shape(200, UPDATE_RESULT_FAILED, Expect(), ANSWER, "ok"),
