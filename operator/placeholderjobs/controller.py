@@ -87,7 +87,8 @@ class Controller:
             placeholderjobs=len(self.phjs),
         )
 
-    # ---- watch events (from kopf) -----------------------------------------------------------
+    # ---- watch events (operator/runtime/watches.py) -----------------------------------------
+    # A MODIFIED event that changes nothing the stores keep is not queued (ObjectStore.observe).
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         metrics.pod_event(etype, pod, self.config.schedulerName)
         if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:
@@ -95,8 +96,8 @@ class Controller:
         if etype == "DELETED":
             self.pods.delete(pod)
             self.members.forget(pod.get("metadata", {}).get("uid", ""))
-        else:
-            self.pods.upsert(pod)
+        elif not self.pods.observe(pod) and etype == "MODIFIED":
+            return
         ns, name = ObjectStore.key_of(pod)
         self.queue.add(("pod", ns, name))
 
@@ -104,8 +105,8 @@ class Controller:
         metrics.phj_event()
         if etype == "DELETED":
             self.phjs.delete(phj)
-        else:
-            self.phjs.upsert(phj)
+        elif not self.phjs.observe(phj) and etype == "MODIFIED":
+            return
         self.queue.add(("phj", *ObjectStore.key_of(phj)))
 
     def _on_job_change(self, ref: PhjRef) -> None:
