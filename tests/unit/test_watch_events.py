@@ -82,3 +82,33 @@ async def test_the_controller_queues_only_events_that_change_what_it_reads(tmp_p
     ctrl.on_phj_event("DELETED", phj(23, phase="Running"))
     assert queued == [("phj", "ns", "p")] * 3
     await ctrl.slurm.aclose()
+
+
+async def test_an_event_no_newer_than_what_a_reconcile_began_with_is_not_queued(tmp_path: Path) -> None:
+    """A list again after a 410 sends every object as ADDED; the echo of a write may arrive after a
+    reconcile already read the written version: neither brings news."""
+    ctrl = controller(tmp_path)
+    queued: list[Any] = []
+    ctrl.queue.add = queued.append  # type: ignore[method-assign,assignment]
+    seen: list[Any] = []
+
+    async def members(key: Any) -> None:
+        seen.append(ctrl.pods.get(key)["metadata"]["resourceVersion"])  # type: ignore[index]
+
+    ctrl.members.reconcile = members  # type: ignore[method-assign]
+    ctrl.on_pod_event("ADDED", pod(10))
+    await ctrl._reconcile(("pod", "ns", "p"))
+    assert seen == ["10"]
+    ctrl.on_pod_event("ADDED", pod(10))  # listed again, unchanged since that reconcile began
+    ctrl.on_pod_event("MODIFIED", pod(9))  # stale
+    assert queued == [("pod", "ns", "p")]
+    ctrl.pods.upsert(pod(11, phase="Failed"))  # the operator's own write, stored from its answer
+    ctrl.on_pod_event("MODIFIED", pod(11, phase="Failed"))  # its echo: no reconcile read it yet
+    assert queued == [("pod", "ns", "p")] * 2
+    await ctrl._reconcile(("pod", "ns", "p"))
+    ctrl.on_pod_event("MODIFIED", pod(11, phase="Failed"))  # a second copy (a list again): read already
+    ctrl.on_pod_event("ADDED", pod(11, uid="u2"))  # another incarnation
+    ctrl.on_pod_event("DELETED", pod(12, uid="u2"))
+    assert queued == [("pod", "ns", "p")] * 4
+    assert ("pod", "ns", "p") not in ctrl._read, "forgotten with the object"
+    await ctrl.slurm.aclose()
