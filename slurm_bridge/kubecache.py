@@ -172,6 +172,9 @@ class Informer:
                 self.last_error = f"cannot list or watch {self.what}: {e}"
             except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as e:
                 self.last_error = f"cannot list or watch {self.what}: {str(e) or type(e).__name__}"
+            except Exception as e:  # an answer of a shape never seen: the watch must not die of it
+                log.exception("%s: unexpected error in the list or watch", self.what)
+                self.last_error = f"cannot list or watch {self.what}: {type(e).__name__}: {e}"
             if self.events != events:
                 delay, relist_now = RETRY_MIN_SECONDS, True
             log.warning("%s; again in %.0fs", self.last_error, delay)

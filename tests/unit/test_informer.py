@@ -269,3 +269,12 @@ async def test_other_watch_errors_back_off_and_resume(code: int) -> None:
     await run_until(inf, api, lambda: len(api.watch_calls) == 2, "the second watch")
     assert sleeps.delays == [1.0] and len(api.list_calls) == 1
     assert [rv for rv, _ in api.watch_calls] == ["10", "10"]
+
+
+async def test_an_answer_of_an_unexpected_shape_is_retried_not_fatal() -> None:
+    api = Api([[{"kind": "PodList", "metadata": {"resourceVersion": "10"}, "items": [{"no": "metadata"}, 7]}],
+               [listed(pod("a", 3), rv=20)]], [[gone_event()]])  # fmt: skip
+    c, sleeps = Consumer(), Sleeps()
+    inf = informer(api, c, sleeps)
+    await run_until(inf, api, lambda: api.watch_calls, "the watch after the retry")
+    assert sleeps.delays == [1.0] and ("ADDED", "a", "uid-a") in c.seen
