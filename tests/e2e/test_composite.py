@@ -75,7 +75,9 @@ def hierarchy(
 ) -> list[str]:  # fmt: skip
     """Create the Workload, the CompositePodGroup, its two PodGroups and their pods; the pods' names."""
     notes = annotations or {}
-    leaf = {"large": 2, "small": 1}
+    # The large gang's minCount is its size: with a smaller one the job may be submitted (a few
+    # milliseconds after the minCount-th pod joins) before the last pods are created.
+    leaf = {"large": large, "small": 1}
     workload = {
         "apiVersion": f"{G}/{PG_V}", "kind": "Workload",
         "metadata": {"name": name, "annotations": notes.get("workload", {})},
