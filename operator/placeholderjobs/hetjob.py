@@ -24,13 +24,17 @@ from collections.abc import Sequence
 
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.allocation import unreleased_members, with_running
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
+from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, SlurmSide, Tenancy
+from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
     Cancel,
     ConfirmMembers,
     EndPods,
     Event,
-    Fence,
     Plan,
     Release,
     ReportPodGroup,
@@ -48,7 +52,7 @@ from slurm_bridge.slurm.models import JobInfo
 Obj = st.Obj
 
 
-def submit(phj: Obj, members: lc.Members, tenancy: lc.Tenancy | None) -> Plan:
+def submit(phj: Obj, members: Members, tenancy: Tenancy | None) -> Plan:
     """No job yet and some member lives: wait for the components, or fence and submit."""
     spec, status = spec_of(phj), status_of(phj)
     parts = spec.components or []
@@ -67,12 +71,12 @@ def submit(phj: Obj, members: lc.Members, tenancy: lc.Tenancy | None) -> Plan:
     if tenancy is not None:
         verdicts = [tenancy(r) for r in requests]
         if any(v.waiting for v in verdicts):
-            return Plan(requeue=lc.TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
+            return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
         refused = next((v for v in verdicts if not v.allowed), None)
         if refused is not None:
             return lc.refused_by_policy(phj, members, refused)
         requests = [v.request for v in verdicts]
-    fence: tuple[Action, ...] = () if status.reason == lc.REASON_SUBMITTING else (Fence(),)
+    fence: tuple[Action, ...] = () if status.reason == lc.REASON_SUBMITTING else (lc.fencing(phj, "gang's Slurm job"),)
     return Plan((*fence, Submit(requests[0], tuple(live), components=tuple(requests))))
 
 
@@ -90,22 +94,21 @@ def waiting_message(parts: Sequence[Component], short: Sequence[tuple[Component,
 def follow(
     phj: Obj,
     status: PlaceholderJobStatus,
-    slurm: lc.SlurmSide,
-    members: lc.Members,
-    now: lc.Clock,
-    confirmed: lc.Members | None,
-    scheduler: str,
-    told: lc.Told | None,
+    slurm: SlurmSide,
+    members: Members,
+    now: Clock,
+    confirmed: Members | None,
+    follow: lc.Follow,
 ) -> Plan:
     """The job exists (or existed): follow every component, or end it all."""
     job_id, leader = slurm.job_id, slurm.job
     assert job_id is not None
-    ended = lc._all_ended(members, confirmed)
+    ended = lc.all_ended(members, confirmed)
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:  # Kubernetes -> Slurm: the leader's cancel ends every component
         phase, reason, message = st.pods_end_phase(st.end_phases(members))
-        return Plan((lc._terminal_status(phj, phase, reason, message), *cancels(slurm), Event(reason, message)))
+        return Plan((terminal_status(phj, phase, reason, message), *cancels(slurm), Event(reason, message)))
     spec = spec_of(phj)
     count = len(spec.components or [])
     soon = slurm.submitted_at is not None and (
@@ -116,7 +119,7 @@ def follow(
             return Plan(requeue=slurm.poll_period)
         return ended_part(phj, members, slurm, None, 0)
     if not count:  # not a spec this bridge writes: follow the leader, release nothing
-        return Plan(lc._mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
+        return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
     parts = components(leader, slurm, count)
     for offset, part in enumerate(parts):
         if part is not None and part.is_finished:
@@ -128,15 +131,16 @@ def follow(
             return Plan(requeue=slurm.poll_period)
         return Plan((RequestFullList(),), requeue=slurm.poll_period)
     if leader.is_pending:
-        return lc._pending(phj, status, leader, members, now, told, None, update_job=False)
+        return follow_pending(phj, status, leader, members, now, follow.told, None, update_job=False)
     running = [p for p in parts if p is not None and p.is_running and p.nodes]
     if len(running) == len(parts):
-        return allocation(phj, members, running, scheduler=scheduler, status=status)
+        return allocation(phj, members, running, scheduler=follow.scheduler, status=status,
+                          devices_missing=follow.devices_missing)  # fmt: skip
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror the leader and wait.
-    return Plan(lc._mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
+    return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
 
 
-def components(leader: JobInfo, slurm: lc.SlurmSide, count: int) -> list[JobInfo | None]:
+def components(leader: JobInfo, slurm: SlurmSide, count: int) -> list[JobInfo | None]:
     """Each component's record by offset (None: not in the view). A single-component composite
     may come back from Slurm as a plain job: the leader is then its only component."""
     if not leader.het_job_id:
@@ -146,7 +150,7 @@ def components(leader: JobInfo, slurm: lc.SlurmSide, count: int) -> list[JobInfo
     return [by_offset.get(i) for i in range(count)]
 
 
-def cancels(slurm: lc.SlurmSide) -> tuple[Cancel, ...]:
+def cancels(slurm: SlurmSide) -> tuple[Cancel, ...]:
     """Cancel what lives of the job: the leader (which cancels every component), or, when the
     leader itself ended alone (``scancel <leader>+0``), each live component on its own."""
     leader = slurm.job if slurm.job is not None else slurm.found
@@ -157,7 +161,7 @@ def cancels(slurm: lc.SlurmSide) -> tuple[Cancel, ...]:
     return tuple(Cancel(c.job_id) for c in slurm.components if not c.is_finished)
 
 
-def ended_part(phj: Obj, members: lc.Members, slurm: lc.SlurmSide, part: JobInfo | None, offset: int) -> Plan:
+def ended_part(phj: Obj, members: Members, slurm: SlurmSide, part: JobInfo | None, offset: int) -> Plan:
     """Slurm -> Kubernetes: one component ended or vanished, so the whole job ends (the rest is
     cancelled) and every live member pod is ended, whichever component it ran in."""
     spec = spec_of(phj)
@@ -175,7 +179,7 @@ def ended_part(phj: Obj, members: lc.Members, slurm: lc.SlurmSide, part: JobInfo
     live = tuple(st.holding_allocation(members))
     end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
     return Plan((
-        lc._terminal_status(phj, phase, reason, message, part),
+        terminal_status(phj, phase, reason, message, part),
         *cancels(slurm),
         Event(reason, message, warning=phase != names.PHASE_COMPLETED),
         *end,
@@ -183,7 +187,13 @@ def ended_part(phj: Obj, members: lc.Members, slurm: lc.SlurmSide, part: JobInfo
 
 
 def allocation(
-    phj: Obj, members: lc.Members, parts: Sequence[JobInfo], *, scheduler: str, status: PlaceholderJobStatus
+    phj: Obj,
+    members: Members,
+    parts: Sequence[JobInfo],
+    *,
+    scheduler: str,
+    status: PlaceholderJobStatus,
+    devices_missing: bool = False,
 ) -> Plan:
     """Every component RUNNING with nodes: record each pod's node (one of its own component's)
     and offset, then release every pod at once; Running once every live member is bound.
@@ -204,7 +214,7 @@ def allocation(
                 f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
                 f"of heterogeneous job {leader.job_id} for {len(component.pods)} pods"
             )
-            failed = lc._terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
+            failed = terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
             return Plan((failed, Cancel(leader.job_id)))
         assignment.update(mine)
         where.update({p: (job.job_id, offset) for p in component.pods})
@@ -220,14 +230,16 @@ def allocation(
             reason="", message=message, node_list=nodes, pod_list=",".join(spec.pods),
             components=component_status(spec.components or [], parts),
             assignments=[{"pod": p, "node": n, "offset": where[p][1]} for p, n in sorted(assignment.items())],
-            start_time=status.start_time or now_iso(), conditions=conditions, **lc.identity(leader),
+            start_time=status.start_time or now_iso(), conditions=conditions, **identity(leader),
         )  # fmt: skip
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:
-        write = lc.with_running(write, conditions, nodes, gen)
-    unreleased = lc.unreleased_members(live, assignment)
+        write = with_running(write, conditions, nodes, gen)
+    unreleased = unreleased_members(live, assignment)
     actions: list[Action] = [WriteStatus(write)] if write is not None else []  # the record before any pod
+    if devices_missing:
+        return Plan(tuple(actions), requeue=DEVICES_RETRY_SECONDS)
     het = tuple((n, *where[n]) for n, _ in unreleased)
     actions.append(Release(leader.job_id, unreleased, het=het))
     scheduled = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} to the composite's {len(parts)} PodGroups"

@@ -19,6 +19,7 @@ import pytest
 from slurm_bridge.operator.placeholderjobs import hetjob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.phjstatus import submitted_status
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of
@@ -264,7 +265,7 @@ def test_the_tenant_policy_judges_every_component() -> None:
 
 def test_the_submitted_status_names_the_heterogeneous_job() -> None:
     reqs = (JobRequest(nodes=1, partition="p"), JobRequest(nodes=2, partition="p"))
-    status = lc.submitted_status(unsubmitted(), LEADER, None, reqs[0], components=reqs)
+    status = submitted_status(unsubmitted(), LEADER, None, reqs[0], components=reqs)
     assert status.het_job_id == LEADER and status.job_id == LEADER
     assert status.message == (
         "submitted heterogeneous Slurm job 10 (2 components of 1+2 node(s), partition p; Slurm starts it in a "

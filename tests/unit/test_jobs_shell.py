@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, Prepared
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
@@ -354,13 +355,13 @@ async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_sta
     put(jobs, pending_job("Priority"))
     wait = await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 4, "Priority again (Slurm's reasons flip): held"
-    assert wait is not None and 0 < wait <= lc.PENDING_REPORT_SECONDS
+    assert wait is not None and 0 < wait <= pd.PENDING_REPORT_SECONDS
     assert status_writes(kube)[-1]["reason"] == "Priority", "status mirrors Slurm all the same"
     later = datetime.now(UTC) + timedelta(hours=1)
     put(jobs, pending_job("Priority", later))
     await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 4 and "expectedStart" not in status_writes(kube)[-1], "held too"
-    monkeypatch.setattr(lc, "PENDING_REPORT_SECONDS", 0.0)  # the window has passed
+    monkeypatch.setattr(pd, "PENDING_REPORT_SECONDS", 0.0)  # the window has passed
     await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 6
     assert pending_events(kube)[-1][1].endswith(f"start at {later.strftime('%Y-%m-%dT%H:%M:%SZ')}")

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJobStatus
@@ -308,7 +310,11 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     side, until = slurm_side("RUNNING"), NOW.mono + 5
 
     def plan(obj: Obj, member: str, at_once: float | None) -> tuple[list[tuple[Any, ...]], float | None]:
-        p = lc.decide(obj, side, {"p": pod(member)}, NOW, scheduler="s", at_once=at_once)
+        """``at_once``: the submit's status is held back until then (not in ``obj`` yet)."""
+        held = None if at_once is None else pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), at_once)
+        if held is not None:
+            obj = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "jobId"}}
+        p = lc.decide(obj, side, {"p": pod(member)}, NOW, scheduler="s", held=held)
         return [summary(a) for a in p.actions], p.requeue
 
     released = [("release", (("p", NODE),)), ("podgroup", True)]
@@ -325,7 +331,7 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
         {"a": pod("gated", "a"), "b": pod("gated", "b")},
         NOW,
         scheduler="s",
-        at_once=until,
+        held=pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), until),
     )
     assert isinstance(two.actions[0], pl.WriteStatus), "a gang's assignments are written before any release"
     assert two.requeue is None
@@ -337,7 +343,7 @@ def iso(t: datetime) -> str:
 
 
 HOUR = timedelta(hours=1)
-WINDOW = lc.PENDING_REPORT_SECONDS
+WINDOW = pd.PENDING_REPORT_SECONDS
 # What the pods were told: nothing yet (status before the first reason), Priority by this process
 # some seconds ago (told: None after a restart, where status.reason says it).
 TOLD = {"nothing": (None, ""), "restart": (None, "Priority"), "recently": (WINDOW / 2, "Priority"),
@@ -373,7 +379,7 @@ def test_when_the_waiting_pods_are_told(told: str, reason: str, estimate: str) -
     status = PlaceholderJobStatus(job_id=JOB, phase="Pending", slurm_state="PENDING", reason=last or None,
                                      expected_start=iso(NOW.wall + 2 * HOUR))  # fmt: skip
     job = JobInfo(job_id=JOB, states=("PENDING",), reason=code, start_time=start)
-    report, requeue = lc.pending(status, job, {"p": pod("gated")}, NOW, memory)
+    report, requeue = pd.pending(status, job, {"p": pod("gated")}, NOW, memory)
     want = expected_report(told, code, estimate)
     assert ("now" if report else "later" if requeue else "no") == want
     if want == "later":
@@ -413,22 +419,22 @@ def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_
     ],
 )  # fmt: skip
 def test_start_moved(recorded: str | None, expected: str | None, moved: bool) -> None:
-    assert lc.start_moved(recorded, expected, NOW.wall) is moved
+    assert pd.start_moved(recorded, expected, NOW.wall) is moved
 
 
 def test_expected_start_is_none_when_slurm_has_no_estimate_or_it_passed() -> None:
     def job_at(t: datetime | None, state: str = "PENDING") -> JobInfo:
         return JobInfo(job_id=JOB, states=(state,), start_time=t)
 
-    assert lc.expected_start(job_at(None), NOW.wall) is None  # 0 on the wire
-    assert lc.expected_start(job_at(NOW.wall - HOUR), NOW.wall) is None
-    assert lc.expected_start(job_at(NOW.wall + HOUR), NOW.wall) == "2026-01-01T13:00:00Z"
-    assert lc.expected_start(job_at(NOW.wall + HOUR, "RUNNING"), NOW.wall) is None  # a start, not an estimate
+    assert expected_start(job_at(None), NOW.wall) is None  # 0 on the wire
+    assert expected_start(job_at(NOW.wall - HOUR), NOW.wall) is None
+    assert expected_start(job_at(NOW.wall + HOUR), NOW.wall) == "2026-01-01T13:00:00Z"
+    assert expected_start(job_at(NOW.wall + HOUR, "RUNNING"), NOW.wall) is None  # a start, not an estimate
 
 
 def test_the_pending_message() -> None:
-    assert lc.pending_message(123, "Resources", "2026-11-24T10:00:00Z") == (
+    assert pd.pending_message(123, "Resources", "2026-11-24T10:00:00Z") == (
         "Slurm job 123 is waiting: Resources (the nodes it needs are busy); "
         "Slurm expects it to start at 2026-11-24T10:00:00Z"
     )
-    assert lc.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"
+    assert pd.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"
