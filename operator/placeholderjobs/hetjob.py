@@ -26,7 +26,7 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.allocation import unreleased_members, with_running
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, SlurmSide, Tenancy
+from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror
 from slurm_bridge.operator.placeholderjobs.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.plan import (
@@ -42,6 +42,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Submit,
     WriteStatus,
 )
+from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.poller import FULL_RESYNC_SECONDS
 
 from slurm_bridge import names

@@ -32,7 +32,6 @@ from slurm_bridge.operator.placeholderjobs.inputs import (
     Clock,
     Members,
     Obj,
-    SlurmSide,
     Tenancy,
     Told,
 )
@@ -68,6 +67,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Unavailable,
     WriteStatus,
 )
+from slurm_bridge.operator.runtime.jobview import SlurmSide
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of

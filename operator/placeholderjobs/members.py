@@ -341,11 +341,8 @@ class Membership:
 
     def _is_submitted(self, phj: Obj) -> bool:
         """Whether the gang's job is (or may be) in Slurm: its size is then fixed."""
-        status, uid = status_of(phj), phj["metadata"]["uid"]
-        if status.job_id or status.reason == REASON_SUBMITTING or self.poller.made(uid) is not None:
-            return True
-        snap = self.poller.snapshot
-        return snap is not None and snap.job_for_uid(uid) is not None
+        status = status_of(phj)
+        return status.reason == REASON_SUBMITTING or self.poller.side(phj["metadata"]["uid"], status.job_id).has_job
 
     async def _ended_members(self, phj: Obj, exclude: str) -> set[str]:
         """Members whose recorded pod ended or is gone (a pod missing from the cache is asked for)."""

@@ -29,7 +29,8 @@ from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, default_job_nam
 from slurm_bridge.operator.placeholderjobs.podgroups import PodGroupReporter
 from slurm_bridge.operator.placeholderjobs.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.submit import Placer
-from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.jobview import SlurmSide
+from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore
 
 from slurm_bridge import logs, metrics, names, tenancy
@@ -39,7 +40,7 @@ from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
 Obj = st.Obj
@@ -56,13 +57,6 @@ def members_of(phj: Obj, pods: ObjectStore) -> dict[str, Obj | None]:
         pod = pods.get((ns, name))
         members[name] = pod if pod is not None and st.is_member(phj, pod) else None
     return members
-
-
-def find_job(phj: Obj, snap: JobSnapshot) -> JobInfo | None:
-    job_id = status_of(phj).job_id
-    if job_id and job_id in snap.by_id:
-        return snap.by_id[job_id]
-    return snap.job_for_uid(phj["metadata"]["uid"])
 
 
 class PlaceholderJobs:
@@ -97,31 +91,9 @@ class PlaceholderJobs:
         self._told: dict[str, lc.Told] = {}
 
     # ---- gather, decide, apply ------------------------------------------------------------------
-    def observe(self, phj: Obj) -> lc.SlurmSide:
-        """What the poller's view says about the PlaceholderJob's job."""
-        period = self.config.pollPeriodSeconds
-        snap = self.poller.snapshot
-        if not self.poller.synced.is_set() or snap is None:
-            return lc.SlurmSide(synced=False, poll_period=period)
-        uid = phj["metadata"]["uid"]
-        found = find_job(phj, snap)
-        made = self.poller.made(uid)
-        job_id = status_of(phj).job_id or (found.job_id if found else None)
-        if job_id is None and made is not None:
-            job_id = made[0]
-        others = tuple(o.job_id for o in snap.by_uid.get(uid, []) if o.job_id != job_id and not o.is_finished)
-        return lc.SlurmSide(
-            poll_period=period,
-            job_id=job_id,
-            job=found if found is not None and found.job_id == job_id else snap.by_id.get(job_id or -1),
-            found=found,
-            others=others,
-            components=snap.components(job_id) if job_id is not None else (),
-            submitted_at=made[1] if made else None,
-            taken_at=snap.taken_at,
-            uncertain_since=self.poller.uncertain_since(uid),
-            last_full_at=self.poller.last_full_at,
-        )
+    def observe(self, phj: Obj) -> SlurmSide:
+        """What the poller's view says about the PlaceholderJob's job (its one answer)."""
+        return self.poller.side(phj["metadata"]["uid"], status_of(phj).job_id)
 
     async def reconcile(self, key: Key) -> float | None:
         """Gather, decide, apply; decide again while a plan stops for an input only the shell gets

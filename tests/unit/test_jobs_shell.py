@@ -136,7 +136,7 @@ async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_
     assert status_writes(kube) == [], "nothing written before the pod is bound"
     assert kube.calls == [("patch", POD_PATH)], "the pod is released at once"
     assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
-    assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+    assert jobs.poller.side("phj-uid").submitting, "remembered until a poll shows it"
 
     assert jobs.poller.snapshot is not None
     jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])

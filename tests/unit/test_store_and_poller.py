@@ -548,3 +548,77 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
     m.phjs = phjs
     assert sorted(p["metadata"]["name"] for p in m._phjs_with_member(("ns", "pod1"))) == ["gang", "p1"]
     assert m._phjs_with_member(("other", "pod1")) == []
+
+
+# ---- the one answer to "does this PlaceholderJob have a Slurm job?" (SlurmPoller.side) -----------
+async def test_side_before_the_first_full_list_is_not_synced_but_knows_its_own_submits() -> None:
+    poller = _poller(FakeSlurm(), [])
+    side = poller.side("a")
+    assert not side.synced and not side.has_job and not side.submitting
+    poller.submitted("a", 5)
+    side = poller.side("a")
+    assert not side.synced and side.has_job and side.submitting and side.job_id == 5
+
+
+async def test_side_names_the_recorded_job_and_the_others_made_for_the_same_uid() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(_job(2, "a", "PENDING"))  # a second job for the same PlaceholderJob (a crash mid-submit)
+    await poller.poll_once()
+    side = poller.side("a", 1)
+    assert side.synced and side.has_job and side.job_id == 1
+    assert side.job is not None and side.job.job_id == 1 and side.found == side.job
+    assert side.others == (2,) and side.poll_period == 1.0
+    assert poller.snapshot is not None and side.taken_at == poller.snapshot.taken_at
+    # Nothing recorded: the newest live job of the uid is adopted, the other is named.
+    adopted = poller.side("a")
+    assert adopted.job_id == 2 and adopted.found is not None and adopted.found.job_id == 2 and adopted.others == (1,)
+
+
+async def test_side_a_recorded_job_the_view_lacks_is_named_without_a_record() -> None:
+    poller = _poller(FakeSlurm(), [])
+    await poller.poll_once()
+    side = poller.side("a", 9)
+    assert side.has_job and side.job_id == 9 and side.job is None and side.found is None
+    assert not side.submitting, "not submitted by this process: the view lacking it means vanished"
+
+
+async def test_side_a_submit_no_poll_showed_yet_then_the_poll_that_shows_it() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    await poller.poll_once()
+    poller.submitted("a", 3)
+    side = poller.side("a")
+    assert side.has_job and side.submitting and side.job_id == 3 and side.job is None
+    assert side.submitted_at is not None
+    slurm.set(_job(3, "a", "PENDING"))
+    poller.poll_soon(full=True)
+    await poller.poll_once()
+    side = poller.side("a")
+    assert side.has_job and not side.submitting and side.job is not None and side.job.job_id == 3
+
+
+async def test_side_an_uncertain_submit_is_no_job_until_a_full_list_says() -> None:
+    poller = _poller(FakeSlurm(), [])
+    await poller.poll_once()
+    poller.submitted("a", 3)
+    poller.submit_failed("a", maybe_applied=True)
+    side = poller.side("a")
+    assert not side.has_job and not side.submitting and side.uncertain_since is not None
+    assert side.last_full_at <= side.uncertain_since, "the full list that decides is still to come"
+    poller.forget_uncertain("a")
+    assert poller.side("a").uncertain_since is None
+    poller.submit_failed("b", maybe_applied=False)
+    assert poller.side("b").uncertain_since is None, "a submit that made nothing leaves nothing"
+
+
+async def test_side_of_a_heterogeneous_job_holds_every_component() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    ref = encode_admin_comment(PhjRef("bridge", "ns", "phj-h", "h"))
+    for job_id, offset in ((10, 0), (11, 1)):
+        slurm.set(JobInfo(job_id=job_id, states=("PENDING",), admin_comment=ref, het_job_id=10, het_job_offset=offset))
+    await poller.poll_once()
+    side = poller.side("h")
+    assert side.job_id == 10 and [c.job_id for c in side.components] == [10, 11] and side.others == ()
