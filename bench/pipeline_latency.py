@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch
@@ -111,6 +112,17 @@ def pod_body(name: str) -> dict[str, Any]:
 
 
 def watch_bindings(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            _watch_once(core, ns, run, n, stop)
+        except (KeyError, k8s.exceptions.ApiException, urllib3.exceptions.HTTPError) as e:
+            # An ERROR event (the client's plain-JSON path fails on it with KeyError 'raw_object')
+            # or a dropped connection: watch again from now; its initial ADDED events re-deliver
+            # every pod, so no bind is missed (only its time is taken later).
+            print(f"note: pod watch of {ns} restarted ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def _watch_once(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event) -> None:
     w = watch.Watch()
     while not stop.is_set():
         # Plain JSON events: building V1Pod models would make this client a large share of the
@@ -166,6 +178,7 @@ class Extra:
     """What a run cost besides latency: API writes, processes' CPU and memory, Slurm polls."""
 
     writes: dict[str, float] = field(default_factory=dict)
+    load: dict[str, dict[str, float]] = field(default_factory=dict)  # sysstats.load_delta
     procs: dict[str, Any] = field(default_factory=dict)
     at_bound: Any = None  # what ``at_bound`` returned right after the last bind
 
@@ -206,6 +219,7 @@ def measured(
     extra.at_bound = at_bound() if at_bound else None
     after = settle(api)
     extra.writes = sysstats.write_delta(before, after, time.monotonic() - t0, bg)
+    extra.load = sysstats.load_delta(before, after, time.monotonic() - t0, bg)
     extra.procs = procs.row()
     return run, extra
 
@@ -333,6 +347,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         who = f"{r['mode']} {r['scheduler']}"
         print(f"{who}: API writes per pod by verb and resource: {r.get('api_writes_per_pod_by_kind')}")
+        for part in ("reads", "admission", "watch_events"):
+            print(f"{who}: API {part.replace('_', ' ')} per pod {r.get(f'api_{part}_per_pod')}: "
+                  f"{r.get(f'api_{part}_per_pod_by_kind')}")  # fmt: skip
         if "slurm_calls_lifecycle_by_kind" in r:
             print(f"{who}: Slurm calls over the pods' life: {r['slurm_calls_lifecycle_by_kind']}")
             print(
@@ -410,6 +427,9 @@ def one_run(
     for row, extra in ((bridge, bx), (default, dx)):
         row["api_writes_per_pod"] = round(sum(extra.writes.values()) / args.pods, 2)
         row["api_writes_per_pod_by_kind"] = {k: round(n / args.pods, 2) for k, n in extra.writes.items()}
+        for part, counts in extra.load.items():  # what else the API server did per pod
+            row[f"api_{part}_per_pod"] = round(sum(counts.values()) / args.pods, 2)
+            row[f"api_{part}_per_pod_by_kind"] = {k: round(n / args.pods, 2) for k, n in counts.items()}
         row["processes"] = extra.procs
         row["operator_cpu_percent"] = extra.procs["cpu_percent"].get("bridge-operator")
         row["operator_peak_rss_mib"] = extra.procs["peak_rss_mib"].get("bridge-operator")

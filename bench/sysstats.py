@@ -3,6 +3,10 @@
 - ``api_requests``: the API server's own ``apiserver_request_total`` counters from ``/metrics``,
   by verb, resource and subresource. ``write_delta`` subtracts two scrapes and the background
   (leases, kwok heartbeats, controllers) measured at idle for the same length of time.
+  The same scrape counts what else a pod costs the API server (``load_delta``): reads (GET, LIST,
+  WATCH opened), admission webhook calls by webhook and operation
+  (``apiserver_admission_webhook_admission_duration_seconds_count``) and watch events sent to
+  watchers by resource (``apiserver_watch_events_total``: the fan-out of each change).
 - ``ProcSampler``: CPU seconds and resident memory of the local cluster's processes (the pid files
   hack/cluster.sh and hack/bridge.sh write), each with its child processes, sampled from /proc in
   a thread: what each process cost during a run, and whether the machine itself was the limit.
@@ -27,6 +31,10 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLE
 #   scope="resource",subresource="binding",verb="POST",version="v1"} 200
 _METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
+_ADMISSION = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_count\{([^}]*)\}\s+([0-9.e+]+)$")
+_WATCH_EVENTS = re.compile(r"^apiserver_watch_events_total\{([^}]*)\}\s+([0-9.e+]+)$")
+# Pseudo-verbs for the counters that are not requests (RequestKey's first part).
+ADMIT, WATCH_EVENT = "ADMIT", "WATCHEVENT"
 RequestKey = tuple[str, str]  # (verb, "resource[/subresource]")
 # What the benchmark's pods cause, as opposed to the cluster's background: leases are heartbeats.
 BACKGROUND_RESOURCES = frozenset({"leases"})
@@ -49,6 +57,13 @@ def parse_requests(text: str) -> Counter[RequestKey]:
         if labels.get("subresource"):
             res += "/" + labels["subresource"]
         out[(labels.get("verb", ""), res)] += int(float(m.group(2)))
+    for line in text.splitlines():
+        if m := _ADMISSION.match(line):  # one series per rejected=true|false: their sum is the calls
+            labels = dict(_LABEL.findall(m.group(1)))
+            out[(ADMIT, f"{labels.get('name', '')} {labels.get('operation', '')}")] += int(float(m.group(2)))
+        elif m := _WATCH_EVENTS.match(line):
+            labels = dict(_LABEL.findall(m.group(1)))
+            out[(WATCH_EVENT, labels.get("resource", ""))] += int(float(m.group(2)))
     return out
 
 
@@ -66,17 +81,39 @@ def writes(c: Counter[RequestKey]) -> Counter[RequestKey]:
     return Counter({k: n for k, n in c.items() if k[0] in WRITE_VERBS})
 
 
+def load_delta(
+    before: Counter[RequestKey], after: Counter[RequestKey], seconds: float, bg: Background
+) -> dict[str, dict[str, float]]:
+    """Everything but writes between two scrapes, background subtracted: reads ("GET pods"),
+    admission webhook calls ("<webhook> CREATE") and watch events sent ("pods")."""
+    out: dict[str, dict[str, float]] = {"reads": {}, "admission": {}, "watch_events": {}}
+    for k in set(after) | set(before):
+        if k[0] in WRITE_VERBS or k[1].split("/")[0] in BACKGROUND_RESOURCES:
+            continue
+        n = after[k] - before[k] - bg.rates.get(k, 0.0) * seconds
+        if n < 0.5:
+            continue
+        if k[0] == ADMIT:
+            out["admission"][k[1]] = round(n, 1)
+        elif k[0] == WATCH_EVENT:
+            out["watch_events"][k[1]] = round(n, 1)
+        else:
+            out["reads"][f"{k[0]} {k[1]}"] = round(n, 1)
+    return {part: dict(sorted(d.items())) for part, d in out.items()}
+
+
 @dataclass
 class Background:
-    """Write rate per (verb, resource) with nothing running, to subtract from a run."""
+    """Rate per (verb, resource) with nothing running (writes, reads, watch events), to subtract
+    from a run."""
 
     rates: dict[RequestKey, float] = field(default_factory=dict)
 
     @classmethod
     def measure(cls, api: Any, seconds: float) -> Background:
-        a, t0 = writes(api_requests(api)), time.monotonic()
+        a, t0 = api_requests(api), time.monotonic()
         time.sleep(seconds)  # the idle window itself
-        b, t1 = writes(api_requests(api)), time.monotonic()
+        b, t1 = api_requests(api), time.monotonic()
         return cls({k: (b[k] - a[k]) / (t1 - t0) for k in b if b[k] - a[k] > 0})
 
 

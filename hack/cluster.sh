@@ -86,7 +86,7 @@ up_kubernetes() {
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged --enable-priority-and-fairness=false --max-requests-inflight 2000 \
-    --max-mutating-requests-inflight 1000 --profiling=false \
+    --max-mutating-requests-inflight 1000 --profiling=${SB_APISERVER_PROFILING:-false} \
     $(gate_flags) ${RUNTIME_CONFIG:+--runtime-config=$RUNTIME_CONFIG}
   wait_ready kube-apiserver "$SB_READY_TIMEOUT" kubectl_ get --raw /readyz
 

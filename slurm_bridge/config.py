@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+from slurm_bridge.kube import is_dns_label
+
 _LISTEN = re.compile(r"^(?P<host>[^:\s]*|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
 
@@ -112,7 +113,7 @@ class Config(_Model):
     @field_validator("schedulerName", "bridgeId")
     @classmethod
     def _dns_label(cls, v: str) -> str:
-        if not DNS_LABEL.match(v) or len(v) > 63:
+        if not is_dns_label(v):
             raise ValueError(f"{v!r} is not a DNS label (lowercase letters, digits and '-', at most 63)")
         return v
 
@@ -126,9 +127,11 @@ class Config(_Model):
     @field_validator("managedNamespaces")
     @classmethod
     def _namespaces(cls, v: list[str]) -> list[str]:
-        bad = [n for n in v if not DNS_LABEL.match(n)]
+        bad = [n for n in v if not is_dns_label(n)]
         if bad:
-            raise ValueError(f"not valid namespace names: {bad}")
+            raise ValueError(
+                f"not valid namespace names: {bad} (DNS labels: lowercase letters, digits and '-', at most 63)"
+            )
         return v
 
     @field_validator("webhookListen", "extenderListen", "extenderHealthListen", "operatorHealthListen")

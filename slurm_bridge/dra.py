@@ -28,8 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from slurm_bridge import names, translate
+from slurm_bridge import names
 from slurm_bridge.kube import pointer
+from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeDevices
 
 Obj = dict[str, Any]
@@ -71,56 +72,61 @@ def _containers(spec: Mapping[str, Any]) -> Iterable[tuple[str, int, Mapping[str
                 yield kind, i, c
 
 
-def device_requests(spec: Mapping[str, Any], where: str = "spec") -> tuple[dict[str, int], str | None, list[str]]:
-    """The pod's DRA requests ({class: count}), the container that makes them, and every problem
-    (each naming its field). Kubernetes requires an extended resource's request to equal its
-    limit, so either gives the count."""
-    counts: dict[str, int] = {}
+@dataclass
+class _Scan:
+    """What the containers' resources say, gathered for the checks across containers."""
+
+    counts: dict[str, int] = field(default_factory=dict)  # DeviceClass -> devices
+    problems: list[str] = field(default_factory=list)
+    holders: set[str] = field(default_factory=set)  # the containers that request DRA devices
+    native_cpu: list[str] = field(default_factory=list)  # paths of native cpu requests and limits
+    plugin_gpus: list[str] = field(default_factory=list)  # paths of device-plugin GPU requests and limits
+
+
+def _scan_request(scan: _Scan, path: str, key: str, value: Any, holder: str) -> None:
+    """One entry of a container's requests or limits."""
+    if key == "cpu":
+        scan.native_cpu.append(path)
+    if key in GPU_RESOURCES:
+        scan.plugin_gpus.append(path)
+    if not key.startswith(EXTENDED_PREFIX):
+        return
+    cls = key.removeprefix(EXTENDED_PREFIX)
+    if cls not in DEVICE_CLASSES:
+        scan.problems.append(
+            f"{path}: DeviceClass {cls!r} cannot be mapped to Slurm; the bridge maps "
+            f"{', '.join(sorted(DEVICE_CLASSES))} (or request nvidia.com/gpu, or use the "
+            f"{names.ANN_GRES} annotation)"
+        )
+        return
+    try:
+        amount = parse_quantity(value)
+    except ValueError as e:
+        scan.problems.append(f"{path}: {e}")
+        return
+    if amount.denominator != 1 or amount < 1:
+        scan.problems.append(f"{path}: {value!r} is not a whole number of devices")
+        return
+    scan.counts[cls] = max(scan.counts.get(cls, 0), int(amount))
+    scan.holders.add(holder)
+
+
+def _conflicts(scan: _Scan, where: str) -> list[str]:
+    """Requests that cannot stand together: devices in two containers, dra.cpu beside native cpu,
+    two classes of one GRES, DRA GPUs beside device-plugin GPUs."""
     problems: list[str] = []
-    holders: set[str] = set()
-    native_cpu: list[str] = []
-    plugin_gpus: list[str] = []
-    for kind, i, c in _containers(spec):
-        resources = c.get("resources") or {}
-        for part in ("requests", "limits"):
-            for key, value in (resources.get(part) or {}).items():
-                path = f'{where}.{kind}[{i}].resources.{part}["{key}"]'
-                if key == "cpu":
-                    native_cpu.append(path)
-                if key in translate.GPU_RESOURCES:
-                    plugin_gpus.append(path)
-                if not key.startswith(EXTENDED_PREFIX):
-                    continue
-                cls = key.removeprefix(EXTENDED_PREFIX)
-                if cls not in DEVICE_CLASSES:
-                    problems.append(
-                        f"{path}: DeviceClass {cls!r} cannot be mapped to Slurm; the bridge maps "
-                        f"{', '.join(sorted(DEVICE_CLASSES))} (or request nvidia.com/gpu, or use the "
-                        f"{names.ANN_GRES} annotation)"
-                    )
-                    continue
-                try:
-                    amount = translate.parse_quantity(value)
-                except ValueError as e:
-                    problems.append(f"{path}: {e}")
-                    continue
-                if amount.denominator != 1 or amount < 1:
-                    problems.append(f"{path}: {value!r} is not a whole number of devices")
-                    continue
-                counts[cls] = max(counts.get(cls, 0), int(amount))
-                holders.add(str(c.get("name") or f"{kind}[{i}]"))
-    if len(holders) > 1:
+    if len(scan.holders) > 1:
         problems.append(
-            f"{where}: containers {sorted(holders)} all request DRA devices; Slurm allocates a pod's devices "
+            f"{where}: containers {sorted(scan.holders)} all request DRA devices; Slurm allocates a pod's devices "
             "as one set, which the bridge gives to one container: request them in one container only"
         )
-    if "dra.cpu" in counts and native_cpu:
+    if "dra.cpu" in scan.counts and scan.native_cpu:
         problems.append(
-            f"{native_cpu[0]}: a pod that requests {EXTENDED_PREFIX}dra.cpu cannot also request native cpu "
+            f"{scan.native_cpu[0]}: a pod that requests {EXTENDED_PREFIX}dra.cpu cannot also request native cpu "
             "(its CPUs are the dra.cpu devices); remove the cpu requests and limits"
         )
     gres_classes: dict[str, list[str]] = {}
-    for cls in counts:
+    for cls in scan.counts:
         if DEVICE_CLASSES[cls].kind == "gres":
             gres_classes.setdefault(DEVICE_CLASSES[cls].gres, []).append(cls)
     for gres, classes in sorted(gres_classes.items()):
@@ -128,12 +134,27 @@ def device_requests(spec: Mapping[str, Any], where: str = "spec") -> tuple[dict[
             problems.append(
                 f"{where}: DeviceClasses {sorted(classes)} are all the Slurm GRES {gres!r}; request one of them"
             )
-        if gres == "gpu" and plugin_gpus:
+        if gres == "gpu" and scan.plugin_gpus:
             problems.append(
-                f"{plugin_gpus[0]}: a pod that requests GPUs through a DeviceClass ({classes[0]}) cannot also "
+                f"{scan.plugin_gpus[0]}: a pod that requests GPUs through a DeviceClass ({classes[0]}) cannot also "
                 "request device-plugin GPUs: Slurm would not know which of its GPUs are whose; use one or the other"
             )
-    return counts, (next(iter(holders)) if len(holders) == 1 else None), problems
+    return problems
+
+
+def device_requests(spec: Mapping[str, Any], where: str = "spec") -> tuple[dict[str, int], str | None, list[str]]:
+    """The pod's DRA requests ({class: count}), the container that makes them, and every problem
+    (each naming its field). Kubernetes requires an extended resource's request to equal its
+    limit, so either gives the count."""
+    scan = _Scan()
+    for kind, i, c in _containers(spec):
+        resources = c.get("resources") or {}
+        name = str(c.get("name") or f"{kind}[{i}]")
+        for part in ("requests", "limits"):
+            for key, value in (resources.get(part) or {}).items():
+                _scan_request(scan, f'{where}.{kind}[{i}].resources.{part}["{key}"]', key, value, name)
+    holder = next(iter(scan.holders)) if len(scan.holders) == 1 else None
+    return scan.counts, holder, scan.problems + _conflicts(scan, where)
 
 
 def recorded_requests(annotations: Mapping[str, str]) -> dict[str, int]:

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import secrets
 import ssl
 from collections.abc import AsyncIterator
@@ -70,6 +71,26 @@ def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, Toke
 # Kubernetes' limits: object names (DNS subdomains) and label values.
 MAX_NAME_LENGTH = 253
 MAX_LABEL_VALUE_LENGTH = 63
+MAX_DNS_LABEL_LENGTH = 63
+# RFC 1123 as Kubernetes applies it: a label is lowercase alphanumerics and '-', alphanumeric at
+# both ends; a subdomain is labels joined by '.'. The one pattern of the project; fullmatch, as
+# '$' would let a trailing newline through.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_LABEL_RE = re.compile(_DNS_LABEL)
+_DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+def is_dns_label(value: str) -> bool:
+    """An RFC 1123 label (at most 63 characters): namespace and Service names, the scheduler name."""
+    return len(value) <= MAX_DNS_LABEL_LENGTH and _DNS_LABEL_RE.fullmatch(value) is not None
+
+
+def is_dns_subdomain(value: str, limit: int = MAX_NAME_LENGTH) -> bool:
+    """An RFC 1123 subdomain of at most ``limit`` characters, as most object names must be.
+
+    Like Kubernetes, this bounds the whole name only, not each label (a host name bounds each
+    label too: check its labels with ``is_dns_label``)."""
+    return len(value) <= limit and _DNS_SUBDOMAIN_RE.fullmatch(value) is not None
 
 
 def bounded(name: str, limit: int) -> str:

@@ -293,9 +293,14 @@ def load(kubeconfig: str | None = None, *, sa_dir: Path | None = None) -> Creden
     return from_kubeconfig(paths)
 
 
-def from_kubeconfig(paths: list[Path]) -> Credentials:
+_Sections = dict[str, dict[str, tuple[dict[str, Any], Path]]]
+
+
+def _read_kubeconfigs(paths: list[Path]) -> tuple[str | None, _Sections]:
+    """The current context and the named contexts, clusters and users, each with the directory its
+    relative paths start from; the first file that names one wins, as in client-go."""
     current: str | None = None
-    sections: dict[str, dict[str, tuple[dict[str, Any], Path]]] = {"contexts": {}, "clusters": {}, "users": {}}
+    sections: _Sections = {"contexts": {}, "clusters": {}, "users": {}}
     for path in paths:
         try:
             doc = yaml.safe_load(path.read_text()) or {}
@@ -305,34 +310,11 @@ def from_kubeconfig(paths: list[Path]) -> Credentials:
         for section, key in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
             for item in doc.get(section) or []:
                 sections[section].setdefault(item["name"], (item.get(key) or {}, path.parent))
-    where = ":".join(map(str, paths))
-    if not current:
-        raise CredentialsError(f"kubeconfig {where}: current-context is not set")
-    if current not in sections["contexts"]:
-        raise CredentialsError(f"kubeconfig {where}: context {current!r} not found")
-    context = sections["contexts"][current][0]
-    if context.get("cluster") not in sections["clusters"]:
-        raise CredentialsError(f"kubeconfig {where}: cluster {context.get('cluster')!r} not found")
-    cluster, cluster_dir = sections["clusters"][context["cluster"]]
-    user, user_dir = sections["users"].get(context.get("user") or "", ({}, paths[0].parent))
-    if not cluster.get("server"):
-        raise CredentialsError(f"kubeconfig {where}: cluster {context['cluster']!r} has no server")
+    return current, sections
 
-    def rel(value: str | None, base: Path) -> str | None:
-        return str(base / Path(value).expanduser()) if value else None  # absolute paths stay as they are
 
-    creds = Credentials(
-        server=str(cluster["server"]).rstrip("/"),
-        ca_path=rel(cluster.get("certificate-authority"), cluster_dir),
-        ca_data=_b64(cluster.get("certificate-authority-data")),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        cert_path=rel(user.get("client-certificate"), user_dir),
-        cert_data=_b64(user.get("client-certificate-data")),
-        key_path=rel(user.get("client-key"), user_dir),
-        key_data=_b64(user.get("client-key-data")),
-        namespace=context.get("namespace"),
-        source=where,
-    )
+def _user_auth(user: dict[str, Any], cluster: dict[str, Any], user_dir: Path, where: str) -> TokenSource | None:
+    """The user's bearer token source (exec plugin, token, token file, auth-provider's token)."""
     if user.get("username") or user.get("password"):
         raise CredentialsError(f"kubeconfig {where}: basic auth (username/password) is not supported")
     if user.get("exec"):
@@ -351,13 +333,47 @@ def from_kubeconfig(paths: list[Path]) -> Credentials:
             provide_cluster_info=bool(ex.get("provideClusterInfo")),
             base_dir=user_dir,
         )
-        creds.auth = ExecToken(plugin, cluster)
-    elif user.get("token"):
-        creds.auth = StaticToken(str(user["token"]))
-    elif user.get("tokenFile"):
-        creds.auth = FileToken(Path(rel(user["tokenFile"], user_dir) or ""))
-    elif token := ((user.get("auth-provider") or {}).get("config") or {}).get("access-token"):
-        creds.auth = StaticToken(str(token))
+        return ExecToken(plugin, cluster)
+    if user.get("token"):
+        return StaticToken(str(user["token"]))
+    if user.get("tokenFile"):
+        return FileToken(Path(_relative(user["tokenFile"], user_dir) or ""))
+    if token := ((user.get("auth-provider") or {}).get("config") or {}).get("access-token"):
+        return StaticToken(str(token))
+    return None
+
+
+def _relative(value: str | None, base: Path) -> str | None:
+    return str(base / Path(value).expanduser()) if value else None  # absolute paths stay as they are
+
+
+def from_kubeconfig(paths: list[Path]) -> Credentials:
+    current, sections = _read_kubeconfigs(paths)
+    where = ":".join(map(str, paths))
+    if not current:
+        raise CredentialsError(f"kubeconfig {where}: current-context is not set")
+    if current not in sections["contexts"]:
+        raise CredentialsError(f"kubeconfig {where}: context {current!r} not found")
+    context = sections["contexts"][current][0]
+    if context.get("cluster") not in sections["clusters"]:
+        raise CredentialsError(f"kubeconfig {where}: cluster {context.get('cluster')!r} not found")
+    cluster, cluster_dir = sections["clusters"][context["cluster"]]
+    user, user_dir = sections["users"].get(context.get("user") or "", ({}, paths[0].parent))
+    if not cluster.get("server"):
+        raise CredentialsError(f"kubeconfig {where}: cluster {context['cluster']!r} has no server")
+    creds = Credentials(
+        server=str(cluster["server"]).rstrip("/"),
+        ca_path=_relative(cluster.get("certificate-authority"), cluster_dir),
+        ca_data=_b64(cluster.get("certificate-authority-data")),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        cert_path=_relative(user.get("client-certificate"), user_dir),
+        cert_data=_b64(user.get("client-certificate-data")),
+        key_path=_relative(user.get("client-key"), user_dir),
+        key_data=_b64(user.get("client-key-data")),
+        namespace=context.get("namespace"),
+        source=where,
+    )
+    creds.auth = _user_auth(user, cluster, user_dir, where)
     return creds
 
 

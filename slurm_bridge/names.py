@@ -112,7 +112,7 @@ RESERVED_POD_ANNOTATIONS: Final = frozenset(
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).
 LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
 
-# --- Placement (read only; slurm_bridge/placement.py, docs/annotations.md) -------------------
+# --- Placement (read only; slurm_bridge/nodeplacement.py, docs/annotations.md) ---------------
 # A Kubernetes node labelled <prefix><feature>="true" has the Slurm node feature <feature>, so a
 # pod's nodeSelector or required node affinity on that label becomes a Slurm constraint.
 LABEL_NODE_FEATURE_PREFIX: Final = "feature." + SLINKY_PREFIX

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -19,13 +18,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from slurm_bridge.kube import MAX_NAME_LENGTH, is_dns_label
+
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"
 TLS_CERT: Final = "tls.crt"
 TLS_KEY: Final = "tls.key"
 DEFAULT_HOSTS: Final = ("127.0.0.1", "localhost")
-
-_DNS_NAME = re.compile(r"^(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
 
 
 class CertError(Exception):
@@ -56,6 +55,13 @@ def _key_usage(*, ca: bool) -> x509.KeyUsage:
     )
 
 
+def is_host_name(name: str) -> bool:
+    """A DNS name a certificate may carry: labels of at most 63 characters, 253 in all, and an
+    optional leading ``*.`` wildcard label."""
+    labels = name.removeprefix("*.").split(".")
+    return len(name) <= MAX_NAME_LENGTH and all(is_dns_label(label) for label in labels)
+
+
 def subject_alt_names(hosts: list[str]) -> list[x509.GeneralName]:
     """IP addresses become IP SANs, everything else must be a DNS name."""
     if not hosts:
@@ -68,7 +74,7 @@ def subject_alt_names(hosts: list[str]) -> list[x509.GeneralName]:
         except ValueError:
             pass
         name = host.lower().rstrip(".")
-        if len(name) > 253 or not _DNS_NAME.match(name):
+        if not is_host_name(name):
             raise CertError(f"--host {host!r} is neither an IP address nor a DNS name")
         sans.append(x509.DNSName(name))
     return sans

@@ -12,20 +12,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge.cli import LOG_LEVELS
+from slurm_bridge.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging
 from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.config import Config, ConfigError, load_config
+from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs
-from .logs import setup_logging
-from .render import RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
+from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
 from .server import WebhookServer
 
 log = logging.getLogger("slurm_bridge.webhook")
 
-EXIT_USAGE = 2
 # Longer than the endpoint controller and kube-proxy take to drop a terminating pod (about a second).
 DEFAULT_DRAIN_SECONDS = 5.0
 
@@ -35,16 +33,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="slurm-bridge-webhook",
         description="Admission webhook of slurm-bridge: hands pods in managed namespaces to Slurm "
         "and rejects invalid slurmjob annotations and reserved labels.",
+        epilog="--kubeconfig is for reading TenantPolicies, namespaces and API discovery (serve only).",
     )
-    p.add_argument("--config", metavar="PATH", help="bridge configuration file (YAML); defaults apply without it")
-    p.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig for reading TenantPolicies, namespaces and API discovery (default: $KUBECONFIG or in-cluster)",
-    )
-    # The same flags as the operator and extender (the chart passes logLevel and logFormat to all).
-    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
-    p.add_argument("--log-format", default="json", choices=["json", "text"])
+    # The operator's and extender's flags (slurm_bridge/cli.py): the chart passes them to all three.
+    add_common_args(p)
     sub = p.add_subparsers(dest="command", metavar="{serve,render-config,gen-certs}")
 
     serve = sub.add_parser("serve", help="run the HTTPS webhook server (the default command)")
@@ -68,7 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         "--service", metavar="NAMESPACE/NAME[:PORT]", help="in-cluster Service to call (port 443 by default)"
     )
     r.add_argument("--ca-file", required=True, type=Path, help="PEM CA certificate that signed the serving certificate")
-    r.add_argument("--name", default="slurm-bridge", help="name of both configuration objects (default: %(default)s)")
+    r.add_argument(
+        "--name",
+        default="slurm-bridge",
+        help=f"name of both configuration objects, a DNS subdomain of at most {MAX_NAME} characters "
+        "(default: %(default)s)",
+    )
 
     g = sub.add_parser(
         "gen-certs",
@@ -121,23 +118,19 @@ async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -
             await kube.aclose()
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     setup_logging(args.log_level, args.log_format)
     try:
         asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS), args.kubeconfig))
     except (OSError, ssl.SSLError) as e:
-        print(
-            f"slurm-bridge-webhook: cannot serve on {config.webhookListen} with certificate "
-            f"{config.webhookCertFile} and key {config.webhookKeyFile}: {e}",
-            file=sys.stderr,
+        fail(
+            f"cannot serve on {config.webhookListen} with certificate {config.webhookCertFile} "
+            f"and key {config.webhookKeyFile}: {e}"
         )
-        return EXIT_USAGE
     return 0
 
 
-def _cmd_render(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     try:
         pem = args.ca_file.read_bytes()
     except OSError as e:
@@ -158,18 +151,26 @@ def _cmd_gen_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     command = args.command or "serve"
     try:
-        if command == "render-config":
-            return _cmd_render(args)
         if command == "gen-certs":
-            return _cmd_gen_certs(args)
-        return _cmd_serve(args)
-    except (ConfigError, RenderError, CertError) as e:
-        print(f"slurm-bridge-webhook: {e}", file=sys.stderr)
-        return EXIT_USAGE
+            return _cmd_gen_certs(args)  # needs no configuration
+        config = config_or_exit(args.config)
+        if command == "render-config":
+            return _cmd_render(args, config)
+        return _cmd_serve(args, config)
+    except (RenderError, CertError) as e:
+        fail(str(e))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status 2 for bad input (configuration, arguments, certificates), as the other components."""
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except SystemExit as e:  # slurm_bridge.cli's exits print the problem first; returned as a status
+        return e.code if isinstance(e.code, int) else EXIT_BAD_CONFIG
     except KeyboardInterrupt:
         return 130
 

@@ -13,10 +13,8 @@ from typing import Any, Final
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import pointer as pointer
-from slurm_bridge.taints import managed_toleration as managed_toleration
-from slurm_bridge.taints import tolerates as tolerates
-from slurm_bridge.taints import tolerates_managed
+from slurm_bridge.kube import pointer
+from slurm_bridge.taints import managed_toleration, tolerates_managed
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
 

@@ -17,13 +17,13 @@ import yaml
 from cryptography import x509
 
 from slurm_bridge import dra, names, workloads
-from slurm_bridge.config import DNS_LABEL, Config
+from slurm_bridge.config import Config
+from slurm_bridge.kube import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
 
 from .validate import PLACEMENT_FIELDS
 
 ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS: Final = 10
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class RenderError(Exception):
@@ -43,7 +43,7 @@ def parse_service(value: str) -> ServiceRef:
     if not m:
         raise RenderError(f"--service {value!r} is not NAMESPACE/NAME[:PORT]")
     namespace, name, port = m.group(1), m.group(2), int(m.group(3) or 443)
-    if not DNS_LABEL.match(namespace) or not DNS_LABEL.match(name):
+    if not is_dns_label(namespace) or not is_dns_label(name):
         raise RenderError(f"--service {value!r}: namespace and name must be DNS labels")
     if not 0 < port < 65536:
         raise RenderError(f"--service {value!r}: port {port} is out of range")
@@ -122,6 +122,68 @@ def _labels() -> dict[str, str]:
     }
 
 
+MUTATING_PREFIX: Final = "mutate-pods."
+VALIDATING_PREFIX: Final = "validate."
+WEBHOOK_SUFFIX: Final = ".slinky.slurm.net"
+# The longest --name whose webhook names (``mutate-pods.<name>.slinky.slurm.net``) are still
+# DNS subdomains of 253 characters.
+MAX_NAME: Final = MAX_NAME_LENGTH - len(MUTATING_PREFIX) - len(WEBHOOK_SUFFIX)
+
+
+def check_name(name: str) -> str:
+    """The name of both configuration objects, also the middle of their webhooks' names."""
+    if not is_dns_subdomain(name, MAX_NAME):
+        raise RenderError(
+            f"--name {name!r} is not a DNS subdomain name of at most {MAX_NAME} characters (lowercase letters, "
+            f"digits, '-' and '.'; the webhook name {MUTATING_PREFIX}<name>{WEBHOOK_SUFFIX} must fit "
+            f"{MAX_NAME_LENGTH})"
+        )
+    return name
+
+
+_POD_RULE: Final = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
+
+
+def _mutating_rules() -> list[dict[str, Any]]:
+    """Pod creates, and the creates of the workload kinds with pod templates: the mutating webhook
+    alone sees a pod template's spec.schedulingGroup (or a Job's spec.scheduling) before an API
+    server without the Workload API drops it (webhook/apis.py); it changes nothing in them."""
+    templates = [
+        {"operations": ["CREATE"], "apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural],
+         "scope": "Namespaced"}
+        for k in workloads.CONFIGURING
+        if k.pod_templates
+    ]  # fmt: skip
+    return [{"operations": ["CREATE"], **_POD_RULE}, *templates]
+
+
+def _validating_rules() -> list[dict[str, Any]]:
+    """Pods, and the workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloads.py)."""
+    kinds = [
+        {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
+        for k in workloads.CONFIGURING
+    ]
+    return [{"operations": ["CREATE", "UPDATE"], **r} for r in [_POD_RULE, *kinds]]
+
+
+def _match_conditions(config: Config) -> list[dict[str, str]]:
+    """The validating calls the apiserver may skip.
+
+    The bridge's own writes (trustedUsers: the operator releasing pods) need no review: the
+    webhook would allow them anyway, and skipping it saves the apiserver a TLS round trip per pod.
+    Nor does a plain pod's create (PLAIN_POD_CREATE_CHECK) while tenancy is open: it asks for
+    nothing a TenantPolicy could refuse, and gets the tenant's defaults at submit. In strict mode
+    every pod is reviewed, since one in a namespace no policy selects is refused (docs/tenancy.md).
+    """
+    conditions = []
+    if config.trustedUsers:
+        users = json.dumps(list(dict.fromkeys(config.trustedUsers)), separators=(",", ":"))
+        conditions.append({"name": "not-the-bridge", "expression": f"!(request.userInfo.username in {users})"})
+    if config.tenancy == "open":
+        conditions.append({"name": "something-to-check", "expression": PLAIN_POD_CREATE_CHECK})
+    return conditions
+
+
 def webhook_configurations(
     config: Config,
     *,
@@ -131,66 +193,39 @@ def webhook_configurations(
     name: str = names.APP_NAME,
 ) -> list[dict[str, Any]]:
     """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] as plain objects."""
-    if not _DNS_SUBDOMAIN.match(name) or len(name) > 200:
-        raise RenderError(f"--name {name!r} is not a DNS subdomain name")
-    selector = config.namespace_selector.to_kubernetes()
+    check_name(name)
     common: dict[str, Any] = {
-        "namespaceSelector": selector,
+        "namespaceSelector": config.namespace_selector.to_kubernetes(),
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": TIMEOUT_SECONDS,
     }
-    pod_rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
-    # The workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloads.py).
-    workload_rules = [
-        {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
-        for k in workloads.CONFIGURING
-    ]
-    # Their creates are also seen by the mutating webhook, which alone sees a pod template's
-    # spec.schedulingGroup (or a Job's spec.scheduling) before an API server without the Workload
-    # API drops it (webhook/apis.py); it changes nothing in them.
-    template_rules = [
-        {"operations": ["CREATE"], "apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural],
-         "scope": "Namespaced"}
-        for k in workloads.CONFIGURING
-        if k.pod_templates
-    ]  # fmt: skip
     mutating = {
         "apiVersion": ADMISSION_API,
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": _labels()},
         "webhooks": [
             {
-                "name": f"mutate-pods.{name}.slinky.slurm.net",
+                "name": f"{MUTATING_PREFIX}{name}{WEBHOOK_SUFFIX}",
                 "clientConfig": _client_config(url, service, "/mutate", bundle),
-                "rules": [{"operations": ["CREATE"], **pod_rule}, *template_rules],
+                "rules": _mutating_rules(),
                 "reinvocationPolicy": "IfNeeded",
                 **common,
             }
         ],
     }
-    # The bridge's own writes (trustedUsers: the operator releasing pods) need no review: the
-    # webhook would allow them anyway, and skipping it saves the apiserver a TLS round trip per pod.
-    # Nor does a plain pod's create (PLAIN_POD_CREATE_CHECK) while tenancy is open: it asks for
-    # nothing a TenantPolicy could refuse, and gets the tenant's defaults at submit. In strict mode
-    # every pod is reviewed, since one in a namespace no policy selects is refused (docs/tenancy.md).
-    conditions = []
-    if config.tenancy == "open":
-        conditions.append({"name": "something-to-check", "expression": PLAIN_POD_CREATE_CHECK})
-    if config.trustedUsers:
-        users = json.dumps(list(dict.fromkeys(config.trustedUsers)), separators=(",", ":"))
-        conditions.insert(0, {"name": "not-the-bridge", "expression": f"!(request.userInfo.username in {users})"})
+    conditions = _match_conditions(config)
     validating = {
         "apiVersion": ADMISSION_API,
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name, "labels": _labels()},
         "webhooks": [
             {
-                "name": f"validate.{name}.slinky.slurm.net",
+                "name": f"{VALIDATING_PREFIX}{name}{WEBHOOK_SUFFIX}",
                 "clientConfig": _client_config(url, service, "/validate", bundle),
-                "rules": [{"operations": ["CREATE", "UPDATE"], **r} for r in [pod_rule, *workload_rules]],
+                "rules": _validating_rules(),
                 **({"matchConditions": conditions} if conditions else {}),
                 **common,
             }

@@ -4,7 +4,7 @@ Four rules: the labels and annotations through which the bridge records a pod's 
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
 was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
 ``kubectl apply`` instead of as a Slurm submission error later; a managed pod's placement
-(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/placement.py),
+(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/nodeplacement.py),
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
@@ -18,9 +18,10 @@ from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, tenancy, workloadapi, workloads
 from slurm_bridge.config import Config
-from slurm_bridge.placement import Placement, parse_placement
+from slurm_bridge.jobannotations import annotation_values, validate_annotations
+from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import annotation_values, job_request, placement_request_problems, validate_annotations
+from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
 
 from .mutate import goes_to_bridge
@@ -29,6 +30,8 @@ from .review import AdmissionRequest, Decision
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
 # Pod spec fields that say where a pod may run (docs/annotations.md, "Placement").
 PLACEMENT_FIELDS: Final = ("nodeSelector", "affinity", "topologySpreadConstraints")
+# The labels and annotations of an object or pod template.
+Meta = tuple[dict[str, str], dict[str, str]]
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -37,7 +40,7 @@ def _str_map(value: Any) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in value.items()}
 
 
-def _metadata(obj: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, str]] | None:
+def _metadata(obj: Mapping[str, Any] | None) -> Meta | None:
     """(labels, annotations) of an object or pod template, None if there is no such object."""
     if not isinstance(obj, Mapping):
         return None
@@ -106,8 +109,8 @@ def pod_templates(obj: Mapping[str, Any] | None, paths: Sequence[Sequence[str]])
 
 
 def _check_pod_meta(
-    new: tuple[dict[str, str], dict[str, str]],
-    old: tuple[dict[str, str], dict[str, str]] | None,
+    new: Meta,
+    old: Meta | None,
     trusted: bool,
     where: str = "",
 ) -> tuple[list[str], list[str]]:
@@ -336,49 +339,39 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
     what a policy refuses is Forbidden (403), like a reserved key."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
-    gk = (request.group, request.kind)
-    old_obj = request.old_object if request.operation == "UPDATE" else None
     new_meta = _metadata(request.object)
     if new_meta is None:
         return Decision(allowed=True, reason="no object")
-    old_meta = _metadata(old_obj)
+    old_meta = _metadata(request.old_object if request.operation == "UPDATE" else None)
+    if (request.group, request.kind) == workloads.POD.group_kind:
+        return _validate_pod(request, config, tenants, new_meta, old_meta)
+    return _validate_workload(request, config, tenants, new_meta, old_meta)
+
+
+def _validate_pod(
+    request: AdmissionRequest, config: Config, tenants: Tenants | None, new_meta: Meta, old_meta: Meta | None
+) -> Decision:
+    old_obj = request.old_object if request.operation == "UPDATE" else None
     trusted = request.username in config.trustedUsers
+    reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
+    placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
+    devices = _pod_devices(request.object or {}, old_obj, config)
+    reserved += _pod_tenancy(request, config, tenants, not invalid)
+    return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
-    if gk == workloads.POD.group_kind:
-        reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
-        placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
-        devices = _pod_devices(request.object or {}, old_obj, config)
-        reserved += _pod_tenancy(request, config, tenants, not invalid)
-        return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
+def _validate_workload(
+    request: AdmissionRequest, config: Config, tenants: Tenants | None, new_meta: Meta, old_meta: Meta | None
+) -> Decision:
+    gk = (request.group, request.kind)
     paths = workloads.POD_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
-    reserved, invalid = [], annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
+    invalid = annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
     invalid += workload_api_problems(request, config)
-    old_templates = pod_templates(old_obj, paths)
-    managed: dict[str, Mapping[str, Any]] = {}
-    changed = old_meta is None or slurmjob_annotations(new_meta[1]) != slurmjob_annotations(old_meta[1])
-    for where, template in pod_templates(request.object, paths).items():
-        t_new = _metadata(template)
-        if t_new is None:
-            continue
-        t_old = _metadata(old_templates.get(where)) if request.operation == "UPDATE" else None
-        if request.operation == "UPDATE" and t_old is None:
-            t_old = ({}, {})  # a template added by an update: everything in it is new
-        r, i = _check_pod_meta(t_new, t_old, trusted, f"{where}.metadata: ")
-        reserved += r
-        invalid += i
-        spec = _spec(template)
-        if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
-            managed[f"{where}.spec"] = spec
-            # The pods' DRA requests would be refused one by one: say it on the workload.
-            invalid += dra.device_requests(spec, f"{where}.spec")[2]
-            changed = (
-                changed
-                or where not in old_templates
-                or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
-            )
+    reserved, found, managed, moved = _check_templates(request, config, paths)
+    invalid += found
+    changed = moved or old_meta is None or slurmjob_annotations(new_meta[1]) != slurmjob_annotations(old_meta[1])
     if changed and managed:
         # A batch Job's pods are each their own Slurm job; the gangs' size is known in the operator,
         # and so are the options of pods that name a built-in PodGroup (or whose Job asks its
@@ -393,6 +386,39 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
     return _decide(reserved, invalid, "ok")
+
+
+def _check_templates(
+    request: AdmissionRequest, config: Config, paths: Sequence[Sequence[str]]
+) -> tuple[list[str], list[str], dict[str, Mapping[str, Any]], bool]:
+    """(reserved-key problems, other problems, the bridge's pod specs by location, whether one of
+    those was added or its placement changed) of a workload's pod templates."""
+    update = request.operation == "UPDATE"
+    old_templates = pod_templates(request.old_object if update else None, paths)
+    trusted = request.username in config.trustedUsers
+    reserved: list[str] = []
+    invalid: list[str] = []
+    managed: dict[str, Mapping[str, Any]] = {}
+    moved = False
+    for where, template in pod_templates(request.object, paths).items():
+        t_new = _metadata(template)
+        if t_new is None:
+            continue
+        t_old = _metadata(old_templates.get(where)) if update else None
+        if update and t_old is None:
+            t_old = ({}, {})  # a template added by an update: everything in it is new
+        r, i = _check_pod_meta(t_new, t_old, trusted, f"{where}.metadata: ")
+        reserved += r
+        invalid += i
+        spec = _spec(template)
+        if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
+            managed[f"{where}.spec"] = spec
+            # The pods' DRA requests would be refused one by one: say it on the workload.
+            invalid += dra.device_requests(spec, f"{where}.spec")[2]
+            moved = (
+                moved or where not in old_templates or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
+            )
+    return reserved, invalid, managed, moved
 
 
 def _template_annotations_changed(request: AdmissionRequest, paths: Sequence[Sequence[str]], where: str) -> bool:

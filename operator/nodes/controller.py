@@ -349,51 +349,17 @@ class NodeController:
             return False
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **((node or {}).get("metadata") or {})}}
         action = plan.action
+        if action in (reg.Action.ANNOTATE, reg.Action.UNANNOTATE):
+            await self._annotate(name, plan.message if action == reg.Action.ANNOTATE else None)
+            return True
+        if action == reg.Action.WARN:
+            if self._told.get(name) != plan.message:
+                self._told[name] = plan.message
+                log.warning("node %s: %s", name, plan.message)
+                await self.kube.event(ref, "SlurmNodeNotRegistered", plan.message, warning=True)
+            return False  # nothing was done: the node sync goes on
         try:
-            if action == reg.Action.ANNOTATE:
-                await self._annotate(name, plan.message)
-                return True
-            if action == reg.Action.UNANNOTATE:
-                await self._annotate(name, None)
-                return True
-            if action == reg.Action.WARN:
-                if self._told.get(name) != plan.message:
-                    self._told[name] = plan.message
-                    log.warning("node %s: %s", name, plan.message)
-                    await self.kube.event(ref, "SlurmNodeNotRegistered", plan.message, warning=True)
-                return False  # nothing was done: the node sync goes on
-            if action == reg.Action.CREATE:
-                assert isinstance(want, reg.Desired)
-                await self.slurm.create_node(want.node_conf())
-                comment = reg.bridge_comment(self.config.bridgeId, name)
-                await self.slurm.update_node(slurm_name, comment=comment)
-                # Until a node list shows it, decide on the node as made (not on the stale list).
-                self._written[slurm_name] = (want.as_created(comment), time.monotonic())
-                event = ("SlurmNodeRegistered", f"registered in Slurm as {want.node_conf()}")
-            elif action == reg.Action.SET_COMMENT:
-                comment = reg.bridge_comment(self.config.bridgeId, name)
-                await self.slurm.update_node(slurm_name, comment=comment)
-                info = self.slurm_node(slurm_name)
-                if info is not None:
-                    self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
-                event = ("SlurmNodeAdopted", plan.message)
-            elif action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
-                slurm_action = (
-                    nodesync.SlurmAction.DRAIN if action == reg.Action.DRAIN else nodesync.SlurmAction.UNDRAIN
-                )
-                reason = plan.reason if action == reg.Action.DRAIN else None
-                await self.slurm.update_node(slurm_name, state=slurm_action.value, reason=reason)
-                info = self.slurm_node(slurm_name)
-                if info is not None:
-                    written = nodesync.after_slurm_action(info, slurm_action, reason)
-                    self._written[slurm_name] = (written, time.monotonic())
-                event = ("SlurmNodeLeaving" if action == reg.Action.DRAIN else "SlurmNodeRegistered", plan.message)
-            else:  # DELETE
-                await self.slurm.delete_node(slurm_name)
-                self._written[slurm_name] = (None, time.monotonic())
-                event = ("SlurmNodeDeregistered", plan.message)
-                if plan.remember and isinstance(want, reg.Desired):
-                    self._refused[name] = (want.node_conf(), plan.remember)
+            reason, message = await self._write_registration(name, slurm_name, want, plan)
         except SlurmError as e:
             message = f"{plan.message}: Slurm refused it: {e}"
             if (
@@ -409,11 +375,48 @@ class NodeController:
                 await self.kube.event(ref, "SlurmNodeRegistrationFailed", message, warning=True)
             return True
         self._told.pop(name, None)
-        log.info("node %s: %s: %s", name, event[0], event[1])
+        log.info("node %s: %s: %s", name, reason, message)
         metrics.node_sync("registration", action.value)
         self._after_poll.add(name)  # the next node list shows the change: decide again then
-        await self.kube.event(ref, event[0], event[1])
+        await self.kube.event(ref, reason, message)
         return True
+
+    async def _write_registration(
+        self, name: str, slurm_name: str, want: reg.Desired | str | None, plan: reg.Plan
+    ) -> tuple[str, str]:
+        """The Slurm side of a registration step (create, adopt, drain, undrain, delete); the
+        Event's reason and message. What Slurm now holds is remembered until a node list shows it."""
+        action = plan.action
+        if action == reg.Action.CREATE:
+            assert isinstance(want, reg.Desired)
+            await self.slurm.create_node(want.node_conf())
+            comment = reg.bridge_comment(self.config.bridgeId, name)
+            await self.slurm.update_node(slurm_name, comment=comment)
+            # Until a node list shows it, decide on the node as made (not on the stale list).
+            self._written[slurm_name] = (want.as_created(comment), time.monotonic())
+            return "SlurmNodeRegistered", f"registered in Slurm as {want.node_conf()}"
+        if action == reg.Action.SET_COMMENT:
+            comment = reg.bridge_comment(self.config.bridgeId, name)
+            await self.slurm.update_node(slurm_name, comment=comment)
+            info = self.slurm_node(slurm_name)
+            if info is not None:
+                self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
+            return "SlurmNodeAdopted", plan.message
+        if action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
+            drain = action == reg.Action.DRAIN
+            slurm_action = nodesync.SlurmAction.DRAIN if drain else nodesync.SlurmAction.UNDRAIN
+            reason = plan.reason if drain else None
+            await self.slurm.update_node(slurm_name, state=slurm_action.value, reason=reason)
+            info = self.slurm_node(slurm_name)
+            if info is not None:
+                self._written[slurm_name] = (nodesync.after_slurm_action(info, slurm_action, reason), time.monotonic())
+            return ("SlurmNodeLeaving" if drain else "SlurmNodeRegistered"), plan.message
+        # DELETE
+        await self.slurm.delete_node(slurm_name)
+        self._written[slurm_name] = (None, time.monotonic())
+        if plan.remember and isinstance(want, reg.Desired):
+            self._refused[name] = (want.node_conf(), plan.remember)
+        return "SlurmNodeDeregistered", plan.message
 
     async def _annotate(self, name: str, value: str | None) -> None:
         """Record (or drop) the registered node line on the Kubernetes node."""

@@ -29,8 +29,8 @@ from fractions import Fraction
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
-from slurm_bridge.translate import GPU_RESOURCES, parse_quantity
 
 Obj = dict[str, Any]
 
@@ -221,17 +221,7 @@ def decide(
     if isinstance(want, str):
         return Plan(Action.WARN, f"not registered in Slurm: {want}", warning=True)
     if info is None:
-        if refused is not None:
-            return Plan(Action.WARN, f"not registered in Slurm: {refused}", warning=True)
-        if known_partitions is None:
-            return NOTHING  # the shell reads the partitions first
-        missing = sorted(set(want.partitions) - known_partitions)
-        if missing:
-            return Plan(Action.WARN, f"not registered in Slurm: partitions {missing} do not exist (annotation "
-                        f"{names.ANN_EXTERNAL_NODE_PARTITIONS})", warning=True)  # fmt: skip
-        if recorded_conf != want.node_conf():
-            return Plan(Action.ANNOTATE, want.node_conf())
-        return Plan(Action.CREATE, f"registering Slurm node: {want.node_conf()}")
+        return _create(want, recorded_conf, known_partitions, refused)
     if not info.dynamic or not (recorded or ours_in_slurm):
         if info.dynamic and not ours_in_slurm:
             return Plan(Action.WARN, f"Slurm already has a dynamic node {info.name} that the bridge did not "
@@ -251,6 +241,24 @@ def decide(
     if recorded_conf != want.node_conf():
         return Plan(Action.ANNOTATE, want.node_conf())  # adopted after a crash, or the topology changed
     return NOTHING
+
+
+def _create(want: Desired, recorded_conf: str | None, known_partitions: frozenset[str] | None,
+            refused: str | None) -> Plan:  # fmt: skip
+    """A labelled node Slurm does not have: the node line goes on the Kubernetes node first (the
+    bridge's record that the Slurm node is its own), then into Slurm, unless that line was
+    refused before or names a partition Slurm lacks."""
+    if refused is not None:
+        return Plan(Action.WARN, f"not registered in Slurm: {refused}", warning=True)
+    if known_partitions is None:
+        return NOTHING  # the shell reads the partitions first
+    missing = sorted(set(want.partitions) - known_partitions)
+    if missing:
+        return Plan(Action.WARN, f"not registered in Slurm: partitions {missing} do not exist (annotation "
+                    f"{names.ANN_EXTERNAL_NODE_PARTITIONS})", warning=True)  # fmt: skip
+    if recorded_conf != want.node_conf():
+        return Plan(Action.ANNOTATE, want.node_conf())
+    return Plan(Action.CREATE, f"registering Slurm node: {want.node_conf()}")
 
 
 def not_in_partitions(missing: list[str]) -> str:

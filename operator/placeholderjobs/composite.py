@@ -180,6 +180,7 @@ def plan_composite_join(
     submitted: bool,
     terminal: bool,
     ended: Collection[str],
+    note: str = "",
 ) -> CompositeJoin:
     """Membership rules of a composite: a gang's (``groups.plan_join``) per component.
 
@@ -190,6 +191,7 @@ def plan_composite_join(
     submission a component's size is fixed and a pod only takes over the slot of an
     earlier incarnation of its name or of an ended member of its own component (the nodes are
     that component's); a pod whose PodGroup is not a component of the submitted job waits.
+    ``note``: what the message of a full component adds (its terminating members).
     """
     owner = next((part for part in parts if pod in part.pods), None)
     recorded = uids.get(pod)
@@ -201,21 +203,7 @@ def plan_composite_join(
         # An earlier pod of this name (names are unique, so it is gone): the new one is the member.
         return CompositeJoin("replace", tuple(parts), {**uids, pod: uid}, slot=pod)
     if not submitted:
-        kept: list[Part] = []
-        for part in parts:
-            if part.pod_group == component:  # its minCount may have changed meanwhile (it is mutable)
-                part = Part(component, component_min, (*(p for p in part.pods if p not in ended), pod))
-            kept.append(part)
-        if not any(part.pod_group == component for part in kept):
-            if len(kept) >= MAX_COMPONENTS:
-                return CompositeJoin("wait", why=(
-                    f"a heterogeneous Slurm job has at most {MAX_COMPONENTS} components, and this one has "
-                    f"{len(kept)} PodGroups already; PodGroup {component} cannot be one more"
-                ))  # fmt: skip
-            kept.append(Part(component, component_min, (pod,)))
-        kept.sort(key=lambda part: part.pod_group)
-        members = set(flat_pods(kept))
-        return CompositeJoin("add", tuple(kept), {p: u for p, u in {**uids, pod: uid}.items() if p in members})
+        return _grow(parts, {**uids, pod: uid}, pod, component, component_min, ended)
     mine = next((part for part in parts if part.pod_group == component), None)
     if mine is None:
         return CompositeJoin("wait", why=(
@@ -226,7 +214,7 @@ def plan_composite_join(
     if not free:
         return CompositeJoin("wait", why=(
             f"PodGroup {component}'s component of the heterogeneous Slurm job was submitted for "
-            f"{len(mine.pods)} other pods and none of them has ended; the pod waits for a free place"
+            f"{len(mine.pods)} other pods and none of them has ended{note}; the pod waits for a free place"
         ))  # fmt: skip
     slot = free[0]
     new_parts = tuple(
@@ -236,3 +224,26 @@ def plan_composite_join(
     )  # fmt: skip
     new_uids = {p: u for p, u in uids.items() if p != slot}
     return CompositeJoin("replace", new_parts, {**new_uids, pod: uid}, slot=slot)
+
+
+def _grow(
+    parts: Sequence[Part], uids: Mapping[str, str], pod: str, component: str, component_min: int,
+    ended: Collection[str],
+) -> CompositeJoin:  # fmt: skip
+    """Before submission: the pod joins its component (made if it has none yet), whose ended
+    members drop out; ``uids`` already names the pod."""
+    kept: list[Part] = []
+    for part in parts:
+        if part.pod_group == component:  # its minCount may have changed meanwhile (it is mutable)
+            part = Part(component, component_min, (*(p for p in part.pods if p not in ended), pod))
+        kept.append(part)
+    if not any(part.pod_group == component for part in kept):
+        if len(kept) >= MAX_COMPONENTS:
+            return CompositeJoin("wait", why=(
+                f"a heterogeneous Slurm job has at most {MAX_COMPONENTS} components, and this one has "
+                f"{len(kept)} PodGroups already; PodGroup {component} cannot be one more"
+            ))  # fmt: skip
+        kept.append(Part(component, component_min, (pod,)))
+    kept.sort(key=lambda part: part.pod_group)
+    members = set(flat_pods(kept))
+    return CompositeJoin("add", tuple(kept), {p: u for p, u in uids.items() if p in members})

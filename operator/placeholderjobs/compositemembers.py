@@ -85,6 +85,8 @@ class CompositeMembership:
         if not same_group(phj, group):
             return True, await m._name_taken(pod, group, spec.group or GroupSource())
         submitted = m._is_submitted(phj)
+        m.await_place(key, pod)
+        vacancies = await m.vacancies(phj, exclude=meta["name"])
         plan = plan_composite_join(
             parts_of(spec),
             spec.pod_uids or {},
@@ -94,7 +96,8 @@ class CompositeMembership:
             group.min_member,
             submitted=submitted,
             terminal=status.phase in names.TERMINAL_PHASES,
-            ended=await m._ended_members(phj, exclude=meta["name"]),
+            ended=vacancies.free(submitted),
+            note=vacancies.note(),
         )
         settled = await m.settle_join(plan.action, pod, phj, key, "composite", (REASON_COMPOSITE_FULL, plan.why))
         if settled is not None:

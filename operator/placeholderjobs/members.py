@@ -5,11 +5,15 @@ PlaceholderJob named after the gang's root, with the membership rules of ``group
 Membership only changes with a resourceVersion test, so two members joining at once cannot both
 win, and a gang fenced for submission (``lifecycle.REASON_SUBMITTING``) is treated as submitted.
 Ended pods are left to :mod:`.phjsync`, which decides whether the Slurm job ends with them.
+
+A terminating member keeps its place and node until it has ended, as a terminating pod keeps its
+allocation: a newcomer waits, and the member's end wakes it (docs/workloads.md, "Late members").
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
@@ -30,6 +34,37 @@ from slurm_bridge.translate import job_request
 log = logging.getLogger(__name__)
 
 Obj = st.Obj
+# A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
+WAIT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Vacancies:
+    """The members of a gang that may give up their place: ``ended`` (gone, another incarnation
+    of the name, or in a terminal phase) and ``terminating`` (deleted, still running)."""
+
+    ended: frozenset[str] = frozenset()
+    terminating: frozenset[str] = frozenset()
+
+    def free(self, submitted: bool) -> frozenset[str]:
+        """The places a newcomer may take. Before submission nothing is allocated: a terminating
+        member drops out; after it, it keeps place and node until it has ended (no node runs two)."""
+        return self.ended if submitted else self.ended | self.terminating
+
+    def note(self) -> str:
+        """What the GangFull / CompositeFull message says about terminating members."""
+        if not self.terminating:
+            return ""
+        names_ = sorted(self.terminating)
+        shown = ", ".join(names_[:3]) + (f" and {len(names_) - 3} more" if len(names_) > 3 else "")
+        each = "each " if len(names_) > 1 else ""
+        return f" (terminating, {each}keeping its place and node until it is gone: {shown})"
+
+
+def gang_full(members: int, vacancies: Vacancies) -> tuple[str, str]:
+    """The Event of a pod that waits for a free place in a submitted gang."""
+    return ("GangFull", f"the gang's Slurm job was submitted for {members} other pods and none of them has "
+            f"ended{vacancies.note()}; the pod waits for a free place")  # fmt: skip
 
 
 def member_pods(phj: Obj) -> list[Key]:
@@ -84,11 +119,38 @@ class Membership:
         self._member_of: dict[str, Key] = {}
         # pod uid -> the last problem reported in an Event, so a retry does not repeat it.
         self._told: dict[str, tuple[str, str]] = {}
+        # gang PlaceholderJob -> {pod uid: pod key} of the pods that may wait there for a free
+        # place, and pod uid -> that PlaceholderJob: a member's end wakes them (``_wake``).
+        self._waiting: dict[Key, dict[str, Key]] = {}
+        self._waits_at: dict[str, Key] = {}
 
     def forget(self, uid: str) -> None:
         """The pod is gone."""
         self._member_of.pop(uid, None)
         self._told.pop(uid, None)
+        self.unwait(uid)
+
+    def await_place(self, key: Key, pod: Obj) -> None:
+        """The pod may wait for a place in gang ``key``: noted before the members are read, so a
+        member that ends while the pod decides queues it again, and no end is missed."""
+        meta = pod["metadata"]
+        self.unwait(meta["uid"])
+        self._waiting.setdefault(key, {})[meta["uid"]] = (meta["namespace"], meta["name"])
+        self._waits_at[meta["uid"]] = key
+
+    def unwait(self, uid: str) -> None:
+        key = self._waits_at.pop(uid, None)
+        if key is not None:
+            waiting = self._waiting.get(key, {})
+            waiting.pop(uid, None)
+            if not waiting:
+                self._waiting.pop(key, None)
+
+    def _wake(self, key: Key) -> None:
+        """A member of gang ``key`` ended: the pods waiting for a place there look again now."""
+        for uid, pod_key in self._waiting.pop(key, {}).items():
+            self._waits_at.pop(uid, None)
+            self.queue.add(("pod", *pod_key))
 
     def _requeue(self, phj: Obj) -> None:
         self.queue.add(("phj", *ObjectStore.key_of(phj)))
@@ -96,9 +158,12 @@ class Membership:
     async def reconcile(self, key: Key) -> float | None:
         pod = self.pods.get(key)
         if pod is None or pod["metadata"].get("deletionTimestamp") or st.pod_ended(pod):
-            # The PlaceholderJob decides whether the Slurm job must end with it.
+            # The PlaceholderJob decides whether the Slurm job must end with it; a member that
+            # ended (not one still terminating) frees its place for a pod waiting for one.
             for phj in self._phjs_with_member(key):
                 self._requeue(phj)
+                if pod is None or st.pod_ended(pod):
+                    self._wake(ObjectStore.key_of(phj))
             return None
         known = self._known_phj(pod)
         if known is not None:
@@ -204,6 +269,8 @@ class Membership:
         if not same_group(phj, group):
             return True, await self._name_taken(pod, group, spec.group or GroupSource())
         submitted = self._is_submitted(phj)
+        self.await_place(key, pod)
+        vacancies = await self.vacancies(phj, exclude=meta["name"])
         plan = plan_join(
             spec.pods,
             spec.pod_uids or {},
@@ -211,11 +278,10 @@ class Membership:
             meta["uid"],
             submitted=submitted,
             terminal=status.phase in names.TERMINAL_PHASES,
-            ended=await self._ended_members(phj, exclude=meta["name"]),
+            ended=vacancies.free(submitted),
         )
-        full = (f"the gang's Slurm job was submitted for {len(spec.pods)} other pods and none of them has ended; "
-                "the pod waits for a free place")  # fmt: skip
-        settled = await self.settle_join(plan.action, pod, phj, key, "gang", ("GangFull", full))
+        full = gang_full(len(spec.pods), vacancies)
+        settled = await self.settle_join(plan.action, pod, phj, key, "gang", full)
         if settled is not None:
             return settled
         return await self._write_membership(pod, group, phj, plan, submitted)
@@ -227,6 +293,8 @@ class Membership:
         ``member``; ``recycle`` an ended run's PlaceholderJob; ``wait`` for a free place (``full``:
         the Event's reason and message). None: the membership is to be written."""
         meta = pod["metadata"]
+        if action != "wait":
+            self.unwait(meta["uid"])
         if action == "member":
             self._member_of[meta["uid"]] = key
             self.queue.add(("phj", *key))
@@ -238,7 +306,7 @@ class Membership:
             return True, 1.0
         if action == "wait":
             await self._tell(pod, *full)
-            return True, 5.0
+            return True, WAIT_SECONDS
         return None
 
     async def _name_taken(self, pod: Obj, group: Group, source: GroupSource) -> float:
@@ -293,6 +361,7 @@ class Membership:
         self.phjs.upsert(updated)
         self._member_of[meta["uid"]] = key
         self._told.pop(meta["uid"], None)
+        self.unwait(meta["uid"])
         if replaced is not None:
             await self.kube.event(updated, "MemberReplaced", replaced)
         self.queue.add(("phj", *key))
@@ -344,10 +413,12 @@ class Membership:
         status = status_of(phj)
         return status.reason == REASON_SUBMITTING or self.poller.side(phj["metadata"]["uid"], status.job_id).has_job
 
-    async def _ended_members(self, phj: Obj, exclude: str) -> set[str]:
-        """Members whose recorded pod ended or is gone (a pod missing from the cache is asked for)."""
+    async def vacancies(self, phj: Obj, exclude: str) -> Vacancies:
+        """Members whose recorded pod ended or is gone, and those terminating (a pod missing from
+        the cache is asked for)."""
         ns = phj["metadata"]["namespace"]
         ended: set[str] = set()
+        terminating: set[str] = set()
         for name in spec_of(phj).pods:
             if name == exclude:
                 continue
@@ -356,10 +427,11 @@ class Membership:
                 pod = await self.kube.get(pod_path(ns, name))
                 if pod is not None and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
                     self.pods.upsert(pod)
-            gone = pod is None or not st.is_member(phj, pod)
-            if gone or st.pod_ended(pod) or (pod or {}).get("metadata", {}).get("deletionTimestamp"):
+            if pod is None or not st.is_member(phj, pod) or st.pod_ended(pod):
                 ended.add(name)
-        return ended
+            elif st.pod_terminating(pod):
+                terminating.add(name)
+        return Vacancies(frozenset(ended), frozenset(terminating))
 
     def _phjs_with_member(self, pod_key: Key) -> list[Obj]:
         """From the store's member index (``member_pods``): a walk over every PlaceholderJob was

@@ -207,3 +207,14 @@ class SlurmUnsupportedVersion(SlurmError):
         self.offered = tuple(offered)
         self.release = release  # the Slurm release found, when its answer named one
         super().__init__(message, status=status)
+
+
+def refusal(message: str, status: int | None, errors: Sequence[SlurmErrorDetail]) -> SlurmError:
+    """The error for an answer Slurm refused: SlurmNotFound for an unknown job or node,
+    SlurmUnavailable for a busy or unreachable controller, else SlurmError."""
+    numbers = {e.error_number for e in errors}
+    if status == 404 or numbers & NOT_FOUND_ERRORS:
+        return SlurmNotFound(message, status=status, errors=errors)
+    if numbers & TRANSIENT_ERRORS:
+        return SlurmUnavailable(message, status=status, errors=errors)
+    return SlurmError(message, status=status, errors=errors)

@@ -40,6 +40,27 @@ def test_write_delta_subtracts_background_and_leases() -> None:
     assert sysstats.write_delta(before, after, 1.0, bg) == {"POST events": 400.0, "POST pods": 200.0}
 
 
+LOAD_METRICS = """apiserver_admission_webhook_admission_duration_seconds_count{name="pods.mutate.slinky.slurm.net",operation="CREATE",rejected="false",type="admit"} 190
+apiserver_admission_webhook_admission_duration_seconds_count{name="pods.mutate.slinky.slurm.net",operation="CREATE",rejected="true",type="admit"} 10
+apiserver_watch_events_total{group="",resource="pods",version="v1"} 1200
+apiserver_watch_events_total{group="coordination.k8s.io",resource="leases",version="v1"} 50
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 30
+"""  # noqa: E501
+
+
+def test_load_counts_admission_calls_watch_events_and_reads_without_writes_or_background() -> None:
+    after = sysstats.parse_requests(METRICS + LOAD_METRICS)
+    assert after[(sysstats.ADMIT, "pods.mutate.slinky.slurm.net CREATE")] == 200  # both series
+    before = Counter({(sysstats.WATCH_EVENT, "pods"): 200, ("GET", "pods"): 10})
+    bg = sysstats.Background({("GET", "pods"): 5.0})
+    load = sysstats.load_delta(before, after, 2.0, bg)
+    assert load == {
+        "reads": {"GET pods": 10.0, "LIST pods": 9.0},  # 30 - 10 - 5/s x 2 s
+        "admission": {"pods.mutate.slinky.slurm.net CREATE": 200.0},
+        "watch_events": {"pods": 1000.0},  # leases are background heartbeats
+    }
+
+
 def test_proc_sampler_counts_the_cpu_of_a_process_and_its_children() -> None:
     sampler = sysstats.ProcSampler({"me": os.getpid()}, interval=0.05)
     with sampler:

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
 
+from slurm_bridge.cli import LOG_LEVELS
 from slurm_bridge.config import Config, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -585,6 +586,40 @@ def test_each_component_runs_its_own_entry_point_of_one_image() -> None:
     default = deployment(render(), "operator")["spec"]["template"]["spec"]["containers"][0]["image"]
     chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert default == f"slurm-bridge:{chart_yaml['appVersion']}"
+
+
+@pytest.mark.parametrize("component", ["operator", "webhook", "extender"])
+def test_each_entry_point_accepts_the_charts_arguments(
+    component: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chart's args parse (the shared flags of slurm_bridge/cli.py and each component's own):
+    with a bad config in place of the chart's, each component stops at its config, exit 2, before
+    it starts anything."""
+    from slurm_bridge.extender.main import main as extender_main
+    from slurm_bridge.operator.main import main as operator_main
+    from slurm_bridge.webhook.main import main as webhook_main
+
+    mains: dict[str, Callable[[list[str]], object]] = {
+        "operator": operator_main, "webhook": webhook_main, "extender": extender_main
+    }  # fmt: skip
+    docs = render({"logLevel": "DEBUG", "logFormat": "text"})
+    c = container(docs, "scheduler", "extender") if component == "extender" else container(docs, component)
+    bad = tmp_path / "config.yaml"
+    bad.write_text("pollPeriodSeconds: 5\n")
+    args = [f"--config={bad}" if a.startswith("--config=") else a for a in c["args"]]
+    assert f"--config={bad}" in args and "--log-level=DEBUG" in args and "--log-format=text" in args
+    try:
+        code = mains[component](args)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: invalid configuration:") and "pollPeriodSeconds" in err, err
+
+
+def test_chart_log_levels_are_the_components() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["logLevel"]["enum"] == LOG_LEVELS
 
 
 @pytest.mark.parametrize(

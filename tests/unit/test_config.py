@@ -66,6 +66,9 @@ def test_label_selector_expressions(labels: dict[str, str], expected: bool) -> N
         ({"pollPeriodSeconds": 5}, "pollPeriodSeconds"),
         ({"pollPeriodSeconds": 0}, "pollPeriodSeconds"),
         ({"managedNamespaces": ["Bad_NS"]}, "managedNamespaces"),
+        ({"managedNamespaces": ["a" * 64]}, "at most 63"),
+        ({"schedulerName": "a" * 64}, "schedulerName"),
+        ({"bridgeId": "a-"}, "bridgeId"),
         ({"webhookListen": "9443"}, "webhookListen"),
         ({"partitoin": "x"}, "partitoin: unknown key"),
         ({"managedNamespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "non-empty"),
@@ -75,6 +78,11 @@ def test_bad_values_name_the_key(data: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert needle in str(err.value)
+
+
+def test_names_at_the_dns_label_limit_are_accepted() -> None:
+    cfg = parse_config({"managedNamespaces": ["n" * 63], "schedulerName": "s" * 63, "bridgeId": "b" * 63})
+    assert (cfg.managedNamespaces, cfg.schedulerName, cfg.bridgeId) == (["n" * 63], "s" * 63, "b" * 63)
 
 
 def test_load_config_errors(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Device-plugin GPU resources have one list (translate.GPU_RESOURCES): what a pod may request as
+"""Device-plugin GPU resources have one list (resources.GPU_RESOURCES): what a pod may request as
 Slurm GPUs is exactly what a registered node offers as them (operator/nodes/registration.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from slurm_bridge.operator.nodes import registration as reg
 
 from slurm_bridge import names
-from slurm_bridge.translate import GPU_RESOURCES
+from slurm_bridge.resources import GPU_RESOURCES
 
 pytestmark = pytest.mark.unit
 

@@ -19,6 +19,8 @@ from slurm_bridge.kube import (
     _load_credentials,
     bounded,
     escape_pointer,
+    is_dns_label,
+    is_dns_subdomain,
     label_value,
     object_path,
 )
@@ -83,6 +85,42 @@ def test_object_paths() -> None:
     assert object_path(pod) == "/api/v1/namespaces/n/pods/p"
     assert object_path(node) == "/api/v1/nodes/k"
     assert object_path(phj) == f"/apis/{names.API_VERSION}/namespaces/n/placeholderjobs/j"
+
+
+@pytest.mark.parametrize(
+    ("value", "label", "subdomain"),
+    [
+        ("a", True, True),
+        ("0", True, True),
+        ("a-0", True, True),
+        ("a" * 63, True, True),
+        ("a" * 64, False, True),
+        ("a" * 253, False, True),
+        ("a" * 254, False, False),
+        (".".join(["a" * 63] * 3) + "." + "b" * 61, False, True),  # 253 characters, labels of 63
+        (".".join(["a" * 63] * 3) + "." + "b" * 62, False, False),  # 254
+        ("a.b", False, True),
+        ("", False, False),
+        ("-a", False, False),
+        ("a-", False, False),
+        ("a..b", False, False),
+        (".a", False, False),
+        ("a.", False, False),
+        ("a.-b", False, False),
+        ("A", False, False),
+        ("a_b", False, False),
+        ("a\n", False, False),  # '$' would let a trailing newline through
+        ("a.b\n", False, False),
+    ],
+)
+def test_dns_label_and_subdomain_at_their_limits(value: str, label: bool, subdomain: bool) -> None:
+    assert is_dns_label(value) is label
+    assert is_dns_subdomain(value) is subdomain
+
+
+def test_dns_subdomain_takes_a_tighter_limit() -> None:
+    assert is_dns_subdomain("a" * 224, 224)
+    assert not is_dns_subdomain("a" * 225, 224)
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -23,7 +23,8 @@ def test_pointer_escapes_each_key_and_joins_indices() -> None:
 def test_the_webhook_uses_the_shared_pointer() -> None:
     from slurm_bridge.webhook import mutate
 
-    assert mutate.pointer is kube.pointer
+    # Read from the module's namespace: mutate uses pointer, it does not re-export it.
+    assert vars(mutate)["pointer"] is kube.pointer
 
 
 def test_resource_path_core_group_and_cluster_scope() -> None:

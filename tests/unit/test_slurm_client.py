@@ -23,8 +23,9 @@ from slurm_bridge.slurm.errors import (
     SlurmUnavailable,
     SlurmUnsupportedVersion,
 )
+from slurm_bridge.slurm.formats import expand_nodes, gres_to_tres_per_node
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for, expand_nodes, gres_to_tres_per_node
+from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
 
 pytestmark = pytest.mark.unit
 
@@ -465,10 +466,10 @@ async def test_polling_a_big_state_answer_forces_no_full_garbage_collection(toke
 
 
 async def test_the_collector_comes_back_after_overlapping_and_failed_decodes(token_file: Path) -> None:
-    from slurm_bridge.slurm import client as client_module
+    from slurm_bridge.slurm import replies
 
-    with client_module._gc_paused():
-        with client_module._gc_paused():  # another thread's decode
+    with replies._gc_paused():
+        with replies._gc_paused():  # another thread's decode
             assert not gc.isenabled()
         assert not gc.isenabled(), "still paused for the first one"
     assert gc.isenabled()

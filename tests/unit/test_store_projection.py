@@ -14,9 +14,10 @@ from slurm_bridge.operator.runtime.store import ObjectStore, project, project_no
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
-from slurm_bridge.placement import pod_placement
-from slurm_bridge.translate import job_request, pod_resources
-from tests.unit.test_translate import RESOURCE_CASES
+from slurm_bridge.nodeplacement import pod_placement
+from slurm_bridge.podresources import pod_resources
+from slurm_bridge.translate import job_request
+from tests.unit.test_podresources import RESOURCE_CASES
 
 MANAGED_FIELDS = [
     {"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",

@@ -25,12 +25,12 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from slurm_bridge.webhook import server as server_mod
-from slurm_bridge.webhook.certs import CertError, subject_alt_names, write_certs
-from slurm_bridge.webhook.logs import JsonFormatter
+from slurm_bridge.webhook.certs import CertError, is_host_name, subject_alt_names, write_certs
 from slurm_bridge.webhook.main import main
-from slurm_bridge.webhook.mutate import managed_toleration, mutate, mutate_pod, pointer, tolerates
+from slurm_bridge.webhook.mutate import mutate, mutate_pod
 from slurm_bridge.webhook.render import (
     BRIDGE_KEY_MARK,
+    MAX_NAME,
     PLAIN_POD_CREATE_CHECK,
     RenderError,
     ca_bundle,
@@ -51,6 +51,9 @@ from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, valid
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config, LabelSelector
+from slurm_bridge.kube import is_dns_subdomain, pointer
+from slurm_bridge.logs import JsonFormatter
+from slurm_bridge.taints import managed_toleration, tolerates
 
 pytestmark = pytest.mark.unit
 
@@ -450,7 +453,7 @@ VALIDATE_CASES += [
 ]
 
 
-# --- placement: what Slurm cannot honour is refused (slurm_bridge/placement.py) -----------------
+# --- placement: what Slurm cannot honour is refused (slurm_bridge/nodeplacement.py) -----------------
 
 HOST = names.LABEL_HOSTNAME
 FEATURE = names.LABEL_NODE_FEATURE_PREFIX
@@ -1003,6 +1006,37 @@ def test_render_errors(call: Callable[[], object], words: str) -> None:
         call()
 
 
+def test_render_name_at_its_limit_gives_webhook_names_of_253() -> None:
+    """--name is as long as the longest webhook name (mutate-pods.<name>.slinky.slurm.net) allows."""
+    name = ".".join(["n" * 63] * 3) + "." + "m" * 32
+    assert len(name) == MAX_NAME == 224
+    docs = webhook_configurations(CONFIG, bundle="Y2E=", url="https://127.0.0.1:9443", name=name)
+    hooks = [d["webhooks"][0]["name"] for d in docs]
+    assert [len(h) for h in hooks] == [253, 250]
+    assert all(is_dns_subdomain(h) for h in hooks) and all(d["metadata"]["name"] == name for d in docs)
+    for bad in (name + "m", "Slurm-Bridge", "sb-", "sb\n"):
+        with pytest.raises(RenderError, match=f"--name .* at most {MAX_NAME} characters"):
+            webhook_configurations(CONFIG, bundle="Y2E=", url="https://127.0.0.1:9443", name=bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("slurm-bridge/webhook", True),
+        (f"{'n' * 63}/{'s' * 63}:9443", True),
+        (f"{'n' * 64}/webhook", False),
+        (f"slurm-bridge/{'s' * 64}", False),
+        ("slurm-bridge/web.hook", False),
+    ],
+)
+def test_service_namespace_and_name_are_dns_labels(value: str, ok: bool) -> None:
+    if ok:
+        assert parse_service(value).name == value.split("/")[1].split(":")[0]
+    else:
+        with pytest.raises(RenderError, match="must be DNS labels"):
+            parse_service(value)
+
+
 def test_render_config_cli(certs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text("managedNamespaces: [slurm, team-a]\n")
@@ -1056,6 +1090,34 @@ def test_cli_errors_exit_2(
     err = capsys.readouterr().err
     assert words in err
     assert "Traceback" not in err
+
+
+def test_cli_reports_a_bad_config_like_the_other_components(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """slurm_bridge/cli.py's config_or_exit: the same message and status as the operator and extender."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pollPeriodSeconds: 5\n")
+    assert main(["--config", str(bad), "serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid configuration:\n") and f"{bad}: pollPeriodSeconds" in err
+    # gen-certs needs no configuration, so a bad one does not stop it.
+    assert main(["--config", str(bad), "gen-certs", "--dir", str(tmp_path / "tls")]) == 0
+    assert (tmp_path / "tls" / "tls.crt").is_file()
+
+
+def test_cli_takes_the_flags_hack_bridge_sh_passes() -> None:
+    """hack/bridge.sh runs the webhook with the shared flags and serve's own."""
+    from slurm_bridge.webhook.main import _parser
+
+    args = _parser().parse_args(
+        ["--config", "c.yaml", "--kubeconfig", "kc", "--log-level", "INFO", "--log-format", "json",
+         "serve", "--drain-seconds", "0"]
+    )  # fmt: skip
+    assert (args.config, args.kubeconfig, args.log_level, args.log_format) == ("c.yaml", "kc", "INFO", "json")
+    assert (args.command, args.drain_seconds) == ("serve", 0.0)
+    render = _parser().parse_args(
+        ["--config", "c.yaml", "render-config", "--url", "https://127.0.0.1:9443", "--ca-file", "ca.crt"]
+    )
+    assert (render.command, render.url, render.name) == ("render-config", "https://127.0.0.1:9443", "slurm-bridge")
 
 
 @pytest.mark.parametrize(
@@ -1136,6 +1198,30 @@ def test_subject_alt_names() -> None:
     ]
     with pytest.raises(CertError):
         subject_alt_names([])
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("localhost", True),
+        ("*.slurm-bridge.svc", True),
+        ("a" * 63 + ".svc", True),
+        ("a" * 64 + ".svc", False),  # a DNS label holds at most 63
+        (".".join(["a" * 63] * 3) + "." + "b" * 61, True),  # 253
+        (".".join(["a" * 63] * 3) + "." + "b" * 62, False),  # 254
+        ("*.", False),
+        ("a.*.svc", False),
+        ("-a.svc", False),
+        ("a..svc", False),
+    ],
+)
+def test_certificate_host_names_at_their_limits(host: str, ok: bool) -> None:
+    assert is_host_name(host) is ok
+    if ok:
+        assert subject_alt_names([host]) == [x509.DNSName(host)]
+    else:
+        with pytest.raises(CertError, match="neither an IP address nor a DNS name"):
+            subject_alt_names([host])
 
 
 # --- the HTTPS server -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""placer.Placer: immediate allocation first, the queue when Slurm cannot start the job now,
-and the per-partition pause after refusals (a fake Slurm client: pure decision logic only)."""
+"""submit.Placer (operator/placeholderjobs/submit.py): immediate allocation first, the queue
+when Slurm cannot start the job now, and the per-partition pause after refusals (a fake Slurm
+client: pure decision logic only)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,6 @@ from slurm_bridge import names
 __all__ = [
     "NODE_NAME_LABELS",
     "Placement",
-    "combine_constraints",
     "parse_placement",
     "placement_problems",
     "pod_placement",
@@ -259,10 +258,9 @@ def _has_terms(value: Any) -> bool:
     return isinstance(value, Mapping) and any(bool(v) for v in value.values())
 
 
-def parse_placement(spec: Mapping[str, Any], where: str = "spec") -> tuple[Placement, list[str]]:
-    """The pod spec's required placement and every problem with it, each naming its field under
-    ``where``. The placement is only meaningful when there is no problem."""
-    problems: list[str] = []
+def _refused_fields(spec: Mapping[str, Any], where: str, problems: list[str]) -> Mapping[str, Any]:
+    """Record the spread, pod (anti-)affinity and preferences Slurm would ignore; the node affinity
+    (empty when malformed), whose requirements are read next."""
     if spec.get("topologySpreadConstraints"):
         problems.append(
             f"{where}.topologySpreadConstraints: Slurm allocates the nodes and knows nothing of Kubernetes "
@@ -295,7 +293,11 @@ def parse_placement(spec: Mapping[str, Any], where: str = "spec") -> tuple[Place
             f"{where}.affinity.nodeAffinity.{_PREFERRED}: Slurm chooses the node, so a preference would be "
             f"silently ignored; make it a requirement ({_REQUIRED}) or remove it"
         )
+    return node_affinity
 
+
+def _node_selector(spec: Mapping[str, Any], where: str, problems: list[str]) -> Placement | None:
+    """The nodeSelector's labels ANDed; None when one cannot be expressed."""
     placement: Placement | None = Placement()
     selector = spec.get("nodeSelector") or {}
     if not isinstance(selector, Mapping):
@@ -304,42 +306,57 @@ def parse_placement(spec: Mapping[str, Any], where: str = "spec") -> tuple[Place
     for key in sorted(selector):
         p = _requirement(f"{where}.nodeSelector[{json.dumps(key)}]", str(key), "In", [str(selector[key])], problems)
         placement = None if p is None or placement is None else placement & p
+    return placement
 
+
+def _required_terms(required: Any, where: str, problems: list[str]) -> Placement | None:
+    """The required node affinity's nodeSelectorTerms ORed; None when Slurm cannot express them."""
+    at = f"{where}.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list) or not terms:
+        problems.append(f"{at}: expected at least one term")
+        return None
+    parsed = [_term(t, f"{at}[{i}]", problems) for i, t in enumerate(terms)]
+    if any(p is None for p in parsed):
+        return None
+    either = _either([p for p in parsed if p is not None])
+    if either is None:
+        problems.append(
+            f"{at}: Kubernetes ORs these {len(terms)} terms, but they differ in node names and in other "
+            "requirements at once, and Slurm has no OR between a node list and anything else; use one "
+            "term, or terms that differ only in node features, or only in their In node lists"
+        )
+    return either
+
+
+def _whole_problems(placement: Placement, where: str) -> list[str]:
+    """What is wrong with the placement as a whole: no node at all, or too many feature sets."""
+    if placement.impossible:
+        return [
+            f"{where}: no node satisfies the nodeSelector and required node affinity together (empty terms, "
+            "or In and NotIn that leave no node name), so the pod could never run; fix the node selection"
+        ]
+    if len(placement.features) > _MAX_TERMS:
+        return [
+            f"{where}.affinity.nodeAffinity.{_REQUIRED}: the node feature requirements expand to "
+            f"{len(placement.features)} alternatives (at most {_MAX_TERMS}); write them as one "
+            f"{names.ANN_CONSTRAINTS} annotation instead"
+        ]
+    return []
+
+
+def parse_placement(spec: Mapping[str, Any], where: str = "spec") -> tuple[Placement, list[str]]:
+    """The pod spec's required placement and every problem with it, each naming its field under
+    ``where``. The placement is only meaningful when there is no problem."""
+    problems: list[str] = []
+    node_affinity = _refused_fields(spec, where, problems)
+    placement = _node_selector(spec, where, problems)
     required = node_affinity.get(_REQUIRED)
     if required is not None:
-        at = f"{where}.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
-        terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-        if not isinstance(terms, list) or not terms:
-            problems.append(f"{at}: expected at least one term")
-            placement = None
-        else:
-            parsed = [_term(t, f"{at}[{i}]", problems) for i, t in enumerate(terms)]
-            if any(p is None for p in parsed):
-                placement = None
-            else:
-                either = _either([p for p in parsed if p is not None])
-                if either is None:
-                    problems.append(
-                        f"{at}: Kubernetes ORs these {len(terms)} terms, but they differ in node names and in other "
-                        "requirements at once, and Slurm has no OR between a node list and anything else; use one "
-                        "term, or terms that differ only in node features, or only in their In node lists"
-                    )
-                    placement = None
-                elif placement is not None:
-                    placement &= either
-
+        either = _required_terms(required, where, problems)
+        placement = None if either is None or placement is None else placement & either
     if placement is not None:
-        if placement.impossible:
-            problems.append(
-                f"{where}: no node satisfies the nodeSelector and required node affinity together (empty terms, "
-                "or In and NotIn that leave no node name), so the pod could never run; fix the node selection"
-            )
-        elif len(placement.features) > _MAX_TERMS:
-            problems.append(
-                f"{where}.affinity.nodeAffinity.{_REQUIRED}: the node feature requirements expand to "
-                f"{len(placement.features)} alternatives (at most {_MAX_TERMS}); write them as one "
-                f"{names.ANN_CONSTRAINTS} annotation instead"
-            )
+        problems.extend(_whole_problems(placement, where))
     return placement or Placement(), problems
 
 
@@ -354,45 +371,3 @@ def pod_placement(spec: Mapping[str, Any], where: str = "spec") -> Placement:
     if problems:
         raise ValueError("; ".join(problems))
     return placement
-
-
-# --- the constraint annotation ----------------------------------------------------------------
-
-
-def _top_level_or(expression: str) -> bool:
-    depth = 0
-    for c in expression:
-        if c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            return True
-    return False
-
-
-def combine_constraints(given: str | None, features: str | None) -> str | None:
-    """``given`` (the constraints annotation) AND the features the pods require.
-
-    A part with an OR at its top level is parenthesised, so the result means the same whether
-    Slurm reads the operators left to right or AND first. Slurm allows no nested parentheses (and
-    no brackets inside them), so a part that needs them and already has some cannot be combined:
-    ValueError says to write the whole condition in the annotation instead.
-    """
-    if not features:
-        return given
-    if not given:
-        return features
-    parts = []
-    for part in (given, features):
-        if _top_level_or(part):
-            if any(c in part for c in "()[]"):
-                raise ValueError(
-                    f"{names.ANN_CONSTRAINTS} ({given}) and the node features the pods require ({features}) "
-                    "cannot be combined with AND without nesting parentheses, which Slurm does not allow; write "
-                    f"the whole condition in the annotation and remove the {_FEATURE_LABEL} requirements from "
-                    "the pods' nodeSelector and node affinity"
-                )
-            part = f"({part})"
-        parts.append(part)
-    return "&".join(parts)

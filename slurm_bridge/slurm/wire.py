@@ -1,0 +1,247 @@
+"""slurmrestd's JSON as pydantic models: the request bodies the bridge sends and the parts of the
+answers it reads, shared by every supported REST API version (see :mod:`.versions`).
+
+Lenient on answers (unknown fields ignored, nulls taken as unset) because a Slurm upgrade adds
+fields without changing the version; strict on requests (``extra="forbid"``), so a typo is a bug
+found in tests and not a field slurmrestd silently drops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import SlurmError, SlurmErrorDetail
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        # slurmrestd writes null for empty lists ("results": null); defaults cover them.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class NoVal(_Wire):
+    """Slurm's "number with flags": ``set`` False means unset, ``infinite`` means no limit."""
+
+    set: bool = False
+    infinite: bool = False
+    number: int | None = None
+
+    @classmethod
+    def of(cls, number: int) -> NoVal:
+        return cls(set=True, infinite=False, number=number)
+
+    def value(self) -> int | None:
+        """The number, or None when unset or infinite."""
+        if self.infinite or not self.set:
+            return None
+        return self.number
+
+
+class WireError(_Wire):
+    error: str = ""
+    error_number: int = 0
+    description: str = ""
+    source: str = ""
+
+    def detail(self) -> SlurmErrorDetail:
+        return SlurmErrorDetail(self.error, self.error_number, self.description, self.source)
+
+
+class WireWarning(_Wire):
+    description: str = ""
+    source: str = ""
+
+
+class WireResponse(_Wire):
+    """The envelope of every answer: Slurm reports failures here, even with HTTP 200."""
+
+    errors: list[WireError] = Field(default_factory=list)
+    warnings: list[WireWarning] = Field(default_factory=list)
+
+
+class JobDesc(BaseModel):
+    """``job_desc_msg``: only the fields the bridge sets; unset fields are left out of the JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    flags: list[str] | None = None
+    current_working_directory: str | None = None
+    admin_comment: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    required_nodes: list[str] | None = None
+    excluded_nodes: list[str] | None = None
+    licenses: str | None = None
+    minimum_nodes: int | None = None
+    maximum_nodes: int | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    memory_per_node: NoVal | None = None
+    tres_per_node: str | None = None
+    time_limit: NoVal | None = None
+    shared: list[str] | None = None
+    priority: NoVal | None = None
+    user_id: str | None = None
+    group_id: str | None = None
+    mcs_label: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class UpdateNode(BaseModel):
+    """``update_node_msg``: the node state change and its reason, or its comment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: list[str] | None = None
+    reason: str | None = None
+    comment: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+WireTime = NoVal | int | None
+
+
+class JobWire(_Wire):
+    job_id: int
+    name: str = ""
+    job_state: list[str] | str = Field(default_factory=list)
+    state_reason: str = ""
+    nodes: str | None = None
+    admin_comment: str | None = None
+    partition: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    submit_time: WireTime = None
+    start_time: WireTime = None
+    end_time: WireTime = None
+    time_limit: WireTime = None
+    user_name: str | None = None
+    account: str | None = None
+    het_job_id: NoVal | int | None = None
+    het_job_offset: NoVal | int | None = None
+
+
+class CoreWire(_Wire):
+    index: int
+    status: list[str] | str = Field(default_factory=list)
+
+
+class SocketWire(_Wire):
+    index: int
+    cores: list[CoreWire] = Field(default_factory=list)
+
+
+class NodeAllocationWire(_Wire):
+    name: str
+    sockets: list[SocketWire] = Field(default_factory=list)
+
+
+class JobDevicesWire(_Wire):
+    """The parts of a job record that say which devices it holds where."""
+
+    nodes: str | None = None
+    gres_detail: list[str] = Field(default_factory=list)  # one entry per node, in ``nodes`` order
+    allocation: list[NodeAllocationWire] = Field(default_factory=list)  # from job_resources.nodes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_allocation(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            resources = data.get("job_resources") or {}
+            nodes = resources.get("nodes") if isinstance(resources, dict) else None
+            data = {k: data[k] for k in ("nodes", "gres_detail") if k in data}
+            if isinstance(nodes, dict) and isinstance(nodes.get("allocation"), list):
+                data["allocation"] = nodes["allocation"]
+        return data
+
+
+class NodeWire(_Wire):
+    name: str
+    state: list[str] | str = Field(default_factory=list)
+    reason: str | None = None
+    reason_set_by_user: str | None = None
+    cpus: int | None = None
+    real_memory: int | None = None
+    gres: str | None = None
+    features: list[str] | str | None = None
+    partitions: list[str] | str | None = None
+    comment: str | None = None
+
+
+class PartitionWire(_Wire):
+    name: str
+
+
+class SubmitWire(WireResponse):
+    job_id: int | None = None
+    job_submit_user_msg: str | None = None
+
+
+class UpdateResult(_Wire):
+    job_id: int | None = None
+    error_code: int = 0
+    error: str = ""
+    why: str = ""
+
+
+class JobPostWire(WireResponse):
+    results: list[UpdateResult] = Field(default_factory=list)
+
+
+class KillError(_Wire):
+    string: str = ""
+    code: int = 0
+    message: str = ""
+
+
+class KillStatus(_Wire):
+    error: KillError = Field(default_factory=KillError)
+    job_id: NoVal | int | None = None
+
+
+class KillWire(WireResponse):
+    status: list[KillStatus] = Field(default_factory=list)
+
+
+class ControllerPing(_Wire):
+    hostname: str = ""
+    responding: bool = False
+    primary: bool = False
+    latency: int | None = None  # microseconds
+
+
+class PingWire(WireResponse):
+    pings: list[ControllerPing] = Field(default_factory=list)
+
+
+_WireT = TypeVar("_WireT", bound=BaseModel)
+
+
+def validate(model: type[_WireT], body: Any, what: str) -> _WireT:
+    """``body`` as ``model``, or a SlurmError naming the answer (``what``) and its invalid fields."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise SlurmError(f"unexpected {what} from slurmrestd: {e.error_count()} field(s) invalid: {e}") from None
+
+
+def listed(body: Any, key: str, what: str) -> list[Any]:
+    """The answer's ``key`` list, or a SlurmError saying which answer lacked it."""
+    items = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise SlurmError(f"unexpected {what} answer from slurmrestd: no '{key}' list")
+    return items
