@@ -42,6 +42,18 @@ REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"
 REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
 # A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
 REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
+# The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey
+# once: the next such refusal of the same spec ends the PlaceholderJob (no retry storm).
+REASON_ASSOCIATION_REJECTED: Final = "AssociationRejected"
+# Slurm refused the job (status reason, Warning Event; submitted again 30 s later or on a change).
+REASON_SUBMIT_REJECTED: Final = "SubmitRejected"
+# A gang PlaceholderJob before its job exists: not every member pod yet, or fenced for its submit.
+REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
+REASON_SUBMITTING: Final = "Submitting"
+# The API server refused a member pod's release for good (HTTP 422): Failed, the job cancelled.
+REASON_RELEASE_REJECTED: Final = "ReleaseRejected"
+# The API server refused to create a pod's PlaceholderJob (HTTP 422): a Warning Event on the pod.
+REASON_PHJ_REFUSED: Final = "PlaceholderJobRefused"
 # Event on a TenantPolicy when live jobs it selects no longer fit it (they are never cancelled).
 REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
 

@@ -3,11 +3,10 @@ Running once they are bound; a release the API server refuses for good fails the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from slurm_bridge.operator.placeholderjobs import status as st
+import hostlist
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.groups import is_gang
 from slurm_bridge.operator.placeholderjobs.inputs import Members, Obj
 from slurm_bridge.operator.placeholderjobs.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.plan import (
@@ -20,15 +19,17 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     ReportPodGroup,
     WriteStatus,
 )
+from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation, pod_is_released
 
 from slurm_bridge import names
+from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 
 def allocation(
-    phj: Obj,
+    phj: PlaceholderJob,
     members: Members,
     job: JobInfo,
     *,
@@ -50,25 +51,25 @@ def allocation(
     found a member's DRA devices missing: the allocation is written at once, so the held pod's
     PlaceholderJob says which job holds it, and looked at again later.
     """
-    spec, status = spec_of(phj), status or status_of(phj)
-    gen = phj["metadata"].get("generation")
-    conditions = status.condition_dicts()
+    spec, status = phj.spec, status or phj.status
+    gen = phj.metadata.generation
+    conditions = status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    assignment = st.assign_nodes(list(members), list(job.nodes), current)
+    assignment = assign_nodes(list(members), list(job.nodes), current)
     if assignment is None:
         message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
         ended = terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
         return Plan((ended, Cancel(job.job_id)))
-    nodes = st.compress_hostlist(job.nodes)
-    live = st.holding_allocation(members)
-    bound = st.all_bound(live, assignment)
+    nodes = compress_hostlist(job.nodes)
+    live = holding_allocation(members)
+    bound = all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         write = allocated_status(status, job, nodes, ",".join(spec.pods), assignment, gen)
-        conditions = write.condition_dicts()
+        conditions = write.conditions
     if bound and status.phase != names.PHASE_RUNNING:
         write = with_running(write, conditions, nodes, gen)
-    single = len(live) == 1 and not is_gang(phj)
+    single = len(live) == 1 and not phj.is_gang()
     waiting = write is not None and not bound and single and held is not None and now < held.until
     waiting = waiting and not devices_missing
     actions: list[Action] = []
@@ -93,43 +94,59 @@ def allocated_status(
 ) -> PlaceholderJobStatus:
     """Phase Allocated with each pod's node: the record written before any pod is released."""
     message = f"Slurm job {job.job_id} allocated {nodes}"
-    conditions = st.set_condition(status.condition_dicts(), names.COND_ALLOCATED, True, "Allocated", message, gen)
+    conditions = set_condition(status.conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
+    assignments = [Assignment(pod=p, node=n) for p, n in sorted(assignment.items())]
     write = PlaceholderJobStatus(
         job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
-        node_list=nodes, pod_list=pod_list, assignments=[{"pod": p, "node": n} for p, n in sorted(assignment.items())],
-        start_time=status.start_time or now_iso(), conditions=conditions, **identity(job),
+        node_list=nodes, pod_list=pod_list, assignments=assignments, start_time=status.start_time or now_iso(),
+        conditions=conditions, **identity(job),
     )  # fmt: skip
     if status.expected_start is not None:
         write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     return write
 
 
-def release_rejected(phj: Obj, job_id: int, pod: str, error: str) -> Plan:
+def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str) -> Plan:
     """The API server refused to release a member pod, and will refuse it again (HTTP 422, checked
     twice): the PlaceholderJob fails with its message and the job is cancelled, so the allocation
     is never held in silence. Its live members are ended by the terminal rows of ``decide``, at
     once."""
     message = f"the API server refused to release pod {pod} for Slurm job {job_id}, which is cancelled: {error}"
     return Plan((
-        terminal_status(phj, names.PHASE_FAILED, st.REASON_RELEASE_REJECTED, message),
+        terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message),
         Cancel(job_id),
-        Event(st.REASON_RELEASE_REJECTED, message, warning=True),
+        Event(names.REASON_RELEASE_REJECTED, message, warning=True),
     ), requeue=0.0)  # fmt: skip
 
 
 def with_running(
-    write: PlaceholderJobStatus | None, conditions: list[Obj] | None, nodes: str, gen: int | None
+    write: PlaceholderJobStatus | None, conditions: Sequence[Condition] | None, nodes: str, gen: int | None
 ) -> PlaceholderJobStatus:
     """``write`` (or nothing) and phase Running with Ready: every member is bound to its node."""
     message = f"every member pod is bound to its Slurm node ({nodes})"
-    ready = st.set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
+    ready = set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
     running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
-    return running if write is None else PlaceholderJobStatus.model_validate(write.dump() | running.dump())
+    return running if write is None else write.merged(running)
 
 
 def unreleased_members(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """(pod, node) of the live members that are neither bound nor released to their node yet."""
     return tuple(
         (n, assignment[n]) for n, p in live.items()
-        if not p.get("spec", {}).get("nodeName") and not st.pod_is_released(p, assignment[n])
+        if not p.get("spec", {}).get("nodeName") and not pod_is_released(p, assignment[n])
     )  # fmt: skip
+
+
+def assign_nodes(pods: Sequence[str], nodes: Sequence[str], current: Mapping[str, str]) -> dict[str, str] | None:
+    """One distinct allocated node per pod; keeps assignments already made. None if too few nodes."""
+    result = {p: n for p, n in current.items() if p in pods and n in nodes}
+    free = [n for n in nodes if n not in result.values()]
+    for pod in sorted(p for p in pods if p not in result):
+        if not free:
+            return None
+        result[pod] = free.pop(0)
+    return result
+
+
+def compress_hostlist(nodes: Sequence[str]) -> str:
+    return str(hostlist.collect_hostlist(list(nodes))) if nodes else ""

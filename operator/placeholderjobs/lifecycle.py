@@ -23,21 +23,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.allocation import allocation, release_rejected
-from slurm_bridge.operator.placeholderjobs.composite import is_composite
-from slurm_bridge.operator.placeholderjobs.groups import is_gang
 from slurm_bridge.operator.placeholderjobs.inputs import (
     TENANCY_WAIT_SECONDS,
     Clock,
     Members,
-    Obj,
     Tenancy,
     Told,
 )
 from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror, pending_report
 from slurm_bridge.operator.placeholderjobs.phjstatus import (
+    end_of_job,
+    end_phases,
     identity,
+    pods_end_phase,
     rejected_status,
     submitted_status,
     terminal_status,
@@ -67,10 +66,12 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Unavailable,
     WriteStatus,
 )
+from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_ended, pod_terminating
 from slurm_bridge.operator.runtime.jobview import SlurmSide
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.conditions import set_condition
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.tenancy import Verdict
 
@@ -86,14 +87,11 @@ FINALIZE_RECHECK_SECONDS = 5.0
 # A single pod's job allocated at its submit: its status is written once the pod is bound, or after
 # this many seconds (when the scheduler is slower), whichever comes first (see allocation()).
 UNWRITTEN_SECONDS = 10.0
-# Status reasons of a gang PlaceholderJob before its job exists.
-REASON_WAITING_FOR_PODS = "WaitingForPods"
-REASON_SUBMITTING = "Submitting"
 
 
 # ---- the decision -----------------------------------------------------------------------------
 def decide(
-    phj: Obj,
+    phj: PlaceholderJob,
     slurm: SlurmSide,
     members: Members,
     now: Clock,
@@ -117,10 +115,10 @@ def decide(
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
-    if held is not None and status_of(phj).job_id is not None:
+    if held is not None and phj.status.job_id is not None:
         held = None  # written meanwhile (e.g. by a previous leader)
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
-        phj = {**phj, "status": (phj.get("status") or {}) | held.status.dump()}
+        phj = phj.with_status(phj.status.merged(held.status))
     return _hold(_decide(phj, slurm, members, now, confirmed, scheduler, told, tenancy, outcome, held), held)
 
 
@@ -131,18 +129,13 @@ def _hold(plan: Plan, held: Held | None) -> Plan:
     actions = list(plan.actions)
     for i, action in enumerate(actions):
         if isinstance(action, WriteStatus):
-            actions[i] = WriteStatus(merged(held.status, action.status))
+            actions[i] = WriteStatus(held.status.merged(action.status))
             return Plan(tuple(actions), plan.requeue)
     return Plan(plan.actions, plan.requeue, held=None if any(isinstance(a, Finalize) for a in actions) else held)
 
 
-def merged(base: PlaceholderJobStatus, top: PlaceholderJobStatus) -> PlaceholderJobStatus:
-    """``base`` with the fields ``top`` sets (as a merge patch of both would leave status)."""
-    return base.model_copy(update={k: getattr(top, k) for k in top.model_fields_set})
-
-
 def _decide(
-    phj: Obj,
+    phj: PlaceholderJob,
     slurm: SlurmSide,
     members: Members,
     now: Clock,
@@ -162,13 +155,12 @@ def _decide(
             return Plan((SubmitFailed(maybe),))
         case ReleaseRefused(job_id=job_id, pod=pod, error=error):
             return release_rejected(phj, job_id, pod, error)
-    meta = phj["metadata"]
-    if meta.get("deletionTimestamp"):
+    if phj.deleted:
         return _finalize(phj, slurm, confirmed)
     pre: tuple[Action, ...] = ()
-    if names.FINALIZER_PLACEHOLDER_JOB not in (meta.get("finalizers") or []):
+    if names.FINALIZER_PLACEHOLDER_JOB not in (phj.metadata.finalizers or []):
         pre = (AddFinalizer(),)
-    status = status_of(phj)
+    status = phj.status
     if status.phase in names.TERMINAL_PHASES:
         return _chain(pre, _terminal(status, slurm, members))
     if slurm.job_id is None:
@@ -200,16 +192,16 @@ def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
 
 def all_ended(members: Members, confirmed: Members | None) -> bool | None:
     """Whether every member ended; None when the cache says so and a GET must confirm it."""
-    if not all(st.pod_ended(p) for p in members.values()):
+    if not all(pod_ended(p) for p in members.values()):
         return False
     if confirmed is None:
         return None
-    return all(st.pod_ended(p) for p in confirmed.values())
+    return all(pod_ended(p) for p in confirmed.values())
 
 
 def live_members(members: Members) -> tuple[str, ...]:
     """Members that exist, have not ended and are not terminating yet: those an end must end."""
-    return tuple(n for n, p in members.items() if p is not None and not st.pod_ended(p) and not st.pod_terminating(p))
+    return tuple(n for n, p in members.items() if p is not None and not pod_ended(p) and not pod_terminating(p))
 
 
 def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) -> Plan:
@@ -225,16 +217,20 @@ def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) 
 
 
 def _no_job(
-    phj: Obj, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None, tenancy: Tenancy | None
+    phj: PlaceholderJob,
+    slurm: SlurmSide,
+    members: Members,
+    now: Clock,
+    confirmed: Members | None,
+    tenancy: Tenancy | None,
 ) -> Plan:
     """No job yet: end with the pods, wait after a refusal or an uncertain submit, else submit."""
-    meta = phj["metadata"]
     ended = all_ended(members, confirmed)
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:
-        return Plan((terminal_status(phj, *st.pods_end_phase(st.end_phases(members))),))
-    wait = st.resubmit_wait(phj.get("status") or {}, meta.get("generation"), SUBMIT_RETRY_SECONDS, now.wall)
+        return Plan((terminal_status(phj, *pods_end_phase(end_phases(members))),))
+    wait = phj.resubmit_wait(SUBMIT_RETRY_SECONDS, now.wall)
     if wait > 0:
         return Plan(requeue=wait)  # Slurm refused this very spec moments ago: watch events must not hammer it
     pre: tuple[Action, ...] = ()
@@ -245,21 +241,22 @@ def _no_job(
     return _chain(pre, _submit(phj, members, tenancy))
 
 
-def _submit(phj: Obj, members: Members, tenancy: Tenancy | None = None) -> Plan:
-    if is_composite(phj):
+def _submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None = None) -> Plan:
+    if phj.is_composite():
         from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
 
         return hetjob.submit(phj, members, tenancy)
-    spec, status = spec_of(phj), status_of(phj)
-    present = tuple(st.holding_allocation(members))
+    spec, status = phj.spec, phj.status
+    present = tuple(holding_allocation(members))
     need = spec.min_member if spec.min_member is not None else len(members)
     if len(present) < need:
         # The gang is not complete yet; pod events bring us back.
         message = f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
-        if status.reason == REASON_WAITING_FOR_PODS and status.message == message:
+        if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
             return Plan()
         return Plan((WriteStatus(PlaceholderJobStatus(
-            phase=names.PHASE_PENDING, reason=REASON_WAITING_FOR_PODS, message=message, pod_list=",".join(spec.pods),
+            phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
+            pod_list=",".join(spec.pods),
         )),))  # fmt: skip
     request = spec.slurm
     if tenancy is not None:
@@ -270,25 +267,23 @@ def _submit(phj: Obj, members: Members, tenancy: Tenancy | None = None) -> Plan:
             return refused_by_policy(phj, members, verdict)
         request = verdict.request  # the tenant's user, group, account and QOS where unset
     fence: tuple[Action, ...] = ()
-    if is_gang(phj) and status.reason != REASON_SUBMITTING:
+    if phj.is_gang() and status.reason != names.REASON_SUBMITTING:
         fence = (fencing(phj, "gang's Slurm job"),)
     return Plan((*fence, Submit(request, present)))
 
 
-def fencing(phj: Obj, what: str) -> Fence:
+def fencing(phj: PlaceholderJob, what: str) -> Fence:
     """The Fence before a group's submit: status reason Submitting."""
-    message = f"submitting the {what} for {len(spec_of(phj).pods)} pods"
-    return Fence(PlaceholderJobStatus(phase=names.PHASE_PENDING, reason=REASON_SUBMITTING, message=message))
+    message = f"submitting the {what} for {len(phj.spec.pods)} pods"
+    return Fence(PlaceholderJobStatus(phase=names.PHASE_PENDING, reason=names.REASON_SUBMITTING, message=message))
 
 
-def refused_by_policy(phj: Obj, members: Members, verdict: Verdict) -> Plan:
+def refused_by_policy(phj: PlaceholderJob, members: Members, verdict: Verdict) -> Plan:
     """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
     the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
-    gen = phj["metadata"].get("generation")
+    gen = phj.metadata.generation
     message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
-    conditions = st.set_condition(
-        status_of(phj).condition_dicts(), names.COND_SUBMITTED, False, verdict.reason, message, gen
-    )
+    conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, verdict.reason, message, gen)
     ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, conditions=conditions)
     live = live_members(members)
     end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
@@ -296,7 +291,7 @@ def refused_by_policy(phj: Obj, members: Members, verdict: Verdict) -> Plan:
 
 
 # ---- after a submit ---------------------------------------------------------------------------
-def after_submit(phj: Obj, placed: Placed, members: Members, now: Clock, scheduler: str) -> Plan:
+def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clock, scheduler: str) -> Plan:
     """The job's id goes into status at once; with its allocation when Slurm allocated at once.
 
     An allocation at once releases the pods now, and the submit's status is held back to be
@@ -312,24 +307,24 @@ def after_submit(phj: Obj, placed: Placed, members: Members, now: Clock, schedul
 
         parts: dict[int, JobInfo | None] = {c.het_job_offset: c for c in placed.parts}
         parts.setdefault(0, job)
-        spec_parts = spec_of(phj).components or []
+        spec_parts = phj.spec.components or []
         submitted.components = hetjob.component_status(spec_parts, [parts.get(i) for i in range(len(spec_parts))])
     if job is not None and job.is_running and job.nodes and not placed.components:
         held = Held(submitted, now.mono + UNWRITTEN_SECONDS)
-        view = {**phj, "status": (phj.get("status") or {}) | submitted.dump()}
+        view = phj.with_status(phj.status.merged(submitted))
         return _hold(allocation(view, members, job, scheduler=scheduler, now=now.mono, held=held), held)
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()
     return Plan((Event("Submitted", f"{submitted.message}: waiting in Slurm's queue"), *report, WriteStatus(submitted)))
 
 
-def after_refusal(phj: Obj, refused: Refused) -> Plan:
+def after_refusal(phj: PlaceholderJob, refused: Refused) -> Plan:
     """Slurm refused the job: status and Warning Events say why; submitted again after
     SUBMIT_RETRY_SECONDS (Slurm's limits may change: a partition up, a QOS raised), unless it was
     the second refusal for the association (the status write then brings the PlaceholderJob back
     Failed, and its pods are ended)."""
     rejected = rejected_status(phj, refused.message, association=refused.association)
     final = rejected.phase == names.PHASE_FAILED
-    reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else "SubmitRejected"
+    reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else names.REASON_SUBMIT_REJECTED
     shown = rejected.message or refused.message
     tell: tuple[Action, ...] = ()
     if refused.present:
@@ -340,7 +335,7 @@ def after_refusal(phj: Obj, refused: Refused) -> Plan:
 
 # ---- a job exists -----------------------------------------------------------------------------
 def _with_job(
-    phj: Obj,
+    phj: PlaceholderJob,
     status: PlaceholderJobStatus,
     slurm: SlurmSide,
     members: Members,
@@ -349,7 +344,7 @@ def _with_job(
     follow: Follow,
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
-    if is_composite(phj):
+    if phj.is_composite():
         from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
 
         return hetjob.follow(phj, status, slurm, members, now, confirmed, follow)
@@ -359,7 +354,7 @@ def _with_job(
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:  # Kubernetes -> Slurm
-        phase, reason, message = st.pods_end_phase(st.end_phases(members))
+        phase, reason, message = pods_end_phase(end_phases(members))
         cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
         return Plan((terminal_status(phj, phase, reason, message), *cancel, Event(reason, message)))
     if job is None:
@@ -376,13 +371,13 @@ def _with_job(
         return allocation(phj, members, job, scheduler=follow.scheduler, status=status, now=now.mono,
                           held=follow.held, devices_missing=follow.devices_missing)  # fmt: skip
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
-    return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
+    return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
 
 
-def slurm_ended(phj: Obj, members: Members, job: JobInfo | None, job_id: int) -> Plan:
+def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int) -> Plan:
     """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
-    phase, reason, message = st.end_of_job(job, job_id)
-    live = tuple(st.holding_allocation(members))
+    phase, reason, message = end_of_job(job, job_id)
+    live = tuple(holding_allocation(members))
     end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
     return Plan((
         terminal_status(phj, phase, reason, message, job),
@@ -401,7 +396,7 @@ def _leftovers(slurm: SlurmSide) -> tuple[Cancel, ...]:
     return tuple(Cancel(c.job_id) for c in slurm.components if not c.is_finished)
 
 
-def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
+def _finalize(phj: PlaceholderJob, slurm: SlurmSide, confirmed: Members | None) -> Plan:
     """A deleted PlaceholderJob: release its Slurm job, but never under a live pod.
 
     A terminating pod still runs on its node until its grace period ends or its containers exit,
@@ -415,11 +410,11 @@ def _finalize(phj: Obj, slurm: SlurmSide, confirmed: Members | None) -> Plan:
     if live_job or slurm.others or leftovers:
         if confirmed is None:
             return Plan((ConfirmMembers(),))
-        holding = list(st.holding_allocation(confirmed))
+        holding = list(holding_allocation(confirmed))
         if holding:
-            name = phj["metadata"]["name"]
+            name = phj.metadata.name
             what = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
-            to_end = tuple(n for n in holding if not st.pod_terminating(confirmed[n] or {"metadata": {}}))
+            to_end = tuple(n for n in holding if not pod_terminating(confirmed[n] or {"metadata": {}}))
             end: tuple[Action, ...] = ()
             if to_end:
                 end = (EndPods(to_end, "PlaceholderJobDeleted",

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.placeholderjobs import status as st
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Obj, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy, Told
 from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start, identity
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
@@ -18,9 +17,11 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     UpdateJob,
     WriteStatus,
 )
+from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_terminating
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import Phase, PlaceholderJobStatus, spec_of
+from slurm_bridge.conditions import set_condition
+from slurm_bridge.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.slurm.reasons import explain
 
@@ -34,7 +35,7 @@ EXPECTED_START_SHARE = 0.1
 
 
 def follow_pending(
-    phj: Obj,
+    phj: PlaceholderJob,
     status: PlaceholderJobStatus,
     job: JobInfo,
     members: Members,
@@ -46,12 +47,12 @@ def follow_pending(
 ) -> Plan:
     """A pending job: update it to a changed spec (not a heterogeneous job, ``update_job``
     False: its components' requests stay as submitted), mirror Slurm's reason, tell the pods."""
-    gen = phj["metadata"].get("generation")
+    gen = phj.metadata.generation
     update: tuple[Action, ...] = ()
     if gen and status.observed_generation != gen and not update_job:
         update = (WriteStatus(PlaceholderJobStatus(observed_generation=gen)),)
     elif gen and status.observed_generation != gen:
-        request = spec_of(phj).slurm
+        request = phj.spec.slurm
         verdict = tenancy(request) if tenancy is not None else None
         seen = WriteStatus(PlaceholderJobStatus(observed_generation=gen))
         if verdict is not None and verdict.waiting:
@@ -69,7 +70,7 @@ def follow_pending(
         *before, write = mirrored
         assert isinstance(write, WriteStatus)
         if expected != status.expected_start:
-            write = WriteStatus(PlaceholderJobStatus.model_validate(write.status.dump() | {"expectedStart": expected}))
+            write = WriteStatus(write.status.model_copy(update={"expected_start": expected}))
         return Plan((*update, *before, *report, write), requeue)
     if report or (requeue is None and start_moved(status.expected_start, expected, now.wall)):
         # The estimate alone moved, and may be told now: status (the -o wide column) with it.
@@ -108,8 +109,8 @@ def pending(
 def pending_report(job: JobInfo, members: Members, wall: datetime) -> ReportPending:
     """The SlurmJobPending Event for ``job``, on the members that wait for it (not yet bound)."""
     waiting = tuple(
-        n for n, p in st.holding_allocation(members).items()
-        if not p.get("spec", {}).get("nodeName") and not st.pod_terminating(p)
+        n for n, p in holding_allocation(members).items()
+        if not p.get("spec", {}).get("nodeName") and not pod_terminating(p)
     )  # fmt: skip
     return ReportPending(waiting, job.reason, pending_message(job.job_id, job.reason, expected_start(job, wall)))
 
@@ -147,9 +148,7 @@ def mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase, gen: int | 
     if not job.is_pending:
         return (WriteStatus(mirrored),)
     message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
-    conditions = st.set_condition(
-        status.condition_dicts(), names.COND_ALLOCATED, False, job.reason or "Pending", message, gen
-    )
-    pending = PlaceholderJobStatus.model_validate(mirrored.dump() | {"message": message, "conditions": conditions})
+    conditions = set_condition(status.conditions, names.COND_ALLOCATED, False, job.reason or "Pending", message, gen)
+    pending = mirrored.model_copy(update={"message": message, "conditions": conditions})
     report = ReportPodGroup(False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
     return (report, WriteStatus(pending))

@@ -1,23 +1,36 @@
 """The PlaceholderJob statuses the lifecycle writes at its turning points: the job submitted,
-refused by Slurm, ended. Pure: :func:`.lifecycle.decide` and its helpers put them in WriteStatus."""
+refused by Slurm, ended (by Slurm or with its pods). Pure: :func:`.lifecycle.decide` and its
+helpers put them in WriteStatus."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.plan import WriteStatus
+from slurm_bridge.operator.placeholderjobs.pods import pod_phase, pod_terminating
 
 from slurm_bridge import names
+from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
-Obj = st.Obj
+Obj = dict[str, Any]
 
-# The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey
-# once: the next such refusal of the same spec ends the PlaceholderJob (no retry storm).
-REASON_ASSOCIATION_REJECTED = "AssociationRejected"
+# Slurm end states -> (PlaceholderJob phase, what to tell the user).
+_END_STATES: dict[str, tuple[str, str]] = {
+    "COMPLETED": (names.PHASE_COMPLETED, "the Slurm job completed"),
+    "CANCELLED": (names.PHASE_CANCELLED, "the Slurm job was cancelled (scancel or an administrator)"),
+    "TIMEOUT": (names.PHASE_FAILED, "the Slurm job reached its time limit"),
+    "NODE_FAIL": (names.PHASE_FAILED, "a node of the Slurm job failed"),
+    "PREEMPTED": (names.PHASE_FAILED, "the Slurm job was preempted"),
+    "BOOT_FAIL": (names.PHASE_FAILED, "a node of the Slurm job failed to boot"),
+    "DEADLINE": (names.PHASE_FAILED, "the Slurm job reached its deadline"),
+    "OUT_OF_MEMORY": (names.PHASE_FAILED, "the Slurm job ran out of memory"),
+    "FAILED": (names.PHASE_FAILED, "the Slurm job failed"),
+}
 
 
 def identity(job: JobInfo | None) -> dict[str, str]:
@@ -37,7 +50,7 @@ def expected_start(job: JobInfo, wall: datetime) -> str | None:
 
 
 def submitted_status(
-    phj: Obj,
+    phj: PlaceholderJob,
     job_id: int,
     job: JobInfo | None,
     request: JobRequest,
@@ -46,8 +59,7 @@ def submitted_status(
 ) -> PlaceholderJobStatus:
     """The status of a job just submitted (written with the allocation when Slurm allocated at
     once); ``components``: a heterogeneous job's component requests (``job_id`` its leader)."""
-    meta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
-    gen = meta.get("generation")
+    spec, status, gen = phj.spec, phj.status, phj.metadata.generation
     message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
     if components:
         sizes = "+".join(str(r.nodes) for r in components)
@@ -59,7 +71,7 @@ def submitted_status(
         job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
         reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
         observed_generation=gen, pod_list=",".join(spec.pods),
-        conditions=st.set_condition(status.condition_dicts(), names.COND_SUBMITTED, True, "Submitted", message, gen),
+        conditions=set_condition(status.conditions, names.COND_SUBMITTED, True, "Submitted", message, gen),
         **identity(job),
     )  # fmt: skip
     expected = expected_start(job, datetime.now(UTC)) if job is not None else None
@@ -70,7 +82,7 @@ def submitted_status(
     return submitted
 
 
-def rejected_status(phj: Obj, message: str, *, association: bool = False) -> PlaceholderJobStatus:
+def rejected_status(phj: PlaceholderJob, message: str, *, association: bool = False) -> PlaceholderJobStatus:
     """Slurm refused the job: kept in status so no event resubmits the same spec at once.
 
     ``association``: Slurm refused it for its association, QOS, wckey or accounting policy
@@ -79,47 +91,80 @@ def rejected_status(phj: Obj, message: str, *, association: bool = False) -> Pla
     later); the second one of the same spec ends the PlaceholderJob Failed with Slurm's message
     (phase Failed in the returned status: Events say so, and the pods are ended).
     """
-    meta = phj["metadata"]
-    gen = meta.get("generation")
-    status = status_of(phj)
-    conditions = status.condition_dicts()
+    status, gen = phj.status, phj.metadata.generation
+    conditions = status.conditions
     if association:
         before = next((c for c in status.conditions or [] if c.type == names.COND_SUBMITTED), None)
         if (
             before is not None
-            and before.reason == REASON_ASSOCIATION_REJECTED
+            and before.reason == names.REASON_ASSOCIATION_REJECTED
             and status.observed_generation == gen
-            and status.reason == st.REASON_SUBMIT_REJECTED
+            and status.reason == names.REASON_SUBMIT_REJECTED
         ):
             reason = names.REASON_SLURM_ASSOCIATION_REJECTED
             final = (
                 f"{message} (refused again after a retry; fix the Slurm association or the job's account, "
                 "QOS or wckey and create the pod again)"
             )
-            conditions = st.set_condition(conditions, names.COND_SUBMITTED, False, reason, final, gen)
+            conditions = set_condition(conditions, names.COND_SUBMITTED, False, reason, final, gen)
             ended = terminal_status(phj, names.PHASE_FAILED, reason, final, conditions=conditions)
             return ended.status
-    why = REASON_ASSOCIATION_REJECTED if association else "SubmitRejected"
+    why = names.REASON_ASSOCIATION_REJECTED if association else names.REASON_SUBMIT_REJECTED
     return PlaceholderJobStatus(
-        phase=names.PHASE_PENDING, reason=st.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
+        phase=names.PHASE_PENDING, reason=names.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
         observed_generation=gen,
-        conditions=st.set_condition(conditions, names.COND_SUBMITTED, False, why, message, gen),
+        conditions=set_condition(conditions, names.COND_SUBMITTED, False, why, message, gen),
     )  # fmt: skip
 
 
 def terminal_status(
-    phj: Obj, phase: str, reason: str, message: str, job: JobInfo | None = None, conditions: list[Obj] | None = None
+    phj: PlaceholderJob,
+    phase: str,
+    reason: str,
+    message: str,
+    job: JobInfo | None = None,
+    conditions: list[Condition] | None = None,
 ) -> WriteStatus:
     """The write that ends the PlaceholderJob: phase, reason, message, Ended condition."""
     if conditions is None:
-        conditions = status_of(phj).condition_dicts()
+        conditions = phj.status.conditions
     ended = PlaceholderJobStatus(
         phase=phase, reason=reason, message=message, end_time=now_iso(),
-        conditions=st.set_condition(conditions, names.COND_ENDED, True, reason, message,
-                                    phj["metadata"].get("generation")),
+        conditions=set_condition(conditions, names.COND_ENDED, True, reason, message, phj.metadata.generation),
     )  # fmt: skip
     if job is not None:
         ended.slurm_state = job.state
-    if status_of(phj).expected_start is not None:
+    if phj.status.expected_start is not None:
         ended.expected_start = None
     return WriteStatus(ended)
+
+
+def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:
+    """Phase, reason and message for a Slurm job that ended (or vanished) under live pods."""
+    if job is None:
+        return (names.PHASE_FAILED, "SlurmJobVanished", f"Slurm job {job_id} no longer exists in Slurm")
+    phase, what = _END_STATES.get(job.state, (names.PHASE_FAILED, f"the Slurm job ended as {job.state}"))
+    detail = f" ({job.reason})" if job.reason else ""
+    return (phase, f"SlurmJob{job.state.title().replace('_', '')}", f"Slurm job {job_id}: {what}{detail}")
+
+
+def end_phases(members: Mapping[str, Obj | None]) -> dict[str, str | None]:
+    """Each ended member's phase for pods_end_phase. A pod the kubelet stopped because it was
+    deleted turns Failed before it goes: that is a deletion (None), not a failure."""
+    return {n: None if p is None or (pod_terminating(p) and pod_phase(p) == "Failed") else pod_phase(p)
+            for n, p in members.items()}  # fmt: skip
+
+
+def pods_end_phase(phases: Mapping[str, str | None]) -> tuple[str, str, str]:
+    """Phase, reason, message once every member pod ended (phase None: the pod was deleted)."""
+    if all(p == "Succeeded" for p in phases.values()):
+        return names.PHASE_COMPLETED, "PodsSucceeded", "every member pod succeeded; Slurm job released"
+    if all(p is None for p in phases.values()):
+        return names.PHASE_CANCELLED, "PodsDeleted", "every member pod was deleted; Slurm job cancelled"
+    failed = sorted(n for n, p in phases.items() if p == "Failed")
+    deleted = sorted(n for n, p in phases.items() if p is None)
+    parts = [
+        f"failed: {', '.join(failed)}" if failed else "",
+        f"deleted: {', '.join(deleted)}" if deleted else "",
+    ]
+    return names.PHASE_FAILED, "PodsFailed", "member pods ended (" + "; ".join(p for p in parts if p) + ")"

@@ -19,10 +19,10 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, default_job_name, encode_admin_comment
@@ -31,31 +31,31 @@ from slurm_bridge.operator.placeholderjobs.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.submit import Placer
 from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import Key, ObjectStore
+from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
-Obj = st.Obj
+Obj = dict[str, Any]
 # A reconcile decides at most this often: once, again after a GET of missing members, after a
 # submit, after a release (each at most once).
 MAX_DECISIONS = 6
 
 
-def members_of(phj: Obj, pods: ObjectStore) -> dict[str, Obj | None]:
+def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     """Each member's pod from the cache; None when missing or another incarnation of the name."""
-    ns = phj["metadata"]["namespace"]
+    ns = phj.metadata.namespace
     members: dict[str, Obj | None] = {}
-    for name in spec_of(phj).pods:
+    for name in phj.spec.pods:
         pod = pods.get((ns, name))
-        members[name] = pod if pod is not None and st.is_member(phj, pod) else None
+        members[name] = pod if pod is not None and phj.is_member(pod) else None
     return members
 
 
@@ -68,7 +68,7 @@ class PlaceholderJobs:
         kube: KubeClient,
         slurm: SlurmClient,
         pods: ObjectStore,
-        phjs: ObjectStore,
+        phjs: ParsedStore[PlaceholderJob],
         poller: SlurmPoller,
         tenants: TenantCache | None = None,
     ) -> None:
@@ -91,17 +91,17 @@ class PlaceholderJobs:
         self._told: dict[str, lc.Told] = {}
 
     # ---- gather, decide, apply ------------------------------------------------------------------
-    def observe(self, phj: Obj) -> SlurmSide:
+    def observe(self, phj: PlaceholderJob) -> SlurmSide:
         """What the poller's view says about the PlaceholderJob's job (its one answer)."""
-        return self.poller.side(phj["metadata"]["uid"], status_of(phj).job_id)
+        return self.poller.side(phj.metadata.uid, phj.status.job_id)
 
     async def reconcile(self, key: Key) -> float | None:
         """Gather, decide, apply; decide again while a plan stops for an input only the shell gets
         (members read with a GET, the outcome of a submit or a release)."""
-        phj = self.phjs.get(key)
+        phj = self.phjs.model(key)
         if phj is None:
             return None
-        uid, ns = phj["metadata"]["uid"], phj["metadata"]["namespace"]
+        uid, ns = phj.metadata.uid, phj.metadata.namespace
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
@@ -127,14 +127,14 @@ class PlaceholderJobs:
 
     async def apply(
         self,
-        phj: Obj,
+        phj: PlaceholderJob,
         plan: pl.Plan,
         members: Mapping[str, Obj | None],
         confirmed: Mapping[str, Obj | None] | None = None,
     ) -> Done | Again:
         """Apply the actions in order; an action may end the plan early (:class:`Done`, with its
         own re-queue), or for an input the next decision needs (:class:`Again`)."""
-        uid = phj["metadata"]["uid"]
+        uid = phj.metadata.uid
         if plan.held is None:
             self._unwritten.pop(uid, None)
         else:
@@ -149,8 +149,8 @@ class PlaceholderJobs:
         return Done(plan.requeue)
 
     async def _apply_one(
-        self, phj: Obj, action: pl.Action, members: Mapping[str, Obj | None]
-    ) -> tuple[Obj, Done | Again | None]:
+        self, phj: PlaceholderJob, action: pl.Action, members: Mapping[str, Obj | None]
+    ) -> tuple[PlaceholderJob, Done | Again | None]:
         """The PlaceholderJob after the action, and how the plan ends when it ends here."""
         match action:
             case pl.AddFinalizer():
@@ -158,7 +158,7 @@ class PlaceholderJobs:
             case pl.WriteStatus(status=status):
                 return await self.patch_status(phj, status.dump()), None
             case pl.Event(reason=reason, message=message, warning=warning):
-                await self.kube.event(phj, reason, message, warning=warning)
+                await self.kube.event(phj.raw, reason, message, warning=warning)
             case pl.TellPods(pods=pods, reason=reason, message=message, warning=warning):
                 for name in pods:
                     if (pod := members.get(name)) is not None:
@@ -179,26 +179,26 @@ class PlaceholderJobs:
             case pl.Submit():
                 return phj, await self._submit(phj, action)
             case pl.SubmitFailed(maybe_applied=maybe_applied):
-                self.poller.submit_failed(phj["metadata"]["uid"], maybe_applied=maybe_applied)
+                self.poller.submit_failed(phj.metadata.uid, maybe_applied=maybe_applied)
             case pl.UpdateJob(job_id=job_id, request=request):
                 try:
                     await self.slurm.update_job(job_id, request)
                 except SlurmUnavailable:
                     raise
                 except SlurmError as e:
-                    await self.kube.event(phj, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
+                    await self.kube.event(phj.raw, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
             case pl.Release(job_id=job_id, pods=pods, announce=announce, het=het):
-                self._told.pop(phj["metadata"]["uid"], None)  # the wait is over
+                self._told.pop(phj.metadata.uid, None)  # the wait is over
                 outcome = await self.member_pods.release(phj, job_id, pods, members, announce, het)
                 if outcome is not None:
                     return phj, Again(phj, outcome=outcome)
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
-                await self.podgroups.report(phj, scheduled, reason, message)
-                await self.composites.report(phj, scheduled, reason, message)
+                await self.podgroups.report(phj.raw, scheduled, reason, message)
+                await self.composites.report(phj.raw, scheduled, reason, message)
             case pl.RequestFullList():
                 self.poller.poll_soon(full=True)
             case pl.ForgetUncertain():
-                self.poller.forget_uncertain(phj["metadata"]["uid"])
+                self.poller.forget_uncertain(phj.metadata.uid)
             case pl.Finalize():
                 return await self._finalize(phj), None
         return phj, None
@@ -219,11 +219,11 @@ class PlaceholderJobs:
         return verdict
 
     # ---- submit -----------------------------------------------------------------------------------
-    async def _submit(self, phj: Obj, action: pl.Submit) -> Again:
+    async def _submit(self, phj: PlaceholderJob, action: pl.Submit) -> Again:
         """Place the job and read it back; the next decision takes it from there (the outcome)."""
-        meta, request = phj["metadata"], action.request
-        ref = PhjRef(self.config.bridgeId, meta["namespace"], meta["name"], meta["uid"])
-        name = request.job_name or default_job_name(meta["namespace"], meta["name"])
+        meta, request = phj.metadata, action.request
+        ref = PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+        name = request.job_name or default_job_name(meta.namespace, meta.name)
         try:
             if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
                 job_id = await self.placer.place_het(list(action.components), name, encode_admin_comment(ref))
@@ -236,27 +236,27 @@ class PlaceholderJobs:
         except SlurmError as e:
             refused = pl.Refused(f"Slurm refused the job: {e}", e.is_association_refusal, action.present)
             return Again(phj, outcome=refused)
-        self.poller.submitted(meta["uid"], job_id)
+        self.poller.submitted(meta.uid, job_id)
         metrics.job_submitted()
         logs.bind(jobId=job_id)
         job = await self.poller.refresh(job_id, ref, het=bool(action.components))
         snap = self.poller.snapshot
         parts = snap.components(job_id) if action.components and snap is not None else ()
-        log.info("submitted Slurm job %d for %s/%s", job_id, meta["namespace"], meta["name"])
+        log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
-    async def _fence(self, phj: Obj, status: PlaceholderJobStatus) -> Obj | None:
+    async def _fence(self, phj: PlaceholderJob, status: PlaceholderJobStatus) -> PlaceholderJob | None:
         """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
 
         Members join with the same resourceVersion test and treat a fenced PlaceholderJob as
         submitted, so the job is never sized without a member that joined meanwhile. None: the
         object changed (it is read again).
         """
-        meta = phj["metadata"]
-        path = phj_path(meta["namespace"], meta["name"])
+        meta = phj.metadata
+        path = phj_path(meta.namespace, meta.name)
         fields = status.dump()
-        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]
-        if phj.get("status"):
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version}]
+        if phj.raw.get("status"):
             ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in fields.items()]
         else:
             ops.append({"op": "add", "path": "/status", "value": fields})
@@ -269,30 +269,31 @@ class PlaceholderJobs:
             if fresh is not None:
                 self.phjs.upsert(fresh)
             return None
-        self.phjs.upsert(updated)
-        return updated
+        return self._stored(updated)
 
     # ---- pods -----------------------------------------------------------------------------------
-    async def report_pending(self, phj: Obj, report: pl.ReportPending, members: Mapping[str, Obj | None]) -> None:
+    async def report_pending(
+        self, phj: PlaceholderJob, report: pl.ReportPending, members: Mapping[str, Obj | None]
+    ) -> None:
         """Event SlurmJobPending on the PlaceholderJob and each waiting pod; noted for the rate limit."""
-        uid = phj["metadata"]["uid"]
+        uid = phj.metadata.uid
         before = self._told.get(uid)
         reasons = (before.reasons if before is not None else frozenset()) | {report.reason}
         self._told[uid] = lc.Told(time.monotonic(), report.reason, reasons)
-        await self.kube.event(phj, names.EVENT_SLURM_JOB_PENDING, report.message)
+        await self.kube.event(phj.raw, names.EVENT_SLURM_JOB_PENDING, report.message)
         for name in report.pods:
             pod = members.get(name)
             if pod is not None:
                 await self.kube.event(pod, names.EVENT_SLURM_JOB_PENDING, report.message)
 
-    async def confirmed_members(self, phj: Obj, members: Mapping[str, Obj | None]) -> dict[str, Obj | None]:
+    async def confirmed_members(self, phj: PlaceholderJob, members: Mapping[str, Obj | None]) -> dict[str, Obj | None]:
         """Members, with those missing from the cache asked for: a watch may not have caught up."""
-        ns = phj["metadata"]["namespace"]
+        ns = phj.metadata.namespace
         confirmed = dict(members)
         for name, pod in members.items():
             if pod is None:
                 live = await self.kube.get(pod_path(ns, name))
-                if live is None or not st.is_member(phj, live):
+                if live is None or not phj.is_member(live):
                     continue
                 if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
                     self.pods.upsert(live)
@@ -300,50 +301,48 @@ class PlaceholderJobs:
         return confirmed
 
     # ---- finalizer ------------------------------------------------------------------------------
-    async def _note_waiting(self, phj: Obj, pods: tuple[str, ...], job_id: int | None) -> None:
+    async def _note_waiting(self, phj: PlaceholderJob, pods: tuple[str, ...], job_id: int | None) -> None:
         """Say once what a deleted PlaceholderJob's job waits for."""
-        meta = phj["metadata"]
-        if meta["uid"] in self._releasing:
+        meta = phj.metadata
+        if meta.uid in self._releasing:
             return
-        self._releasing.add(meta["uid"])
+        self._releasing.add(meta.uid)
         job = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
         waiting = ", ".join(pods)
-        log.info("%s/%s deleted: %s is kept until pods %s are gone", meta["namespace"], meta["name"], job, waiting)
-        await self.kube.event(phj, "WaitingForPods",
+        log.info("%s/%s deleted: %s is kept until pods %s are gone", meta.namespace, meta.name, job, waiting)
+        await self.kube.event(phj.raw, names.REASON_WAITING_FOR_PODS,
                               f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
                               "(a terminating pod still holds its node)")  # fmt: skip
 
-    async def _finalize(self, phj: Obj) -> Obj:
+    async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
         """Remove the finalizer, and keep the answer: a reconcile before the DELETED event then
         finds it removed and sends no second PATCH (docs/performance.md, "A wasted write found")."""
-        meta = phj["metadata"]
-        finalizers = meta.get("finalizers") or []
+        meta = phj.metadata
+        finalizers = meta.finalizers or []
         if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
             idx = finalizers.index(names.FINALIZER_PLACEHOLDER_JOB)
             with contextlib.suppress(NotFound):
-                phj = await self.kube.patch(
-                    phj_path(meta["namespace"], meta["name"]),
+                removed = await self.kube.patch(
+                    phj_path(meta.namespace, meta.name),
                     [{"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
                      {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
                     "json",
                 )  # fmt: skip
-                self.phjs.upsert(phj)
-        self.poller.forget(meta["uid"])
-        self._releasing.discard(meta["uid"])
-        self._unwritten.pop(meta["uid"], None)
-        self._told.pop(meta["uid"], None)
-        self.podgroups.forget(phj)
-        self.composites.forget(phj)
+                phj = self._stored(removed)
+        self.poller.forget(meta.uid)
+        self._releasing.discard(meta.uid)
+        self._unwritten.pop(meta.uid, None)
+        self._told.pop(meta.uid, None)
+        self.podgroups.forget(phj.raw)
+        self.composites.forget(phj.raw)
         return phj
 
-    async def _add_finalizer(self, phj: Obj) -> Obj:
-        meta = phj["metadata"]
+    async def _add_finalizer(self, phj: PlaceholderJob) -> PlaceholderJob:
+        meta = phj.metadata
         op = ({"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
-              if meta.get("finalizers") else
+              if meta.finalizers else
               {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]})  # fmt: skip
-        updated = await self.kube.patch(phj_path(meta["namespace"], meta["name"]), [op], "json")
-        self.phjs.upsert(updated)
-        return updated
+        return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
     # ---- writes ---------------------------------------------------------------------------------
     async def cancel(self, job_id: int) -> None:
@@ -352,15 +351,22 @@ class PlaceholderJobs:
         self.poller.assume_cancelled(job_id)
         log.info("cancelled Slurm job %d", job_id)
 
-    async def patch_status(self, phj: Obj, patch: Obj) -> Obj:
+    async def patch_status(self, phj: PlaceholderJob, patch: Obj) -> PlaceholderJob:
         """Merge-patch status."""
-        meta = phj["metadata"]
+        meta = phj.metadata
         try:
-            updated = await self.kube.patch(f"{phj_path(meta['namespace'], meta['name'])}/status", {"status": patch})
+            updated = await self.kube.patch(f"{phj_path(meta.namespace, meta.name)}/status", {"status": patch})
         except NotFound:
             return phj
-        self.phjs.upsert(updated)
-        return updated
+        return self._stored(updated)
+
+    def _stored(self, answer: Obj) -> PlaceholderJob:
+        """The API's answer to a write, stored and parsed (once: the store keeps the parse)."""
+        self.phjs.upsert(answer)
+        stored = self.phjs.get(ObjectStore.key_of(answer))
+        if stored is not None and stored["metadata"].get("uid") == answer["metadata"].get("uid"):
+            return self.phjs.model_of(stored)
+        return PlaceholderJob.parse(answer)  # deleted meanwhile
 
 
 @dataclass(frozen=True)
@@ -377,7 +383,7 @@ class Again:
     (``confirm``), or the ``outcome`` of a submit or a release. ``error``: raised once the
     outcome's plan is applied (Slurm unreachable: the work queue retries with backoff)."""
 
-    phj: Obj
+    phj: PlaceholderJob
     confirm: bool = False
     confirmed: Mapping[str, Obj | None] | None = None
     outcome: pl.Outcome | None = None

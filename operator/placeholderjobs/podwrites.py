@@ -9,15 +9,15 @@ import logging
 from collections.abc import Mapping
 
 from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, Prepared
+from slurm_bridge.operator.placeholderjobs.pods import Obj, release_pod_patch
 from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import metrics, names
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
+from slurm_bridge.placeholderjob import PlaceholderJob
 
 log = logging.getLogger(__name__)
-Obj = st.Obj
 
 
 class MemberPods:
@@ -28,7 +28,7 @@ class MemberPods:
 
     async def release(
         self,
-        phj: Obj,
+        phj: PlaceholderJob,
         job_id: int,
         pods: tuple[tuple[str, str], ...],
         members: Mapping[str, Obj | None],
@@ -52,11 +52,11 @@ class MemberPods:
         prepared = Prepared()
         for component in sorted({part.get(name, (job_id, 0))[0] for name in unreleased}):
             mine = {n: v for n, v in unreleased.items() if part.get(n, (job_id, 0))[0] == component}
-            found = await self.devices.prepare(phj, component, mine)
+            found = await self.devices.prepare(phj.raw, component, mine)
             if found.problem:
                 return pl.DevicesMissing()
             prepared.annotations.update(found.annotations)
-        phj_name = phj["metadata"]["name"]
+        phj_name = phj.metadata.name
 
         def annotations(name: str) -> dict[str, str] | None:
             extra = dict(prepared.annotations.get(name) or {})
@@ -89,7 +89,7 @@ class MemberPods:
         for attempt in (1, 2):
             try:
                 updated = await self.kube.patch(
-                    path, st.release_pod_patch(pod, node, job_id, phj_name, annotations), "json"
+                    path, release_pod_patch(pod, node, job_id, phj_name, annotations), "json"
                 )
                 break
             except (NotFound, Conflict):
@@ -105,7 +105,7 @@ class MemberPods:
                     return None
                 if attempt == 2:
                     log.warning("the API server refused to release pod %s/%s: %s", meta["namespace"], meta["name"], e)
-                    await self.kube.event(live, st.REASON_RELEASE_REJECTED,
+                    await self.kube.event(live, names.REASON_RELEASE_REJECTED,
                                           f"the API server refused this pod's release for Slurm job {job_id}, "
                                           f"which is cancelled: {e.message}", warning=True)  # fmt: skip
                     return e.message

@@ -20,7 +20,7 @@ from slurm_bridge.operator.placeholderjobs import plan as pl
 from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import PlaceholderJobStatus
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 Obj = dict[str, Any]
@@ -123,12 +123,12 @@ def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
     operator/placeholderjobs/phjsync.py does. The actions' summaries, the re-queue."""
-    plan = lc.decide(obj, slurm, members, NOW, scheduler="slurm-bridge")
+    plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge")
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
         written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
         obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
-        plan = lc.decide(obj, slurm, members, NOW, dict(members), scheduler="slurm-bridge")
+        plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, dict(members), scheduler="slurm-bridge")
         out += [summary(a) for a in plan.actions]
     assert all(not isinstance(a, pl.ConfirmMembers) for a in plan.actions[:-1]), "ConfirmMembers ends a plan"
     return out, plan.requeue
@@ -195,8 +195,8 @@ def test_the_table_covers_every_phase_and_terminal_state() -> None:
 
 # ---- crash recovery and the steps around a submit --------------------------------------------------
 def test_nothing_is_decided_before_the_first_full_job_list() -> None:
-    plan = lc.decide(phj(None, job_id=None), lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")},
-                     NOW, scheduler="s")  # fmt: skip
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    plan = lc.decide(obj, lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")}, NOW, scheduler="s")
     assert plan == pl.Plan(requeue=PERIOD)
 
 
@@ -207,7 +207,9 @@ def test_a_job_status_does_not_name_is_adopted_not_submitted_again() -> None:
     got, _ = run(obj, slurm_side("RUNNING"), {"p": pod("gated")})
     assert got == [("status", "Pending", None), ("status", "Allocated", ""), ("release", (("p", NODE),)),
                    ("podgroup", True)]  # fmt: skip
-    first = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s").actions[0]
+    first = lc.decide(
+        PlaceholderJob.parse(obj), slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s"
+    ).actions[0]
     assert isinstance(first, pl.WriteStatus) and first.status.job_id == JOB
 
 
@@ -244,7 +246,9 @@ def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
 def test_a_refused_spec_is_not_submitted_again_before_the_retry_time() -> None:
     refused_at = (NOW.wall - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     obj = phj(None, job_id=None, reason="SubmitRejected", submitTime=refused_at)
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
+    )
     assert plan == pl.Plan(requeue=lc.SUBMIT_RETRY_SECONDS - 10)
 
 
@@ -268,8 +272,10 @@ def test_a_gang_waits_for_its_members_then_is_fenced_before_its_submit() -> None
     obj["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
     side = slurm_side("vanished", job_id=None)
     got = run(obj, side, {"a": pod("gated", "a"), "b": None})
-    assert got == ([("status", "Pending", lc.REASON_WAITING_FOR_PODS)], None)
-    written = lc.decide(obj, side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s").actions[0]
+    assert got == ([("status", "Pending", names.REASON_WAITING_FOR_PODS)], None)
+    written = lc.decide(
+        PlaceholderJob.parse(obj), side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s"
+    ).actions[0]
     assert isinstance(written, pl.WriteStatus)
     obj["status"] = {**obj["status"], **written.status.dump()}
     assert run(obj, side, {"a": pod("gated", "a"), "b": None}) == ([], None), "said once"
@@ -300,9 +306,11 @@ def test_a_changed_spec_updates_the_pending_job() -> None:
 def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
     """The cache says the pod is gone but a GET finds it: nothing ends."""
     members: dict[str, Obj | None] = {"p": None}
-    first = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, scheduler="s")
+    first = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, scheduler="s")
     assert first.actions == (pl.ConfirmMembers(),)
-    again = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s")
+    again = lc.decide(
+        PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s"
+    )
     assert not any(isinstance(a, (pl.Cancel, pl.EndPods)) for a in again.actions)
 
 
@@ -314,7 +322,7 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
         held = None if at_once is None else pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), at_once)
         if held is not None:
             obj = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "jobId"}}
-        p = lc.decide(obj, side, {"p": pod(member)}, NOW, scheduler="s", held=held)
+        p = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod(member)}, NOW, scheduler="s", held=held)
         return [summary(a) for a in p.actions], p.requeue
 
     released = [("release", (("p", NODE),)), ("podgroup", True)]
@@ -326,7 +334,7 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     gang = phj("Pending", pods=("a", "b"))
     gang["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
     two = lc.decide(
-        gang,
+        PlaceholderJob.parse(gang),
         lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job("RUNNING", nodes=("n1", "n2")), taken_at=NOW.mono),
         {"a": pod("gated", "a"), "b": pod("gated", "b")},
         NOW,
@@ -399,10 +407,10 @@ def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_
     for moved, writes in ((timedelta(seconds=50), []), (HOUR, [{"expectedStart": iso(start + HOUR)}])):
         job = JobInfo(job_id=JOB, states=("PENDING",), reason="Resources", start_time=start + moved)
         side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job, found=job, taken_at=NOW.mono)
-        plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+        plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
         assert [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)] == writes
     side = slurm_side("RUNNING")  # allocated: the estimate of a wait that is over is removed
-    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
     [write] = [a for a in plan.actions if isinstance(a, pl.WriteStatus)]
     assert write.status.dump()["expectedStart"] is None and write.status.phase == "Allocated"
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, ItemsView
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.runtime import poller as poller_module
+from slurm_bridge.operator.runtime import store as store_module
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobStates
 
@@ -535,7 +538,7 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
     ended pod, and 2,000 of them held the event loop until the Lease was lost (performance.md, run 8)."""
     from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 
-    phjs = ObjectStore(index=member_pods)
+    phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)
     for i in range(3):
         phjs.upsert(_phj(f"p{i}", [f"pod{i}"], 1))
     phjs.upsert(_phj("gang", ["pod1", "pod9"], 1))
@@ -622,3 +625,41 @@ async def test_side_of_a_heterogeneous_job_holds_every_component() -> None:
     await poller.poll_once()
     side = poller.side("h")
     assert side.job_id == 10 and [c.job_id for c in side.components] == [10, 11] and side.others == ()
+
+
+# ---- one parse per stored version (ParsedStore) -------------------------------------------------
+def test_a_parsed_store_parses_each_stored_version_once() -> None:
+    parsed: list[str] = []
+
+    def parse(obj: dict[str, Any]) -> str:
+        parsed.append(obj["metadata"]["resourceVersion"])
+        return f"model of {obj['metadata']['resourceVersion']}"
+
+    s = ParsedStore(parse)
+    assert s.model(("ns", "a")) is None
+    s.upsert(_obj("a", 1))
+    assert s.model(("ns", "a")) == s.model(("ns", "a")) == "model of 1" and parsed == ["1"], "parsed once"
+    stored = s.get(("ns", "a"))
+    assert stored is not None and s.model_of(stored) == "model of 1" and parsed == ["1"]
+    assert s.model_of(_obj("a", 1)) == "model of 1" and parsed == ["1", "1"], "not the stored object: parsed anew"
+    s.upsert(_obj("a", 2))
+    assert s.model(("ns", "a")) == "model of 2" and parsed == ["1", "1", "2"], "a new version: parsed again"
+    s.delete(_obj("a", 3))
+    assert s.model(("ns", "a")) is None
+
+
+def test_a_parsed_store_keeps_only_the_most_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "PARSED_CACHE_SIZE", 2)
+    parsed: list[str] = []
+
+    def parse(obj: dict[str, Any]) -> str:
+        parsed.append(obj["metadata"]["name"])
+        return str(obj["metadata"]["name"])
+
+    s = ParsedStore(parse)
+    for name in ("a", "b", "c"):
+        s.upsert(_obj(name, 1))
+        s.model(("ns", name))
+    s.model(("ns", "c"))
+    s.model(("ns", "a"))
+    assert parsed == ["a", "b", "c", "a"], "a was dropped (least recently used), c was kept"
