@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import hostlist
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.inputs import Members, Obj
+from slurm_bridge.operator.placeholderjobs.inputs import Members
 from slurm_bridge.operator.placeholderjobs.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
@@ -19,7 +19,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     ReportPodGroup,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation, pod_is_released
+from slurm_bridge.operator.placeholderjobs.pods import Obj, all_bound, holding_allocation, pod_is_released
 
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition

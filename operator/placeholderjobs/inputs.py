@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+
+from slurm_bridge.operator.placeholderjobs.pods import Obj
 
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.tenancy import Verdict
 
-Obj = dict[str, Any]
 Members = Mapping[str, Obj | None]
 # The namespace's TenantPolicy verdict on a request (slurm_bridge/tenancy.py), asked only right
 # before a submit or a job update: the policy as it is then applies (docs/tenancy.md).

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from slurm_bridge.operator.placeholderjobs.plan import WriteStatus
-from slurm_bridge.operator.placeholderjobs.pods import pod_phase, pod_terminating
+from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_phase, pod_terminating
 
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-
-Obj = dict[str, Any]
 
 # Slurm end states -> (PlaceholderJob phase, what to tell the user).
 _END_STATES: dict[str, tuple[str, str]] = {

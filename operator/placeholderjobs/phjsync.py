@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
@@ -27,6 +26,7 @@ from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.podgroups import PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.pods import Obj
 from slurm_bridge.operator.placeholderjobs.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.submit import Placer
 from slurm_bridge.operator.runtime.jobview import SlurmSide
@@ -43,7 +43,6 @@ from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 # A reconcile decides at most this often: once, again after a GET of missing members, after a
 # submit, after a release (each at most once).
 MAX_DECISIONS = 6
