@@ -314,8 +314,10 @@ class PlaceholderJobs:
                               "(a terminating pod still holds its node)")  # fmt: skip
 
     async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
-        """Remove the finalizer, and keep the answer: a reconcile before the DELETED event then
-        finds it removed and sends no second PATCH (docs/performance.md, "A wasted write found")."""
+        """Remove the finalizer, and the PlaceholderJob from the store (its resourceVersion kept
+        as a tombstone): a reconcile before the DELETED event then finds nothing and sends no
+        second PATCH (docs/performance.md, "A wasted write found"). Should another finalizer keep
+        the object, its next change brings it back, and it is finalized again without a PATCH."""
         meta = phj.metadata
         finalizers = meta.finalizers or []
         if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
@@ -327,7 +329,7 @@ class PlaceholderJobs:
                      {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
                     "json",
                 )  # fmt: skip
-                phj = self._stored(removed)
+                self.phjs.delete(removed)  # gone for this controller, whatever else holds it
         self.poller.forget(meta.uid)
         self._releasing.discard(meta.uid)
         self._unwritten.pop(meta.uid, None)
