@@ -58,7 +58,9 @@ def allocation(
     assignment = assign_nodes(list(members), list(job.nodes), current)
     if assignment is None:
         message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
-        ended = terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
+        ended = terminal_status(
+            phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, conditions=conditions
+        )
         return Plan((ended, Cancel(job.job_id)))
     nodes = compress_hostlist(job.nodes)
     live = holding_allocation(members)
@@ -94,7 +96,7 @@ def allocated_status(
 ) -> PlaceholderJobStatus:
     """Phase Allocated with each pod's node: the record written before any pod is released."""
     message = f"Slurm job {job.job_id} allocated {nodes}"
-    conditions = set_condition(status.conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
+    conditions = set_condition(status.conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
     assignments = [Assignment(pod=p, node=n) for p, n in sorted(assignment.items())]
     write = PlaceholderJobStatus(
         job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
@@ -124,7 +126,7 @@ def with_running(
 ) -> PlaceholderJobStatus:
     """``write`` (or nothing) and phase Running with Ready: every member is bound to its node."""
     message = f"every member pod is bound to its Slurm node ({nodes})"
-    ready = set_condition(conditions, names.COND_READY, True, "PodsBound", message, gen)
+    ready = set_condition(conditions, names.COND_READY, True, names.REASON_PODS_BOUND, message, gen)
     running = PlaceholderJobStatus(phase=names.PHASE_RUNNING, conditions=ready)
     return running if write is None else write.merged(running)
 

@@ -228,7 +228,9 @@ def allocation(
                 f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
                 f"of heterogeneous job {leader.job_id} for {len(component.pods)} pods"
             )
-            failed = terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
+            failed = terminal_status(
+                phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, conditions=conditions
+            )
             return Plan((failed, Cancel(leader.job_id)))
         assignment.update(mine)
         where.update({p: (job.job_id, offset) for p in component.pods})
@@ -238,7 +240,7 @@ def allocation(
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} ({len(parts)} components)"
-        conditions = set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
+        conditions = set_condition(conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
         write = PlaceholderJobStatus(
             job_id=leader.job_id, het_job_id=leader.job_id, phase=names.PHASE_ALLOCATED, slurm_state=leader.state,
             reason="", message=message, node_list=nodes, pod_list=",".join(spec.pods),

@@ -212,7 +212,7 @@ def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) 
     actions += _leftovers(slurm)
     live = live_members(members)
     if live:
-        actions.append(EndPods(live, status.reason or "SlurmJobEnded", status.message or ""))
+        actions.append(EndPods(live, status.reason or names.REASON_SLURM_JOB_ENDED, status.message or ""))
     return Plan(tuple(actions))
 
 
@@ -314,7 +314,13 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
         view = phj.with_status(phj.status.merged(submitted))
         return _hold(allocation(view, members, job, scheduler=scheduler, now=now.mono, held=held), held)
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()
-    return Plan((Event("Submitted", f"{submitted.message}: waiting in Slurm's queue"), *report, WriteStatus(submitted)))
+    return Plan(
+        (
+            Event(names.REASON_SUBMITTED, f"{submitted.message}: waiting in Slurm's queue"),
+            *report,
+            WriteStatus(submitted),
+        )
+    )
 
 
 def after_refusal(phj: PlaceholderJob, refused: Refused) -> Plan:
@@ -417,13 +423,16 @@ def _finalize(phj: PlaceholderJob, slurm: SlurmSide, confirmed: Members | None) 
             to_end = tuple(n for n in holding if not pod_terminating(confirmed[n] or {"metadata": {}}))
             end: tuple[Action, ...] = ()
             if to_end:
-                end = (EndPods(to_end, "PlaceholderJobDeleted",
+                end = (EndPods(to_end, names.REASON_PHJ_DELETED,
                                f"PlaceholderJob {name} was deleted, so its {what} is released"),)  # fmt: skip
             return Plan((*end, NoteWaiting(tuple(holding), job_id)), requeue=FINALIZE_RECHECK_SECONDS)
     actions: list[Action] = []
     if live_job:
         assert job_id is not None
-        actions += [Cancel(job_id), Event("Cancelled", f"PlaceholderJob deleted: cancelled Slurm job {job_id}")]
+        actions += [
+            Cancel(job_id),
+            Event(names.REASON_CANCELLED, f"PlaceholderJob deleted: cancelled Slurm job {job_id}"),
+        ]
     # Any other live job this PlaceholderJob made (a crash between submit and status).
     actions += [Cancel(o) for o in slurm.others]
     actions += leftovers

@@ -148,7 +148,9 @@ def mirror(status: PlaceholderJobStatus, job: JobInfo, phase: Phase, gen: int | 
     if not job.is_pending:
         return (WriteStatus(mirrored),)
     message = f"Slurm job {job.job_id} is pending" + (f": {job.reason}" if job.reason else "")
-    conditions = set_condition(status.conditions, names.COND_ALLOCATED, False, job.reason or "Pending", message, gen)
+    conditions = set_condition(
+        status.conditions, names.COND_ALLOCATED, False, job.reason or names.REASON_PENDING, message, gen
+    )
     pending = mirrored.model_copy(update={"message": message, "conditions": conditions})
     report = ReportPodGroup(False, names.PODGROUP_REASON_UNSCHEDULABLE, message)
     return (report, WriteStatus(pending))

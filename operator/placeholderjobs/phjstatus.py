@@ -68,7 +68,7 @@ def submitted_status(
         job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
         reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
         observed_generation=gen, pod_list=",".join(spec.pods),
-        conditions=set_condition(status.conditions, names.COND_SUBMITTED, True, "Submitted", message, gen),
+        conditions=set_condition(status.conditions, names.COND_SUBMITTED, True, names.REASON_SUBMITTED, message, gen),
         **identity(job),
     )  # fmt: skip
     expected = expected_start(job, datetime.now(UTC)) if job is not None else None
@@ -139,7 +139,7 @@ def terminal_status(
 def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:
     """Phase, reason and message for a Slurm job that ended (or vanished) under live pods."""
     if job is None:
-        return (names.PHASE_FAILED, "SlurmJobVanished", f"Slurm job {job_id} no longer exists in Slurm")
+        return (names.PHASE_FAILED, names.REASON_SLURM_JOB_VANISHED, f"Slurm job {job_id} no longer exists in Slurm")
     phase, what = _END_STATES.get(job.state, (names.PHASE_FAILED, f"the Slurm job ended as {job.state}"))
     detail = f" ({job.reason})" if job.reason else ""
     return (phase, f"SlurmJob{job.state.title().replace('_', '')}", f"Slurm job {job_id}: {what}{detail}")
@@ -155,13 +155,13 @@ def end_phases(members: Mapping[str, Obj | None]) -> dict[str, str | None]:
 def pods_end_phase(phases: Mapping[str, str | None]) -> tuple[str, str, str]:
     """Phase, reason, message once every member pod ended (phase None: the pod was deleted)."""
     if all(p == "Succeeded" for p in phases.values()):
-        return names.PHASE_COMPLETED, "PodsSucceeded", "every member pod succeeded; Slurm job released"
+        return names.PHASE_COMPLETED, names.REASON_PODS_SUCCEEDED, "every member pod succeeded; Slurm job released"
     if all(p is None for p in phases.values()):
-        return names.PHASE_CANCELLED, "PodsDeleted", "every member pod was deleted; Slurm job cancelled"
+        return names.PHASE_CANCELLED, names.REASON_PODS_DELETED, "every member pod was deleted; Slurm job cancelled"
     failed = sorted(n for n, p in phases.items() if p == "Failed")
     deleted = sorted(n for n, p in phases.items() if p is None)
     parts = [
         f"failed: {', '.join(failed)}" if failed else "",
         f"deleted: {', '.join(deleted)}" if deleted else "",
     ]
-    return names.PHASE_FAILED, "PodsFailed", "member pods ended (" + "; ".join(p for p in parts if p) + ")"
+    return names.PHASE_FAILED, names.REASON_PODS_FAILED, "member pods ended (" + "; ".join(p for p in parts if p) + ")"

@@ -185,7 +185,9 @@ class PlaceholderJobs:
                 except SlurmUnavailable:
                     raise
                 except SlurmError as e:
-                    await self.kube.event(phj.raw, "UpdateRejected", f"Slurm refused the job update: {e}", warning=True)
+                    await self.kube.event(
+                        phj.raw, names.REASON_UPDATE_REJECTED, f"Slurm refused the job update: {e}", warning=True
+                    )
             case pl.Release(job_id=job_id, pods=pods, announce=announce, het=het):
                 self._told.pop(phj.metadata.uid, None)  # the wait is over
                 outcome = await self.member_pods.release(phj, job_id, pods, members, announce, het)

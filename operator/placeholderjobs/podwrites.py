@@ -114,7 +114,7 @@ class MemberPods:
         metrics.pod_released(updated)
         if announce:
             message = f"Slurm job {job_id} allocated node {node} to this pod after it waited in Slurm's queue"
-            await self.kube.event(updated, "SlurmAllocated", message)
+            await self.kube.event(updated, names.REASON_SLURM_ALLOCATED, message)
         return None
 
     async def end(self, pod: Obj, reason: str, message: str) -> None:
