@@ -219,21 +219,10 @@ def allocation(
     leader = parts[0]
     conditions = status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    assignment: dict[str, str] = {}
-    where: dict[str, tuple[int, int]] = {}  # pod -> (its component's job id, offset)
-    for offset, (component, job) in enumerate(zip(spec.components or [], parts, strict=True)):
-        mine = assign_nodes(component.pods, job.nodes, {p: n for p, n in current.items() if p in component.pods})
-        if mine is None:
-            message = (
-                f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
-                f"of heterogeneous job {leader.job_id} for {len(component.pods)} pods"
-            )
-            failed = terminal_status(
-                phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, conditions=conditions
-            )
-            return Plan((failed, Cancel(leader.job_id)))
-        assignment.update(mine)
-        where.update({p: (job.job_id, offset) for p in component.pods})
+    placed = place_pods(phj, parts, current)
+    if isinstance(placed, WriteStatus):  # too few nodes in a component
+        return Plan((placed, Cancel(leader.job_id)))
+    assignment, where = placed
     nodes = compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
     live = holding_allocation(members)
     bound = all_bound(live, assignment)
@@ -261,6 +250,26 @@ def allocation(
     scheduled = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} to the composite's {len(parts)} PodGroups"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, f"{scheduled} ({scheduler})"))
     return Plan(tuple(actions))
+
+
+def place_pods(
+    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str]
+) -> tuple[dict[str, str], dict[str, tuple[int, int]]] | WriteStatus:
+    """Each pod's node, one of its own component's (assignments made already kept), and where it
+    runs: (its component's job id, offset); else the status that fails the job for too few nodes."""
+    assignment: dict[str, str] = {}
+    where: dict[str, tuple[int, int]] = {}
+    for offset, (component, job) in enumerate(zip(phj.spec.components or [], parts, strict=True)):
+        mine = assign_nodes(component.pods, job.nodes, {p: n for p, n in current.items() if p in component.pods})
+        if mine is None:
+            message = (
+                f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
+                f"of heterogeneous job {parts[0].job_id} for {len(component.pods)} pods"
+            )
+            return terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message)
+        assignment.update(mine)
+        where.update({p: (job.job_id, offset) for p in component.pods})
+    return assignment, where
 
 
 def component_status(parts: Sequence[Component], jobs: Sequence[JobInfo | None]) -> list[ComponentStatus]:
