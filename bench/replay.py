@@ -1,9 +1,10 @@
 """Replay microbenchmark of the operator's hot path: CPU per pod with no API server and no Slurm.
 
-Drives the real operator (``Controller``: the stores' projections, the work queue, the resolver
-and ``Membership`` creating the PlaceholderJob, ``lifecycle.decide`` and the shell in
-``operator/placeholderjobs/phjsync.py``, the release patch, the status write, the finalizer) through N bare pods'
-lives, from the watch events kopf delivers to the requests the operator sends:
+Drives the real operator (its watches of pods and PlaceholderJobs, ``Controller``: the stores'
+projections, the work queue, the resolver and ``Membership`` creating the PlaceholderJob,
+``lifecycle.decide`` and the shell in ``operator/placeholderjobs/phjsync.py``, the release patch,
+the status write, the finalizer) through N bare pods' lives, from the watch stream's bytes to the
+requests the operator sends:
 
 - a stand-in API server (``ApiServer``) answers every Kubernetes request the operator makes at
   once, as the real one would (uid, resourceVersion, JSON patch and merge patch applied), and
@@ -14,19 +15,22 @@ lives, from the watch events kopf delivers to the requests the operator sends:
 - the real ``SlurmClient`` (codec, retries, JSON) over an ``httpx.MockTransport`` answers the
   allocation, the read and the cancel at once (a job record of about 2 KB).
 
-With ``--kopf`` (the default runs both) the watch events go through kopf's own per-event machinery
-(``kopf._core.reactor.queueing.watcher`` and ``processing.process_resource_event``, the
-operator's registry and settings from ``operator/runtime/app.py``), fed by a stand-in of kopf's watch
-stream that decodes the JSON lines as kopf's does; without it they are decoded and handed to the
-controller's handlers directly. The difference is kopf's share.
+Modes (``--mode``): ``watch`` (the default) is the operator's path: the two informers (``Informer``) of
+``operator/runtime/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
+whose watch stream (``KubeClient._stream``) carries the stand-in's JSON lines, decoded as on the
+cluster. ``direct`` hands the decoded events to the controller's handlers with nothing between
+(the lower bound: ``watch - direct`` is the watch loop's share). ``kopf`` runs them through kopf's
+per-event machinery instead (``queueing.watcher``, ``processing.process_resource_event``, with
+the operator's kopf settings and the two event handlers the operator had until issue 24), fed
+by a stand-in of kopf's watch stream: what going around kopf saves.
 
 Not included: the HTTP exchanges themselves (aiohttp's and httpx's transports, TLS, sockets: the
 answers are handed to the clients' decoding as bytes), the Slurm polls (they cost per second, not
 per pod), the 10 s re-check timer of each released pod (a no-op reconcile later), leader
 election, metrics scrapes and the webhook, extender and scheduler processes.
 
-    nice -n 19 .venv/bin/python bench/replay.py [--pods 200] [--reps 5] [--mode both|kopf|direct]
-    nice -n 19 .venv/bin/python bench/replay.py --profile          # cProfile top 20 (one run)
+    nice -n 19 .venv/bin/python bench/replay.py [--pods 200] [--reps 5] [--mode watch|direct|kopf|all]
+    nice -n 19 .venv/bin/python bench/replay.py --profile          # cProfile top 20 (one run, watch)
     nice -n 19 .venv/bin/python bench/replay.py --json
 """
 
@@ -48,15 +52,16 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import httpx
 from slurm_bridge.operator.placeholderjobs import lifecycle
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime.poller import JobSnapshot
+from slurm_bridge.operator.runtime.watches import HotWatches
 
 from slurm_bridge import logs, names
 from slurm_bridge.config import Config
@@ -73,6 +78,9 @@ NAMESPACE = "bench-bridge-000001"
 NODES = [f"kwok-node-{i}" for i in range(1, 5)]
 PHJ_PREFIX = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{NAMESPACE}/{names.PLURAL}"
 POD_PREFIX = f"/api/v1/namespaces/{NAMESPACE}/pods"
+# The collections the operator lists and watches across namespaces, by path.
+COLLECTIONS: Final = {"/api/v1/pods": "pods", f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}": names.PLURAL}
+MODES: Final = ("watch", "direct", "kopf")
 # Who makes each write in the cluster; the operator's own are those it sent through its client.
 OPERATOR = "operator"
 SLURM_API = "v0.0.45"
@@ -220,6 +228,8 @@ class ApiServer:
     to the watch feeds as a JSON line, as the API server sends it."""
 
     feeds: dict[str, asyncio.Queue[bytes]] = field(default_factory=dict)
+    lists_and_watches: Counter[str] = field(default_factory=Counter)  # the operator's, apart from ``requests``
+    last_rv: int = 0
     objects: dict[str, Obj] = field(default_factory=dict)
     requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (who, verb, resource)
     unknown: list[str] = field(default_factory=list)
@@ -233,7 +243,8 @@ class ApiServer:
         self.feeds = {"pods": asyncio.Queue(), names.PLURAL: asyncio.Queue()}
 
     def _stamp(self, obj: Obj) -> Obj:
-        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.last_rv = next(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self.last_rv)
         return obj
 
     def _emit(self, resource: str, etype: str, obj: Obj) -> None:
@@ -317,6 +328,8 @@ class ApiServer:
     @StandIn.timed
     def handle(self, method: str, path: str, data: bytes | None, content_type: str | None) -> tuple[int, bytes]:
         path = path.split("?", 1)[0]
+        if method == "GET" and path in COLLECTIONS:
+            return self._list(COLLECTIONS[path])
         body = json.loads(data) if data else None
         base = path.removesuffix("/status")
         resource = "pods" if base.startswith(POD_PREFIX) else names.PLURAL if base.startswith(PHJ_PREFIX) else ""
@@ -336,6 +349,15 @@ class ApiServer:
             return 404, b'{"reason":"NotFound"}'  # gone meanwhile (e.g. a finalizer removed twice)
         self.unknown.append(f"{method} {path}")
         return 404, b'{"reason":"NotFound","message":"not in the replay"}'
+
+    def _list(self, resource: str) -> tuple[int, bytes]:
+        """A LIST across namespaces, in one page (the replay's objects are made after it)."""
+        self.lists_and_watches[f"LIST {resource}"] += 1
+        prefix = POD_PREFIX if resource == "pods" else PHJ_PREFIX
+        kind, api_version = ("PodList", "v1") if resource == "pods" else (f"{names.KIND}List", names.API_VERSION)
+        items = [o for p, o in self.objects.items() if p.startswith(prefix + "/")]
+        return 200, json.dumps({"kind": kind, "apiVersion": api_version, "items": items,
+                                "metadata": {"resourceVersion": str(self.last_rv)}}).encode()  # fmt: skip
 
     def _create_phj(self, body: Obj) -> tuple[int, bytes]:
         meta = body["metadata"]
@@ -386,6 +408,18 @@ class ReplayKube(KubeClient):
     ) -> tuple[int, bytes]:
         return self.api.handle(method, path, data, headers.get("Content-Type"))
 
+    async def _stream(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
+        """The watch's body: the stand-in's JSON lines, as many as are waiting per chunk (what one
+        read of the socket returns when the reader is behind)."""
+        resource = COLLECTIONS[path]
+        self.api.lists_and_watches[f"WATCH {resource}"] += 1
+        feed = self.api.feeds[resource]
+        while True:
+            lines = [await feed.get()]
+            while not feed.empty():
+                lines.append(feed.get_nowait())
+            yield b"\n".join(lines) + b"\n"
+
 
 class ReplaySlurm:
     """slurmrestd's answers to the operator's per-pod calls, recorded by kind."""
@@ -423,8 +457,20 @@ class ReplaySlurm:
 
 
 # ---- feeding the watch events ------------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def operator_watches(server: ApiServer, ctrl: Controller, kube: ReplayKube) -> AsyncIterator[None]:
+    """The operator's own watches (operator/runtime/watches.py), up once their first lists are in."""
+    watches = HotWatches(kube, ctrl)
+    watches.start()
+    try:
+        await asyncio.wait_for(watches.wait_synced(), 10)
+        yield
+    finally:
+        await watches.stop()
+
+
 async def feed_direct(server: ApiServer, ctrl: Controller, resource: str) -> None:
-    """The events straight to the controller's handlers, decoded as kopf's stream decodes them."""
+    """The events straight to the controller's handlers, each line decoded with ``json``."""
     handler = ctrl.on_pod_event if resource == "pods" else ctrl.on_phj_event
     feed = server.feeds[resource]
     while True:
@@ -436,18 +482,30 @@ async def feed_direct(server: ApiServer, ctrl: Controller, resource: str) -> Non
 @contextlib.asynccontextmanager
 async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[None]:
     """kopf's per-event machinery, as ``kopf.operator`` runs it for each watched resource, with
-    the watch stream replaced by the feeds (kopf's JSON decoding of each line kept)."""
+    the watch stream replaced by the feeds (kopf's JSON decoding of each line kept), and the two
+    event handlers the operator registered with kopf until issue 24."""
     import kopf
     from kopf._cogs.clients import watching
     from kopf._cogs.structs import ephemera, references
     from kopf._core.actions import lifecycles
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
-    from slurm_bridge.operator.runtime.app import build_registry, configure_kopf
+    from slurm_bridge.operator.runtime.app import configure_kopf
 
-    registry = build_registry(ctrl, elector=None)  # type: ignore[arg-type]  # the elector is not used
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.event("v1", "pods", registry=registry)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event.get("object"):
+            ctrl.on_pod_event(event.get("type") or "ADDED", dict(event["object"]))
+
+    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
+    async def phj_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event.get("object"):
+            ctrl.on_phj_event(event.get("type") or "ADDED", dict(event["object"]))
+
     settings = kopf.OperatorSettings()
-    configure_kopf(settings, ctrl.config.schedulerName)
+    configure_kopf(settings)
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())
     common: dict[str, Any] = dict(lifecycle=lifecycles.get_default_lifecycle(), registry=registry,
@@ -559,7 +617,9 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
         cpu: dict[str, float] = {}
         standin: dict[str, float] = {}
         async with contextlib.AsyncExitStack() as stack:
-            if mode == "kopf":
+            if mode == "watch":
+                await stack.enter_async_context(operator_watches(server, ctrl, kube))
+            elif mode == "kopf":
                 await stack.enter_async_context(kopf_watchers(server, ctrl))
             else:
                 feeders = [asyncio.create_task(feed_direct(server, ctrl, r)) for r in server.feeds]
@@ -671,18 +731,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--reps", type=int, default=5, help="replays per mode (min and median are printed)")
-    ap.add_argument("--mode", choices=("both", "kopf", "direct"), default="both",
-                    help="kopf: through kopf's per-event processing; direct: handlers only")  # fmt: skip
-    ap.add_argument("--profile", action="store_true", help="cProfile one replay (kopf mode) and print the top 20")
+    ap.add_argument("--mode", choices=(*MODES, "all"), default="watch",
+                    help="watch: the operator's watches (its path); direct: decoded events to the handlers; "
+                         "kopf: through kopf's per-event processing (the path until issue 24)")  # fmt: skip
+    ap.add_argument("--profile", action="store_true", help="cProfile one replay (the first mode) and print the top 20")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     quiet_logs()
     lifecycle_unwritten = lifecycle.UNWRITTEN_SECONDS  # the 10 s re-check stays outside the replay
     assert lifecycle_unwritten > 5
-    modes = ["direct", "kopf"] if args.mode == "both" else [args.mode]
+    modes = list(MODES) if args.mode == "all" else [args.mode]
     if args.profile:
         prof = cProfile.Profile()
-        r = asyncio.run(replay(args.pods, modes[-1], prof))
+        r = asyncio.run(replay(args.pods, modes[0], prof))
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
         print(f"cProfile of one replay ({r.mode}, {r.pods} pods; CPU under the profiler is inflated), by own time:")
@@ -700,14 +761,17 @@ def main() -> None:
         if problems:
             raise SystemExit(f"{mode}: the replay went off the usual path: " + "; ".join(problems))
         results[mode] = summary(runs)
-    if "kopf" in results and "direct" in results:
-        k, d = results["kopf"]["cpu_ms_per_pod"], results["direct"]["cpu_ms_per_pod"]
-        results["kopf_share_ms_per_pod"] = {ph: round(k[ph]["median"] - d[ph]["median"], 3) for ph in k}
+    for mode, base in (("watch", "direct"), ("kopf", "direct")):
+        if mode in results and base in results:
+            k, d = results[mode]["cpu_ms_per_pod"], results[base]["cpu_ms_per_pod"]
+            results[f"{mode}_share_ms_per_pod"] = {ph: round(k[ph]["median"] - d[ph]["median"], 3) for ph in k}
     if args.json:
         print(json.dumps(results, indent=2))
         return
     for mode in modes:
         print_summary(results[mode])
+    if "watch_share_ms_per_pod" in results:
+        print(f"watch - direct, median ms per pod: {results['watch_share_ms_per_pod']} (the operator's watch loop)")
     if "kopf_share_ms_per_pod" in results:
         print(
             f"kopf - direct, median ms per pod: {results['kopf_share_ms_per_pod']} (kopf's per-event machinery, "

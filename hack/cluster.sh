@@ -146,6 +146,7 @@ spec: {}
 status:
   capacity: {cpu: "$2", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$3"$5}
   allocatable: {cpu: "$2", memory: "${SB_NODE_MEMORY_MIB}Mi", pods: "$3"$5}
+  addresses: [{type: InternalIP, address: 127.0.0.1}]
 ---
 EOF
 }
@@ -176,6 +177,13 @@ create_nodes() {
   for name in $(extra_node_names); do
     kubectl_ patch node "$name" --subresource=status --type=merge \
       -p "{\"status\": {\"capacity\": $res, \"allocatable\": $res}}" >/dev/null || die "setting $name's capacity failed"
+  done
+  # The bridge registers a dynamic node only with its address (slurmctld would resolve the name at
+  # each allocation); once seen without one after an API server restart, so set it on each up.
+  for name in $(dyn_node_names); do
+    kubectl_ patch node "$name" --subresource=status --type=merge \
+      -p '{"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}}' >/dev/null \
+      || die "setting $name's address failed"
   done
 }
 

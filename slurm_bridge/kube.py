@@ -1,6 +1,7 @@
 """A small async Kubernetes client (aiohttp) for the calls the bridge makes.
 
-kopf watches; this client writes. Credentials (kubeconfig, exec plugins, in-cluster) come from
+It writes, and lists and watches what the bridge keeps in memory (slurm_bridge/kubecache.py);
+kopf watches only the rest (nodes). Credentials (kubeconfig, exec plugins, in-cluster) come from
 slurm_bridge.kubeconfig, without the official ``kubernetes`` package (blocking, and large).
 aiohttp is kopf's own HTTP stack; per request it costs a fraction of what httpx does, which
 matters on the operator's hot path (several writes per pod).
@@ -9,6 +10,7 @@ matters on the operator's hot path (several writes per pod).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -16,7 +18,7 @@ import os
 import re
 import secrets
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -55,6 +57,11 @@ class NotFound(KubeError):
 
 class Conflict(KubeError):
     """409: AlreadyExists on create, or a resourceVersion/precondition conflict on update."""
+
+
+class Gone(KubeError):
+    """410: a watch's or a list's resourceVersion (or continue token) is older than the API server
+    keeps: list again."""
 
 
 class Invalid(KubeError):
@@ -242,7 +249,7 @@ class KubeClient:
                 reason, message = st.get("reason", ""), st.get("message", raw.decode(errors="replace"))
             except ValueError:
                 reason, message = "", raw.decode(errors="replace")
-            exc = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, KubeError)
+            exc = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}.get(status, KubeError)
             raise exc(status, reason, message)
         if not raw:
             return {}
@@ -263,35 +270,50 @@ class KubeClient:
             return None
 
     async def watch(
-        self, path: str, resource_version: str, *, timeout_seconds: int = 300
-    ) -> AsyncIterator[dict[str, Any]]:
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 300,
+        params: dict[str, str] | None = None,
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The watch events of a collection from ``resource_version`` on (bookmarks included), until
         the server ends the watch (about ``timeout_seconds``). An ERROR event is yielded as it came
-        (410 Gone: list again)."""
-        params = {
+        (410 Gone: list again). ``params``: more query parameters (a field selector)."""
+        query = {
+            **(params or {}),
             "watch": "true",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        headers: dict[str, str] = {}
-        if self._token is not None and (token := await self._token.token()):
-            headers["Authorization"] = f"Bearer {token}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 30)
-        async with self._http().get(self.server + path, params=params, headers=headers, timeout=timeout) as resp:
-            if resp.status >= 400:
-                raw = await resp.read()
-                raise {404: NotFound, 409: Conflict}.get(resp.status, KubeError)(
-                    resp.status, "", raw.decode(errors="replace")[:500]
-                )
-            buffer = b""
-            async for chunk in resp.content.iter_any():  # not line by line: aiohttp caps a line's length
+        buffer = b""
+        async with contextlib.aclosing(self._stream(path, query, timeout_seconds + 30)) as chunks:
+            async for chunk in chunks:
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
                         event: dict[str, Any] = pydantic_core.from_json(line)
                         yield event
+
+    async def _stream(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
+        """A watch's body as it arrives, in chunks of any size. bench/replay.py feeds its stand-in
+        API server's watch lines here."""
+        headers: dict[str, str] = {}
+        if self._token is not None and (token := await self._token.token()):
+            headers["Authorization"] = f"Bearer {token}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout)
+        async with self._http().get(self.server + path, params=params, headers=headers, timeout=timeout) as resp:
+            if resp.status >= 400:
+                if resp.status == 401 and self._token is not None:
+                    self._token.invalidate()  # the next attempt reads the file or runs the plugin again
+                raw = await resp.read()
+                raise {404: NotFound, 409: Conflict, 410: Gone}.get(resp.status, KubeError)(
+                    resp.status, "", raw.decode(errors="replace")[:500]
+                )
+            async for chunk in resp.content.iter_any():  # not line by line: aiohttp caps a line's length
+                yield chunk
 
     async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body=obj)

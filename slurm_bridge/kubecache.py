@@ -1,12 +1,19 @@
-"""List-then-watch caches of the few cluster-scoped objects the tenancy rules read.
+"""List-then-watch: the bridge's informer, and caches of the few cluster-scoped objects the
+tenancy rules read.
+
+:class:`Informer` keeps a consumer current with one collection: a paginated LIST at start, then
+one long WATCH after another, each from the last resourceVersion seen (bookmarks included). Only
+a 410 Gone (the resourceVersion is older than the API server keeps) lists again, and then every
+object the consumer holds that the new list lacks is handed on as DELETED: a delete missed in
+the gap must not leak a Slurm job. The operator's pods and PlaceholderJobs
+(operator/runtime/watches.py) and the caches below use it.
 
 The webhook and the operator both need every TenantPolicy and every namespace's labels (for the
 policies' namespace selectors) at hand: the webhook answers the API server in milliseconds, and the
-operator checks each job again before it submits it. :class:`WatchCache` keeps one collection
-current with one list and one long watch (re-listed after a 410 Gone or a broken connection);
-:class:`TenantCache` pairs the two and rebuilds the pure :class:`~slurm_bridge.tenancy.TenantIndex`
-only when something changed. Nothing here decides anything: until both lists are in, ``synced`` is
-False and callers fail closed (docs/tenancy.md).
+operator checks each job again before it submits it. :class:`WatchCache` keeps one collection by
+name; :class:`TenantCache` pairs the two and rebuilds the pure
+:class:`~slurm_bridge.tenancy.TenantIndex` only when something changed. Nothing here decides
+anything: until both lists are in, ``synced`` is False and callers fail closed (docs/tenancy.md).
 """
 
 from __future__ import annotations
@@ -14,23 +21,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any, Final
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, Protocol
 
 import aiohttp
 
 from slurm_bridge import names
-from slurm_bridge.kube import KubeClient, KubeError, NotFound, resource_path
+from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path
 from slurm_bridge.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+Key = tuple[str, str]
+Handler = Callable[[str, Obj], None]
 LIST_PAGE: Final = 500
 RETRY_MIN_SECONDS: Final = 1.0
 RETRY_MAX_SECONDS: Final = 10.0
 # A missing CRD is looked for again this often (it may be installed after the bridge).
 MISSING_RETRY_SECONDS: Final = 30.0
+# How long the API server keeps one watch open (it ends it cleanly; the next goes on from there).
+WATCH_SECONDS: Final = 300
+# A watch that ends cleanly sooner than this with nothing in it counts as a failure (backoff).
+SHORT_WATCH_SECONDS: Final = 1.0
 
 TENANT_POLICIES_PATH: Final = resource_path(f"{names.GROUP}/{names.VERSION}", names.TP_PLURAL, None)
 NAMESPACES_PATH: Final = resource_path("v1", "namespaces", None)
@@ -38,7 +52,7 @@ NAMESPACES_PATH: Final = resource_path("v1", "namespaces", None)
 
 def project_namespace(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {},
+    return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "labels": meta.get("labels") or {},
                          "resourceVersion": meta.get("resourceVersion")}}  # fmt: skip
 
 
@@ -50,9 +64,217 @@ def project_policy(obj: Obj) -> Obj:
             "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}  # fmt: skip
 
 
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _uid(obj: Obj) -> str | None:
+    uid: str | None = (obj.get("metadata") or {}).get("uid")
+    return uid
+
+
+def _rv(value: Any) -> int:
+    """A resourceVersion as a number (the API server's are etcd revisions); 0 when it is not one."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+class Known(Protocol):
+    """What the consumer holds now (the informer's own memory is only the resourceVersion)."""
+
+    def get(self, key: Key) -> Obj | None: ...
+
+    def values(self) -> list[Obj]: ...
+
+
+class Informer:
+    """A collection's events handed to ``handle(type, object)``, kept whole across reconnects.
+
+    - the LIST is paginated (``LIST_PAGE`` objects a page): only one page is held, each object
+      is handed on as ADDED as its page arrives; ``synced`` is set once the first list is whole;
+    - each WATCH goes on from the last resourceVersion seen (bookmarks asked for, so an idle
+      collection's resourceVersion stays recent); a clean end, a broken connection or a read
+      timeout resume from there, after a backoff when nothing came through;
+    - a 410 Gone (an ERROR event, or the answer to a watch or a page) lists again; after that
+      list, every object ``known`` holds that the list lacks (or holds with another uid), and
+      that is not newer than the list, is handed on as DELETED;
+    - ``missing_ok``: a 404 for the list (the CRD is not installed) counts as an empty, synced
+      collection, listed again every ``MISSING_RETRY_SECONDS``.
+
+    ``handle`` runs on the event loop and must not block; an exception in it is logged and the
+    event is not seen again (the watch goes on).
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        path: str,
+        what: str,
+        handle: Handler,
+        known: Known,
+        *,
+        params: dict[str, str] | None = None,
+        missing_ok: bool = False,
+        page: int = LIST_PAGE,
+        watch_seconds: int = WATCH_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.kube, self.path, self.what = kube, path, what
+        self._sleep = sleep  # the backoff's (tests pass their own)
+        self.handle, self.known = handle, known
+        self.params = dict(params or {})
+        self.missing_ok, self.page, self.watch_seconds = missing_ok, page, watch_seconds
+        self.synced = asyncio.Event()
+        self.last_error = ""
+        self.resource_version = ""  # where the next watch starts; "" lists first
+        self.lists = 0  # complete lists: the first, and one after each 410 Gone
+        self.watches = 0  # watch requests
+        self.events = 0  # watch events received (bookmarks included)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"watch-{self.what}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        delay = RETRY_MIN_SECONDS
+        relist_now = True  # a 410 after events came through lists again at once; a second in a row waits
+        while True:
+            events = self.events
+            try:
+                if not self.resource_version and not await self._list():  # the kind is not served (yet)
+                    await self._sleep(MISSING_RETRY_SECONDS)
+                    continue
+                started = time.monotonic()
+                await self._watch()
+                if self.events == events and time.monotonic() - started < SHORT_WATCH_SECONDS:
+                    raise KubeError(0, "", "the watch ended at once with nothing in it")
+                delay, relist_now = RETRY_MIN_SECONDS, True
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Gone as e:
+                self.resource_version = ""
+                if relist_now or self.events != events:
+                    relist_now = False
+                    log.info("%s: %s; listing again", self.what, e)
+                    continue
+                self.last_error = f"cannot list or watch {self.what}: {e}"
+            except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as e:
+                self.last_error = f"cannot list or watch {self.what}: {str(e) or type(e).__name__}"
+            except Exception as e:  # an answer of a shape never seen: the watch must not die of it
+                log.exception("%s: unexpected error in the list or watch", self.what)
+                self.last_error = f"cannot list or watch {self.what}: {type(e).__name__}: {e}"
+            if self.events != events:
+                delay, relist_now = RETRY_MIN_SECONDS, True
+            log.warning("%s; again in %.0fs", self.last_error, delay)
+            await self._sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def _hand(self, etype: str, obj: Obj) -> None:
+        try:
+            self.handle(etype, obj)
+        except Exception:
+            log.exception("%s: the %s event of %s could not be handled", self.what, etype, key_of(obj))
+
+    async def _list(self) -> bool:
+        """One whole list, handed on page by page; False when the kind is not served."""
+        listed: dict[Key, str | None] = {}
+        params = {**self.params, "limit": str(self.page)}
+        snapshot = ""
+        while True:
+            try:
+                page = await self.kube.request("GET", self.path, params=params)
+            except NotFound:
+                if not self.missing_ok:
+                    raise
+                if not self.synced.is_set() or self.known.values():
+                    log.warning("%s: the API server does not serve them (CRD not installed): none apply", self.what)
+                self._vanished({}, None)
+                self.last_error = ""
+                self.synced.set()
+                return False
+            meta = page.get("metadata") or {}
+            snapshot = snapshot or meta.get("resourceVersion") or ""
+            upto = _rv(snapshot)
+            kind = str(page.get("kind") or "").removesuffix("List")
+            api_version = page.get("apiVersion")
+            for obj in page.get("items") or []:
+                if kind:  # list items come without them; watch events and the stores' projections need them
+                    obj.setdefault("kind", kind)
+                if api_version:
+                    obj.setdefault("apiVersion", api_version)
+                key, uid = key_of(obj), _uid(obj)
+                listed[key] = uid
+                held = self.known.get(key)
+                if held is not None and _uid(held) != uid:
+                    if _rv(held.get("metadata", {}).get("resourceVersion")) > upto > 0:
+                        continue  # the consumer holds a newer incarnation than the list's
+                    self._hand("DELETED", held)  # the one it held is gone: its delete fell in the gap
+                self._hand("ADDED", obj)
+            cont = meta.get("continue")
+            if not cont:
+                break
+            params = {**self.params, "limit": str(self.page), "continue": cont}
+        self._vanished(listed, _rv(snapshot) or None)
+        self.resource_version = snapshot or "0"
+        self.lists += 1
+        self.last_error = ""
+        self.synced.set()
+        return True
+
+    def _vanished(self, listed: dict[Key, str | None], upto: int | None) -> None:
+        """DELETED for what the consumer holds that a whole list (at resourceVersion ``upto``)
+        lacks. What it holds at a newer resourceVersion came from a write after the list was
+        taken (the operator's own, stored from the API's answer): its fate is the watch's."""
+        for held in self.known.values():
+            key = key_of(held)
+            if key in listed and listed[key] == _uid(held):
+                continue
+            if upto is not None and _rv(held.get("metadata", {}).get("resourceVersion")) > upto:
+                continue
+            self._hand("DELETED", held)
+
+    async def _watch(self) -> None:
+        """Hand on events until the watch ends."""
+        self.watches += 1
+        events = self.kube.watch(self.path, self.resource_version, timeout_seconds=self.watch_seconds,
+                                 params=self.params)  # fmt: skip
+        async with contextlib.aclosing(events):  # a 410 or a stop closes the response at once
+            await self._consume(events)
+
+    async def _consume(self, events: AsyncIterator[Obj]) -> None:
+        async for event in events:
+            etype, obj = event.get("type"), event.get("object") or {}
+            if etype == "ERROR":
+                code, reason, message = obj.get("code") or 0, obj.get("reason") or "", obj.get("message") or ""
+                if code == 410 or reason in ("Expired", "Gone"):
+                    raise Gone(410, reason, message or "too old resource version")
+                raise KubeError(int(code), reason, message or str(obj))
+            self.events += 1
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if etype in ("ADDED", "MODIFIED", "DELETED"):
+                self._hand(etype, obj)
+            elif etype != "BOOKMARK":
+                log.warning("%s: ignoring a watch event of type %r", self.what, etype)
+            if rv:
+                self.resource_version = rv
+
+
 class WatchCache:
-    """One cluster-scoped collection, by name. ``missing_ok``: a 404 for the list (the CRD is not
-    installed) counts as an empty, synced collection, since no such object can exist."""
+    """One cluster-scoped collection, by name (projected), through an :class:`Informer`.
+    ``missing_ok``: a 404 for the list (the CRD is not installed) counts as an empty, synced
+    collection, since no such object can exist."""
 
     def __init__(
         self,
@@ -65,86 +287,40 @@ class WatchCache:
         missing_ok: bool = False,
     ) -> None:
         self.kube, self.path, self.what = kube, path, what
-        self.project, self.on_change, self.missing_ok = project, on_change, missing_ok
+        self.project, self.on_change = project, on_change
         self.objects: dict[str, Obj] = {}
-        self.synced = asyncio.Event()
-        self.last_error = ""
         self.version = 0  # bumped on every change, so readers rebuild only when it moved
+        self.informer = Informer(kube, path, what, self._apply, self, missing_ok=missing_ok)
+        self.synced = self.informer.synced
+
+    @property
+    def last_error(self) -> str:
+        return self.informer.last_error
 
     async def run(self) -> None:
-        delay = RETRY_MIN_SECONDS
-        while True:
-            try:
-                rv = await self._list()
-                if rv is None:  # the kind does not exist (yet)
-                    await asyncio.sleep(MISSING_RETRY_SECONDS)
-                    continue
-                delay = RETRY_MIN_SECONDS
-                while rv is not None:
-                    rv = await self._watch(rv)
-            except asyncio.CancelledError:
-                raise
-            except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as e:
-                self.last_error = f"cannot list or watch {self.what}: {e}"
-                log.warning("%s; again in %.0fs", self.last_error, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        await self.informer.run()
 
-    async def _list(self) -> str | None:
-        items: dict[str, Obj] = {}
-        params = {"limit": str(LIST_PAGE)}
-        while True:
-            try:
-                page = await self.kube.request("GET", self.path, params=params)
-            except NotFound:
-                if not self.missing_ok:
-                    raise
-                if not self.synced.is_set() or self.objects:
-                    log.warning("%s: the API server does not serve them (CRD not installed): none apply", self.what)
-                self._replace({})
-                return None
-            for obj in page.get("items") or []:
-                items[obj["metadata"]["name"]] = self.project(obj)
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                break
-            params = {"limit": str(LIST_PAGE), "continue": cont}
-        self._replace(items)
-        rv: str = (page.get("metadata") or {}).get("resourceVersion") or "0"
-        return rv
+    def get(self, key: Key) -> Obj | None:
+        return self.objects.get(key[1])
 
-    def _replace(self, items: dict[str, Obj]) -> None:
-        before = self.objects
-        self.objects = items
+    def values(self) -> list[Obj]:
+        return list(self.objects.values())
+
+    def _apply(self, etype: str, obj: Obj) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if etype == "DELETED":
+            if self.objects.pop(name, None) is None:
+                return
+        else:
+            projected = self.project(obj)
+            if self.objects.get(name) == projected:
+                return
+            self.objects[name] = projected
         self.version += 1
-        self.last_error = ""
-        self.synced.set()
         if self.on_change is not None:
-            for name in set(before) | set(items):
-                if before.get(name) != items.get(name):
-                    self.on_change(name, items.get(name) or before[name])
-
-    async def _watch(self, rv: str) -> str | None:
-        """Apply events until the watch ends; the resourceVersion to go on from, None to list again."""
-        async for event in self.kube.watch(self.path, rv):
-            etype, obj = event.get("type"), event.get("object") or {}
-            if etype == "ERROR":
-                return None  # 410 Gone (compacted) or another error: list again
-            meta = obj.get("metadata") or {}
-            rv = meta.get("resourceVersion") or rv
-            if etype == "BOOKMARK":
-                continue
-            name = meta.get("name")
-            if not name:
-                continue
-            if etype == "DELETED":
-                self.objects.pop(name, None)
-            else:
-                self.objects[name] = self.project(obj)
-            self.version += 1
-            if self.on_change is not None:
-                self.on_change(name, obj)
-        return rv
+            self.on_change(name, obj)
 
 
 class TenantCache:

@@ -39,6 +39,13 @@ Obj = dict[str, Any]
 NS = "slurm_bridge"
 
 
+@functools.lru_cache(maxsize=4096)
+def _child(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, looked up once per label set: the client library validates and
+    locks on every call (about 32 per pod on the operator's hot path). The label sets are few."""
+    return metric.labels(*values)
+
+
 def _registry() -> CollectorRegistry:
     r = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=r)
@@ -69,8 +76,8 @@ SLURM_REQUEST_SECONDS = Histogram(
 
 def slurm_request(method: str, endpoint: str, outcome: str, seconds: float) -> None:
     """One HTTP attempt to slurmrestd; ``endpoint`` is a template such as ``/job/{id}``."""
-    SLURM_REQUESTS.labels(method, endpoint, outcome).inc()
-    SLURM_REQUEST_SECONDS.labels(method, endpoint).observe(seconds)
+    _child(SLURM_REQUESTS, method, endpoint, outcome).inc()
+    _child(SLURM_REQUEST_SECONDS, method, endpoint).observe(seconds)
 
 
 # ---- operator: Slurm jobs ------------------------------------------------------------------------
@@ -153,7 +160,7 @@ class PodTimes:
         self._released: dict[str, float] = {}  # uid -> monotonic
 
     def event(self, etype: str, pod: Obj, scheduler_name: str) -> None:
-        WATCH_EVENTS.labels("pods").inc()
+        _child(WATCH_EVENTS, "pods").inc()
         if pod.get("spec", {}).get("schedulerName") != scheduler_name:
             return
         uid = pod.get("metadata", {}).get("uid", "")
@@ -194,11 +201,11 @@ def pod_released(pod: Obj) -> None:
 
 
 def phj_event() -> None:
-    WATCH_EVENTS.labels("placeholderjobs").inc()
+    _child(WATCH_EVENTS, "placeholderjobs").inc()
 
 
 def node_event() -> None:
-    WATCH_EVENTS.labels("nodes").inc()
+    _child(WATCH_EVENTS, "nodes").inc()
 
 
 # ---- operator: work queues and nodes -------------------------------------------------------------
@@ -225,11 +232,11 @@ def reconciled(func: Callable[[Any, Hashable], Awaitable[R]]) -> Callable[[Any, 
     @functools.wraps(func)
     async def wrapper(self: Any, item: Hashable) -> R:
         kind = _kind(item)
-        RECONCILES.labels(kind).inc()
+        _child(RECONCILES, kind).inc()
         try:
             return await func(self, item)
         except Exception:
-            RECONCILE_ERRORS.labels(kind).inc()
+            _child(RECONCILE_ERRORS, kind).inc()
             raise
 
     return wrapper
@@ -238,7 +245,7 @@ def reconciled(func: Callable[[Any, Hashable], Awaitable[R]]) -> Callable[[Any, 
 def node_sync(direction: str, action: str) -> None:
     """``direction``: ``to_slurm`` (drain/undrain a Slurm node), ``to_kubernetes`` (taint, cordon,
     markers on a Node) or ``registration`` (dynamic nodes created, drained, deleted)."""
-    NODE_SYNC_ACTIONS.labels(direction, action).inc()
+    _child(NODE_SYNC_ACTIONS, direction, action).inc()
 
 
 # ---- operator: state read at scrape time ---------------------------------------------------------

@@ -166,8 +166,12 @@ def desired(node: Obj, slurm_name: str, default_partition: str) -> Desired | str
                 "such as 'topo-1:block-2' (letters, digits and '_.:,-')")  # fmt: skip
     addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or [] if isinstance(a, dict)}
     address = addresses.get("InternalIP") or addresses.get("ExternalIP")
-    if address is not None and not _ADDRESS.match(address):
-        address = None
+    if address is None or not _ADDRESS.match(address):
+        # Without NodeAddr slurmctld resolves the node's name at each allocation: a name no DNS
+        # knows stalled it about ten seconds each time and failed the allocation's answer (measured).
+        return (f"{where} reports no InternalIP or ExternalIP address"
+                + (f" (only {address!r}, not an IP address)" if address else "")
+                + "; it is registered once its kubelet reports one")  # fmt: skip
     return Desired(slurm_name, cpus, memory, gpus, tuple(dict.fromkeys(partitions)), topology or None, address)
 
 

@@ -31,6 +31,13 @@ from slurm_bridge.slurm.client import SlurmClient
 Obj = dict[str, Any]
 
 
+def _rv(meta: Obj) -> int:
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 @dataclass(frozen=True)
 class Stats:
     """What /stats reports about the controller (operator/runtime/app.py)."""
@@ -61,6 +68,8 @@ class Controller:
         self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller, tenants)
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)
+        # (uid, resourceVersion) of each object as its latest reconcile began to read it.
+        self._read: dict[Hashable, tuple[str, int]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -88,26 +97,35 @@ class Controller:
             placeholderjobs=len(self.phjs),
         )
 
-    # ---- watch events (from kopf) -----------------------------------------------------------
+    # ---- watch events (operator/runtime/watches.py) -----------------------------------------
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         metrics.pod_event(etype, pod, self.config.schedulerName)
         if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:
             return
-        if etype == "DELETED":
-            self.pods.delete(pod)
-            self.members.forget(pod.get("metadata", {}).get("uid", ""))
-        else:
-            self.pods.upsert(pod)
-        ns, name = ObjectStore.key_of(pod)
-        self.queue.add(("pod", ns, name))
+        self._queue(("pod", *ObjectStore.key_of(pod)), self.pods, etype, pod)
 
     def on_phj_event(self, etype: str, phj: Obj) -> None:
         metrics.phj_event()
+        self._queue(("phj", *ObjectStore.key_of(phj)), self.phjs, etype, phj)
+
+    def _queue(self, item: Hashable, store: ObjectStore, etype: str, obj: Obj) -> None:
+        """Store the event's object; queue its reconcile unless the event provably brings nothing
+        new: a MODIFIED event that changes nothing the store keeps (``ObjectStore.observe``), or
+        any event but DELETED at or below the resourceVersion a reconcile of that object already
+        began with (the echo of the operator's own write read since, a stale event)."""
+        meta = obj.get("metadata", {})
         if etype == "DELETED":
-            self.phjs.delete(phj)
+            store.delete(obj)
+            self._read.pop(item, None)
+            if item[0] == "pod":  # type: ignore[index]
+                self.members.forget(meta.get("uid", ""))
+        elif not store.observe(obj) and etype == "MODIFIED":
+            return
         else:
-            self.phjs.upsert(phj)
-        self.queue.add(("phj", *ObjectStore.key_of(phj)))
+            read = self._read.get(item)
+            if read is not None and read[0] == meta.get("uid") and 0 < _rv(meta) <= read[1]:
+                return
+        self.queue.add(item)
 
     def _on_job_change(self, ref: PhjRef) -> None:
         self.queue.add(("phj", ref.namespace, ref.name))
@@ -121,7 +139,16 @@ class Controller:
     async def _reconcile(self, item: Hashable) -> float | None:
         kind, ns, name = cast(tuple[str, str, str], item)
         if kind == "pod":
+            self._note_read(item, self.pods)
             return await self.members.reconcile((ns, name))
         if self.tenants is not None:
             await self.tenants.ensure_namespace(ns)  # a namespace created a moment ago
+        self._note_read(item, self.phjs)
         return await self.jobs.reconcile((ns, name))
+
+    def _note_read(self, item: Hashable, store: ObjectStore) -> None:
+        obj = store.get(item[1:])  # type: ignore[index]
+        if obj is None:
+            self._read.pop(item, None)
+        else:
+            self._read[item] = (obj["metadata"].get("uid", ""), _rv(obj["metadata"]))

@@ -1,4 +1,5 @@
-"""Wires the controller to kopf's watches, leader election, and the health endpoints."""
+"""Wires the controllers to their watches (the operator's own informers for pods and
+PlaceholderJobs, kopf for the rest), leader election, and the health endpoints."""
 
 from __future__ import annotations
 
@@ -16,20 +17,21 @@ from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.runtime.login import login as kopf_login
+from slurm_bridge.operator.runtime.watches import HotWatches
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge import metrics, names
+from slurm_bridge import metrics
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.kubecache import LIST_PAGE, TenantCache
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
-# Objects per page of kopf's initial lists.
-LIST_CHUNK_SIZE = 500
+# Objects per page of kopf's initial lists (the informers' pages are as big).
+LIST_CHUNK_SIZE = LIST_PAGE
 # How long kopf keeps an idle object's worker (and the object's last event) alive.
 KOPF_WORKER_IDLE_SECONDS = 0.5
 
@@ -37,7 +39,7 @@ KOPF_WORKER_IDLE_SECONDS = 0.5
 class _NoDiffBase(kopf.DiffBaseStorage):
     """Skip kopf's per-event diff base.
 
-    The operator registers only watch-event handlers, never change handlers, so the essence kopf
+    The operator registers only a watch-event handler, never change handlers, so the essence kopf
     deep-copies out of every event (and stores nowhere) is pure overhead: a third of the
     operator's CPU under load.
     """
@@ -52,25 +54,23 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-def configure_kopf(settings: kopf.OperatorSettings, scheduler_name: str) -> None:
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
     """kopf's settings for the operator (also applied by bench/replay.py, so that the replay's
-    kopf works as the operator's does)."""
+    kopf mode works as kopf would)."""
     settings.posting.enabled = False  # the controller records its own Events
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     settings.peering.standalone = True  # leader election is the Lease's job
     settings.persistence.diffbase_storage = _NoDiffBase()
-    # The initial lists (start-up, leader takeover) in pages: kopf keeps one page, not the whole
-    # decoded list (with 10,000 pods and PlaceholderJobs that was about 320 MB of the
-    # restarted operator's memory: docs/performance.md, run 8).
+    # The initial lists in pages: kopf keeps one page, not the whole decoded list (with 10,000
+    # pods and PlaceholderJobs, when kopf watched them, that was about 320 MB of the restarted
+    # operator's memory: docs/performance.md, run 8).
     settings.watching.chunk_size = LIST_CHUNK_SIZE
     # kopf's worker for an object keeps its last event while it waits for the next one. With
     # the default of 5 s, an initial list held every object listed in the last 5 s whole
     # (16,000 at once at 10,000 PlaceholderJobs: docs/performance.md, run 11).
     settings.queueing.idle_timeout = KOPF_WORKER_IDLE_SECONDS
-    # Only the bridge's pods are sent at all (docs/performance.md: unmanaged pods cost nothing).
-    settings.watching.field_selectors["v1", "pods"] = f"spec.schedulerName={scheduler_name}"
 
 
 def build_registry(
@@ -80,7 +80,8 @@ def build_registry(
     hand_over: Callable[[], Awaitable[None]] | None = None,
     creds: kubeconfig_loader.Credentials | None = None,
 ) -> kopf.OperatorRegistry:
-    """The kopf handlers; ``creds`` (the operator's own client's) log kopf in."""
+    """The kopf handlers; ``creds`` (the operator's own client's) log kopf in. Pods and
+    PlaceholderJobs are not kopf's: ``HotWatches`` (operator/runtime/watches.py) watches them."""
     registry = kopf.OperatorRegistry()
 
     if hand_over is not None:
@@ -93,23 +94,13 @@ def build_registry(
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_kopf(settings, ctrl.config.schedulerName)
+        configure_kopf(settings)
 
     if creds is not None:
 
         @kopf.on.login(registry=registry)
         async def login(**_: Any) -> kopf.ConnectionInfo:
             return await kopf_login(creds)  # operator/runtime/login.py: exec plugins, in-cluster
-
-    @kopf.on.event("v1", "pods", registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-        if event.get("object"):
-            ctrl.on_pod_event(event.get("type") or "ADDED", dict(event["object"]))
-
-    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
-    async def phj_event(event: kopf.RawEvent, **_: Any) -> None:
-        if event.get("object"):
-            ctrl.on_phj_event(event.get("type") or "ADDED", dict(event["object"]))
 
     if nodes is not None:
 
@@ -150,8 +141,13 @@ class StandbyProbe:
                 await asyncio.wait_for(self.elector.is_leader.wait(), timeout=self.period)
 
 
-def readiness(ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -> tuple[bool, str]:
+def readiness(
+    ctrl: Controller, elector: LeaderElector, standby: StandbyProbe, watches: HotWatches | None = None
+) -> tuple[bool, str]:
     """Ready means this replica can do the bridge's work now (the reason otherwise)."""
+    if watches is not None and not watches.synced:
+        role = "leader" if elector.is_leader.is_set() else "standby"
+        return False, f"{role}, waiting for the first lists of pods and PlaceholderJobs: {watches.problem}"
     if elector.is_leader.is_set():
         if not ctrl.poller.synced.is_set():
             return False, f"leader, waiting for the first Slurm job list: {ctrl.poller.last_error or 'in progress'}"
@@ -164,21 +160,27 @@ def readiness(ctrl: Controller, elector: LeaderElector, standby: StandbyProbe) -
 
 
 async def health_server(
-    cfg: Config, ctrl: Controller, elector: LeaderElector, standby: StandbyProbe, nodes: NodeController | None = None
+    cfg: Config,
+    ctrl: Controller,
+    elector: LeaderElector,
+    standby: StandbyProbe,
+    nodes: NodeController | None = None,
+    watches: HotWatches | None = None,
 ) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        ready, why = readiness(ctrl, elector, standby)
+        ready, why = readiness(ctrl, elector, standby, watches)
         return web.Response(status=200 if ready else 503, text=why)
 
     async def stats(_: web.Request) -> web.Response:
         node_lists = (
             {"slurm_node_lists": nodes.polls, "slurm_node_lists_unchanged": nodes.unchanged_lists} if nodes else {}
         )
+        lists = {"watches": watches.stats()} if watches else {}
         return web.json_response(
-            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists}
+            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists, **lists}
         )
 
     app = web.Application()
@@ -208,17 +210,23 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)
     elector = LeaderElector(lease_kube, lease_namespace, f"{cfg.bridgeId}-operator")
     standby = StandbyProbe(slurm, elector)
+    # Pods and PlaceholderJobs, listed and watched by every replica from start-up.
+    watches = HotWatches(kube, ctrl)
     metrics.register_operator(ctrl.phjs, {"controller": ctrl.queue, "nodes": node_ctrl.queue}, elector)
-    runner = await health_server(cfg, ctrl, elector, standby, node_ctrl)
+    runner = await health_server(cfg, ctrl, elector, standby, node_ctrl, watches)
     stop = asyncio.Event()
 
     async def lead() -> None:
         await elector.is_leader.wait()
-        ctrl.start()
         node_ctrl.start()
+        # The first reconciles see every pod and PlaceholderJob: none is created twice, none
+        # judged missing, because a list was still coming in.
+        await watches.wait_synced()
+        ctrl.start()
         tenant_status.start()
 
     tenants.start()
+    watches.start()
     tasks = [
         asyncio.create_task(elector.run(), name="leader"),
         asyncio.create_task(lead(), name="lead"),
@@ -233,6 +241,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
         await tenant_status.stop()
         await node_ctrl.stop()
         await ctrl.stop()
+        await watches.stop()
         await tenants.stop()
         await elector.release()
 

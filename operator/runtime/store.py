@@ -151,6 +151,24 @@ class ObjectStore:
         self._objs[key] = stored
         return True
 
+    def observe(self, obj: Obj) -> bool:
+        """``upsert`` a watch event's object; False only when it provably changes nothing a reader
+        sees: a later version (same uid) of the stored object, projected equal but for its
+        resourceVersion (a kubelet's condition update, managedFields). The operator's own writes
+        are stored from their answers, so their echoes carry the stored resourceVersion and count
+        as changes: the reconcile that wrote may wait for them."""
+        key = self.key_of(obj)
+        cur = self._objs.get(key)
+        if cur is None or _rv(obj) <= _rv(cur) or cur["metadata"].get("uid") != obj["metadata"].get("uid"):
+            self.upsert(obj)
+            return True
+        stored = project(obj)
+        unchanged = {**stored, "metadata": {**stored["metadata"], "resourceVersion": cur["metadata"].get(
+            "resourceVersion")}} == cur  # fmt: skip
+        self._reindex(key, cur, stored)
+        self._objs[key] = stored
+        return not unchanged
+
     def delete(self, obj: Obj) -> None:
         key = self.key_of(obj)
         cur = self._objs.get(key)

@@ -28,7 +28,7 @@ PLACED = {
 }
 
 
-@pytest.mark.parametrize("mode", ["direct", "kopf"])
+@pytest.mark.parametrize("mode", ["watch", "direct", "kopf"])
 async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_once(mode: str) -> None:
     r = await replay.replay(PODS, mode, settle_seconds=30)
     assert replay.check(r) == []

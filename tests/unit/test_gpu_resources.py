@@ -27,6 +27,9 @@ def test_a_registered_node_offers_each_gpu_resource_as_slurm_gpus(resource: str)
 
 def test_other_resources_are_not_gpus() -> None:
     res = {"cpu": "8", "memory": "16Gi", "example.com/fpga": "2"}
-    node = {"metadata": {"name": "k1", "labels": {}, "annotations": {}}, "status": {"allocatable": res}}
+    node = {
+        "metadata": {"name": "k1", "labels": {}, "annotations": {}},
+        "status": {"allocatable": res, "addresses": [{"type": "InternalIP", "address": "10.1.2.3"}]},
+    }
     desired = reg.desired(node, "k1", "p")
     assert isinstance(desired, reg.Desired) and desired.gpus == 0

@@ -14,7 +14,9 @@ from slurm_bridge.kube import (
     MAX_LABEL_VALUE_LENGTH,
     MAX_NAME_LENGTH,
     Conflict,
+    Gone,
     KubeClient,
+    KubeError,
     NotFound,
     _load_credentials,
     bounded,
@@ -24,6 +26,7 @@ from slurm_bridge.kube import (
     label_value,
     object_path,
 )
+from slurm_bridge.kubeconfig import TokenSource
 
 KUBECONFIG = """
 apiVersion: v1
@@ -181,3 +184,56 @@ async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_
     assert len(set(event_names)) == 3, "each Event has its own name (none collides with the last)"
     assert all(len(n) <= MAX_NAME_LENGTH and DNS_SUBDOMAIN.match(n) for n in event_names), event_names
     assert all(e["involvedObject"]["name"] == long_name for e in posted)
+
+
+async def test_watch_sends_its_parameters_decodes_lines_across_chunks_and_types_410() -> None:
+    """The client's watch on a loopback server: the query (field selector, bookmarks, the
+    resourceVersion, the server-side timeout), events split across writes, and a 410 answer."""
+    seen: list[dict[str, str]] = []
+
+    class Tokens(TokenSource):
+        invalidated = 0
+
+        async def token(self) -> str:
+            return "t"
+
+        def invalidate(self) -> None:
+            Tokens.invalidated += 1
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.query))
+        if request.query["resourceVersion"] == "1":
+            return web.json_response({"kind": "Status", "code": 410, "reason": "Expired"}, status=410)
+        if request.query["resourceVersion"] == "2":
+            return web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"}, status=401)
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        first = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"11"}}}\n{"type":"BOOK'
+        await resp.write(first)
+        await resp.write(b'MARK","object":{"metadata":{"resourceVersion":"12"}}}\n\n')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kube = KubeClient(f"http://127.0.0.1:{port}", token=Tokens())
+    try:
+        selector = {"fieldSelector": "spec.schedulerName=slurm-bridge"}
+        events = [e async for e in kube.watch("/api/v1/pods", "10", timeout_seconds=60, params=selector)]
+        assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+        assert events[1]["object"]["metadata"]["resourceVersion"] == "12"
+        assert seen[0] == selector | {"watch": "true", "resourceVersion": "10", "allowWatchBookmarks": "true",
+                                      "timeoutSeconds": "60"}  # fmt: skip
+        with pytest.raises(Gone):
+            [e async for e in kube.watch("/api/v1/pods", "1")]
+        with pytest.raises(KubeError) as refused:
+            [e async for e in kube.watch("/api/v1/pods", "2")]
+        assert refused.value.status == 401 and Tokens.invalidated == 1, "the next attempt fetches a new token"
+    finally:
+        await kube.aclose()
+        await runner.cleanup()

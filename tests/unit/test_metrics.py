@@ -23,11 +23,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from slurm_bridge.extender.main import serve as serve_extender
 from slurm_bridge.operator.runtime.app import build_registry
+from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.watches import HotWatches
 from slurm_bridge.webhook.certs import write_certs
 from slurm_bridge.webhook.server import WebhookServer
 
 from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
+from slurm_bridge.kube import KubeClient
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
 
@@ -159,21 +162,24 @@ async def test_reconciles_and_their_errors_are_counted_by_kind() -> None:
 
 
 async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> None:
-    """Unmanaged pods are filtered server-side (a field selector kopf sends with its list and
-    watch), so they cost the operator nothing (docs/performance.md)."""
-    ctrl = SimpleNamespace(config=Config(schedulerName="my-bridge"))
-    registry = build_registry(ctrl, SimpleNamespace())  # type: ignore[arg-type]
+    """Unmanaged pods are filtered server-side (a field selector the operator's pod informer sends
+    with its list and every watch), so they cost the operator nothing (docs/performance.md)."""
+    ctrl: Any = SimpleNamespace(config=Config(schedulerName="my-bridge"), on_pod_event=print, on_phj_event=print,
+                                pods=ObjectStore(), phjs=ObjectStore())  # fmt: skip
+    watches = HotWatches(KubeClient("http://127.0.0.1:0"), ctrl)
+    assert watches.pods.params == {"fieldSelector": "spec.schedulerName=my-bridge"}
+    assert watches.phjs.params == {}
+    assert watches.pods.page == watches.phjs.page == 500, "lists in pages: one page held, not the whole list"
+    # kopf watches only the nodes now, listed in pages as well
+    registry = build_registry(ctrl, SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
     settings = kopf.OperatorSettings()
     for handler in registry._activities.get_all_handlers():
         if handler.id.endswith(".configure"):
             configure: Any = handler.fn
             await configure(settings=settings)
-    pods = kopf.Resource("", "v1", "pods", namespaced=True)
-    nodes = kopf.Resource("", "v1", "nodes")
-    assert list(settings.watching.field_selectors.collect(pods)) == ["spec.schedulerName=my-bridge"]
-    assert list(settings.watching.field_selectors.collect(nodes)) == []
-    assert not list(settings.watching.label_selectors.collect(pods))
-    assert settings.watching.chunk_size == 500, "initial lists in pages: kopf keeps one page, not the whole list"
+    assert settings.watching.chunk_size == 500
+    watched = {h.selector.any_name for h in registry._watching.get_all_handlers() if h.selector is not None}
+    assert watched == {"nodes"}, "pods and PlaceholderJobs are the operator's own watches"
 
 
 # ---- webhook and extender ---------------------------------------------------------------------

@@ -97,3 +97,17 @@ async def test_standby_probe_reports_an_unreachable_url() -> None:
     assert not probe.ok and "http://10.0.0.9:6820" in probe.problem
     elector.is_leader.set()
     await asyncio.wait_for(task, 1)
+
+
+@pytest.mark.parametrize("leader", [True, False])
+def test_neither_leader_nor_standby_is_ready_before_the_first_lists_of_pods_and_placeholderjobs(leader: bool) -> None:
+    """Before they are in, the leader's controller has not started (the first reconciles would
+    miss objects) and a standby's caches are not warm."""
+    standby = SimpleNamespace(ok=True, problem="")
+    watches = SimpleNamespace(synced=False, problem="cannot list or watch pods: 403 Forbidden: pods is forbidden")
+    got, why = readiness(_ctrl(True, True), _elector(leader), standby, watches)  # type: ignore[arg-type]
+    assert not got
+    assert why.startswith("leader" if leader else "standby")
+    assert "first lists of pods and PlaceholderJobs" in why and "403 Forbidden" in why
+    watches.synced = True
+    assert readiness(_ctrl(True, True), _elector(leader), standby, watches)[0]  # type: ignore[arg-type]

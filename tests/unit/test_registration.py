@@ -77,8 +77,25 @@ def test_without_the_partitions_annotation_the_node_joins_the_default_partition(
         want(n).node_conf()
         == "NodeName=k1 NodeAddr=10.1.2.3 CPUs=8 RealMemory=16384 Features=slurm-bridge State=EXTERNAL"
     )
-    n["status"]["addresses"] = [{"type": "InternalIP", "address": "1.2.3.4 State=DOWN"}]  # never into the line
-    assert want(n).node_conf() == "NodeName=k1 CPUs=8 RealMemory=16384 Features=slurm-bridge State=EXTERNAL"
+    n["status"]["addresses"] = [{"type": "ExternalIP", "address": "10.9.9.9"}]
+    assert want(n).node_conf().startswith("NodeName=k1 NodeAddr=10.9.9.9 CPUs=8 ")
+
+
+@pytest.mark.parametrize(
+    ("addresses", "words"),
+    [
+        ([], "reports no InternalIP or ExternalIP address; it is registered once its kubelet reports one"),
+        ([{"type": "Hostname", "address": "k1"}], "reports no InternalIP or ExternalIP address"),
+        # never into the node line
+        ([{"type": "InternalIP", "address": "1.2.3.4 State=DOWN"}], "(only '1.2.3.4 State=DOWN', not an IP address)"),
+    ],
+)
+def test_a_node_without_an_ip_address_is_not_registered(addresses: list[dict[str, str]], words: str) -> None:
+    """slurmctld would resolve the name at each allocation (ten seconds each for an unknown name)."""
+    n = node()
+    n["status"]["addresses"] = addresses
+    problem = reg.desired(n, "k1", "slurm-bridge")
+    assert isinstance(problem, str) and words in problem and problem.startswith("node k1 ")
 
 
 @pytest.mark.parametrize(
