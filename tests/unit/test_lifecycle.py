@@ -17,11 +17,12 @@ import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
 
 from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 Obj = dict[str, Any]
 JOB = 7
@@ -446,3 +447,84 @@ def test_the_pending_message() -> None:
         "Slurm expects it to start at 2026-11-24T10:00:00Z"
     )
     assert pd.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"
+
+
+# ---- the outcomes the shell reports back, and the status held back for one write --------------------
+def test_a_refused_submit_is_told_and_retried_later() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    side = slurm_side("vanished", job_id=None)
+    refused = pl.Refused("Slurm refused the job: busy", association=False, present=("p",))
+    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s", outcome=refused)
+    write, event, tell = plan.actions
+    assert isinstance(write, pl.WriteStatus) and write.status.reason == names.REASON_SUBMIT_REJECTED
+    assert isinstance(event, pl.Event) and event.warning and event.message == "Slurm refused the job: busy"
+    assert tell == pl.TellPods(("p",), "SlurmSubmitRejected", "Slurm refused the job: busy", warning=True)
+    assert plan.requeue == lc.SUBMIT_RETRY_SECONDS
+
+
+def test_a_second_association_refusal_fails_the_placeholderjob_and_asks_no_retry() -> None:
+    first = phj(None, job_id=None)
+    refused = pl.Refused("Slurm refused the job: Invalid account", association=True, present=())
+    plan = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+                     scheduler="s", outcome=refused)  # fmt: skip
+    write = plan.actions[0]
+    assert isinstance(write, pl.WriteStatus) and plan.requeue == lc.SUBMIT_RETRY_SECONDS
+    first["status"] = {**first.get("status", {}), **write.status.dump()}
+    again = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+                      scheduler="s", outcome=refused)  # fmt: skip
+    failed = again.actions[0]
+    assert isinstance(failed, pl.WriteStatus) and failed.status.phase == names.PHASE_FAILED
+    assert summary(again.actions[1]) == ("event", names.REASON_SLURM_ASSOCIATION_REJECTED)
+    assert len(again.actions) == 2 and again.requeue is None, "no live member to tell; the Failed rows end the pods"
+
+
+@pytest.mark.parametrize("maybe_applied", [True, False])
+def test_an_unreachable_slurm_is_reported_to_the_poller(maybe_applied: bool) -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+                     outcome=pl.Unavailable(maybe_applied))  # fmt: skip
+    assert plan == pl.Plan((pl.SubmitFailed(maybe_applied),))
+
+
+def test_a_placed_job_queued_is_announced_and_recorded() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    pending = JobInfo(job_id=JOB, states=("PENDING",), reason="Priority")
+    placed = pl.Placed(JOB, pending, JobRequest())
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s", outcome=placed)
+    assert [summary(a) for a in plan.actions] == [("event", "Submitted"), ("told", ("p",), "Priority"),
+                                                  ("status", "Pending", "Priority")]  # fmt: skip
+    assert plan.held is None and plan.requeue is None
+
+
+def test_a_placed_job_allocated_at_once_holds_its_status_until_the_pod_is_bound() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    running = job("RUNNING")
+    assert running is not None
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+                     outcome=pl.Placed(JOB, running, JobRequest()))  # fmt: skip
+    assert [summary(a) for a in plan.actions] == [("release", (("p", NODE),)), ("podgroup", True)]
+    assert plan.held is not None and plan.held.status.job_id == JOB
+    assert plan.requeue == pytest.approx(lc.UNWRITTEN_SECONDS)
+    # The next decision writes it with the first status write, here the release refused for good.
+    refusal = pl.ReleaseRefused(JOB, "p", "metadata.labels: Invalid value")
+    after = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s", held=plan.held,
+                      outcome=refusal)  # fmt: skip
+    write = after.actions[0]
+    assert isinstance(write, pl.WriteStatus) and write.status.job_id == JOB and write.status.phase == "Failed"
+    assert after.held is None and after.requeue == 0.0
+    assert summary(after.actions[1]) == ("cancel", JOB)
+
+
+def test_a_held_status_is_kept_without_a_write_and_dropped_once_status_has_the_job() -> None:
+    held = pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), NOW.mono + 5)
+    missing = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), lc.SlurmSide(synced=False), {}, NOW,
+                        scheduler="s", held=held)  # fmt: skip
+    assert missing.held == held, "nothing written: still held"
+    written = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("running")}, NOW,
+                        scheduler="s", held=held)  # fmt: skip
+    assert written.held is None, "status has the job (another leader wrote it): nothing held"
+    devices = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), slurm_side("RUNNING"), {"p": pod("gated")},
+                        NOW, scheduler="s", held=held, outcome=pl.DevicesMissing())  # fmt: skip
+    assert [summary(a) for a in devices.actions] == [("status", "Allocated", "")], "written at once, no release"
+    assert isinstance(devices.actions[0], pl.WriteStatus) and devices.actions[0].status.job_id == JOB
+    assert devices.held is None and devices.requeue == DEVICES_RETRY_SECONDS
