@@ -42,6 +42,34 @@ REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"
 REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
 # A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
 REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
+# The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey
+# once: the next such refusal of the same spec ends the PlaceholderJob (no retry storm).
+REASON_ASSOCIATION_REJECTED: Final = "AssociationRejected"
+# Slurm refused the job (status reason, Warning Event; submitted again 30 s later or on a change).
+REASON_SUBMIT_REJECTED: Final = "SubmitRejected"
+# A gang PlaceholderJob before its job exists: not every member pod yet, or fenced for its submit.
+REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
+REASON_SUBMITTING: Final = "Submitting"
+# The API server refused a member pod's release for good (HTTP 422): Failed, the job cancelled.
+REASON_RELEASE_REJECTED: Final = "ReleaseRejected"
+# The API server refused to create a pod's PlaceholderJob (HTTP 422): a Warning Event on the pod.
+REASON_PHJ_REFUSED: Final = "PlaceholderJobRefused"
+# The PlaceholderJob's other status, condition and Event reasons along its life (docs/architecture.md,
+# "The PlaceholderJob decision table"). A job Slurm ended is SlurmJob<State> (SlurmJobTimeout, ...).
+REASON_SUBMITTED: Final = "Submitted"  # condition Submitted; Event when the job waits in Slurm's queue
+REASON_PENDING: Final = "Pending"  # condition Allocated=False while Slurm gives no reason
+REASON_ALLOCATED: Final = "Allocated"  # condition Allocated
+REASON_PODS_BOUND: Final = "PodsBound"  # condition Ready
+REASON_ALLOCATION_MISMATCH: Final = "AllocationMismatch"  # fewer nodes than member pods: Failed
+REASON_PODS_SUCCEEDED: Final = "PodsSucceeded"  # every member ended: Completed ...
+REASON_PODS_DELETED: Final = "PodsDeleted"  # ... Cancelled ...
+REASON_PODS_FAILED: Final = "PodsFailed"  # ... or Failed
+REASON_SLURM_JOB_VANISHED: Final = "SlurmJobVanished"  # the job is no longer in Slurm: Failed
+REASON_SLURM_JOB_ENDED: Final = "SlurmJobEnded"  # members ended after an end that recorded no reason
+REASON_PHJ_DELETED: Final = "PlaceholderJobDeleted"  # members ended because their PlaceholderJob went
+REASON_CANCELLED: Final = "Cancelled"  # Event: the deleted PlaceholderJob's job was cancelled
+REASON_UPDATE_REJECTED: Final = "UpdateRejected"  # Event: Slurm refused a changed spec for a pending job
+REASON_SLURM_ALLOCATED: Final = "SlurmAllocated"  # Event on a pod released after a wait in the queue
 # Event on a TenantPolicy when live jobs it selects no longer fit it (they are never cancelled).
 REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
 

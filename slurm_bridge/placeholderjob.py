@@ -1,31 +1,27 @@
-"""The PlaceholderJob's spec and status as pydantic models, field for field the CRD's schema.
+"""The PlaceholderJob as pydantic models, spec and status field for field the CRD's schema, and
+the rules read off it (``PlaceholderJob.is_gang``, ``is_member``, ``resubmit_wait``).
 
 ``crds/placeholderjobs.slinky.slurm.net.yaml`` is the contract with users and the Go bridge; a
 unit test (tests/unit/test_placeholderjob_models.py) checks these models against it both ways,
 so the operator reads and writes the same fields the API server keeps. ``spec.slurm`` is the
-``JobRequest`` the job is submitted with.
+``JobRequest`` the job is submitted with. The operator parses a PlaceholderJob once per stored
+version (operator/runtime/store.py, ``ParsedStore``) and hands the typed object on.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, PrivateAttr
 
+from slurm_bridge import names
+from slurm_bridge.conditions import Camel as _Camel
+from slurm_bridge.conditions import Condition
 from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.workloads import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
 
 Phase = Literal["Pending", "Allocated", "Running", "Completed", "Failed", "Cancelled"]
-
-
-class _Camel(BaseModel):
-    # Fields the schema does not know are pruned by the API server; reading ignores them so an
-    # object written by a newer bridge still parses.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    def dump(self) -> dict[str, Any]:
-        """The API form: camelCase, only the fields that were set (a merge patch keeps the rest)."""
-        return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 class GroupSource(_Camel):
@@ -60,6 +56,11 @@ class PlaceholderJobSpec(_Camel):
     min_components: int | None = Field(default=None, ge=1)
     components: list[Component] | None = None
 
+    def crd_dict(self) -> dict[str, Any]:
+        """The CRD form of a new spec: camelCase, unset (None) fields left out, as
+        ``JobRequest.crd_dict``."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
 
 class Assignment(_Camel):
     pod: str
@@ -75,34 +76,6 @@ class ComponentStatus(_Camel):
     job_id: int | None = None
     slurm_state: str | None = None
     node_list: str | None = None
-
-
-# What a condition written before every field was required reads as (see Condition).
-LEGACY_CONDITION: dict[str, Any] = {
-    "reason": "Unknown", "message": "", "lastTransitionTime": "1970-01-01T00:00:00Z", "observedGeneration": 0,
-}  # fmt: skip
-
-
-class Condition(_Camel):
-    """A metav1.Condition: the CRD requires every field.
-
-    Conditions written by bridge versions that left some out still parse, with the missing
-    fields filled from LEGACY_CONDITION, so the next status write (which sends the whole list)
-    is valid under the stricter schema instead of being refused after an upgrade."""
-
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str
-    last_transition_time: str
-    observed_generation: int = Field(ge=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_legacy(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {**LEGACY_CONDITION, **{k: v for k, v in data.items() if v is not None}}
-        return data
 
 
 class PlaceholderJobStatus(_Camel):
@@ -127,24 +100,107 @@ class PlaceholderJobStatus(_Camel):
     expected_start: str | None = None
     conditions: list[Condition] | None = None
 
-    def condition_dicts(self) -> list[dict[str, Any]] | None:
-        """The conditions as the API has them (what status.set_condition edits)."""
-        return None if self.conditions is None else [c.dump() for c in self.conditions]
+    def merged(self, top: PlaceholderJobStatus) -> PlaceholderJobStatus:
+        """This status with the fields ``top`` sets (as a merge patch of both leaves it)."""
+        return self.model_copy(update={k: getattr(top, k) for k in top.model_fields_set})
 
 
-def spec_of(phj: dict[str, Any]) -> PlaceholderJobSpec:
-    return PlaceholderJobSpec.model_validate(phj.get("spec") or {})
+class OwnerReference(_Camel):
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
 
 
-def status_of(phj: dict[str, Any]) -> PlaceholderJobStatus:
-    return PlaceholderJobStatus.model_validate(phj.get("status") or {})
+class ObjectMeta(_Camel):
+    """The metadata the operator reads."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = None
+    finalizers: list[str] | None = None
+    deletion_timestamp: str | None = None
 
 
 class PlaceholderJob(_Camel):
-    """The whole object; the operator reads ``spec`` and ``status`` through the models above."""
+    """The whole object, parsed once (:meth:`parse`); ``raw`` is the object it was parsed from,
+    for the calls that send it back (Events, patches)."""
 
     api_version: str | None = None
     kind: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PlaceholderJobSpec
-    status: PlaceholderJobStatus | None = None
+    status: PlaceholderJobStatus = Field(default_factory=PlaceholderJobStatus)
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def parse(cls, obj: dict[str, Any]) -> PlaceholderJob:
+        phj = cls.model_validate(obj)
+        phj._raw = obj
+        return phj
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._raw
+
+    @property
+    def deleted(self) -> bool:
+        return bool(self.metadata.deletion_timestamp)
+
+    def with_status(self, status: PlaceholderJobStatus) -> PlaceholderJob:
+        """The same object with another status (the raw object stays the one parsed)."""
+        return self.model_copy(update={"status": status})
+
+    def is_gang(self) -> bool:
+        """A gang's: all its members start together, each recorded by its uid."""
+        return self.spec.group is not None and self.spec.group.kind in GANG_KINDS
+
+    def is_composite(self) -> bool:
+        """A CompositePodGroup's: one heterogeneous Slurm job."""
+        return self.spec.group is not None and group_kind(self.spec.group.dump()) == COMPOSITE_PODGROUP.group_kind
+
+    def pod_owner_uid(self) -> str | None:
+        """The uid of the pod a single pod's PlaceholderJob belongs to (its Pod owner)."""
+        for ref in self.metadata.owner_references or []:
+            if ref.kind == "Pod" and ref.api_version == "v1":
+                return ref.uid
+        return None
+
+    def owned_by_other_pod(self, pod: dict[str, Any] | None) -> bool:
+        """A single-pod PlaceholderJob belongs to one pod incarnation (its Pod owner's uid)."""
+        if pod is None:
+            return False
+        owner = self.pod_owner_uid()
+        return owner is not None and owner != pod["metadata"].get("uid")
+
+    def is_member(self, pod: dict[str, Any]) -> bool:
+        """Whether ``pod`` is the incarnation the PlaceholderJob counts as its member of that name:
+        a gang records each member's uid in spec.podUIDs, a single pod is the PlaceholderJob's owner."""
+        if self.is_gang():
+            uid = (self.spec.pod_uids or {}).get(pod["metadata"]["name"])
+            return uid is None or uid == pod["metadata"].get("uid")
+        return not self.owned_by_other_pod(pod)
+
+    def resubmit_wait(self, retry_seconds: float, now: datetime | None = None) -> float:
+        """Seconds to wait before submitting again a spec Slurm refused; 0 when a submit may go ahead.
+
+        The refusal is kept in status (reason, submitTime, observedGeneration), so neither a watch
+        event nor a restart submits the same refused spec again before ``retry_seconds``."""
+        status, generation = self.status, self.metadata.generation
+        if status.reason != names.REASON_SUBMIT_REJECTED or status.job_id:
+            return 0.0
+        if generation is not None and status.observed_generation != generation:
+            return 0.0  # the spec changed: try it now
+        try:
+            attempted = datetime.strptime(str(status.submit_time), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            return 0.0
+        elapsed = ((now or datetime.now(UTC)) - attempted).total_seconds()
+        return max(retry_seconds - elapsed, 0.0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.composite import (
     REASON_COMPOSITE_FULL,
     CompositeGroup,
@@ -27,7 +26,7 @@ from slurm_bridge.operator.placeholderjobs.groups import same_group
 
 from slurm_bridge import names
 from slurm_bridge.kube import Conflict, Invalid, phj_path
-from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
+from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
 
 if TYPE_CHECKING:
     from slurm_bridge.operator.placeholderjobs.members import Membership
@@ -79,8 +78,9 @@ class CompositeMembership:
         """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
         m = self.m
         meta, key = pod["metadata"], (group.namespace, group.name)
-        pmeta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
-        if pmeta.get("deletionTimestamp"):
+        typed = m.phjs.model_of(phj)
+        spec, status = typed.spec, typed.status
+        if typed.deleted:
             return True, 1.0  # an ended run's PlaceholderJob is being finalized
         if not same_group(phj, group):
             return True, await m._name_taken(pod, group, spec.group or GroupSource())
@@ -109,7 +109,7 @@ class CompositeMembership:
     ) -> tuple[bool, float | None]:
         m = self.m
         meta, key = pod["metadata"], (group.namespace, group.name)
-        spec = spec_of(phj)
+        spec = m.phjs.model_of(phj).spec
         slurm = {c.pod_group: c.slurm.crd_dict() for c in spec.components or []}
         if not submitted:
             mine = next(p for p in plan.parts if p.pod_group == group.component)
@@ -145,12 +145,14 @@ class CompositeMembership:
         from slurm_bridge.operator.placeholderjobs.members import new_phj  # members imports this module
 
         parts = (Part(group.component, group.min_member, (meta["name"],)),)
-        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
-        phj["spec"].update(composite_spec(parts, {group.component: request.crd_dict()}, group.min_components))
+        components = [Component(pod_group=p.pod_group, min_member=p.min_member, pods=list(p.pods), slurm=request)
+                      for p in parts]  # fmt: skip
+        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]}, components=components,
+                      min_components=group.min_components)  # fmt: skip
         try:
             created = await m.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:
-            await m._tell(pod, st.REASON_PHJ_REFUSED,
+            await m._tell(pod, names.REASON_PHJ_REFUSED,
                           f"the API server refused the composite's PlaceholderJob: {e.message}")  # fmt: skip
             return 30.0
         except Conflict:

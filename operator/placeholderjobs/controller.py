@@ -19,12 +19,13 @@ from slurm_bridge.operator.placeholderjobs.members import Membership, member_pod
 from slurm_bridge.operator.placeholderjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 
 from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 
 Obj = dict[str, Any]
@@ -61,7 +62,7 @@ class Controller:
         self.kube = kube
         self.slurm = slurm
         self.pods = ObjectStore()
-        self.phjs = ObjectStore(index=member_pods)
+        self.phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)
         self.queue = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, self._on_job_change, self._on_poll)
         self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller, tenants)

@@ -317,10 +317,6 @@ def _gang(pod: Obj, root: Obj, size: int, name_parts: tuple[str, ...], warnings:
     )
 
 
-def is_gang(phj: Mapping[str, Any]) -> bool:
-    return ((phj.get("spec") or {}).get("group") or {}).get("kind") in GANG_KINDS
-
-
 def same_group(phj: Mapping[str, Any], group: Group) -> bool:
     """Whether an existing PlaceholderJob is this group's (and not one of an earlier workload of
     the same name, or an unrelated object that happens to have the name)."""

@@ -23,14 +23,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs.allocation import (
+    assign_nodes,
+    compress_hostlist,
+    unreleased_members,
+    with_running,
+)
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
+from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy
+from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.phjstatus import (
+    end_of_job,
+    end_phases,
+    identity,
+    pods_end_phase,
+    terminal_status,
+)
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
     Cancel,
     ConfirmMembers,
     EndPods,
     Event,
-    Fence,
     Plan,
     Release,
     ReportPodGroup,
@@ -38,41 +52,45 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Submit,
     WriteStatus,
 )
+from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation
+from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.poller import FULL_RESYNC_SECONDS
 
 from slurm_bridge import names
+from slurm_bridge.conditions import set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.placeholderjob import Component, ComponentStatus, PlaceholderJobStatus, spec_of, status_of
+from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
-Obj = st.Obj
 
-
-def submit(phj: Obj, members: lc.Members, tenancy: lc.Tenancy | None) -> Plan:
+def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None) -> Plan:
     """No job yet and some member lives: wait for the components, or fence and submit."""
-    spec, status = spec_of(phj), status_of(phj)
+    spec, status = phj.spec, phj.status
     parts = spec.components or []
-    live = st.holding_allocation(members)
+    live = holding_allocation(members)
     need = spec.min_components or 1
     short = [(c, sum(p in live for p in c.pods)) for c in parts]
     short = [(c, n) for c, n in short if n < c.min_member]
     if short or len(parts) < need:
         message = waiting_message(parts, short, need)
-        if status.reason == lc.REASON_WAITING_FOR_PODS and status.message == message:
+        if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
             return Plan()
         return Plan((WriteStatus(PlaceholderJobStatus(
-            phase=names.PHASE_PENDING, reason=lc.REASON_WAITING_FOR_PODS, message=message, pod_list=",".join(spec.pods),
+            phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
+            pod_list=",".join(spec.pods),
         )),))  # fmt: skip
     requests = [c.slurm for c in parts]
     if tenancy is not None:
         verdicts = [tenancy(r) for r in requests]
         if any(v.waiting for v in verdicts):
-            return Plan(requeue=lc.TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
+            return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
         refused = next((v for v in verdicts if not v.allowed), None)
         if refused is not None:
             return lc.refused_by_policy(phj, members, refused)
         requests = [v.request for v in verdicts]
-    fence: tuple[Action, ...] = () if status.reason == lc.REASON_SUBMITTING else (Fence(),)
+    fence: tuple[Action, ...] = ()
+    if status.reason != names.REASON_SUBMITTING:
+        fence = (lc.fencing(phj, "gang's Slurm job"),)
     return Plan((*fence, Submit(requests[0], tuple(live), components=tuple(requests))))
 
 
@@ -88,25 +106,24 @@ def waiting_message(parts: Sequence[Component], short: Sequence[tuple[Component,
 
 
 def follow(
-    phj: Obj,
+    phj: PlaceholderJob,
     status: PlaceholderJobStatus,
-    slurm: lc.SlurmSide,
-    members: lc.Members,
-    now: lc.Clock,
-    confirmed: lc.Members | None,
-    scheduler: str,
-    told: lc.Told | None,
+    slurm: SlurmSide,
+    members: Members,
+    now: Clock,
+    confirmed: Members | None,
+    follow: lc.Follow,
 ) -> Plan:
     """The job exists (or existed): follow every component, or end it all."""
     job_id, leader = slurm.job_id, slurm.job
     assert job_id is not None
-    ended = lc._all_ended(members, confirmed)
+    ended = lc.all_ended(members, confirmed)
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:  # Kubernetes -> Slurm: the leader's cancel ends every component
-        phase, reason, message = st.pods_end_phase(st.end_phases(members))
-        return Plan((lc._terminal_status(phj, phase, reason, message), *cancels(slurm), Event(reason, message)))
-    spec = spec_of(phj)
+        phase, reason, message = pods_end_phase(end_phases(members))
+        return Plan((terminal_status(phj, phase, reason, message), *cancels(slurm), Event(reason, message)))
+    spec = phj.spec
     count = len(spec.components or [])
     soon = slurm.submitted_at is not None and (
         now.mono - slurm.submitted_at < lc.SUBMIT_VISIBILITY_GRACE or slurm.taken_at < slurm.submitted_at
@@ -116,7 +133,7 @@ def follow(
             return Plan(requeue=slurm.poll_period)
         return ended_part(phj, members, slurm, None, 0)
     if not count:  # not a spec this bridge writes: follow the leader, release nothing
-        return Plan(lc._mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
+        return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj.metadata.generation))
     parts = components(leader, slurm, count)
     for offset, part in enumerate(parts):
         if part is not None and part.is_finished:
@@ -128,15 +145,16 @@ def follow(
             return Plan(requeue=slurm.poll_period)
         return Plan((RequestFullList(),), requeue=slurm.poll_period)
     if leader.is_pending:
-        return lc._pending(phj, status, leader, members, now, told, None, update_job=False)
+        return follow_pending(phj, status, leader, members, now, follow.told, None, update_job=False)
     running = [p for p in parts if p is not None and p.is_running and p.nodes]
     if len(running) == len(parts):
-        return allocation(phj, members, running, scheduler=scheduler, status=status)
+        return allocation(phj, members, running, scheduler=follow.scheduler, status=status,
+                          devices_missing=follow.devices_missing)  # fmt: skip
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror the leader and wait.
-    return Plan(lc._mirror(status, leader, status.phase or names.PHASE_PENDING, phj["metadata"].get("generation")))
+    return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj.metadata.generation))
 
 
-def components(leader: JobInfo, slurm: lc.SlurmSide, count: int) -> list[JobInfo | None]:
+def components(leader: JobInfo, slurm: SlurmSide, count: int) -> list[JobInfo | None]:
     """Each component's record by offset (None: not in the view). A single-component composite
     may come back from Slurm as a plain job: the leader is then its only component."""
     if not leader.het_job_id:
@@ -146,7 +164,7 @@ def components(leader: JobInfo, slurm: lc.SlurmSide, count: int) -> list[JobInfo
     return [by_offset.get(i) for i in range(count)]
 
 
-def cancels(slurm: lc.SlurmSide) -> tuple[Cancel, ...]:
+def cancels(slurm: SlurmSide) -> tuple[Cancel, ...]:
     """Cancel what lives of the job: the leader (which cancels every component), or, when the
     leader itself ended alone (``scancel <leader>+0``), each live component on its own."""
     leader = slurm.job if slurm.job is not None else slurm.found
@@ -157,25 +175,25 @@ def cancels(slurm: lc.SlurmSide) -> tuple[Cancel, ...]:
     return tuple(Cancel(c.job_id) for c in slurm.components if not c.is_finished)
 
 
-def ended_part(phj: Obj, members: lc.Members, slurm: lc.SlurmSide, part: JobInfo | None, offset: int) -> Plan:
+def ended_part(phj: PlaceholderJob, members: Members, slurm: SlurmSide, part: JobInfo | None, offset: int) -> Plan:
     """Slurm -> Kubernetes: one component ended or vanished, so the whole job ends (the rest is
     cancelled) and every live member pod is ended, whichever component it ran in."""
-    spec = spec_of(phj)
+    spec = phj.spec
     parts = spec.components or []
     pod_group = parts[offset].pod_group if offset < len(parts) else "?"
     leader = slurm.job_id
     assert leader is not None
-    phase, reason, message = st.end_of_job(part, part.job_id if part is not None else leader)
+    phase, reason, message = end_of_job(part, part.job_id if part is not None else leader)
     if part is None and offset:
         message = f"component {offset} of Slurm job {leader} no longer exists in Slurm"
     message += (
         f" (component {offset}, PodGroup {pod_group}, of heterogeneous Slurm job {leader}); "
         "every component and member pod is ended with it"
     )
-    live = tuple(st.holding_allocation(members))
+    live = tuple(holding_allocation(members))
     end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
     return Plan((
-        lc._terminal_status(phj, phase, reason, message, part),
+        terminal_status(phj, phase, reason, message, part),
         *cancels(slurm),
         Event(reason, message, warning=phase != names.PHASE_COMPLETED),
         *end,
@@ -183,56 +201,75 @@ def ended_part(phj: Obj, members: lc.Members, slurm: lc.SlurmSide, part: JobInfo
 
 
 def allocation(
-    phj: Obj, members: lc.Members, parts: Sequence[JobInfo], *, scheduler: str, status: PlaceholderJobStatus
+    phj: PlaceholderJob,
+    members: Members,
+    parts: Sequence[JobInfo],
+    *,
+    scheduler: str,
+    status: PlaceholderJobStatus,
+    devices_missing: bool = False,
 ) -> Plan:
     """Every component RUNNING with nodes: record each pod's node (one of its own component's)
     and offset, then release every pod at once; Running once every live member is bound.
 
     Components may share a node (Slurm sizes each component on its own): two pods of different
     components may then run on one node, each in its component's share of it."""
-    spec = spec_of(phj)
-    gen = phj["metadata"].get("generation")
+    spec = phj.spec
+    gen = phj.metadata.generation
     leader = parts[0]
-    conditions = status.condition_dicts()
+    conditions = status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    assignment: dict[str, str] = {}
-    where: dict[str, tuple[int, int]] = {}  # pod -> (its component's job id, offset)
-    for offset, (component, job) in enumerate(zip(spec.components or [], parts, strict=True)):
-        mine = st.assign_nodes(component.pods, job.nodes, {p: n for p, n in current.items() if p in component.pods})
-        if mine is None:
-            message = (
-                f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
-                f"of heterogeneous job {leader.job_id} for {len(component.pods)} pods"
-            )
-            failed = lc._terminal_status(phj, names.PHASE_FAILED, "AllocationMismatch", message, conditions=conditions)
-            return Plan((failed, Cancel(leader.job_id)))
-        assignment.update(mine)
-        where.update({p: (job.job_id, offset) for p in component.pods})
-    nodes = st.compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
-    live = st.holding_allocation(members)
-    bound = st.all_bound(live, assignment)
+    placed = place_pods(phj, parts, current)
+    if isinstance(placed, WriteStatus):  # too few nodes in a component
+        return Plan((placed, Cancel(leader.job_id)))
+    assignment, where = placed
+    nodes = compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
+    live = holding_allocation(members)
+    bound = all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
         message = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} ({len(parts)} components)"
-        conditions = st.set_condition(conditions, names.COND_ALLOCATED, True, "Allocated", message, gen)
+        conditions = set_condition(conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
         write = PlaceholderJobStatus(
             job_id=leader.job_id, het_job_id=leader.job_id, phase=names.PHASE_ALLOCATED, slurm_state=leader.state,
             reason="", message=message, node_list=nodes, pod_list=",".join(spec.pods),
             components=component_status(spec.components or [], parts),
-            assignments=[{"pod": p, "node": n, "offset": where[p][1]} for p, n in sorted(assignment.items())],
-            start_time=status.start_time or now_iso(), conditions=conditions, **lc.identity(leader),
+            assignments=[Assignment(pod=p, node=n, offset=where[p][1]) for p, n in sorted(assignment.items())],
+            start_time=status.start_time or now_iso(), conditions=conditions, **identity(leader),
         )  # fmt: skip
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:
-        write = lc.with_running(write, conditions, nodes, gen)
-    unreleased = lc.unreleased_members(live, assignment)
+        write = with_running(write, conditions, nodes, gen)
+    unreleased = unreleased_members(live, assignment)
     actions: list[Action] = [WriteStatus(write)] if write is not None else []  # the record before any pod
+    if devices_missing:
+        return Plan(tuple(actions), requeue=DEVICES_RETRY_SECONDS)
     het = tuple((n, *where[n]) for n, _ in unreleased)
     actions.append(Release(leader.job_id, unreleased, het=het))
     scheduled = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} to the composite's {len(parts)} PodGroups"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, f"{scheduled} ({scheduler})"))
     return Plan(tuple(actions))
+
+
+def place_pods(
+    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str]
+) -> tuple[dict[str, str], dict[str, tuple[int, int]]] | WriteStatus:
+    """Each pod's node, one of its own component's (assignments made already kept), and where it
+    runs: (its component's job id, offset); else the status that fails the job for too few nodes."""
+    assignment: dict[str, str] = {}
+    where: dict[str, tuple[int, int]] = {}
+    for offset, (component, job) in enumerate(zip(phj.spec.components or [], parts, strict=True)):
+        mine = assign_nodes(component.pods, job.nodes, {p: n for p, n in current.items() if p in component.pods})
+        if mine is None:
+            message = (
+                f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
+                f"of heterogeneous job {parts[0].job_id} for {len(component.pods)} pods"
+            )
+            return terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message)
+        assignment.update(mine)
+        where.update({p: (job.job_id, offset) for p in component.pods})
+    return assignment, where
 
 
 def component_status(parts: Sequence[Component], jobs: Sequence[JobInfo | None]) -> list[ComponentStatus]:
@@ -243,6 +280,6 @@ def component_status(parts: Sequence[Component], jobs: Sequence[JobInfo | None])
         if job is not None:
             entry.job_id, entry.slurm_state = job.job_id, job.state
             if job.nodes:
-                entry.node_list = st.compress_hostlist(job.nodes)
+                entry.node_list = compress_hostlist(job.nodes)
         out.append(entry)
     return out

@@ -3,7 +3,7 @@
 A pod that is its own group gets one named after it and owned by it; a gang's pods join one
 PlaceholderJob named after the gang's root, with the membership rules of ``groups.plan_join``.
 Membership only changes with a resourceVersion test, so two members joining at once cannot both
-win, and a gang fenced for submission (``lifecycle.REASON_SUBMITTING``) is treated as submitted.
+win, and a gang fenced for submission (``names.REASON_SUBMITTING``) is treated as submitted.
 Ended pods are left to :mod:`.phjsync`, which decides whether the Slurm job ends with them.
 
 A terminating member keeps its place and node until it has ended, as a terminating pod keeps its
@@ -15,25 +15,23 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
-from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, is_gang, plan_join, same_group
-from slurm_bridge.operator.placeholderjobs.lifecycle import REASON_SUBMITTING
+from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, plan_join, same_group
+from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import Key, ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
-from slurm_bridge.placeholderjob import GroupSource, PlaceholderJobSpec, spec_of, status_of
+from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob, PlaceholderJobSpec
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
 
 log = logging.getLogger(__name__)
 
-Obj = st.Obj
 # A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
 WAIT_SECONDS = 5.0
 
@@ -74,13 +72,21 @@ def member_pods(phj: Obj) -> list[Key]:
     return [(ns, name) for name in pods if isinstance(name, str)]
 
 
-def new_phj(group: Group, pods: list[str], request: JobRequest, pod_uids: dict[str, str] | None = None) -> Obj:
-    """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer."""
+def new_phj(
+    group: Group,
+    pods: list[str],
+    request: JobRequest,
+    pod_uids: dict[str, str] | None = None,
+    *,
+    components: list[Component] | None = None,
+    min_components: int | None = None,
+) -> Obj:
+    """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer;
+    ``components``, ``min_components``: a CompositePodGroup's heterogeneous job."""
     spec = PlaceholderJobSpec(
-        pods=pods, min_member=group.min_member, group=GroupSource.model_validate(group.source), slurm=request
-    )
-    if pod_uids is not None:
-        spec.pod_uids = pod_uids
+        pods=pods, pod_uids=pod_uids, min_member=group.min_member, group=GroupSource.model_validate(group.source),
+        slurm=request, components=components, min_components=min_components,
+    )  # fmt: skip
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
@@ -94,7 +100,7 @@ def new_phj(group: Group, pods: list[str], request: JobRequest, pod_uids: dict[s
             "ownerReferences": [group.owner],
             "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
         },
-        "spec": spec.dump() | {"group": group.source, "slurm": request.crd_dict()},
+        "spec": spec.crd_dict(),
     }
 
 
@@ -106,7 +112,7 @@ class Membership:
         config: Config,
         kube: KubeClient,
         pods: ObjectStore,
-        phjs: ObjectStore,
+        phjs: ParsedStore[PlaceholderJob],
         queue: WorkQueue,
         poller: SlurmPoller,
     ) -> None:
@@ -157,12 +163,12 @@ class Membership:
 
     async def reconcile(self, key: Key) -> float | None:
         pod = self.pods.get(key)
-        if pod is None or pod["metadata"].get("deletionTimestamp") or st.pod_ended(pod):
+        if pod is None or pod["metadata"].get("deletionTimestamp") or pod_ended(pod):
             # The PlaceholderJob decides whether the Slurm job must end with it; a member that
             # ended (not one still terminating) frees its place for a pod waiting for one.
             for phj in self._phjs_with_member(key):
                 self._requeue(phj)
-                if pod is None or st.pod_ended(pod):
+                if pod is None or pod_ended(pod):
                     self._wake(ObjectStore.key_of(phj))
             return None
         known = self._known_phj(pod)
@@ -185,18 +191,13 @@ class Membership:
         meta = pod["metadata"]
         key = self._member_of.get(meta["uid"])
         if key is not None:
-            phj = self.phjs.get(key)
-            if (
-                phj is not None
-                and not phj["metadata"].get("deletionTimestamp")
-                and meta["name"] in spec_of(phj).pods
-                and st.is_member(phj, pod)
-            ):
-                return phj
+            phj = self.phjs.model(key)
+            if phj is not None and not phj.deleted and meta["name"] in phj.spec.pods and phj.is_member(pod):
+                return phj.raw
             self._member_of.pop(meta["uid"], None)
-        phj = self.phjs.get((meta["namespace"], meta["name"]))
-        if phj is not None and not is_gang(phj) and st.pod_owner_uid(phj) == meta["uid"]:
-            return phj
+        own = self.phjs.model((meta["namespace"], meta["name"]))
+        if own is not None and not own.is_gang() and own.pod_owner_uid() == meta["uid"]:
+            return own.raw
         return None
 
     async def _tell(self, pod: Obj, reason: str, message: str) -> None:
@@ -210,20 +211,20 @@ class Membership:
 
     async def _single(self, pod: Obj, group: Group) -> float | None:
         """A pod that is its own group: one PlaceholderJob named after it, owned by it."""
-        existing = self.phjs.get((group.namespace, group.name))
+        existing = self.phjs.model((group.namespace, group.name))
         if existing is not None:
-            if st.pod_owner_uid(existing) is None:
-                source = spec_of(existing).group or GroupSource()
+            if existing.pod_owner_uid() is None:
+                source = existing.spec.group or GroupSource()
                 await self._tell(pod, "PlaceholderJobNameTaken",
                                  f"PlaceholderJob {group.name} belongs to {source.kind} {source.name}; "
                                  "the pod waits until it is gone")  # fmt: skip
                 return 30.0
-            if not st.owned_by_other_pod(existing, pod):
+            if not existing.owned_by_other_pod(pod):
                 self.queue.add(("phj", group.namespace, group.name))
                 return None
-            if existing["metadata"].get("deletionTimestamp") is None:
+            if not existing.deleted:
                 # A PlaceholderJob left by an earlier pod of the same name: it goes with that pod.
-                await self.kube.delete(phj_path(group.namespace, group.name), uid=existing["metadata"]["uid"])
+                await self.kube.delete(phj_path(group.namespace, group.name), uid=existing.metadata.uid)
             return 1.0
         try:
             request = job_request([pod], config=self.config, derived=group.derived, annotations=group.annotations)
@@ -234,13 +235,13 @@ class Membership:
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:
-            await self._tell(pod, st.REASON_PHJ_REFUSED, f"the API server refused its PlaceholderJob: {e.message}")
+            await self._tell(pod, names.REASON_PHJ_REFUSED, f"the API server refused its PlaceholderJob: {e.message}")
             return None  # no job exists yet; the same object would be refused again
         except Conflict:
-            existing = await self.kube.get(phj_path(group.namespace, group.name))
-            if existing is None or existing["metadata"].get("deletionTimestamp"):
+            found = await self.kube.get(phj_path(group.namespace, group.name))
+            if found is None or found["metadata"].get("deletionTimestamp"):
                 return 1.0  # an older incarnation is still being finalized
-            created = existing
+            created = found
         self.phjs.upsert(created)
         self.queue.add(("phj", group.namespace, group.name))
         return None
@@ -263,8 +264,9 @@ class Membership:
     async def _join_once(self, pod: Obj, group: Group, phj: Obj) -> tuple[bool, float | None]:
         """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
         meta, key = pod["metadata"], (group.namespace, group.name)
-        pmeta, spec, status = phj["metadata"], spec_of(phj), status_of(phj)
-        if pmeta.get("deletionTimestamp"):
+        typed = self.phjs.model_of(phj)
+        spec, status = typed.spec, typed.status
+        if typed.deleted:
             return True, 1.0  # an ended run's PlaceholderJob is being finalized
         if not same_group(phj, group):
             return True, await self._name_taken(pod, group, spec.group or GroupSource())
@@ -379,7 +381,7 @@ class Membership:
             created = await self.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:
             await self._tell(
-                pod, st.REASON_PHJ_REFUSED, f"the API server refused the gang's PlaceholderJob: {e.message}"
+                pod, names.REASON_PHJ_REFUSED, f"the API server refused the gang's PlaceholderJob: {e.message}"
             )
             return 30.0  # the gang's options may change (another member, the workload)
         except Conflict:
@@ -410,19 +412,18 @@ class Membership:
 
     def _is_submitted(self, phj: Obj) -> bool:
         """Whether the gang's job is (or may be) in Slurm: its size is then fixed."""
-        status, uid = status_of(phj), phj["metadata"]["uid"]
-        if status.job_id or status.reason == REASON_SUBMITTING or self.poller.made(uid) is not None:
-            return True
-        snap = self.poller.snapshot
-        return snap is not None and snap.job_for_uid(uid) is not None
+        typed = self.phjs.model_of(phj)
+        status = typed.status
+        return status.reason == names.REASON_SUBMITTING or self.poller.side(typed.metadata.uid, status.job_id).has_job
 
     async def vacancies(self, phj: Obj, exclude: str) -> Vacancies:
         """Members whose recorded pod ended or is gone, and those terminating (a pod missing from
         the cache is asked for)."""
-        ns = phj["metadata"]["namespace"]
+        typed = self.phjs.model_of(phj)
+        ns = typed.metadata.namespace
         ended: set[str] = set()
         terminating: set[str] = set()
-        for name in spec_of(phj).pods:
+        for name in typed.spec.pods:
             if name == exclude:
                 continue
             pod = self.pods.get((ns, name))
@@ -430,9 +431,9 @@ class Membership:
                 pod = await self.kube.get(pod_path(ns, name))
                 if pod is not None and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
                     self.pods.upsert(pod)
-            if pod is None or not st.is_member(phj, pod) or st.pod_ended(pod):
+            if pod is None or not typed.is_member(pod) or pod_ended(pod):
                 ended.add(name)
-            elif st.pod_terminating(pod):
+            elif pod_terminating(pod):
                 terminating.add(name)
         return Vacancies(frozenset(ended), frozenset(terminating))
 

@@ -75,7 +75,7 @@ class OrphanSweeper:
     async def sweep(self, snap: JobSnapshot) -> None:
         """Cancel live bridge jobs whose PlaceholderJob is gone."""
         known = {p["metadata"]["uid"] for p in self.phjs.values()}
-        found = candidates(snap, known, lambda uid: self.poller.made(uid) is not None, time.time(),
+        found = candidates(snap, known, lambda uid: self.poller.side(uid).submitting, time.time(),
                            self.config.orphanGraceSeconds)  # fmt: skip
         for job_id, ref in itertools.islice(found, CHECKS_PER_SWEEP):
             logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)

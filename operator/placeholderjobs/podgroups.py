@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.groups import SCHED_PODGROUP
 
 from slurm_bridge import workloadapi
 from slurm_bridge.clusterapis import Discovery
+from slurm_bridge.conditions import set_condition_dicts
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
 from slurm_bridge.workloadapi import APIVersion
 from slurm_bridge.workloads import group_kind
@@ -73,7 +73,7 @@ class ConditionWriter:
             if not needed(conditions):
                 self._said[uid] = said
                 return
-            new = st.set_condition(conditions, ctype, scheduled, reason, message, obj["metadata"].get("generation"))
+            new = set_condition_dicts(conditions, ctype, scheduled, reason, message, obj["metadata"].get("generation"))
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"conditions": new}}
             await self.kube.patch(f"{path}/status", body)
         except Conflict:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, decode_admin_comment
 from slurm_bridge.operator.runtime import heap
+from slurm_bridge.operator.runtime.jobview import JobSnapshot as JobSnapshot
+from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 
 from slurm_bridge import names
@@ -55,78 +57,6 @@ GET_COST_IN_LISTED_JOBS = 4
 GET_CONCURRENCY = 4
 
 
-class JobSnapshot:
-    """The bridge's Slurm jobs as last seen, indexed the ways the controllers ask.
-
-    ``taken_at`` is when the last poll started: a job submitted before it is in the view, or
-    Slurm no longer has it.
-    """
-
-    def __init__(self, jobs: dict[int, JobInfo], refs: dict[int, PhjRef], taken_at: float) -> None:
-        self.taken_at = taken_at
-        self.by_id: dict[int, JobInfo] = {}
-        self.refs: dict[int, PhjRef] = {}
-        # PlaceholderJob uid -> its jobs; a heterogeneous job only by its leader, which stands for
-        # the whole job (adoption, cancels). Leader id -> offset -> component, leader included.
-        self.by_uid: dict[str, list[JobInfo]] = {}
-        self.het: dict[int, dict[int, JobInfo]] = {}
-        # The pending jobs (their reasons are read again), and a counter of changes to the view.
-        self.pending: set[int] = set()
-        for job_id, ref in refs.items():
-            self._add(jobs[job_id], ref)
-        self.version = 0
-
-    def put(self, job: JobInfo, ref: PhjRef) -> None:
-        self.drop(job.job_id)
-        self._add(job, ref)
-
-    def _add(self, job: JobInfo, ref: PhjRef) -> None:
-        self.by_id[job.job_id] = job
-        self.refs[job.job_id] = ref
-        if job.het_job_id:
-            self.het.setdefault(job.het_job_id, {})[job.het_job_offset] = job
-        if job.is_het_component:
-            return  # its leader stands for it
-        self.by_uid.setdefault(ref.uid, []).append(job)
-        if job.is_pending:
-            self.pending.add(job.job_id)
-
-    def drop(self, job_id: int) -> None:
-        self.version += 1
-        self.pending.discard(job_id)
-        job = self.by_id.pop(job_id, None)
-        ref = self.refs.pop(job_id, None)
-        if job is not None and job.het_job_id:
-            parts = self.het.get(job.het_job_id, {})
-            if parts.get(job.het_job_offset) is job:
-                del parts[job.het_job_offset]
-            if not parts:
-                self.het.pop(job.het_job_id, None)
-        if ref is not None:
-            jobs = [j for j in self.by_uid.get(ref.uid, []) if j.job_id != job_id]
-            if jobs:
-                self.by_uid[ref.uid] = jobs
-            else:
-                self.by_uid.pop(ref.uid, None)
-
-    def components(self, leader: int) -> tuple[JobInfo, ...]:
-        """A heterogeneous job's components the view holds, by offset (the leader first); ()
-        for any other job."""
-        parts = self.het.get(leader, {})
-        return tuple(parts[o] for o in sorted(parts))
-
-    def job_for_uid(self, uid: str) -> JobInfo | None:
-        """The bridge's live job for a PlaceholderJob (newest first), else its newest ended one."""
-        jobs = sorted(self.by_uid.get(uid, []), key=lambda j: j.job_id, reverse=True)
-        for j in jobs:
-            if not j.is_finished:
-                return j
-        # A job Slurm refused (a failed immediate allocation) stays listed as FAILED without
-        # nodes: it never held an allocation, so it says nothing about the PlaceholderJob.
-        ran = [j for j in jobs if j.nodes]
-        return ran[0] if ran else None
-
-
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     # A pending job's start_time is Slurm's estimate of its start: the waiting pods are told
     # when it moves (lifecycle.pending), so a new estimate is a change of the view.
@@ -150,6 +80,7 @@ class SlurmPoller:
     ) -> None:
         self._slurm = slurm
         self._bridge_id = bridge_id
+        self.period = period
         self._on_change = on_change
         self._on_poll = on_poll
         self.snapshot: JobSnapshot | None = None
@@ -252,9 +183,31 @@ class SlurmPoller:
         """Remember a submit until a poll shows its job (a refresh may not)."""
         self._made[uid] = (job_id, time.monotonic())
 
-    def made(self, uid: str) -> tuple[int, float] | None:
-        """The job the bridge submitted for ``uid`` and when, while no poll has shown it."""
-        return self._made.get(uid)
+    def side(self, uid: str, job_id: int | None = None) -> SlurmSide:
+        """The one answer to "does the PlaceholderJob ``uid`` have a Slurm job?", with
+        ``job_id`` its status records: the job recorded, else found by the uid in the view (a
+        crash between submit and status), else submitted by this process and not shown by a poll
+        yet; what else the view holds for it; an uncertain submit. Not ``synced`` before the first
+        full list: nothing may be submitted then."""
+        made, snap = self._made.get(uid), self.snapshot
+        if snap is None:
+            snap = JobSnapshot({}, {}, 0.0)
+        found = snap.by_id.get(job_id) if job_id else None
+        found = found if found is not None else snap.job_for_uid(uid)
+        job_id = job_id or (found.job_id if found else None) or (made[0] if made else None)
+        return SlurmSide(
+            synced=self.synced.is_set() and self.snapshot is not None,
+            poll_period=self.period,
+            job_id=job_id,
+            job=found if found is not None and found.job_id == job_id else snap.by_id.get(job_id or -1),
+            found=found,
+            others=tuple(o.job_id for o in snap.by_uid.get(uid, []) if o.job_id != job_id and not o.is_finished),
+            components=snap.components(job_id) if job_id is not None else (),
+            submitted_at=made[1] if made else None,
+            taken_at=snap.taken_at,
+            uncertain_since=self._uncertain.get(uid),
+            last_full_at=self.last_full_at,
+        )
 
     def submit_failed(self, uid: str, *, maybe_applied: bool) -> None:
         """A submit failed; when it may still have made the job, a full list must say first."""
@@ -262,9 +215,6 @@ class SlurmPoller:
         if maybe_applied:
             self._uncertain[uid] = time.monotonic()
             self.poll_soon(full=True)
-
-    def uncertain_since(self, uid: str) -> float | None:
-        return self._uncertain.get(uid)
 
     def forget_uncertain(self, uid: str) -> None:
         self._uncertain.pop(uid, None)

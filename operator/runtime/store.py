@@ -16,8 +16,9 @@ import contextlib
 import logging
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,10 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 # How long a deleted object's resourceVersion is remembered (see ObjectStore._deleted_rv).
 TOMBSTONE_SECONDS = 600.0
+# How many parsed objects a ParsedStore keeps (the most recently used): a PlaceholderJob is looked
+# at about ten times in its pod's life, in bursts, so a small cache parses each version once.
+PARSED_CACHE_SIZE = 1024
+P = TypeVar("P")
 
 
 # ---- projections --------------------------------------------------------------------------------
@@ -205,6 +210,43 @@ class ObjectStore:
 
     def __len__(self) -> int:
         return len(self._objs)
+
+
+class ParsedStore(ObjectStore, Generic[P]):
+    """An ObjectStore that also hands out each stored object parsed (``model``), parsed once per
+    stored version for the PARSED_CACHE_SIZE objects used last: the PlaceholderJob's spec and
+    status were validated again on each of its reconciles (docs/performance.md)."""
+
+    def __init__(self, parse: Callable[[Obj], P], index: Callable[[Obj], Iterable[Hashable]] | None = None) -> None:
+        super().__init__(index)
+        self._parse = parse
+        self._parsed: OrderedDict[Key, tuple[Obj, P]] = OrderedDict()
+
+    def model(self, key: Key) -> P | None:
+        """The stored object at ``key``, parsed; None when there is none."""
+        obj = self.get(key)
+        return None if obj is None else self.model_of(obj)
+
+    def model_of(self, obj: Obj) -> P:
+        """``obj`` parsed: from the cache when it is the stored version (stored objects are never
+        changed in place), else parsed now."""
+        key = self.key_of(obj)
+        hit = self._parsed.get(key)
+        if hit is not None and hit[0] is obj:
+            self._parsed.move_to_end(key)
+            return hit[1]
+        model = self._parse(obj)
+        if self.get(key) is obj:
+            self._parsed[key] = (obj, model)
+            self._parsed.move_to_end(key)
+            if len(self._parsed) > PARSED_CACHE_SIZE:
+                self._parsed.popitem(last=False)
+        return model
+
+    def delete(self, obj: Obj) -> None:
+        super().delete(obj)
+        if self.get(self.key_of(obj)) is None:
+            self._parsed.pop(self.key_of(obj), None)
 
 
 class WorkQueue:

@@ -18,13 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from slurm_bridge.operator.placeholderjobs import status as st
-
 from slurm_bridge import names, tenancy
+from slurm_bridge.conditions import set_condition_dicts
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient, KubeError, resource_path
 from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.placeholderjob import spec_of, status_of
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -89,10 +88,11 @@ def outside_policy(policy: tenancy.TenantPolicy, phjs: Iterable[Obj], selected: 
         meta = phj.get("metadata") or {}
         if meta.get("namespace") not in selected:
             continue
-        status = status_of(phj)
+        typed = PlaceholderJob.parse(phj)
+        status = typed.status
         if status.phase not in _LIVE or status.job_id is None:
             continue
-        phj_spec = spec_of(phj)
+        phj_spec = typed.spec
         # A heterogeneous job (a CompositePodGroup's) is judged component by component.
         for requested in [c.slurm for c in phj_spec.components or []] or [phj_spec.slurm]:
             try:
@@ -146,9 +146,11 @@ def desired_status(
         ready = (True, names.TP_REASON_NO_NAMESPACES, "the policy selects no namespace yet")
     else:
         ready = (True, names.TP_REASON_SELECTED, f"the policy selects {len(selected)} namespace(s)")
-    conditions = st.set_condition(conditions, names.TP_COND_READY, *ready, gen)
+    conditions = set_condition_dicts(conditions, names.TP_COND_READY, *ready, gen)
     if policy.spec is not None:
-        conditions = st.set_condition(conditions, names.TP_COND_ACCOUNTS_VALID, *accounts_condition(policy, slurm), gen)
+        conditions = set_condition_dicts(
+            conditions, names.TP_COND_ACCOUNTS_VALID, *accounts_condition(policy, slurm), gen
+        )
     outside = outside_policy(policy, phjs, set(selected))
     user = policy.spec.user if policy.spec is not None else None
     status: Obj = {

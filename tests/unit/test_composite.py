@@ -24,12 +24,12 @@ from slurm_bridge.operator.placeholderjobs.composite import (
 )
 from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.compositemembers import composite_spec
-from slurm_bridge.operator.placeholderjobs.groups import GroupError, is_gang
+from slurm_bridge.operator.placeholderjobs.groups import GroupError
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
-from slurm_bridge.placeholderjob import PlaceholderJobSpec
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
 from .test_groups import JOB, NS, P, obj, pod
 
@@ -118,7 +118,8 @@ def test_parent_policy_and_kind() -> None:
     assert min_group_count(composite(policy={"gang": {}})) == 1
     assert min_group_count(composite(policy={"basic": {}})) is None
     phj = {"spec": {"group": {"apiVersion": CPG_V, "kind": "CompositePodGroup", "name": "c", "uid": "u"}}}
-    assert is_composite(phj) and is_gang(phj)
+    typed = PlaceholderJob.parse({"spec": {"pods": [], "slurm": {}, **phj["spec"]}})
+    assert is_composite(phj) and typed.is_composite() and typed.is_gang()
     assert not is_composite({"spec": {"group": {"apiVersion": f"{G}/v1beta1", "kind": "PodGroup"}}})
 
 

@@ -14,11 +14,12 @@ from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_co
 from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, phj_path, pod_path
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 from .test_composite import API, composite, member, podgroup, workload
@@ -137,7 +138,7 @@ def cluster() -> tuple[Kube, Slurm, Membership, PlaceholderJobs, ObjectStore]:
     poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)  # type: ignore[arg-type]
     poller.snapshot = JobSnapshot({}, {}, 0.0)
     poller.synced.set()
-    pods, phjs = ObjectStore(), ObjectStore()
+    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     m = Membership(config, kube, pods, phjs, Queue(), poller)  # type: ignore[arg-type]
     jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
     return kube, slurm, m, jobs, pods

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
-from slurm_bridge.operator.placeholderjobs.status import release_pod_patch
+from slurm_bridge.operator.placeholderjobs.pods import release_pod_patch
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.validate import validate
 

@@ -13,7 +13,6 @@ from slurm_bridge.operator.placeholderjobs.groups import (
     Group,
     GroupError,
     Join,
-    is_gang,
     jobset_size,
     lws_size,
     phj_name,
@@ -26,6 +25,7 @@ from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.translate import job_request
 
 pytestmark = pytest.mark.unit
@@ -394,6 +394,11 @@ def test_derived_for_sizes_a_gang_for_every_member() -> None:
     assert gang.derived_for(4) == {"time_limit_minutes": 5, "nodes": 4}
     single = Group("p", NS, 1, {}, {"kind": "Pod", "uid": "u"}, derived={"time_limit_minutes": 5})
     assert single.derived_for(1) == {"time_limit_minutes": 5}
+
+
+def is_gang(phj: dict[str, Any]) -> bool:
+    """PlaceholderJob.is_gang of a PlaceholderJob with this spec (and no pods yet)."""
+    return PlaceholderJob.parse({"spec": {"pods": [], "slurm": {}, **phj["spec"]}}).is_gang()
 
 
 def test_is_gang_and_same_group() -> None:

@@ -19,9 +19,10 @@ import pytest
 from slurm_bridge.operator.placeholderjobs import hetjob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.phjstatus import submitted_status
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import PlaceholderJobStatus, spec_of
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.tenancy import Verdict
 
@@ -154,7 +155,9 @@ def test_decision_table(phase: str, s0: str, s1: str, member: str) -> None:
 
 # ---- the release: labels, offsets, status ---------------------------------------------------------
 def test_every_pod_gets_a_node_of_its_own_component_and_its_offset() -> None:
-    plan = lc.decide(composite_phj("Pending"), side("RUNNING", "RUNNING"), members("gated"), NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(composite_phj("Pending")), side("RUNNING", "RUNNING"), members("gated"), NOW, scheduler="s"
+    )
     write, release, report = plan.actions
     assert isinstance(write, pl.WriteStatus) and isinstance(release, pl.Release)
     status = write.status
@@ -172,7 +175,7 @@ def test_components_may_share_a_node() -> None:
     both = side("RUNNING", "RUNNING")
     shared = both.components[1].model_copy(update={"nodes": ("na", "nb1")})
     slurm = dataclasses.replace(both, components=(both.components[0], shared))
-    plan = lc.decide(composite_phj("Pending"), slurm, members("gated"), NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
     release = next(a for a in plan.actions if isinstance(a, pl.Release))
     assert dict(release.pods) == {"a0": "na", "b0": "na", "b1": "nb1"}
 
@@ -181,7 +184,7 @@ def test_a_component_short_of_nodes_fails_the_composite_and_cancels_the_job() ->
     both = side("RUNNING", "RUNNING")
     short = both.components[1].model_copy(update={"nodes": ("nb1",)})
     slurm = dataclasses.replace(both, components=(both.components[0], short))
-    got = lc.decide(composite_phj("Pending"), slurm, members("gated"), NOW, scheduler="s")
+    got = lc.decide(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
     assert [summary(a) for a in got.actions] == [("status", "Failed", "AllocationMismatch"), ("cancel", LEADER)]
     failed = got.actions[0]
     assert isinstance(failed, pl.WriteStatus) and "component 1 (PodGroup b)" in (failed.status.message or "")
@@ -197,7 +200,13 @@ def test_a_component_the_view_lacks_is_looked_for_at_most_every_full_list_period
 
 
 def test_a_component_that_ended_names_itself_in_the_message() -> None:
-    plan = lc.decide(composite_phj("Running"), side("RUNNING", "CANCELLED"), members("running"), NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(composite_phj("Running")),
+        side("RUNNING", "CANCELLED"),
+        members("running"),
+        NOW,
+        scheduler="s",
+    )
     write = plan.actions[0]
     assert isinstance(write, pl.WriteStatus)
     assert "component 1, PodGroup b, of heterogeneous Slurm job 10" in (write.status.message or "")
@@ -223,14 +232,14 @@ def unsubmitted(**changes: Any) -> Obj:
 def test_the_composite_waits_for_every_component_then_is_fenced_and_submitted_as_one_job() -> None:
     nothing = lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono)
     short = {**members("gated"), "b1": None}
-    plan = lc.decide(unsubmitted(), nothing, short, NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, short, NOW, scheduler="s")
     [write] = plan.actions
-    assert isinstance(write, pl.WriteStatus) and write.status.reason == lc.REASON_WAITING_FOR_PODS
+    assert isinstance(write, pl.WriteStatus) and write.status.reason == names.REASON_WAITING_FOR_PODS
     assert write.status.message == (
         "PodGroup b has 1 of 2 member pods; the heterogeneous Slurm job is submitted once at least 2 PodGroups "
         "have pods and every one has all its member pods"
     )
-    plan = lc.decide(unsubmitted(), nothing, members("gated"), NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s")
     fence, submit = plan.actions
     assert isinstance(fence, pl.Fence) and isinstance(submit, pl.Submit)
     assert [r.nodes for r in submit.components] == [1, 2] and submit.request == submit.components[0]
@@ -239,7 +248,13 @@ def test_the_composite_waits_for_every_component_then_is_fenced_and_submitted_as
 
 def test_fewer_components_than_min_group_count_wait() -> None:
     obj = unsubmitted(minComponents=3)
-    plan = lc.decide(obj, lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono), members("gated"), NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(obj),
+        lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono),
+        members("gated"),
+        NOW,
+        scheduler="s",
+    )
     [write] = plan.actions
     assert isinstance(write, pl.WriteStatus) and (write.status.message or "").startswith("2 of 3 PodGroups have pods")
 
@@ -251,20 +266,20 @@ def test_the_tenant_policy_judges_every_component() -> None:
         return Verdict(request.model_copy(update={"account": "team"}))
 
     nothing = lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono)
-    got = lc.decide(unsubmitted(), nothing, members("gated"), NOW, scheduler="s", tenancy=policy)
+    got = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=policy)
     assert [summary(a)[:2] for a in got.actions][:2] == [("status", "Failed"), ("event", "TenantPolicyViolation")]
 
     def allow(request: JobRequest) -> Verdict:
         return Verdict(request.model_copy(update={"account": "team"}))
 
-    got = lc.decide(unsubmitted(), nothing, members("gated"), NOW, scheduler="s", tenancy=allow)
+    got = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=allow)
     submit = got.actions[-1]
     assert isinstance(submit, pl.Submit) and all(r.account == "team" for r in submit.components)
 
 
 def test_the_submitted_status_names_the_heterogeneous_job() -> None:
     reqs = (JobRequest(nodes=1, partition="p"), JobRequest(nodes=2, partition="p"))
-    status = lc.submitted_status(unsubmitted(), LEADER, None, reqs[0], components=reqs)
+    status = submitted_status(PlaceholderJob.parse(unsubmitted()), LEADER, None, reqs[0], components=reqs)
     assert status.het_job_id == LEADER and status.job_id == LEADER
     assert status.message == (
         "submitted heterogeneous Slurm job 10 (2 components of 1+2 node(s), partition p; Slurm starts it in a "
@@ -284,14 +299,14 @@ def test_a_single_component_may_come_back_as_a_plain_job() -> None:
 
 def test_component_status_without_a_record_keeps_offset_and_podgroup() -> None:
     obj = composite_phj("Pending")
-    entries = hetjob.component_status(spec_of(obj).components or [], [None, None])
+    entries = hetjob.component_status(PlaceholderJob.parse(obj).spec.components or [], [None, None])
     assert [e.dump() for e in entries] == [{"offset": 0, "podGroup": "a"}, {"offset": 1, "podGroup": "b"}]
     assert PlaceholderJobStatus(components=entries).dump()["components"][1] == {"offset": 1, "podGroup": "b"}
 
 
 def test_a_heterogeneous_job_status_does_not_name_is_adopted_with_its_het_job_id() -> None:
     obj = composite_phj(None, job_id=None)
-    plan = lc.decide(obj, side("PENDING", "PENDING"), members("gated"), NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(obj), side("PENDING", "PENDING"), members("gated"), NOW, scheduler="s")
     adopt = plan.actions[0]
     assert isinstance(adopt, pl.WriteStatus) and adopt.status.job_id == adopt.status.het_job_id == LEADER
     assert not any(isinstance(a, pl.Submit) for a in plan.actions), "adopted, never submitted again"

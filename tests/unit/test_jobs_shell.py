@@ -10,16 +10,17 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, Prepared
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 Obj = dict[str, Any]
@@ -102,7 +103,7 @@ def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: lis
     ref = PhjRef(config.bridgeId, "ns", "p", "phj-uid")
     poller.snapshot = JobSnapshot({j.job_id: j for j in jobs}, {j.job_id: ref for j in jobs}, 0.0)
     poller.synced.set()
-    pods, phjs = ObjectStore(), ObjectStore()
+    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     phjs.upsert(phj)
     kube.objects[PHJ_PATH] = copy.deepcopy(phj)
     if pod is not None:
@@ -135,7 +136,7 @@ async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_
     assert status_writes(kube) == [], "nothing written before the pod is bound"
     assert kube.calls == [("patch", POD_PATH)], "the pod is released at once"
     assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
-    assert jobs.poller.made("phj-uid") is not None, "remembered until a poll shows it"
+    assert jobs.poller.side("phj-uid").submitting, "remembered until a poll shows it"
 
     assert jobs.poller.snapshot is not None
     jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
@@ -288,10 +289,10 @@ async def test_a_release_the_api_server_refuses_fails_the_placeholderjob_and_can
     assert kube.calls.count(("patch", POD_PATH)) == 2, "tried twice (the second time on a fresh read), then no more"
     assert "cancel 7" in slurm.calls, "the allocation is released"
     [written] = status_writes(kube)
-    assert written["phase"] == names.PHASE_FAILED and written["reason"] == st.REASON_RELEASE_REJECTED
+    assert written["phase"] == names.PHASE_FAILED and written["reason"] == names.REASON_RELEASE_REJECTED
     assert written["jobId"] == 7, "the job id, still unwritten until then, is recorded with the failure"
     assert "metadata.labels" in written["message"], "the API server's own message"
-    assert kube.events.count(st.REASON_RELEASE_REJECTED) == 2, "a Warning Event on the pod and the PlaceholderJob"
+    assert kube.events.count(names.REASON_RELEASE_REJECTED) == 2, "a Warning Event on the pod and the PlaceholderJob"
 
     # The next look ends the still-gated pod with the recorded reason and submits nothing.
     jobs.phjs.upsert(kube.objects[PHJ_PATH])
@@ -306,7 +307,7 @@ async def test_a_422_for_a_new_pod_of_the_same_name_is_not_a_refusal() -> None:
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert kube.calls.count(("patch", POD_PATH)) == 1
-    assert "cancel 7" not in slurm.calls and st.REASON_RELEASE_REJECTED not in kube.events
+    assert "cancel 7" not in slurm.calls and names.REASON_RELEASE_REJECTED not in kube.events
 
 
 # ---- "why is my pod pending?": SlurmJobPending on the pod --------------------------------------------
@@ -354,13 +355,13 @@ async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_sta
     put(jobs, pending_job("Priority"))
     wait = await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 4, "Priority again (Slurm's reasons flip): held"
-    assert wait is not None and 0 < wait <= lc.PENDING_REPORT_SECONDS
+    assert wait is not None and 0 < wait <= pd.PENDING_REPORT_SECONDS
     assert status_writes(kube)[-1]["reason"] == "Priority", "status mirrors Slurm all the same"
     later = datetime.now(UTC) + timedelta(hours=1)
     put(jobs, pending_job("Priority", later))
     await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 4 and "expectedStart" not in status_writes(kube)[-1], "held too"
-    monkeypatch.setattr(lc, "PENDING_REPORT_SECONDS", 0.0)  # the window has passed
+    monkeypatch.setattr(pd, "PENDING_REPORT_SECONDS", 0.0)  # the window has passed
     await jobs.reconcile(("ns", "p"))
     assert len(pending_events(kube)) == 6
     assert pending_events(kube)[-1][1].endswith(f"start at {later.strftime('%Y-%m-%dT%H:%M:%SZ')}")

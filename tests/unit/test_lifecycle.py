@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
+from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import PlaceholderJobStatus
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 Obj = dict[str, Any]
 JOB = 7
@@ -121,12 +124,12 @@ def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
     operator/placeholderjobs/phjsync.py does. The actions' summaries, the re-queue."""
-    plan = lc.decide(obj, slurm, members, NOW, scheduler="slurm-bridge")
+    plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge")
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
         written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
         obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
-        plan = lc.decide(obj, slurm, members, NOW, dict(members), scheduler="slurm-bridge")
+        plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, dict(members), scheduler="slurm-bridge")
         out += [summary(a) for a in plan.actions]
     assert all(not isinstance(a, pl.ConfirmMembers) for a in plan.actions[:-1]), "ConfirmMembers ends a plan"
     return out, plan.requeue
@@ -193,8 +196,8 @@ def test_the_table_covers_every_phase_and_terminal_state() -> None:
 
 # ---- crash recovery and the steps around a submit --------------------------------------------------
 def test_nothing_is_decided_before_the_first_full_job_list() -> None:
-    plan = lc.decide(phj(None, job_id=None), lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")},
-                     NOW, scheduler="s")  # fmt: skip
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    plan = lc.decide(obj, lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")}, NOW, scheduler="s")
     assert plan == pl.Plan(requeue=PERIOD)
 
 
@@ -205,7 +208,9 @@ def test_a_job_status_does_not_name_is_adopted_not_submitted_again() -> None:
     got, _ = run(obj, slurm_side("RUNNING"), {"p": pod("gated")})
     assert got == [("status", "Pending", None), ("status", "Allocated", ""), ("release", (("p", NODE),)),
                    ("podgroup", True)]  # fmt: skip
-    first = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s").actions[0]
+    first = lc.decide(
+        PlaceholderJob.parse(obj), slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s"
+    ).actions[0]
     assert isinstance(first, pl.WriteStatus) and first.status.job_id == JOB
 
 
@@ -242,7 +247,9 @@ def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
 def test_a_refused_spec_is_not_submitted_again_before_the_retry_time() -> None:
     refused_at = (NOW.wall - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     obj = phj(None, job_id=None, reason="SubmitRejected", submitTime=refused_at)
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
+    )
     assert plan == pl.Plan(requeue=lc.SUBMIT_RETRY_SECONDS - 10)
 
 
@@ -266,8 +273,10 @@ def test_a_gang_waits_for_its_members_then_is_fenced_before_its_submit() -> None
     obj["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
     side = slurm_side("vanished", job_id=None)
     got = run(obj, side, {"a": pod("gated", "a"), "b": None})
-    assert got == ([("status", "Pending", lc.REASON_WAITING_FOR_PODS)], None)
-    written = lc.decide(obj, side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s").actions[0]
+    assert got == ([("status", "Pending", names.REASON_WAITING_FOR_PODS)], None)
+    written = lc.decide(
+        PlaceholderJob.parse(obj), side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s"
+    ).actions[0]
     assert isinstance(written, pl.WriteStatus)
     obj["status"] = {**obj["status"], **written.status.dump()}
     assert run(obj, side, {"a": pod("gated", "a"), "b": None}) == ([], None), "said once"
@@ -298,9 +307,11 @@ def test_a_changed_spec_updates_the_pending_job() -> None:
 def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
     """The cache says the pod is gone but a GET finds it: nothing ends."""
     members: dict[str, Obj | None] = {"p": None}
-    first = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, scheduler="s")
+    first = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, scheduler="s")
     assert first.actions == (pl.ConfirmMembers(),)
-    again = lc.decide(phj("Running"), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s")
+    again = lc.decide(
+        PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s"
+    )
     assert not any(isinstance(a, (pl.Cancel, pl.EndPods)) for a in again.actions)
 
 
@@ -308,7 +319,11 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     side, until = slurm_side("RUNNING"), NOW.mono + 5
 
     def plan(obj: Obj, member: str, at_once: float | None) -> tuple[list[tuple[Any, ...]], float | None]:
-        p = lc.decide(obj, side, {"p": pod(member)}, NOW, scheduler="s", at_once=at_once)
+        """``at_once``: the submit's status is held back until then (not in ``obj`` yet)."""
+        held = None if at_once is None else pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), at_once)
+        if held is not None:
+            obj = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "jobId"}}
+        p = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod(member)}, NOW, scheduler="s", held=held)
         return [summary(a) for a in p.actions], p.requeue
 
     released = [("release", (("p", NODE),)), ("podgroup", True)]
@@ -320,12 +335,12 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     gang = phj("Pending", pods=("a", "b"))
     gang["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
     two = lc.decide(
-        gang,
+        PlaceholderJob.parse(gang),
         lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job("RUNNING", nodes=("n1", "n2")), taken_at=NOW.mono),
         {"a": pod("gated", "a"), "b": pod("gated", "b")},
         NOW,
         scheduler="s",
-        at_once=until,
+        held=pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), until),
     )
     assert isinstance(two.actions[0], pl.WriteStatus), "a gang's assignments are written before any release"
     assert two.requeue is None
@@ -337,7 +352,7 @@ def iso(t: datetime) -> str:
 
 
 HOUR = timedelta(hours=1)
-WINDOW = lc.PENDING_REPORT_SECONDS
+WINDOW = pd.PENDING_REPORT_SECONDS
 # What the pods were told: nothing yet (status before the first reason), Priority by this process
 # some seconds ago (told: None after a restart, where status.reason says it).
 TOLD = {"nothing": (None, ""), "restart": (None, "Priority"), "recently": (WINDOW / 2, "Priority"),
@@ -373,7 +388,7 @@ def test_when_the_waiting_pods_are_told(told: str, reason: str, estimate: str) -
     status = PlaceholderJobStatus(job_id=JOB, phase="Pending", slurm_state="PENDING", reason=last or None,
                                      expected_start=iso(NOW.wall + 2 * HOUR))  # fmt: skip
     job = JobInfo(job_id=JOB, states=("PENDING",), reason=code, start_time=start)
-    report, requeue = lc.pending(status, job, {"p": pod("gated")}, NOW, memory)
+    report, requeue = pd.pending(status, job, {"p": pod("gated")}, NOW, memory)
     want = expected_report(told, code, estimate)
     assert ("now" if report else "later" if requeue else "no") == want
     if want == "later":
@@ -393,10 +408,10 @@ def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_
     for moved, writes in ((timedelta(seconds=50), []), (HOUR, [{"expectedStart": iso(start + HOUR)}])):
         job = JobInfo(job_id=JOB, states=("PENDING",), reason="Resources", start_time=start + moved)
         side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job, found=job, taken_at=NOW.mono)
-        plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+        plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
         assert [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)] == writes
     side = slurm_side("RUNNING")  # allocated: the estimate of a wait that is over is removed
-    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s")
+    plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
     [write] = [a for a in plan.actions if isinstance(a, pl.WriteStatus)]
     assert write.status.dump()["expectedStart"] is None and write.status.phase == "Allocated"
 
@@ -413,22 +428,103 @@ def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_
     ],
 )  # fmt: skip
 def test_start_moved(recorded: str | None, expected: str | None, moved: bool) -> None:
-    assert lc.start_moved(recorded, expected, NOW.wall) is moved
+    assert pd.start_moved(recorded, expected, NOW.wall) is moved
 
 
 def test_expected_start_is_none_when_slurm_has_no_estimate_or_it_passed() -> None:
     def job_at(t: datetime | None, state: str = "PENDING") -> JobInfo:
         return JobInfo(job_id=JOB, states=(state,), start_time=t)
 
-    assert lc.expected_start(job_at(None), NOW.wall) is None  # 0 on the wire
-    assert lc.expected_start(job_at(NOW.wall - HOUR), NOW.wall) is None
-    assert lc.expected_start(job_at(NOW.wall + HOUR), NOW.wall) == "2026-01-01T13:00:00Z"
-    assert lc.expected_start(job_at(NOW.wall + HOUR, "RUNNING"), NOW.wall) is None  # a start, not an estimate
+    assert expected_start(job_at(None), NOW.wall) is None  # 0 on the wire
+    assert expected_start(job_at(NOW.wall - HOUR), NOW.wall) is None
+    assert expected_start(job_at(NOW.wall + HOUR), NOW.wall) == "2026-01-01T13:00:00Z"
+    assert expected_start(job_at(NOW.wall + HOUR, "RUNNING"), NOW.wall) is None  # a start, not an estimate
 
 
 def test_the_pending_message() -> None:
-    assert lc.pending_message(123, "Resources", "2026-11-24T10:00:00Z") == (
+    assert pd.pending_message(123, "Resources", "2026-11-24T10:00:00Z") == (
         "Slurm job 123 is waiting: Resources (the nodes it needs are busy); "
         "Slurm expects it to start at 2026-11-24T10:00:00Z"
     )
-    assert lc.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"
+    assert pd.pending_message(5, "", None) == "Slurm job 5 is waiting in Slurm's queue"
+
+
+# ---- the outcomes the shell reports back, and the status held back for one write --------------------
+def test_a_refused_submit_is_told_and_retried_later() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    side = slurm_side("vanished", job_id=None)
+    refused = pl.Refused("Slurm refused the job: busy", association=False, present=("p",))
+    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s", outcome=refused)
+    write, event, tell = plan.actions
+    assert isinstance(write, pl.WriteStatus) and write.status.reason == names.REASON_SUBMIT_REJECTED
+    assert isinstance(event, pl.Event) and event.warning and event.message == "Slurm refused the job: busy"
+    assert tell == pl.TellPods(("p",), "SlurmSubmitRejected", "Slurm refused the job: busy", warning=True)
+    assert plan.requeue == lc.SUBMIT_RETRY_SECONDS
+
+
+def test_a_second_association_refusal_fails_the_placeholderjob_and_asks_no_retry() -> None:
+    first = phj(None, job_id=None)
+    refused = pl.Refused("Slurm refused the job: Invalid account", association=True, present=())
+    plan = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+                     scheduler="s", outcome=refused)  # fmt: skip
+    write = plan.actions[0]
+    assert isinstance(write, pl.WriteStatus) and plan.requeue == lc.SUBMIT_RETRY_SECONDS
+    first["status"] = {**first.get("status", {}), **write.status.dump()}
+    again = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+                      scheduler="s", outcome=refused)  # fmt: skip
+    failed = again.actions[0]
+    assert isinstance(failed, pl.WriteStatus) and failed.status.phase == names.PHASE_FAILED
+    assert summary(again.actions[1]) == ("event", names.REASON_SLURM_ASSOCIATION_REJECTED)
+    assert len(again.actions) == 2 and again.requeue is None, "no live member to tell; the Failed rows end the pods"
+
+
+@pytest.mark.parametrize("maybe_applied", [True, False])
+def test_an_unreachable_slurm_is_reported_to_the_poller(maybe_applied: bool) -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+                     outcome=pl.Unavailable(maybe_applied))  # fmt: skip
+    assert plan == pl.Plan((pl.SubmitFailed(maybe_applied),))
+
+
+def test_a_placed_job_queued_is_announced_and_recorded() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    pending = JobInfo(job_id=JOB, states=("PENDING",), reason="Priority")
+    placed = pl.Placed(JOB, pending, JobRequest())
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s", outcome=placed)
+    assert [summary(a) for a in plan.actions] == [("event", "Submitted"), ("told", ("p",), "Priority"),
+                                                  ("status", "Pending", "Priority")]  # fmt: skip
+    assert plan.held is None and plan.requeue is None
+
+
+def test_a_placed_job_allocated_at_once_holds_its_status_until_the_pod_is_bound() -> None:
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    running = job("RUNNING")
+    assert running is not None
+    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+                     outcome=pl.Placed(JOB, running, JobRequest()))  # fmt: skip
+    assert [summary(a) for a in plan.actions] == [("release", (("p", NODE),)), ("podgroup", True)]
+    assert plan.held is not None and plan.held.status.job_id == JOB
+    assert plan.requeue == pytest.approx(lc.UNWRITTEN_SECONDS)
+    # The next decision writes it with the first status write, here the release refused for good.
+    refusal = pl.ReleaseRefused(JOB, "p", "metadata.labels: Invalid value")
+    after = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s", held=plan.held,
+                      outcome=refusal)  # fmt: skip
+    write = after.actions[0]
+    assert isinstance(write, pl.WriteStatus) and write.status.job_id == JOB and write.status.phase == "Failed"
+    assert after.held is None and after.requeue == 0.0
+    assert summary(after.actions[1]) == ("cancel", JOB)
+
+
+def test_a_held_status_is_kept_without_a_write_and_dropped_once_status_has_the_job() -> None:
+    held = pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), NOW.mono + 5)
+    missing = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), lc.SlurmSide(synced=False), {}, NOW,
+                        scheduler="s", held=held)  # fmt: skip
+    assert missing.held == held, "nothing written: still held"
+    written = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("running")}, NOW,
+                        scheduler="s", held=held)  # fmt: skip
+    assert written.held is None, "status has the job (another leader wrote it): nothing held"
+    devices = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), slurm_side("RUNNING"), {"p": pod("gated")},
+                        NOW, scheduler="s", held=held, outcome=pl.DevicesMissing())  # fmt: skip
+    assert [summary(a) for a in devices.actions] == [("status", "Allocated", "")], "written at once, no release"
+    assert isinstance(devices.actions[0], pl.WriteStatus) and devices.actions[0].status.job_id == JOB
+    assert devices.held is None and devices.requeue == DEVICES_RETRY_SECONDS

@@ -19,11 +19,12 @@ from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.members import WAIT_SECONDS, Membership, Vacancies, member_pods
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import phj_path, pod_path
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 
 from .test_composite_shell import PHJ as CPG_PHJ
@@ -54,7 +55,7 @@ class Gang:
         self.poller.snapshot = JobSnapshot({}, {}, 0.0)
         self.poller.synced.set()
         # As the controller makes them: PlaceholderJobs indexed by their member pods.
-        self.pods, self.phjs, self.queue = ObjectStore(), ObjectStore(index=member_pods), Queue()
+        self.pods, self.phjs, self.queue = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=member_pods), Queue()
         self.m = Membership(self.config, self.kube, self.pods, self.phjs, self.queue, self.poller)  # type: ignore[arg-type]
 
     def add(self, name: str, uid: str | None = None) -> Obj:
@@ -351,7 +352,7 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
 async def test_a_terminating_member_of_a_composite_keeps_its_place_until_it_is_gone() -> None:
     """The same rule per component of a CompositePodGroup (compositemembers.py)."""
     kube, _, m, jobs, pods = composite_cluster()
-    m.phjs = jobs.phjs = ObjectStore(index=member_pods)  # as the controller makes it
+    m.phjs = jobs.phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
     for name, group in (("large-0", "large"), ("large-1", "large"), ("small-0", "small")):
         add_composite_pod(kube, pods, name, group)
     for name in ("large-0", "large-1", "small-0"):

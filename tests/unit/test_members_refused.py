@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_bridge.operator.placeholderjobs import status as st
 from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
+from slurm_bridge.placeholderjob import PlaceholderJob
 
 Obj = dict[str, Any]
 
@@ -40,7 +40,7 @@ async def _noop(_: Any) -> None:
 
 async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried() -> None:
     config, kube = Config(), RefusingKube()
-    pods, phjs = ObjectStore(), ObjectStore()
+    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     pod = {"kind": "Pod", "apiVersion": "v1",
            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1", "annotations": {}},
            "spec": {"schedulerName": config.schedulerName, "schedulingGates": [{"name": names.SCHEDULING_GATE}],
@@ -53,6 +53,6 @@ async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried()
     assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"
     assert kube.creates == 1
     [(reason, message)] = kube.events
-    assert reason == st.REASON_PHJ_REFUSED and "spec.slurm.jobName: Too long" in message
+    assert reason == names.REASON_PHJ_REFUSED and "spec.slurm.jobName: Too long" in message
     await members.reconcile(("ns", "p"))  # the pod changes again: the same refusal is not told twice
     assert len(kube.events) == 1

@@ -40,6 +40,7 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     from typing import Any, cast
 
     from slurm_bridge.operator.placeholderjobs import orphans
+    from slurm_bridge.operator.runtime.jobview import SlurmSide
     from slurm_bridge.operator.runtime.store import ObjectStore
 
     from slurm_bridge.config import Config
@@ -58,7 +59,7 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
         raise AssertionError("every PlaceholderJob exists")
 
     phjs = ObjectStore()
-    poller = SimpleNamespace(made=lambda uid: None)
+    poller = SimpleNamespace(side=lambda uid, job_id=None: SlurmSide())  # nothing submitted
     sweeper = orphans.OrphanSweeper(Config(), cast(KubeClient, SimpleNamespace(get=get)), phjs,
                                     cast(Any, poller), cancel)  # fmt: skip
     await sweeper.sweep(snap)

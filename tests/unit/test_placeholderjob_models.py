@@ -132,3 +132,41 @@ def test_an_invalid_status_is_refused_by_both() -> None:
         jsonschema.validate(bad, crd_schema())
     with pytest.raises(ValueError):
         PlaceholderJob.model_validate(bad)
+
+
+# ---- the rules read off the model ----------------------------------------------------------------
+def phj(group: Obj | None = None, owner: str | None = None, **spec: Any) -> PlaceholderJob:
+    meta: Obj = {"name": "p", "namespace": "ns", "uid": "phj", "generation": 1}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner}]
+    body: Obj = {"pods": ["p"], "slurm": {}, **spec}
+    if group is not None:
+        body["group"] = group
+    return PlaceholderJob.parse({"metadata": meta, "spec": body})
+
+
+def pod(name: str, uid: str) -> Obj:
+    return {"metadata": {"name": name, "uid": uid}}
+
+
+def test_gang_composite_and_membership() -> None:
+    gang = phj({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"},
+               podUIDs={"p": "pod-1"})  # fmt: skip
+    assert gang.is_gang() and not gang.is_composite()
+    assert gang.is_member(pod("p", "pod-1")) and not gang.is_member(pod("p", "pod-2")), "another incarnation"
+    assert gang.is_member(pod("q", "any")), "a name the gang does not record yet"
+    composite = phj({"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup", "name": "c", "uid": "u"})
+    assert composite.is_composite()
+    single = phj(owner="pod-1")
+    assert not single.is_gang() and single.pod_owner_uid() == "pod-1"
+    assert single.is_member(pod("p", "pod-1")) and not single.is_member(pod("p", "pod-2"))
+    assert single.owned_by_other_pod(pod("p", "pod-2")) and not single.owned_by_other_pod(None)
+    assert phj().is_member(pod("p", "x")), "no owner recorded: any incarnation"
+    assert phj().raw["spec"]["pods"] == ["p"], "the object it was parsed from"
+
+
+def test_a_new_spec_in_crd_form_leaves_unset_fields_out() -> None:
+    spec = PlaceholderJobSpec(pods=["p"], pod_uids=None, slurm=JobRequest(job_name="j"))
+    out = spec.crd_dict()
+    assert "podUIDs" not in out and out["slurm"] == JobRequest(job_name="j").crd_dict()
+    jsonschema.validate({"spec": out}, crd_schema())

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, ItemsView
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.runtime import poller as poller_module
+from slurm_bridge.operator.runtime import store as store_module
 from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobStates
 
@@ -535,7 +538,7 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
     ended pod, and 2,000 of them held the event loop until the Lease was lost (performance.md, run 8)."""
     from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 
-    phjs = ObjectStore(index=member_pods)
+    phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)
     for i in range(3):
         phjs.upsert(_phj(f"p{i}", [f"pod{i}"], 1))
     phjs.upsert(_phj("gang", ["pod1", "pod9"], 1))
@@ -548,3 +551,115 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
     m.phjs = phjs
     assert sorted(p["metadata"]["name"] for p in m._phjs_with_member(("ns", "pod1"))) == ["gang", "p1"]
     assert m._phjs_with_member(("other", "pod1")) == []
+
+
+# ---- the one answer to "does this PlaceholderJob have a Slurm job?" (SlurmPoller.side) -----------
+async def test_side_before_the_first_full_list_is_not_synced_but_knows_its_own_submits() -> None:
+    poller = _poller(FakeSlurm(), [])
+    side = poller.side("a")
+    assert not side.synced and not side.has_job and not side.submitting
+    poller.submitted("a", 5)
+    side = poller.side("a")
+    assert not side.synced and side.has_job and side.submitting and side.job_id == 5
+
+
+async def test_side_names_the_recorded_job_and_the_others_made_for_the_same_uid() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(_job(2, "a", "PENDING"))  # a second job for the same PlaceholderJob (a crash mid-submit)
+    await poller.poll_once()
+    side = poller.side("a", 1)
+    assert side.synced and side.has_job and side.job_id == 1
+    assert side.job is not None and side.job.job_id == 1 and side.found == side.job
+    assert side.others == (2,) and side.poll_period == 1.0
+    assert poller.snapshot is not None and side.taken_at == poller.snapshot.taken_at
+    # Nothing recorded: the newest live job of the uid is adopted, the other is named.
+    adopted = poller.side("a")
+    assert adopted.job_id == 2 and adopted.found is not None and adopted.found.job_id == 2 and adopted.others == (1,)
+
+
+async def test_side_a_recorded_job_the_view_lacks_is_named_without_a_record() -> None:
+    poller = _poller(FakeSlurm(), [])
+    await poller.poll_once()
+    side = poller.side("a", 9)
+    assert side.has_job and side.job_id == 9 and side.job is None and side.found is None
+    assert not side.submitting, "not submitted by this process: the view lacking it means vanished"
+
+
+async def test_side_a_submit_no_poll_showed_yet_then_the_poll_that_shows_it() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    await poller.poll_once()
+    poller.submitted("a", 3)
+    side = poller.side("a")
+    assert side.has_job and side.submitting and side.job_id == 3 and side.job is None
+    assert side.submitted_at is not None
+    slurm.set(_job(3, "a", "PENDING"))
+    poller.poll_soon(full=True)
+    await poller.poll_once()
+    side = poller.side("a")
+    assert side.has_job and not side.submitting and side.job is not None and side.job.job_id == 3
+
+
+async def test_side_an_uncertain_submit_is_no_job_until_a_full_list_says() -> None:
+    poller = _poller(FakeSlurm(), [])
+    await poller.poll_once()
+    poller.submitted("a", 3)
+    poller.submit_failed("a", maybe_applied=True)
+    side = poller.side("a")
+    assert not side.has_job and not side.submitting and side.uncertain_since is not None
+    assert side.last_full_at <= side.uncertain_since, "the full list that decides is still to come"
+    poller.forget_uncertain("a")
+    assert poller.side("a").uncertain_since is None
+    poller.submit_failed("b", maybe_applied=False)
+    assert poller.side("b").uncertain_since is None, "a submit that made nothing leaves nothing"
+
+
+async def test_side_of_a_heterogeneous_job_holds_every_component() -> None:
+    slurm = FakeSlurm()
+    poller = _poller(slurm, [])
+    ref = encode_admin_comment(PhjRef("bridge", "ns", "phj-h", "h"))
+    for job_id, offset in ((10, 0), (11, 1)):
+        slurm.set(JobInfo(job_id=job_id, states=("PENDING",), admin_comment=ref, het_job_id=10, het_job_offset=offset))
+    await poller.poll_once()
+    side = poller.side("h")
+    assert side.job_id == 10 and [c.job_id for c in side.components] == [10, 11] and side.others == ()
+
+
+# ---- one parse per stored version (ParsedStore) -------------------------------------------------
+def test_a_parsed_store_parses_each_stored_version_once() -> None:
+    parsed: list[str] = []
+
+    def parse(obj: dict[str, Any]) -> str:
+        parsed.append(obj["metadata"]["resourceVersion"])
+        return f"model of {obj['metadata']['resourceVersion']}"
+
+    s = ParsedStore(parse)
+    assert s.model(("ns", "a")) is None
+    s.upsert(_obj("a", 1))
+    assert s.model(("ns", "a")) == s.model(("ns", "a")) == "model of 1" and parsed == ["1"], "parsed once"
+    stored = s.get(("ns", "a"))
+    assert stored is not None and s.model_of(stored) == "model of 1" and parsed == ["1"]
+    assert s.model_of(_obj("a", 1)) == "model of 1" and parsed == ["1", "1"], "not the stored object: parsed anew"
+    s.upsert(_obj("a", 2))
+    assert s.model(("ns", "a")) == "model of 2" and parsed == ["1", "1", "2"], "a new version: parsed again"
+    s.delete(_obj("a", 3))
+    assert s.model(("ns", "a")) is None
+
+
+def test_a_parsed_store_keeps_only_the_most_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "PARSED_CACHE_SIZE", 2)
+    parsed: list[str] = []
+
+    def parse(obj: dict[str, Any]) -> str:
+        parsed.append(obj["metadata"]["name"])
+        return str(obj["metadata"]["name"])
+
+    s = ParsedStore(parse)
+    for name in ("a", "b", "c"):
+        s.upsert(_obj(name, 1))
+        s.model(("ns", name))
+    s.model(("ns", "c"))
+    s.model(("ns", "a"))
+    assert parsed == ["a", "b", "c", "a"], "a was dropped (least recently used), c was kept"

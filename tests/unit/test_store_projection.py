@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from slurm_bridge.operator.nodes import nodesync, registration
-from slurm_bridge.operator.placeholderjobs import status as st
+from slurm_bridge.operator.placeholderjobs import pods as st
 from slurm_bridge.operator.runtime.store import ObjectStore, project, project_node, project_pod
 
 from slurm_bridge import dra, names

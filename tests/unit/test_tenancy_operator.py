@@ -9,10 +9,13 @@ import httpx
 import pytest
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
+from slurm_bridge.operator.placeholderjobs.allocation import allocation
+from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS
+from slurm_bridge.operator.placeholderjobs.phjstatus import rejected_status, submitted_status
 from slurm_bridge.operator.tenantpolicies import controller as tn
 
 from slurm_bridge import metrics, names, tenancy
-from slurm_bridge.placeholderjob import status_of
+from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -34,7 +37,9 @@ def with_policy(mode: tenancy.Mode = "open", policy: tenancy.TenantPolicy | None
 
 def decide(obj: Obj, members: dict[str, Obj | None], policy: lc.Tenancy | None, state: str = "vanished") -> pl.Plan:
     job_id = None if state == "vanished" else 7
-    return lc.decide(obj, slurm_side(state, job_id=job_id), members, NOW, scheduler="s", tenancy=policy)
+    return lc.decide(
+        PlaceholderJob.parse(obj), slurm_side(state, job_id=job_id), members, NOW, scheduler="s", tenancy=policy
+    )
 
 
 # ---- submit ----------------------------------------------------------------------------------------
@@ -92,7 +97,7 @@ def test_the_submit_waits_while_the_policies_are_not_read() -> None:
     def waiting(request: JobRequest) -> tenancy.Verdict:
         return tenancy.Verdict(request, waiting="not synced")
 
-    assert decide(phj(None, job_id=None), {"p": pod("gated")}, waiting) == pl.Plan(requeue=lc.TENANCY_WAIT_SECONDS)
+    assert decide(phj(None, job_id=None), {"p": pod("gated")}, waiting) == pl.Plan(requeue=TENANCY_WAIT_SECONDS)
 
 
 def test_a_running_job_is_never_touched_by_a_policy() -> None:
@@ -141,35 +146,44 @@ def test_association_refusals_are_recognised(error: SlurmError, association: boo
 
 def test_an_association_refusal_is_retried_once_then_fails_with_slurms_message() -> None:
     obj = phj(None, job_id=None)
-    first = lc.rejected_status(obj, f"Slurm refused the job: {ASSOC}", association=True)
+    first = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", association=True)
     assert first.phase == names.PHASE_PENDING and first.reason == "SubmitRejected"
     obj["status"] = first.dump()
     # The first refusal waits SUBMIT_RETRY_SECONDS, as any refusal (one retry).
-    assert lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s").actions == ()
-    second = lc.rejected_status(obj, f"Slurm refused the job: {ASSOC}", association=True)
+    assert (
+        lc.decide(
+            PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
+        ).actions
+        == ()
+    )
+    second = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", association=True)
     assert second.phase == names.PHASE_FAILED and second.reason == names.REASON_SLURM_ASSOCIATION_REJECTED
     assert "Invalid account or account/partition combination specified" in (second.message or "")
     obj["status"] = second.dump()
     # Failed: the next reconcile ends the pods with that reason and submits nothing.
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s")
+    plan = lc.decide(
+        PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
+    )
     assert plan.actions == (pl.EndPods(("p",), names.REASON_SLURM_ASSOCIATION_REJECTED, second.message or ""),)
 
 
 def test_other_refusals_keep_retrying() -> None:
     obj = phj(None, job_id=None)
     for _ in range(3):
-        obj["status"] = lc.rejected_status(obj, "Slurm refused the job: busy", association=False).dump()
-        assert status_of(obj).phase == names.PHASE_PENDING
+        obj["status"] = rejected_status(
+            PlaceholderJob.parse(obj), "Slurm refused the job: busy", association=False
+        ).dump()
+        assert PlaceholderJob.parse(obj).status.phase == names.PHASE_PENDING
 
 
 # ---- identity in status ----------------------------------------------------------------------------
 def test_the_slurm_user_and_account_are_written_with_the_job_id() -> None:
     job = JobInfo(job_id=7, states=("PENDING",), user_name="alice", account="team-a")
-    status = lc.submitted_status(phj(None, job_id=None), 7, job, JobRequest())
+    status = submitted_status(PlaceholderJob.parse(phj(None, job_id=None)), 7, job, JobRequest())
     assert (status.job_id, status.slurm_user, status.account) == (7, "alice", "team-a")
     assert status.dump()["slurmUser"] == "alice"
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",), user_name="alice", account="team-a")
-    plan = lc.allocation(phj("Pending"), {"p": pod("gated")}, running, scheduler="s")
+    plan = allocation(PlaceholderJob.parse(phj("Pending")), {"p": pod("gated")}, running, scheduler="s")
     write = next(a for a in plan.actions if isinstance(a, pl.WriteStatus))
     assert (write.status.slurm_user, write.status.account) == ("alice", "team-a")
 
