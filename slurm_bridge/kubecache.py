@@ -29,6 +29,7 @@ import aiohttp
 
 from slurm_bridge import names
 from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path
+from slurm_bridge.tasks import cancel_and_wait
 from slurm_bridge.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
@@ -141,10 +142,7 @@ class Informer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
 
     async def run(self) -> None:
         delay = RETRY_MIN_SECONDS
@@ -385,9 +383,5 @@ class TenantCache:
         await asyncio.gather(self.policies.synced.wait(), self.namespaces.synced.wait())
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(self._tasks)
         self._tasks = []

@@ -10,7 +10,6 @@ cache's list and watch, a GET of a namespace created a moment ago, and those dis
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import inspect
 import logging
@@ -29,6 +28,7 @@ from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeError
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.tasks import cancel_and_wait
 
 from . import apis as api_checks
 from .mutate import mutate
@@ -343,11 +343,8 @@ class WebhookServer:
         if drain_seconds > 0 and self._runner is not None:
             log.info("webhook draining", extra={"fields": {"seconds": drain_seconds}})
             await asyncio.sleep(drain_seconds)
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await cancel_and_wait([self._watch])
+        self._watch = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -62,17 +62,11 @@ class CompositeMembership:
         self.m = members
 
     async def join(self, pod: Obj, group: CompositeGroup) -> float | None:
-        m, key = self.m, (group.namespace, group.name)
-        if not m.poller.synced.is_set():
-            return m.config.pollPeriodSeconds  # whether the composite's job exists is not known yet
-        for _ in range(10):
-            phj = m.phjs.get(key)
-            if phj is None:
-                return await self._create(pod, group)
-            done, delay = await self._join_once(pod, group, phj)
-            if done:
-                return delay
-        return 1.0
+        return await self.m.join_retrying(
+            (group.namespace, group.name),
+            lambda: self._create(pod, group),
+            lambda phj: self._join_once(pod, group, phj),
+        )
 
     async def _join_once(self, pod: Obj, group: CompositeGroup, phj: Obj) -> tuple[bool, float | None]:
         """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""

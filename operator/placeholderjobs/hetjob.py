@@ -36,6 +36,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     end_of_job,
     end_phases,
     identity,
+    job_ended,
     pods_end_phase,
     terminal_status,
 )
@@ -43,7 +44,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
     Cancel,
     ConfirmMembers,
-    EndPods,
     Event,
     Plan,
     Release,
@@ -190,14 +190,7 @@ def ended_part(phj: PlaceholderJob, members: Members, slurm: SlurmSide, part: Jo
         f" (component {offset}, PodGroup {pod_group}, of heterogeneous Slurm job {leader}); "
         "every component and member pod is ended with it"
     )
-    live = tuple(holding_allocation(members))
-    end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
-    return Plan((
-        terminal_status(phj, phase, reason, message, part),
-        *cancels(slurm),
-        Event(reason, message, warning=phase != names.PHASE_COMPLETED),
-        *end,
-    ))  # fmt: skip
+    return job_ended(phj, members, (phase, reason, message), part, cancels(slurm))
 
 
 def allocation(

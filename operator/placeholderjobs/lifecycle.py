@@ -36,6 +36,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     end_of_job,
     end_phases,
     identity,
+    job_ended,
     pods_end_phase,
     rejected_status,
     submitted_status,
@@ -382,14 +383,7 @@ def _with_job(
 
 def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int) -> Plan:
     """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
-    phase, reason, message = end_of_job(job, job_id)
-    live = tuple(holding_allocation(members))
-    end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
-    return Plan((
-        terminal_status(phj, phase, reason, message, job),
-        Event(reason, message, warning=phase != names.PHASE_COMPLETED),
-        *end,
-    ))  # fmt: skip
+    return job_ended(phj, members, end_of_job(job, job_id), job)
 
 
 # ---- deleted ----------------------------------------------------------------------------------

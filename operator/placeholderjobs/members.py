@@ -13,13 +13,14 @@ allocation: a newcomer waits, and the member's end wakes it (docs/workloads.md, 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 
 from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
 from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, plan_join, same_group
 from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, Vacancies, gang_full
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
 
@@ -30,39 +31,10 @@ from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob, 
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
 
+Creator = Callable[[], Awaitable[float | None]]
+JoinOnce = Callable[[Obj], Awaitable[tuple[bool, float | None]]]  # (done, re-queue after)
+
 log = logging.getLogger(__name__)
-
-# A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
-WAIT_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class Vacancies:
-    """The members of a gang that may give up their place: ``ended`` (gone, another incarnation
-    of the name, or in a terminal phase) and ``terminating`` (deleted, still running)."""
-
-    ended: frozenset[str] = frozenset()
-    terminating: frozenset[str] = frozenset()
-
-    def free(self, submitted: bool) -> frozenset[str]:
-        """The places a newcomer may take. Before submission nothing is allocated: a terminating
-        member drops out; after it, it keeps place and node until it has ended (no node runs two)."""
-        return self.ended if submitted else self.ended | self.terminating
-
-    def note(self) -> str:
-        """What the GangFull / CompositeFull message says about terminating members."""
-        if not self.terminating:
-            return ""
-        names_ = sorted(self.terminating)
-        shown = ", ".join(names_[:3]) + (f" and {len(names_) - 3} more" if len(names_) > 3 else "")
-        each = "each " if len(names_) > 1 else ""
-        return f" (terminating, {each}keeping its place and node until it is gone: {shown})"
-
-
-def gang_full(members: int, vacancies: Vacancies) -> tuple[str, str]:
-    """The Event of a pod that waits for a free place in a submitted gang."""
-    return ("GangFull", f"the gang's Slurm job was submitted for {members} other pods and none of them has "
-            f"ended{vacancies.note()}; the pod waits for a free place")  # fmt: skip
 
 
 def member_pods(phj: Obj) -> list[Key]:
@@ -249,14 +221,22 @@ class Membership:
     # ---- gangs -------------------------------------------------------------------------------
     async def _join_gang(self, pod: Obj, group: Group) -> float | None:
         """Make the pod a member of its gang's PlaceholderJob (docs/workloads.md, "Late members")."""
-        key = (group.namespace, group.name)
+        return await self.join_retrying(
+            (group.namespace, group.name),
+            lambda: self._create_gang(pod, group),
+            lambda phj: self._join_once(pod, group, phj),
+        )
+
+    async def join_retrying(self, key: Key, create: Creator, join_once: JoinOnce) -> float | None:
+        """Join a group's PlaceholderJob (a gang's or a composite's), made by ``create`` if there is
+        none, trying again (10 times) while it changes under the resourceVersion-tested write."""
         if not self.poller.synced.is_set():
-            return self.config.pollPeriodSeconds  # whether the gang's job exists is not known yet
+            return self.config.pollPeriodSeconds  # whether the group's job exists is not known yet
         for _ in range(10):
             phj = self.phjs.get(key)
             if phj is None:
-                return await self._create_gang(pod, group)
-            done, delay = await self._join_once(pod, group, phj)
+                return await create()
+            done, delay = await join_once(phj)
             if done:
                 return delay
         return 1.0

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.placeholderjobs.plan import WriteStatus
-from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_phase, pod_terminating
+from slurm_bridge.operator.placeholderjobs.plan import Action, EndPods, Event, Plan, WriteStatus
+from slurm_bridge.operator.placeholderjobs.pods import Obj, holding_allocation, pod_phase, pod_terminating
 
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
@@ -134,6 +134,23 @@ def terminal_status(
     if phj.status.expected_start is not None:
         ended.expected_start = None
     return WriteStatus(ended)
+
+
+def job_ended(
+    phj: PlaceholderJob,
+    members: Mapping[str, Obj | None],
+    end: tuple[str, str, str],
+    job: JobInfo | None,
+    cancel: tuple[Action, ...] = (),
+) -> Plan:
+    """Slurm -> Kubernetes: the job (``end``: phase, reason, message) ended under the PlaceholderJob.
+    Its terminal status, ``cancel`` (what of the job still runs), an Event, and the live member pods
+    ended: a pod whose allocation is gone must not keep running."""
+    phase, reason, message = end
+    live = tuple(holding_allocation(members))
+    pods: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
+    status = terminal_status(phj, phase, reason, message, job)
+    return Plan((status, *cancel, Event(reason, message, warning=phase != names.PHASE_COMPLETED), *pods))
 
 
 def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:

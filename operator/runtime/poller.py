@@ -12,7 +12,6 @@ last full list, and is that full list otherwise.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 import time
@@ -28,6 +27,7 @@ from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
+from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +146,7 @@ class SlurmPoller:
 
     async def stop(self) -> None:
         await self._loop.stop()
-        if self._resyncing is not None:
-            self._resyncing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._resyncing
+        await cancel_and_wait([self._resyncing])
 
     async def refresh(self, job_id: int, ref: PhjRef, *, het: bool = False) -> JobInfo | None:
         """Read one job the bridge just made, so its state is known without waiting for a poll;

@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from slurm_bridge.tasks import cancel_and_wait
+
 MAX_BACKOFF_SECONDS = 10.0
 
 
@@ -51,10 +53,7 @@ class PollLoop:
         self._task = asyncio.create_task(self.run(), name=self.name)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
 
     async def run(self) -> None:
         backoff = self.period

@@ -12,13 +12,14 @@ memory. A reader that needs a field not kept here must add it to the projection 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
+
+from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -295,11 +296,7 @@ class WorkQueue:
         self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self._workers)]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(self._tasks)
         for timer in self._timers.values():
             timer.cancel()
 

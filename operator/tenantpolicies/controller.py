@@ -26,6 +26,7 @@ from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
+from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -193,11 +194,8 @@ class TenantStatusController:
         self._task = asyncio.create_task(self.run(), name="tenant-status")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     async def run(self) -> None:
         await self.tenants.wait_synced()

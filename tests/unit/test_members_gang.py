@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from slurm_bridge.operator.placeholderjobs.composite import REASON_COMPOSITE_FULL
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.members import WAIT_SECONDS, Membership, Vacancies, member_pods
+from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
+from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 
