@@ -186,6 +186,45 @@ async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_
     assert all(e["involvedObject"]["name"] == long_name for e in posted)
 
 
+@pytest.mark.parametrize(
+    ("message", "level"),
+    [
+        (
+            'events "p.1" is forbidden: unable to create new content in namespace ns because it is being terminated',
+            "DEBUG",
+        ),
+        ('events is forbidden: User "x" cannot create resource "events"', "WARNING"),
+    ],
+)
+async def test_an_event_refused_by_a_terminating_namespace_is_not_a_warning(
+    message: str, level: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleting a namespace of 200 bridge pods logged 200 warnings that told nobody anything; a
+    refusal for another reason (RBAC) still warns."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                  "message": message}, status=403)  # fmt: skip
+
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kube = KubeClient(f"http://127.0.0.1:{port}", None, None)
+    caplog.set_level("DEBUG", logger="slurm_bridge.kube")
+    try:
+        await kube.event({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}, "PodsDeleted", "x")
+        await kube.drain_events()
+    finally:
+        await kube.aclose()
+        await runner.cleanup()
+    records = [r for r in caplog.records if "could not record event PodsDeleted" in r.getMessage()]
+    assert [r.levelname for r in records] == [level]
+
+
 async def test_watch_sends_its_parameters_decodes_lines_across_chunks_and_types_410() -> None:
     """The client's watch on a loopback server: the query (field selector, bookmarks, the
     resourceVersion, the server-side timeout), events split across writes, and a 410 answer."""
