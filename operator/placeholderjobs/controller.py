@@ -10,6 +10,7 @@ Slurm, so a restart at any line neither duplicates nor leaks a Slurm job.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,6 +28,7 @@ from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.tasks import cancel_and_wait
 
 Obj = dict[str, Any]
 
@@ -70,17 +72,32 @@ class Controller:
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)
         # (uid, resourceVersion) of each object as its latest reconcile began to read it.
         self._read: dict[Hashable, tuple[str, int]] = {}
+        # PlaceholderJobs whose reconcile came before the first Slurm job list: queued again by
+        # ``_after_first_list`` once it is in (a timer each would spin: 10,000 a second at scale).
+        self._parked: set[tuple[str, str]] = set()
+        self._waiting: asyncio.Task[None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.poller.start()
         self.queue.start()
-        for obj in self.phjs.values():
-            self.queue.add(("phj", *ObjectStore.key_of(obj)))
         for obj in self.pods.values():
             self.queue.add(("pod", *ObjectStore.key_of(obj)))
+        self._waiting = asyncio.create_task(self._after_first_list(), name="phjs-after-first-job-list")
+
+    async def _after_first_list(self) -> None:
+        """Every PlaceholderJob is decided once the poller's first full job list is in: before it,
+        whether a job exists is not known, and nothing may be submitted (restart measured at
+        10,000 PlaceholderJobs: the ones queued at once re-queued each second and kept the
+        operator busy enough to delay that very list by minutes)."""
+        await self.poller.synced.wait()
+        keys = {ObjectStore.key_of(obj) for obj in self.phjs.values()} | self._parked
+        self._parked.clear()
+        for ns, name in keys:
+            self.queue.add(("phj", ns, name))
 
     async def stop(self) -> None:
+        await cancel_and_wait([self._waiting])
         await self.queue.stop()
         await self.poller.stop()
 
@@ -141,6 +158,9 @@ class Controller:
         if kind == "pod":
             self._note_read(item, self.pods)
             return await self.members.reconcile((ns, name))
+        if not self.poller.synced.is_set():
+            self._parked.add((ns, name))  # decided once the first job list is in
+            return None
         if self.tenants is not None:
             await self.tenants.ensure_namespace(ns)  # a namespace created a moment ago
         self._note_read(item, self.phjs)

@@ -4,6 +4,7 @@ operator's own write is not (the reconcile that wrote may wait for it), nor is a
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,25 @@ async def test_an_event_no_newer_than_what_a_reconcile_began_with_is_not_queued(
     assert queued == [("pod", "ns", "p")] * 4
     assert ("pod", "ns", "p") not in ctrl._read, "forgotten with the object"
     await ctrl.slurm.aclose()
+
+
+async def test_placeholderjobs_wait_for_the_first_job_list_without_spinning(tmp_path: Path) -> None:
+    """Before the poller's first full job list, a PlaceholderJob's reconcile is parked (no timer:
+    10,000 of them re-queued each second delayed that list by minutes); once it is in, every
+    PlaceholderJob, parked or stored, is queued once."""
+    ctrl = controller(tmp_path)
+    queued: list[Any] = []
+    ctrl.queue.add = queued.append  # type: ignore[method-assign,assignment]
+    ctrl.poller.start = lambda: None  # type: ignore[method-assign]  # no Slurm here
+    ctrl.queue.start = lambda: None  # type: ignore[method-assign]
+    ctrl.on_phj_event("ADDED", phj(20))
+    other = phj(30) | {"metadata": {"name": "q", "namespace": "ns", "uid": "j2", "resourceVersion": "30"}}
+    ctrl.start()
+    assert await ctrl._reconcile(("phj", "ns", "gone")) is None, "parked, not re-queued on a timer"
+    ctrl.phjs.upsert(other)
+    queued.clear()
+    ctrl.poller.synced.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sorted(queued) == [("phj", "ns", "gone"), ("phj", "ns", "p"), ("phj", "ns", "q")]
+    await ctrl.stop()
