@@ -76,10 +76,20 @@ class Controller:
         # ``_after_first_list`` once it is in (a timer each would spin: 10,000 a second at scale).
         self._parked: set[tuple[str, str]] = set()
         self._waiting: asyncio.Task[None] | None = None
+        self._polling = self._started = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
+    def start_polling(self) -> None:
+        """Start reading Slurm before the watches' first lists are in: at 10,000 PlaceholderJobs
+        the first full job list takes as long as they do, and readiness waits for both."""
+        if not self._polling:
+            self._polling = True
+            self.poller.start()
+
     def start(self) -> None:
-        self.poller.start()
+        """Start the work, once the pod and PlaceholderJob stores hold their first lists."""
+        self.start_polling()
+        self._started = True
         self.queue.start()
         for obj in self.pods.values():
             self.queue.add(("pod", *ObjectStore.key_of(obj)))
@@ -148,7 +158,8 @@ class Controller:
         self.queue.add(("phj", ref.namespace, ref.name))
 
     def _on_poll(self, snap: Any) -> None:
-        self.orphans.on_poll(snap)
+        if self._started:  # an orphan is judged against complete stores only
+            self.orphans.on_poll(snap)
 
     # ---- dispatch ---------------------------------------------------------------------------
     @metrics.reconciled

@@ -219,6 +219,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None
     async def lead() -> None:
         await elector.is_leader.wait()
         node_ctrl.start()
+        ctrl.start_polling()  # the first Slurm job list, beside the watches' first lists
         # The first reconciles see every pod and PlaceholderJob: none is created twice, none
         # judged missing, because a list was still coming in.
         await watches.wait_synced()

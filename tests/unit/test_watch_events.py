@@ -135,3 +135,20 @@ async def test_placeholderjobs_wait_for_the_first_job_list_without_spinning(tmp_
         await asyncio.sleep(0)
     assert sorted(queued) == [("phj", "ns", "gone"), ("phj", "ns", "p"), ("phj", "ns", "q")]
     await ctrl.stop()
+
+
+async def test_the_orphan_sweep_waits_for_the_stores_first_lists(tmp_path: Path) -> None:
+    """The poller starts before the watches' first lists are in (start_polling); a job whose
+    PlaceholderJob is not listed yet must not be judged an orphan then."""
+    ctrl = controller(tmp_path)
+    swept: list[Any] = []
+    ctrl.orphans.on_poll = swept.append  # type: ignore[method-assign]
+    ctrl.poller.start = lambda: None  # type: ignore[method-assign]
+    ctrl.queue.start = lambda: None  # type: ignore[method-assign]
+    ctrl.start_polling()
+    ctrl._on_poll("snapshot-1")
+    assert swept == []
+    ctrl.start()
+    ctrl._on_poll("snapshot-2")
+    assert swept == ["snapshot-2"]
+    await ctrl.stop()
