@@ -142,7 +142,7 @@ async def test_the_orphan_sweep_waits_for_the_stores_first_lists(tmp_path: Path)
     PlaceholderJob is not listed yet must not be judged an orphan then."""
     ctrl = controller(tmp_path)
     swept: list[Any] = []
-    ctrl.orphans.on_poll = swept.append  # type: ignore[method-assign]
+    ctrl.orphans.on_poll = swept.append  # type: ignore[method-assign,assignment]
     ctrl.poller.start = lambda: None  # type: ignore[method-assign]
     ctrl.queue.start = lambda: None  # type: ignore[method-assign]
     ctrl.start_polling()
