@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +157,9 @@ def test_long_names_that_share_a_head_get_different_label_values() -> None:
     assert bounded(a, MAX_NAME_LENGTH) == a and len(bounded(a + "x" * 60, MAX_NAME_LENGTH)) == MAX_NAME_LENGTH
 
 
-async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_names() -> None:
-    posted: list[dict[str, Any]] = []
-
-    async def handler(request: web.Request) -> web.Response:
-        posted.append(await request.json())
-        return web.json_response({})
-
+@contextlib.asynccontextmanager
+async def posting_to(handler: Callable[[web.Request], Awaitable[web.Response]]) -> AsyncIterator[KubeClient]:
+    """A KubeClient whose POSTs ``handler`` answers on a loopback server."""
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", handler)
     runner = web.AppRunner(app)
@@ -170,16 +168,27 @@ async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     kube = KubeClient(f"http://127.0.0.1:{port}", None, None)
-    long_name = ("a" * 120) + "." + ("b" * 132)
-    assert len(long_name) == 253
-    pod = {"kind": "Pod", "metadata": {"name": long_name, "namespace": "ns", "uid": "u"}}
     try:
-        for _ in range(3):
-            await kube.event(pod, "SlurmJobPending", "waiting")
-        await kube.drain_events()
+        yield kube
     finally:
         await kube.aclose()
         await runner.cleanup()
+
+
+async def test_events_on_an_object_with_a_253_character_name_get_valid_distinct_names() -> None:
+    posted: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        posted.append(await request.json())
+        return web.json_response({})
+
+    long_name = ("a" * 120) + "." + ("b" * 132)
+    assert len(long_name) == 253
+    pod = {"kind": "Pod", "metadata": {"name": long_name, "namespace": "ns", "uid": "u"}}
+    async with posting_to(handler) as kube:
+        for _ in range(3):
+            await kube.event(pod, "SlurmJobPending", "waiting")
+        await kube.drain_events()
     event_names = [e["metadata"]["name"] for e in posted]
     assert len(set(event_names)) == 3, "each Event has its own name (none collides with the last)"
     assert all(len(n) <= MAX_NAME_LENGTH and DNS_SUBDOMAIN.match(n) for n in event_names), event_names
@@ -206,21 +215,10 @@ async def test_an_event_refused_by_a_terminating_namespace_is_not_a_warning(
         return web.json_response({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                                   "message": message}, status=403)  # fmt: skip
 
-    app = web.Application()
-    app.router.add_route("POST", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    kube = KubeClient(f"http://127.0.0.1:{port}", None, None)
     caplog.set_level("DEBUG", logger="slurm_bridge.kube")
-    try:
+    async with posting_to(handler) as kube:
         await kube.event({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}, "PodsDeleted", "x")
         await kube.drain_events()
-    finally:
-        await kube.aclose()
-        await runner.cleanup()
     records = [r for r in caplog.records if "could not record event PodsDeleted" in r.getMessage()]
     assert [r.levelname for r in records] == [level]
 
