@@ -22,11 +22,11 @@ from slurm_bridge.operator.placeholderjobs.composite import (
     flat_pods,
     plan_composite_join,
 )
-from slurm_bridge.operator.placeholderjobs.groups import same_group
+from slurm_bridge.operator.placeholderjobs.vacancies import JoinState
 
 from slurm_bridge import names
 from slurm_bridge.kube import Conflict, Invalid, phj_path
-from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
+from slurm_bridge.placeholderjob import Component, PlaceholderJobSpec
 
 if TYPE_CHECKING:
     from slurm_bridge.operator.placeholderjobs.members import Membership
@@ -72,15 +72,10 @@ class CompositeMembership:
         """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
         m = self.m
         meta, key = pod["metadata"], (group.namespace, group.name)
-        typed = m.phjs.model_of(phj)
-        spec, status = typed.spec, typed.status
-        if typed.deleted:
-            return True, 1.0  # an ended run's PlaceholderJob is being finalized
-        if not same_group(phj, group):
-            return True, await m._name_taken(pod, group, spec.group or GroupSource())
-        submitted = m._is_submitted(phj)
-        m.await_place(key, pod)
-        vacancies = await m.vacancies(phj, exclude=meta["name"])
+        state = await m.join_state(pod, group, phj)
+        if not isinstance(state, JoinState):
+            return state
+        spec, status, submitted, vacancies = state.phj.spec, state.phj.status, state.submitted, state.vacancies
         plan = plan_composite_join(
             parts_of(spec),
             spec.pod_uids or {},

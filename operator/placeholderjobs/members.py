@@ -20,7 +20,7 @@ from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMemb
 from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, plan_join, same_group
 from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
-from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, Vacancies, gang_full
+from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
 
@@ -241,25 +241,32 @@ class Membership:
                 return delay
         return 1.0
 
-    async def _join_once(self, pod: Obj, group: Group, phj: Obj) -> tuple[bool, float | None]:
-        """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
-        meta, key = pod["metadata"], (group.namespace, group.name)
+    async def join_state(self, pod: Obj, group: Group, phj: Obj) -> JoinState | tuple[bool, float | None]:
+        """The start of a join, gangs' and composites' alike: what it decides on, or the attempt's
+        end when the PlaceholderJob is an ended run being finalized or another group's."""
         typed = self.phjs.model_of(phj)
-        spec, status = typed.spec, typed.status
         if typed.deleted:
             return True, 1.0  # an ended run's PlaceholderJob is being finalized
         if not same_group(phj, group):
-            return True, await self._name_taken(pod, group, spec.group or GroupSource())
+            return True, await self._name_taken(pod, group, typed.spec.group or GroupSource())
         submitted = self._is_submitted(phj)
-        self.await_place(key, pod)
-        vacancies = await self.vacancies(phj, exclude=meta["name"])
+        self.await_place((group.namespace, group.name), pod)
+        return JoinState(typed, submitted, await self.vacancies(phj, exclude=pod["metadata"]["name"]))
+
+    async def _join_once(self, pod: Obj, group: Group, phj: Obj) -> tuple[bool, float | None]:
+        """One attempt; (False, _): the PlaceholderJob changed meanwhile, read it again."""
+        meta, key = pod["metadata"], (group.namespace, group.name)
+        state = await self.join_state(pod, group, phj)
+        if not isinstance(state, JoinState):
+            return state
+        spec, submitted, vacancies = state.phj.spec, state.submitted, state.vacancies
         plan = plan_join(
             spec.pods,
             spec.pod_uids or {},
             meta["name"],
             meta["uid"],
             submitted=submitted,
-            terminal=status.phase in names.TERMINAL_PHASES,
+            terminal=state.phj.status.phase in names.TERMINAL_PHASES,
             ended=vacancies.free(submitted),
         )
         full = gang_full(len(spec.pods), vacancies)

@@ -1,9 +1,12 @@
-"""What a pod waits for when its gang's Slurm job is already submitted and full: the members that
-may give up their place (docs/workloads.md, "Late members")."""
+"""What a pod's join decides on (``JoinState``), and what it waits for when its gang's Slurm job
+is already submitted and full: the members that may give up their place (docs/workloads.md,
+"Late members")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from slurm_bridge.placeholderjob import PlaceholderJob
 
 # A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
 WAIT_SECONDS = 5.0
@@ -36,3 +39,13 @@ def gang_full(members: int, vacancies: Vacancies) -> tuple[str, str]:
     """The Event of a pod that waits for a free place in a submitted gang."""
     return ("GangFull", f"the gang's Slurm job was submitted for {members} other pods and none of them has "
             f"ended{vacancies.note()}; the pod waits for a free place")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JoinState:
+    """What a join decides on: the PlaceholderJob, whether its job is (or may be) in Slurm, and
+    the members whose places may be freed."""
+
+    phj: PlaceholderJob
+    submitted: bool
+    vacancies: Vacancies
