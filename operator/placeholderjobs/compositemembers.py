@@ -25,7 +25,6 @@ from slurm_bridge.operator.placeholderjobs.composite import (
 from slurm_bridge.operator.placeholderjobs.vacancies import JoinState
 
 from slurm_bridge import names
-from slurm_bridge.kube import Conflict, Invalid, phj_path
 from slurm_bridge.placeholderjob import Component, PlaceholderJobSpec
 
 if TYPE_CHECKING:
@@ -131,28 +130,12 @@ class CompositeMembership:
             await m._tell(pod, "InvalidSlurmOptions", f"cannot build the Slurm request of PodGroup "
                           f"{group.component}'s component: {e}")  # fmt: skip
             return 30.0
-        from slurm_bridge.operator.placeholderjobs.members import new_phj  # members imports this module
-
         parts = (Part(group.component, group.min_member, (meta["name"],)),)
         components = [Component(pod_group=p.pod_group, min_member=p.min_member, pods=list(p.pods), slurm=request)
                       for p in parts]  # fmt: skip
-        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]}, components=components,
-                      min_components=group.min_components)  # fmt: skip
-        try:
-            created = await m.kube.create(phj_path(group.namespace), phj)
-        except Invalid as e:
-            await m._tell(pod, names.REASON_PHJ_REFUSED,
-                          f"the API server refused the composite's PlaceholderJob: {e.message}")  # fmt: skip
-            return 30.0
-        except Conflict:
-            existing = await m.kube.get(phj_path(group.namespace, group.name))
-            if existing is None or existing["metadata"].get("deletionTimestamp"):
-                return 1.0
-            m.phjs.upsert(existing)
-            return 0.05  # another member created it: join it
-        m.phjs.upsert(created)
-        m._member_of[meta["uid"]] = (group.namespace, group.name)
-        m.queue.add(("phj", group.namespace, group.name))
+        made = await m.create_for_group(pod, group, request, "the composite", components, group.min_components)
+        if not isinstance(made, dict):
+            return made
         log.info(
             "PlaceholderJob %s/%s made for CompositePodGroup %s", group.namespace, group.name, group.source["name"]
         )

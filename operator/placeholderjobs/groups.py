@@ -31,6 +31,8 @@ from typing import Any, Final, Literal
 
 from slurm_bridge import names, workloadapi, workloads
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, resource_path
+from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
+from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, group_kind
 
@@ -377,3 +379,35 @@ def plan_join(
     slot = free[0]
     new_uids = {p: u for p, u in uids.items() if p != slot}
     return Join("replace", tuple(pod if p == slot else p for p in pods), {**new_uids, pod: uid}, slot=slot)
+
+
+def new_phj(
+    group: Group,
+    pods: list[str],
+    request: JobRequest,
+    pod_uids: dict[str, str] | None = None,
+    *,
+    components: list[Component] | None = None,
+    min_components: int | None = None,
+) -> Obj:
+    """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer;
+    ``components``, ``min_components``: a CompositePodGroup's heterogeneous job."""
+    spec = PlaceholderJobSpec(
+        pods=pods, pod_uids=pod_uids, min_member=group.min_member, group=GroupSource.model_validate(group.source),
+        slurm=request, components=components, min_components=min_components,
+    )  # fmt: skip
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {
+            "name": group.name,
+            "namespace": group.namespace,
+            "labels": {
+                names.LABEL_APP_NAME: names.APP_NAME,
+                names.LABEL_APP_MANAGED_BY: names.APP_NAME,
+            },
+            "ownerReferences": [group.owner],
+            "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
+        },
+        "spec": spec.crd_dict(),
+    }

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
-from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, plan_join, same_group
+from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, new_phj, plan_join, same_group
 from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
@@ -27,7 +27,7 @@ from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, W
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
-from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob, PlaceholderJobSpec
+from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
 
@@ -42,38 +42,6 @@ def member_pods(phj: Obj) -> list[Key]:
     ns = phj.get("metadata", {}).get("namespace", "")
     pods = (phj.get("spec") or {}).get("pods") or []
     return [(ns, name) for name in pods if isinstance(name, str)]
-
-
-def new_phj(
-    group: Group,
-    pods: list[str],
-    request: JobRequest,
-    pod_uids: dict[str, str] | None = None,
-    *,
-    components: list[Component] | None = None,
-    min_components: int | None = None,
-) -> Obj:
-    """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer;
-    ``components``, ``min_components``: a CompositePodGroup's heterogeneous job."""
-    spec = PlaceholderJobSpec(
-        pods=pods, pod_uids=pod_uids, min_member=group.min_member, group=GroupSource.model_validate(group.source),
-        slurm=request, components=components, min_components=min_components,
-    )  # fmt: skip
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {
-            "name": group.name,
-            "namespace": group.namespace,
-            "labels": {
-                names.LABEL_APP_NAME: names.APP_NAME,
-                names.LABEL_APP_MANAGED_BY: names.APP_NAME,
-            },
-            "ownerReferences": [group.owner],
-            "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
-        },
-        "spec": spec.crd_dict(),
-    }
 
 
 class Membership:
@@ -363,14 +331,34 @@ class Membership:
         except ValueError as e:
             await self._tell(pod, "InvalidSlurmOptions", f"cannot build a Slurm job request: {e}")
             return 30.0
-        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]})
+        made = await self.create_for_group(pod, group, request, "the gang")
+        if not isinstance(made, dict):
+            return made
+        for warning in group.warnings:
+            await self.kube.event(made, "GangWillNotStart", warning, warning=True)
+        return None
+
+    async def create_for_group(
+        self,
+        pod: Obj,
+        group: Group,
+        request: JobRequest,
+        what: str,
+        components: list[Component] | None = None,
+        min_components: int | None = None,
+    ) -> Obj | float:
+        """Create the group's PlaceholderJob (a gang's, or a composite's with its ``components``)
+        with ``pod`` its first member: the object made, or when to look again (refused: the
+        group's options may change; another member made it first: join that one)."""
+        meta = pod["metadata"]
+        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]}, components=components,
+                      min_components=min_components)  # fmt: skip
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:
-            await self._tell(
-                pod, names.REASON_PHJ_REFUSED, f"the API server refused the gang's PlaceholderJob: {e.message}"
-            )
-            return 30.0  # the gang's options may change (another member, the workload)
+            await self._tell(pod, names.REASON_PHJ_REFUSED,
+                             f"the API server refused {what}'s PlaceholderJob: {e.message}")  # fmt: skip
+            return 30.0
         except Conflict:
             existing = await self.kube.get(phj_path(group.namespace, group.name))
             if existing is None or existing["metadata"].get("deletionTimestamp"):
@@ -379,10 +367,8 @@ class Membership:
             return 0.05  # another member created it: join it
         self.phjs.upsert(created)
         self._member_of[meta["uid"]] = (group.namespace, group.name)
-        for warning in group.warnings:
-            await self.kube.event(created, "GangWillNotStart", warning, warning=True)
         self.queue.add(("phj", group.namespace, group.name))
-        return None
+        return created
 
     async def _gang_request(self, group: Group, members: list[str], pod: Obj) -> JobRequest:
         """The job for every member pod, sized for the whole gang, with the root's options."""
