@@ -39,6 +39,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     job_ended,
     pods_end_phase,
     terminal_status,
+    waiting_for_pods,
 )
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
@@ -72,13 +73,7 @@ def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None) -> Pl
     short = [(c, sum(p in live for p in c.pods)) for c in parts]
     short = [(c, n) for c, n in short if n < c.min_member]
     if short or len(parts) < need:
-        message = waiting_message(parts, short, need)
-        if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
-            return Plan()
-        return Plan((WriteStatus(PlaceholderJobStatus(
-            phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
-            pod_list=",".join(spec.pods),
-        )),))  # fmt: skip
+        return waiting_for_pods(phj, waiting_message(parts, short, need))
     requests = [c.slurm for c in parts]
     if tenancy is not None:
         verdicts = [tenancy(r) for r in requests]

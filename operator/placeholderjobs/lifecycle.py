@@ -41,6 +41,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     rejected_status,
     submitted_status,
     terminal_status,
+    waiting_for_pods,
 )
 from slurm_bridge.operator.placeholderjobs.plan import (
     Action,
@@ -252,13 +253,9 @@ def _submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None = Non
     need = spec.min_member if spec.min_member is not None else len(members)
     if len(present) < need:
         # The gang is not complete yet; pod events bring us back.
-        message = f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
-        if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
-            return Plan()
-        return Plan((WriteStatus(PlaceholderJobStatus(
-            phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
-            pod_list=",".join(spec.pods),
-        )),))  # fmt: skip
+        return waiting_for_pods(
+            phj, f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
+        )
     request = spec.slurm
     if tenancy is not None:
         verdict = tenancy(request)

@@ -136,6 +136,18 @@ def terminal_status(
     return WriteStatus(ended)
 
 
+def waiting_for_pods(phj: PlaceholderJob, message: str) -> Plan:
+    """Pending until the group's member pods exist (pod events bring the PlaceholderJob back):
+    the status says what is missing, written only when that changed."""
+    status = phj.status
+    if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
+        return Plan()
+    return Plan((WriteStatus(PlaceholderJobStatus(
+        phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
+        pod_list=",".join(phj.spec.pods),
+    )),))  # fmt: skip
+
+
 def job_ended(
     phj: PlaceholderJob,
     members: Mapping[str, Obj | None],
