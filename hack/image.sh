@@ -8,6 +8,8 @@
 #   hack/image.sh archive NAME   build NAME if needed; print its OCI archive (cached in $IMAGES_DIR)
 #   hack/image.sh ref NAME       print the image reference NAME is built as
 #   hack/image.sh load           build bridge and scheduler if needed and import both into the real node
+#   hack/image.sh runtime        print the OCI runtime buildah is told to use (SB_OCI_RUNTIME, else runc)
+#   hack/image.sh selftest       run one RUN step with that runtime
 #
 # Every archive is keyed by what it is built from, so an unchanged tree reuses the cached one.
 . "$(dirname "$0")/lib.sh"
@@ -18,8 +20,13 @@ BUILDAH_ROOT="$CACHE_DIR/buildah"
 BRIDGE_REPO=localhost/slurm-bridge
 SCHEDULER_REPO=localhost/kube-scheduler
 PAUSE_REF=localhost/pause:3.10   # containerd's pinned sandbox image (hack/node.sh)
+OCI_RUNTIME=$(oci_runtime)
 
-buildah_() { buildah --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run" --storage-driver overlay "$@"; }
+# The runtime is named (lib.sh oci_runtime): with podman installed buildah would pick crun, which
+# fails every RUN step on hosts with hybrid cgroups.
+buildah_() {
+  BUILDAH_RUNTIME=$OCI_RUNTIME buildah --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run" --storage-driver overlay "$@"
+}
 
 python_minor() { "${1:-python3}" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
 
@@ -116,7 +123,7 @@ build_bridge() {
   ensure_base
   log "building $r from the Dockerfile (buildah; base $(base_ref))"
   # shellcheck disable=SC2046  # pip_mounts prints whole "-v SRC:DST:ro" words
-  buildah_ bud --quiet --pull-never --network host $(pip_mounts) --build-arg "BASE_IMAGE=$(base_ref)" \
+  buildah_ bud --quiet --runtime "$OCI_RUNTIME" --pull-never --network host $(pip_mounts) --build-arg "BASE_IMAGE=$(base_ref)" \
     --build-arg "PYTHON_VERSION=$(python_minor "$(ci_python)")" -f Dockerfile -t "$r" . > "$IMAGES_DIR/build.log" 2>&1 \
     || { tail -n 30 "$IMAGES_DIR/build.log" >&2; die "buildah bud of the Dockerfile failed (log: $IMAGES_DIR/build.log)"; }
   save "$r" "$out"
@@ -165,12 +172,29 @@ archive() { # name : build if the archive for the current inputs is missing; pri
   echo "$out"
 }
 
+# A RUN step through the same wrapper as the real builds, on the cached base image: shows that the
+# runtime buildah uses here works (tests/integration/test_image_runtime.py).
+selftest() {
+  local dir
+  ensure_apt buildah; mkdir -p "$IMAGES_DIR" "$BUILDAH_ROOT"
+  ensure_base
+  dir=$(mktemp -d)
+  printf 'FROM %s\nRUN python3 -c "print(42)" > /answer\n' "$(base_ref)" > "$dir/Containerfile"
+  buildah_ bud --quiet --runtime "$OCI_RUNTIME" --pull-never -f "$dir/Containerfile" -t localhost/sb-runtime-selftest "$dir" >"$dir/log" 2>&1 \
+    || { cat "$dir/log" >&2; rm -rf "$dir"; die "a RUN step failed with the OCI runtime $OCI_RUNTIME (SB_OCI_RUNTIME picks another)"; }
+  buildah_ rmi -f localhost/sb-runtime-selftest >/dev/null 2>&1 || true
+  rm -rf "$dir"
+  echo "a RUN step works with $OCI_RUNTIME"
+}
+
 case "${1:-}" in
+  runtime) echo "$OCI_RUNTIME" ;;
+  selftest) selftest ;;
   archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause"; ref "$2" >/dev/null; archive "$2" ;;
   ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause"; ref "$2" ;;
   load)
     a=$(archive bridge); b=$(archive scheduler)
     bash "$HACK_DIR/node.sh" import "$a" "$b"
     log "imported $(ref bridge) and $(ref scheduler) into the node's containerd" ;;
-  *) die "usage: hack/image.sh archive NAME|ref NAME|load" ;;
+  *) die "usage: hack/image.sh archive NAME|ref NAME|load|runtime|selftest" ;;
 esac

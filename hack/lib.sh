@@ -68,6 +68,21 @@ PY
   echo "$m"
 }
 
+# The OCI runtime every container build or run of the project uses (buildah, and podman for kind).
+# runc works on cgroup v1, v2 and this machine's hybrid layout; crun, which podman brings and
+# buildah then prefers, refuses hybrid cgroups ("cgroups in hybrid mode not supported"). So the
+# runtime is named rather than left to whichever is installed. SB_OCI_RUNTIME overrides it.
+oci_runtime() {
+  local rt=${SB_OCI_RUNTIME:-}
+  if [ -n "$rt" ]; then
+    rt=$(command -v "$rt" 2>/dev/null) || die "SB_OCI_RUNTIME=$SB_OCI_RUNTIME is not an executable on PATH; install it or unset SB_OCI_RUNTIME (default: runc)"
+  else
+    command -v runc >/dev/null 2>&1 || ensure_apt runc
+    rt=$(command -v runc) || die "runc is not on PATH after installing it"
+  fi
+  echo "$rt"
+}
+
 ensure_apt() { # ensure_apt pkg... : install missing Debian packages
   local missing=()
   for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
