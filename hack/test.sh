@@ -7,6 +7,10 @@ cd "$REPO_DIR"
 require_root "hack/test.sh (the local Slurm runs in a chroot)"
 t0=$SECONDS
 bash hack/setup-python.sh
+# crun comes with podman unless runc was installed first; installed here either way, so that
+# tests/integration/test_image_runtime.py always meets it (buildah prefers crun, which fails on
+# hybrid cgroups: the project names its runtime, hack/lib.sh oci_runtime).
+ensure_apt crun
 bash hack/lint.sh
 bash hack/cluster.sh up
 log "setup done in $((SECONDS - t0))s; running pytest"
