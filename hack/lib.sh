@@ -130,8 +130,9 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 # The one real node (hack/node.sh): containerd and a kubelet run the bridge's own pods (the Helm
 # chart). Its pods sit on the Linux bridge SB_POD_BRIDGE; SB_HOST_IP is the host's address there,
 # where pods reach the API server and slurmrestd. Nothing on it is reachable from off the machine
-# except what already listens on all addresses.
-: "${SB_REAL_NODE:=real-node-1}" "${SB_POD_BRIDGE:=sb-br0}" "${SB_POD_CIDR:=10.88.0.0/16}" "${SB_HOST_IP:=10.88.0.1}"
+# except what already listens on all addresses. Not podman's default network (10.88.0.0/16, its
+# podman0 bridge exists while a podman container runs, as for kind): the two would collide.
+: "${SB_REAL_NODE:=real-node-1}" "${SB_POD_BRIDGE:=sb-br0}" "${SB_POD_CIDR:=10.201.0.0/16}" "${SB_HOST_IP:=10.201.0.1}"
 : "${SB_KUBELET_PORT:=20250}" "${SB_KUBELET_HEALTHZ_PORT:=20248}" "${SB_KUBE_PROXY_HEALTHZ_PORT:=20256}" "${SB_KUBE_PROXY_METRICS_PORT:=20249}"
 SERVICE_CIDR=10.96.0.0/16
 # The taint and label of the real node: only pods that tolerate it (the bridge's) run there.
