@@ -116,6 +116,17 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_DYN_NODES:=1}" "${SB_DYN_NODE_PREFIX:=kwok-dyn-}" "${SB_DYN_NODE_CPUS:=16}" "${SB_DYN_NODE_GPUS:=2}"
 : "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+# Hybrid nodes (docs/development.md#hybrid-nodes): Slurm nodes served by real slurmd processes on
+# loopback (NodeHostname=localhost, a port each), so Slurm runs real batch processes for them.
+# SB_HYBRID_NODES kwok nodes (kwok plays their kubelet), sized alike on both sides, in their own
+# partition; slurmd ports SB_HYBRID_SLURMD_PORT, +1, ... one per node.
+: "${SB_HYBRID_NODES:=2}" "${SB_HYBRID_NODE_PREFIX:=kwok-hybrid-}" "${SB_HYBRID_NODE_CPUS:=4}" "${SB_HYBRID_NODE_MEMORY_MIB:=8192}"
+: "${SB_HYBRID_PARTITION:=hybrid}" "${SB_HYBRID_SLURMD_PORT:=26831}"
+# The real node (SB_REAL_NODE, hack/node.sh) is a Slurm node too: its own slurmd and partition. Its
+# Slurm CPUs and memory are what the machine gives its kubelet (every core, all of MemTotal: the
+# kubelet reserves nothing) unless these are set.
+: "${SB_REAL_NODE_PARTITION:=real-node}" "${SB_REAL_NODE_SLURMD_PORT:=26830}"
+: "${SB_REAL_NODE_SLURM_CPUS:=}" "${SB_REAL_NODE_SLURM_MEMORY_MIB:=}"
 # Slurm's job record limits (slurm.conf MinJobAge, MaxJobCount). Benchmarks that keep thousands
 # of finished jobs visible (bench/scale.py) raise MinJobAge: a finished job's record goes after it.
 # SB_PENDING_PARTITION (empty: none) adds a DOWN partition over the kwok nodes, where jobs stay
@@ -154,6 +165,24 @@ PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
 JWT_FILE="$STATE_DIR/slurm/jwt"
+
+# ---- the local cluster's nodes, by kind (names from the SB_* counts and prefixes above) ----------
+node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }           # external Slurm nodes
+extra_node_names() { for i in $(seq 1 "$SB_EXTRA_NODES"); do echo "$SB_EXTRA_NODE_PREFIX$i"; done; }  # not in Slurm
+dyn_node_names() { for i in $(seq 1 "$SB_DYN_NODES"); do echo "$SB_DYN_NODE_PREFIX$i"; done; }  # registered by the bridge
+hybrid_node_names() { for i in $(seq 1 "$SB_HYBRID_NODES"); do echo "$SB_HYBRID_NODE_PREFIX$i"; done; }  # kwok + slurmd
+is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
+# Every Slurm node a slurmd serves, and its port.
+slurmd_node_names() { hybrid_node_names; echo "$SB_REAL_NODE"; }
+slurmd_port() { # node
+  if [ "$1" = "$SB_REAL_NODE" ]; then echo "$SB_REAL_NODE_SLURMD_PORT"; return; fi
+  local i=${1#"$SB_HYBRID_NODE_PREFIX"}
+  [ "$i" != "$1" ] && [ "$i" -ge 1 ] 2>/dev/null && [ "$i" -le "$SB_HYBRID_NODES" ] || die "$1 is not a hybrid node (${SB_HYBRID_NODE_PREFIX}1..$SB_HYBRID_NODES, $SB_REAL_NODE)"
+  echo $((SB_HYBRID_SLURMD_PORT + i - 1))
+}
+# The real node's Slurm size: what its kubelet reports (hack/node.sh reserves nothing), unless set.
+real_node_slurm_cpus() { echo "${SB_REAL_NODE_SLURM_CPUS:-$(getconf _NPROCESSORS_ONLN)}"; }
+real_node_slurm_memory_mib() { echo "${SB_REAL_NODE_SLURM_MEMORY_MIB:-$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)}"; }
 
 # ---- process management --------------------------------------------------------------------
 pid_of() { local f="$PIDS/$1.pid"; [ -f "$f" ] && cat "$f"; }
