@@ -116,6 +116,8 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_DYN_NODES:=1}" "${SB_DYN_NODE_PREFIX:=kwok-dyn-}" "${SB_DYN_NODE_CPUS:=16}" "${SB_DYN_NODE_GPUS:=2}"
 : "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+# slurm.conf's ClusterName, and the cluster of every association (hack/cluster/accounting.sh).
+: "${SB_SLURM_CLUSTER:=slurm-bridge-local}"
 # Hybrid nodes (docs/development.md#hybrid-nodes): Slurm nodes served by real slurmd processes on
 # loopback (NodeHostname=localhost, a port each), so Slurm runs real batch processes for them.
 # SB_HYBRID_NODES kwok nodes (kwok plays their kubelet), sized alike on both sides, in their own

@@ -8,12 +8,12 @@
 # the command that runs a program where Slurm is, and is idempotent (run it again, nothing doubles):
 #   bash hack/cluster/accounting.sh users kubectl exec -i slurmctld-0 --         # Unix users, groups
 #   bash hack/cluster/accounting.sh associations kubectl exec -i slurmctld-0 --  # sacctmgr: cluster, QOS, accounts, users
-# (or, in a script: . hack/lib.sh; . hack/cluster/accounting.sh; create_associations CMD...).
+# (or, in a script: . hack/lib.sh; . hack/cluster/accounting.sh; create_associations CMD...). The
+# cluster is SB_SLURM_CLUSTER, which must be slurm.conf's ClusterName (slurm_conf cluster=...).
 
 in_db_root() { chroot "$MARIADB_ROOT" "$@"; }
 DB_STATE_IN_ROOT=/var/lib/slurm-bridge-db   # inside the MariaDB root; removed by `down`
 DB_PASSWORD_FILE="$STATE_DIR/slurm/db-password"
-CLUSTER_NAME=slurm-bridge-local               # slurm.conf's ClusterName (hack/cluster/slurm-conf.sh)
 
 up_mariadb() {
   alive mariadb && return 0
@@ -80,7 +80,7 @@ create_associations() { # CMD... : cluster, QOS, accounts and users of hack/acco
   . "$HACK_DIR/accounting.env"
   _ACCT_RUN=("$@")
   local t user uid group gid accounts qos missing
-  [ -n "$(acct_missing "$(acct_list cluster cluster)" "$CLUSTER_NAME")" ] && acct_add cluster "$CLUSTER_NAME"
+  [ -n "$(acct_missing "$(acct_list cluster cluster)" "$SB_SLURM_CLUSTER")" ] && acct_add cluster "$SB_SLURM_CLUSTER"
   missing=$(acct_missing "$(acct_list qos name)" "high")
   [ -z "$missing" ] || acct_add qos "$missing"
   missing=$(acct_missing "$(acct_list account account)" "$BRIDGE_ACCOUNTS")

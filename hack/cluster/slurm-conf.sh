@@ -12,7 +12,7 @@
 #   (or, in a script: . hack/lib.sh; . hack/cluster/slurm-conf.sh; slurm_conf ctld_host=... > FILE)
 #
 # Settings are KEY=VALUE arguments; an unknown key is refused. Defaults are the local cluster's.
-#   cluster     ClusterName                                     slurm-bridge-local
+#   cluster     ClusterName                                     $SB_SLURM_CLUSTER (slurm-bridge-local)
 #   ctld_host   SlurmctldHost                                   localhost
 #   ctld_port   SlurmctldPort (SlurmdPort is the next port)     $SB_SLURMCTLD_PORT
 #   dbd_host    AccountingStorageHost; slurmdbd's DbdHost       localhost
@@ -58,7 +58,7 @@ EOF
 }
 
 slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
-  local cluster=slurm-bridge-local ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
+  local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
   local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost
   conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host" "$@"
   echo "# Written by hack/cluster/slurm-conf.sh: external nodes (no slurmd) mirroring kwok nodes, and"
