@@ -94,6 +94,18 @@ create_associations() { # CMD... : cluster, QOS, accounts and users of hack/acco
     [ -z "$missing" ] || acct_add account "$missing" Description="$group" Organization="$group"
     add_user "$user" "$accounts" "$qos"
   done
+  set_qos_preemption
+}
+
+set_qos_preemption() { # QOS_PREEMPT of hack/accounting.env: which QOS may preempt which
+  local word q preempted missing
+  for word in $QOS_PREEMPT; do
+    q=${word%%:*} preempted=${word#*:}
+    missing=$(acct_missing "$(acct_list qos name)" "$q,$preempted")
+    [ -z "$missing" ] || acct_add qos "$missing"
+    "${_ACCT_RUN[@]}" sacctmgr -i modify qos "$q" set Preempt="$preempted" >/dev/null \
+      || die "sacctmgr modify qos $q set Preempt=$preempted failed; see $LOGS/slurmdbd.log"
+  done
 }
 
 add_user() { # user accounts qos : the user's associations with every one of accounts (the first is its default)

@@ -227,6 +227,9 @@ if args[1:4] == ["-n", "-P", "list"]:
         print("\\n".join(state["assoc"].get(user, [])))
     else:
         print("\\n".join(state[kind]))
+elif args[1:3] == ["-i", "modify"]:
+    state["log"].append(args[3:])
+    json.dump(state, open(state_file, "w"))
 elif args[1:3] == ["-i", "add"]:
     kind, names = args[3], args[4].split(",")
     state["log"].append(args[3:])
@@ -275,3 +278,14 @@ def test_associations_are_created_once_and_only_what_is_missing_is_added(tmp_pat
     full["assoc"][alice.user] = [alice.accounts[0]]  # one association lost: only it comes back
     again = run_associations(tmp_path, full)
     assert [a[:3] for a in again] == [["user", alice.user, f"Account={','.join(alice.accounts[1:])}"]], again
+
+
+def test_qos_preemption_is_set_on_every_run_creating_missing_qos(tmp_path: Path) -> None:
+    """QOS_PREEMPT of hack/accounting.env (empty until the preemption settings are chosen)."""
+    (tmp_path / "state.json").write_text(json.dumps({"qos": ["normal"], "log": []}))
+    (tmp_path / "fake.py").write_text(FAKE_SACCTMGR)
+    fake = f"{sys.executable} {tmp_path / 'fake.py'} {tmp_path / 'state.json'}"
+    proc = bash(f'_ACCT_RUN=({fake}); QOS_PREEMPT="urgent:normal,scavenger"; set_qos_preemption')
+    assert proc.returncode == 0, proc.stderr
+    log = json.loads((tmp_path / "state.json").read_text())["log"]
+    assert log == [["qos", "urgent,scavenger"], ["qos", "urgent", "set", "Preempt=normal,scavenger"]]
