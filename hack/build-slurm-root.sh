@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the Debian roots the local Slurm runs in, once each: Slurm >= 25.05 (external jobs) with
-# slurmdbd into $SLURM_ROOT, and slurmdbd's MariaDB into $MARIADB_ROOT (`cluster`, the default);
+# slurmdbd and slurmd into $SLURM_ROOT, and slurmdbd's MariaDB into $MARIADB_ROOT (`cluster`, the default);
 # or (`old`) a Slurm too old for the bridge, for hack/old-slurm.sh. A root is rebuilt when its
 # suite or package list in hack/versions.env changes (the stamp names both).
 . "$(dirname "$0")/lib.sh"

@@ -32,4 +32,17 @@ until [ "$(kubectl_ -n $ns get placeholderjobs --no-headers 2>/dev/null | grep -
   sleep 1
 done
 kubectl_ -n $ns get placeholderjobs,pods -o wide
+echo; echo "# Slurm: native work as a tenant (alice), a real batch process on a hybrid node's slurmd"
+bash hack/cluster.sh slurm sinfo -p "$SB_HYBRID_PARTITION,$SB_REAL_NODE_PARTITION" -N -o '%.14N %.10P %.6t %.4c %.8m'
+out=/tmp/demo-native-$$.out
+job=$(bash hack/cluster.sh slurm --as alice sbatch --parsable --wait -p "$SB_HYBRID_PARTITION" -A team-a -J demo-native \
+  -o "$out" --wrap 'echo "$(id -un) (uid $(id -u)) ran job $SLURM_JOB_ID on $SLURMD_NODENAME"') \
+  || die "the native demo job failed; see hack/cluster.sh status for the slurmd logs"
+cat "$SLURM_ROOT$out"; rm -f "$SLURM_ROOT$out"
+deadline=$((SECONDS + 30))
+until bash hack/cluster.sh slurm sacct -X -n -j "$job" -o State | grep -q COMPLETED; do
+  [ $SECONDS -lt $deadline ] || break
+  sleep 0.5
+done
+bash hack/cluster.sh slurm sacct -X -j "$job" -o JobID,JobName%12,User,Account,Partition,NodeList,State
 log "demo done in $((SECONDS - t0))s. Explore: eval \"\$(hack/cluster.sh env)\"; kubectl -n $ns describe placeholderjob hello-slurm"

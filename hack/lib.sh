@@ -116,6 +116,19 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_DYN_NODES:=1}" "${SB_DYN_NODE_PREFIX:=kwok-dyn-}" "${SB_DYN_NODE_CPUS:=16}" "${SB_DYN_NODE_GPUS:=2}"
 : "${SB_DYN_NODE_MAX:=32}" "${SB_EXTRA_PARTITION:=bridge-extra}"
 : "${SB_PARTITION:=slurm-bridge}" "${SB_READY_TIMEOUT:=60}"
+# slurm.conf's ClusterName, and the cluster of every association (hack/cluster/accounting.sh).
+: "${SB_SLURM_CLUSTER:=slurm-bridge-local}"
+# Hybrid nodes (docs/development.md#hybrid-nodes): Slurm nodes served by real slurmd processes on
+# loopback (NodeHostname=localhost, a port each), so Slurm runs real batch processes for them.
+# SB_HYBRID_NODES kwok nodes (kwok plays their kubelet), sized alike on both sides, in their own
+# partition; slurmd ports SB_HYBRID_SLURMD_PORT, +1, ... one per node.
+: "${SB_HYBRID_NODES:=2}" "${SB_HYBRID_NODE_PREFIX:=kwok-hybrid-}" "${SB_HYBRID_NODE_CPUS:=4}" "${SB_HYBRID_NODE_MEMORY_MIB:=8192}"
+: "${SB_HYBRID_PARTITION:=hybrid}" "${SB_HYBRID_SLURMD_PORT:=26831}"
+# The real node (SB_REAL_NODE, hack/node.sh) is a Slurm node too: its own slurmd and partition. Its
+# Slurm CPUs and memory are what the machine gives its kubelet (every core, all of MemTotal: the
+# kubelet reserves nothing) unless these are set.
+: "${SB_REAL_NODE_PARTITION:=real-node}" "${SB_REAL_NODE_SLURMD_PORT:=26830}"
+: "${SB_REAL_NODE_SLURM_CPUS:=}" "${SB_REAL_NODE_SLURM_MEMORY_MIB:=}"
 # Slurm's job record limits (slurm.conf MinJobAge, MaxJobCount). Benchmarks that keep thousands
 # of finished jobs visible (bench/scale.py) raise MinJobAge: a finished job's record goes after it.
 # SB_PENDING_PARTITION (empty: none) adds a DOWN partition over the kwok nodes, where jobs stay
@@ -130,8 +143,9 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 # The one real node (hack/node.sh): containerd and a kubelet run the bridge's own pods (the Helm
 # chart). Its pods sit on the Linux bridge SB_POD_BRIDGE; SB_HOST_IP is the host's address there,
 # where pods reach the API server and slurmrestd. Nothing on it is reachable from off the machine
-# except what already listens on all addresses.
-: "${SB_REAL_NODE:=real-node-1}" "${SB_POD_BRIDGE:=sb-br0}" "${SB_POD_CIDR:=10.88.0.0/16}" "${SB_HOST_IP:=10.88.0.1}"
+# except what already listens on all addresses. Not podman's default network (10.88.0.0/16, its
+# podman0 bridge exists while a podman container runs, as for kind): the two would collide.
+: "${SB_REAL_NODE:=real-node-1}" "${SB_POD_BRIDGE:=sb-br0}" "${SB_POD_CIDR:=10.201.0.0/16}" "${SB_HOST_IP:=10.201.0.1}"
 : "${SB_KUBELET_PORT:=20250}" "${SB_KUBELET_HEALTHZ_PORT:=20248}" "${SB_KUBE_PROXY_HEALTHZ_PORT:=20256}" "${SB_KUBE_PROXY_METRICS_PORT:=20249}"
 SERVICE_CIDR=10.96.0.0/16
 # The taint and label of the real node: only pods that tolerate it (the bridge's) run there.
@@ -153,6 +167,24 @@ PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
 JWT_FILE="$STATE_DIR/slurm/jwt"
+
+# ---- the local cluster's nodes, by kind (names from the SB_* counts and prefixes above) ----------
+node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }           # external Slurm nodes
+extra_node_names() { for i in $(seq 1 "$SB_EXTRA_NODES"); do echo "$SB_EXTRA_NODE_PREFIX$i"; done; }  # not in Slurm
+dyn_node_names() { for i in $(seq 1 "$SB_DYN_NODES"); do echo "$SB_DYN_NODE_PREFIX$i"; done; }  # registered by the bridge
+hybrid_node_names() { for i in $(seq 1 "$SB_HYBRID_NODES"); do echo "$SB_HYBRID_NODE_PREFIX$i"; done; }  # kwok + slurmd
+is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
+# Every Slurm node a slurmd serves, and its port.
+slurmd_node_names() { hybrid_node_names; echo "$SB_REAL_NODE"; }
+slurmd_port() { # node
+  if [ "$1" = "$SB_REAL_NODE" ]; then echo "$SB_REAL_NODE_SLURMD_PORT"; return; fi
+  local i=${1#"$SB_HYBRID_NODE_PREFIX"}
+  [ "$i" != "$1" ] && [ "$i" -ge 1 ] 2>/dev/null && [ "$i" -le "$SB_HYBRID_NODES" ] || die "$1 is not a hybrid node (${SB_HYBRID_NODE_PREFIX}1..$SB_HYBRID_NODES, $SB_REAL_NODE)"
+  echo $((SB_HYBRID_SLURMD_PORT + i - 1))
+}
+# The real node's Slurm size: what its kubelet reports (hack/node.sh reserves nothing), unless set.
+real_node_slurm_cpus() { echo "${SB_REAL_NODE_SLURM_CPUS:-$(getconf _NPROCESSORS_ONLN)}"; }
+real_node_slurm_memory_mib() { echo "${SB_REAL_NODE_SLURM_MEMORY_MIB:-$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)}"; }
 
 # ---- process management --------------------------------------------------------------------
 pid_of() { local f="$PIDS/$1.pid"; [ -f "$f" ] && cat "$f"; }

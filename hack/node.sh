@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The local cluster's one real node: containerd (built from its Go module) with Debian's runc, a
 # CNI bridge network (Debian's plugins), a kubelet and kube-proxy from the cluster's own
-# Kubernetes build. The bridge's own pods (the Helm chart) run here. Managed workloads never do:
-# the node carries the NoSchedule taint $REAL_NODE_KEY, and it is not a Slurm node.
+# Kubernetes build. The bridge's own pods (the Helm chart) run here; other pods only if they
+# tolerate the NoSchedule taint $REAL_NODE_KEY. It is also a Slurm node with its own slurmd
+# (hack/cluster/slurmd.sh, partition SB_REAL_NODE_PARTITION): one host with a real kubelet and real
+# containers next to a real slurmd and real batch processes. Its Slurm size is what this kubelet
+# reports (every core, MemTotal; the kubelet reserves nothing), and it carries the feature label of
+# its Slurm Features= (real).
 #
 #   hack/node.sh net-up      the pod network's Linux bridge, with the host address pods reach
 #                            (SB_HOST_IP: the API server and slurmrestd listen there too)
@@ -196,7 +200,7 @@ cmd_up() {
   alive kubelet || check_port kubelet "$SB_KUBELET_PORT" SB_KUBELET_PORT
   start kubelet "$K8S_BIN_DIR/kubelet" --config "$NODE_DIR/kubelet.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
     --hostname-override "$SB_REAL_NODE" --node-ip "$SB_HOST_IP" --root-dir "$NODE_DIR/kubelet" \
-    --cert-dir "$NODE_DIR/kubelet/pki" --node-labels "$REAL_NODE_KEY=true"
+    --cert-dir "$NODE_DIR/kubelet/pki" --node-labels "$REAL_NODE_KEY=true,feature.slinky.slurm.net/real=true"
   alive kube-proxy || check_port kube-proxy "$SB_KUBE_PROXY_HEALTHZ_PORT" SB_KUBE_PROXY_HEALTHZ_PORT
   start kube-proxy "$K8S_BIN_DIR/kube-proxy" --config "$NODE_DIR/kube-proxy.yaml"
   wait_ready kubelet "$SB_READY_TIMEOUT" node_ready

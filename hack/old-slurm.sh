@@ -6,6 +6,8 @@
 #   hack/old-slurm.sh up     build the root once, start it; prints SLURM_REST_URL and SLURM_JWT_FILE
 #   hack/old-slurm.sh down   stop it and remove its state
 . "$(dirname "$0")/lib.sh"
+# shellcheck source=cluster/slurm-conf.sh
+. "$HACK_DIR/cluster/slurm-conf.sh"   # slurm_conf_common: the lines every Slurm of the project shares
 require_root "hack/old-slurm.sh (Slurm runs in a chroot)"
 ROOT=$OLD_SLURM_ROOT
 SDIR=/var/lib/slurm-bridge-old          # inside the root
@@ -21,26 +23,12 @@ cmd_up() {
     rm -rf "${ROOT:?}$SDIR"; mkdir -p "$ROOT$SDIR/state" "$ROOT$SDIR/spool"
     head -c 32 /dev/urandom > "$ROOT$SDIR/jwt.key"
     in_old chown -R slurm:slurm "$SDIR"; chmod 600 "$ROOT$SDIR/jwt.key"
-    cat > "$ROOT/etc/slurm/slurm.conf" <<CONF
-# Written by hack/old-slurm.sh: just enough for slurmrestd to answer.
-ClusterName=slurm-bridge-old
-SlurmctldHost=localhost
-SlurmctldPort=$SB_OLD_SLURMCTLD_PORT
-SlurmdPort=$((SB_OLD_SLURMCTLD_PORT + 1))
-SlurmUser=slurm
-AuthType=auth/munge
-AuthAltTypes=auth/jwt
-AuthAltParameters=jwt_key=$SDIR/jwt.key
-CredType=cred/munge
-SelectType=select/cons_tres
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-StateSaveLocation=$SDIR/state
-SlurmdSpoolDir=$SDIR/spool
-SlurmctldPidFile=$SDIR/slurmctld.pid
-NodeName=old1 NodeHostname=localhost CPUs=1 State=UNKNOWN
-PartitionName=old Nodes=old1 Default=YES State=UP
-CONF
+    {
+      echo "# Written by hack/old-slurm.sh: just enough for slurmrestd to answer."
+      slurm_conf_common slurm-bridge-old localhost "$SB_OLD_SLURMCTLD_PORT" "$SDIR"
+      echo "NodeName=old1 NodeHostname=localhost CPUs=1 State=UNKNOWN"
+      echo "PartitionName=old Nodes=old1 Default=YES State=UP"
+    } > "$ROOT/etc/slurm/slurm.conf"
   fi
   mkdir -p "$ROOT/run/munge"; in_old chown munge:munge /run/munge /etc/munge /etc/munge/munge.key /var/lib/munge /var/log/munge
   start old-munged chroot --userspec=munge:munge "$ROOT" /usr/sbin/munged -F

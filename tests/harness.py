@@ -67,11 +67,26 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-def cluster_running() -> bool:
+# The processes of `hack/cluster.sh status` that a running cluster has (and slurmd_processes).
+KUBERNETES_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+SLURM_PROCESSES = ("munged", "mariadb", "slurmdbd", "slurmctld", "slurmrestd")
+NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy")
+
+
+def slurmd_processes(env: dict[str, str]) -> list[str]:
+    """The names (in `hack/cluster.sh status`) of the hybrid nodes' slurmd, one per node."""
+    return [f"slurmd-{n}" for n in [*env["SB_HYBRID_NODE_NAMES"].split(), env["SB_REAL_NODE"]]]
+
+
+def process_states() -> dict[str, str]:
+    """Each process of `hack/cluster.sh status` and its state (running, dead, stopped)."""
     out = run(["bash", str(CLUSTER_SH), "status"], check=False).stdout
-    needed = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "munged",
-              "mariadb", "slurmdbd", "slurmctld", "slurmrestd", "containerd", "kubelet", "kube-proxy"]  # fmt: skip
-    states = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[1:] if len(ln.split()) > 2}
+    return {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[1:] if len(ln.split()) > 2}
+
+
+def cluster_running() -> bool:
+    states = process_states()
+    needed = [*KUBERNETES_PROCESSES, *SLURM_PROCESSES, *slurmd_processes(cluster_env()), *NODE_PROCESSES]
     return all(states.get(n) == "running" for n in needed)
 
 
@@ -144,11 +159,20 @@ class SlurmEnv:
     url: str
     token_file: Path
     partition: str
-    nodes: list[str]
+    nodes: list[str]  # the external nodes of ``partition`` (no slurmd)
     gpu_nodes: list[str]
     root: Path
     state_dir: Path
+    hybrid_nodes: list[str] = field(default_factory=list)  # kwok nodes served by a slurmd each
+    hybrid_partition: str = ""
+    real_node: str = ""  # the real kubelet node, a Slurm node with its own slurmd too
+    real_partition: str = ""
     _token: str = field(default="", repr=False)
+
+    @property
+    def slurm_nodes(self) -> list[str]:
+        """Every node slurm.conf declares: external, hybrid and the real node."""
+        return [*self.nodes, *self.hybrid_nodes, *([self.real_node] if self.real_node else [])]
 
     @property
     def token(self) -> str:
@@ -164,6 +188,15 @@ class SlurmEnv:
         """``sacct`` in Slurm's root (hack/cluster.sh slurm sacct): accounting as slurmdbd records it."""
         return run(["bash", str(CLUSTER_SH), "slurm", "sacct", *args]).stdout
 
+    def native(
+        self, user: str, *command: str, stdin: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """A Slurm command run by ``user`` (a tenant's Unix user) in Slurm's root, as a user on a
+        login node would (`hack/cluster.sh slurm --as USER ...`): sbatch, salloc, srun, squeue, ...
+        The result is returned whatever its exit status; callers assert on it."""
+        cmd = ["bash", str(CLUSTER_SH), "slurm", "--as", user, *command]
+        return subprocess.run(cmd, input=stdin, text=True, capture_output=True, timeout=timeout, check=False)
+
 
 def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
     return SlurmEnv(
@@ -174,6 +207,10 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         gpu_nodes=env["SB_GPU_NODE_NAMES"].split(),
         root=Path(env["SLURM_ROOT"]),
         state_dir=Path(env["SB_STATE_DIR"]),
+        hybrid_nodes=env["SB_HYBRID_NODE_NAMES"].split(),
+        hybrid_partition=env["SB_HYBRID_PARTITION"],
+        real_node=env["SB_REAL_NODE"],
+        real_partition=env["SB_REAL_NODE_PARTITION"],
     )
 
 
@@ -253,3 +290,31 @@ def cluster_minor() -> int:
     if out.returncode != 0 or not out.stdout.strip().isdigit():
         raise PrerequisiteMissing(f"cannot read the Kubernetes version from hack/lib.sh: {out.stderr[-1000:]}")
     return int(out.stdout.strip())
+
+
+# ---- native Slurm work on the hybrid nodes (slurmd; hack/cluster/slurmd.sh) ---------------------
+SACCT_FIELDS = ("JobID", "State", "User", "Account", "Partition", "NodeList", "ExitCode")
+
+
+def sbatch_as(slurm: SlurmEnv, user: str, script: str, *options: str) -> int:
+    """Submit a batch script as ``user`` (`sbatch --parsable OPTIONS` reading the script on stdin)
+    and return its job id; a refused submission fails with Slurm's own message."""
+    proc = slurm.native(user, "sbatch", "--parsable", *options, stdin=script)
+    assert proc.returncode == 0, f"sbatch as {user} {' '.join(options)} was refused: {proc.stderr.strip()}"
+    return int(proc.stdout.strip().split(";")[0])
+
+
+def sacct_record(slurm: SlurmEnv, job_id: int) -> dict[str, str] | None:
+    """The job's allocation as slurmdbd recorded it (sacct -X), or None while it has no record."""
+    out = slurm.sacct("-j", str(job_id), "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS))
+    for line in out.splitlines():
+        record = dict(zip(SACCT_FIELDS, line.split("|"), strict=False))
+        if record.get("JobID") == str(job_id):
+            return record
+    return None
+
+
+def squeue_state(slurm: SlurmEnv, job_id: int) -> str:
+    """The job's state as slurmctld sees it now (squeue), or "" once it has left the queue."""
+    out = run(["bash", str(CLUSTER_SH), "slurm", "squeue", "-h", "-j", str(job_id), "-o", "%T"], check=False)
+    return out.stdout.strip()

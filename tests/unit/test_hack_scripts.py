@@ -131,13 +131,14 @@ def test_a_pod_network_that_overlaps_a_routed_one_is_refused_before_anything_cha
 def test_cluster_env_output_does_not_overwrite_the_scripts_inputs() -> None:
     """`eval "$(hack/cluster.sh env)"` (as the README says) must leave every SB_* setting the
     scripts read as it was: the node lists it prints once reused the count variables' names."""
-    inputs = set(re.findall(r"\$\{(SB_[A-Z0-9_]+):=", (REPO / "hack" / "lib.sh").read_text()))
+    sources = [REPO / "hack" / "lib.sh", *sorted((REPO / "hack" / "cluster").glob("*.sh"))]  # cluster.sh's parts
+    inputs = {m for p in sources for m in re.findall(r"\$\{(SB_[A-Z0-9_]+):=", p.read_text())}
     script = (REPO / "hack" / "cluster.sh").read_text()
     body = script[script.index("cmd_env() {") :]
     body = body[: body.index("\n}\n")]
     exported = set(re.findall(r"^export (SB_[A-Z0-9_]+)=", body, re.M))
     assert exported, "cmd_env exports no SB_ variables: the pattern is stale"
-    assert {"SB_NODES", "SB_GPU_NODES"} <= inputs, "lib.sh's defaults: the pattern is stale"
+    assert {"SB_NODES", "SB_GPU_NODES", "SB_HYBRID_NODES"} <= inputs, "lib.sh's defaults: the pattern is stale"
     # Values that are the same setting (the partition's name, the real node's name) may pass through.
     clash = {name for name in exported & inputs if not re.search(rf"^export {name}=\${name}$", body, re.M)}
     assert not clash, f"hack/cluster.sh env would change these inputs: {sorted(clash)}"

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The Slurm configuration files of the local cluster, each written by one function, from here only:
+#   slurm_conf        slurm.conf: slurm_conf_common (the lines every Slurm of the project shares,
+#                     hack/old-slurm.sh's too), accounting, the scheduling/priority/preemption
+#                     policy (hack/slurm-policy.conf, verbatim), the nodes and partitions;
+#   gres_conf, cgroup_conf, slurmdbd_conf.
+# They print to stdout and read only their settings and hack/lib.sh's SB_* layout, so a Slurm
+# elsewhere (in a kind cluster) gets the same body with its own hosts and ports:
+#
+#   bash hack/cluster/slurm-conf.sh slurm.conf ctld_host=slurmctld-0 dbd_host=slurmdbd node_host= > slurm.conf
+#   bash hack/cluster/slurm-conf.sh slurmdbd.conf storage_host=mariadb storage_pass=SECRET > slurmdbd.conf
+#   (or, in a script: . hack/lib.sh; . hack/cluster/slurm-conf.sh; slurm_conf ctld_host=... > FILE)
+#
+# Settings are KEY=VALUE arguments; an unknown key is refused. Defaults are the local cluster's.
+#   cluster     ClusterName                                     $SB_SLURM_CLUSTER (slurm-bridge-local)
+#   ctld_host   SlurmctldHost                                   localhost
+#   ctld_port   SlurmctldPort (SlurmdPort is the next port)     $SB_SLURMCTLD_PORT
+#   dbd_host    AccountingStorageHost; slurmdbd's DbdHost       localhost
+#   dbd_port    AccountingStoragePort; slurmdbd's DbdPort       $SB_SLURMDBD_PORT
+#   state_dir   StateSaveLocation, spool, pid files, jwt.key    $SLURM_STATE_IN_ROOT (/var/lib/slurm-bridge)
+#   node_host   NodeHostname of the slurmd nodes (empty: none,  localhost
+#               so each node's name is its host name)
+# slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1), storage_host (127.0.0.1), storage_port
+# ($SB_MARIADB_PORT) and storage_pass (required).
+
+conf_settings() { # "name..." KEY=VALUE... : set the caller's locals of those names (bash's dynamic scope)
+  local known=" $1 " kv
+  shift
+  for kv; do
+    [[ $kv == *=* ]] || die "expected a KEY=VALUE setting, got '$kv'"
+    [[ $known == *" ${kv%%=*} "* ]] || die "unknown setting '${kv%%=*}' (known:$known)"
+    printf -v "${kv%%=*}" '%s' "${kv#*=}"
+  done
+}
+
+# The lines every Slurm of the project has (this cluster's, and hack/old-slurm.sh's 24.11).
+slurm_conf_common() { # cluster ctld_host ctld_port state_dir
+  cat <<EOF
+ClusterName=$1
+SlurmctldHost=$2
+SlurmctldPort=$3
+SlurmdPort=$(($3 + 1))
+SlurmUser=slurm
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$4/jwt.key
+CredType=cred/munge
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+StateSaveLocation=$4/state
+SlurmctldPidFile=$4/slurmctld.pid
+# Several slurmd on one host: each has its own spool and pid file (%n: its node name).
+SlurmdSpoolDir=$4/spool/%n
+SlurmdPidFile=$4/slurmd-%n.pid
+EOF
+}
+
+slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
+  local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
+  local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost
+  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host" "$@"
+  echo "# Written by hack/cluster/slurm-conf.sh: external nodes (no slurmd) mirroring kwok nodes, and"
+  echo "# hybrid nodes served by real slurmd processes."
+  slurm_conf_common "$cluster" "$ctld_host" "$ctld_port" "$state_dir"
+  cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$dbd_host
+AccountingStoragePort=$dbd_port
+AccountingStorageEnforce=associations,limits,qos
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SlurmdParameters=config_overrides
+ReturnToService=2
+MaxJobCount=$SB_MAX_JOB_COUNT
+MinJobAge=$SB_MIN_JOB_AGE
+DefMemPerCPU=256
+GresTypes=gpu
+EOF
+  echo "# ---- scheduling, priority and preemption: hack/slurm-policy.conf ----"
+  grep -v '^[[:space:]]*$' "$HACK_DIR/slurm-policy.conf"
+  echo "# ---- nodes and partitions ----"
+  slurm_conf_nodes "$node_host"
+}
+
+slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
+  local n_cpu=$((SB_NODES - SB_GPU_NODES)) host="${1:+ NodeHostname=$1}" name hybrid
+  hybrid=$(hybrid_node_names | paste -sd, -)
+  # Dynamic nodes: the bridge registers labelled Kubernetes nodes (docs/nodes.md); a NodeSet per
+  # partition selects them by the feature that names it. MaxNodeCount counts the static nodes too.
+  echo "MaxNodeCount=$((SB_NODES + SB_HYBRID_NODES + 1 + SB_DYN_NODE_MAX))"
+  echo "NodeSet=dyn-$SB_PARTITION Feature=$SB_PARTITION"
+  echo "NodeSet=dyn-$SB_EXTRA_PARTITION Feature=$SB_EXTRA_PARTITION"
+  [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL"
+  [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
+  # Hybrid nodes: a slurmd each (hack/cluster/slurmd.sh), sized as their Kubernetes nodes are.
+  for name in $(hybrid_node_names); do
+    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB Features=kwok,hybrid"
+  done
+  echo "NodeName=$SB_REAL_NODE$host Port=$(slurmd_port "$SB_REAL_NODE") CPUs=$(real_node_slurm_cpus) RealMemory=$(real_node_slurm_memory_mib) Features=real"
+  echo "PartitionName=$SB_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES],dyn-$SB_PARTITION Default=YES MaxTime=INFINITE State=UP"
+  echo "PartitionName=$SB_EXTRA_PARTITION Nodes=dyn-$SB_EXTRA_PARTITION MaxTime=INFINITE State=UP"
+  [ -z "$SB_PENDING_PARTITION" ] || echo "PartitionName=$SB_PENDING_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] MaxTime=INFINITE State=DOWN"
+  [ -z "$hybrid" ] || echo "PartitionName=$SB_HYBRID_PARTITION Nodes=$hybrid MaxTime=INFINITE State=UP"
+  echo "PartitionName=$SB_REAL_NODE_PARTITION Nodes=$SB_REAL_NODE MaxTime=INFINITE State=UP"
+}
+
+gres_conf() {
+  local n_cpu=$((SB_NODES - SB_GPU_NODES))
+  echo "# Written by hack/cluster/slurm-conf.sh."
+  [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] Name=gpu Count=$SB_NODE_GPUS"
+  # slurmctld refuses a dynamic node's GPUs unless gres.conf gives them device files; with them it
+  # also keeps which GPU indices each job holds (IDX in the job's GRES detail), which exact DRA
+  # devices need (slurm_bridge/dra.py). A slurm.conf node without slurmd gets no indices from
+  # File= lines (checked: Slurm 26.05 reports "gpu(CNT:2)"), so the static GPU nodes count only.
+  [ "$SB_DYN_NODE_GPUS" -gt 0 ] && echo "NodeName=${SB_DYN_NODE_PREFIX}[1-$SB_DYN_NODE_MAX] Name=gpu File=/dev/nvidia[0-$((SB_DYN_NODE_GPUS - 1))]"
+  return 0
+}
+
+cgroup_conf() {
+  cat <<'EOF'
+# Written by hack/cluster/slurm-conf.sh. The Slurm root has no cgroup file system, and slurmd 26.05
+# does not start without one unless the cgroup plugin is off, even with proctrack/linuxproc and
+# task/none. A production hybrid node uses cgroups instead (docs/development.md#hybrid-nodes):
+# ProctrackType=proctrack/cgroup, TaskPlugin=task/cgroup,task/affinity, ConstrainCores=yes,
+# ConstrainRAMSpace=yes.
+CgroupPlugin=disabled
+EOF
+}
+
+slurmdbd_conf() { # storage_pass=... [KEY=VALUE...]
+  local dbd_addr=127.0.0.1 dbd_host=localhost dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT
+  local storage_host=127.0.0.1 storage_port=$SB_MARIADB_PORT storage_pass=
+  conf_settings "dbd_addr dbd_host dbd_port state_dir storage_host storage_port storage_pass" "$@"
+  [ -n "$storage_pass" ] || die "slurmdbd_conf: storage_pass=... (the database user's password) is required"
+  cat <<EOF
+# Written by hack/cluster/slurm-conf.sh: slurmdbd, its database in MariaDB (over TCP).
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$state_dir/jwt.key
+DbdAddr=$dbd_addr
+DbdHost=$dbd_host
+DbdPort=$dbd_port
+SlurmUser=slurm
+PidFile=$state_dir/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=$storage_host
+StoragePort=$storage_port
+StorageUser=slurm
+StoragePass=$storage_pass
+StorageLoc=slurm_acct_db
+EOF
+}
+
+# Run as a script: print one file.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  . "$(dirname "$0")/../lib.sh"
+  what=${1:-}
+  shift || true
+  case $what in
+    slurm.conf) slurm_conf "$@" ;;
+    gres.conf) gres_conf ;;
+    cgroup.conf) cgroup_conf ;;
+    slurmdbd.conf) slurmdbd_conf "$@" ;;
+    *) die "usage: hack/cluster/slurm-conf.sh slurm.conf|gres.conf|cgroup.conf|slurmdbd.conf [KEY=VALUE...]" ;;
+  esac
+fi

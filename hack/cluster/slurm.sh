@@ -1,0 +1,75 @@
+# hack/cluster.sh's Slurm, in its Debian root (hack/build-slurm-root.sh): munged, accounting
+# (hack/cluster/accounting.sh), slurmctld, slurmrestd, and the hybrid nodes' slurmd
+# (hack/cluster/slurmd.sh). The configuration files come from hack/cluster/slurm-conf.sh. Sourced
+# by hack/cluster.sh; defines functions only.
+
+in_root() { chroot "$SLURM_ROOT" "$@"; }
+
+# Every Slurm configuration file of the root, from hack/cluster/slurm-conf.sh (slurmdbd.conf is
+# written with the database password, by write_slurmdbd_conf).
+write_slurm_files() {
+  local etc="$SLURM_ROOT/etc/slurm"
+  slurm_conf > "$etc/slurm.conf"
+  gres_conf > "$etc/gres.conf"
+  cgroup_conf > "$etc/cgroup.conf"
+}
+
+# A fresh slurmctld state: its state directory, the slurmd spools, the JWT key, the config files.
+reset_slurm_state() {
+  local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
+  rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
+  head -c 32 /dev/urandom > "$sdir/jwt.key"
+  in_root chown -R slurm:slurm "$SLURM_STATE_IN_ROOT"
+  chmod 600 "$sdir/jwt.key"
+  write_slurm_files
+}
+
+up_munged() {
+  mkdir -p "$SLURM_ROOT/run/munge"; in_root chown munge:munge /run/munge /etc/munge /etc/munge/munge.key /var/lib/munge /var/log/munge
+  start munged chroot --userspec=munge:munge "$SLURM_ROOT" /usr/sbin/munged -F
+  wait_ready munged "$SB_READY_TIMEOUT" test -S "$SLURM_ROOT/run/munge/munge.socket.2"
+}
+
+up_slurmctld() {
+  alive slurmctld || check_port slurmctld "$SB_SLURMCTLD_PORT" SB_SLURMCTLD_PORT
+  start slurmctld chroot "$SLURM_ROOT" /usr/sbin/slurmctld -D -i
+  wait_ready slurmctld "$SB_READY_TIMEOUT" in_root scontrol ping
+  mkdir -p "$(dirname "$JWT_FILE")"
+  # Long-lived admin token for the bridge; the file is what the bridge and tests read.
+  in_root scontrol token username="$SB_BRIDGE_SLURM_USER" lifespan=2592000 | sed -n 's/^SLURM_JWT=//p' > "$JWT_FILE.tmp" \
+    && [ -s "$JWT_FILE.tmp" ] || die "scontrol token failed; see $LOGS/slurmctld.log"
+  chmod 600 "$JWT_FILE.tmp"; mv "$JWT_FILE.tmp" "$JWT_FILE"
+}
+
+up_slurmrestd() {
+  alive slurmrestd || check_port slurmrestd "$SB_SLURMRESTD_PORT" SB_SLURMRESTD_PORT
+  # On loopback for host processes, and on the pod network's host address for the bridge's pods.
+  start slurmrestd chroot "$SLURM_ROOT" env SLURM_JWT=daemon /usr/sbin/slurmrestd -a rest_auth/jwt \
+    -s openapi/slurmctld,openapi/slurmdbd -u 65534 -g 65534 "127.0.0.1:$SB_SLURMRESTD_PORT" "$SB_HOST_IP:$SB_SLURMRESTD_PORT"
+  wait_ready slurmrestd "$SB_READY_TIMEOUT" curl -sf -H "X-SLURM-USER-TOKEN: $(cat "$JWT_FILE")" \
+    "http://127.0.0.1:$SB_SLURMRESTD_PORT/slurm/v0.0.44/ping"
+}
+
+# Start what is not running, in dependency order; a running slurmctld keeps its state and config.
+up_slurm() {
+  [ -f "$SLURM_ROOT/$(slurm_root_stamp)" ] && [ -f "$MARIADB_ROOT/$(mariadb_root_stamp)" ] \
+    || die "the Slurm or MariaDB root is missing or out of date; run hack/build-slurm-root.sh"
+  require_root "starting Slurm (chroot)"
+  cp /etc/hosts "$SLURM_ROOT/etc/hosts"
+  mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
+  alive slurmctld || reset_slurm_state
+  up_munged
+  up_accounting
+  up_slurmctld
+  up_slurmrestd
+  up_slurmds
+}
+
+# Every Slurm process of the cluster, stopped; then what they left in the root (batch jobs' steps).
+down_slurm() {
+  local n
+  for n in $(slurmd_node_names); do stop "slurmd-$n"; done
+  for n in slurmrestd slurmctld slurmdbd mariadb munged; do stop "$n"; done
+  kill_root_processes "$SLURM_ROOT"
+  if mountpoint -q "$SLURM_ROOT/proc" 2>/dev/null; then umount "$SLURM_ROOT/proc" || umount -l "$SLURM_ROOT/proc" || true; fi
+}
