@@ -311,8 +311,8 @@ cmd_up() {
 }
 
 cmd_install() {
-  cluster_exists && [ -s "$KIND_JWT_FILE" ] || die "the kind cluster is not up; run hack/kind.sh up first"
   kind_provider_setup
+  cluster_exists && [ -s "$KIND_JWT_FILE" ] || die "the kind cluster is not up; run hack/kind.sh up first"
   [ -x "$HELM" ] || bash "$HACK_DIR/build-binaries.sh" "$HELM_TARGET" >&2
   load_image bridge "$(control_plane)"
   local tag verb
@@ -346,6 +346,7 @@ webhook_answers() {
 }
 
 cmd_uninstall() {
+  kind_provider_setup
   cluster_exists || return 0
   helm uninstall "$RELEASE" --namespace "$RELEASE_NAMESPACE" --wait --timeout 2m --ignore-not-found
 }
