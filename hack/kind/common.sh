@@ -51,6 +51,7 @@ kind_provider_setup() {
 # refuses hybrid cgroups; lib.sh oci_runtime), container ulimits within this process's hard limits
 # (root may lack CAP_SYS_RESOURCE), and a /lib/modules for kind's read-only mount of it.
 podman_setup() {
+  require_root "kind with podman (rootful podman; kind's podman provider)"
   command -v podman >/dev/null 2>&1 || ensure_apt podman
   local rt conf="$KIND_CACHE/containers.conf" nofile nproc
   rt=$(oci_runtime)
@@ -78,4 +79,9 @@ EOF
 }
 
 kind_engine() { "$KIND_ENGINE" "$@"; }
-kind_() { "$BIN_DIR/kind" "$@"; }
+# kind, without the two lines it prints on every call with podman.
+kind_() {
+  { "$BIN_DIR/kind" "$@" 2>&1 1>&3 3>&- \
+      | { grep -v -e '^using podman due to KIND_EXPERIMENTAL_PROVIDER' -e '^enabling experimental podman provider' >&2 || true; }
+  } 3>&1
+}
