@@ -315,8 +315,8 @@ cmd_install() {
   cluster_exists && [ -s "$KIND_JWT_FILE" ] || die "the kind cluster is not up; run hack/kind.sh up first"
   [ -x "$HELM" ] || bash "$HACK_DIR/build-binaries.sh" "$HELM_TARGET" >&2
   load_image bridge "$(control_plane)"
-  local tag verb
-  tag=$(image_ref bridge); tag=${tag##*:}
+  local IMAGE_TAG verb
+  IMAGE_TAG=$(image_ref bridge); IMAGE_TAG=${IMAGE_TAG##*:}
   kubectl_kind get namespace "$RELEASE_NAMESPACE" >/dev/null 2>&1 || kubectl_kind create namespace "$RELEASE_NAMESPACE" >/dev/null
   # The token Secret, made as a user makes it (docs/quickstart.md).
   kubectl_kind -n "$RELEASE_NAMESPACE" create secret generic slurm-bridge-slurm-jwt --from-file=jwt="$KIND_JWT_FILE" \
@@ -325,11 +325,11 @@ cmd_install() {
   # --- the helm install of docs/quickstart.md ("Try it on kind") ------------------------------------
   helm $verb slurm-bridge helm/slurm-bridge --namespace slurm-bridge-system \
     --values hack/kind/values.yaml \
-    --set image.tag="$tag" \
+    --set image.tag="$IMAGE_TAG" \
     --wait --timeout 5m
   # -------------------------------------------------------------------------------------------------
   webhook_answers
-  log "slurm-bridge $tag installed with $("$HELM" version --short) as release $RELEASE in $RELEASE_NAMESPACE on kind; namespaces labelled $MANAGED_LABEL=true are managed"
+  log "slurm-bridge $IMAGE_TAG installed with $("$HELM" version --short) as release $RELEASE in $RELEASE_NAMESPACE on kind; namespaces labelled $MANAGED_LABEL=true are managed"
 }
 
 # helm --wait returns once the pods are Ready; the API server reaches the webhook a moment later,
