@@ -40,7 +40,7 @@ def worker_names(core: k8s.CoreV1Api) -> list[str]:
 
 def internal_ip(core: k8s.CoreV1Api, name: str) -> str:
     node = core.read_node(name)
-    return next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    return str(next(a.address for a in node.status.addresses if a.type == "InternalIP"))
 
 
 def slurm_nodes(slurm: SlurmEnv) -> dict[str, dict[str, Any]]:
@@ -169,8 +169,12 @@ def test_pods_on_different_workers_reach_each_other_directly_and_through_a_servi
     core.create_namespaced_pod(namespace, pinned_pod("client", client_node, ["sleep", "600"]))
     wait_for(lambda: (p := read_pod(core, namespace, "client")) and p.status.phase == "Running", 120, "client Running")
     for host, port in ((server_ip, 8080), (f"server.{namespace}.svc.cluster.local", 80), ("server", 80)):
-        answer = wait_for(lambda h=host, p=port: "served by" in (a := fetch(cluster, namespace, "client", h, p)) and a,
-                          30, f"an answer from {host}:{port} on {client_node}")  # fmt: skip
+
+        def answered(h: str = host, p: int = port) -> str | None:
+            answer = fetch(cluster, namespace, "client", h, p)
+            return answer if "served by" in answer else None
+
+        answer = wait_for(answered, 30, f"an answer from {host}:{port} on {client_node}")
         assert f"served by {server_node}" in answer, answer
 
 
@@ -182,5 +186,8 @@ def test_slurm_and_the_bridge_run_on_the_control_plane_only(core: k8s.CoreV1Api,
             assert pod.spec.node_name == cp, f"{ns}/{pod.metadata.name} runs on {pod.spec.node_name}"
     taint = names.TAINT_MANAGED_NODE
     for worker in worker_names(core):
-        wait_for(lambda w=worker: any(t.key == taint for t in core.read_node(w).spec.taints or []), 60,
-                 f"the bridge's {taint} taint on {worker}")  # fmt: skip
+
+        def tainted(w: str = worker) -> bool:
+            return any(t.key == taint for t in core.read_node(w).spec.taints or [])
+
+        wait_for(tainted, 60, f"the bridge's {taint} taint on {worker}")
