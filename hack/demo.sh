@@ -70,7 +70,7 @@ demo_kind() {
   echo; echo "# Kubernetes: the kind nodes. The workers are hybrid nodes (kubelet + slurmd); the bridge and Slurm's controller run on the control plane"
   k get nodes -o wide
   echo; echo "# Slurm: the same workers, as Slurm nodes of the same names served by their slurmd"
-  slurm sinfo -N -o '%12N %14P %8t %5c %8m %v'
+  slurm sinfo -N -o '%22N %14P %8t %5c %8m %v'
   image=$SB_WORKLOAD_IMAGE
   k delete namespace $NS --ignore-not-found --wait=true >/dev/null
   log "applying examples/kind-demo.yaml (a pod and a Job of 3 pods, image $image)"
@@ -88,8 +88,8 @@ demo_kind() {
   echo; echo "# Kubernetes: every pod has a PlaceholderJob; Slurm chose the node"
   k -n $NS get placeholderjobs,pods -o wide
   echo; echo "# Slurm: the bridge's external jobs and $user's native job $native, together on $node"
-  slurm squeue -o '%.6i %.24j %.8u %.12a %.9T %.8M %R'
-  slurm sinfo -N -o '%12N %8t %10C' -n "$node"
+  slurm squeue -o '%.6i %.32j %.8u %.12a %.9T %.8M %R'
+  slurm sinfo -N -o '%22N %8t %14C' -n "$node"
   wait_until 90 "the Job's 3 pods completing" jobs_completed
   echo; echo "# When the Job's pods complete, their Slurm jobs end with them"
   k -n $NS get placeholderjobs -o wide

@@ -338,7 +338,7 @@ webhook_answers() {
   local ns=slurm-bridge-webhook-check deadline=$((SECONDS + 90))
   kubectl_kind create namespace "$ns" --dry-run=client -o yaml | kubectl_kind label --local -f - "$MANAGED_LABEL=true" -o yaml \
     | kubectl_kind apply -f - >/dev/null
-  until kubectl_kind -n "$ns" run probe --image=x --restart=Never --dry-run=server -o jsonpath='{.spec.schedulerName}' 2>/dev/null | grep -q .; do
+  until [ "$(kubectl_kind -n "$ns" run probe --image=x --restart=Never --dry-run=server -o jsonpath='{.spec.schedulerName}' 2>/dev/null)" = slurm-bridge ]; do
     [ $SECONDS -lt $deadline ] || die "the bridge's webhook does not answer the API server 90 s after the install; see the webhook pods' logs"
     sleep 1
   done

@@ -49,11 +49,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     are deselected, and the summary says how many: on an older version of the matrix there is
     nothing of it to test. The default version (CI's) has every feature, so nothing is left out there."""
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for layer in LAYERS:
-            if layer in parts:
-                item.add_marker(getattr(pytest.mark, layer))
-    items.sort(key=lambda item: "deployed" in Path(str(item.fspath)).parts)
+        layer = _layer(item)
+        if layer:
+            item.add_marker(getattr(pytest.mark, layer))
+    items.sort(key=lambda item: _layer(item) == "deployed")
     other = LOCAL_ONLY if on_kind() else KIND_ONLY
     elsewhere = [i for i in items if any(i.get_closest_marker(layer) for layer in other)]
     if elsewhere:
@@ -66,6 +65,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if newer:
             config.hook.pytest_deselected(items=newer)
             items[:] = [i for i in items if needs.get(id(i), 0) <= minor]
+
+
+def _layer(item: pytest.Item) -> str | None:
+    """The layer of a test: its directory under tests/ (not any directory of that name above the
+    repository, which a clone into .../kind/... would have)."""
+    path = Path(str(item.fspath))
+    try:
+        first = path.relative_to(Path(__file__).resolve().parent).parts[0]
+    except ValueError:
+        return None
+    return first if first in LAYERS else None
 
 
 @pytest.hookimpl(wrapper=True)
