@@ -178,7 +178,7 @@ build_bridge() {
     || { tail -n 30 "$IMAGES_DIR/build.log" >&2; die "buildah bud of the Dockerfile failed (log: $IMAGES_DIR/build.log)"; }
   save "$r" "$out"
   # Older builds of the bridge image are of no further use.
-  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-*.tar' ! -path "$out" -delete
+  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-[0-9]*.tar' ! -path "$out" -delete   # not slurm-bridge-slurm-*
   buildah_ images --format '{{.Name}}:{{.Tag}}' | grep "^$BRIDGE_REPO:" | grep -vxF "$r" | xargs -r buildah_ rmi -f >/dev/null 2>&1 || true
 }
 
