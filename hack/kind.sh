@@ -50,7 +50,7 @@ image_mode() {
         || timeout 300 "$KIND_ENGINE" pull "$KIND_PUBLISHED_NODE_IMAGE" >"$KIND_CACHE/pull.log" 2>&1; then
         mode=published
       else
-        log "kind's published node image cannot be pulled here ($(tail -n 1 "$KIND_CACHE/pull.log" 2>/dev/null)): building every image locally"
+        log "kind's published node image cannot be pulled here ($(tail -n 1 "$KIND_CACHE/pull.log" 2>/dev/null)): every image is built here (and cached)"
         mode=local
       fi ;;
     *) mode=published ;;
