@@ -37,32 +37,37 @@ helm() { KUBECONFIG=$KIND_KUBECONFIG "$HELM" "$@"; }
 cluster_exists() { kind_ get clusters 2>/dev/null | grep -qx "$SB_KIND_CLUSTER"; }
 
 # ---- images -------------------------------------------------------------------------------------
-# "local": nothing can be pulled, so every image is built here; "published": a registry answers.
-# Decided once per cluster (kept in $KIND_STATE/images) by whether kind's published node image
-# can be had; SB_KIND_NODE_IMAGE=local or =REF decides instead.
+# "local": every image is built here (kind's node image included; nothing is pulled); "published":
+# kind's published node image, and the project's Dockerfiles built by the engine on their public
+# bases. Published needs docker and a registry that answers: podman resolves no short image names
+# with Debian's registries configuration, so with podman the images are built here. Decided once per
+# cluster (kept in $KIND_STATE/images); SB_KIND_IMAGES=local|published decides instead.
 image_mode() {
   if [ -s "$KIND_STATE/images" ]; then cat "$KIND_STATE/images"; return 0; fi
   local mode
-  case ${SB_KIND_NODE_IMAGE:-} in
-    local) mode=local ;;
+  case ${SB_KIND_IMAGES:-} in
+    local | published) mode=$SB_KIND_IMAGES ;;
     "")
-      if kind_engine image inspect "$KIND_PUBLISHED_NODE_IMAGE" >/dev/null 2>&1 \
-        || timeout 300 "$KIND_ENGINE" pull "$KIND_PUBLISHED_NODE_IMAGE" >"$KIND_CACHE/pull.log" 2>&1; then
+      if [ "$KIND_ENGINE" != docker ]; then
+        log "$KIND_ENGINE: every image is built here and cached (SB_KIND_IMAGES=published pulls instead)"
+        mode=local
+      elif kind_engine image inspect "$KIND_PUBLISHED_NODE_IMAGE" >/dev/null 2>&1 \
+        || timeout 300 docker pull "$KIND_PUBLISHED_NODE_IMAGE" >"$KIND_CACHE/pull.log" 2>&1; then
         mode=published
       else
-        log "kind's published node image cannot be pulled here ($(tail -n 1 "$KIND_CACHE/pull.log" 2>/dev/null)): every image is built here (and cached)"
+        log "kind's published node image cannot be pulled here ($(tail -n 1 "$KIND_CACHE/pull.log" 2>/dev/null)): every image is built here and cached"
         mode=local
       fi ;;
-    *) mode=published ;;
+    *) die "SB_KIND_IMAGES=$SB_KIND_IMAGES: expected local or published" ;;
   esac
   mkdir -p "$KIND_STATE"; echo "$mode" > "$KIND_STATE/images"; echo "$mode"
 }
 
+# SB_KIND_NODE_IMAGE=REF: that node image, whatever builds the others.
 node_image() {
-  case ${SB_KIND_NODE_IMAGE:-} in
-    "" | local) if [ "$(image_mode)" = local ]; then bash "$HACK_DIR/kind/node-image.sh" build; else echo "$KIND_PUBLISHED_NODE_IMAGE"; fi ;;
-    *) echo "$SB_KIND_NODE_IMAGE" ;;
-  esac
+  if [ -n "${SB_KIND_NODE_IMAGE:-}" ]; then echo "$SB_KIND_NODE_IMAGE"
+  elif [ "$(image_mode)" = local ]; then bash "$HACK_DIR/kind/node-image.sh" build
+  else echo "$KIND_PUBLISHED_NODE_IMAGE"; fi
 }
 
 # An image built from one of the project's Dockerfiles, as an archive `kind load image-archive`
@@ -86,9 +91,11 @@ image_ref() { # bridge|slurm|mariadb
   if [ "$(image_mode)" = local ]; then bash "$HACK_DIR/image.sh" ref "$1"; return; fi
   local sum
   case $1 in
-    bridge) sum=$(git ls-files -s Dockerfile .dockerignore constraints.txt pyproject.toml README.md slurm_bridge operator webhook extender | sha256sum | cut -c1-12)
+    bridge) sum=$( { ls Dockerfile .dockerignore constraints.txt pyproject.toml README.md
+                     find slurm_bridge operator webhook extender -type f ! -name '*.pyc' ! -path '*/__pycache__/*'; } \
+                   | sort | xargs sha256sum | sha256sum | cut -c1-12)
             echo "localhost/slurm-bridge:$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-$sum" ;;
-    slurm | mariadb) sum=$(git ls-files -s hack/kind/slurm-image | sha256sum | cut -c1-12)
+    slurm | mariadb) sum=$(find hack/kind/slurm-image -type f | sort | xargs sha256sum | sha256sum | cut -c1-12)
             echo "localhost/slurm-bridge-$1:$sum" ;;
   esac
 }

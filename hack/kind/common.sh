@@ -21,8 +21,9 @@ KIND_JWT_FILE="$KIND_STATE/jwt"
 # 10.96/16 Services, 10.244/16 kwok), so both can run side by side.
 : "${SB_KIND_POD_SUBNET:=10.246.0.0/16}" "${SB_KIND_SERVICE_SUBNET:=10.97.0.0/16}"
 # kind's published node image, for where a registry is reachable (a public image name; the
-# container engine's own configuration says where it comes from). SB_KIND_NODE_IMAGE=local builds
-# the node image here instead (hack/kind/node-image.sh), =REF uses REF.
+# container engine's own configuration says where it comes from). SB_KIND_IMAGES=local|published
+# chooses between building every image here and pulling (hack/kind.sh image_mode);
+# SB_KIND_NODE_IMAGE=REF uses REF as the node image.
 KIND_PUBLISHED_NODE_IMAGE="kindest/node:$KUBERNETES_VERSION"
 
 # ---- the container engine ---------------------------------------------------------------------
