@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the Kubernetes control plane and node binaries, etcd, kwok, helm, containerd and the JobSet
 # and LeaderWorkerSet controllers from Go modules into $BIN_DIR, once.
+# kind, kubeadm (with kubectl) and coredns for hack/kind.sh on request.
 # A binary is rebuilt only when hack/versions.env changes its version (stamp files).
 . "$(dirname "$0")/lib.sh"
 require_go
@@ -11,8 +12,25 @@ stamp() { echo "${DEST:-$BIN_DIR}/.built-$1-$2"; }
 have() { [ -f "$(stamp "$1" "$2")" ] && for b in "${@:3}"; do [ -x "${DEST:-$BIN_DIR}/$b" ] || return 1; done; }
 done_stamp() { rm -f "${DEST:-$BIN_DIR}/.built-$1-"*; touch "$(stamp "$1" "$2")"; }
 
+kubernetes_gomod() { # version : a throwaway module's go.mod that builds k8s.io/kubernetes commands
+  local v=$1 gomod
+  gomod=$(cd "$CACHE_DIR" && go mod download -json "k8s.io/kubernetes@$v" | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
+    || die "go mod download k8s.io/kubernetes@$v failed (is GOPROXY reachable?)"
+  echo "module local/kubernetes-build"
+  echo "go $(awk '/^go /{print $2; exit}' "$gomod")"
+  echo "require k8s.io/kubernetes $v"
+  # k8s.io/kubernetes replaces its staging modules with ./staging paths; use the published v0.X.Y.
+  grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$gomod" | awk -v sv="v0.${v#v1.}" '{print "replace " $1 " => " $1 " " sv}'
+}
+
+kubernetes_ldflags() { # version : stamp the version, or tools that read --version get v0.0.0-master
+  local v=$1 minor pkg="k8s.io/component-base/version"
+  minor=${v#v1.}; minor=${minor%%.*}
+  echo "-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+}
+
 build_kubernetes() {
-  local v=$KUBERNETES_VERSION minor gomod dir DEST=$K8S_BIN_DIR b
+  local v=$KUBERNETES_VERSION dir DEST=$K8S_BIN_DIR b
   mkdir -p "$DEST"
   # A cache from before versions had directories of their own: move that version's binaries in.
   if [ -f "$BIN_DIR/.built-kubernetes-$v" ]; then
@@ -23,27 +41,32 @@ build_kubernetes() {
   fi
   have kubernetes "$v" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && return 0
   log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy $v (cold: tens of minutes)"
-  minor=${v#v1.}; minor=${minor%%.*}
   dir="$CACHE_DIR/src/kubernetes-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
-  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -P -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])') \
-    || die "go mod download k8s.io/kubernetes@$v failed (is GOPROXY reachable?)"
-  {
-    echo "module local/kubernetes-build"
-    echo "go $(awk '/^go /{print $2; exit}' "$gomod")"
-    echo "require k8s.io/kubernetes $v"
-    # k8s.io/kubernetes replaces its staging modules with ./staging paths; use the published v0.X.Y.
-    grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$gomod" | awk -v sv="v0.${v#v1.}" '{print "replace " $1 " => " $1 " " sv}'
-  } > go.mod
-  [ "$(grep -c '^replace' go.mod)" -ge 20 ] || die "could not read staging modules from $gomod"
+  kubernetes_gomod "$v" > go.mod
   # kubelet and kube-proxy run the local cluster's one real node (hack/node.sh).
   local cmds=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
               k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
   go get "${cmds[@]/%/@$v}" >&2 || die "go get k8s.io/kubernetes@$v failed; see the output above"
-  local pkg="k8s.io/component-base/version"
-  local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  go build -ldflags "$ld" -o "$DEST/" "${cmds[@]}" >&2 \
+  go build -ldflags "$(kubernetes_ldflags "$v")" -o "$DEST/" "${cmds[@]}" >&2 \
     || die "go build of Kubernetes $v failed; see the output above"
   done_stamp kubernetes "$v"
+}
+
+build_kubeadm() {
+  # kubeadm and kubectl go into kind's node image (hack/kind.sh), beside the kubelet of the same
+  # build. A module of their own: the control plane's stays as it was built.
+  local v=$KUBERNETES_VERSION dir DEST=$K8S_BIN_DIR
+  mkdir -p "$DEST"
+  have kubeadm "$v" kubeadm kubectl && return 0
+  log "building kubeadm and kubectl $v"
+  dir="$CACHE_DIR/src/kubeadm-$v"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
+  kubernetes_gomod "$v" > go.mod
+  [ "$(grep -c '^replace' go.mod)" -ge 20 ] || die "could not read the staging modules of k8s.io/kubernetes@$v"
+  local cmds=(k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl)
+  go get "${cmds[@]/%/@$v}" >&2 || die "go get k8s.io/kubernetes@$v (kubeadm, kubectl) failed; see the output above"
+  go build -mod=mod -ldflags "$(kubernetes_ldflags "$v")" -o "$DEST/" "${cmds[@]}" >&2 \
+    || die "go build of kubeadm and kubectl $v failed; see the output above"
+  done_stamp kubeadm "$v"
 }
 
 build_etcd() {
@@ -115,6 +138,7 @@ build_helm4() { # Helm 4 beside Helm 3: the same command name, so it is installe
 }
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(etcd kwok helm helm4 kubernetes containerd jobset lws)
+# kind, kubeadm and coredns are built by hack/kind.sh when it needs them (not by the local cluster).
 for t in "${targets[@]}"; do
   case $t in
     kubernetes) build_kubernetes ;;
@@ -126,7 +150,12 @@ for t in "${targets[@]}"; do
     # The workload controllers of the e2e cluster (started by hack/cluster.sh).
     jobset) build_module jobset "$JOBSET_VERSION" sigs.k8s.io/jobset . jobset-controller ;;
     lws) build_module lws "$LWS_VERSION" sigs.k8s.io/lws ./cmd lws-controller ;;
-    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, helm4, containerd, jobset, lws)" ;;
+    # The kind cluster (hack/kind.sh): kind itself; kubeadm and kubectl for its node image; CoreDNS
+    # for the image kubeadm deploys, when no registry is reachable.
+    kind) build_module kind "$KIND_VERSION" sigs.k8s.io/kind . kind ;;
+    kubeadm) build_kubeadm ;;
+    coredns) build_plain coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns ;;
+    *) die "unknown build target '$t' (expected kubernetes, etcd, kwok, helm, helm4, containerd, jobset, lws, kind, kubeadm, coredns)" ;;
   esac
 done
 log "binaries ready in $BIN_DIR"

@@ -4,6 +4,9 @@
 #              a debootstrapped Debian root with the Python that CI tests (BASE_IMAGE build arg)
 #   scheduler  kube-scheduler of the cluster's own Kubernetes build (the chart's scheduler image)
 #   pause      the pod sandbox image, compiled from Kubernetes' own pause.c
+#   slurm      Slurm for the kind cluster (hack/kind.sh), target slurm of hack/kind/slurm-image/Dockerfile,
+#              on a debootstrapped Debian $SLURM_SUITE (SLURM_BASE_IMAGE build arg)
+#   mariadb    slurmdbd's MariaDB there, target mariadb of the same Dockerfile, on the bookworm base
 #
 #   hack/image.sh archive NAME   build NAME if needed; print its OCI archive (cached in $IMAGES_DIR)
 #   hack/image.sh ref NAME       print the image reference NAME is built as
@@ -20,6 +23,9 @@ BUILDAH_ROOT="$CACHE_DIR/buildah"
 BRIDGE_REPO=localhost/slurm-bridge
 SCHEDULER_REPO=localhost/kube-scheduler
 PAUSE_REF=localhost/pause:3.10   # containerd's pinned sandbox image (hack/node.sh)
+SLURM_IMAGE_DIR=hack/kind/slurm-image
+SLURM_REPO=localhost/slurm-bridge-slurm
+MARIADB_REPO=localhost/slurm-bridge-mariadb
 OCI_RUNTIME=$(oci_runtime)
 
 # The runtime is named (lib.sh oci_runtime): with podman installed buildah would pick crun, which
@@ -67,6 +73,44 @@ ensure_base() {
   log "base image $ref (Debian $BASE_SUITE, Python $minor)"
 }
 
+# A plain Debian root (minbase) as an image, for the Slurm image's base: debootstrap, as the Slurm
+# root of the local cluster is made (hack/build-slurm-root.sh), with the machine's own mirror.
+debian_base_ref() { echo "localhost/debian-base:$1"; }
+
+ensure_debian_base() { # suite
+  local suite=$1 ref root tmp c mnt
+  ref=$(debian_base_ref "$suite")
+  buildah_ inspect --type image "$ref" >/dev/null 2>&1 && return 0
+  ensure_apt debootstrap buildah
+  root="$IMAGES_DIR/debian-base-$suite"
+  if [ ! -f "$root/.done" ]; then
+    tmp="$root.tmp"; rm -rf "$tmp"; mkdir -p "$IMAGES_DIR"
+    log "debootstrap $suite for the Slurm image's base (about a minute)"
+    debootstrap --variant=minbase "$suite" "$tmp" "$(apt_mirror)" > "$IMAGES_DIR/debootstrap-$suite.log" 2>&1 \
+      || { tail -n 20 "$IMAGES_DIR/debootstrap-$suite.log" >&2; die "debootstrap of $suite failed (log: $IMAGES_DIR/debootstrap-$suite.log)"; }
+    chroot "$tmp" apt-get clean; rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*
+    rm -rf "$root"; mv "$tmp" "$root"; touch "$root/.done"
+  fi
+  c=$(buildah_ from scratch)
+  mnt=$(buildah_ mount "$c")
+  cp -a "$root/." "$mnt/"; rm -f "$mnt/.done"
+  buildah_ umount "$c" >/dev/null
+  buildah_ config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 --cmd bash "$c"
+  buildah_ commit --quiet --rm "$c" "$ref" >/dev/null || die "committing the base image $ref failed"
+  log "base image $ref (Debian $suite)"
+}
+
+# ---- apt inside the build -----------------------------------------------------------------------
+# RUN steps reach the Debian archive as this machine's apt does: the base's sources name the mirror
+# debootstrap used, and the host's own Acquire settings (a proxy; Check-Valid-Until, which sid's
+# Release file on some mirrors needs) are mounted in. Nothing of them is written into the repository.
+apt_mounts() {
+  local conf="$IMAGES_DIR/apt-host.conf"
+  mkdir -p "$IMAGES_DIR"
+  apt-config dump 2>/dev/null | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy|Retries) ' > "$conf" || true
+  echo "-v $conf:/etc/apt/apt.conf.d/99-host.conf:ro"
+}
+
 # ---- pip inside the build -----------------------------------------------------------------------
 # RUN steps reach the package index only the way this machine's pip does: its index, trusted
 # hosts and CA file, read from pip's own configuration and environment at build time.
@@ -100,12 +144,18 @@ bridge_tag() {
   echo "$version-$sum"
 }
 
+slurm_tag() { # base-ref : the Slurm image context's files and the base, hashed
+  { find "$SLURM_IMAGE_DIR" -type f | sort | xargs sha256sum; echo "$1"; } | sha256sum | cut -c1-12
+}
+
 ref() {
   case $1 in
     bridge) echo "$BRIDGE_REPO:$(bridge_tag)" ;;
     scheduler) echo "$SCHEDULER_REPO:$KUBERNETES_VERSION" ;;
     pause) echo "$PAUSE_REF" ;;
-    *) die "unknown image '$1' (expected bridge, scheduler or pause)" ;;
+    slurm) echo "$SLURM_REPO:$(slurm_tag "$(debian_base_ref "$SLURM_SUITE")")" ;;
+    mariadb) echo "$MARIADB_REPO:$(slurm_tag "$(base_ref)")" ;;
+    *) die "unknown image '$1' (expected bridge, scheduler, pause, slurm or mariadb)" ;;
   esac
 }
 
@@ -128,7 +178,7 @@ build_bridge() {
     || { tail -n 30 "$IMAGES_DIR/build.log" >&2; die "buildah bud of the Dockerfile failed (log: $IMAGES_DIR/build.log)"; }
   save "$r" "$out"
   # Older builds of the bridge image are of no further use.
-  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-*.tar' ! -path "$out" -delete
+  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-[0-9]*.tar' ! -path "$out" -delete   # not slurm-bridge-slurm-*
   buildah_ images --format '{{.Name}}:{{.Tag}}' | grep "^$BRIDGE_REPO:" | grep -vxF "$r" | xargs -r buildah_ rmi -f >/dev/null 2>&1 || true
 }
 
@@ -157,6 +207,22 @@ build_pause() {
   save "$PAUSE_REF" "$out"
 }
 
+build_slurm_target() { # target base-ref out
+  local target=$1 base=$2 out=$3 r
+  r=$(ref "$target")
+  log "building $r (target $target of $SLURM_IMAGE_DIR/Dockerfile; base $base)"
+  # shellcheck disable=SC2046  # apt_mounts prints whole "-v SRC:DST:ro" words
+  buildah_ bud --quiet --runtime "$OCI_RUNTIME" --pull-never --network host $(apt_mounts) \
+    --build-arg "SLURM_BASE_IMAGE=$(debian_base_ref "$SLURM_SUITE")" --build-arg "DB_BASE_IMAGE=$(base_ref)" \
+    --target "$target" -f "$SLURM_IMAGE_DIR/Dockerfile" -t "$r" "$SLURM_IMAGE_DIR" > "$IMAGES_DIR/build-$target.log" 2>&1 \
+    || { tail -n 30 "$IMAGES_DIR/build-$target.log" >&2; die "buildah bud of $SLURM_IMAGE_DIR (target $target) failed (log: $IMAGES_DIR/build-$target.log)"; }
+  save "$r" "$out"
+  find "$IMAGES_DIR" -maxdepth 1 -name "$(basename "${r%%:*}")-*.tar" ! -path "$out" -delete
+}
+
+build_slurm() { ensure_debian_base "$SLURM_SUITE"; ensure_base; build_slurm_target slurm "$(debian_base_ref "$SLURM_SUITE")" "$1"; }
+build_mariadb() { ensure_debian_base "$SLURM_SUITE"; ensure_base; build_slurm_target mariadb "$(base_ref)" "$1"; }
+
 archive() { # name : build if the archive for the current inputs is missing; print its path
   local out
   ensure_apt buildah
@@ -167,6 +233,8 @@ archive() { # name : build if the archive for the current inputs is missing; pri
       bridge) build_bridge "$out" ;;
       scheduler) build_scheduler "$out" ;;
       pause) build_pause "$out" ;;
+      slurm) build_slurm "$out" ;;
+      mariadb) build_mariadb "$out" ;;
     esac
   fi
   echo "$out"
@@ -190,8 +258,8 @@ selftest() {
 case "${1:-}" in
   runtime) echo "$OCI_RUNTIME" ;;
   selftest) selftest ;;
-  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause"; ref "$2" >/dev/null; archive "$2" ;;
-  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause"; ref "$2" ;;
+  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause|slurm|mariadb"; ref "$2" >/dev/null; archive "$2" ;;
+  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause|slurm|mariadb"; ref "$2" ;;
   load)
     a=$(archive bridge); b=$(archive scheduler)
     bash "$HACK_DIR/node.sh" import "$a" "$b"

@@ -3,6 +3,7 @@ namespaces. Unit tests use none of them and need no servers."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,28 +21,43 @@ from tests.harness import (
     clean_slate,
     cluster_minor,
     ensure_cluster,
+    ensure_kind_cluster,
     log_tails,
+    on_kind,
     run,
     slurm_env_from,
     wait_for,
 )
 
-LAYERS = ("unit", "integration", "e2e", "deployed")
+LAYERS = ("unit", "integration", "e2e", "deployed", "kind")
+# The layers a session on each cluster runs (SB_CLUSTER, tests.harness.on_kind): the local cluster
+# runs all but the kind layer; the kind tier runs the chart's tests (deployed) and the hybrid-node
+# tests (tests/kind) on the kind cluster, where no local processes exist for integration and e2e.
+LOCAL_ONLY = ("integration", "e2e")
+KIND_ONLY = ("kind",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by directory, so `-m unit|integration|e2e|deployed` selects a layer, and run the
-    deployed tier last: it replaces the bridge processes the e2e tests use with the Helm release.
+    """Mark tests by directory, so `-m unit|integration|e2e|deployed|kind` selects a layer, and run
+    the deployed tier last: it replaces the bridge processes the e2e tests use with the Helm release.
+
+    Layers of the other cluster are deselected, and the summary says how many: `pytest tests` is
+    the local cluster's run, `SB_CLUSTER=kind pytest tests/deployed tests/kind` the kind tier
+    (hack/test.sh runs both).
 
     Tests of a feature newer than the local cluster's Kubernetes (``@pytest.mark.kubernetes(37)``)
     are deselected, and the summary says how many: on an older version of the matrix there is
     nothing of it to test. The default version (CI's) has every feature, so nothing is left out there."""
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for layer in LAYERS:
-            if layer in parts:
-                item.add_marker(getattr(pytest.mark, layer))
-    items.sort(key=lambda item: "deployed" in Path(str(item.fspath)).parts)
+        layer = _layer(item)
+        if layer:
+            item.add_marker(getattr(pytest.mark, layer))
+    items.sort(key=lambda item: _layer(item) == "deployed")
+    other = LOCAL_ONLY if on_kind() else KIND_ONLY
+    elsewhere = [i for i in items if any(i.get_closest_marker(layer) for layer in other)]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [i for i in items if i not in elsewhere]
     needs = {id(i): m.args[0] for i in items if (m := i.get_closest_marker("kubernetes")) is not None}
     if needs:
         minor = cluster_minor()
@@ -49,6 +65,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if newer:
             config.hook.pytest_deselected(items=newer)
             items[:] = [i for i in items if needs.get(id(i), 0) <= minor]
+
+
+def _layer(item: pytest.Item) -> str | None:
+    """The layer of a test: its directory under tests/ (not any directory of that name above the
+    repository, which a clone into .../kind/... would have)."""
+    path = Path(str(item.fspath))
+    try:
+        first = path.relative_to(Path(__file__).resolve().parent).parts[0]
+    except ValueError:
+        return None
+    return first if first in LAYERS else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -65,7 +92,11 @@ _CLUSTER: dict[str, str] = {}
 
 @pytest.fixture(scope="session")
 def cluster() -> dict[str, str]:
-    env = ensure_cluster()
+    """The cluster the session runs against: the local one, or kind's (SB_CLUSTER=kind)."""
+    env = ensure_kind_cluster() if on_kind() else ensure_cluster()
+    if on_kind():
+        # Pods of tests/e2e/util.make_pod run this image there: every kind node has it, nothing is pulled.
+        os.environ["SB_WORKLOAD_IMAGE"] = env["SB_WORKLOAD_IMAGE"]
     clean_slate(env)
     _CLUSTER["state_dir"] = env["SB_STATE_DIR"]
     return env
@@ -77,6 +108,8 @@ def bridge(cluster: dict[str, str]) -> dict[str, str]:
 
     A Helm release of the bridge (the demo's, or a deployed-tier run that stopped early) uses the
     same names, so it is uninstalled first."""
+    if on_kind():
+        raise PrerequisiteMissing("the process bridge (hack/bridge.sh) runs against the local cluster, not kind")
     proc = run(["bash", str(DEPLOY_SH), "uninstall"], check=False, timeout=300)
     if proc.returncode != 0:
         raise PrerequisiteMissing(f"`hack/deploy.sh uninstall` failed:\n{proc.stderr[-3000:]}")

@@ -18,6 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "hack" / "cluster.sh"
 BRIDGE_SH = REPO / "hack" / "bridge.sh"
 DEPLOY_SH = REPO / "hack" / "deploy.sh"
+KIND_SH = REPO / "hack" / "kind.sh"
+
+
+def on_kind() -> bool:
+    """SB_CLUSTER=kind: the session runs against the kind cluster of hack/kind.sh (the kind tier:
+    tests/deployed and tests/kind), not the local cluster of hack/cluster.sh."""
+    return os.environ.get("SB_CLUSTER", "local") == "kind"
 
 
 class PrerequisiteMissing(RuntimeError):
@@ -56,9 +63,10 @@ def run(cmd: list[str], check: bool = True, timeout: float = 600) -> subprocess.
     return subprocess.run(cmd, check=check, text=True, capture_output=True, timeout=timeout)
 
 
-def cluster_env() -> dict[str, str]:
-    """The variables `hack/cluster.sh env` prints (kubeconfig, slurmrestd URL, token file, nodes)."""
-    out = run(["bash", str(CLUSTER_SH), "env"]).stdout
+def cluster_env(script: Path = CLUSTER_SH) -> dict[str, str]:
+    """The variables `hack/cluster.sh env` (or `hack/kind.sh env`) prints: kubeconfig, slurmrestd URL,
+    token file, nodes."""
+    out = run(["bash", str(script), "env"]).stdout
     env: dict[str, str] = {}
     for line in out.splitlines():
         if line.startswith("export "):
@@ -105,6 +113,16 @@ def ensure_cluster() -> dict[str, str]:
         if proc.returncode != 0:
             raise PrerequisiteMissing(f"`hack/cluster.sh nodes` failed:\n{proc.stderr[-3000:]}")
     return cluster_env()
+
+
+def ensure_kind_cluster() -> dict[str, str]:
+    """The kind cluster, made or reused by `hack/kind.sh up` (which only checks a running one)."""
+    if os.geteuid() != 0:
+        raise PrerequisiteMissing("the kind tier needs root (podman, debootstrap): run it as root")
+    proc = run(["bash", str(KIND_SH), "up"], check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise PrerequisiteMissing(f"`hack/kind.sh up` failed:\n{proc.stderr[-3000:]}")
+    return cluster_env(KIND_SH)
 
 
 def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
@@ -168,6 +186,8 @@ class SlurmEnv:
     real_node: str = ""  # the real kubelet node, a Slurm node with its own slurmd too
     real_partition: str = ""
     _token: str = field(default="", repr=False)
+    # How Slurm's commands run: in the local cluster's Slurm root, or in the kind cluster's slurmctld pod.
+    slurm_command: tuple[str, ...] = ("bash", str(CLUSTER_SH), "slurm")
 
     @property
     def slurm_nodes(self) -> list[str]:
@@ -179,14 +199,18 @@ class SlurmEnv:
         return self.token_file.read_text().strip()
 
     def scontrol(self, *args: str) -> str:
-        return run(["bash", str(CLUSTER_SH), "scontrol", *args]).stdout
+        return run([*self.slurm_command, "scontrol", *args]).stdout
 
     def headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-TOKEN": self.token}
 
     def sacct(self, *args: str) -> str:
-        """``sacct`` in Slurm's root (hack/cluster.sh slurm sacct): accounting as slurmdbd records it."""
-        return run(["bash", str(CLUSTER_SH), "slurm", "sacct", *args]).stdout
+        """``sacct`` (hack/cluster.sh slurm sacct, or hack/kind.sh's): accounting as slurmdbd records it."""
+        return run([*self.slurm_command, "sacct", *args]).stdout
+
+    def slurm(self, command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Any Slurm client command (sbatch, squeue, scancel, ...) where this Slurm runs."""
+        return run([*self.slurm_command, command, *args], check=check)
 
     def native(
         self, user: str, *command: str, stdin: str | None = None, timeout: float = 120
@@ -205,12 +229,13 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         partition=env["SB_PARTITION"],
         nodes=env["SB_NODE_NAMES"].split(),
         gpu_nodes=env["SB_GPU_NODE_NAMES"].split(),
-        root=Path(env["SLURM_ROOT"]),
+        root=Path(env.get("SLURM_ROOT", "")),
         state_dir=Path(env["SB_STATE_DIR"]),
-        hybrid_nodes=env["SB_HYBRID_NODE_NAMES"].split(),
-        hybrid_partition=env["SB_HYBRID_PARTITION"],
-        real_node=env["SB_REAL_NODE"],
-        real_partition=env["SB_REAL_NODE_PARTITION"],
+        hybrid_nodes=env.get("SB_HYBRID_NODE_NAMES", "").split(),
+        hybrid_partition=env.get("SB_HYBRID_PARTITION", ""),
+        real_node=env.get("SB_REAL_NODE", ""),
+        real_partition=env.get("SB_REAL_NODE_PARTITION", ""),
+        slurm_command=("bash", str(KIND_SH if env.get("SB_CLUSTER") == "kind" else CLUSTER_SH), "slurm"),
     )
 
 

@@ -20,8 +20,15 @@
 #   state_dir   StateSaveLocation, spool, pid files, jwt.key    $SLURM_STATE_IN_ROOT (/var/lib/slurm-bridge)
 #   node_host   NodeHostname of the slurmd nodes (empty: none,  localhost
 #               so each node's name is its host name)
-# slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1), storage_host (127.0.0.1), storage_port
-# ($SB_MARIADB_PORT) and storage_pass (required).
+#   spool_dir   SlurmdSpoolDir                                  $state_dir/spool/%n
+#   slurmd_pid  SlurmdPidFile                                   $state_dir/slurmd-%n.pid
+#   workers     "name=address ..." : instead of the local        (empty: the local cluster's
+#               cluster's nodes, these slurmd nodes (a kind     kwok, hybrid and real nodes)
+#               cluster's workers, hack/kind/slurm.sh), sized
+#               worker_cpus/worker_memory_mib, in $SB_PARTITION
+# slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1; empty: none), storage_host (127.0.0.1),
+# storage_port ($SB_MARIADB_PORT) and storage_pass (required; "-" leaves StoragePass out, for a
+# container that appends it from a Secret).
 
 conf_settings() { # "name..." KEY=VALUE... : set the caller's locals of those names (bash's dynamic scope)
   local known=" $1 " kv
@@ -34,7 +41,7 @@ conf_settings() { # "name..." KEY=VALUE... : set the caller's locals of those na
 }
 
 # The lines every Slurm of the project has (this cluster's, and hack/old-slurm.sh's 24.11).
-slurm_conf_common() { # cluster ctld_host ctld_port state_dir
+slurm_conf_common() { # cluster ctld_host ctld_port state_dir [spool_dir slurmd_pid]
   cat <<EOF
 ClusterName=$1
 SlurmctldHost=$2
@@ -52,18 +59,23 @@ TaskPlugin=task/none
 StateSaveLocation=$4/state
 SlurmctldPidFile=$4/slurmctld.pid
 # Several slurmd on one host: each has its own spool and pid file (%n: its node name).
-SlurmdSpoolDir=$4/spool/%n
-SlurmdPidFile=$4/slurmd-%n.pid
+SlurmdSpoolDir=${5:-$4/spool/%n}
+SlurmdPidFile=${6:-$4/slurmd-%n.pid}
 EOF
 }
 
 slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
   local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
-  local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost
-  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host" "$@"
-  echo "# Written by hack/cluster/slurm-conf.sh: external nodes (no slurmd) mirroring kwok nodes, and"
-  echo "# hybrid nodes served by real slurmd processes."
-  slurm_conf_common "$cluster" "$ctld_host" "$ctld_port" "$state_dir"
+  local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost spool_dir= slurmd_pid=
+  local workers= worker_cpus=4 worker_memory_mib=8192
+  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib" "$@"
+  if [ -n "$workers" ]; then
+    echo "# Written by hack/cluster/slurm-conf.sh: slurmd on every worker of a kind cluster."
+  else
+    echo "# Written by hack/cluster/slurm-conf.sh: external nodes (no slurmd) mirroring kwok nodes, and"
+    echo "# hybrid nodes served by real slurmd processes."
+  fi
+  slurm_conf_common "$cluster" "$ctld_host" "$ctld_port" "$state_dir" "$spool_dir" "$slurmd_pid"
   cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$dbd_host
@@ -81,7 +93,20 @@ EOF
   echo "# ---- scheduling, priority and preemption: hack/slurm-policy.conf ----"
   grep -v '^[[:space:]]*$' "$HACK_DIR/slurm-policy.conf"
   echo "# ---- nodes and partitions ----"
-  slurm_conf_nodes "$node_host"
+  if [ -n "$workers" ]; then
+    slurm_conf_workers "$workers" "$worker_cpus" "$worker_memory_mib"
+  else
+    slurm_conf_nodes "$node_host"
+  fi
+}
+
+slurm_conf_workers() { # "name=address ..." cpus memory_mib : every worker a slurmd node, one partition
+  local w names=()
+  for w in $1; do
+    names+=("${w%%=*}")
+    echo "NodeName=${w%%=*} NodeAddr=${w#*=} CPUs=$2 RealMemory=$3 State=UNKNOWN"
+  done
+  echo "PartitionName=$SB_PARTITION Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP"
 }
 
 slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
@@ -134,12 +159,12 @@ slurmdbd_conf() { # storage_pass=... [KEY=VALUE...]
   local storage_host=127.0.0.1 storage_port=$SB_MARIADB_PORT storage_pass=
   conf_settings "dbd_addr dbd_host dbd_port state_dir storage_host storage_port storage_pass" "$@"
   [ -n "$storage_pass" ] || die "slurmdbd_conf: storage_pass=... (the database user's password) is required"
+  echo "# Written by hack/cluster/slurm-conf.sh: slurmdbd, its database in MariaDB (over TCP)."
+  [ -z "$dbd_addr" ] || echo "DbdAddr=$dbd_addr"
   cat <<EOF
-# Written by hack/cluster/slurm-conf.sh: slurmdbd, its database in MariaDB (over TCP).
 AuthType=auth/munge
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$state_dir/jwt.key
-DbdAddr=$dbd_addr
 DbdHost=$dbd_host
 DbdPort=$dbd_port
 SlurmUser=slurm
@@ -148,9 +173,9 @@ StorageType=accounting_storage/mysql
 StorageHost=$storage_host
 StoragePort=$storage_port
 StorageUser=slurm
-StoragePass=$storage_pass
 StorageLoc=slurm_acct_db
 EOF
+  [ "$storage_pass" = - ] || echo "StoragePass=$storage_pass"
 }
 
 # Run as a script: print one file.

@@ -1,6 +1,9 @@
 """The deployed tier's fixture: the bridge installed as users install it (hack/deploy.sh: the image
 built from the Dockerfile, `helm install` of the chart, a real JWT Secret), its pods on the local
-cluster's real node. The process bridge of the e2e tier is stopped first: both use the same names."""
+cluster's real node. The process bridge of the e2e tier is stopped first: both use the same names.
+
+With SB_CLUSTER=kind the same tests run on the kind cluster: hack/kind.sh install|uninstall, its
+values (hack/kind/values.yaml) and the slurmrestd of the cluster's own Slurm."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 
 from slurm_bridge import names
-from tests.harness import BRIDGE_SH, DEPLOY_SH, REPO, PrerequisiteMissing, run, wait_for
+from tests.harness import BRIDGE_SH, DEPLOY_SH, KIND_SH, REPO, PrerequisiteMissing, on_kind, run, wait_for
 
 
 @dataclass(frozen=True)
@@ -39,11 +42,12 @@ class Deployed:
 
 
 def deploy(action: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return run(["bash", str(DEPLOY_SH), action], check=False, timeout=timeout)
+    """`install` or `uninstall` of the release, by hack/deploy.sh or (kind) hack/kind.sh."""
+    return run(["bash", str(KIND_SH if on_kind() else DEPLOY_SH), action], check=False, timeout=timeout)
 
 
 def deploy_env() -> dict[str, str]:
-    out = run(["bash", str(DEPLOY_SH), "env"]).stdout
+    out = run(["bash", str(KIND_SH), "deploy-env"] if on_kind() else ["bash", str(DEPLOY_SH), "env"]).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -57,12 +61,15 @@ def none_left_to_finalize(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi) -> 
 @pytest.fixture(scope="session")
 def deployed(cluster: dict[str, str], core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi) -> Iterator[Deployed]:
     """The Helm release, installed once for the tier; uninstalled at the end."""
-    stopped = run(["bash", str(BRIDGE_SH), "down"], check=False, timeout=120)
-    if stopped.returncode != 0:
-        raise PrerequisiteMissing(f"`hack/bridge.sh down` failed:\n{stopped.stderr[-3000:]}")
+    if not on_kind():
+        stopped = run(["bash", str(BRIDGE_SH), "down"], check=False, timeout=120)
+        if stopped.returncode != 0:
+            raise PrerequisiteMissing(f"`hack/bridge.sh down` failed:\n{stopped.stderr[-3000:]}")
     proc = deploy("install")
     if proc.returncode != 0:
-        raise PrerequisiteMissing(f"`hack/deploy.sh install` failed:\n{proc.stderr[-5000:]}")
+        raise PrerequisiteMissing(
+            f"`hack/{'kind' if on_kind() else 'deploy'}.sh install` failed:\n{proc.stderr[-5000:]}"
+        )
     env = deploy_env()
     yield Deployed(
         release=env["RELEASE"],
@@ -74,4 +81,4 @@ def deployed(cluster: dict[str, str], core: k8s.CoreV1Api, custom: k8s.CustomObj
     # PlaceholderJobs of deleted test namespaces need the operator for their finalizer.
     wait_for(lambda: none_left_to_finalize(core, custom), 120, "the test namespaces' PlaceholderJobs to be finalized")
     proc = deploy("uninstall", timeout=300)
-    assert proc.returncode == 0, f"`hack/deploy.sh uninstall` failed:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"the uninstall failed:\n{proc.stderr[-3000:]}"

@@ -3,6 +3,10 @@
 cluster's real node, with only the chart's ServiceAccounts and RBAC, a real JWT Secret and a
 slurmrestd URL pods reach. Everything is observed through kubectl-level interfaces and Slurm.
 
+The kind tier (SB_CLUSTER=kind) runs the same tests on the kind cluster: the bridge on its control
+plane, the pods really running on the hybrid workers (tests/e2e/util.make_pod gives them a command
+that does what kwok's stages do).
+
 The tests run in file order: the release is installed once (conftest.py), then upgraded, given
 bad input and rolled back, and uninstalled last."""
 
@@ -28,6 +32,9 @@ pytestmark = pytest.mark.usefixtures("deployed")
 
 KEEP_RUNNING = {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}
 COMPLETE_SOON = {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"}
+# Each pod is a Slurm job of at least one CPU whatever it asks for; on kind its request also has to
+# fit the kubelet's allocatable, the few cores of this machine, 60 pods at once.
+POD_CPU = "10m"
 LEASE_SECONDS = 15  # the operator's Lease duration (operator/runtime/leader.py)
 # What the API server says when RBAC denies a request (not other 403s).
 RBAC_DENIAL = re.compile(r'is forbidden: User "|cannot \w+ resource "|Not enough permissions', re.I)
@@ -76,7 +83,7 @@ def pod_logs(d: Deployed, pod: str, container: str | None = None, previous: bool
 
 def run_pods(core: k8s.CoreV1Api, ns: str, names_: list[str], annotations: dict[str, str]) -> None:
     for name in names_:
-        core.create_namespaced_pod(ns, make_pod(name, annotations=annotations))
+        core.create_namespaced_pod(ns, make_pod(name, cpu=POD_CPU, annotations=annotations))
 
 
 def running_with_job(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> int | None:
@@ -124,9 +131,11 @@ def test_the_chart_runs_the_built_image_on_the_real_node(
 ) -> None:
     wait_all_ready(core, deployed)
     image = f"localhost/slurm-bridge:{deployed.image_tag}"
+    # The node the values put the bridge on: the local cluster's real node, kind's control plane.
+    bridge_node = cluster.get("SB_BRIDGE_NODE") or cluster["SB_REAL_NODE"]
     for component in ("operator", "webhook", "scheduler"):
         for pod in component_pods(core, deployed, component):
-            assert pod.spec.node_name == cluster["SB_REAL_NODE"], f"{pod.metadata.name} is not on the real node"
+            assert pod.spec.node_name == bridge_node, f"{pod.metadata.name} is not on {bridge_node}"
             for c in pod.status.container_statuses:
                 assert c.ready and c.state.running, f"{pod.metadata.name}/{c.name} is not running"
             bridge = [c for c in pod.spec.containers if c.name != "kube-scheduler"]
@@ -144,15 +153,15 @@ def test_pipeline_through_the_chart_installed_bridge(
     core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, slurm_env: SlurmEnv
 ) -> None:
     ns = managed_namespace
-    core.create_namespaced_pod(ns, make_pod("p", annotations=COMPLETE_SOON))
+    core.create_namespaced_pod(ns, make_pod("p", cpu=POD_CPU, annotations=COMPLETE_SOON))
     (job_id,) = wait_running(core, custom, ns, ["p"]).values()
     pod = read_pod(core, ns, "p")
     assert pod is not None and pod.spec.scheduler_name == "slurm-bridge" and not has_gate(pod)
     job = slurm_job(slurm_env, job_id)
     assert job is not None and "EXTERNAL_JOB" in job["flags"]
     assert job["nodes"] == pod.spec.node_name, "bound to exactly the node Slurm allocated"
-    assert pod.spec.node_name in slurm_env.nodes, "a kwok Slurm node, never the real node"
-    # The pod completes (kwok), and its Slurm job ends with it.
+    assert pod.spec.node_name in slurm_env.nodes, "a Slurm node (kwok's, or a kind worker), never the bridge's node"
+    # The pod completes (kwok, or its command on kind), and its Slurm job ends with it.
     wait_for(lambda: (p := read_pod(core, ns, "p")) and p.status.phase == "Succeeded", 60, "pod Succeeded")
     wait_for(
         lambda: (get_phj(custom, ns, "p") or {}).get("status", {}).get("phase") == "Completed", 60,
@@ -220,7 +229,7 @@ def test_a_deleted_webhook_pod_lets_no_managed_pod_through_unmanaged(
             if i == 5:
                 started.set()
             try:
-                api.create_namespaced_pod(ns, make_pod(f"w-{i}", annotations=KEEP_RUNNING))
+                api.create_namespaced_pod(ns, make_pod(f"w-{i}", cpu=POD_CPU, annotations=KEEP_RUNNING))
                 created.append(f"w-{i}")
             except ApiException as e:
                 refused.append(f"w-{i}: {e.status} {e.reason}: {(e.body or '')[:300]}")
@@ -333,7 +342,7 @@ def test_missing_jwt_secret_leaves_the_new_operator_not_ready_naming_the_secret(
     name = _new_operator_pod_not_ready(core, deployed, old, f"Secret {deployed.namespace}/no-such-jwt, key jwt")
     print(f"\n{name}: not Ready; its log names Secret {deployed.namespace}/no-such-jwt")
     # The rollout stalls on the unready pod: the old operators keep the bridge working meanwhile.
-    core.create_namespaced_pod(managed_namespace, make_pod("still-served", annotations=KEEP_RUNNING))
+    core.create_namespaced_pod(managed_namespace, make_pod("still-served", cpu=POD_CPU, annotations=KEEP_RUNNING))
     wait_running(core, custom, managed_namespace, ["still-served"])
     _rollback(core, deployed)
 
@@ -397,7 +406,7 @@ def test_uninstall_leaves_no_webhook_keeps_the_crd_and_live_jobs_and_a_reinstall
     assert not admission.list_mutating_webhook_configuration(label_selector=selector).items
     assert not admission.list_validating_webhook_configuration(label_selector=selector).items
     # Nothing blocks pod creation, even in a managed namespace: such a pod is now simply unmanaged.
-    core.create_namespaced_pod(ns, make_pod("after-uninstall"))
+    core.create_namespaced_pod(ns, make_pod("after-uninstall", cpu=POD_CPU))
     pod = read_pod(core, ns, "after-uninstall")
     assert pod is not None and pod.spec.scheduler_name == "default-scheduler" and not has_gate(pod)
     # The CRD stays (Helm never deletes crds/), and so do live PlaceholderJobs and their Slurm jobs.

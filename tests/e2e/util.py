@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from typing import Any
 
 import hostlist
@@ -15,6 +16,16 @@ from slurm_bridge import names
 from tests.harness import CLUSTER_SH, SlurmEnv, run, wait_for
 
 API = "/slurm/v0.0.44"
+# kwok completes a pod whose annotation says so after that delay (hack/kwok-stages.yaml).
+KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def workload_command(annotations: dict[str, str] | None) -> list[str]:
+    """What a test pod's container runs, so that a real kubelet (the kind tier) does what kwok's
+    stages do for the same pod: it completes after the delay annotation says, else it runs on (an
+    hour); it ends at once on SIGTERM, as kwok's pods do when deleted."""
+    delay = (annotations or {}).get(KWOK_COMPLETE_DELAY, "3600s").removesuffix("s")
+    return ["sh", "-c", f"trap 'exit 0' TERM; sleep {delay} & wait"]
 
 
 def make_pod(
@@ -31,7 +42,9 @@ def make_pod(
         limits["nvidia.com/gpu"] = str(gpus)
     container: dict[str, Any] = {
         "name": "main",
-        "image": "busybox",
+        # SB_WORKLOAD_IMAGE: an image the nodes have (the kind tier sets it); kwok runs nothing.
+        "image": os.environ.get("SB_WORKLOAD_IMAGE", "busybox"),
+        "command": workload_command(annotations),
         "resources": {"requests": {"cpu": cpu, "memory": memory}, **({"limits": limits} if limits else {})},
     }
     return {

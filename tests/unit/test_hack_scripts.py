@@ -107,7 +107,7 @@ def test_unknown_image_is_named() -> None:
     proc = subprocess.run(["bash", str(REPO / "hack" / "image.sh"), "archive", "nope"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1
-    assert "unknown image 'nope' (expected bridge, scheduler or pause)" in proc.stderr
+    assert "unknown image 'nope' (expected bridge, scheduler, pause, slurm or mariadb)" in proc.stderr
 
 
 def test_a_pod_network_that_overlaps_a_routed_one_is_refused_before_anything_changes() -> None:
@@ -128,12 +128,17 @@ def test_a_pod_network_that_overlaps_a_routed_one_is_refused_before_anything_cha
         subprocess.run(["ip", "link", "del", "sbtest0"], check=False)
 
 
-def test_cluster_env_output_does_not_overwrite_the_scripts_inputs() -> None:
-    """`eval "$(hack/cluster.sh env)"` (as the README says) must leave every SB_* setting the
-    scripts read as it was: the node lists it prints once reused the count variables' names."""
-    sources = [REPO / "hack" / "lib.sh", *sorted((REPO / "hack" / "cluster").glob("*.sh"))]  # cluster.sh's parts
-    inputs = {m for p in sources for m in re.findall(r"\$\{(SB_[A-Z0-9_]+):=", p.read_text())}
-    script = (REPO / "hack" / "cluster.sh").read_text()
+@pytest.mark.parametrize("env_script", ["cluster.sh", "kind.sh"])
+def test_cluster_env_output_does_not_overwrite_the_scripts_inputs(env_script: str) -> None:
+    """`eval "$(hack/cluster.sh env)"` (as the README says), or hack/kind.sh's, must leave every SB_*
+    setting the scripts read as it was: the node lists it prints once reused the count variables' names."""
+    defaults = [
+        REPO / "hack" / "lib.sh",
+        REPO / "hack" / "kind" / "common.sh",
+        *sorted((REPO / "hack" / "cluster").glob("*.sh")),  # cluster.sh's parts
+    ]
+    inputs = {name for f in defaults for name in re.findall(r"\$\{(SB_[A-Z0-9_]+):=", f.read_text())}
+    script = (REPO / "hack" / env_script).read_text()
     body = script[script.index("cmd_env() {") :]
     body = body[: body.index("\n}\n")]
     exported = set(re.findall(r"^export (SB_[A-Z0-9_]+)=", body, re.M))
@@ -141,7 +146,7 @@ def test_cluster_env_output_does_not_overwrite_the_scripts_inputs() -> None:
     assert {"SB_NODES", "SB_GPU_NODES", "SB_HYBRID_NODES"} <= inputs, "lib.sh's defaults: the pattern is stale"
     # Values that are the same setting (the partition's name, the real node's name) may pass through.
     clash = {name for name in exported & inputs if not re.search(rf"^export {name}=\${name}$", body, re.M)}
-    assert not clash, f"hack/cluster.sh env would change these inputs: {sorted(clash)}"
+    assert not clash, f"hack/{env_script} env would change these inputs: {sorted(clash)}"
 
 
 def _build_editable(tmp_path: Path, warnings: str | None) -> str:
