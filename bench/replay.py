@@ -58,14 +58,14 @@ from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
 
 import httpx
-from slurm_bridge.operator.placeholderjobs import lifecycle
-from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.runtime.poller import JobSnapshot
-from slurm_bridge.operator.runtime.watches import HotWatches
 
 from slurm_bridge import logs, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs import lifecycle
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime.poller import JobSnapshot
+from slurm_bridge.operator.runtime.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -490,6 +490,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     from kopf._core.actions import lifecycles
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
+
     from slurm_bridge.operator.runtime.app import configure_kopf
 
     registry = kopf.OperatorRegistry()

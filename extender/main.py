@@ -8,10 +8,10 @@ import logging
 import signal
 
 from aiohttp import web
-from slurm_bridge.extender.server import make_app, make_health_app
 
 from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
 from slurm_bridge.config import Config, split_listen
+from slurm_bridge.extender.server import make_app, make_health_app
 from slurm_bridge.kube import KubeClient
 
 log = logging.getLogger("slurm_bridge.extender")

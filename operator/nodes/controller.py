@@ -25,14 +25,13 @@ import time
 from collections.abc import Hashable
 from typing import Any, cast
 
+from slurm_bridge import metrics, names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
-
-from slurm_bridge import metrics, names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo

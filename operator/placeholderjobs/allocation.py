@@ -6,6 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import hostlist
+
+from slurm_bridge import names
+from slurm_bridge.conditions import Condition, set_condition
+from slurm_bridge.kube import now_iso
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.operator.placeholderjobs.inputs import Members
 from slurm_bridge.operator.placeholderjobs.phjstatus import identity, terminal_status
@@ -20,10 +24,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.pods import Obj, all_bound, holding_allocation, pod_is_released
-
-from slurm_bridge import names
-from slurm_bridge.conditions import Condition, set_condition
-from slurm_bridge.kube import now_iso
 from slurm_bridge.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 

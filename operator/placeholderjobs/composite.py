@@ -26,6 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from slurm_bridge import workloads
 from slurm_bridge.operator.placeholderjobs.groups import (
     JOB,
     Group,
@@ -34,8 +35,6 @@ from slurm_bridge.operator.placeholderjobs.groups import (
     phj_name,
     slurmjob_annotations,
 )
-
-from slurm_bridge import workloads
 from slurm_bridge.translate import time_limit_from_deadline
 from slurm_bridge.workloads import GroupKind, group_kind
 

@@ -12,6 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_bridge import names
+from slurm_bridge.clusterapis import Discovery
+from slurm_bridge.kube import KubeError, resource_path
 from slurm_bridge.operator.placeholderjobs.composite import (
     API_GROUP,
     PLURAL,
@@ -24,10 +27,6 @@ from slurm_bridge.operator.placeholderjobs.composite import (
 )
 from slurm_bridge.operator.placeholderjobs.groups import Getter, Group, GroupError, read_group_object
 from slurm_bridge.operator.placeholderjobs.podgroups import ConditionWriter
-
-from slurm_bridge import names
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import KubeError, resource_path
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.composite import (
     REASON_COMPOSITE_FULL,
     CompositeGroup,
@@ -23,8 +24,6 @@ from slurm_bridge.operator.placeholderjobs.composite import (
     plan_composite_join,
 )
 from slurm_bridge.operator.placeholderjobs.vacancies import JoinState
-
-from slurm_bridge import names
 from slurm_bridge.placeholderjob import Component, PlaceholderJobSpec
 
 if TYPE_CHECKING:

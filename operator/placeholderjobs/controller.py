@@ -15,17 +15,16 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from slurm_bridge import logs, metrics
+from slurm_bridge.config import Config
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
-
-from slurm_bridge import logs, metrics
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.tasks import cancel_and_wait

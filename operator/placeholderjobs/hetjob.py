@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slurm_bridge import names
+from slurm_bridge.conditions import set_condition
+from slurm_bridge.kube import now_iso
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.allocation import (
     assign_nodes,
@@ -56,10 +59,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
 from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation
 from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.poller import FULL_RESYNC_SECONDS
-
-from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
-from slurm_bridge.kube import now_iso
 from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from slurm_bridge.operator.placeholderjobs.pods import Obj
-
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.tenancy import Verdict
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurm_bridge import names
+from slurm_bridge.conditions import set_condition
 from slurm_bridge.operator.placeholderjobs.allocation import allocation, release_rejected
 from slurm_bridge.operator.placeholderjobs.inputs import (
     TENANCY_WAIT_SECONDS,
@@ -70,9 +72,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
 )
 from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_ended, pod_terminating
 from slurm_bridge.operator.runtime.jobview import SlurmSide
-
-from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.tenancy import Verdict

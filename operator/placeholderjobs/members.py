@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
 from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
 from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, new_phj, plan_join, same_group
@@ -23,10 +26,6 @@ from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
-
-from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request

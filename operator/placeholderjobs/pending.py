@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from slurm_bridge import names
+from slurm_bridge.conditions import set_condition
 from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy, Told
 from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start, identity
 from slurm_bridge.operator.placeholderjobs.plan import (
@@ -18,9 +20,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_terminating
-
-from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
 from slurm_bridge.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.slurm.reasons import explain

@@ -20,6 +20,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from slurm_bridge import logs, metrics, names, tenancy
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
+from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
 from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
@@ -32,11 +36,6 @@ from slurm_bridge.operator.placeholderjobs.submit import Placer
 from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-
-from slurm_bridge import logs, metrics, names, tenancy
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
-from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable

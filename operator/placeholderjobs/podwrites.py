@@ -8,13 +8,12 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from slurm_bridge import metrics, names
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
 from slurm_bridge.operator.placeholderjobs import plan as pl
 from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, Prepared
 from slurm_bridge.operator.placeholderjobs.pods import Obj, release_pod_patch
 from slurm_bridge.operator.runtime.store import ObjectStore
-
-from slurm_bridge import metrics, names
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
 from slurm_bridge.placeholderjob import PlaceholderJob
 
 log = logging.getLogger(__name__)

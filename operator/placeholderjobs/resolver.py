@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_bridge import names, workloads
+from slurm_bridge.clusterapis import Discovery
+from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.operator.placeholderjobs.composite import parent_name
 from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReader
 from slurm_bridge.operator.placeholderjobs.groups import (
@@ -34,10 +37,6 @@ from slurm_bridge.operator.placeholderjobs.groups import (
     workload_name,
     workload_podgroup_group,
 )
-
-from slurm_bridge import names, workloads
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.workloads import api_group, controller_of, group_kind, scheduling_group_name
 
 

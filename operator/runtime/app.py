@@ -12,6 +12,12 @@ from typing import Any
 
 import kopf
 from aiohttp import web
+
+from slurm_bridge import kubeconfig as kubeconfig_loader
+from slurm_bridge import metrics
+from slurm_bridge.config import Config, split_listen
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import LIST_PAGE, TenantCache
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import heap
@@ -19,12 +25,6 @@ from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.runtime.login import login as kopf_login
 from slurm_bridge.operator.runtime.watches import HotWatches
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
-
-from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge import metrics
-from slurm_bridge.config import Config, split_listen
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import LIST_PAGE, TenantCache
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 

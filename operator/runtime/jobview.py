@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
-
 from slurm_bridge.slurm.models import JobInfo
 
 

@@ -17,13 +17,12 @@ import logging
 import time
 from collections.abc import Callable
 
+from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, decode_admin_comment
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.jobview import JobSnapshot as JobSnapshot
 from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.pollloop import PollLoop
-
-from slurm_bridge import names
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates

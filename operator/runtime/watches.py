@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 
-from slurm_bridge.operator.placeholderjobs.controller import Controller
-
 from slurm_bridge.kube import KubeClient, phj_path, resource_path
 from slurm_bridge.kubecache import Informer
+from slurm_bridge.operator.placeholderjobs.controller import Controller
 
 
 def pod_selector(scheduler_name: str) -> dict[str, str]:

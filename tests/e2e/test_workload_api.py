@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from slurm_bridge.operator.placeholderjobs.groups import phj_name
 
 from slurm_bridge import names, workloadapi
+from slurm_bridge.operator.placeholderjobs.groups import phj_name
 from slurm_bridge.workloadapi import KubeVersion
 from tests.e2e.test_workloads import (
     KEEP_RUNNING,

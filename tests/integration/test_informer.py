@@ -11,11 +11,11 @@ import asyncio
 from typing import Any
 
 import kubernetes.client as k8s
-from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import kubeconfig
 from slurm_bridge.kube import KubeClient, resource_path
 from slurm_bridge.kubecache import Informer
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 Obj = dict[str, Any]
 

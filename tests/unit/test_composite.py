@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from slurm_bridge import names
+from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.operator.placeholderjobs.composite import (
     MAX_COMPONENTS,
     REASON_NESTED,
@@ -26,9 +29,6 @@ from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.compositemembers import composite_spec
 from slurm_bridge.operator.placeholderjobs.groups import GroupError
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
-
-from slurm_bridge import names
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
 from .test_groups import JOB, NS, P, obj, pod

@@ -10,18 +10,18 @@ import re
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
-from slurm_bridge.operator.placeholderjobs.pods import release_pod_patch
-from slurm_bridge.webhook.mutate import mutate
-from slurm_bridge.webhook.validate import validate
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict
+from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
+from slurm_bridge.operator.placeholderjobs.pods import release_pod_patch
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
 from slurm_bridge.slurm.versions import CodecV0044
 from slurm_bridge.translate import job_request
+from slurm_bridge.webhook.mutate import mutate
+from slurm_bridge.webhook.validate import validate
 
 from .test_webhook import CONFIG, JOB, SCHED, _job_with, apply, make_pod, make_request, managed_pod
 

@@ -9,6 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.operator.placeholderjobs.groups import (
     Group,
     GroupError,
@@ -21,10 +25,6 @@ from slurm_bridge.operator.placeholderjobs.groups import (
     same_group,
 )
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
-
-from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.translate import job_request
 

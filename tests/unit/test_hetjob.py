@@ -16,12 +16,12 @@ import itertools
 from typing import Any
 
 import pytest
+
+from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs import hetjob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import plan as pl
 from slurm_bridge.operator.placeholderjobs.phjstatus import submitted_status
-
-from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.tenancy import Verdict

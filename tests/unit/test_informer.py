@@ -13,10 +13,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge.kube import Gone, KubeError, NotFound
 from slurm_bridge.kubecache import Informer, key_of
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 Obj = dict[str, Any]
 PATH = "/api/v1/pods"

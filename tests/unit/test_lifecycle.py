@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
+from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs import plan as pl
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
-
-from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 

@@ -17,6 +17,10 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, NotFound
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.nodesync import (
     KubeView,
@@ -32,10 +36,6 @@ from slurm_bridge.operator.nodes.nodesync import (
     slurm_name_of,
     slurm_view,
 )
-
-from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import NodeInfo
 

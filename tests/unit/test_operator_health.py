@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.runtime.app import StandbyProbe, readiness
 
+from slurm_bridge.operator.runtime.app import StandbyProbe, readiness
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmUnavailable
 
 SECRET_MISSING = (

@@ -6,6 +6,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
+
+from slurm_bridge import conditions, names
+from slurm_bridge.kube import label_value
 from slurm_bridge.operator.placeholderjobs import allocation, phjstatus, pods
 from slurm_bridge.operator.placeholderjobs.jobref import (
     PhjRef,
@@ -13,9 +16,6 @@ from slurm_bridge.operator.placeholderjobs.jobref import (
     default_job_name,
     encode_admin_comment,
 )
-
-from slurm_bridge import conditions, names
-from slurm_bridge.kube import label_value
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.runtime import poller as poller_module
 from slurm_bridge.operator.runtime import store as store_module
 from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
-
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobStates

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs import submit as controller_module
-from slurm_bridge.operator.placeholderjobs.submit import Placer
 
 from slurm_bridge.config import Config
+from slurm_bridge.operator.placeholderjobs import submit as controller_module
+from slurm_bridge.operator.placeholderjobs.submit import Placer
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
 
 Obj = dict[str, Any]

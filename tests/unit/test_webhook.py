@@ -24,6 +24,12 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from slurm_bridge import dra, names
+from slurm_bridge.config import Config, LabelSelector
+from slurm_bridge.kube import is_dns_subdomain, pointer
+from slurm_bridge.logs import JsonFormatter
+from slurm_bridge.taints import managed_toleration, tolerates
 from slurm_bridge.webhook import server as server_mod
 from slurm_bridge.webhook.certs import CertError, is_host_name, subject_alt_names, write_certs
 from slurm_bridge.webhook.main import main
@@ -48,12 +54,6 @@ from slurm_bridge.webhook.review import (
 )
 from slurm_bridge.webhook.server import WebhookServer
 from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, validate
-
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config, LabelSelector
-from slurm_bridge.kube import is_dns_subdomain, pointer
-from slurm_bridge.logs import JsonFormatter
-from slurm_bridge.taints import managed_toleration, tolerates
 
 pytestmark = pytest.mark.unit
 

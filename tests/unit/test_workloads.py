@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from slurm_bridge import names, workloads
+from slurm_bridge.config import Config
 from slurm_bridge.operator.placeholderjobs import groups
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate
-
-from slurm_bridge import names, workloads
-from slurm_bridge.config import Config
 
 pytestmark = pytest.mark.unit
 
