@@ -16,7 +16,7 @@ requests the operator sends:
   allocation, the read and the cancel at once (a job record of about 2 KB).
 
 Modes (``--mode``): ``watch`` (the default) is the operator's path: the two informers (``Informer``) of
-``operator/runtime/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
+``operator/wiring/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
 whose watch stream (``KubeClient._stream``) carries the stand-in's JSON lines, decoded as on the
 cluster. ``direct`` hands the decoded events to the controller's handlers with nothing between
 (the lower bound: ``watch - direct`` is the watch loop's share). ``kopf`` runs them through kopf's
@@ -64,8 +64,8 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.placeholderjobs import lifecycle
 from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.runtime.poller import JobSnapshot
-from slurm_bridge.operator.runtime.watches import HotWatches
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -459,7 +459,7 @@ class ReplaySlurm:
 # ---- feeding the watch events ------------------------------------------------------------------------
 @contextlib.asynccontextmanager
 async def operator_watches(server: ApiServer, ctrl: Controller, kube: ReplayKube) -> AsyncIterator[None]:
-    """The operator's own watches (operator/runtime/watches.py), up once their first lists are in."""
+    """The operator's own watches (operator/wiring/watches.py), up once their first lists are in."""
     watches = HotWatches(kube, ctrl)
     watches.start()
     try:
@@ -491,7 +491,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
 
-    from slurm_bridge.operator.runtime.app import configure_kopf
+    from slurm_bridge.operator.wiring.app import configure_kopf
 
     registry = kopf.OperatorRegistry()
 

@@ -6,7 +6,7 @@ one long WATCH after another, each from the last resourceVersion seen (bookmarks
 a 410 Gone (the resourceVersion is older than the API server keeps) lists again, and then every
 object the consumer holds that the new list lacks is handed on as DELETED: a delete missed in
 the gap must not leak a Slurm job. The operator's pods and PlaceholderJobs
-(operator/runtime/watches.py) and the caches below use it.
+(operator/wiring/watches.py) and the caches below use it.
 
 The webhook and the operator both need every TenantPolicy and every namespace's labels (for the
 policies' namespace selectors) at hand: the webhook answers the API server in milliseconds, and the

@@ -19,11 +19,11 @@ from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
-from slurm_bridge.operator.placeholderjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
-from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
@@ -41,7 +41,7 @@ def _rv(meta: Obj) -> int:
 
 @dataclass(frozen=True)
 class Stats:
-    """What /stats reports about the controller (operator/runtime/app.py)."""
+    """What /stats reports about the controller (operator/wiring/app.py)."""
 
     slurm_requests: int
     slurm_requests_by_kind: dict[str, int]
@@ -123,7 +123,7 @@ class Controller:
             placeholderjobs=len(self.phjs),
         )
 
-    # ---- watch events (operator/runtime/watches.py) -----------------------------------------
+    # ---- watch events (operator/wiring/watches.py) -----------------------------------------
     def on_pod_event(self, etype: str, pod: Obj) -> None:
         metrics.pod_event(etype, pod, self.config.schedulerName)
         if pod.get("spec", {}).get("schedulerName") != self.config.schedulerName:

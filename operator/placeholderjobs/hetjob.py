@@ -57,8 +57,8 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation
-from slurm_bridge.operator.runtime.jobview import SlurmSide
-from slurm_bridge.operator.runtime.poller import FULL_RESYNC_SECONDS
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
 from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 

@@ -71,7 +71,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_ended, pod_terminating
-from slurm_bridge.operator.runtime.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.tenancy import Verdict

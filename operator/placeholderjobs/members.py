@@ -23,8 +23,8 @@ from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMemb
 from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, new_phj, plan_join, same_group
 from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
-from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest

@@ -14,10 +14,10 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
-from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.placeholderjobs.orphans import candidates
-from slurm_bridge.operator.runtime.poller import JobSnapshot
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
 

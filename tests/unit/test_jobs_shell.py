@@ -16,9 +16,9 @@ from slurm_bridge.kube import Invalid
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs import pending as pd
 from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, Prepared
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
-from slurm_bridge.operator.runtime.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest

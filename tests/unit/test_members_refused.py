@@ -10,7 +10,7 @@ from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
 from slurm_bridge.operator.placeholderjobs.members import Membership
-from slurm_bridge.operator.runtime.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 

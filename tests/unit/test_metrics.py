@@ -26,9 +26,9 @@ from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.extender.main import serve as serve_extender
 from slurm_bridge.kube import KubeClient
-from slurm_bridge.operator.runtime.app import build_registry
 from slurm_bridge.operator.runtime.store import ObjectStore
-from slurm_bridge.operator.runtime.watches import HotWatches
+from slurm_bridge.operator.wiring.app import build_registry
+from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.webhook.certs import write_certs

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.runtime import poller as poller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs import poller as poller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime import store as store_module
-from slurm_bridge.operator.runtime.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
@@ -270,7 +270,7 @@ async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest
 
 
 def test_refused_submit_is_not_adopted() -> None:
-    from slurm_bridge.operator.runtime.poller import JobSnapshot
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 
     failed = _job(5, "x", "FAILED")
     ref = PhjRef("bridge", "ns", "phj-x", "x")
@@ -283,7 +283,7 @@ def test_refused_submit_is_not_adopted() -> None:
 
 @pytest.mark.parametrize("live_state", ["PENDING", "RUNNING"])
 def test_live_job_wins_over_ended_ones(live_state: str) -> None:
-    from slurm_bridge.operator.runtime.poller import JobSnapshot
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 
     ref = PhjRef("bridge", "ns", "p", "u")
     old, live = _job(1, "u", "CANCELLED", ("n1",)), _job(2, "u", live_state)

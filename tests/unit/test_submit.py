@@ -1,4 +1,4 @@
-"""submit.Placer (operator/placeholderjobs/submit.py): immediate allocation first, the queue
+"""submit.Placer (operator/placeholderjobs/slurmjobs/submit.py): immediate allocation first, the queue
 when Slurm cannot start the job now, and the per-partition pause after refusals (a fake Slurm
 client: pure decision logic only)."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from slurm_bridge.config import Config
-from slurm_bridge.operator.placeholderjobs import submit as controller_module
-from slurm_bridge.operator.placeholderjobs.submit import Placer
+from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 

@@ -23,8 +23,8 @@ from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.runtime.login import login as kopf_login
-from slurm_bridge.operator.runtime.watches import HotWatches
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
+from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -81,7 +81,7 @@ def build_registry(
     creds: kubeconfig_loader.Credentials | None = None,
 ) -> kopf.OperatorRegistry:
     """The kopf handlers; ``creds`` (the operator's own client's) log kopf in. Pods and
-    PlaceholderJobs are not kopf's: ``HotWatches`` (operator/runtime/watches.py) watches them."""
+    PlaceholderJobs are not kopf's: ``HotWatches`` (operator/wiring/watches.py) watches them."""
     registry = kopf.OperatorRegistry()
 
     if hand_over is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.slurm.models import JobInfo
 
 

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot as JobSnapshot
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.runtime import heap
-from slurm_bridge.operator.runtime.jobview import JobSnapshot as JobSnapshot
-from slurm_bridge.operator.runtime.jobview import SlurmSide
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
