@@ -2,7 +2,7 @@
 
 Drives the real operator (its watches of pods and PlaceholderJobs, ``Controller``: the stores'
 projections, the work queue, the resolver and ``Membership`` creating the PlaceholderJob,
-``lifecycle.decide`` and the shell in ``operator/placeholderjobs/phjsync.py``, the release patch,
+``lifecycle.decide`` and the shell in ``operator/placeholderjobs/sync/phjsync.py``, the release patch,
 the status write, the finalizer) through N bare pods' lives, from the watch stream's bytes to the
 requests the operator sends:
 

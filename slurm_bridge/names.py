@@ -228,12 +228,12 @@ SLURM_NODE_COMMENT_PREFIX: Final = "slurm-bridge:"
 # the node sync mirrors them as an outage (cordon), and must not lift them as its own.
 SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 
-# --- Workload grouping (read only; operator/placeholderjobs/groups.py, docs/workloads.md) --------------------
+# --- Workload grouping (read only; operator/placeholderjobs/grouping/groups.py, docs/workloads.md) --------------------
 # A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).
 LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
 # The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's
 # spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
-# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/podgroups.py). v1alpha2
+# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/sync/podgroups.py). v1alpha2
 # (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
 # stays True once True (slurm_bridge/workloadapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
@@ -242,7 +242,7 @@ PODGROUP_REASON_SCHEDULED: Final = "Scheduled"
 PODGROUP_REASON_UNSCHEDULABLE: Final = "Unschedulable"
 # The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its
 # whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
-# heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/compositeio.py). True is final.
+# heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/grouping/compositereader.py). True is final.
 COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
 # The LeaderWorkerSet and group a pod belongs to (set by the LeaderWorkerSet controller).
 LABEL_LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"

@@ -3,9 +3,9 @@
 The webhook registers for and validates the kinds whose ``slurmjob.slinky.slurm.net/*``
 annotations configure a Slurm job, checking their pod templates like pods (webhook/render.py,
 webhook/validate.py); the operator walks a pod's controller owners through the same kinds and
-lets the highest one it recognises decide the pod's group (operator/placeholderjobs/groups.py). A kind added here
-is therefore registered, validated and grouped alike. docs/workloads.md describes the grouping.
-Pure.
+lets the highest one it recognises decide the pod's group
+(operator/placeholderjobs/grouping/groups.py). A kind added here is therefore registered,
+validated and grouped alike. docs/workloads.md describes the grouping. Pure.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ PODGROUP: Final = WorkloadKind(
     "scheduling.x-k8s.io", "PodGroup", "podgroups", versions=("v1alpha1",), configures=True, gang=True
 )
 # The Kubernetes Workload API (feature gate GenericWorkload): a pod names its built-in PodGroup in
-# spec.schedulingGroup; operator/placeholderjobs/groups.py merges the PodGroup's, its controller's and the
+# spec.schedulingGroup; operator/placeholderjobs/grouping/groups.py merges the PodGroup's, its controller's and the
 # Workload's annotations. v1beta1 is Kubernetes 1.37's, v1alpha2 1.36's; the bridge reads whichever
 # the API server serves, preferring the first, and slurm_bridge/workloadapi.py hides their shapes.
 WORKLOAD_API_VERSIONS: Final = ("v1beta1", "v1alpha2")
@@ -90,7 +90,7 @@ SCHED_PODGROUP: Final = WorkloadKind(
 POD: Final = WorkloadKind("", "Pod", "pods")
 # Kubernetes 1.37 (feature gate CompositePodGroup, alpha): a PodGroup names its parent in
 # spec.parentCompositePodGroupName; a gang of gang PodGroups is one heterogeneous Slurm job
-# (operator/placeholderjobs/composite.py).
+# (operator/placeholderjobs/grouping/compositepodgroups.py).
 COMPOSITE_PODGROUP: Final = WorkloadKind(
     "scheduling.k8s.io", "CompositePodGroup", "compositepodgroups", versions=("v1alpha3",), configures=True, gang=True
 )

@@ -137,8 +137,8 @@ def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _own_group(pod: Mapping[str, Any]) -> bool:
-    """A pod that is its own PlaceholderJob, configured by its own annotations (operator/placeholderjobs/groups.py):
-    no controller, no PodGroup label and no built-in PodGroup."""
+    """A pod that is its own PlaceholderJob, configured by its own annotations
+    (operator/placeholderjobs/grouping/groups.py): no controller, no PodGroup label and no built-in PodGroup."""
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return True

@@ -20,10 +20,10 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
-from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient

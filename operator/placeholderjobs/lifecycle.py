@@ -25,16 +25,16 @@ from dataclasses import dataclass
 
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
-from slurm_bridge.operator.placeholderjobs.allocation import allocation, release_rejected
-from slurm_bridge.operator.placeholderjobs.inputs import (
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     TENANCY_WAIT_SECONDS,
     Clock,
     Members,
     Tenancy,
     Told,
 )
-from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror, pending_report
-from slurm_bridge.operator.placeholderjobs.phjstatus import (
+from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror, pending_report
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
     end_phases,
     identity,
@@ -45,7 +45,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     terminal_status,
     waiting_for_pods,
 )
-from slurm_bridge.operator.placeholderjobs.plan import (
+from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     AddFinalizer,
     Cancel,
@@ -70,7 +70,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Unavailable,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_ended, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
@@ -244,7 +244,7 @@ def _no_job(
 
 def _submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None = None) -> Plan:
     if phj.is_composite():
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
+        from slurm_bridge.operator.placeholderjobs.shapes import hetjob  # it builds on this module
 
         return hetjob.submit(phj, members, tenancy)
     spec, status = phj.spec, phj.status
@@ -300,7 +300,7 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     job = placed.job
     submitted = submitted_status(phj, placed.job_id, job, placed.request, components=placed.components)
     if placed.components:  # each component's own job id, at once
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
+        from slurm_bridge.operator.placeholderjobs.shapes import hetjob  # it builds on this module
 
         parts: dict[int, JobInfo | None] = {c.het_job_offset: c for c in placed.parts}
         parts.setdefault(0, job)
@@ -348,7 +348,7 @@ def _with_job(
 ) -> Plan:
     """A job exists (or existed): follow it, or end it when every member pod ended."""
     if phj.is_composite():
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
+        from slurm_bridge.operator.placeholderjobs.shapes import hetjob  # it builds on this module
 
         return hetjob.follow(phj, status, slurm, members, now, confirmed, follow)
     job_id, job = slurm.job_id, slurm.job

@@ -18,13 +18,20 @@ from collections.abc import Awaitable, Callable
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.composite import CompositeGroup
-from slurm_bridge.operator.placeholderjobs.compositemembers import CompositeMembership
-from slurm_bridge.operator.placeholderjobs.groups import Group, GroupError, Join, new_phj, plan_join, same_group
-from slurm_bridge.operator.placeholderjobs.pods import Obj, pod_ended, pod_terminating
-from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended, pod_terminating
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
+from slurm_bridge.operator.placeholderjobs.grouping.groups import (
+    Group,
+    GroupError,
+    Join,
+    new_phj,
+    plan_join,
+    same_group,
+)
+from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.grouping.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
+from slurm_bridge.operator.placeholderjobs.shapes.composite import CompositeMembership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
@@ -58,7 +65,7 @@ class Membership:
         self.config, self.kube = config, kube
         self.pods, self.phjs, self.queue, self.poller = pods, phjs, queue, poller
         self.groups = GroupResolver(kube.get)
-        self.composite = CompositeMembership(self)  # CompositePodGroups (operator/placeholderjobs/compositemembers.py)
+        self.composite = CompositeMembership(self)  # CompositePodGroups (operator/placeholderjobs/shapes/composite.py)
         # pod uid -> the gang PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self._member_of: dict[str, Key] = {}

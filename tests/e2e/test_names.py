@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from slurm_bridge.kube import label_value
-from slurm_bridge.operator.placeholderjobs.groups import phj_name
+from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import default_job_name
 from tests.e2e.test_pipeline import _running_phj
 from tests.e2e.test_workload_api import WorkloadAPI, _job, _no_workload_api, wapi, workload_kinds

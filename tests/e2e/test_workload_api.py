@@ -29,7 +29,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names, workloadapi
-from slurm_bridge.operator.placeholderjobs.groups import phj_name
+from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
 from slurm_bridge.workloadapi import KubeVersion
 from tests.e2e.test_workloads import (
     KEEP_RUNNING,

@@ -1,8 +1,9 @@
 """CompositePodGroups (Kubernetes 1.37, scheduling.k8s.io/v1alpha3) as one heterogeneous Slurm
 job: which pods belong to the composite and to which component, where each component's options
-come from, how pods join, and the composite's scheduled condition (operator/placeholderjobs/composite.py,
-operator/placeholderjobs/compositeio.py). A fake API stands in for the server; it serves the PodGroup and the
-Workload at whichever scheduling.k8s.io version the resolver discovers."""
+come from, how pods join, and the composite's scheduled condition
+(operator/placeholderjobs/grouping/compositepodgroups.py, grouping/compositereader.py). A fake API
+stands in for the server; it serves the PodGroup and the Workload at whichever scheduling.k8s.io
+version the resolver discovers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
-from slurm_bridge.operator.placeholderjobs.composite import (
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     MAX_COMPONENTS,
     REASON_NESTED,
     CompositeGroup,
@@ -25,10 +26,10 @@ from slurm_bridge.operator.placeholderjobs.composite import (
     parent_name,
     plan_composite_join,
 )
-from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
-from slurm_bridge.operator.placeholderjobs.compositemembers import composite_spec
-from slurm_bridge.operator.placeholderjobs.groups import GroupError
-from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReporter
+from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError
+from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.shapes.composite import composite_spec
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
 from .test_groups import JOB, NS, P, obj, pod

@@ -1,7 +1,7 @@
 """A CompositePodGroup through the operator's shells, with fake Kubernetes and Slurm clients:
-pods join their components of one PlaceholderJob (operator/placeholderjobs/compositemembers.py), the PlaceholderJob
+pods join their components of one PlaceholderJob (operator/placeholderjobs/shapes/composite.py), the PlaceholderJob
 becomes one heterogeneous submit, and the release labels each pod with its component's job and
-annotates it with the job's id and its offset (operator/placeholderjobs/phjsync.py)."""
+annotates it with the job's id and its offset (operator/placeholderjobs/sync/phjsync.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, phj_path, pod_path
 from slurm_bridge.operator.placeholderjobs.members import Membership
-from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest

@@ -14,8 +14,8 @@ import pytest
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict
-from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
-from slurm_bridge.operator.placeholderjobs.pods import release_pod_patch
+from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, wants_devices
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
 from slurm_bridge.slurm.versions import CodecV0044

@@ -13,7 +13,7 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
-from slurm_bridge.operator.placeholderjobs.groups import (
+from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,
     GroupError,
     Join,
@@ -24,7 +24,7 @@ from slurm_bridge.operator.placeholderjobs.groups import (
     podgroup_size,
     same_group,
 )
-from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.translate import job_request
 

@@ -1,4 +1,4 @@
-"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/placeholderjobs/hetjob.py, and
+"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/placeholderjobs/shapes/hetjob.py, and
 the rows of operator/placeholderjobs/lifecycle.py it shares), with no servers.
 
 The job has two components: component 0 (the leader, job 10, PodGroup ``a``: pod a0 on node na)
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs import hetjob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.phjstatus import submitted_status
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import submitted_status
+from slurm_bridge.operator.placeholderjobs.shapes import hetjob
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.tenancy import Verdict

@@ -1,4 +1,4 @@
-"""operator/placeholderjobs/phjsync.py, the shell around lifecycle.decide, with fake Kubernetes and Slurm clients:
+"""operator/placeholderjobs/sync/phjsync.py, the shell around lifecycle.decide, with fake Kubernetes and Slurm clients:
 the plan's actions become the API calls the integration and e2e tests see (in order), a missing
 member is confirmed with a GET, and an immediate allocation is written in one status patch."""
 
@@ -14,11 +14,11 @@ from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import pending as pd
-from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS, Prepared
-from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
+from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS, Prepared
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest

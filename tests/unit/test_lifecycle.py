@@ -17,10 +17,10 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import pending as pd
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
+from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
+from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
@@ -123,7 +123,7 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
 def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[list[tuple[Any, ...]], float | None]:
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
-    operator/placeholderjobs/phjsync.py does. The actions' summaries, the re-queue."""
+    operator/placeholderjobs/sync/phjsync.py does. The actions' summaries, the re-queue."""
     plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge")
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):

@@ -18,12 +18,12 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.composite import REASON_COMPOSITE_FULL
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import REASON_COMPOSITE_FULL
+from slurm_bridge.operator.placeholderjobs.grouping.vacancies import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
-from slurm_bridge.operator.placeholderjobs.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.placeholderjobs.vacancies import WAIT_SECONDS, Vacancies
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo

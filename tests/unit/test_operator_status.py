@@ -9,7 +9,7 @@ import pytest
 
 from slurm_bridge import conditions, names
 from slurm_bridge.kube import label_value
-from slurm_bridge.operator.placeholderjobs import allocation, phjstatus, pods
+from slurm_bridge.operator.placeholderjobs.decisions import allocation, phjstatus, pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     PhjRef,
     decode_admin_comment,

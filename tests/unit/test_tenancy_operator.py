@@ -10,10 +10,10 @@ import pytest
 
 from slurm_bridge import metrics, names, tenancy
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.allocation import allocation
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS
-from slurm_bridge.operator.placeholderjobs.phjstatus import rejected_status, submitted_status
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import rejected_status, submitted_status
 from slurm_bridge.operator.tenantpolicies import controller as tn
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient

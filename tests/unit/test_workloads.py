@@ -9,7 +9,7 @@ import pytest
 
 from slurm_bridge import names, workloads
 from slurm_bridge.config import Config
-from slurm_bridge.operator.placeholderjobs import groups
+from slurm_bridge.operator.placeholderjobs.grouping import groups
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate

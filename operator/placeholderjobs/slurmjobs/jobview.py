@@ -29,7 +29,7 @@ class SlurmSide:
     found: JobInfo | None = None
     others: tuple[int, ...] = ()  # other live jobs made for this PlaceholderJob (a crash mid-submit)
     # A heterogeneous job's components as the view holds them, by offset (the leader first): a
-    # CompositePodGroup's (operator/placeholderjobs/hetjob.py). () for any other job.
+    # CompositePodGroup's (operator/placeholderjobs/shapes/hetjob.py). () for any other job.
     components: tuple[JobInfo, ...] = ()
     submitted_at: float | None = None  # monotonic time of the bridge's submit of job_id, until seen
     taken_at: float = 0.0  # when the view was taken (monotonic)

@@ -1,4 +1,5 @@
-"""CompositePodGroups, the reads and the status write (the rules are operator/placeholderjobs/composite.py's).
+"""CompositePodGroups, the reads and the status write (the rules are
+operator/placeholderjobs/grouping/compositepodgroups.py's).
 
 ``CompositeReader`` finds whether a pod's PodGroup belongs to a gang CompositePodGroup (the
 resolver asks it once the PodGroup is read); ``CompositeReporter`` sets the composite's
@@ -15,7 +16,7 @@ from typing import Any
 from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import KubeError, resource_path
-from slurm_bridge.operator.placeholderjobs.composite import (
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     API_GROUP,
     PLURAL,
     VERSIONS,
@@ -25,8 +26,8 @@ from slurm_bridge.operator.placeholderjobs.composite import (
     nested,
     parent_name,
 )
-from slurm_bridge.operator.placeholderjobs.groups import Getter, Group, GroupError, read_group_object
-from slurm_bridge.operator.placeholderjobs.podgroups import ConditionWriter
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Getter, Group, GroupError, read_group_object
+from slurm_bridge.operator.placeholderjobs.sync.podgroups import ConditionWriter
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.composite import (
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     REASON_COMPOSITE_FULL,
     CompositeGroup,
     CompositeJoin,
@@ -23,7 +23,7 @@ from slurm_bridge.operator.placeholderjobs.composite import (
     flat_pods,
     plan_composite_join,
 )
-from slurm_bridge.operator.placeholderjobs.vacancies import JoinState
+from slurm_bridge.operator.placeholderjobs.grouping.vacancies import JoinState
 from slurm_bridge.placeholderjob import Component, PlaceholderJobSpec
 
 if TYPE_CHECKING:

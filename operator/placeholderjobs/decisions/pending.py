@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy, Told
-from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start, identity
-from slurm_bridge.operator.placeholderjobs.plan import (
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start, identity
+from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     Event,
     Plan,
@@ -19,7 +19,7 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     UpdateJob,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, pod_terminating
 from slurm_bridge.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.slurm.reasons import explain

@@ -11,11 +11,11 @@ component per child PodGroup (docs/workloads.md, "CompositePodGroups"):
   PodGroup, the most specific winning, because a heterogeneous job's parts differ by design;
 - components are ordered by PodGroup name, which gives their offsets;
 - the job is submitted once at least ``minGroupCount`` components exist and every component has
-  all its member pods (operator/placeholderjobs/hetjob.py decides); after that its components are fixed: a pod
+  all its member pods (operator/placeholderjobs/shapes/hetjob.py decides); after that its components are fixed: a pod
   of a PodGroup that had no pods then waits for the job to end, as a late gang member does.
 
 A ``basic`` parent schedules its children independently, so each child stays its own gang
-(operator/placeholderjobs/groups.py). A gang CompositePodGroup inside another gang one cannot be one flat Slurm
+(operator/placeholderjobs/grouping/groups.py). A gang CompositePodGroup inside another gang one cannot be one flat Slurm
 job faithfully (the inner ``minGroupCount`` would be lost) and is refused with an Event.
 Pure: the reads are compositeio.py's, the writes compositemembers.py's (both beside this module).
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from slurm_bridge import workloads
-from slurm_bridge.operator.placeholderjobs.groups import (
+from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
     GroupError,

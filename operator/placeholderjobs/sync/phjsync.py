@@ -25,16 +25,16 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReporter
-from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder
-from slurm_bridge.operator.placeholderjobs.podgroups import PodGroupReporter
-from slurm_bridge.operator.placeholderjobs.pods import Obj
-from slurm_bridge.operator.placeholderjobs.podwrites import MemberPods
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder
+from slurm_bridge.operator.placeholderjobs.sync.podgroups import PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.client import SlurmClient

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.operator.placeholderjobs.plan import Action, EndPods, Event, Plan, WriteStatus
-from slurm_bridge.operator.placeholderjobs.pods import Obj, holding_allocation, pod_phase, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Plan, WriteStatus
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, holding_allocation, pod_phase, pod_terminating
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 

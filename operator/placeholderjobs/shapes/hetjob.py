@@ -1,6 +1,6 @@
 """A CompositePodGroup's heterogeneous Slurm job: the decisions :func:`.lifecycle.decide` hands
 over for it. Pure, like the rest of the decision table (docs/architecture.md, "Heterogeneous
-jobs"); operator/placeholderjobs/phjsync.py applies the plans.
+jobs"); operator/placeholderjobs/sync/phjsync.py applies the plans.
 
 The job has a component per child PodGroup (``spec.components``, offset = place in the list).
 Slurm lists each component as a job of its own (the leader, component 0, has the job's id; the
@@ -26,16 +26,15 @@ from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
 from slurm_bridge.kube import now_iso
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs.allocation import (
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
     unreleased_members,
     with_running,
 )
-from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy
-from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror
-from slurm_bridge.operator.placeholderjobs.phjstatus import (
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy
+from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
     end_phases,
     identity,
@@ -44,7 +43,7 @@ from slurm_bridge.operator.placeholderjobs.phjstatus import (
     terminal_status,
     waiting_for_pods,
 )
-from slurm_bridge.operator.placeholderjobs.plan import (
+from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     Cancel,
     ConfirmMembers,
@@ -56,9 +55,10 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.pods import all_bound, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
+from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 from slurm_bridge import metrics, names
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, Prepared
-from slurm_bridge.operator.placeholderjobs.pods import Obj, release_pod_patch
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, release_pod_patch
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, Prepared
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 
@@ -34,7 +34,7 @@ class MemberPods:
         announce: bool = True,
         het: tuple[tuple[str, int, int], ...] = (),
     ) -> pl.DevicesMissing | pl.ReleaseRefused | None:
-        """Claims of exactly Slurm's devices first (operator/placeholderjobs/devices.py), then the pods.
+        """Claims of exactly Slurm's devices first (operator/placeholderjobs/sync/devices.py), then the pods.
 
         None: each pod released. ``DevicesMissing``: no member is released. ``ReleaseRefused``: the
         API server refused a member's release for good (the next decision fails the

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.placeholderjobs.pods import Obj
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.tenancy import Verdict
 

@@ -21,7 +21,7 @@ from slurm_bridge import workloadapi
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.conditions import set_condition_dicts
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
-from slurm_bridge.operator.placeholderjobs.groups import SCHED_PODGROUP
+from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
 from slurm_bridge.workloadapi import APIVersion
 from slurm_bridge.workloads import group_kind
 

@@ -12,9 +12,9 @@ from typing import Any
 from slurm_bridge import names, workloads
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import KubeError, api_prefix, resource_path
-from slurm_bridge.operator.placeholderjobs.composite import parent_name
-from slurm_bridge.operator.placeholderjobs.compositeio import CompositeReader
-from slurm_bridge.operator.placeholderjobs.groups import (
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import parent_name
+from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReader
+from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     JOBSET,
     LWS,
