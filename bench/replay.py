@@ -609,7 +609,7 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
             on_phj(etype, phj)
 
         async def counted(item: Any) -> float | None:
-            reconciles[item[0]] += 1
+            reconciles[item.kind] += 1
             return await handle(item)
 
         ctrl.on_pod_event, ctrl.on_phj_event = pod_event, phj_event  # type: ignore[method-assign]

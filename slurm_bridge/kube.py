@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 import ssl
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -118,8 +118,22 @@ def label_value(name: str) -> str:
     return bounded(name, MAX_LABEL_VALUE_LENGTH)
 
 
+def iso(when: datetime) -> str:
+    """A time as Kubernetes writes it (RFC 3339, UTC, seconds)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(datetime.now(UTC))
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as a number (the API server's are etcd revisions), to tell a
+    newer version from an older one; 0 when it has none or it is not a number."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def escape_pointer(key: str) -> str:

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from slurm_bridge import names
-from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path
+from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
 from slurm_bridge.tasks import cancel_and_wait
 from slurm_bridge.tenancy import TenantIndex
 
@@ -73,14 +73,6 @@ def key_of(obj: Obj) -> Key:
 def _uid(obj: Obj) -> str | None:
     uid: str | None = (obj.get("metadata") or {}).get("uid")
     return uid
-
-
-def _rv(value: Any) -> int:
-    """A resourceVersion as a number (the API server's are etcd revisions); 0 when it is not one."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 class Known(Protocol):
@@ -189,7 +181,7 @@ class Informer:
         """One whole list, handed on page by page; False when the kind is not served."""
         listed: dict[Key, str | None] = {}
         params = {**self.params, "limit": str(self.page)}
-        snapshot = ""
+        snapshot, upto = "", 0  # the list's resourceVersion: its first page's
         while True:
             try:
                 page = await self.kube.request("GET", self.path, params=params)
@@ -203,8 +195,8 @@ class Informer:
                 self.synced.set()
                 return False
             meta = page.get("metadata") or {}
-            snapshot = snapshot or meta.get("resourceVersion") or ""
-            upto = _rv(snapshot)
+            if not snapshot:
+                snapshot, upto = meta.get("resourceVersion") or "", resource_version(page)
             kind = str(page.get("kind") or "").removesuffix("List")
             api_version = page.get("apiVersion")
             for obj in page.get("items") or []:
@@ -216,7 +208,7 @@ class Informer:
                 listed[key] = uid
                 held = self.known.get(key)
                 if held is not None and _uid(held) != uid:
-                    if _rv(held.get("metadata", {}).get("resourceVersion")) > upto > 0:
+                    if resource_version(held) > upto > 0:
                         continue  # the consumer holds a newer incarnation than the list's
                     self._hand("DELETED", held)  # the one it held is gone: its delete fell in the gap
                 self._hand("ADDED", obj)
@@ -224,7 +216,7 @@ class Informer:
             if not cont:
                 break
             params = {**self.params, "limit": str(self.page), "continue": cont}
-        self._vanished(listed, _rv(snapshot) or None)
+        self._vanished(listed, upto or None)
         self.resource_version = snapshot or "0"
         self.lists += 1
         self.last_error = ""
@@ -239,7 +231,7 @@ class Informer:
             key = key_of(held)
             if key in listed and listed[key] == _uid(held):
                 continue
-            if upto is not None and _rv(held.get("metadata", {}).get("resourceVersion")) > upto:
+            if upto is not None and resource_version(held) > upto:
                 continue
             self._hand("DELETED", held)
 

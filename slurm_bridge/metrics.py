@@ -218,19 +218,19 @@ NODE_SYNC_ACTIONS = Counter(
 )  # fmt: skip
 
 R = TypeVar("R")
+ItemT = TypeVar("ItemT", bound=Hashable)  # a work queue's item: it names its ``kind`` (pod, phj, node)
 
 
 def _kind(item: Hashable) -> str:
-    if isinstance(item, tuple) and item and item[0] in ("pod", "phj"):
-        return str(item[0])
-    return "node"
+    kind = getattr(item, "kind", None)
+    return kind if kind in ("pod", "phj") else "node"
 
 
-def reconciled(func: Callable[[Any, Hashable], Awaitable[R]]) -> Callable[[Any, Hashable], Awaitable[R]]:
+def reconciled(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, ItemT], Awaitable[R]]:
     """Decorate a work queue's handler ``(self, item)``: counts reconciles and those that raised."""
 
     @functools.wraps(func)
-    async def wrapper(self: Any, item: Hashable) -> R:
+    async def wrapper(self: Any, item: ItemT) -> R:
         kind = _kind(item)
         _child(RECONCILES, kind).inc()
         try:

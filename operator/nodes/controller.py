@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
-from typing import Any, cast
+from typing import Any
 
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, RegisteredNodeItem
 from slurm_bridge.operator.runtime.pollloop import PollLoop
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
@@ -69,7 +70,7 @@ class NodeController:
         self.kube = kube
         self.slurm = slurm
         self.nodes = ObjectStore()
-        self.queue = WorkQueue(self._reconcile, workers=workers)
+        self.queue: WorkQueue[NodeWork] = WorkQueue(self._reconcile, workers=workers)
         # Slurm's nodes as of the last list; None until the first list succeeded. ``_last_update``:
         # the list's last_update (Slurm's clock) for the next one's update_time.
         self.slurm_nodes: dict[str, NodeInfo] | None = None
@@ -145,7 +146,7 @@ class NodeController:
                     self._changed_at[name] = time.monotonic()
                 if old is not None and _same_but_version(old, current):
                     return  # a status heartbeat (the projection has no conditions): nothing to decide
-        self.queue.add(name)
+        self.queue.add(NodeItem(name))
 
     def _view(self, node: Obj) -> tuple[nodesync.KubeView, str]:
         return nodesync.kube_view(node, self.config.schedulerName), nodesync.slurm_name_of(node)
@@ -160,14 +161,14 @@ class NodeController:
             if not self._k8s_names.get(old):
                 self._k8s_names.pop(old, None)
             for other in self._k8s_names.get(old, ()):
-                self.queue.add(other)
+                self.queue.add(NodeItem(other))
         if slurm_name is None:
             self._slurm_name.pop(name, None)
             return
         self._slurm_name[name] = slurm_name
         peers = self._k8s_names.setdefault(slurm_name, set())
         for other in peers:
-            self.queue.add(other)
+            self.queue.add(NodeItem(other))
         peers.add(name)
 
     def _primary(self, slurm_name: str) -> str | None:
@@ -197,12 +198,12 @@ class NodeController:
         self.slurm_nodes, self._taken_at = listed, taken_at
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
-            self.queue.add(name)
+            self.queue.add(NodeItem(name))
         for name in [n for n, (_, at) in self._written.items() if at <= taken_at]:
             del self._written[name]
         if old is None:
             for obj in self.nodes.values():
-                self.queue.add(obj["metadata"]["name"])
+                self.queue.add(NodeItem(obj["metadata"]["name"]))
             changed = set(listed)
         elif listed is old:
             changed = set()
@@ -211,13 +212,13 @@ class NodeController:
             changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
             for slurm_name in changed:
                 for name in self._k8s_names.get(slurm_name, ()):
-                    self.queue.add(name)
+                    self.queue.add(NodeItem(name))
         for slurm_name in changed:
             info = listed.get(slurm_name)
             if info is not None and not self._k8s_names.get(slurm_name):
                 owner = reg.registered_for(info, self.config.bridgeId)
                 if owner is not None:
-                    self.queue.add(("registered", slurm_name, owner))  # its Kubernetes node may be gone
+                    self.queue.add(RegisteredNodeItem(slurm_name, owner))  # its Kubernetes node may be gone
 
     def slurm_node(self, name: str) -> NodeInfo | None:
         written = self._written.get(name)
@@ -230,14 +231,14 @@ class NodeController:
         if time.monotonic() - self._last_resync >= RESYNC_SECONDS:
             self._last_resync = time.monotonic()
             for obj in self.nodes.values():
-                self.queue.add(obj["metadata"]["name"])
+                self.queue.add(NodeItem(obj["metadata"]["name"]))
 
     # ---- reconcile ---------------------------------------------------------------------------
     @metrics.reconciled
-    async def _reconcile(self, item: Hashable) -> float | None:
-        if isinstance(item, tuple):
-            return await self._reconcile_registered(*cast(tuple[str, str, str], item))
-        name = cast(str, item)
+    async def _reconcile(self, item: NodeWork) -> float | None:
+        if isinstance(item, RegisteredNodeItem):
+            return await self._reconcile_registered(item.slurm_name, item.node)
+        name = item.name
         node = self.nodes.get(("", name))
         if node is None or self.slurm_nodes is None:
             return None  # the first node list queues every node again
@@ -294,7 +295,7 @@ class NodeController:
                 fresh = await self.kube.get(node_path(name))
                 if fresh is not None:
                     self.on_node_event("MODIFIED", fresh)
-                    self.queue.add(name)  # even when only a heartbeat came between
+                    self.queue.add(NodeItem(name))  # even when only a heartbeat came between
                 return
             except NotFound:
                 return
@@ -328,7 +329,7 @@ class NodeController:
                           refused=refused[1] if refused else None)  # fmt: skip
         return await self._apply_registration(name, node, slurm_name, want, plan)
 
-    async def _reconcile_registered(self, _: str, slurm_name: str, k8s_name: str) -> float | None:
+    async def _reconcile_registered(self, slurm_name: str, k8s_name: str) -> float | None:
         """A Slurm node this bridge registered that no cached Kubernetes node maps to."""
         info = self.slurm_node(slurm_name)
         if info is None or self._k8s_names.get(slurm_name):
@@ -435,4 +436,4 @@ class NodeController:
         except (NotFound, Conflict):
             return
         self.nodes.upsert(updated)
-        self.queue.add(name)
+        self.queue.add(NodeItem(name))

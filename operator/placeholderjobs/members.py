@@ -32,7 +32,9 @@ from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolve
 from slurm_bridge.operator.placeholderjobs.grouping.vacancies import WAIT_SECONDS, JoinState, Vacancies, gang_full
 from slurm_bridge.operator.placeholderjobs.shapes.composite import CompositeMembership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore, WorkQueue
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
+from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
@@ -59,7 +61,7 @@ class Membership:
         kube: KubeClient,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],
-        queue: WorkQueue,
+        queue: WorkQueue[WorkItem],
         poller: SlurmPoller,
     ) -> None:
         self.config, self.kube = config, kube
@@ -102,10 +104,10 @@ class Membership:
         """A member of gang ``key`` ended: the pods waiting for a place there look again now."""
         for uid, pod_key in self._waiting.pop(key, {}).items():
             self._waits_at.pop(uid, None)
-            self.queue.add(("pod", *pod_key))
+            self.queue.add(PodItem(*pod_key))
 
     def _requeue(self, phj: Obj) -> None:
-        self.queue.add(("phj", *ObjectStore.key_of(phj)))
+        self.queue.add(PhjItem.of(phj))
 
     async def reconcile(self, key: Key) -> float | None:
         pod = self.pods.get(key)
@@ -166,7 +168,7 @@ class Membership:
                                  "the pod waits until it is gone")  # fmt: skip
                 return 30.0
             if not existing.owned_by_other_pod(pod):
-                self.queue.add(("phj", group.namespace, group.name))
+                self.queue.add(PhjItem(group.namespace, group.name))
                 return None
             if not existing.deleted:
                 # A PlaceholderJob left by an earlier pod of the same name: it goes with that pod.
@@ -189,7 +191,7 @@ class Membership:
                 return 1.0  # an older incarnation is still being finalized
             created = found
         self.phjs.upsert(created)
-        self.queue.add(("phj", group.namespace, group.name))
+        self.queue.add(PhjItem(group.namespace, group.name))
         return None
 
     # ---- gangs -------------------------------------------------------------------------------
@@ -260,7 +262,7 @@ class Membership:
             self.unwait(meta["uid"])
         if action == "member":
             self._member_of[meta["uid"]] = key
-            self.queue.add(("phj", *key))
+            self.queue.add(PhjItem(*key))
             return True, None
         if action == "recycle":
             await self.kube.event(phj, "Replaced", f"pod {meta['name']} starts a new run of the {run_of}; this ended "
@@ -327,7 +329,7 @@ class Membership:
         self.unwait(meta["uid"])
         if replaced is not None:
             await self.kube.event(updated, "MemberReplaced", replaced)
-        self.queue.add(("phj", *key))
+        self.queue.add(PhjItem(*key))
         return True
 
     async def _create_gang(self, pod: Obj, group: Group) -> float | None:
@@ -373,7 +375,7 @@ class Membership:
             return 0.05  # another member created it: join it
         self.phjs.upsert(created)
         self._member_of[meta["uid"]] = (group.namespace, group.name)
-        self.queue.add(("phj", group.namespace, group.name))
+        self.queue.add(PhjItem(group.namespace, group.name))
         return created
 
     async def _gang_request(self, group: Group, members: list[str], pod: Obj) -> JobRequest:

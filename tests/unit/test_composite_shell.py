@@ -18,6 +18,7 @@ from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
+from slurm_bridge.operator.placeholderjobs.workitems import WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -94,9 +95,9 @@ class Kube(API):
 
 class Queue:
     def __init__(self) -> None:
-        self.keys: list[tuple[str, ...]] = []
+        self.keys: list[WorkItem] = []
 
-    def add(self, key: tuple[str, ...]) -> None:
+    def add(self, key: WorkItem) -> None:
         self.keys.append(key)
 
 

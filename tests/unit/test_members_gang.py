@@ -24,6 +24,7 @@ from slurm_bridge.operator.placeholderjobs.members import Membership, member_pod
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
@@ -132,7 +133,7 @@ class Gang:
         return [(obj, message) for obj, r, message in self.kube.events if r == reason]
 
     def woken(self) -> list[str]:
-        return [k[2] for k in self.queue.keys if k[0] == "pod"]
+        return [k.name for k in self.queue.keys if isinstance(k, PodItem)]
 
 
 # --- the join -----------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ async def test_the_first_member_makes_the_placeholderjob_and_the_next_joins_with
     assert g.spec()["pods"] == ["g-0", "g-1"]
     assert g.spec()["podUIDs"] == {"g-0": "uid-g-0", "g-1": "uid-g-1"}
     assert g.spec()["slurm"]["nodes"] == 2
-    assert ("phj", NS, GANG) in g.queue.keys, "the PlaceholderJob looks at its new member"
+    assert PhjItem(NS, GANG) in g.queue.keys, "the PlaceholderJob looks at its new member"
 
     assert await g.join("g-0", "g-1") == [None, None], "members already"
     assert len(g.phj_writes()) == 1, "a member is not written again"
@@ -377,7 +378,7 @@ async def test_a_terminating_member_of_a_composite_keeps_its_place_until_it_is_g
     pods.delete(old)
     m.forget(old["metadata"]["uid"])
     await m.reconcile((NS, "large-1"))
-    assert ("pod", NS, "large-2") in m.queue.keys, "the member's end queues the pod that waits"  # type: ignore[attr-defined]
+    assert PodItem(NS, "large-2") in m.queue.keys, "the member's end queues the pod that waits"  # type: ignore[attr-defined]
     assert await m.reconcile((NS, "large-2")) is None
     assert kube.objects[CPG_PHJ]["spec"]["pods"] == ["large-0", "large-2", "small-0"]
     assert kube.objects[CPG_PHJ]["spec"]["components"][0]["pods"] == ["large-0", "large-2"]

@@ -11,7 +11,8 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
 from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 
 Obj = dict[str, Any]

@@ -26,6 +26,7 @@ from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.extender.main import serve as serve_extender
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.wiring.app import build_registry
 from slurm_bridge.operator.wiring.watches import HotWatches
@@ -146,16 +147,16 @@ async def test_reconciles_and_their_errors_are_counted_by_kind() -> None:
         @logs.work_item
         async def handle(self, item: Any) -> float | None:
             logging.getLogger("t").info("working")
-            if item[2] == "bad":
+            if item.name == "bad":
                 raise RuntimeError("nope")
             return None
 
     r = metrics.OPERATOR
     runs, errors = value(r, "slurm_bridge_reconciles_total", kind="phj"), value(
         r, "slurm_bridge_reconcile_errors_total", kind="phj")  # fmt: skip
-    await Handler().handle(("phj", "ns", "good"))
+    await Handler().handle(PhjItem("ns", "good"))
     with pytest.raises(RuntimeError):
-        await Handler().handle(("phj", "ns", "bad"))
+        await Handler().handle(PhjItem("ns", "bad"))
     assert value(r, "slurm_bridge_reconciles_total", kind="phj") - runs == 2
     assert value(r, "slurm_bridge_reconcile_errors_total", kind="phj") - errors == 1
     assert logs.context() == {}  # the item's fields end with its reconcile

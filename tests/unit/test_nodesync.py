@@ -36,6 +36,7 @@ from slurm_bridge.operator.nodes.nodesync import (
     slurm_name_of,
     slurm_view,
 )
+from slurm_bridge.operator.nodes.workitems import NodeItem
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -489,7 +490,7 @@ async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     for name in ("plain-1", "plain-2"):
-        assert await ctrl._reconcile(name) is None
+        assert await ctrl._reconcile(NodeItem(name)) is None
     assert (slurm.lists, slurm.updates) == (1, [])
     assert kube.events == []
     assert kube.nodes["plain-1"]["metadata"]["resourceVersion"] == "7", "a plain node is not written"
@@ -504,10 +505,10 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     slurm.gate = asyncio.Event()
     listing = asyncio.create_task(ctrl.poll_once())
     await asyncio.sleep(0)
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     slurm.gate.set()
     await listing
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)]
     assert kube.nodes[N]["metadata"]["annotations"][names.ANN_SLURM_DRAINED_BY] == "slurm-bridge"
     assert (N, "SlurmNodeDrained") in kube.events
@@ -515,11 +516,11 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     slurm.gate = None
     await ctrl.poll_once()
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["spec"].update(unschedulable=False)))
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert len(slurm.updates) == 1, "no Slurm write from a list older than the uncordon"
     await ctrl.poll_once()
-    assert ctrl.queue._queued == {N}, "the node is queued again by the list"
-    await ctrl._reconcile(N)
+    assert ctrl.queue._queued == {NodeItem(N)}, "the node is queued again by the list"
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates[-1] == (N, "UNDRAIN", None)
     assert names.ANN_SLURM_DRAINED_BY not in kube.nodes[N]["metadata"]["annotations"]
 
@@ -530,9 +531,9 @@ async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     kube.conflicts = 1  # an administrator changed the node between our read and our write
-    assert await ctrl._reconcile(N) is None
-    assert N in ctrl.queue._queued, "decided again on the new version"
-    assert await ctrl._reconcile(N) is None
+    assert await ctrl._reconcile(NodeItem(N)) is None
+    assert NodeItem(N) in ctrl.queue._queued, "decided again on the new version"
+    assert await ctrl._reconcile(NodeItem(N)) is None
     node = kube.nodes[N]
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"][names.ANN_SLURM_REASON] == "maintenance"
@@ -562,7 +563,7 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
     slurm = FakeSlurm([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     ctrl.queue._queued.clear()
     listed = ctrl.slurm_nodes
     for _ in range(3):
@@ -571,8 +572,8 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
     assert ctrl.slurm_nodes is listed and ctrl.queue._queued == set(), "nothing changed: nothing to decide"
     slurm.nodes[N] = info("DRAIN", reason="maintenance")
     await ctrl.poll_once()
-    assert ctrl.queue._queued == {N}, "the drain is seen within one poll"
-    await ctrl._reconcile(N)
+    assert ctrl.queue._queued == {NodeItem(N)}, "the drain is seen within one poll"
+    await ctrl._reconcile(NodeItem(N))
     assert kube.nodes[N]["spec"]["unschedulable"] is True
     await ctrl.poll_once()
     assert slurm.sinces[-1] == 1, "the next poll asks for changes since the list that showed the drain"
@@ -603,7 +604,7 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     slurm.gate = asyncio.Event()
     listing = asyncio.create_task(ctrl.poll_once())
     await asyncio.sleep(0)
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)]
     slurm.gate.set()
     await listing
@@ -613,7 +614,7 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     slurm.gate = None
     await ctrl.poll_once()
     assert slurm.unchanged == 2 and ctrl.slurm_nodes is not None and "DRAIN" in ctrl.slurm_nodes[N].states
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)], "drained once"
 
 
@@ -630,10 +631,12 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
     stored = ctrl.nodes.get(("", N))
     assert stored is not None and stored["metadata"]["resourceVersion"] == beat["metadata"]["resourceVersion"]
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["spec"].update(unschedulable=True)))
-    assert ctrl.queue._queued == {N}
+    assert ctrl.queue._queued == {NodeItem(N)}
     ctrl.queue._queued.clear()
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["metadata"]["labels"].update(extra="1")))
-    assert ctrl.queue._queued == {N}, "a label change is queued (labels are read: Slurm node name, registration)"
+    assert ctrl.queue._queued == {NodeItem(N)}, (
+        "a label change is queued (labels are read: Slurm node name, registration)"
+    )
 
 
 async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:
@@ -643,12 +646,12 @@ async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:
     slurm = FakeSlurm([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
-    await ctrl._reconcile("alias")
+    await ctrl._reconcile(NodeItem("alias"))
     assert slurm.updates == [], "the alias's cordon is not passed to Slurm"
     assert kube.nodes["alias"]["spec"]["taints"][0]["key"] == names.TAINT_MANAGED_NODE
     # Relabelled away from Slurm: it leaves Slurm and loses the taint.
     relabel = {names.LABEL_SLURM_NODENAME: "no-such-node"}
     ctrl.on_node_event("MODIFIED", kube.edit("alias", lambda n: n["metadata"]["labels"].update(relabel)))
-    await ctrl._reconcile("alias")
+    await ctrl._reconcile(NodeItem("alias"))
     assert kube.nodes["alias"]["spec"]["taints"] == []
     assert kube.nodes["alias"]["spec"]["unschedulable"] is True

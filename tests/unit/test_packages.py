@@ -54,13 +54,13 @@ GROUPED = """from __future__ import annotations
 import kopf
 
 from slurm_bridge import names
-from slurm_bridge.operator.runtime.store import WorkQueue
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 """
 # How ruff sorted the operator's imports before it knew them as first-party.
 THIRD_PARTY = """from __future__ import annotations
 
 import kopf
-from slurm_bridge.operator.runtime.store import WorkQueue
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 
 from slurm_bridge import names
 """

@@ -13,7 +13,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs import poller as poller_mod
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime import store as store_module
-from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobStates
