@@ -54,6 +54,18 @@ REASON_SUBMITTING: Final = "Submitting"
 REASON_RELEASE_REJECTED: Final = "ReleaseRejected"
 # The API server refused to create a pod's PlaceholderJob (HTTP 422): a Warning Event on the pod.
 REASON_PHJ_REFUSED: Final = "PlaceholderJobRefused"
+# Membership Events on a pod (Warning) while it cannot join its PlaceholderJob yet: its options do
+# not make a Slurm job request; its PlaceholderJob's name belongs to another group, or to an earlier
+# workload of the same name (garbage collection removes it).
+REASON_INVALID_SLURM_OPTIONS: Final = "InvalidSlurmOptions"
+REASON_PHJ_NAME_TAKEN: Final = "PlaceholderJobNameTaken"
+REASON_WAITING_FOR_OLD_PHJ: Final = "WaitingForOldPlaceholderJob"
+# Membership Events on a group's PlaceholderJob: a pod took an ended member's place (and node); a pod
+# starts a new run of its group, so the ended PlaceholderJob is deleted and a new one made; the
+# workload's settings keep the gang from ever starting (Warning).
+REASON_MEMBER_REPLACED: Final = "MemberReplaced"
+REASON_REPLACED: Final = "Replaced"
+REASON_GANG_WILL_NOT_START: Final = "GangWillNotStart"
 # The PlaceholderJob's other status, condition and Event reasons along its life (docs/architecture.md,
 # "The PlaceholderJob decision table"). A job Slurm ended is SlurmJob<State> (SlurmJobTimeout, ...).
 REASON_SUBMITTED: Final = "Submitted"  # condition Submitted; Event when the job waits in Slurm's queue
@@ -233,7 +245,7 @@ SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
 # The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's
 # spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
-# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/sync/podgroups.py). v1alpha2
+# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/sync/groupconditions.py). v1alpha2
 # (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
 # stays True once True (slurm_bridge/workloadapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"

@@ -26,10 +26,10 @@ from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     parent_name,
     plan_composite_join,
 )
-from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.shapes.composite import composite_spec
+from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
 from .test_groups import JOB, NS, P, obj, pod

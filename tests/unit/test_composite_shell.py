@@ -14,7 +14,7 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.members import Membership
+from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
@@ -139,7 +139,7 @@ def cluster() -> tuple[Kube, Slurm, Membership, PlaceholderJobs, ObjectStore]:
     poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)  # type: ignore[arg-type]
     poller.snapshot = JobSnapshot({}, {}, 0.0)
     poller.synced.set()
-    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
+    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
     m = Membership(config, kube, pods, phjs, Queue(), poller)  # type: ignore[arg-type]
     jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
     return kube, slurm, m, jobs, pods

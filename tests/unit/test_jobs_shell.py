@@ -15,9 +15,10 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
-from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS, Prepared
+from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob

@@ -19,8 +19,8 @@ from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, SUBMIT_VISIBILITY_GRACE
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
-from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
@@ -231,8 +231,8 @@ def test_an_uncertain_submit_waits_for_a_full_list_taken_after_it() -> None:
 
 @pytest.mark.parametrize(("submitted_at", "taken_at", "waits"), [
     (NOW.mono - 1, NOW.mono, True),  # just submitted: the view may not show it yet
-    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 2, True),  # view older
-    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono, False),  # a later view lacks it: vanished
+    (NOW.mono - SUBMIT_VISIBILITY_GRACE - 1, NOW.mono - SUBMIT_VISIBILITY_GRACE - 2, True),  # view older
+    (NOW.mono - SUBMIT_VISIBILITY_GRACE - 1, NOW.mono, False),  # a later view lacks it: vanished
 ])  # fmt: skip
 def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
     submitted_at: float, taken_at: float, waits: bool

@@ -354,7 +354,6 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
 async def test_a_terminating_member_of_a_composite_keeps_its_place_until_it_is_gone() -> None:
     """The same rule per component of a CompositePodGroup (compositemembers.py)."""
     kube, _, m, jobs, pods = composite_cluster()
-    m.phjs = jobs.phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
     for name, group in (("large-0", "large"), ("large-1", "large"), ("small-0", "small")):
         add_composite_pod(kube, pods, name, group)
     for name in ("large-0", "large-1", "small-0"):

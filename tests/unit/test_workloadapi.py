@@ -11,7 +11,7 @@ import pytest
 from slurm_bridge import names, workloadapi, workloads
 from slurm_bridge.clusterapis import MISSING_TTL, Discovery
 from slurm_bridge.kube import KubeError
-from slurm_bridge.operator.placeholderjobs.sync.podgroups import condition_change
+from slurm_bridge.operator.placeholderjobs.sync.groupconditions import condition_change
 from slurm_bridge.workloadapi import KubeVersion, PodGroupView, kube_version, read_podgroup
 
 pytestmark = pytest.mark.unit

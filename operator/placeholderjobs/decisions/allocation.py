@@ -10,7 +10,7 @@ import hostlist
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import Members
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
@@ -23,7 +23,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation, pod_is_released
-from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 

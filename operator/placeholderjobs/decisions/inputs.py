@@ -1,13 +1,15 @@
-"""What :func:`.lifecycle.decide` is given besides the PlaceholderJob and the poller's view of its
-Slurm job (:class:`.jobview.SlurmSide`): the member pods, the clocks, what the waiting pods were
-told, and the namespace's TenantPolicy. Pure data."""
+"""What ``lifecycle.decide`` is given besides the PlaceholderJob and the poller's view of its Slurm
+job (``slurmjobs.jobview.SlurmSide``): the member pods, the clocks, what the waiting pods were
+told, and the namespace's TenantPolicy; and the waits that follow from them. Pure data."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Final
 
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.tenancy import Verdict
@@ -18,6 +20,11 @@ Members = Mapping[str, Obj | None]
 Tenancy = Callable[[JobRequest], Verdict]
 # While the TenantPolicies are not read yet, a submit waits this long.
 TENANCY_WAIT_SECONDS = 2.0
+# A job submitted this recently may not be in the snapshot yet; wait for it rather than
+# concluding it vanished.
+SUBMIT_VISIBILITY_GRACE = 30.0
+# How soon a release held back for missing DRA devices is tried again (a driver publishing slices).
+DEVICES_RETRY_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,5 +41,20 @@ class Told:
 
 @dataclass(frozen=True)
 class Clock:
+    """The time a decision is taken at: ``mono`` (monotonic: waits, grace periods) and ``wall`` (the
+    times written into status and compared with Slurm's). Read once by the shell, so the same
+    decision always writes the same times."""
+
     mono: float
     wall: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class Follow:
+    """What following an existing job needs besides the two sides (see ``lifecycle.decide``)."""
+
+    scheduler: str
+    told: Told | None = None
+    tenancy: Tenancy | None = None
+    held: Held | None = None
+    devices_missing: bool = False  # the last release found a member's DRA devices missing

@@ -1,6 +1,6 @@
-"""The PlaceholderJob statuses the lifecycle writes at its turning points: the job submitted,
-refused by Slurm, ended (by Slurm or with its pods). Pure: :func:`.lifecycle.decide` and its
-helpers put them in WriteStatus."""
+"""The PlaceholderJob statuses the lifecycle writes at its turning points: the group fenced for its
+submit, the job submitted, refused by Slurm or by the TenantPolicy, ended (by Slurm or with its
+pods). Pure: ``lifecycle.decide`` and the job shapes put them in their plans."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ from datetime import UTC, datetime
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Plan, WriteStatus
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, holding_allocation, pod_phase, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Fence, Plan, WriteStatus
+from slurm_bridge.operator.placeholderjobs.decisions.pods import (
+    Obj,
+    holding_allocation,
+    live_members,
+    pod_phase,
+    pod_terminating,
+)
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.tenancy import Verdict
 
 # Slurm end states -> (PlaceholderJob phase, what to tell the user).
 _END_STATES: dict[str, tuple[str, str]] = {
@@ -133,6 +140,24 @@ def terminal_status(
     if phj.status.expected_start is not None:
         ended.expected_start = None
     return WriteStatus(ended)
+
+
+def fencing(phj: PlaceholderJob, what: str) -> Fence:
+    """The Fence before a group's submit: status reason Submitting."""
+    message = f"submitting the {what} for {len(phj.spec.pods)} pods"
+    return Fence(PlaceholderJobStatus(phase=names.PHASE_PENDING, reason=names.REASON_SUBMITTING, message=message))
+
+
+def refused_by_policy(phj: PlaceholderJob, members: Mapping[str, Obj | None], verdict: Verdict) -> Plan:
+    """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
+    the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
+    gen = phj.metadata.generation
+    message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
+    conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, verdict.reason, message, gen)
+    ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, conditions=conditions)
+    live = live_members(members)
+    end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
+    return Plan((ended, Event(verdict.reason, message, warning=True), *end))
 
 
 def waiting_for_pods(phj: PlaceholderJob, message: str) -> Plan:

@@ -32,6 +32,20 @@ def holding_allocation(members: Mapping[str, Obj | None]) -> dict[str, Obj]:
     return {n: p for n, p in members.items() if p is not None and not pod_ended(p)}
 
 
+def all_ended(members: Mapping[str, Obj | None], confirmed: Mapping[str, Obj | None] | None) -> bool | None:
+    """Whether every member ended; None when the cache says so and a GET must confirm it."""
+    if not all(pod_ended(p) for p in members.values()):
+        return False
+    if confirmed is None:
+        return None
+    return all(pod_ended(p) for p in confirmed.values())
+
+
+def live_members(members: Mapping[str, Obj | None]) -> tuple[str, ...]:
+    """Members that exist, have not ended and are not terminating yet: those an end must end."""
+    return tuple(n for n, p in members.items() if p is not None and not pod_ended(p) and not pod_terminating(p))
+
+
 def all_bound(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> bool:
     """Every live member is bound to the node assigned to it (and there is one)."""
     return bool(live) and all(p.get("spec", {}).get("nodeName") == assignment[n] for n, p in live.items())

@@ -1,33 +1,26 @@
-"""CompositePodGroups, the reads and the status write (the rules are
-operator/placeholderjobs/grouping/compositepodgroups.py's).
-
-``CompositeReader`` finds whether a pod's PodGroup belongs to a gang CompositePodGroup (the
-resolver asks it once the PodGroup is read); ``CompositeReporter`` sets the composite's
-``CompositePodGroupInitiallyScheduled`` condition for the heterogeneous jobs Slurm places, as
-kube-scheduler does for the groups it places.
+"""CompositePodGroups, the reads (the rules are :mod:`.compositepodgroups`'s): ``CompositeReader``
+finds whether a pod's PodGroup belongs to a gang CompositePodGroup (the resolver asks it once the
+PodGroup is read). The composite's scheduled condition is written by
+``sync.groupconditions.CompositeReporter``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import KubeError, resource_path
+from slurm_bridge.kube import KubeError
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     API_GROUP,
     PLURAL,
     VERSIONS,
     composite_group,
-    is_composite,
     min_group_count,
     nested,
     parent_name,
 )
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Getter, Group, GroupError, read_group_object
-from slurm_bridge.operator.placeholderjobs.sync.podgroups import ConditionWriter
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -83,41 +76,3 @@ class CompositeReader:
 
     async def _read(self, api_version: str, ns: str, name: str, why: str) -> Obj:
         return await read_group_object(self._get, api_version, KIND, PLURAL, ns, name, why)
-
-
-def composite_of(phj: Mapping[str, Any]) -> Obj | None:
-    """The CompositePodGroup a PlaceholderJob was made for (its spec.group), if any."""
-    return dict((phj.get("spec") or {}).get("group") or {}) if is_composite(phj) else None
-
-
-class CompositeReporter(ConditionWriter):
-    """Writes the composite's scheduled condition once per change, never back to False once True
-    (Kubernetes' rule: the condition records the first scheduling). What it wrote is a cache."""
-
-    async def report(self, phj: Obj, scheduled: bool, reason: str, message: str) -> None:
-        source = composite_of(phj)
-        if source is None:
-            return
-        uid, said = str(source.get("uid")), (scheduled, reason, message)
-        if self.told(uid, said):
-            return
-        ctype = names.COMPOSITE_COND_SCHEDULED
-        path = resource_path(
-            str(source.get("apiVersion")), PLURAL, phj["metadata"]["namespace"], str(source.get("name"))
-        )
-
-        def needed(conditions: list[Obj]) -> bool:
-            current = next((c for c in conditions if c.get("type") == ctype), None)
-            if current is None:
-                return True
-            if current.get("status") == "True" and not scheduled:
-                return False  # final once True
-            wanted = ("True" if scheduled else "False", reason, message)
-            return (current.get("status"), current.get("reason"), current.get("message")) != wanted
-
-        await self.write(path, uid, ctype, said, needed)
-
-    def forget(self, phj: Mapping[str, Any]) -> None:
-        source = composite_of(phj)
-        if source is not None:
-            self.forget_uid(str(source.get("uid")))

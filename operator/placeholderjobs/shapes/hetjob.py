@@ -1,6 +1,7 @@
-"""A CompositePodGroup's heterogeneous Slurm job: the decisions :func:`.lifecycle.decide` hands
-over for it. Pure, like the rest of the decision table (docs/architecture.md, "Heterogeneous
-jobs"); operator/placeholderjobs/sync/phjsync.py applies the plans.
+"""A CompositePodGroup's heterogeneous Slurm job: the decisions of the composite job shape
+(:mod:`.composite`), which ``lifecycle.decide`` hands over through the shape's interface. Pure,
+like the rest of the decision table (docs/architecture.md, "Heterogeneous jobs");
+``sync.phjsync`` applies the plans.
 
 The job has a component per child PodGroup (``spec.components``, offset = place in the list).
 Slurm lists each component as a job of its own (the leader, component 0, has the job's id; the
@@ -25,21 +26,30 @@ from collections.abc import Sequence
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
 from slurm_bridge.kube import now_iso
-from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
     unreleased_members,
     with_running,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
+    DEVICES_RETRY_SECONDS,
+    SUBMIT_VISIBILITY_GRACE,
+    TENANCY_WAIT_SECONDS,
+    Clock,
+    Follow,
+    Members,
+    Tenancy,
+)
 from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
     end_phases,
+    fencing,
     identity,
     job_ended,
     pods_end_phase,
+    refused_by_policy,
     terminal_status,
     waiting_for_pods,
 )
@@ -55,10 +65,9 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, all_ended, holding_allocation
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
-from slurm_bridge.operator.placeholderjobs.sync.devices import DEVICES_RETRY_SECONDS
 from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
@@ -80,11 +89,11 @@ def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None) -> Pl
             return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
         refused = next((v for v in verdicts if not v.allowed), None)
         if refused is not None:
-            return lc.refused_by_policy(phj, members, refused)
+            return refused_by_policy(phj, members, refused)
         requests = [v.request for v in verdicts]
     fence: tuple[Action, ...] = ()
     if status.reason != names.REASON_SUBMITTING:
-        fence = (lc.fencing(phj, "gang's Slurm job"),)
+        fence = (fencing(phj, "gang's Slurm job"),)
     return Plan((*fence, Submit(requests[0], tuple(live), components=tuple(requests))))
 
 
@@ -106,12 +115,12 @@ def follow(
     members: Members,
     now: Clock,
     confirmed: Members | None,
-    follow: lc.Follow,
+    follow: Follow,
 ) -> Plan:
     """The job exists (or existed): follow every component, or end it all."""
     job_id, leader = slurm.job_id, slurm.job
     assert job_id is not None
-    ended = lc.all_ended(members, confirmed)
+    ended = all_ended(members, confirmed)
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:  # Kubernetes -> Slurm: the leader's cancel ends every component
@@ -120,7 +129,7 @@ def follow(
     spec = phj.spec
     count = len(spec.components or [])
     soon = slurm.submitted_at is not None and (
-        now.mono - slurm.submitted_at < lc.SUBMIT_VISIBILITY_GRACE or slurm.taken_at < slurm.submitted_at
+        now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE or slurm.taken_at < slurm.submitted_at
     )
     if leader is None:
         if soon:

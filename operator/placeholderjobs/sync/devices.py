@@ -20,13 +20,12 @@ from typing import Any, Final
 
 from slurm_bridge import dra, names
 from slurm_bridge.kube import Conflict, KubeClient, KubeError
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
 from slurm_bridge.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-# How soon a release held back for missing devices is tried again (a driver publishing slices).
-DEVICES_RETRY_SECONDS: Final = 10.0
 SLICES_PATH: Final = f"/apis/{dra.RESOURCE_API}/resourceslices"
 
 

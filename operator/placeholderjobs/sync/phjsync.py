@@ -27,13 +27,12 @@ from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReporter
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder
-from slurm_bridge.operator.placeholderjobs.sync.podgroups import PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus

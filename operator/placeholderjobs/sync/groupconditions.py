@@ -1,4 +1,5 @@
-"""The scheduled condition of a built-in PodGroup (the Kubernetes Workload API).
+"""The scheduled condition of a built-in PodGroup (the Kubernetes Workload API), and of a
+CompositePodGroup (``CompositeReporter``).
 
 kube-scheduler reports on a PodGroup whether its gang was scheduled; for a gang the bridge
 places, nobody else would, so ``kubectl get podgroups`` would show it unscheduled forever. The
@@ -17,10 +18,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_bridge import workloadapi
+from slurm_bridge import names, workloadapi
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.conditions import set_condition_dicts
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import PLURAL as COMPOSITE_PLURAL
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import is_composite
 from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
 from slurm_bridge.workloadapi import APIVersion
 from slurm_bridge.workloads import group_kind
@@ -122,5 +125,43 @@ class PodGroupReporter(ConditionWriter):
 
     def forget(self, phj: Mapping[str, Any]) -> None:
         source = podgroup_of(phj)
+        if source is not None:
+            self.forget_uid(str(source.get("uid")))
+
+
+def composite_of(phj: Mapping[str, Any]) -> Obj | None:
+    """The CompositePodGroup a PlaceholderJob was made for (its spec.group), if any."""
+    return dict((phj.get("spec") or {}).get("group") or {}) if is_composite(phj) else None
+
+
+class CompositeReporter(ConditionWriter):
+    """Writes the composite's scheduled condition once per change, never back to False once True
+    (Kubernetes' rule: the condition records the first scheduling). What it wrote is a cache."""
+
+    async def report(self, phj: Obj, scheduled: bool, reason: str, message: str) -> None:
+        source = composite_of(phj)
+        if source is None:
+            return
+        uid, said = str(source.get("uid")), (scheduled, reason, message)
+        if self.told(uid, said):
+            return
+        ctype = names.COMPOSITE_COND_SCHEDULED
+        path = resource_path(
+            str(source.get("apiVersion")), COMPOSITE_PLURAL, phj["metadata"]["namespace"], str(source.get("name"))
+        )
+
+        def needed(conditions: list[Obj]) -> bool:
+            current = next((c for c in conditions if c.get("type") == ctype), None)
+            if current is None:
+                return True
+            if current.get("status") == "True" and not scheduled:
+                return False  # final once True
+            wanted = ("True" if scheduled else "False", reason, message)
+            return (current.get("status"), current.get("reason"), current.get("message")) != wanted
+
+        await self.write(path, uid, ctype, said, needed)
+
+    def forget(self, phj: Mapping[str, Any]) -> None:
+        source = composite_of(phj)
         if source is not None:
             self.forget_uid(str(source.get("uid")))
