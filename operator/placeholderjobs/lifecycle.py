@@ -141,11 +141,11 @@ def _decide(
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
     match outcome:
         case Refused():
-            return after_refusal(phj, outcome)
+            return after_refusal(phj, outcome, now)
         case Unavailable(maybe_applied=maybe):
             return Plan((SubmitFailed(maybe),))
         case ReleaseRefused(job_id=job_id, pod=pod, error=error):
-            return release_rejected(phj, job_id, pod, error)
+            return release_rejected(phj, job_id, pod, error, now.wall)
     if phj.deleted:
         return _finalize(phj, slurm, confirmed)
     pre: tuple[Action, ...] = ()
@@ -195,7 +195,7 @@ def _no_job(
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:
-        return Plan((terminal_status(phj, *pods_end_phase(end_phases(members))),))
+        return Plan((terminal_status(phj, *pods_end_phase(end_phases(members)), now.wall),))
     wait = phj.resubmit_wait(SUBMIT_RETRY_SECONDS, now.wall)
     if wait > 0:
         return Plan(requeue=wait)  # Slurm refused this very spec moments ago: watch events must not hammer it
@@ -218,12 +218,12 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     when Slurm already said (status records the reason, so the next decision does not tell it again).
     """
     job = placed.job
-    submitted = submitted_status(phj, placed.job_id, job, placed.request, components=placed.components)
+    submitted = submitted_status(phj, placed.job_id, job, placed.request, now.wall, components=placed.components)
     submitted = shape_of(phj).placed(phj, placed, submitted)
     if job is not None and job.is_running and job.nodes and not placed.components:
         held = Held(submitted, now.mono + UNWRITTEN_SECONDS)
         view = phj.with_status(phj.status.merged(submitted))
-        return _hold(allocation(view, members, job, scheduler=scheduler, now=now.mono, held=held), held)
+        return _hold(allocation(view, members, job, scheduler=scheduler, now=now, held=held), held)
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()
     return Plan(
         (
@@ -234,12 +234,12 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     )
 
 
-def after_refusal(phj: PlaceholderJob, refused: Refused) -> Plan:
+def after_refusal(phj: PlaceholderJob, refused: Refused, now: Clock) -> Plan:
     """Slurm refused the job: status and Warning Events say why; submitted again after
     SUBMIT_RETRY_SECONDS (Slurm's limits may change: a partition up, a QOS raised), unless it was
     the second refusal for the association (the status write then brings the PlaceholderJob back
     Failed, and its pods are ended)."""
-    rejected = rejected_status(phj, refused.message, association=refused.association)
+    rejected = rejected_status(phj, refused.message, now.wall, association=refused.association)
     final = rejected.phase == names.PHASE_FAILED
     reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else names.REASON_SUBMIT_REJECTED
     shown = rejected.message or refused.message

@@ -279,7 +279,7 @@ def test_the_tenant_policy_judges_every_component() -> None:
 
 def test_the_submitted_status_names_the_heterogeneous_job() -> None:
     reqs = (JobRequest(nodes=1, partition="p"), JobRequest(nodes=2, partition="p"))
-    status = submitted_status(PlaceholderJob.parse(unsubmitted()), LEADER, None, reqs[0], components=reqs)
+    status = submitted_status(PlaceholderJob.parse(unsubmitted()), LEADER, None, reqs[0], NOW.wall, components=reqs)
     assert status.het_job_id == LEADER and status.job_id == LEADER
     assert status.message == (
         "submitted heterogeneous Slurm job 10 (2 components of 1+2 node(s), partition p; Slurm starts it in a "

@@ -528,3 +528,40 @@ def test_a_held_status_is_kept_without_a_write_and_dropped_once_status_has_the_j
     assert [summary(a) for a in devices.actions] == [("status", "Allocated", "")], "written at once, no release"
     assert isinstance(devices.actions[0], pl.WriteStatus) and devices.actions[0].status.job_id == JOB
     assert devices.held is None and devices.requeue == DEVICES_RETRY_SECONDS
+
+
+# ---- the clock ----------------------------------------------------------------------------------
+def test_the_times_a_decision_writes_are_its_clocks() -> None:
+    """``decide`` reads no clock of its own: the submit, start and end times it writes are the
+    wall time of the clock it is given (issue 30: the clock is passed through)."""
+    then = lc.Clock(5.0, datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC))
+    stamp = "2001-02-03T04:05:06Z"
+
+    def written(plan: pl.Plan) -> list[PlaceholderJobStatus]:
+        return [a.status for a in plan.actions if isinstance(a, pl.WriteStatus)]
+
+    placed = pl.Placed(JOB, job("PENDING"), JobRequest())
+    unsubmitted = PlaceholderJob.parse(phj(None, job_id=None))
+    [submitted] = written(
+        lc.decide(unsubmitted, slurm_side("vanished", None), {"p": pod("gated")}, then, scheduler="s", outcome=placed)
+    )
+    assert submitted.submit_time == stamp
+    [allocated] = written(
+        lc.decide(PlaceholderJob.parse(phj("Pending")), slurm_side("RUNNING"), {"p": pod("gated")}, then, scheduler="s")
+    )
+    assert allocated.start_time == stamp
+    [ended] = written(
+        lc.decide(
+            PlaceholderJob.parse(phj("Running")), slurm_side("TIMEOUT"), {"p": pod("running")}, then, scheduler="s"
+        )
+    )
+    assert ended.end_time == stamp
+    refused = lc.decide(
+        unsubmitted,
+        slurm_side("vanished", None),
+        {"p": pod("gated")},
+        then,
+        scheduler="s",
+        outcome=pl.Refused("no", association=False, present=("p",)),
+    )
+    assert [s.submit_time for s in written(refused)] == [stamp]

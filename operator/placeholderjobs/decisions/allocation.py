@@ -4,13 +4,14 @@ Running once they are bound; a release the API server refuses for good fails the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import hostlist
 
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
-from slurm_bridge.kube import now_iso
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, Members
+from slurm_bridge.kube import iso
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, Clock, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
@@ -33,8 +34,8 @@ def allocation(
     job: JobInfo,
     *,
     scheduler: str,
+    now: Clock,
     status: PlaceholderJobStatus | None = None,
-    now: float = 0.0,
     held: Held | None = None,
     devices_missing: bool = False,
 ) -> Plan:
@@ -58,7 +59,7 @@ def allocation(
     if assignment is None:
         message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
         ended = terminal_status(
-            phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, conditions=conditions
+            phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, now.wall, conditions=conditions
         )
         return Plan((ended, Cancel(job.job_id)))
     nodes = compress_hostlist(job.nodes)
@@ -66,12 +67,12 @@ def allocation(
     bound = all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
-        write = allocated_status(status, job, nodes, ",".join(spec.pods), assignment, gen)
+        write = allocated_status(status, job, nodes, ",".join(spec.pods), assignment, gen, now.wall)
         conditions = write.conditions
     if bound and status.phase != names.PHASE_RUNNING:
         write = with_running(write, conditions, nodes, gen)
     single = len(live) == 1 and not phj.is_gang()
-    waiting = write is not None and not bound and single and held is not None and now < held.until
+    waiting = write is not None and not bound and single and held is not None and now.mono < held.until
     waiting = waiting and not devices_missing
     actions: list[Action] = []
     if write is not None and not waiting:
@@ -82,7 +83,7 @@ def allocation(
     actions.append(Release(job.job_id, unreleased_members(live, assignment), announce=held is None))
     scheduled = f"Slurm job {job.job_id} allocated {nodes} to the gang ({scheduler})"
     actions.append(ReportPodGroup(True, names.PODGROUP_REASON_SCHEDULED, scheduled))
-    return Plan(tuple(actions), requeue=held.until - now if waiting and held is not None else None)
+    return Plan(tuple(actions), requeue=held.until - now.mono if waiting and held is not None else None)
 
 
 def allocated_status(
@@ -92,14 +93,16 @@ def allocated_status(
     pod_list: str,
     assignment: Mapping[str, str],
     gen: int | None,
+    wall: datetime,
 ) -> PlaceholderJobStatus:
-    """Phase Allocated with each pod's node: the record written before any pod is released."""
+    """Phase Allocated with each pod's node: the record written before any pod is released
+    (``wall``: the start time, unless the status has one)."""
     message = f"Slurm job {job.job_id} allocated {nodes}"
     conditions = set_condition(status.conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
     assignments = [Assignment(pod=p, node=n) for p, n in sorted(assignment.items())]
     write = PlaceholderJobStatus(
         job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
-        node_list=nodes, pod_list=pod_list, assignments=assignments, start_time=status.start_time or now_iso(),
+        node_list=nodes, pod_list=pod_list, assignments=assignments, start_time=status.start_time or iso(wall),
         conditions=conditions, **identity(job),
     )  # fmt: skip
     if status.expected_start is not None:
@@ -107,14 +110,14 @@ def allocated_status(
     return write
 
 
-def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str) -> Plan:
+def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str, wall: datetime) -> Plan:
     """The API server refused to release a member pod, and will refuse it again (HTTP 422, checked
     twice): the PlaceholderJob fails with its message and the job is cancelled, so the allocation
     is never held in silence. Its live members are ended by the terminal rows of ``decide``, at
     once."""
     message = f"the API server refused to release pod {pod} for Slurm job {job_id}, which is cancelled: {error}"
     return Plan((
-        terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message),
+        terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message, wall),
         Cancel(job_id),
         Event(names.REASON_RELEASE_REJECTED, message, warning=True),
     ), requeue=0.0)  # fmt: skip

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from slurm_bridge import names
 from slurm_bridge.conditions import Condition, set_condition
-from slurm_bridge.kube import now_iso
+from slurm_bridge.kube import iso
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Fence, Plan, WriteStatus
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     Obj,
@@ -57,11 +57,12 @@ def submitted_status(
     job_id: int,
     job: JobInfo | None,
     request: JobRequest,
-    now: str | None = None,
+    wall: datetime,
     components: tuple[JobRequest, ...] = (),
 ) -> PlaceholderJobStatus:
-    """The status of a job just submitted (written with the allocation when Slurm allocated at
-    once); ``components``: a heterogeneous job's component requests (``job_id`` its leader)."""
+    """The status of a job just submitted at ``wall`` (written with the allocation when Slurm
+    allocated at once); ``components``: a heterogeneous job's component requests (``job_id`` its
+    leader)."""
     spec, status, gen = phj.spec, phj.status, phj.metadata.generation
     message = f"submitted Slurm job {job_id} ({request.nodes} node(s), partition {request.partition or '-'})"
     if components:
@@ -72,12 +73,12 @@ def submitted_status(
         )
     submitted = PlaceholderJobStatus(
         job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
-        reason=job.reason if job else "", message=message, submit_time=now or now_iso(),
+        reason=job.reason if job else "", message=message, submit_time=iso(wall),
         observed_generation=gen, pod_list=",".join(spec.pods),
         conditions=set_condition(status.conditions, names.COND_SUBMITTED, True, names.REASON_SUBMITTED, message, gen),
         **identity(job),
     )  # fmt: skip
-    expected = expected_start(job, datetime.now(UTC)) if job is not None else None
+    expected = expected_start(job, wall) if job is not None else None
     if expected is not None:
         submitted.expected_start = expected
     if components:
@@ -85,8 +86,10 @@ def submitted_status(
     return submitted
 
 
-def rejected_status(phj: PlaceholderJob, message: str, *, association: bool = False) -> PlaceholderJobStatus:
-    """Slurm refused the job: kept in status so no event resubmits the same spec at once.
+def rejected_status(
+    phj: PlaceholderJob, message: str, wall: datetime, *, association: bool = False
+) -> PlaceholderJobStatus:
+    """Slurm refused the job (at ``wall``): kept in status so no event resubmits the same spec at once.
 
     ``association``: Slurm refused it for its association, QOS, wckey or accounting policy
     (``SlurmError.is_association_refusal``). The first such refusal is retried once, after
@@ -110,11 +113,11 @@ def rejected_status(phj: PlaceholderJob, message: str, *, association: bool = Fa
                 "QOS or wckey and create the pod again)"
             )
             conditions = set_condition(conditions, names.COND_SUBMITTED, False, reason, final, gen)
-            ended = terminal_status(phj, names.PHASE_FAILED, reason, final, conditions=conditions)
+            ended = terminal_status(phj, names.PHASE_FAILED, reason, final, wall, conditions=conditions)
             return ended.status
     why = names.REASON_ASSOCIATION_REJECTED if association else names.REASON_SUBMIT_REJECTED
     return PlaceholderJobStatus(
-        phase=names.PHASE_PENDING, reason=names.REASON_SUBMIT_REJECTED, message=message, submit_time=now_iso(),
+        phase=names.PHASE_PENDING, reason=names.REASON_SUBMIT_REJECTED, message=message, submit_time=iso(wall),
         observed_generation=gen,
         conditions=set_condition(conditions, names.COND_SUBMITTED, False, why, message, gen),
     )  # fmt: skip
@@ -125,14 +128,15 @@ def terminal_status(
     phase: str,
     reason: str,
     message: str,
+    wall: datetime,
     job: JobInfo | None = None,
     conditions: list[Condition] | None = None,
 ) -> WriteStatus:
-    """The write that ends the PlaceholderJob: phase, reason, message, Ended condition."""
+    """The write that ends the PlaceholderJob (at ``wall``): phase, reason, message, Ended condition."""
     if conditions is None:
         conditions = phj.status.conditions
     ended = PlaceholderJobStatus(
-        phase=phase, reason=reason, message=message, end_time=now_iso(),
+        phase=phase, reason=reason, message=message, end_time=iso(wall),
         conditions=set_condition(conditions, names.COND_ENDED, True, reason, message, phj.metadata.generation),
     )  # fmt: skip
     if job is not None:
@@ -148,13 +152,13 @@ def fencing(phj: PlaceholderJob, what: str) -> Fence:
     return Fence(PlaceholderJobStatus(phase=names.PHASE_PENDING, reason=names.REASON_SUBMITTING, message=message))
 
 
-def refused_by_policy(phj: PlaceholderJob, members: Mapping[str, Obj | None], verdict: Verdict) -> Plan:
+def refused_by_policy(phj: PlaceholderJob, members: Mapping[str, Obj | None], verdict: Verdict, wall: datetime) -> Plan:
     """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
     the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
     gen = phj.metadata.generation
     message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
     conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, verdict.reason, message, gen)
-    ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, conditions=conditions)
+    ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, wall, conditions=conditions)
     live = live_members(members)
     end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
     return Plan((ended, Event(verdict.reason, message, warning=True), *end))
@@ -177,6 +181,7 @@ def job_ended(
     members: Mapping[str, Obj | None],
     end: tuple[str, str, str],
     job: JobInfo | None,
+    wall: datetime,
     cancel: tuple[Action, ...] = (),
 ) -> Plan:
     """Slurm -> Kubernetes: the job (``end``: phase, reason, message) ended under the PlaceholderJob.
@@ -185,7 +190,7 @@ def job_ended(
     phase, reason, message = end
     live = tuple(holding_allocation(members))
     pods: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
-    status = terminal_status(phj, phase, reason, message, job)
+    status = terminal_status(phj, phase, reason, message, wall, job)
     return Plan((status, *cancel, Event(reason, message, warning=phase != names.PHASE_COMPLETED), *pods))
 
 

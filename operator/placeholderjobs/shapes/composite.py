@@ -64,7 +64,7 @@ class Composite:
 
     # ---- decisions (pure: :mod:`.hetjob`) --------------------------------------------------------
     def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
-        return hetjob.submit(phj, members, tenancy)
+        return hetjob.submit(phj, members, tenancy, now)
 
     def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
         """Each component's own job id, at once."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
-from slurm_bridge.kube import now_iso
+from slurm_bridge.kube import iso
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
@@ -72,7 +72,7 @@ from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, 
 from slurm_bridge.slurm.models import JobInfo
 
 
-def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None) -> Plan:
+def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
     """No job yet and some member lives: wait for the components, or fence and submit."""
     spec, status = phj.spec, phj.status
     parts = spec.components or []
@@ -89,7 +89,7 @@ def submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None) -> Pl
             return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
         refused = next((v for v in verdicts if not v.allowed), None)
         if refused is not None:
-            return refused_by_policy(phj, members, refused)
+            return refused_by_policy(phj, members, refused, now.wall)
         requests = [v.request for v in verdicts]
     fence: tuple[Action, ...] = ()
     if status.reason != names.REASON_SUBMITTING:
@@ -125,7 +125,7 @@ def follow(
         return Plan((ConfirmMembers(),))
     if ended:  # Kubernetes -> Slurm: the leader's cancel ends every component
         phase, reason, message = pods_end_phase(end_phases(members))
-        return Plan((terminal_status(phj, phase, reason, message), *cancels(slurm), Event(reason, message)))
+        return Plan((terminal_status(phj, phase, reason, message, now.wall), *cancels(slurm), Event(reason, message)))
     spec = phj.spec
     count = len(spec.components or [])
     soon = slurm.submitted_at is not None and (
@@ -134,13 +134,13 @@ def follow(
     if leader is None:
         if soon:
             return Plan(requeue=slurm.poll_period)
-        return ended_part(phj, members, slurm, None, 0)
+        return ended_part(phj, members, slurm, None, 0, now)
     if not count:  # not a spec this bridge writes: follow the leader, release nothing
         return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj.metadata.generation))
     parts = components(leader, slurm, count)
     for offset, part in enumerate(parts):
         if part is not None and part.is_finished:
-            return ended_part(phj, members, slurm, part, offset)
+            return ended_part(phj, members, slurm, part, offset, now)
     if any(part is None for part in parts):
         # The view shows the live leader but not every component (Slurm purges them together):
         # a full list, which keeps every job with the bridge's admin_comment, brings them.
@@ -151,8 +151,15 @@ def follow(
         return follow_pending(phj, status, leader, members, now, follow.told, None, update_job=False)
     running = [p for p in parts if p is not None and p.is_running and p.nodes]
     if len(running) == len(parts):
-        return allocation(phj, members, running, scheduler=follow.scheduler, status=status,
-                          devices_missing=follow.devices_missing)  # fmt: skip
+        return allocation(
+            phj,
+            members,
+            running,
+            scheduler=follow.scheduler,
+            now=now,
+            status=status,
+            devices_missing=follow.devices_missing,
+        )
     # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror the leader and wait.
     return Plan(mirror(status, leader, status.phase or names.PHASE_PENDING, phj.metadata.generation))
 
@@ -178,7 +185,9 @@ def cancels(slurm: SlurmSide) -> tuple[Cancel, ...]:
     return tuple(Cancel(c.job_id) for c in slurm.components if not c.is_finished)
 
 
-def ended_part(phj: PlaceholderJob, members: Members, slurm: SlurmSide, part: JobInfo | None, offset: int) -> Plan:
+def ended_part(
+    phj: PlaceholderJob, members: Members, slurm: SlurmSide, part: JobInfo | None, offset: int, now: Clock
+) -> Plan:
     """Slurm -> Kubernetes: one component ended or vanished, so the whole job ends (the rest is
     cancelled) and every live member pod is ended, whichever component it ran in."""
     spec = phj.spec
@@ -193,7 +202,7 @@ def ended_part(phj: PlaceholderJob, members: Members, slurm: SlurmSide, part: Jo
         f" (component {offset}, PodGroup {pod_group}, of heterogeneous Slurm job {leader}); "
         "every component and member pod is ended with it"
     )
-    return job_ended(phj, members, (phase, reason, message), part, cancels(slurm))
+    return job_ended(phj, members, (phase, reason, message), part, now.wall, cancels(slurm))
 
 
 def allocation(
@@ -202,6 +211,7 @@ def allocation(
     parts: Sequence[JobInfo],
     *,
     scheduler: str,
+    now: Clock,
     status: PlaceholderJobStatus,
     devices_missing: bool = False,
 ) -> Plan:
@@ -215,7 +225,7 @@ def allocation(
     leader = parts[0]
     conditions = status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    placed = place_pods(phj, parts, current)
+    placed = place_pods(phj, parts, current, now)
     if isinstance(placed, WriteStatus):  # too few nodes in a component
         return Plan((placed, Cancel(leader.job_id)))
     assignment, where = placed
@@ -231,7 +241,7 @@ def allocation(
             reason="", message=message, node_list=nodes, pod_list=",".join(spec.pods),
             components=component_status(spec.components or [], parts),
             assignments=[Assignment(pod=p, node=n, offset=where[p][1]) for p, n in sorted(assignment.items())],
-            start_time=status.start_time or now_iso(), conditions=conditions, **identity(leader),
+            start_time=status.start_time or iso(now.wall), conditions=conditions, **identity(leader),
         )  # fmt: skip
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
@@ -249,7 +259,7 @@ def allocation(
 
 
 def place_pods(
-    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str]
+    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str], now: Clock
 ) -> tuple[dict[str, str], dict[str, tuple[int, int]]] | WriteStatus:
     """Each pod's node, one of its own component's (assignments made already kept), and where it
     runs: (its component's job id, offset); else the status that fails the job for too few nodes."""
@@ -262,7 +272,7 @@ def place_pods(
                 f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
                 f"of heterogeneous job {parts[0].job_id} for {len(component.pods)} pods"
             )
-            return terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message)
+            return terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, now.wall)
         assignment.update(mine)
         where.update({p: (job.job_id, offset) for p in component.pods})
     return assignment, where

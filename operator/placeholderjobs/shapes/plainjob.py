@@ -68,7 +68,7 @@ class PlainJob:
             if verdict.waiting:
                 return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
             if not verdict.allowed:
-                return refused_by_policy(phj, members, verdict)
+                return refused_by_policy(phj, members, verdict, now.wall)
             request = verdict.request  # the tenant's user, group, account and QOS where unset
         fence: tuple[Action, ...] = ()
         if self.fenced and status.reason != names.REASON_SUBMITTING:
@@ -96,24 +96,32 @@ class PlainJob:
         if ended:  # Kubernetes -> Slurm
             phase, reason, message = pods_end_phase(end_phases(members))
             cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
-            return Plan((terminal_status(phj, phase, reason, message), *cancel, Event(reason, message)))
+            return Plan((terminal_status(phj, phase, reason, message, now.wall), *cancel, Event(reason, message)))
         if job is None:
             if slurm.submitted_at is not None and now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE:
                 return Plan(requeue=slurm.poll_period)
             if slurm.taken_at < (slurm.submitted_at or 0):
                 return Plan(requeue=slurm.poll_period)
-            return slurm_ended(phj, members, None, job_id)
+            return slurm_ended(phj, members, None, job_id, now)
         if job.is_finished:
-            return slurm_ended(phj, members, job, job_id)
+            return slurm_ended(phj, members, job, job_id, now)
         if job.is_pending:
             return follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
         if job.is_running and job.nodes:
-            return allocation(phj, members, job, scheduler=follow.scheduler, status=status, now=now.mono,
-                              held=follow.held, devices_missing=follow.devices_missing)  # fmt: skip
+            return allocation(
+                phj,
+                members,
+                job,
+                scheduler=follow.scheduler,
+                now=now,
+                status=status,
+                held=follow.held,
+                devices_missing=follow.devices_missing,
+            )
         # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
         return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
 
 
-def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int) -> Plan:
+def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int, now: Clock) -> Plan:
     """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
-    return job_ended(phj, members, end_of_job(job, job_id), job)
+    return job_ended(phj, members, end_of_job(job, job_id), job, now.wall)
