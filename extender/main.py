@@ -31,8 +31,12 @@ def main(argv: list[str] | None = None) -> None:
 
 async def serve(cfg: Config, kubeconfig: str | None) -> None:
     """Serve until SIGTERM or SIGINT: the extender, and health alone on extenderHealthListen."""
-    sites = [(make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
-              split_listen(cfg.extenderListen))]  # fmt: skip
+    sites = [
+        (
+            make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
+            split_listen(cfg.extenderListen),
+        )
+    ]
     if cfg.extenderHealthListen:
         sites.append((make_health_app(), split_listen(cfg.extenderHealthListen)))
     runners = []

@@ -412,5 +412,11 @@ class KubeClient:
             # A namespace being deleted takes no new Events (403): the objects' last Events cannot
             # be kept, and one warning per object of the namespace told nobody anything.
             terminating = isinstance(e, KubeError) and e.status == 403 and "being terminated" in str(e)
-            log.log(logging.DEBUG if terminating else logging.WARNING, "could not record event %s on %s/%s: %s",
-                    reason, ns, meta.get("name"), e)  # fmt: skip
+            log.log(
+                logging.DEBUG if terminating else logging.WARNING,
+                "could not record event %s on %s/%s: %s",
+                reason,
+                ns,
+                meta.get("name"),
+                e,
+            )

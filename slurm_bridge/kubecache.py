@@ -53,16 +53,27 @@ NAMESPACES_PATH: Final = resource_path("v1", "namespaces", None)
 
 def project_namespace(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "labels": meta.get("labels") or {},
-                         "resourceVersion": meta.get("resourceVersion")}}  # fmt: skip
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "labels": meta.get("labels") or {},
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+    }
 
 
 def project_policy(obj: Obj) -> Obj:
     """What the rules and the status writer read: no managedFields or annotations."""
     meta = obj.get("metadata") or {}
     kept = {k: meta.get(k) for k in ("name", "uid", "generation", "resourceVersion", "creationTimestamp")}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind") or names.TP_KIND, "metadata": kept,
-            "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}  # fmt: skip
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind") or names.TP_KIND,
+        "metadata": kept,
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
 
 
 def key_of(obj: Obj) -> Key:
@@ -238,8 +249,9 @@ class Informer:
     async def _watch(self) -> None:
         """Hand on events until the watch ends."""
         self.watches += 1
-        events = self.kube.watch(self.path, self.resource_version, timeout_seconds=self.watch_seconds,
-                                 params=self.params)  # fmt: skip
+        events = self.kube.watch(
+            self.path, self.resource_version, timeout_seconds=self.watch_seconds, params=self.params
+        )
         async with contextlib.aclosing(events):  # a 410 or a stop closes the response at once
             await self._consume(events)
 
@@ -329,10 +341,17 @@ class TenantCache:
                 return None
             return lambda name, _obj: on_change(kind, name)
 
-        self.policies = WatchCache(kube, TENANT_POLICIES_PATH, "TenantPolicies", project=project_policy,
-                                   on_change=changed("policy"), missing_ok=True)  # fmt: skip
-        self.namespaces = WatchCache(kube, NAMESPACES_PATH, "namespaces", project=project_namespace,
-                                     on_change=changed("namespace"))  # fmt: skip
+        self.policies = WatchCache(
+            kube,
+            TENANT_POLICIES_PATH,
+            "TenantPolicies",
+            project=project_policy,
+            on_change=changed("policy"),
+            missing_ok=True,
+        )
+        self.namespaces = WatchCache(
+            kube, NAMESPACES_PATH, "namespaces", project=project_namespace, on_change=changed("namespace")
+        )
         self._index = TenantIndex()
         self._built: tuple[int, int] = (-1, -1)
         self._tasks: list[asyncio.Task[None]] = []

@@ -106,8 +106,9 @@ async def facts(need: Needs, apis: Discovery) -> Facts:
             )
     except (KubeError, aiohttp.ClientError, TimeoutError) as e:
         unknown = f"slurm-bridge cannot read the API server's discovery to check this request ({e}); try again"
-        return Facts(workload_missing=unknown if need.workload else None,
-                     resource_missing=unknown if need.devices else None)  # fmt: skip
+        return Facts(
+            workload_missing=unknown if need.workload else None, resource_missing=unknown if need.devices else None
+        )
     return Facts(workload, resource)
 
 

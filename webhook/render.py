@@ -149,11 +149,16 @@ def _mutating_rules() -> list[dict[str, Any]]:
     alone sees a pod template's spec.schedulingGroup (or a Job's spec.scheduling) before an API
     server without the Workload API drops it (webhook/apis.py); it changes nothing in them."""
     templates = [
-        {"operations": ["CREATE"], "apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural],
-         "scope": "Namespaced"}
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [k.group],
+            "apiVersions": ["*"],
+            "resources": [k.plural],
+            "scope": "Namespaced",
+        }
         for k in workloads.CONFIGURING
         if k.pod_templates
-    ]  # fmt: skip
+    ]
     return [{"operations": ["CREATE"], **_POD_RULE}, *templates]
 
 

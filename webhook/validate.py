@@ -220,14 +220,18 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
     if problems:
         return problems
     if counts:
-        return [f"spec: DRA requests {sorted(counts)} were not turned into the bridge's device claim by its "
-                "mutating webhook (was it unavailable?); create the pod again"]  # fmt: skip
+        return [
+            f"spec: DRA requests {sorted(counts)} were not turned into the bridge's device claim by its "
+            "mutating webhook (was it unavailable?); create the pod again"
+        ]
     if old is not None:
         before = ((_metadata(old) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
         after = ((_metadata(pod) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
         if before != after:
-            return [f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}] cannot change: the pod's Slurm job was "
-                    "made from its device requests at creation; delete the pod and create it again"]  # fmt: skip
+            return [
+                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}] cannot change: the pod's Slurm job was "
+                "made from its device requests at creation; delete the pod and create it again"
+            ]
         return []
     return dra.consistency_problems(pod)
 

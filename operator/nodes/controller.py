@@ -252,8 +252,13 @@ class NodeController:
         primary = self._primary(slurm_name) in (None, name)
         if info is not None and not primary and name not in self._warned:
             self._warned.add(name)
-            log.warning("nodes %s and %s both map to Slurm node %s; only %s is kept in step with it",
-                        name, self._primary(slurm_name), slurm_name, self._primary(slurm_name))  # fmt: skip
+            log.warning(
+                "nodes %s and %s both map to Slurm node %s; only %s is kept in step with it",
+                name,
+                self._primary(slurm_name),
+                slurm_name,
+                self._primary(slurm_name),
+            )
         plan = nodesync.decide(
             nodesync.kube_view(node, self.config.schedulerName),
             nodesync.slurm_view(info) if info is not None else None,
@@ -325,8 +330,14 @@ class NodeController:
         known = None
         if isinstance(want, reg.Desired) and info is None and refused is None:
             known = await self._known_partitions()
-        plan = reg.decide(node, want, info, bridge_id=self.config.bridgeId, known_partitions=known,
-                          refused=refused[1] if refused else None)  # fmt: skip
+        plan = reg.decide(
+            node,
+            want,
+            info,
+            bridge_id=self.config.bridgeId,
+            known_partitions=known,
+            refused=refused[1] if refused else None,
+        )
         return await self._apply_registration(name, node, slurm_name, want, plan)
 
     async def _reconcile_registered(self, slurm_name: str, k8s_name: str) -> float | None:
@@ -356,7 +367,7 @@ class NodeController:
             if self._told.get(name) != plan.message:
                 self._told[name] = plan.message
                 log.warning("node %s: %s", name, plan.message)
-                await self.kube.event(ref, "SlurmNodeNotRegistered", plan.message, warning=True)
+                await self.kube.event(ref, names.REASON_SLURM_NODE_NOT_REGISTERED, plan.message, warning=True)
             return False  # nothing was done: the node sync goes on
         try:
             reason, message = await self._write_registration(name, slurm_name, want, plan)
@@ -372,7 +383,7 @@ class NodeController:
             if self._told.get(name) != message:
                 self._told[name] = message
                 log.warning("node %s: %s", name, message)
-                await self.kube.event(ref, "SlurmNodeRegistrationFailed", message, warning=True)
+                await self.kube.event(ref, names.REASON_SLURM_NODE_REGISTRATION_FAILED, message, warning=True)
             return True
         self._told.pop(name, None)
         log.info("node %s: %s: %s", name, reason, message)
@@ -394,14 +405,14 @@ class NodeController:
             await self.slurm.update_node(slurm_name, comment=comment)
             # Until a node list shows it, decide on the node as made (not on the stale list).
             self._written[slurm_name] = (want.as_created(comment), time.monotonic())
-            return "SlurmNodeRegistered", f"registered in Slurm as {want.node_conf()}"
+            return names.REASON_SLURM_NODE_REGISTERED, f"registered in Slurm as {want.node_conf()}"
         if action == reg.Action.SET_COMMENT:
             comment = reg.bridge_comment(self.config.bridgeId, name)
             await self.slurm.update_node(slurm_name, comment=comment)
             info = self.slurm_node(slurm_name)
             if info is not None:
                 self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
-            return "SlurmNodeAdopted", plan.message
+            return names.REASON_SLURM_NODE_ADOPTED, plan.message
         if action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
             drain = action == reg.Action.DRAIN
             slurm_action = nodesync.SlurmAction.DRAIN if drain else nodesync.SlurmAction.UNDRAIN
@@ -410,13 +421,13 @@ class NodeController:
             info = self.slurm_node(slurm_name)
             if info is not None:
                 self._written[slurm_name] = (nodesync.after_slurm_action(info, slurm_action, reason), time.monotonic())
-            return ("SlurmNodeLeaving" if drain else "SlurmNodeRegistered"), plan.message
+            return (names.REASON_SLURM_NODE_LEAVING if drain else names.REASON_SLURM_NODE_REGISTERED), plan.message
         # DELETE
         await self.slurm.delete_node(slurm_name)
         self._written[slurm_name] = (None, time.monotonic())
         if plan.remember and isinstance(want, reg.Desired):
             self._refused[name] = (want.node_conf(), plan.remember)
-        return "SlurmNodeDeregistered", plan.message
+        return names.REASON_SLURM_NODE_DEREGISTERED, plan.message
 
     async def _annotate(self, name: str, value: str | None) -> None:
         """Record (or drop) the registered node line on the Kubernetes node."""

@@ -245,9 +245,12 @@ def after_refusal(phj: PlaceholderJob, refused: Refused, now: Clock) -> Plan:
     shown = rejected.message or refused.message
     tell: tuple[Action, ...] = ()
     if refused.present:
-        tell = (TellPods(refused.present, reason if final else "Slurm" + reason, shown, warning=True),)
-    return Plan((WriteStatus(rejected), Event(reason, shown, warning=True), *tell),
-                requeue=None if final else SUBMIT_RETRY_SECONDS)  # fmt: skip
+        told = reason if final else names.REASON_SLURM_SUBMIT_REJECTED
+        tell = (TellPods(refused.present, told, shown, warning=True),)
+    return Plan(
+        (WriteStatus(rejected), Event(reason, shown, warning=True), *tell),
+        requeue=None if final else SUBMIT_RETRY_SECONDS,
+    )
 
 
 # ---- a job exists -----------------------------------------------------------------------------
@@ -295,8 +298,13 @@ def _finalize(phj: PlaceholderJob, slurm: SlurmSide, confirmed: Members | None) 
             to_end = tuple(n for n in holding if not pod_terminating(confirmed[n] or {"metadata": {}}))
             end: tuple[Action, ...] = ()
             if to_end:
-                end = (EndPods(to_end, names.REASON_PHJ_DELETED,
-                               f"PlaceholderJob {name} was deleted, so its {what} is released"),)  # fmt: skip
+                end = (
+                    EndPods(
+                        to_end,
+                        names.REASON_PHJ_DELETED,
+                        f"PlaceholderJob {name} was deleted, so its {what} is released",
+                    ),
+                )
             return Plan((*end, NoteWaiting(tuple(holding), job_id)), requeue=FINALIZE_RECHECK_SECONDS)
     actions: list[Action] = []
     if live_job:

@@ -64,13 +64,23 @@ def project_pod(pod: Obj) -> Obj:
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             out_spec[key] = [_pick(c, _CONTAINER) for c in spec[key]]
-    return {"apiVersion": pod.get("apiVersion", "v1"), "kind": "Pod", "metadata": _meta(pod), "spec": out_spec,
-            "status": _pick(pod.get("status"), _POD_STATUS)}  # fmt: skip
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": "Pod",
+        "metadata": _meta(pod),
+        "spec": out_spec,
+        "status": _pick(pod.get("status"), _POD_STATUS),
+    }
 
 
 def project_node(node: Obj) -> Obj:
-    return {"apiVersion": node.get("apiVersion", "v1"), "kind": "Node", "metadata": _meta(node),
-            "spec": _pick(node.get("spec"), _NODE_SPEC), "status": _pick(node.get("status"), _NODE_STATUS)}  # fmt: skip
+    return {
+        "apiVersion": node.get("apiVersion", "v1"),
+        "kind": "Node",
+        "metadata": _meta(node),
+        "spec": _pick(node.get("spec"), _NODE_SPEC),
+        "status": _pick(node.get("status"), _NODE_STATUS),
+    }
 
 
 def project_other(obj: Obj) -> Obj:
@@ -160,8 +170,10 @@ class ObjectStore:
             self.upsert(obj)
             return True
         stored = project(obj)
-        unchanged = {**stored, "metadata": {**stored["metadata"], "resourceVersion": cur["metadata"].get(
-            "resourceVersion")}} == cur  # fmt: skip
+        unchanged = {
+            **stored,
+            "metadata": {**stored["metadata"], "resourceVersion": cur["metadata"].get("resourceVersion")},
+        } == cur
         self._reindex(key, cur, stored)
         self._objs[key] = stored
         return not unchanged

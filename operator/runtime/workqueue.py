@@ -93,8 +93,14 @@ class WorkQueue(Generic[K]):
                 n = self._failures.get(key, 0) + 1
                 self._failures[key] = n
                 delay = min(0.2 * 2 ** (n - 1), 30.0)
-                log.warning("reconcile %s failed (attempt %d, retry in %.1fs): %s", key, n, delay, e,
-                            exc_info=n == 1 and not isinstance(e, OSError))  # fmt: skip
+                log.warning(
+                    "reconcile %s failed (attempt %d, retry in %.1fs): %s",
+                    key,
+                    n,
+                    delay,
+                    e,
+                    exc_info=n == 1 and not isinstance(e, OSError),
+                )
                 self.add_after(key, delay)
             finally:
                 self._active.discard(key)

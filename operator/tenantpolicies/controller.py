@@ -223,8 +223,10 @@ class TenantStatusController:
             self.slurm_names = SlurmNames(problem=f"slurmrestd's slurmdb endpoints failed: {e}")
         else:
             if accounts is None or qos is None:
-                problem = ("slurmrestd serves no slurmdb endpoints (no slurmdbd, or slurmrestd started without "
-                           "its slurmdbd plugin)")  # fmt: skip
+                problem = (
+                    "slurmrestd serves no slurmdb endpoints (no slurmdbd, or slurmrestd started without "
+                    "its slurmdbd plugin)"
+                )
                 self.slurm_names = SlurmNames(problem=problem)
             else:
                 self.slurm_names = SlurmNames(frozenset(accounts), frozenset(qos), "")
@@ -254,6 +256,8 @@ class TenantStatusController:
         self._announced[name] = set(outside)
         if new:
             shown = "; ".join(new[:5]) + (f"; and {len(new) - 5} more" if len(new) > 5 else "")
-            message = (f"{len(new)} live job(s) no longer fit this policy; they keep running (a policy change applies "
-                       f"to new submissions only): {shown}")  # fmt: skip
+            message = (
+                f"{len(new)} live job(s) no longer fit this policy; they keep running (a policy change applies "
+                f"to new submissions only): {shown}"
+            )
             await self.kube.event(obj, names.REASON_JOBS_OUTSIDE_POLICY, message, warning=True)

@@ -31,8 +31,14 @@ class HotWatches:
     """The pod and PlaceholderJob informers of one controller."""
 
     def __init__(self, kube: KubeClient, ctrl: Controller) -> None:
-        self.pods = Informer(kube, resource_path("v1", "pods", None), "pods", ctrl.on_pod_event, ctrl.pods,
-                             params=pod_selector(ctrl.config.schedulerName))  # fmt: skip
+        self.pods = Informer(
+            kube,
+            resource_path("v1", "pods", None),
+            "pods",
+            ctrl.on_pod_event,
+            ctrl.pods,
+            params=pod_selector(ctrl.config.schedulerName),
+        )
         self.phjs = Informer(kube, phj_path(None), "PlaceholderJobs", ctrl.on_phj_event, ctrl.phjs)
         self.all = (self.pods, self.phjs)
 

@@ -31,10 +31,20 @@ from .wire import (
 # Base job states; Slurm lists flags (COMPLETING, REQUEUED, ...) beside them.
 _JOB_BASE_STATES: Final = frozenset(
     {
-        "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
     }
-)  # fmt: skip
+)
 # (EXTERNAL, new in 26.05, is a flag: scontrol shows IDLE+EXTERNAL.)
 _NODE_BASE_STATES: Final = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
 

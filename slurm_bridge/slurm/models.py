@@ -152,10 +152,17 @@ class JobStates:
 
 FINISHED_JOB_STATES = frozenset(
     {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT",
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
     }
-)  # fmt: skip
+)
 
 
 class NodeDevices(BaseModel):

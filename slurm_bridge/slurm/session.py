@@ -141,13 +141,17 @@ class SlurmSession:
         needs = f"slurm-bridge needs Slurm {MIN_SLURM_RELEASE[0]}.{MIN_SLURM_RELEASE[1]:02d} or newer"
         if release is not None and too_old(release):
             speaks = ", ".join(SUPPORTED_VERSIONS)
-            message = (f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
-                       f"external jobs it submits (REST API {speaks}): upgrade Slurm")  # fmt: skip
+            message = (
+                f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
+                f"external jobs it submits (REST API {speaks}): upgrade Slurm"
+            )
         else:
             found = f"Slurm {release}, " if release else ""
-            message = (f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
-                       f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
-                       "plugin (slurmrestd -d) or upgrade Slurm")  # fmt: skip
+            message = (
+                f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
+                f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
+                "plugin (slurmrestd -d) or upgrade Slurm"
+            )
         raise SlurmUnsupportedVersion(message, offered=offered, release=release)
 
     async def _release(self, version: str) -> str | None:
@@ -203,9 +207,16 @@ class SlurmSession:
         while True:
             token = self._token.get()
             outcome = await self._send(
-                method, path, token, expect,
-                json_body=json_body, params=params, time_limit=time_limit, decode=decode, listing=listing,
-            )  # fmt: skip
+                method,
+                path,
+                token,
+                expect,
+                json_body=json_body,
+                params=params,
+                time_limit=time_limit,
+                decode=decode,
+                listing=listing,
+            )
             if isinstance(outcome, Answer):
                 return outcome.reply
             if isinstance(outcome, Failed):
@@ -218,11 +229,16 @@ class SlurmSession:
                 raise outcome.error(what, self._token.path, self.user)
             if attempt >= self.retries:
                 raise outcome.gave_up(what, attempt + 1)
-            delay = min(self._backoff_max, self._backoff_base * 2**attempt)
-            delay = delay / 2 + random.uniform(0, delay / 2)
             attempt += 1
-            log.warning("%s: %s; retry %d/%d in %.2fs", what, outcome.problem, attempt, self.retries, delay)
-            await asyncio.sleep(delay)
+            await self._pause(what, outcome.problem, attempt)
+
+    async def _pause(self, what: str, problem: str, attempt: int) -> None:
+        """Wait before retry ``attempt``: a backoff doubling from ``backoff_base`` up to
+        ``backoff_max``, half of it jittered, so clients that failed together do not retry together."""
+        delay = min(self._backoff_max, self._backoff_base * 2 ** (attempt - 1))
+        delay = delay / 2 + random.uniform(0, delay / 2)
+        log.warning("%s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.retries, delay)
+        await asyncio.sleep(delay)
 
     async def _send(
         self,

@@ -54,10 +54,18 @@ def too_old(release: str) -> bool:
 # `scontrol update node` (NOT_RESPONDING is scontrol's NoResp, POWER_DRAIN its POWER_DOWN_ASAP).
 _NODE_UPDATE_STATES_V43: Final = frozenset(
     {
-        "DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWER_DOWN", "POWER_DRAIN",
-        "POWER_UP", "RESUME", "UNDRAIN",
+        "DOWN",
+        "DRAIN",
+        "FAIL",
+        "FUTURE",
+        "NOT_RESPONDING",
+        "POWER_DOWN",
+        "POWER_DRAIN",
+        "POWER_UP",
+        "RESUME",
+        "UNDRAIN",
     }
-)  # fmt: skip
+)
 
 
 class Codec(RequestBodies, AnswerDecoder):

@@ -15,7 +15,6 @@ from slurm_bridge import names
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     MAX_COMPONENTS,
-    REASON_NESTED,
     CompositeGroup,
     CompositeJoin,
     Part,
@@ -270,7 +269,7 @@ COMPOSITE_ERRORS: list[tuple[str, API, str, str]] = [
     ("v1alpha3 is not served", API(*objects(), served=("v1", *PG_VERSIONS)), "CompositePodGroupAPINotServed",
      "CompositePodGroup feature gate"),
     ("a gang inside a gang", API(workload(), composite("outer"), composite("c", parent="outer"), podgroup("large")),
-     REASON_NESTED, "cannot keep the inner minGroupCount"),
+     names.REASON_NESTED_COMPOSITE, "cannot keep the inner minGroupCount"),
 ]  # fmt: skip
 
 

@@ -18,7 +18,6 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import REASON_COMPOSITE_FULL
 from slurm_bridge.operator.placeholderjobs.grouping.vacancies import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
@@ -369,7 +368,7 @@ async def test_a_terminating_member_of_a_composite_keeps_its_place_until_it_is_g
     pods.upsert(copy.deepcopy(old))
     add_composite_pod(kube, pods, "large-2", "large")
     assert await m.reconcile((NS, "large-2")) == WAIT_SECONDS
-    [(_, message)] = [(n, msg) for n, r, msg in kube.events if r == REASON_COMPOSITE_FULL]
+    [(_, message)] = [(n, msg) for n, r, msg in kube.events if r == names.REASON_COMPOSITE_FULL]
     assert "(terminating, keeping its place and node until it is gone: large-1)" in message
     assert kube.objects[CPG_PHJ]["spec"]["pods"] == ["large-0", "large-1", "small-0"]
 

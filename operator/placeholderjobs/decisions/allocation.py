@@ -101,10 +101,18 @@ def allocated_status(
     conditions = set_condition(status.conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
     assignments = [Assignment(pod=p, node=n) for p, n in sorted(assignment.items())]
     write = PlaceholderJobStatus(
-        job_id=job.job_id, phase=names.PHASE_ALLOCATED, slurm_state=job.state, reason="", message=message,
-        node_list=nodes, pod_list=pod_list, assignments=assignments, start_time=status.start_time or iso(wall),
-        conditions=conditions, **identity(job),
-    )  # fmt: skip
+        job_id=job.job_id,
+        phase=names.PHASE_ALLOCATED,
+        slurm_state=job.state,
+        reason="",
+        message=message,
+        node_list=nodes,
+        pod_list=pod_list,
+        assignments=assignments,
+        start_time=status.start_time or iso(wall),
+        conditions=conditions,
+        **identity(job),
+    )
     if status.expected_start is not None:
         write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     return write
@@ -116,11 +124,14 @@ def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str, wal
     is never held in silence. Its live members are ended by the terminal rows of ``decide``, at
     once."""
     message = f"the API server refused to release pod {pod} for Slurm job {job_id}, which is cancelled: {error}"
-    return Plan((
-        terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message, wall),
-        Cancel(job_id),
-        Event(names.REASON_RELEASE_REJECTED, message, warning=True),
-    ), requeue=0.0)  # fmt: skip
+    return Plan(
+        (
+            terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message, wall),
+            Cancel(job_id),
+            Event(names.REASON_RELEASE_REJECTED, message, warning=True),
+        ),
+        requeue=0.0,
+    )
 
 
 def with_running(
@@ -136,9 +147,10 @@ def with_running(
 def unreleased_members(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """(pod, node) of the live members that are neither bound nor released to their node yet."""
     return tuple(
-        (n, assignment[n]) for n, p in live.items()
+        (n, assignment[n])
+        for n, p in live.items()
         if not p.get("spec", {}).get("nodeName") and not pod_is_released(p, assignment[n])
-    )  # fmt: skip
+    )
 
 
 def assign_nodes(pods: Sequence[str], nodes: Sequence[str], current: Mapping[str, str]) -> dict[str, str] | None:

@@ -108,9 +108,10 @@ def pending(
 def pending_report(job: JobInfo, members: Members, wall: datetime) -> ReportPending:
     """The SlurmJobPending Event for ``job``, on the members that wait for it (not yet bound)."""
     waiting = tuple(
-        n for n, p in holding_allocation(members).items()
+        n
+        for n, p in holding_allocation(members).items()
         if not p.get("spec", {}).get("nodeName") and not pod_terminating(p)
-    )  # fmt: skip
+    )
     return ReportPending(waiting, job.reason, pending_message(job.job_id, job.reason, expected_start(job, wall)))
 
 

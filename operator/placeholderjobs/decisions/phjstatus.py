@@ -72,12 +72,17 @@ def submitted_status(
             f"partition {request.partition or '-'}; Slurm starts it in a backfill pass)"
         )
     submitted = PlaceholderJobStatus(
-        job_id=job_id, phase=names.PHASE_PENDING, slurm_state=job.state if job else "PENDING",
-        reason=job.reason if job else "", message=message, submit_time=iso(wall),
-        observed_generation=gen, pod_list=",".join(spec.pods),
+        job_id=job_id,
+        phase=names.PHASE_PENDING,
+        slurm_state=job.state if job else "PENDING",
+        reason=job.reason if job else "",
+        message=message,
+        submit_time=iso(wall),
+        observed_generation=gen,
+        pod_list=",".join(spec.pods),
         conditions=set_condition(status.conditions, names.COND_SUBMITTED, True, names.REASON_SUBMITTED, message, gen),
         **identity(job),
-    )  # fmt: skip
+    )
     expected = expected_start(job, wall) if job is not None else None
     if expected is not None:
         submitted.expected_start = expected
@@ -117,10 +122,13 @@ def rejected_status(
             return ended.status
     why = names.REASON_ASSOCIATION_REJECTED if association else names.REASON_SUBMIT_REJECTED
     return PlaceholderJobStatus(
-        phase=names.PHASE_PENDING, reason=names.REASON_SUBMIT_REJECTED, message=message, submit_time=iso(wall),
+        phase=names.PHASE_PENDING,
+        reason=names.REASON_SUBMIT_REJECTED,
+        message=message,
+        submit_time=iso(wall),
         observed_generation=gen,
         conditions=set_condition(conditions, names.COND_SUBMITTED, False, why, message, gen),
-    )  # fmt: skip
+    )
 
 
 def terminal_status(
@@ -136,9 +144,12 @@ def terminal_status(
     if conditions is None:
         conditions = phj.status.conditions
     ended = PlaceholderJobStatus(
-        phase=phase, reason=reason, message=message, end_time=iso(wall),
+        phase=phase,
+        reason=reason,
+        message=message,
+        end_time=iso(wall),
         conditions=set_condition(conditions, names.COND_ENDED, True, reason, message, phj.metadata.generation),
-    )  # fmt: skip
+    )
     if job is not None:
         ended.slurm_state = job.state
     if phj.status.expected_start is not None:
@@ -170,10 +181,18 @@ def waiting_for_pods(phj: PlaceholderJob, message: str) -> Plan:
     status = phj.status
     if status.reason == names.REASON_WAITING_FOR_PODS and status.message == message:
         return Plan()
-    return Plan((WriteStatus(PlaceholderJobStatus(
-        phase=names.PHASE_PENDING, reason=names.REASON_WAITING_FOR_PODS, message=message,
-        pod_list=",".join(phj.spec.pods),
-    )),))  # fmt: skip
+    return Plan(
+        (
+            WriteStatus(
+                PlaceholderJobStatus(
+                    phase=names.PHASE_PENDING,
+                    reason=names.REASON_WAITING_FOR_PODS,
+                    message=message,
+                    pod_list=",".join(phj.spec.pods),
+                )
+            ),
+        )
+    )
 
 
 def job_ended(
@@ -200,14 +219,16 @@ def end_of_job(job: JobInfo | None, job_id: int) -> tuple[str, str, str]:
         return (names.PHASE_FAILED, names.REASON_SLURM_JOB_VANISHED, f"Slurm job {job_id} no longer exists in Slurm")
     phase, what = _END_STATES.get(job.state, (names.PHASE_FAILED, f"the Slurm job ended as {job.state}"))
     detail = f" ({job.reason})" if job.reason else ""
-    return (phase, f"SlurmJob{job.state.title().replace('_', '')}", f"Slurm job {job_id}: {what}{detail}")
+    return (phase, names.slurm_job_ended(job.state), f"Slurm job {job_id}: {what}{detail}")
 
 
 def end_phases(members: Mapping[str, Obj | None]) -> dict[str, str | None]:
     """Each ended member's phase for pods_end_phase. A pod the kubelet stopped because it was
     deleted turns Failed before it goes: that is a deletion (None), not a failure."""
-    return {n: None if p is None or (pod_terminating(p) and pod_phase(p) == "Failed") else pod_phase(p)
-            for n, p in members.items()}  # fmt: skip
+    return {
+        n: None if p is None or (pod_terminating(p) and pod_phase(p) == "Failed") else pod_phase(p)
+        for n, p in members.items()
+    }
 
 
 def pods_end_phase(phases: Mapping[str, str | None]) -> tuple[str, str, str]:

@@ -150,10 +150,25 @@ class SubmitFailed:
 
 
 Action = (
-    AddFinalizer | ConfirmMembers | WriteStatus | Event | ReportPending | Cancel | EndPods | NoteWaiting | Fence
-    | Submit | UpdateJob | Release | ReportPodGroup | RequestFullList | ForgetUncertain | Finalize | TellPods
+    AddFinalizer
+    | ConfirmMembers
+    | WriteStatus
+    | Event
+    | ReportPending
+    | Cancel
+    | EndPods
+    | NoteWaiting
+    | Fence
+    | Submit
+    | UpdateJob
+    | Release
+    | ReportPodGroup
+    | RequestFullList
+    | ForgetUncertain
+    | Finalize
+    | TellPods
     | SubmitFailed
-)  # fmt: skip
+)
 
 
 # ---- what the shell reports back --------------------------------------------------------------

@@ -68,8 +68,9 @@ def release_pod_patch(
     labels = {names.LABEL_SLURM_JOB_ID: str(job_id), names.LABEL_PLACEHOLDER_JOB: label_value(phj_name)}
     for field, values in (("annotations", annotations), ("labels", labels)):
         if meta.get(field):
-            ops += [{"op": "add", "path": f"/metadata/{field}/{escape_pointer(k)}", "value": v}
-                    for k, v in values.items()]  # fmt: skip
+            ops += [
+                {"op": "add", "path": f"/metadata/{field}/{escape_pointer(k)}", "value": v} for k, v in values.items()
+            ]
         else:
             ops.append({"op": "add", "path": f"/metadata/{field}", "value": values})
     gates = pod.get("spec", {}).get("schedulingGates") or []

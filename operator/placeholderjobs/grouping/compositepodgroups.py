@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from slurm_bridge import workloads
+from slurm_bridge import names, workloads
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
@@ -47,9 +47,6 @@ PLURAL: Final = workloads.COMPOSITE_PODGROUP.plural
 VERSIONS: Final = workloads.COMPOSITE_PODGROUP.versions
 # Slurm's MAX_HET_JOB_COMPONENTS: a heterogeneous job has at most this many components.
 MAX_COMPONENTS: Final = 128
-# The Event a pod gets while it cannot join the heterogeneous job (it waits).
-REASON_COMPOSITE_FULL: Final = "CompositeFull"
-REASON_NESTED: Final = "NestedCompositePodGroup"
 
 
 def parent_name(obj: Mapping[str, Any]) -> str | None:
@@ -76,7 +73,7 @@ def nested(composite: Mapping[str, Any], parent: Mapping[str, Any]) -> GroupErro
     """A gang CompositePodGroup whose parent is a gang too: refused (the pod waits, with an Event)."""
     inner, outer = composite["metadata"]["name"], parent["metadata"]["name"]
     return GroupError(
-        REASON_NESTED,
+        names.REASON_NESTED_COMPOSITE,
         f"CompositePodGroup {inner} is a gang inside gang CompositePodGroup {outer}: the bridge makes one "
         f"heterogeneous Slurm job of a gang CompositePodGroup whose children are PodGroups, and a flat Slurm job "
         f"cannot keep the inner minGroupCount; give {outer} a basic policy (each inner CompositePodGroup is then "
@@ -203,32 +200,56 @@ def plan_composite_join(
         return CompositeJoin("replace", tuple(parts), {**uids, pod: uid}, slot=pod)
     if not submitted:
         return _grow(parts, {**uids, pod: uid}, pod, component, component_min, ended)
+    return _take_place(parts, uids, pod, uid, component, ended, note)
+
+
+def _take_place(
+    parts: Sequence[Part],
+    uids: Mapping[str, str],
+    pod: str,
+    uid: str,
+    component: str,
+    ended: Collection[str],
+    note: str,
+) -> CompositeJoin:
+    """After submission: the pod takes the place of an ended member of its own component, or waits."""
     mine = next((part for part in parts if part.pod_group == component), None)
     if mine is None:
-        return CompositeJoin("wait", why=(
-            f"the heterogeneous Slurm job was submitted without PodGroup {component}, which had no pods then, "
-            "and a submitted job cannot gain a component; the pod waits for the job to end"
-        ))  # fmt: skip
+        return CompositeJoin(
+            "wait",
+            why=(
+                f"the heterogeneous Slurm job was submitted without PodGroup {component}, which had no pods then, "
+                "and a submitted job cannot gain a component; the pod waits for the job to end"
+            ),
+        )
     free = sorted(p for p in mine.pods if p in ended)
     if not free:
-        return CompositeJoin("wait", why=(
-            f"PodGroup {component}'s component of the heterogeneous Slurm job was submitted for "
-            f"{len(mine.pods)} other pods and none of them has ended{note}; the pod waits for a free place"
-        ))  # fmt: skip
+        return CompositeJoin(
+            "wait",
+            why=(
+                f"PodGroup {component}'s component of the heterogeneous Slurm job was submitted for "
+                f"{len(mine.pods)} other pods and none of them has ended{note}; the pod waits for a free place"
+            ),
+        )
     slot = free[0]
     new_parts = tuple(
         Part(part.pod_group, part.min_member, tuple(pod if p == slot else p for p in part.pods))
-        if part is mine else part
+        if part is mine
+        else part
         for part in parts
-    )  # fmt: skip
+    )
     new_uids = {p: u for p, u in uids.items() if p != slot}
     return CompositeJoin("replace", new_parts, {**new_uids, pod: uid}, slot=slot)
 
 
 def _grow(
-    parts: Sequence[Part], uids: Mapping[str, str], pod: str, component: str, component_min: int,
+    parts: Sequence[Part],
+    uids: Mapping[str, str],
+    pod: str,
+    component: str,
+    component_min: int,
     ended: Collection[str],
-) -> CompositeJoin:  # fmt: skip
+) -> CompositeJoin:
     """Before submission: the pod joins its component (made if it has none yet), whose ended
     members drop out; ``uids`` already names the pod."""
     kept: list[Part] = []
@@ -238,10 +259,13 @@ def _grow(
         kept.append(part)
     if not any(part.pod_group == component for part in kept):
         if len(kept) >= MAX_COMPONENTS:
-            return CompositeJoin("wait", why=(
-                f"a heterogeneous Slurm job has at most {MAX_COMPONENTS} components, and this one has "
-                f"{len(kept)} PodGroups already; PodGroup {component} cannot be one more"
-            ))  # fmt: skip
+            return CompositeJoin(
+                "wait",
+                why=(
+                    f"a heterogeneous Slurm job has at most {MAX_COMPONENTS} components, and this one has "
+                    f"{len(kept)} PodGroups already; PodGroup {component} cannot be one more"
+                ),
+            )
         kept.append(Part(component, component_min, (pod,)))
     kept.sort(key=lambda part: part.pod_group)
     members = set(flat_pods(kept))

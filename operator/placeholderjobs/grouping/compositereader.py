@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import KubeError
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
@@ -59,7 +60,7 @@ class CompositeReader:
             served_by_version = await self._apis.workload_versions()
         except KubeError as e:
             raise GroupError(
-                "CompositePodGroupAPIUnreadable", f"cannot discover the {API_GROUP} API: {e}", 30.0
+                names.REASON_COMPOSITE_API_UNREADABLE, f"cannot discover the {API_GROUP} API: {e}", 30.0
             ) from None
         for version in VERSIONS:
             if PLURAL in served_by_version.get(version, ()):
@@ -67,7 +68,7 @@ class CompositeReader:
         served = sorted(served_by_version)
         known = ", ".join(f"{API_GROUP}/{v}" for v in VERSIONS)
         raise GroupError(
-            "CompositePodGroupAPINotServed",
+            names.REASON_COMPOSITE_API_NOT_SERVED,
             f"PodGroup {podgroup} names CompositePodGroup {parent} as its parent, but the API server serves no "
             f"CompositePodGroups in {known} (served versions: {', '.join(served) or 'none'}); enable the "
             f"CompositePodGroup feature gate (Kubernetes 1.37) and --runtime-config={API_GROUP}/{VERSIONS[0]}=true",

@@ -91,17 +91,17 @@ async def read_group_object(get: Getter, api_version: str, kind: str, plural: st
     one holds the pod (``<Kind>NotFound``, looked for again in 5 s); ``why`` says which field
     named it. 403 and other errors become ``<Kind>Forbidden`` / ``<Kind>Unreadable``.
     """
+    missing, forbidden, unreadable = names.GROUP_OBJECT_PROBLEMS[kind]
     try:
         obj = await get(resource_path(api_version, plural, ns, name))
     except KubeError as e:
         if e.status == 403:
-            raise GroupError(f"{kind}Forbidden", f"the bridge may not read {kind} {ns}/{name} ({api_version}); "
-                             f"grant it get on {plural}", 60.0) from None  # fmt: skip
-        raise GroupError(f"{kind}Unreadable", f"cannot read {kind} {ns}/{name} ({api_version}): {e}", 30.0) from None
+            message = f"the bridge may not read {kind} {ns}/{name} ({api_version}); grant it get on {plural}"
+            raise GroupError(forbidden, message, 60.0) from None
+        raise GroupError(unreadable, f"cannot read {kind} {ns}/{name} ({api_version}): {e}", 30.0) from None
     if obj is None:
-        raise GroupError(f"{kind}NotFound",
-                         f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it",
-                         5.0)  # fmt: skip
+        message = f"{why} {kind} {name}, which does not exist ({api_version}); the pod waits for it"
+        raise GroupError(missing, message, 5.0)
     obj.setdefault("apiVersion", api_version)
     obj.setdefault("kind", kind)
     return obj
@@ -192,8 +192,7 @@ def pod_group(pod: Obj, root: Obj | None = None) -> Group:
     """The single-pod group of ``pod``. ``root`` is where its options come from: its batch Job,
     or the highest controller the bridge could read; None for a bare pod (the pod itself)."""
     meta = pod["metadata"]
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
-             "blockOwnerDeletion": False}  # fmt: skip
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"], "blockOwnerDeletion": False}
     source: Obj = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
     annotations = slurmjob_annotations(pod)
     derived: dict[str, object] = {}
@@ -235,7 +234,7 @@ def lws_group(pod: Obj, lws: Obj) -> Group:
     index = labels.get(names.LABEL_LWS_GROUP_INDEX)
     if not index:
         raise GroupError(
-            "LeaderWorkerSetGroupUnknown",
+            names.REASON_LWS_GROUP_UNKNOWN,
             f"the pod has no {names.LABEL_LWS_GROUP_INDEX} label, so its LeaderWorkerSet group is unknown "
             "(the LeaderWorkerSet controller's webhook sets it)",
             30.0,
@@ -278,7 +277,7 @@ def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
     if not problems:
         return None
     name = (podgroup.get("metadata") or {}).get("name")
-    return GroupError("PodGroupUnsupported", f"PodGroup {name}: " + "; ".join(problems), 60.0)
+    return GroupError(names.REASON_PODGROUP_UNSUPPORTED, f"PodGroup {name}: " + "; ".join(problems), 60.0)
 
 
 def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group:
@@ -393,9 +392,14 @@ def new_phj(
     """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer;
     ``components``, ``min_components``: a CompositePodGroup's heterogeneous job."""
     spec = PlaceholderJobSpec(
-        pods=pods, pod_uids=pod_uids, min_member=group.min_member, group=GroupSource.model_validate(group.source),
-        slurm=request, components=components, min_components=min_components,
-    )  # fmt: skip
+        pods=pods,
+        pod_uids=pod_uids,
+        min_member=group.min_member,
+        group=GroupSource.model_validate(group.source),
+        slurm=request,
+        components=components,
+        min_components=min_components,
+    )
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,

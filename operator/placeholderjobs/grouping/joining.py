@@ -224,8 +224,14 @@ class Joins:
         with ``pod`` its first member: the object made, or when to look again (refused: the
         group's options may change; another member made it first: join that one)."""
         meta = pod["metadata"]
-        phj = new_phj(group, [meta["name"]], request, pod_uids={meta["name"]: meta["uid"]}, components=components,
-                      min_components=min_components)  # fmt: skip
+        phj = new_phj(
+            group,
+            [meta["name"]],
+            request,
+            pod_uids={meta["name"]: meta["uid"]},
+            components=components,
+            min_components=min_components,
+        )
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:
@@ -254,8 +260,9 @@ class Joins:
                 p = await self.kube.get(pod_path(ns, name))
             if p is not None:
                 pods.append(p)
-        return job_request(pods, config=self.config, derived=group.derived_for(len(members)),
-                           annotations=group.annotations)  # fmt: skip
+        return job_request(
+            pods, config=self.config, derived=group.derived_for(len(members)), annotations=group.annotations
+        )
 
     def is_submitted(self, phj: Obj) -> bool:
         """Whether the group's job is (or may be) in Slurm: its size is then fixed."""

@@ -78,12 +78,14 @@ class GroupResolver:
             obj = await self._get(path)
         except KubeError as e:
             raise GroupError(
-                "PodGroupUnreadable", f"cannot read PodGroup {ns}/{name} ({PODGROUP_API_VERSION}): {e}", 30.0
+                names.REASON_PODGROUP_UNREADABLE,
+                f"cannot read PodGroup {ns}/{name} ({PODGROUP_API_VERSION}): {e}",
+                30.0,
             ) from None
         if obj is None:
             # Coscheduling users often create the pods and the PodGroup together: wait for it.
             raise GroupError(
-                "PodGroupNotFound",
+                names.REASON_PODGROUP_NOT_FOUND,
                 f"the pod's {names.LABEL_POD_GROUP} label names PodGroup {name}, which does not exist "
                 f"(or the {PODGROUP_API_VERSION} PodGroup CRD is not installed); the pod waits for it",
                 5.0,
@@ -100,8 +102,8 @@ class GroupResolver:
             message = await self.apis.workload_api_missing("the pod sets spec.schedulingGroup")
         except KubeError as e:
             message = f"cannot discover the {WORKLOAD_API_GROUP} API: {e}"
-            raise GroupError("WorkloadAPIUnreadable", message, 30.0) from None
-        raise GroupError("WorkloadAPINotServed", message or "the Workload API is not served", 60.0)
+            raise GroupError(names.REASON_WORKLOAD_API_UNREADABLE, message, 30.0) from None
+        raise GroupError(names.REASON_WORKLOAD_API_NOT_SERVED, message or "the Workload API is not served", 60.0)
 
     async def _workload_podgroup(self, pod: Obj, name: str) -> Group | None:
         """The gang of the pod's built-in PodGroup; None for a ``basic`` policy, which (as in the
@@ -152,13 +154,15 @@ class GroupResolver:
             what = f"{ref.get('kind')} {ns}/{ref.get('name')} ({ref.get('apiVersion')})"
             if depth >= self.max_depth:
                 raise GroupError(
-                    "OwnerChainTooDeep",
+                    names.REASON_OWNER_CHAIN_TOO_DEEP,
                     f"the pod's controller owner chain is longer than {self.max_depth} objects (at {what})",
                     300.0,
                 )
             depth += 1
             if ref.get("uid") in seen:
-                raise GroupError("OwnerChainLoop", f"the pod's controller owner chain loops at {what}", 300.0)
+                raise GroupError(
+                    names.REASON_OWNER_CHAIN_LOOP, f"the pod's controller owner chain loops at {what}", 300.0
+                )
             seen.add(ref.get("uid"))
             try:
                 path = resource_path(str(ref.get("apiVersion")), await self._plural(ref), ns, str(ref.get("name")))
@@ -168,14 +172,16 @@ class GroupResolver:
                     break  # stop at the highest controller the bridge may read
                 if e.status == 403:
                     raise GroupError(
-                        "OwnerForbidden",
+                        names.REASON_OWNER_FORBIDDEN,
                         f"the bridge may not read the pod's owner {what}; grant it get on that resource",
                         60.0,
                     ) from None
-                raise GroupError("OwnerUnreadable", f"cannot read the pod's owner {what}: {e}", 10.0) from None
+                raise GroupError(
+                    names.REASON_OWNER_UNREADABLE, f"cannot read the pod's owner {what}: {e}", 10.0
+                ) from None
             if owner is None or (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
                 # Usually a workload being deleted: the garbage collector removes the pod soon.
-                raise GroupError("OwnerNotFound", f"the pod's owner {what} does not exist", 10.0)
+                raise GroupError(names.REASON_OWNER_NOT_FOUND, f"the pod's owner {what} does not exist", 10.0)
             owner.setdefault("apiVersion", ref.get("apiVersion"))
             owner.setdefault("kind", ref.get("kind"))
             highest = owner
@@ -200,7 +206,7 @@ class GroupResolver:
                 self._plurals[(api_version, kind)] = name
                 return name
         raise GroupError(
-            "OwnerKindNotServed",
+            names.REASON_OWNER_KIND_NOT_SERVED,
             f"the pod's owner kind {kind} ({api_version}) is not served by the API server",
             60.0,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurm_bridge import names
 from slurm_bridge.placeholderjob import PlaceholderJob
 
 # A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
@@ -37,8 +38,11 @@ class Vacancies:
 
 def gang_full(members: int, vacancies: Vacancies) -> tuple[str, str]:
     """The Event of a pod that waits for a free place in a submitted gang."""
-    return ("GangFull", f"the gang's Slurm job was submitted for {members} other pods and none of them has "
-            f"ended{vacancies.note()}; the pod waits for a free place")  # fmt: skip
+    return (
+        names.REASON_GANG_FULL,
+        f"the gang's Slurm job was submitted for {members} other pods and none of them has "
+        f"ended{vacancies.note()}; the pod waits for a free place",
+    )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Placed, Plan
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
-    REASON_COMPOSITE_FULL,
     CompositeGroup,
     CompositeJoin,
     Part,
@@ -112,7 +111,9 @@ class Composite:
             ended=vacancies.free(submitted),
             note=vacancies.note(),
         )
-        settled = await joins.settle_join(plan.action, pod, phj, key, "composite", (REASON_COMPOSITE_FULL, plan.why))
+        settled = await joins.settle_join(
+            plan.action, pod, phj, key, "composite", (names.REASON_COMPOSITE_FULL, plan.why)
+        )
         if settled is not None:
             return settled
         return await self._write(pod, group, phj, plan, submitted, joins)

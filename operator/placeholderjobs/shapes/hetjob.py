@@ -237,12 +237,20 @@ def allocation(
         message = f"Slurm heterogeneous job {leader.job_id} allocated {nodes} ({len(parts)} components)"
         conditions = set_condition(conditions, names.COND_ALLOCATED, True, names.REASON_ALLOCATED, message, gen)
         write = PlaceholderJobStatus(
-            job_id=leader.job_id, het_job_id=leader.job_id, phase=names.PHASE_ALLOCATED, slurm_state=leader.state,
-            reason="", message=message, node_list=nodes, pod_list=",".join(spec.pods),
+            job_id=leader.job_id,
+            het_job_id=leader.job_id,
+            phase=names.PHASE_ALLOCATED,
+            slurm_state=leader.state,
+            reason="",
+            message=message,
+            node_list=nodes,
+            pod_list=",".join(spec.pods),
             components=component_status(spec.components or [], parts),
             assignments=[Assignment(pod=p, node=n, offset=where[p][1]) for p, n in sorted(assignment.items())],
-            start_time=status.start_time or iso(now.wall), conditions=conditions, **identity(leader),
-        )  # fmt: skip
+            start_time=status.start_time or iso(now.wall),
+            conditions=conditions,
+            **identity(leader),
+        )
         if status.expected_start is not None:
             write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     if bound and status.phase != names.PHASE_RUNNING:

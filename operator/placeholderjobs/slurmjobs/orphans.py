@@ -74,8 +74,9 @@ class OrphanSweeper:
     async def sweep(self, snap: JobSnapshot) -> None:
         """Cancel live bridge jobs whose PlaceholderJob is gone."""
         known = {p["metadata"]["uid"] for p in self.phjs.values()}
-        found = candidates(snap, known, lambda uid: self.poller.side(uid).submitting, time.time(),
-                           self.config.orphanGraceSeconds)  # fmt: skip
+        found = candidates(
+            snap, known, lambda uid: self.poller.side(uid).submitting, time.time(), self.config.orphanGraceSeconds
+        )
         for job_id, ref in itertools.islice(found, CHECKS_PER_SWEEP):
             logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)
             try:
@@ -85,7 +86,8 @@ class OrphanSweeper:
                     continue
                 await self._cancel(job_id)
                 metrics.orphan_swept()
-                log.warning("cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id,
-                            ref.namespace, ref.name)  # fmt: skip
+                log.warning(
+                    "cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id, ref.namespace, ref.name
+                )
             except (KubeError, SlurmError) as e:
                 log.warning("orphan check of Slurm job %d failed: %s", job_id, e)

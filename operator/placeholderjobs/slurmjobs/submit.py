@@ -58,8 +58,13 @@ class Placer:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self.queue_only[partition] = (time.monotonic() + backoff, backoff)
             reason = refused.errors[0].error if refused.errors else str(refused)
-            log.info("Slurm cannot start job %s now (%s): queued it; partition %s queues directly for %.0fs",
-                     name, reason, partition or "(default)", backoff)  # fmt: skip
+            log.info(
+                "Slurm cannot start job %s now (%s): queued it; partition %s queues directly for %.0fs",
+                name,
+                reason,
+                partition or "(default)",
+                backoff,
+            )
         return job_id
 
     async def place_het(self, requests: list[JobRequest], name: str, admin_comment: str) -> int:

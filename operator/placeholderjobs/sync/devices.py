@@ -71,14 +71,14 @@ class DeviceBinder:
                 slices[node] = list((found or {}).get("items") or [])
             plan = dra.plan_claim(counts, node, held.get(node), slices[node], job_id)
             if isinstance(plan, str):
-                await self._tell(phj, pod, "SlurmDevicesNotFound", plan)
+                await self._tell(phj, pod, names.REASON_SLURM_DEVICES_NOT_FOUND, plan)
                 return Prepared(problem=f"pod {name}: {plan}")
             plans[name] = (pod, plan, counts)
         out = Prepared()
         for name, (pod, plan, counts) in plans.items():
             problem = await self._bind(pod, plan, counts)
             if problem:
-                await self._tell(phj, pod, "SlurmDevicesNotBound", problem)
+                await self._tell(phj, pod, names.REASON_SLURM_DEVICES_NOT_BOUND, problem)
                 return Prepared(problem=f"pod {name}: {problem}")
             out.annotations[name] = {names.ANN_SLURM_DEVICES: plan.annotation()}
             self._told.pop(pod["metadata"]["uid"], None)
@@ -102,15 +102,19 @@ class DeviceBinder:
                     return f"ResourceClaim {claim_name} was deleted while it was made; trying again"
         owners = [r.get("uid") for r in claim["metadata"].get("ownerReferences") or [] if r.get("kind") == "Pod"]
         if owners != [meta["uid"]]:
-            return (f"ResourceClaim {claim_name} exists and does not belong to this pod; delete it, or the pod "
-                    "(its claim name is fixed at creation)")  # fmt: skip
+            return (
+                f"ResourceClaim {claim_name} exists and does not belong to this pod; delete it, or the pod "
+                "(its claim name is fixed at creation)"
+            )
         status = dra.allocation_status(pod, plan)
         wanted = dra.allocated_to({"status": status})
         if (claim.get("status") or {}).get("allocation"):
             held = dra.allocated_to(claim)
             if held != wanted:
-                return (f"ResourceClaim {claim_name} is already allocated to other devices "
-                        f"({sorted(d[3] for d in held)}) than Slurm's ({plan.annotation()})")  # fmt: skip
+                return (
+                    f"ResourceClaim {claim_name} is already allocated to other devices "
+                    f"({sorted(d[3] for d in held)}) than Slurm's ({plan.annotation()})"
+                )
             return ""
         try:
             await self.kube.patch(f"{path}/status", {"status": status})
@@ -128,5 +132,6 @@ class DeviceBinder:
         log.warning("pod %s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], message)
         again = f"looked at again every {DEVICES_RETRY_SECONDS:.0f} s"
         await self.kube.event(pod, reason, f"{message}; the pod stays unreleased ({again})", warning=True)
-        await self.kube.event(phj, reason, f"pod {pod['metadata']['name']}: {message}; no member is released "
-                              f"({again})", warning=True)  # fmt: skip
+        await self.kube.event(
+            phj, reason, f"pod {pod['metadata']['name']}: {message}; no member is released ({again})", warning=True
+        )

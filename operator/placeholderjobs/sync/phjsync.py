@@ -107,9 +107,17 @@ class PlaceholderJobs:
         step = Again(phj)
         for _ in range(MAX_DECISIONS):
             plan = lc.decide(
-                step.phj, slurm, members, now, step.confirmed, scheduler=self.config.schedulerName,
-                held=self._unwritten.get(uid), told=self._told.get(uid), tenancy=policy, outcome=step.outcome,
-            )  # fmt: skip
+                step.phj,
+                slurm,
+                members,
+                now,
+                step.confirmed,
+                scheduler=self.config.schedulerName,
+                held=self._unwritten.get(uid),
+                told=self._told.get(uid),
+                tenancy=policy,
+                outcome=step.outcome,
+            )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
                 if step.error is not None:
@@ -309,9 +317,12 @@ class PlaceholderJobs:
         job = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
         waiting = ", ".join(pods)
         log.info("%s/%s deleted: %s is kept until pods %s are gone", meta.namespace, meta.name, job, waiting)
-        await self.kube.event(phj.raw, names.REASON_WAITING_FOR_PODS,
-                              f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
-                              "(a terminating pod still holds its node)")  # fmt: skip
+        await self.kube.event(
+            phj.raw,
+            names.REASON_WAITING_FOR_PODS,
+            f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
+            "(a terminating pod still holds its node)",
+        )
 
     async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
         """Remove the finalizer, and the PlaceholderJob from the store (its resourceVersion kept
@@ -325,10 +336,12 @@ class PlaceholderJobs:
             with contextlib.suppress(NotFound):
                 removed = await self.kube.patch(
                     phj_path(meta.namespace, meta.name),
-                    [{"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
-                     {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
+                    [
+                        {"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
+                        {"op": "remove", "path": f"/metadata/finalizers/{idx}"},
+                    ],
                     "json",
-                )  # fmt: skip
+                )
                 self.phjs.delete(removed)  # gone for this controller, whatever else holds it
         self.poller.forget(meta.uid)
         self._releasing.discard(meta.uid)
@@ -340,9 +353,11 @@ class PlaceholderJobs:
 
     async def _add_finalizer(self, phj: PlaceholderJob) -> PlaceholderJob:
         meta = phj.metadata
-        op = ({"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
-              if meta.finalizers else
-              {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]})  # fmt: skip
+        op = (
+            {"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
+            if meta.finalizers
+            else {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]}
+        )
         return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
     # ---- writes ---------------------------------------------------------------------------------

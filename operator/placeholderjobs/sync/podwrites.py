@@ -64,10 +64,14 @@ class MemberPods:
                 extra[names.ANN_SLURM_HET_OFFSET] = str(part[name][1])
             return extra or None
 
-        refusals = await asyncio.gather(*(
-            self._release_pod(pod, node, part.get(pod_name, (job_id, 0))[0], phj_name, annotations(pod_name), announce)
-            for pod_name, (pod, node) in unreleased.items()
-        ))  # fmt: skip
+        refusals = await asyncio.gather(
+            *(
+                self._release_pod(
+                    pod, node, part.get(pod_name, (job_id, 0))[0], phj_name, annotations(pod_name), announce
+                )
+                for pod_name, (pod, node) in unreleased.items()
+            )
+        )
         for pod_name, refusal in zip(unreleased, refusals, strict=True):
             if refusal is not None:
                 return pl.ReleaseRefused(job_id, pod_name, refusal)
@@ -104,9 +108,13 @@ class MemberPods:
                     return None
                 if attempt == 2:
                     log.warning("the API server refused to release pod %s/%s: %s", meta["namespace"], meta["name"], e)
-                    await self.kube.event(live, names.REASON_RELEASE_REJECTED,
-                                          f"the API server refused this pod's release for Slurm job {job_id}, "
-                                          f"which is cancelled: {e.message}", warning=True)  # fmt: skip
+                    await self.kube.event(
+                        live,
+                        names.REASON_RELEASE_REJECTED,
+                        f"the API server refused this pod's release for Slurm job {job_id}, "
+                        f"which is cancelled: {e.message}",
+                        warning=True,
+                    )
                     return e.message
                 pod = live
         self.pods.upsert(updated)
@@ -120,8 +128,13 @@ class MemberPods:
         """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""
         meta = pod["metadata"]
         path = pod_path(meta["namespace"], meta["name"])
-        cond = {"type": names.POD_COND_DISRUPTION_TARGET, "status": "True", "reason": reason,
-                "message": message, "lastTransitionTime": now_iso()}  # fmt: skip
+        cond = {
+            "type": names.POD_COND_DISRUPTION_TARGET,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_iso(),
+        }
         await self.kube.event(pod, reason, f"ending pod: {message}", warning=True)
         try:
             if pod.get("spec", {}).get("nodeName"):
