@@ -3,7 +3,7 @@ every request with its retries.
 
 ``_request`` is the only way a call reaches slurmrestd. Each attempt is one exchange
 (``_send``: count, send, time, read); what the answer means is decided without I/O in
-:mod:`.replies`, and ``_request`` acts on it: return, raise, or send again after a backoff. The
+:mod:`.outcomes`, and ``_request`` acts on it: return, raise, or send again after a backoff. The
 calls themselves live in :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clustercalls`.
 """
 
@@ -24,7 +24,7 @@ import httpx
 from .. import metrics
 from .errors import SlurmAuthError, SlurmError, SlurmUnsupportedVersion
 from .jwtfile import JwtFile
-from .replies import (
+from .outcomes import (
     Answer,
     AuthRejected,
     Expect,
@@ -197,7 +197,7 @@ class SlurmSession:
         replaces the client's timeout for this call (connect, send and the whole answer).
         ``decode(status, body)`` turns a successful answer into ``reply.value`` as it is parsed
         (off the event loop for a large one, with the garbage collector paused: see
-        :func:`.replies.read_reply`); ``listing`` decodes one list of it item by item as it is
+        :func:`.outcomes.read_reply`); ``listing`` decodes one list of it item by item as it is
         parsed (see ``Listing``).
         """
         what = f"{method} {path}"

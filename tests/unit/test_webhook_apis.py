@@ -21,8 +21,8 @@ from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.server import WebhookServer
 
+from .test_schedulingapi import BOTH, Docs
 from .test_webhook import CONFIG, SCHED, _client_context, make_pod, make_review
-from .test_workloadapi import BOTH, Docs
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]

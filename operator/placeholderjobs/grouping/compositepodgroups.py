@@ -4,7 +4,7 @@ Slurm job: which pods belong to it, where each component's options come from, an
 A built-in PodGroup names its parent in ``spec.parentCompositePodGroupName``. When that parent
 has a ``gang`` policy, every pod of every child gang PodGroup belongs to one PlaceholderJob,
 ``cpg-<composite>``, owned by the CompositePodGroup, and to one heterogeneous Slurm job with a
-component per child PodGroup (docs/workloads.md, "CompositePodGroups"):
+component per child PodGroup (docs/workloadkinds.md, "CompositePodGroups"):
 
 - each component holds one node per member pod (at least the child's ``gang.minCount``), sized
   and configured on its own: options merge Workload <- controller <- CompositePodGroup <- child
@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from slurm_bridge import names, workloads
+from slurm_bridge import names, workloadkinds
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
@@ -36,15 +36,15 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     slurmjob_annotations,
 )
 from slurm_bridge.translate import time_limit_from_deadline
-from slurm_bridge.workloads import GroupKind, group_kind
+from slurm_bridge.workloadkinds import GroupKind, group_kind
 
 Obj = dict[str, Any]
 
-COMPOSITE: Final[GroupKind] = workloads.COMPOSITE_PODGROUP.group_kind
-API_GROUP: Final = workloads.COMPOSITE_PODGROUP.group
-PLURAL: Final = workloads.COMPOSITE_PODGROUP.plural
+COMPOSITE: Final[GroupKind] = workloadkinds.COMPOSITE_PODGROUP.group_kind
+API_GROUP: Final = workloadkinds.COMPOSITE_PODGROUP.group
+PLURAL: Final = workloadkinds.COMPOSITE_PODGROUP.plural
 # The versions whose CompositePodGroup shape the bridge knows, preferred first.
-VERSIONS: Final = workloads.COMPOSITE_PODGROUP.versions
+VERSIONS: Final = workloadkinds.COMPOSITE_PODGROUP.versions
 # Slurm's MAX_HET_JOB_COMPONENTS: a heterogeneous job has at most this many components.
 MAX_COMPONENTS: Final = 128
 

@@ -1,10 +1,10 @@
 """Which PlaceholderJob a pod belongs to, and where that job's options come from.
 
-The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
+The rules (docs/workloadkinds.md) follow the Go slurm-bridge where it has them:
 
 - A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (the Kubernetes
   Workload API, ``scheduling.k8s.io`` v1beta1 or v1alpha2, read through
-  :mod:`slurm_bridge.workloadapi`) with a ``gang`` policy belongs to that gang. Its options merge
+  :mod:`slurm_bridge.schedulingapi`) with a ``gang`` policy belongs to that gang. Its options merge
   the PodGroup's, the selected controller's (the JobSet or Job above the pod) and the Workload's
   annotations, later winning. A ``basic`` policy asks for no gang: the rules below decide.
 - A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
@@ -29,12 +29,12 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from slurm_bridge import names, workloadapi, workloads
+from slurm_bridge import names, schedulingapi, workloadkinds
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, resource_path
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import time_limit_from_deadline
-from slurm_bridge.workloads import GroupKind, group_kind
+from slurm_bridge.workloadkinds import GroupKind, group_kind
 
 Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
@@ -43,27 +43,27 @@ Getter = Callable[[str], Awaitable[Obj | None]]
 # As the Go slurm-bridge: a longer chain is a loop or a mistake, not a workload.
 MAX_OWNER_DEPTH: Final = 32
 
-# The kinds (slurm_bridge/workloads.py has the table) by (API group, kind).
-POD: Final[GroupKind] = workloads.POD.group_kind
-JOB: Final[GroupKind] = workloads.JOB.group_kind
-JOBSET: Final[GroupKind] = workloads.JOBSET.group_kind
-LWS: Final[GroupKind] = workloads.LWS.group_kind
-PODGROUP: Final[GroupKind] = workloads.PODGROUP.group_kind
-PODGROUP_API_VERSION: Final = workloads.PODGROUP.api_version
-# The built-in Workload API (feature gate GenericWorkload; slurm_bridge/workloadapi.py).
-WORKLOAD_API_GROUP: Final = workloads.WORKLOAD.group
-SCHED_PODGROUP: Final[GroupKind] = workloads.SCHED_PODGROUP.group_kind
-WORKLOAD: Final[GroupKind] = workloads.WORKLOAD.group_kind
+# The kinds (slurm_bridge/workloadkinds.py has the table) by (API group, kind).
+POD: Final[GroupKind] = workloadkinds.POD.group_kind
+JOB: Final[GroupKind] = workloadkinds.JOB.group_kind
+JOBSET: Final[GroupKind] = workloadkinds.JOBSET.group_kind
+LWS: Final[GroupKind] = workloadkinds.LWS.group_kind
+PODGROUP: Final[GroupKind] = workloadkinds.PODGROUP.group_kind
+PODGROUP_API_VERSION: Final = workloadkinds.PODGROUP.api_version
+# The built-in Workload API (feature gate GenericWorkload; slurm_bridge/schedulingapi.py).
+WORKLOAD_API_GROUP: Final = workloadkinds.WORKLOAD.group
+SCHED_PODGROUP: Final[GroupKind] = workloadkinds.SCHED_PODGROUP.group_kind
+WORKLOAD: Final[GroupKind] = workloadkinds.WORKLOAD.group_kind
 # Versions of the Workload API whose PodGroup and Workload shapes the bridge knows, preferred
 # first, with the PodGroup status condition that says the gang was scheduled.
 WORKLOAD_API_VERSIONS: Final[Mapping[str, str]] = {
-    v: workloadapi.VERSIONS[v].condition for v in workloads.SCHED_PODGROUP.versions
+    v: schedulingapi.VERSIONS[v].condition for v in workloadkinds.SCHED_PODGROUP.versions
 }
 
 # Workloads that decide grouping when found in the owner chain (the highest one wins).
-RECOGNIZED: Final = workloads.DECIDES_GROUP
+RECOGNIZED: Final = workloadkinds.DECIDES_GROUP
 # spec.group.kind of a gang PlaceholderJob.
-GANG_KINDS: Final = workloads.GANG_KINDS
+GANG_KINDS: Final = workloadkinds.GANG_KINDS
 
 # Exclusive-placement annotations: the workload's controller or webhook holds back the other pods
 # until a leader pod is scheduled, which a gang never is alone.
@@ -131,8 +131,8 @@ class Group:
 
 
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    """The object's own slurmjob annotations (the filter is slurm_bridge/workloads.py's)."""
-    return workloads.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
+    """The object's own slurmjob annotations (the filter is slurm_bridge/workloadkinds.py's)."""
+    return workloadkinds.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
 
 
 def phj_name(*parts: str) -> str:
@@ -259,21 +259,21 @@ def podgroup_group(pod: Obj, podgroup: Obj) -> Group:
 
 def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
     """``schedulingPolicy.gang.minCount`` of a built-in PodGroup; None for a ``basic`` policy."""
-    return workloadapi.read_podgroup(podgroup).min_count
+    return schedulingapi.read_podgroup(podgroup).min_count
 
 
 def workload_name(podgroup: Mapping[str, Any]) -> str | None:
     """The Workload a built-in PodGroup was made from (v1beta1 ``workloadRef``, v1alpha2
     ``podGroupTemplateRef.workload``)."""
-    return workloadapi.read_podgroup(podgroup).workload
+    return schedulingapi.read_podgroup(podgroup).workload
 
 
 def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
     """Why the bridge cannot place a PodGroup's pods, whatever its policy (claims its pods share,
-    topology constraints; slurm_bridge/workloadapi.py): the webhook refuses such PodGroups, and one
+    topology constraints; slurm_bridge/schedulingapi.py): the webhook refuses such PodGroups, and one
     made before it looked (or with the webhook bypassed) gets this on its pods. The fields are
     immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
-    problems = workloadapi.group_problems(podgroup.get("spec") or {}, "spec")
+    problems = schedulingapi.group_problems(podgroup.get("spec") or {}, "spec")
     if not problems:
         return None
     name = (podgroup.get("metadata") or {}).get("name")
@@ -353,7 +353,7 @@ def plan_join(
     terminal: bool,
     ended: Collection[str],
 ) -> Join:
-    """Membership rules for a gang (docs/workloads.md, "Late members").
+    """Membership rules for a gang (docs/workloadkinds.md, "Late members").
 
     ``pods``/``uids`` are the PlaceholderJob's spec; ``ended`` the members whose recorded pod
     has ended or is gone. Before submission the gang grows (ended members drop out, so they hold

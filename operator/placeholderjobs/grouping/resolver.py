@@ -1,6 +1,6 @@
 """Pod -> group resolution with API reads: the owner walk (depth-limited, discovery cached), the
 PodGroup and Workload reads at the Workload API version the cluster serves. The rules it applies
-are pure and live in :mod:`.groups` (and :mod:`slurm_bridge.workloadapi` for the Workload API's
+are pure and live in :mod:`.groups` (and :mod:`slurm_bridge.schedulingapi` for the Workload API's
 shapes); this module is the I/O around them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge import names, workloads
+from slurm_bridge import names, workloadkinds
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.kube import KubeError, api_prefix, resource_path
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import parent_name
@@ -37,7 +37,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     workload_name,
     workload_podgroup_group,
 )
-from slurm_bridge.workloads import api_group, controller_of, group_kind, scheduling_group_name
+from slurm_bridge.workloadkinds import api_group, controller_of, group_kind, scheduling_group_name
 
 
 class GroupResolver:
@@ -73,7 +73,7 @@ class GroupResolver:
 
     async def _podgroup(self, pod: Obj, name: str) -> Obj:
         ns = pod["metadata"]["namespace"]
-        path = resource_path(PODGROUP_API_VERSION, workloads.PLURALS[PODGROUP], ns, name)
+        path = resource_path(PODGROUP_API_VERSION, workloadkinds.PLURALS[PODGROUP], ns, name)
         try:
             obj = await self._get(path)
         except KubeError as e:
@@ -132,7 +132,7 @@ class GroupResolver:
 
     async def _read(self, api_version: str, kind: str, ns: str, name: str, why: str) -> Obj:
         """A Workload API object the pod's group depends on; the pod waits while it is missing."""
-        plural = workloads.PLURALS[(WORKLOAD_API_GROUP, kind)]
+        plural = workloadkinds.PLURALS[(WORKLOAD_API_GROUP, kind)]
         return await read_group_object(self._get, api_version, kind, plural, ns, name, why)
 
     async def _walk(self, pod: Obj) -> tuple[Obj | None, Obj | None]:
@@ -193,7 +193,7 @@ class GroupResolver:
     async def _plural(self, ref: Mapping[str, Any]) -> str:
         """The resource name of an owner's kind: well-known, or found once by API discovery."""
         api_version, kind = str(ref.get("apiVersion", "")), str(ref.get("kind", ""))
-        known = workloads.PLURALS.get((api_group(api_version), kind))
+        known = workloadkinds.PLURALS.get((api_group(api_version), kind))
         if known:
             return known
         cached = self._plurals.get((api_version, kind))

@@ -1,4 +1,4 @@
-"""What slurmrestd's answers mean (slurm_bridge/slurm/replies.py), shape by shape, without I/O.
+"""What slurmrestd's answers mean (slurm_bridge/slurm/outcomes.py), shape by shape, without I/O.
 
 One case per answer shape met so far: by the integration tests against the local Slurm 26.05
 (tests/integration/test_slurm_rest.py, test_slurm_smoke.py, test_hetjob.py), by the client's
@@ -28,7 +28,7 @@ from slurm_bridge.slurm.errors import (
     SlurmNotFound,
     SlurmUnavailable,
 )
-from slurm_bridge.slurm.replies import (
+from slurm_bridge.slurm.outcomes import (
     Answer,
     AuthRejected,
     Expect,

@@ -28,10 +28,10 @@ from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 
-from .test_composite_shell import PHJ as CPG_PHJ
-from .test_composite_shell import Kube, Queue
-from .test_composite_shell import add_pod as add_composite_pod
-from .test_composite_shell import cluster as composite_cluster
+from .test_composite_shape import PHJ as CPG_PHJ
+from .test_composite_shape import Kube, Queue
+from .test_composite_shape import add_pod as add_composite_pod
+from .test_composite_shape import cluster as composite_cluster
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]

@@ -23,7 +23,7 @@ from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
-from .test_composite import API, composite, member, podgroup, workload
+from .test_compositepodgroups import API, composite, member, podgroup, workload
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -33,7 +33,7 @@ PHJ = phj_path(NS, "cpg-c")
 
 
 class Kube(API):
-    """The fake API of test_composite, writable: create, JSON and merge patches, Events."""
+    """The fake API of test_compositepodgroups, writable: create, JSON and merge patches, Events."""
 
     def __init__(self, *objs: Obj) -> None:
         self.rv = 10

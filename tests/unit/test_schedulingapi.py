@@ -1,4 +1,4 @@
-"""The neutral reader of the Workload API (slurm_bridge/workloadapi.py) on both shapes, the
+"""The neutral reader of the Workload API (slurm_bridge/schedulingapi.py) on both shapes, the
 version and gate messages, and the cached discovery around them (slurm_bridge/clusterapis.py)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, workloadapi, workloads
+from slurm_bridge import names, schedulingapi, workloadkinds
 from slurm_bridge.clusterapis import MISSING_TTL, Discovery
 from slurm_bridge.kube import KubeError
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import condition_change
-from slurm_bridge.workloadapi import KubeVersion, PodGroupView, kube_version, read_podgroup
+from slurm_bridge.schedulingapi import KubeVersion, PodGroupView, kube_version, read_podgroup
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -72,13 +72,17 @@ def test_read_podgroup_at_the_edges(spec: Obj, view: PodGroupView) -> None:
 
 
 def test_the_versions_the_table_reads_are_the_ones_described() -> None:
-    assert set(workloadapi.VERSIONS) == set(workloads.WORKLOAD_API_VERSIONS) == set(workloads.SCHED_PODGROUP.versions)
-    assert workloadapi.PREFERRED[0] == "v1beta1"
-    assert workloadapi.VERSIONS["v1beta1"].condition == names.PODGROUP_COND_INITIALLY_SCHEDULED
-    assert workloadapi.VERSIONS["v1alpha2"].condition == names.PODGROUP_COND_SCHEDULED
-    assert workloadapi.version_of("scheduling.k8s.io/v1beta1") is workloadapi.VERSIONS["v1beta1"]
-    assert workloadapi.version_of("scheduling.x-k8s.io/v1alpha2") is None
-    assert workloadapi.version_of("scheduling.k8s.io/v1alpha1") is None
+    assert (
+        set(schedulingapi.VERSIONS)
+        == set(workloadkinds.WORKLOAD_API_VERSIONS)
+        == set(workloadkinds.SCHED_PODGROUP.versions)
+    )
+    assert schedulingapi.PREFERRED[0] == "v1beta1"
+    assert schedulingapi.VERSIONS["v1beta1"].condition == names.PODGROUP_COND_INITIALLY_SCHEDULED
+    assert schedulingapi.VERSIONS["v1alpha2"].condition == names.PODGROUP_COND_SCHEDULED
+    assert schedulingapi.version_of("scheduling.k8s.io/v1beta1") is schedulingapi.VERSIONS["v1beta1"]
+    assert schedulingapi.version_of("scheduling.x-k8s.io/v1alpha2") is None
+    assert schedulingapi.version_of("scheduling.k8s.io/v1alpha1") is None
 
 
 @pytest.mark.parametrize(
@@ -92,7 +96,7 @@ def test_the_versions_the_table_reads_are_the_ones_described() -> None:
     ],
 )
 def test_choose_version(served: dict[str, set[str]], chosen: str | None) -> None:
-    assert workloadapi.choose_version(served) == chosen
+    assert schedulingapi.choose_version(served) == chosen
 
 
 @pytest.mark.parametrize(
@@ -123,55 +127,55 @@ def test_kube_version(doc: Obj | None, expected: KubeVersion) -> None:
     ],
 )  # fmt: skip
 def test_what_each_kubernetes_must_turn_on(minor: int | None, expected: tuple[str, ...], absent: str) -> None:
-    message = workloadapi.workload_api_needs(KubeVersion("v1.x" if minor else "", minor))
+    message = schedulingapi.workload_api_needs(KubeVersion("v1.x" if minor else "", minor))
     for part in expected:
         assert part in message
     assert absent not in message
 
 
 def test_not_served_message_names_what_is_served() -> None:
-    message = workloadapi.not_served_message("spec.schedulingGroup asks", KubeVersion("v1.37.2", 37), ["v1alpha3"])
+    message = schedulingapi.not_served_message("spec.schedulingGroup asks", KubeVersion("v1.37.2", 37), ["v1alpha3"])
     assert message.startswith("spec.schedulingGroup asks, but the API server serves no PodGroups at ")
     assert "(it serves scheduling.k8s.io/v1alpha3)" in message and "v1.37.2" in message
 
 
 def test_resource_api_needs() -> None:
-    assert "upgrade to 1.34" in workloadapi.resource_api_needs(KubeVersion("v1.33.0", 33))
-    assert "DynamicResourceAllocation=true" in workloadapi.resource_api_needs(KubeVersion("v1.34.3", 34))
+    assert "upgrade to 1.34" in schedulingapi.resource_api_needs(KubeVersion("v1.33.0", 33))
+    assert "DynamicResourceAllocation=true" in schedulingapi.resource_api_needs(KubeVersion("v1.34.3", 34))
 
 
 @pytest.mark.parametrize("pg", [BETA_PG, ALPHA_PG], ids=["v1beta1", "v1alpha2"])
 def test_group_problems(pg: Obj) -> None:
-    problems = workloadapi.group_problems(pg["spec"], "spec")
+    problems = schedulingapi.group_problems(pg["spec"], "spec")
     assert [p.split(":")[0] for p in problems] == [
         "spec.resourceClaims (fabric)",
         "spec.schedulingConstraints.topology (topology.kubernetes.io/rack)",
     ]
     assert "deviceclass.resource.kubernetes.io" in problems[0] and names.ANN_CONSTRAINTS in problems[1]
-    assert workloadapi.group_problems({"disruptionMode": {"all": {}}, "preemptionPolicy": "Never"}, "spec") == []
-    assert workloadapi.group_problems({"resourceClaims": [], "schedulingConstraints": {}}, "spec") == []
+    assert schedulingapi.group_problems({"disruptionMode": {"all": {}}, "preemptionPolicy": "Never"}, "spec") == []
+    assert schedulingapi.group_problems({"resourceClaims": [], "schedulingConstraints": {}}, "spec") == []
 
 
 def test_workload_problems_name_the_template() -> None:
     wl = {"spec": {"podGroupTemplates": [{"name": "a"}, {"name": "b", "resourceClaims": [{"name": "c"}]}]}}
-    assert [p.split(":")[0] for p in workloadapi.workload_problems(wl)] == [
+    assert [p.split(":")[0] for p in schedulingapi.workload_problems(wl)] == [
         "spec.podGroupTemplates[1].resourceClaims (c)"
     ]
-    assert workloadapi.workload_problems({"spec": {"podGroupTemplates": "junk"}}) == []
+    assert schedulingapi.workload_problems({"spec": {"podGroupTemplates": "junk"}}) == []
 
 
 def test_job_scheduling() -> None:
-    assert workloadapi.job_gang({"scheduling": {"schedulingPolicy": {"gang": {}}}})
-    assert not workloadapi.job_gang({"scheduling": {"schedulingPolicy": {"basic": {}}}})
-    assert not workloadapi.job_gang({"scheduling": {}}) and not workloadapi.job_gang({})
-    assert workloadapi.job_scheduling({"scheduling": None}) is None
+    assert schedulingapi.job_gang({"scheduling": {"schedulingPolicy": {"gang": {}}}})
+    assert not schedulingapi.job_gang({"scheduling": {"schedulingPolicy": {"basic": {}}}})
+    assert not schedulingapi.job_gang({"scheduling": {}}) and not schedulingapi.job_gang({})
+    assert schedulingapi.job_scheduling({"scheduling": None}) is None
 
 
 def test_v1alpha1_workload_ref() -> None:
-    assert workloadapi.v1alpha1_workload_ref({"workloadRef": {"name": "w", "podGroup": "g"}}) == "w"
-    assert workloadapi.v1alpha1_workload_ref({"workloadRef": {}}) is None
-    assert workloadapi.v1alpha1_workload_ref({"workloadRef": {"podGroup": "g"}}) == "?"
-    assert workloadapi.v1alpha1_workload_ref({}) is None
+    assert schedulingapi.v1alpha1_workload_ref({"workloadRef": {"name": "w", "podGroup": "g"}}) == "w"
+    assert schedulingapi.v1alpha1_workload_ref({"workloadRef": {}}) is None
+    assert schedulingapi.v1alpha1_workload_ref({"workloadRef": {"podGroup": "g"}}) == "?"
+    assert schedulingapi.v1alpha1_workload_ref({}) is None
 
 
 # --- the condition a report writes ---------------------------------------------------------------
@@ -192,7 +196,7 @@ def test_v1alpha1_workload_ref() -> None:
 def test_condition_change(
     version: str, current: tuple[str, str, str] | None, report: tuple[bool, str, str], write: bool
 ) -> None:
-    v = workloadapi.VERSIONS[version]
+    v = schedulingapi.VERSIONS[version]
     conditions = [{"type": "Other", "status": "True"}]
     if current:
         conditions.append({"type": v.condition, "status": current[0], "reason": current[1], "message": current[2]})

@@ -13,7 +13,7 @@ than run their gang pod by pod.
 
 Also here: what the bridge refuses in a PodGroup, a Workload's PodGroup template or a Job's
 ``spec.scheduling`` (claims shared by the whole group, topology constraints; see
-docs/workloads.md), and the messages that name the Kubernetes version found and the feature gate
+docs/workloadkinds.md), and the messages that name the Kubernetes version found and the feature gate
 and runtime-config it lacks. Pure: callers pass the API objects and discovery documents as dicts.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from slurm_bridge import names, workloads
+from slurm_bridge import names, workloadkinds
 
-GROUP: Final = workloads.SCHED_PODGROUP.group
-PODGROUPS: Final = workloads.SCHED_PODGROUP.plural
+GROUP: Final = workloadkinds.SCHED_PODGROUP.group
+PODGROUPS: Final = workloadkinds.SCHED_PODGROUP.plural
 # resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/dra.py).
 RESOURCE_GROUP: Final = "resource.k8s.io"
 RESOURCE_VERSION: Final = "v1"
@@ -58,8 +58,8 @@ VERSIONS: Final[Mapping[str, APIVersion]] = {
         APIVersion("v1alpha2", 36, names.PODGROUP_COND_SCHEDULED, sticky=False),
     )
 }
-# Preferred first; the table (slurm_bridge/workloads.py) holds the order.
-PREFERRED: Final[tuple[str, ...]] = workloads.WORKLOAD_API_VERSIONS
+# Preferred first; the table (slurm_bridge/workloadkinds.py) holds the order.
+PREFERRED: Final[tuple[str, ...]] = workloadkinds.WORKLOAD_API_VERSIONS
 # The first Kubernetes release whose Workload API the bridge reads.
 FIRST_MINOR: Final = min(v.kubernetes for v in VERSIONS.values())
 
@@ -276,7 +276,7 @@ def job_gang(job_spec: Mapping[str, Any]) -> bool:
 
 def scheduling_group(spec: Mapping[str, Any]) -> str | None:
     """The PodGroup a pod (template) spec names (``spec.schedulingGroup.podGroupName``)."""
-    return workloads.scheduling_group_name(spec)
+    return workloadkinds.scheduling_group_name(spec)
 
 
 def v1alpha1_workload_ref(spec: Mapping[str, Any]) -> str | None:
