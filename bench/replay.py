@@ -491,7 +491,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
 
-    from slurm_bridge.operator.wiring.app import configure_kopf
+    from slurm_bridge.operator.wiring.kopfsetup import configure_kopf
 
     registry = kopf.OperatorRegistry()
 
@@ -507,6 +507,9 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
 
     settings = kopf.OperatorSettings()
     configure_kopf(settings)
+    # kopf's worker for an object kept its last event 0.5 s after it, not 5 s, while kopf watched
+    # pods and PlaceholderJobs (docs/performance.md, run 11): the replay's kopf mode as it ran then.
+    settings.queueing.idle_timeout = 0.5
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())
     common: dict[str, Any] = dict(lifecycle=lifecycles.get_default_lifecycle(), registry=registry,

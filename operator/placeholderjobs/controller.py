@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Stats:
-    """What /stats reports about the controller (operator/wiring/app.py)."""
+    """What /stats reports about the controller (operator/wiring/health.py)."""
 
     slurm_requests: int
     slurm_requests_by_kind: dict[str, int]

@@ -28,7 +28,7 @@ from slurm_bridge.extender.main import serve as serve_extender
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
 from slurm_bridge.operator.runtime.store import ObjectStore
-from slurm_bridge.operator.wiring.app import build_registry
+from slurm_bridge.operator.wiring.kopfsetup import build_registry
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
@@ -172,7 +172,7 @@ async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> 
     assert watches.phjs.params == {}
     assert watches.pods.page == watches.phjs.page == 500, "lists in pages: one page held, not the whole list"
     # kopf watches only the nodes now, listed in pages as well
-    registry = build_registry(ctrl, SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
+    registry = build_registry(SimpleNamespace())  # type: ignore[arg-type]
     settings = kopf.OperatorSettings()
     for handler in registry._activities.get_all_handlers():
         if handler.id.endswith(".configure"):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.operator.wiring.app import StandbyProbe, readiness
+from slurm_bridge.operator.wiring.health import StandbyProbe, readiness
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmUnavailable
 
 SECRET_MISSING = (
@@ -67,7 +67,7 @@ class FakeSlurm:
 
 
 async def test_standby_probe_follows_slurm_and_logs_each_change(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="slurm_bridge.operator.wiring.app")
+    caplog.set_level(logging.INFO, logger="slurm_bridge.operator.wiring.health")
     slurm = FakeSlurm(SlurmAuthError(SECRET_MISSING), SlurmAuthError(SECRET_MISSING), None)
     elector = _elector(False)
     probe = StandbyProbe(slurm, elector, period=0.01)  # type: ignore[arg-type]
