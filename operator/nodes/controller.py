@@ -29,11 +29,11 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable
 from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, RegisteredNodeItem
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -43,15 +43,8 @@ Obj = dict[str, Any]
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.
 RESYNC_SECONDS = 60.0
-# The node list is asked for whole (without ``update_time``) at least this often, whatever Slurm
-# says about changes: the backstop if an "unchanged" answer were ever wrong.
-FULL_LIST_SECONDS = 60.0
 # Slurm's partition names are read again at most this often (only before a node is registered).
 PARTITIONS_TTL_SECONDS = 30.0
-
-
-def _fingerprint(n: NodeInfo) -> tuple[object, ...]:
-    return (n.states, n.reason)
 
 
 def _same_but_version(a: Obj, b: Obj) -> bool:
@@ -65,33 +58,23 @@ def _same_but_version(a: Obj, b: Obj) -> bool:
 class NodeController:
     """Watches Kubernetes nodes (fed by kopf), lists Slurm nodes once a period, and reconciles."""
 
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient, *, workers: int = 4) -> None:
+    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmNodes, *, workers: int = 4) -> None:
         self.config = config
         self.kube = kube
         self.slurm = slurm
         self.nodes = ObjectStore()
         self.queue: WorkQueue[NodeWork] = WorkQueue(self._reconcile, workers=workers)
-        # Slurm's nodes as of the last list; None until the first list succeeded. ``_last_update``:
-        # the list's last_update (Slurm's clock) for the next one's update_time.
-        self.slurm_nodes: dict[str, NodeInfo] | None = None
-        self._last_update: int | None = None
-        self._last_full_list = 0.0
-        self.polls = 0
-        self.unchanged_lists = 0
+        self.table = SlurmNodeTable(slurm)  # Slurm's node table, with the bridge's own writes
         self._loop = PollLoop(
             "slurm-node-poller",
             config.pollPeriodSeconds,
             self.poll_once,
             log=log,
-            ok_message=lambda: f"Slurm node list OK ({len(self.slurm_nodes or {})} nodes)",
+            ok_message=lambda: f"Slurm node list OK ({len(self.table.listed or {})} nodes)",
             failed="listing Slurm nodes",
             after=self._resync_due,
         )
         self._last_resync = 0.0
-        # Our own Slurm writes, as Slurm has them now, until a list started after the write shows
-        # them; without this a list in flight during the write would make the write look undone.
-        # (None: the bridge deleted the node.)
-        self._written: dict[str, tuple[NodeInfo | None, float]] = {}
         self._slurm_name: dict[str, str] = {}  # Kubernetes node -> Slurm node
         self._k8s_names: dict[str, set[str]] = {}  # Slurm node -> Kubernetes nodes
         self._warned: set[str] = set()
@@ -99,7 +82,6 @@ class NodeController:
         # Slurm is written only from a list newer than the Kubernetes change the write answers,
         # so a drain or resume an administrator made meanwhile in Slurm is seen, not overwritten.
         self._changed_at: dict[str, float] = {}
-        self._taken_at = 0.0
         self._after_poll: set[str] = set()
         self._partitions: tuple[frozenset[str], float] | None = None
         # Kubernetes node -> (node line, why): a registration taken out again after it was made;
@@ -179,37 +161,34 @@ class NodeController:
         return slurm_name if slurm_name in mapped else min(mapped)
 
     # ---- Slurm side --------------------------------------------------------------------------
-    async def poll_once(self) -> None:
-        """One node list; queue the Kubernetes nodes whose Slurm node changed.
+    @property
+    def slurm_nodes(self) -> dict[str, NodeInfo] | None:
+        return self.table.listed
 
-        An "unchanged" answer stands for a list taken now that equals the last one: it counts as
-        a list for the writes and Kubernetes changes waiting for a newer list.
-        """
-        taken_at = time.monotonic()
-        whole = self.slurm_nodes is None or taken_at - self._last_full_list >= FULL_LIST_SECONDS
-        nodes, self._last_update = await self.slurm.list_nodes_since(None if whole else self._last_update)
-        self.polls += 1
-        if whole:
-            self._last_full_list = taken_at
-        if nodes is None:
-            self.unchanged_lists += 1
-        old = self.slurm_nodes
-        listed = old if nodes is None and old is not None else {n.name: n for n in nodes or []}
-        self.slurm_nodes, self._taken_at = listed, taken_at
+    @property
+    def polls(self) -> int:
+        return self.table.polls
+
+    @property
+    def unchanged_lists(self) -> int:
+        return self.table.unchanged_lists
+
+    def slurm_node(self, name: str) -> NodeInfo | None:
+        return self.table.node(name)
+
+    async def poll_once(self) -> None:
+        """One node list; queue the Kubernetes nodes whose Slurm node changed, and those waiting
+        for a list newer than their change."""
+        changed = await self.table.list()
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(NodeItem(name))
-        for name in [n for n, (_, at) in self._written.items() if at <= taken_at]:
-            del self._written[name]
-        if old is None:
+        listed = self.table.listed or {}
+        if changed is None:  # the first list: every node
             for obj in self.nodes.values():
                 self.queue.add(NodeItem(obj["metadata"]["name"]))
             changed = set(listed)
-        elif listed is old:
-            changed = set()
         else:
-            changed = set(old) ^ set(listed)
-            changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
             for slurm_name in changed:
                 for name in self._k8s_names.get(slurm_name, ()):
                     self.queue.add(NodeItem(name))
@@ -219,12 +198,6 @@ class NodeController:
                 owner = reg.registered_for(info, self.config.bridgeId)
                 if owner is not None:
                     self.queue.add(RegisteredNodeItem(slurm_name, owner))  # its Kubernetes node may be gone
-
-    def slurm_node(self, name: str) -> NodeInfo | None:
-        written = self._written.get(name)
-        if written is not None:
-            return written[0]
-        return (self.slurm_nodes or {}).get(name)
 
     def _resync_due(self) -> None:
         """After each list: every node again once per RESYNC_SECONDS."""
@@ -266,7 +239,7 @@ class NodeController:
             slurm_node=slurm_name,
             sync=primary,
         )
-        if plan.slurm_action is not None and self._taken_at <= self._changed_at.get(name, 0.0):
+        if plan.slurm_action is not None and self.table.taken_at <= self._changed_at.get(name, 0.0):
             self._after_poll.add(name)  # decide again on the next node list
             return None
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]}
@@ -277,7 +250,7 @@ class NodeController:
                 log.info("Slurm node %s vanished before %s; waiting for the next list", slurm_name, plan.slurm_action)
                 return self.config.pollPeriodSeconds
             written = nodesync.after_slurm_action(info, plan.slurm_action, plan.slurm_reason)
-            self._written[slurm_name] = (written, time.monotonic())
+            self.table.wrote(slurm_name, written)
             log.info("Slurm node %s: %s (Kubernetes node %s)", slurm_name, plan.slurm_action.value, name)
             metrics.node_sync("to_slurm", plan.slurm_action.value)
             for e in plan.events:
@@ -404,14 +377,14 @@ class NodeController:
             comment = reg.bridge_comment(self.config.bridgeId, name)
             await self.slurm.update_node(slurm_name, comment=comment)
             # Until a node list shows it, decide on the node as made (not on the stale list).
-            self._written[slurm_name] = (want.as_created(comment), time.monotonic())
+            self.table.wrote(slurm_name, want.as_created(comment))
             return names.REASON_SLURM_NODE_REGISTERED, f"registered in Slurm as {want.node_conf()}"
         if action == reg.Action.SET_COMMENT:
             comment = reg.bridge_comment(self.config.bridgeId, name)
             await self.slurm.update_node(slurm_name, comment=comment)
             info = self.slurm_node(slurm_name)
             if info is not None:
-                self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
+                self.table.wrote(slurm_name, info.model_copy(update={"comment": comment}))
             return names.REASON_SLURM_NODE_ADOPTED, plan.message
         if action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
             drain = action == reg.Action.DRAIN
@@ -420,11 +393,11 @@ class NodeController:
             await self.slurm.update_node(slurm_name, state=slurm_action.value, reason=reason)
             info = self.slurm_node(slurm_name)
             if info is not None:
-                self._written[slurm_name] = (nodesync.after_slurm_action(info, slurm_action, reason), time.monotonic())
+                self.table.wrote(slurm_name, nodesync.after_slurm_action(info, slurm_action, reason))
             return (names.REASON_SLURM_NODE_LEAVING if drain else names.REASON_SLURM_NODE_REGISTERED), plan.message
         # DELETE
         await self.slurm.delete_node(slurm_name)
-        self._written[slurm_name] = (None, time.monotonic())
+        self.table.wrote(slurm_name, None)
         if plan.remember and isinstance(want, reg.Desired):
             self._refused[name] = (want.node_conf(), plan.remember)
         return names.REASON_SLURM_NODE_DEREGISTERED, plan.message

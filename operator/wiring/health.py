@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from typing import Protocol
 
 from aiohttp import web
 
@@ -16,10 +17,18 @@ from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.wiring.watches import HotWatches
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
+from slurm_bridge.slurm.wire import ControllerPing
 
 log = logging.getLogger(__name__)
+
+
+class SlurmPing(Protocol):
+    """What a standby asks Slurm: whether it answers (with the bridge's token)."""
+
+    base_url: str
+
+    async def ping(self) -> list[ControllerPing]: ...
 
 
 class StandbyProbe:
@@ -29,7 +38,7 @@ class StandbyProbe:
     a missing JWT Secret or a wrong ``slurmRestApi`` shows on every replica before any takeover.
     """
 
-    def __init__(self, slurm: SlurmClient, elector: LeaderElector, period: float = 10.0) -> None:
+    def __init__(self, slurm: SlurmPing, elector: LeaderElector, period: float = 10.0) -> None:
         self.slurm, self.elector, self.period = slurm, elector, period
         self.ok = False
         self.problem = "Slurm not checked yet"

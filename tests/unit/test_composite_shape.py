@@ -21,7 +21,7 @@ from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from tests.unit.fakes import FakeSlurm
 
 from .test_compositepodgroups import API, composite, member, podgroup, workload
 
@@ -101,42 +101,13 @@ class Queue:
         self.keys.append(key)
 
 
-class Slurm:
-    """submit_het_job, get_job(s), cancel_job: the calls the shell makes."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.requests: list[JobRequest] = []
-        self.jobs: list[JobInfo] = []
-
-    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
-        self.calls.append(f"submit het {len(reqs)} {name}")
-        self.requests = reqs
-        self.jobs = [
-            JobInfo(job_id=LEADER + i, states=("PENDING",), admin_comment=admin_comment, het_job_id=LEADER,
-                    het_job_offset=i)
-            for i in range(len(reqs))
-        ]  # fmt: skip
-        return LEADER
-
-    async def allocate_external_job(self, *_: Any, **__: Any) -> int:
-        raise AssertionError("a heterogeneous job is never an immediate allocation")
-
-    async def get_jobs(self, job_id: int) -> list[JobInfo]:
-        self.calls.append(f"get all {job_id}")
-        return list(self.jobs)
-
-    async def get_job(self, job_id: int) -> JobInfo | None:
-        return next((j for j in self.jobs if j.job_id == job_id), None)
-
-    async def cancel_job(self, job_id: int) -> None:
-        self.calls.append(f"cancel {job_id}")
-
-
-def cluster() -> tuple[Kube, Slurm, Membership, PlaceholderJobs, ObjectStore]:
-    kube, slurm = Kube(workload(), composite(), podgroup("small", min_count=1), podgroup("large")), Slurm()
+def cluster() -> tuple[Kube, FakeSlurm, Membership, PlaceholderJobs, ObjectStore]:
+    kube, slurm = (
+        Kube(workload(), composite(), podgroup("small", min_count=1), podgroup("large")),
+        FakeSlurm(next_id=LEADER - 1, allocates=False),
+    )
     config = Config()
-    poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)  # type: ignore[arg-type]
+    poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)
     poller.snapshot = JobSnapshot({}, {}, 0.0)
     poller.synced.set()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
@@ -204,7 +175,7 @@ async def test_the_composite_is_one_heterogeneous_job_released_all_at_once() -> 
     assert snap is not None
     ref = PhjRef(Config().bridgeId, NS, "cpg-c", kube.objects[PHJ]["metadata"]["uid"])
     nodes = {0: ("n1", "n2"), 1: ("n3",)}
-    for j in slurm.jobs:
+    for j in list(slurm.jobs.values()):
         snap.put(j.model_copy(update={"states": ("RUNNING",), "nodes": nodes[j.het_job_offset],
                                       "admin_comment": encode_admin_comment(ref)}), ref)  # fmt: skip
     jobs.phjs.upsert(kube.objects[PHJ])

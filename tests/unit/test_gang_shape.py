@@ -27,6 +27,7 @@ from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
+from tests.unit.fakes import FakeJobReads, FakeSlurm
 
 from .test_composite_shape import PHJ as CPG_PHJ
 from .test_composite_shape import Kube, Queue
@@ -52,7 +53,7 @@ class Gang:
         self.kube.objects[PODGROUP] = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                                        "metadata": {"name": "g", "namespace": NS, "uid": "uid-pg"},
                                        "spec": {"minMember": min_member}}  # fmt: skip
-        self.poller = SlurmPoller(None, self.config.bridgeId, 1.0, lambda _: None)  # type: ignore[arg-type]
+        self.poller = SlurmPoller(FakeJobReads(), self.config.bridgeId, 1.0, lambda _: None)
         self.poller.snapshot = JobSnapshot({}, {}, 0.0)
         self.poller.synced.set()
         # As the controller makes them: PlaceholderJobs indexed by their member pods.
@@ -328,7 +329,7 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
     uid = g.kube.objects[PHJ]["metadata"]["uid"]
     job = JobInfo(job_id=JOB_ID, states=("RUNNING",), nodes=("n1", "n2"))
     g.poller.snapshot = JobSnapshot({JOB_ID: job}, {JOB_ID: PhjRef(g.config.bridgeId, NS, GANG, uid)}, 0.0)
-    jobs = PlaceholderJobs(g.config, g.kube, None, g.pods, g.phjs, g.poller)  # type: ignore[arg-type]
+    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller)  # type: ignore[arg-type]  # Kube
 
     g.terminate("g-1")
     g.add("g-2")

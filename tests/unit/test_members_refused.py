@@ -14,6 +14,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
+from tests.unit.fakes import FakeJobReads
 
 Obj = dict[str, Any]
 
@@ -47,7 +48,7 @@ async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried()
                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
            "status": {"phase": "Pending"}}  # fmt: skip
     pods.upsert(pod)
-    poller = SlurmPoller(None, config.bridgeId, config.pollPeriodSeconds, lambda _: None)  # type: ignore[arg-type]
+    poller = SlurmPoller(FakeJobReads(), config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     poller.synced.set()
     members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)  # type: ignore[arg-type]
     assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"

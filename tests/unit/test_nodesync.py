@@ -37,8 +37,8 @@ from slurm_bridge.operator.nodes.nodesync import (
     slurm_view,
 )
 from slurm_bridge.operator.nodes.workitems import NodeItem
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import NodeInfo
+from tests.unit.fakes import FakeNodes
 
 N = "kwok-node-2"
 SCHED = "slurm-bridge"
@@ -405,36 +405,6 @@ def _merge(target: Any, patch: Any) -> Any:
 # ---- the controller, with fake APIs --------------------------------------------------------------
 
 
-class FakeSlurm:
-    """Slurm's node table. A list with ``since`` (the ``last_update`` of an earlier answer) is
-    None when the table is the same as that answer's, as slurmrestd's 304."""
-
-    def __init__(self, nodes: list[NodeInfo]) -> None:
-        self.nodes = {n.name: n for n in nodes}
-        self.lists = 0
-        self.unchanged = 0
-        self.sinces: list[int | None] = []
-        self.answers: list[dict[str, NodeInfo]] = []  # last_update n: the table answer n showed
-        self.updates: list[tuple[str, str | None, str | None]] = []
-        self.gate: asyncio.Event | None = None  # set: list_nodes answers what it saw when called
-
-    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]:
-        self.lists += 1
-        self.sinces.append(since)
-        seen = dict(self.nodes)
-        if self.gate is not None:
-            await self.gate.wait()
-        if since is not None and self.answers[since] == seen:
-            self.unchanged += 1
-            return None, since
-        self.answers.append(seen)
-        return list(seen.values()), len(self.answers) - 1
-
-    async def update_node(self, name: str, *, state: str | None = None, reason: str | None = None) -> None:
-        self.updates.append((name, state, reason))
-        self.nodes[name] = after_slurm_action(self.nodes[name], SlurmAction(state or ""), reason)
-
-
 class FakeKube:
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
@@ -471,8 +441,8 @@ class FakeKube:
         return copy.deepcopy(node)
 
 
-def controller(kube: FakeKube, slurm: FakeSlurm, period: float = 1.0) -> NodeController:
-    ctrl = NodeController(Config(pollPeriodSeconds=period), cast(KubeClient, kube), cast(SlurmClient, slurm))
+def controller(kube: FakeKube, slurm: FakeNodes, period: float = 1.0) -> NodeController:
+    ctrl = NodeController(Config(pollPeriodSeconds=period), cast(KubeClient, kube), slurm)
     for n in kube.nodes.values():
         ctrl.on_node_event("ADDED", copy.deepcopy(n))
     return ctrl
@@ -486,7 +456,7 @@ def named(name: str, **spec: Any) -> dict[str, Any]:
 
 async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
     kube = FakeKube([named("plain-1", unschedulable=True), named("plain-2")])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     for name in ("plain-1", "plain-2"):
@@ -498,7 +468,7 @@ async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
 
 async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     kube = FakeKube([named(N, unschedulable=True)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     # A node list starts before the drain and answers after it, with the state before it.
@@ -527,7 +497,7 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
 
 async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info("DRAIN", reason="maintenance")])
+    slurm = FakeNodes([info("DRAIN", reason="maintenance")])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     kube.conflicts = 1  # an administrator changed the node between our read and our write
@@ -544,7 +514,7 @@ async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
 
 async def test_one_node_list_per_poll_period_whatever_the_node_count() -> None:
     kube = FakeKube([named(f"n{i}") for i in range(50)])
-    slurm = FakeSlurm([NodeInfo(name=f"n{i}", states=("IDLE",)) for i in range(50)])
+    slurm = FakeNodes([NodeInfo(name=f"n{i}", states=("IDLE",)) for i in range(50)])
     ctrl = controller(kube, slurm, period=0.1)
     ctrl.start()
     try:
@@ -560,7 +530,7 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
     """Idle, each poll asks for the nodes changed since the last list (slurmrestd answers 304): no
     node list to decode and no node queued. A change in Slurm is in the next poll's answer."""
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl._reconcile(NodeItem(N))
@@ -580,10 +550,10 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
 
 
 async def test_the_whole_node_list_is_read_again_every_full_list_period(monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_bridge.operator.nodes import controller as nodes_module
+    from slurm_bridge.operator.nodes import slurmnodes as nodes_module
 
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl.poll_once()
@@ -597,7 +567,7 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     drain stays what the controller decides on (not the list's older state), and the next list
     (the table changed) shows it."""
     kube = FakeKube([named(N, unschedulable=True)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl.poll_once()  # a list newer than the cordon
@@ -623,7 +593,7 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
     new resourceVersion and nothing else: nothing to decide, so nothing is queued; any change the
     bridge reads is."""
     kube = FakeKube([named(N)])
-    ctrl = controller(kube, FakeSlurm([info()]))
+    ctrl = controller(kube, FakeNodes([info()]))
     ctrl.queue._queued.clear()
     beat = kube.edit(N, lambda n: n.setdefault("status", {}).update(conditions=[{"type": "Ready", "status": "True"}]))
     ctrl.on_node_event("MODIFIED", beat)
@@ -643,7 +613,7 @@ async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:
     alias = named("alias", unschedulable=True)
     alias["metadata"]["labels"][names.LABEL_SLURM_NODENAME] = N
     kube = FakeKube([named(N), alias])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl._reconcile(NodeItem("alias"))

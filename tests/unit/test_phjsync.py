@@ -22,7 +22,8 @@ from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobInfo
+from tests.unit.fakes import FakeSlurm
 
 Obj = dict[str, Any]
 
@@ -59,23 +60,6 @@ class FakeKube:
         self.said.append((obj.get("kind", "PlaceholderJob"), reason, message))
 
 
-class FakeSlurm:
-    def __init__(self, job: JobInfo | None = None) -> None:
-        self.job = job
-        self.calls: list[str] = []
-
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
-        self.calls.append("allocate")
-        return 7
-
-    async def get_job(self, job_id: int) -> JobInfo | None:
-        self.calls.append(f"get {job_id}")
-        return self.job
-
-    async def cancel_job(self, job_id: int) -> None:
-        self.calls.append(f"cancel {job_id}")
-
-
 PHJ_PATH = "/apis/slinky.slurm.net/v1alpha1/namespaces/ns/placeholderjobs/p"
 POD_PATH = "/api/v1/namespaces/ns/pods/p"
 
@@ -100,7 +84,7 @@ def gated_pod() -> Obj:
 
 def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: list[JobInfo]) -> PlaceholderJobs:
     config = Config()
-    poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, lambda _: None)  # type: ignore[arg-type]
+    poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     ref = PhjRef(config.bridgeId, "ns", "p", "phj-uid")
     poller.snapshot = JobSnapshot({j.job_id: j for j in jobs}, {j.job_id: ref for j in jobs}, 0.0)
     poller.synced.set()
@@ -110,7 +94,7 @@ def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: lis
     if pod is not None:
         pods.upsert(pod)
         kube.objects[POD_PATH] = copy.deepcopy(pod)
-    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
+    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]  # FakeKube
 
 
 def status_writes(kube: FakeKube) -> list[Obj]:
@@ -129,7 +113,7 @@ def bind(jobs: PlaceholderJobs, node: str) -> None:
 
 async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_once_when_bound() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running)
+    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     wait = await jobs.reconcile(("ns", "p"))
     assert wait is not None and 0 < wait <= lc.UNWRITTEN_SECONDS, "looked at again by then, bound or not"
@@ -164,7 +148,7 @@ async def test_a_pod_held_for_a_missing_device_gets_its_allocation_written_at_on
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running)
+    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
 
     async def missing(*_: Any) -> Prepared:
@@ -184,7 +168,7 @@ async def test_a_pod_held_for_a_missing_device_gets_its_allocation_written_at_on
 async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lc, "UNWRITTEN_SECONDS", 0.0)
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running)
+    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     assert await jobs.reconcile(("ns", "p")) is None
     [written] = status_writes(kube)
@@ -199,14 +183,14 @@ async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkey
 
 async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits_nothing() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running)
+    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     pod = jobs.pods.get(("ns", "p"))
     assert pod is not None and status_writes(kube) == []
     bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
     # A new process: nothing in memory, the job found by the PlaceholderJob's uid in Slurm's list.
-    kube2, slurm2 = FakeKube({}), FakeSlurm(running)
+    kube2, slurm2 = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs2 = shell(kube2, slurm2, placeholderjob(), bound, [running])
     assert await jobs2.reconcile(("ns", "p")) is None
     assert slurm2.calls == [], "nothing submitted or cancelled"
@@ -216,13 +200,13 @@ async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits
 
 async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:
     pending = JobInfo(job_id=7, states=("PENDING",), reason="Resources")
-    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     # Waiting in Slurm's queue is worth an Event, and the pod hears why (SlurmJobPending).
     assert kube.events == ["Submitted", names.EVENT_SLURM_JOB_PENDING, names.EVENT_SLURM_JOB_PENDING]
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    slurm.job = running
+    slurm.set(running)
     assert jobs.poller.snapshot is not None
     jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
     await jobs.reconcile(("ns", "p"))
@@ -233,7 +217,7 @@ async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> 
 async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_up() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     phj = placeholderjob(jobId=7, phase="Running", assignments=[{"pod": "p", "node": "n1"}])
-    kube, slurm = FakeKube({}), FakeSlurm()
+    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
     live = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
     jobs = shell(kube, slurm, phj, None, [running])
     kube.objects[POD_PATH] = live  # the watch has not delivered it; a GET finds it
@@ -251,7 +235,7 @@ async def test_a_deleted_placeholderjob_ends_its_running_pod_and_keeps_the_job()
     phj = placeholderjob(jobId=7, phase="Running")
     phj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     pod = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
-    kube, slurm = FakeKube({}), FakeSlurm()
+    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
     jobs = shell(kube, slurm, phj, pod, [running])
     assert await jobs.reconcile(("ns", "p")) == 5.0
     assert ("delete", POD_PATH) in kube.calls and slurm.calls == []
@@ -284,7 +268,7 @@ class RefusingKube(FakeKube):
 
 async def test_a_release_the_api_server_refuses_fails_the_placeholderjob_and_cancels_its_job() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = RefusingKube({}), FakeSlurm(running)
+    kube, slurm = RefusingKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     assert await jobs.reconcile(("ns", "p")) == 0.0, "decided again at once: the terminal rows end the pod"
     assert kube.calls.count(("patch", POD_PATH)) == 2, "tried twice (the second time on a fresh read), then no more"
@@ -304,7 +288,7 @@ async def test_a_release_the_api_server_refuses_fails_the_placeholderjob_and_can
 
 async def test_a_422_for_a_new_pod_of_the_same_name_is_not_a_refusal() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = RefusingKube({}, new_uid="another-incarnation"), FakeSlurm(running)
+    kube, slurm = RefusingKube({}, new_uid="another-incarnation"), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert kube.calls.count(("patch", POD_PATH)) == 1
@@ -327,7 +311,7 @@ def put(jobs: PlaceholderJobs, job: JobInfo) -> None:
 
 async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() -> None:
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
-    kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start))
+    kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start), next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     iso = start.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -343,7 +327,7 @@ async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() 
 async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_start_not_within_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kube, slurm = FakeKube({}), FakeSlurm(pending_job(""))
+    kube, slurm = FakeKube({}), FakeSlurm(pending_job(""), next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert pending_events(kube) == [], "Slurm has not said why yet: the PlaceholderJob's Submitted says it waits"
@@ -375,7 +359,7 @@ async def test_a_restarted_operator_does_not_tell_the_same_wait_again() -> None:
     phj = placeholderjob(
         jobId=7, phase="Pending", slurmState="PENDING", reason="Resources", expectedStart=iso, observedGeneration=1
     )
-    kube, slurm = FakeKube({}), FakeSlurm()
+    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
     jobs = shell(kube, slurm, phj, gated_pod(), [pending_job("Resources", start + timedelta(seconds=30))])
     assert await jobs.reconcile(("ns", "p")) is None
     assert pending_events(kube) == [] and status_writes(kube) == [], "status says what was told; 30 s is no news"

@@ -16,6 +16,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment
@@ -23,7 +24,6 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.pollloop import PollLoop
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
 from slurm_bridge.tasks import cancel_and_wait
@@ -62,6 +62,17 @@ def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     return (j.states, j.reason, j.nodes, j.start_time if j.is_pending else None)
 
 
+class SlurmJobReads(Protocol):
+    """The Slurm calls the poller reads jobs with."""
+
+    async def list_jobs_since(
+        self, since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]: ...
+    async def job_states(self, previous: JobStates | None = None) -> JobStates: ...
+    async def get_job(self, job_id: int) -> JobInfo | None: ...
+    async def get_jobs(self, job_id: int) -> list[JobInfo]: ...
+
+
 class SlurmPoller:
     """One cheap state poll per period (sooner when asked); ``synced`` once a full list arrived.
 
@@ -71,7 +82,7 @@ class SlurmPoller:
 
     def __init__(
         self,
-        slurm: SlurmClient,
+        slurm: SlurmJobReads,
         bridge_id: str,
         period: float,
         on_change: Callable[[PhjRef], None],

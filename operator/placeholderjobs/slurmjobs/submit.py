@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 from slurm_bridge import metrics
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 
@@ -16,6 +16,14 @@ log = logging.getLogger(__name__)
 # this long (doubling while refusals go on): each refused attempt leaves a FAILED job record.
 IMMEDIATE_RETRY_MIN_SECONDS = 5.0
 IMMEDIATE_RETRY_MAX_SECONDS = 60.0
+
+
+class SlurmSubmits(Protocol):
+    """The Slurm calls that place a job (:class:`.client.SlurmClient`'s, a fake's in tests)."""
+
+    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int: ...
 
 
 class Placer:
@@ -31,7 +39,7 @@ class Placer:
     immediate allocation would run a tenant's job as the bridge. ``job/submit`` honours them.
     """
 
-    def __init__(self, slurm: SlurmClient, immediate: bool) -> None:
+    def __init__(self, slurm: SlurmSubmits, immediate: bool) -> None:
         self.slurm = slurm
         self.immediate = immediate
         # partition -> (queue directly until, current backoff) after refused immediate allocations

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names
 from slurm_bridge.kube import Conflict, KubeClient, KubeError
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
-from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.models import NodeDevices
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -47,8 +47,14 @@ def wants_devices(pod: Mapping[str, Any]) -> bool:
     return names.ANN_DEVICE_REQUESTS in annotations and dra.claim_name_of(pod) is not None
 
 
+class SlurmJobDevices(Protocol):
+    """The Slurm call the binder reads a job's devices with."""
+
+    async def job_devices(self, job_id: int) -> dict[str, NodeDevices] | None: ...
+
+
 class DeviceBinder:
-    def __init__(self, kube: KubeClient, slurm: SlurmClient) -> None:
+    def __init__(self, kube: KubeClient, slurm: SlurmJobDevices) -> None:
         self.kube = kube
         self.slurm = slurm
         # pod uid -> the last problem reported (dropped once the pod's claim is made)

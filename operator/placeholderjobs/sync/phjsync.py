@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
@@ -30,13 +31,12 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
-from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder
+from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 
@@ -56,6 +56,17 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     return members
 
 
+class SlurmJobWrites(Protocol):
+    """The Slurm calls the shell changes a job with."""
+
+    async def update_job(self, job_id: int, req: JobRequest) -> None: ...
+    async def cancel_job(self, job_id: int) -> None: ...
+
+
+class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, Protocol):
+    """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
+
+
 class PlaceholderJobs:
     """Gathers, decides (:func:`.lifecycle.decide`), applies."""
 
@@ -63,7 +74,7 @@ class PlaceholderJobs:
         self,
         config: Config,
         kube: KubeClient,
-        slurm: SlurmClient,
+        slurm: ShellSlurm,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],
         poller: SlurmPoller,
