@@ -18,6 +18,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
 )
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
+from tests.builders import make_pod
 
 
 def test_admin_comment_round_trip_and_foreign_comments() -> None:
@@ -101,12 +102,12 @@ def test_set_condition_keeps_transition_time_unless_status_flips() -> None:
 
 
 def _pod(annotations: dict[str, str] | None, labels: dict[str, str] | None, gates: list[str]) -> dict[str, object]:
-    meta: dict[str, object] = {"name": "p", "uid": "u1"}
+    built = make_pod("p").uid("u1").gated(*gates)
     if annotations is not None:
-        meta["annotations"] = annotations
+        built.meta(annotations=annotations)
     if labels is not None:
-        meta["labels"] = labels
-    return {"metadata": meta, "spec": {"schedulingGates": [{"name": g} for g in gates]}}
+        built.meta(labels=labels)
+    return built.obj()
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from slurm_bridge.slurm.versions import CodecV0044
 from slurm_bridge.translate import job_request
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.validate import validate
+from tests.builders import make_pod as build_pod
 
 from .fakes import FakeJobDevices
 from .test_webhook import CONFIG, JOB, SCHED, _job_with, apply, make_pod, make_request, managed_pod
@@ -339,11 +340,12 @@ PHJ = {"metadata": {"name": "phj", "namespace": "ns"}}
 
 
 def dpod(name: str, counts: Obj | None = None) -> Obj:
-    pod: Obj = {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": {}}, "spec": {}}
+    """A pod that asked for DRA devices (``counts``: DeviceClass -> count, as the webhook records them)."""
+    built = build_pod(name).uid(f"uid-{name}").meta(annotations={})
     if counts:
-        pod["metadata"]["annotations"][names.ANN_DEVICE_REQUESTS] = json.dumps(counts)
-        pod["spec"]["resourceClaims"] = [{"name": names.POD_CLAIM_ENTRY, "resourceClaimName": f"{name}-claim"}]
-    return pod
+        built.annotation(names.ANN_DEVICE_REQUESTS, json.dumps(counts))
+        built.spec(resourceClaims=[{"name": names.POD_CLAIM_ENTRY, "resourceClaimName": f"{name}-claim"}])
+    return built.obj()
 
 
 def binder(kube: FakeKube, slurm: FakeJobDevices) -> DeviceBinder:

@@ -27,6 +27,7 @@ from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
+from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads, FakeSlurm
 
 from .test_composite_shape import PHJ as CPG_PHJ
@@ -61,13 +62,9 @@ class Gang:
         self.m = Membership(self.config, self.kube, self.pods, self.phjs, self.queue, self.poller)  # type: ignore[arg-type]
 
     def add(self, name: str, uid: str | None = None) -> Obj:
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
-                            "labels": {names.LABEL_POD_GROUP: "g"}},
-               "spec": {"schedulerName": self.config.schedulerName,
-                        "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-                        "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
-               "status": {"phase": "Pending"}}  # fmt: skip
+        built = make_pod(name, NS).uid(uid or f"uid-{name}").label(names.LABEL_POD_GROUP, "g")
+        built.scheduler(self.config.schedulerName).gated().container("c", requests={"cpu": "1"})
+        pod = built.phase("Pending").obj()
         self.put(pod)
         return pod
 

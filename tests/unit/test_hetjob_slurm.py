@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
+from tests.builders import slurm_job
 
 from .fakes import FakeJobReads
 from .test_slurm_client import TOKEN, FakeSlurmrestd, client, err, job_json, ok
@@ -34,8 +35,7 @@ def token_file(tmp_path: Path) -> Path:
 
 
 def component(job_id: int, offset: int, state: str = "PENDING", nodes: tuple[str, ...] = ()) -> JobInfo:
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, admin_comment=encode_admin_comment(REF),
-                   het_job_id=LEADER, het_job_offset=offset)  # fmt: skip
+    return slurm_job(job_id, state, nodes=nodes, ref=REF, het=(LEADER, offset))
 
 
 # --- the REST client ---------------------------------------------------------------------------

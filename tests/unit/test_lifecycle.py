@@ -23,6 +23,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from tests.builders import make_phj, make_pod, slurm_job
 
 Obj = dict[str, Any]
 JOB = 7
@@ -40,12 +41,11 @@ def phj(
     phase: str | None = "Pending", *, job_id: int | None = JOB, pods: tuple[str, ...] = ("p",), **status: Any
 ) -> Obj:
     """A single-pod PlaceholderJob in ``phase`` ("Deleted": Running, with a deletionTimestamp)."""
-    meta: Obj = {"name": "phj", "namespace": "ns", "uid": "phj-uid", "generation": 1, "resourceVersion": "5",
-                 "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
-                 "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p-uid"}]}  # fmt: skip
+    built = make_phj().uid("phj-uid").generation(1).rv(5).finalizer().owned_by_pod("p", "p-uid")
+    built.pods(*pods).spec(slurm={"nodes": len(pods)})
     st: Obj = {"observedGeneration": 1, **status}
     if phase == "Deleted":
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        built.deleted()
         phase = "Running"
     if phase is not None:
         st["phase"] = phase
@@ -58,26 +58,23 @@ def phj(
     if phase in names.TERMINAL_PHASES:
         st.setdefault("reason", "EndedBefore")
         st.setdefault("message", "ended before")
-    obj: Obj = {"metadata": meta, "spec": {"pods": list(pods), "slurm": {"nodes": len(pods)}}}
-    if st:
-        obj["status"] = st
-    return obj
+    return built.status(**st).obj()
 
 
 def pod(state: str, name: str = "p", node: str | None = NODE) -> Obj | None:
+    """A member pod in ``state``: running (bound), gated, succeeded, failed, terminating, deleted."""
     if state == "deleted":
         return None
     phase = {"running": "Running", "terminating": "Running", "succeeded": "Succeeded", "failed": "Failed",
              "gated": "Pending", "terminating-failed": "Failed"}[state]  # fmt: skip
-    meta: Obj = {"name": name, "namespace": "ns", "uid": f"{name}-uid"}
+    built = make_pod(name).uid(f"{name}-uid").scheduler().phase(phase)
     if state.startswith("terminating"):
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: Obj = {"schedulerName": "slurm-bridge"}
+        built.deleted()
     if state == "gated":
-        spec["schedulingGates"] = [{"name": names.SCHEDULING_GATE}]
+        built.gated()
     elif node is not None:
-        spec["nodeName"] = node
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+        built.node(node)
+    return built.obj()
 
 
 def job(state: str, job_id: int = JOB, nodes: tuple[str, ...] | None = None) -> JobInfo | None:
@@ -85,7 +82,7 @@ def job(state: str, job_id: int = JOB, nodes: tuple[str, ...] | None = None) -> 
         return None
     if nodes is None:
         nodes = () if state == "PENDING" else (NODE,)
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason="Resources" if state == "PENDING" else "")
+    return slurm_job(job_id, state, nodes=nodes, reason="Resources" if state == "PENDING" else "")
 
 
 def slurm_side(state: str, job_id: int | None = JOB, **kw: Any) -> lc.SlurmSide:

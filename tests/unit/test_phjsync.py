@@ -23,6 +23,7 @@ from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
+from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
 
 Obj = dict[str, Any]
@@ -46,7 +47,7 @@ class FakeKube:
         base = path.removesuffix("/status")
         obj = copy.deepcopy(self.objects.get(base) or {"metadata": {"name": "x", "namespace": "ns", "uid": "u"}})
         obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion", "1")) + 1)
-        if path.endswith("/status") and isinstance(body, dict) and "status" in body and "kind" not in obj:
+        if path.endswith("/status") and isinstance(body, dict) and "status" in body and obj.get("kind") != "Pod":
             obj["status"] = {**(obj.get("status") or {}), **body["status"]}
         self.objects[base] = obj
         return copy.deepcopy(obj)
@@ -65,21 +66,15 @@ POD_PATH = "/api/v1/namespaces/ns/pods/p"
 
 
 def placeholderjob(**status: Any) -> Obj:
-    obj: Obj = {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "phj-uid", "resourceVersion": "3", "generation": 1,
-                     "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid"}]},
-        "spec": {"pods": ["p"], "slurm": {"nodes": 1}},
-    }  # fmt: skip
+    built = make_phj("p").uid("phj-uid").rv(3).generation(1).finalizer().owned_by_pod("p", "pod-uid")
+    built.pods("p").spec(slurm={"nodes": 1})
     if status:
-        obj["status"] = status
-    return obj
+        built.status(**status)
+    return built.obj()
 
 
 def gated_pod() -> Obj:
-    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid", "resourceVersion": "2"},
-            "spec": {"schedulerName": "slurm-bridge", "schedulingGates": [{"name": names.SCHEDULING_GATE}]},
-            "status": {"phase": "Pending"}}  # fmt: skip
+    return make_pod("p").uid("pod-uid").rv(2).scheduler().gated().phase("Pending").obj()
 
 
 def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: list[JobInfo]) -> PlaceholderJobs:
@@ -301,7 +296,7 @@ def pending_events(kube: FakeKube) -> list[tuple[str, str]]:
 
 
 def pending_job(reason: str, start: datetime | None = None) -> JobInfo:
-    return JobInfo(job_id=7, states=("PENDING",), reason=reason, start_time=start)
+    return slurm_job(7, "PENDING", reason=reason, start_time=start)
 
 
 def put(jobs: PlaceholderJobs, job: JobInfo) -> None:

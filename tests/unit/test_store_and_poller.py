@@ -18,6 +18,7 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
+from tests.builders import slurm_job
 from tests.unit.fakes import FakeJobReads
 
 
@@ -99,8 +100,7 @@ async def test_queue_retries_failures_with_backoff() -> None:
 
 
 def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = (), reason: str = "") -> JobInfo:
-    ref = PhjRef("bridge", "ns", f"phj-{uid}", uid)
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason=reason, admin_comment=encode_admin_comment(ref))
+    return slurm_job(job_id, state, nodes=nodes, reason=reason, ref=PhjRef("bridge", "ns", f"phj-{uid}", uid))
 
 
 def _poller(slurm: FakeJobReads, changed: list[str]) -> SlurmPoller:

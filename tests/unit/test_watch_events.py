@@ -11,23 +11,21 @@ from typing import Any
 
 import httpx
 
-from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
+from tests.builders import make_phj, make_pod
 
 Obj = dict[str, Any]
 
 
 def pod(rv: int, uid: str = "u1", **status: Any) -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
-                         "managedFields": [{"manager": "kubelet", "time": f"t{rv}"}]},
-            "spec": {"schedulerName": "slurm-bridge", "nodeName": "n1", "containers": [{"name": "c"}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]} | status}  # fmt: skip
+    built = make_pod("p").uid(uid).rv(rv).meta(managedFields=[{"manager": "kubelet", "time": f"t{rv}"}])
+    built.scheduler().node("n1").container("c")
+    return built.status(**({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]} | status)).obj()
 
 
 def test_observe_tells_a_change_of_nothing_kept_from_a_change() -> None:
@@ -60,10 +58,8 @@ def controller(tmp_path: Path) -> Controller:
 
 
 def phj(rv: int, **status: Any) -> Obj:
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND,
-            "metadata": {"name": "p", "namespace": "ns", "uid": "j1", "resourceVersion": str(rv),
-                         "managedFields": [{"manager": "x", "time": f"t{rv}"}]},
-            "spec": {"pods": ["p"]}, "status": {"phase": "Pending"} | status}  # fmt: skip
+    built = make_phj("p").uid("j1").rv(rv).meta(managedFields=[{"manager": "x", "time": f"t{rv}"}]).pods("p")
+    return built.status(**({"phase": "Pending"} | status)).obj()
 
 
 async def test_the_controller_queues_only_events_that_change_what_it_reads(tmp_path: Path) -> None:

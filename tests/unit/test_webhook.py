@@ -54,6 +54,7 @@ from slurm_bridge.webhook.review import (
 )
 from slurm_bridge.webhook.server import WebhookServer
 from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, validate
+from tests.builders import make_pod as build_pod
 
 pytestmark = pytest.mark.unit
 
@@ -70,17 +71,13 @@ ANN_NODES = names.ANN_MIN_NODES
 def make_pod(
     spec: JSON | None = None, labels: JSON | None = None, annotations: JSON | None = None, name: str = "p"
 ) -> JSON:
-    meta: JSON = {"name": name, "namespace": "slurm"}
+    """A pod created in the managed namespace ``slurm``; ``spec``: fields over its one container's."""
+    built = build_pod(name, "slurm").container("c", image="busybox")
     if labels is not None:
-        meta["labels"] = labels
+        built.meta(labels=labels)
     if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": [{"name": "c", "image": "busybox"}], **(spec or {})},
-    }
+        built.meta(annotations=annotations)
+    return built.spec(**(spec or {})).obj()
 
 
 def make_review(
