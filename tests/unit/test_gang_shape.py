@@ -18,7 +18,7 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import phj_path, pod_path
-from slurm_bridge.operator.placeholderjobs.grouping.vacancies import WAIT_SECONDS, Vacancies
+from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller

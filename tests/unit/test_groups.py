@@ -13,14 +13,13 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
+from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, plan_join
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,
     GroupError,
-    Join,
     jobset_size,
     lws_size,
     phj_name,
-    plan_join,
     podgroup_size,
     same_group,
 )

@@ -178,7 +178,7 @@ def plan_composite_join(
     ended: Collection[str],
     note: str = "",
 ) -> CompositeJoin:
-    """Membership rules of a composite: a gang's (``groups.plan_join``) per component.
+    """Membership rules of a composite: a gang's (``gangjoin.plan_join``) per component.
 
     Before submission a pod joins its component (made when its first pod comes; components kept
     in PodGroup name order, their offsets), and that component's ended members drop out, so they

@@ -25,9 +25,9 @@ with a dict of objects; everything else here is pure.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from slurm_bridge import names, schedulingapi, workloadkinds
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, resource_path
@@ -323,61 +323,6 @@ def same_group(phj: Mapping[str, Any], group: Group) -> bool:
     the same name, or an unrelated object that happens to have the name)."""
     source = (phj.get("spec") or {}).get("group") or {}
     return bool(source.get("uid") == group.source["uid"] and source.get("kind") == group.source["kind"])
-
-
-# --- joining a gang ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Join:
-    """What to do with a pod that belongs to a gang's PlaceholderJob.
-
-    ``member``: it is one already. ``add``/``replace``: write ``pods`` and ``uids`` into the spec.
-    ``wait``: the gang's job was submitted for other pods and none of them ended. ``recycle``: the
-    PlaceholderJob ended, so the pod starts a new one.
-    """
-
-    action: Literal["member", "add", "replace", "wait", "recycle"]
-    pods: tuple[str, ...] = ()
-    uids: dict[str, str] = field(default_factory=dict)
-    slot: str = ""  # the member whose place the pod took (replace)
-
-
-def plan_join(
-    pods: Sequence[str],
-    uids: Mapping[str, str],
-    pod: str,
-    uid: str,
-    *,
-    submitted: bool,
-    terminal: bool,
-    ended: Collection[str],
-) -> Join:
-    """Membership rules for a gang (docs/workloadkinds.md, "Late members").
-
-    ``pods``/``uids`` are the PlaceholderJob's spec; ``ended`` the members whose recorded pod
-    has ended or is gone. Before submission the gang grows (ended members drop out, so they hold
-    no node); after it the job's size is fixed: a pod takes over the slot of an earlier
-    incarnation of its name or of an ended member, or waits.
-    """
-    recorded = uids.get(pod)
-    if pod in pods and recorded in (None, uid):
-        return Join("member")
-    if terminal:
-        return Join("recycle")
-    if pod in pods:
-        # An earlier pod of this name (names are unique, so it is gone): the new one is the member.
-        return Join("replace", tuple(pods), {**uids, pod: uid}, slot=pod)
-    if not submitted:
-        kept = tuple(p for p in pods if p not in ended)
-        new_uids = {p: u for p, u in uids.items() if p in kept}
-        return Join("add", (*kept, pod), {**new_uids, pod: uid})
-    free = sorted(p for p in pods if p in ended)
-    if not free:
-        return Join("wait")
-    slot = free[0]
-    new_uids = {p: u for p, u in uids.items() if p != slot}
-    return Join("replace", tuple(pod if p == slot else p for p in pods), {**new_uids, pod: uid}, slot=slot)
 
 
 def new_phj(

@@ -24,9 +24,9 @@ from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     flat_pods,
     plan_composite_join,
 )
+from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import JoinState
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
-from slurm_bridge.operator.placeholderjobs.grouping.vacancies import JoinState
 from slurm_bridge.operator.placeholderjobs.shapes import hetjob
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import Component, PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus

@@ -1,5 +1,5 @@
 """A gang (a JobSet, a LeaderWorkerSet group, a coscheduling or built-in PodGroup): its pods join
-one PlaceholderJob named after the gang's root, by the membership rules of ``groups.plan_join``,
+one PlaceholderJob named after the gang's root, by the membership rules of ``gangjoin.plan_join``,
 and start together on one Slurm job with a node per member. Its decisions are a plain job's
 (:mod:`.plainjob`), fenced before the submit."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, Join, plan_join
+from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, JoinState, gang_full, plan_join
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
-from slurm_bridge.operator.placeholderjobs.grouping.vacancies import JoinState, gang_full
 from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
 
 Obj = dict[str, Any]
