@@ -1,9 +1,10 @@
-"""The PlaceholderJob controller's wiring: watch caches, one work queue, the Slurm poller.
+"""The PlaceholderJob controller's wiring: watch caches, one work queue of typed items
+(:mod:`.workitems`, queued by :mod:`.events`), the Slurm poller, and the dispatch.
 
-The work is in three modules, each with one concern:
-- :mod:`.members` (I/O): pods -> their group's PlaceholderJob;
-- :mod:`.phjsync` (I/O) around :mod:`.lifecycle` (pure ``decide``): PlaceholderJob <-> Slurm job;
-- :mod:`.orphans`: Slurm jobs whose PlaceholderJob is gone.
+The work is in three places, each with one concern:
+- :mod:`.members` (I/O): a pod -> its group's PlaceholderJob (the group's job shape joins it);
+- ``sync.phjsync`` (I/O) around :mod:`.lifecycle` (pure ``decide``): PlaceholderJob <-> Slurm job;
+- ``slurmjobs.orphans``: Slurm jobs whose PlaceholderJob is gone.
 Every step is idempotent and reads its state from Kubernetes objects and the poller's view of
 Slurm, so a restart at any line neither duplicates nor leaks a Slurm job.
 """
