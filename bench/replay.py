@@ -2,7 +2,7 @@
 
 Drives the real operator (its watches of pods and PlaceholderJobs, ``Controller``: the stores'
 projections, the work queue, the resolver and ``Membership`` creating the PlaceholderJob,
-``lifecycle.decide`` and the shell in ``operator/placeholderjobs/phjsync.py``, the release patch,
+``lifecycle.decide`` and the shell in ``operator/placeholderjobs/sync/phjsync.py``, the release patch,
 the status write, the finalizer) through N bare pods' lives, from the watch stream's bytes to the
 requests the operator sends:
 
@@ -16,7 +16,7 @@ requests the operator sends:
   allocation, the read and the cancel at once (a job record of about 2 KB).
 
 Modes (``--mode``): ``watch`` (the default) is the operator's path: the two informers (``Informer``) of
-``operator/runtime/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
+``operator/wiring/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
 whose watch stream (``KubeClient._stream``) carries the stand-in's JSON lines, decoded as on the
 cluster. ``direct`` hands the decoded events to the controller's handlers with nothing between
 (the lower bound: ``watch - direct`` is the watch loop's share). ``kopf`` runs them through kopf's
@@ -58,14 +58,14 @@ from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
 
 import httpx
-from slurm_bridge.operator.placeholderjobs import lifecycle
-from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.runtime.poller import JobSnapshot
-from slurm_bridge.operator.runtime.watches import HotWatches
 
 from slurm_bridge import logs, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs import lifecycle
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -459,7 +459,7 @@ class ReplaySlurm:
 # ---- feeding the watch events ------------------------------------------------------------------------
 @contextlib.asynccontextmanager
 async def operator_watches(server: ApiServer, ctrl: Controller, kube: ReplayKube) -> AsyncIterator[None]:
-    """The operator's own watches (operator/runtime/watches.py), up once their first lists are in."""
+    """The operator's own watches (operator/wiring/watches.py), up once their first lists are in."""
     watches = HotWatches(kube, ctrl)
     watches.start()
     try:
@@ -490,7 +490,8 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     from kopf._core.actions import lifecycles
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
-    from slurm_bridge.operator.runtime.app import configure_kopf
+
+    from slurm_bridge.operator.wiring.kopfsetup import configure_kopf
 
     registry = kopf.OperatorRegistry()
 
@@ -506,6 +507,9 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
 
     settings = kopf.OperatorSettings()
     configure_kopf(settings)
+    # kopf's worker for an object kept its last event 0.5 s after it, not 5 s, while kopf watched
+    # pods and PlaceholderJobs (docs/performance.md, run 11): the replay's kopf mode as it ran then.
+    settings.queueing.idle_timeout = 0.5
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())
     common: dict[str, Any] = dict(lifecycle=lifecycles.get_default_lifecycle(), registry=registry,
@@ -608,7 +612,7 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
             on_phj(etype, phj)
 
         async def counted(item: Any) -> float | None:
-            reconciles[item[0]] += 1
+            reconciles[item.kind] += 1
             return await handle(item)
 
         ctrl.on_pod_event, ctrl.on_phj_event = pod_event, phj_event  # type: ignore[method-assign]

@@ -164,7 +164,7 @@ def rss_mib() -> float:
 def process_rss(objects: int, nodes: int, whole: bool) -> dict[str, float]:
     """RSS of a process that imports the whole operator (kopf, aiohttp, pydantic, the Slurm
     client), then fills the stores: the operator's memory without its watches' own buffers."""
-    import slurm_bridge.operator.runtime.app  # noqa: F401  (everything the operator process imports)
+    import slurm_bridge.operator.wiring.app  # noqa: F401  (everything the operator process imports)
 
     if whole:
         store_module.project = lambda obj: obj

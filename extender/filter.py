@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_bridge.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
-
 from slurm_bridge import names
+from slurm_bridge.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
 
 
 def _node_name(node: dict[str, Any]) -> str:

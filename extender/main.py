@@ -8,10 +8,10 @@ import logging
 import signal
 
 from aiohttp import web
-from slurm_bridge.extender.server import make_app, make_health_app
 
 from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
 from slurm_bridge.config import Config, split_listen
+from slurm_bridge.extender.server import make_app, make_health_app
 from slurm_bridge.kube import KubeClient
 
 log = logging.getLogger("slurm_bridge.extender")
@@ -31,8 +31,12 @@ def main(argv: list[str] | None = None) -> None:
 
 async def serve(cfg: Config, kubeconfig: str | None) -> None:
     """Serve until SIGTERM or SIGINT: the extender, and health alone on extenderHealthListen."""
-    sites = [(make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
-              split_listen(cfg.extenderListen))]  # fmt: skip
+    sites = [
+        (
+            make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
+            split_listen(cfg.extenderListen),
+        )
+    ]
     if cfg.extenderHealthListen:
         sites.append((make_health_app(), split_listen(cfg.extenderHealthListen)))
     runners = []

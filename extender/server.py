@@ -10,14 +10,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
+
+from slurm_bridge import logs, metrics, names
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
 )
-
-from slurm_bridge import logs, metrics, names
 from slurm_bridge.kube import KubeClient, KubeError
 
 log = logging.getLogger(__name__)

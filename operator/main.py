@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = config_or_exit(args.config)
     setup_logging(args.log_level, args.log_format)
-    from slurm_bridge.operator.runtime.app import run  # kopf is heavy: import after the arguments are valid
+    from slurm_bridge.operator.wiring.app import run  # kopf is heavy: import after the arguments are valid
 
     asyncio.run(run(cfg, args.kubeconfig, args.lease_namespace))
 

@@ -6,7 +6,7 @@ the Kubernetes version (``GET /version``), the served Workload API version, and 
 ``resource.k8s.io/v1`` serves ResourceClaims. Each answer is one or two discovery GETs, kept for
 ``ttl`` seconds (an administrator who turns a feature gate on restarts the API server; the bridge
 notices within that time, without a restart of its own). Concurrent askers share one read. The
-decisions themselves are pure, in :mod:`slurm_bridge.workloadapi`.
+decisions themselves are pure, in :mod:`slurm_bridge.schedulingapi`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from slurm_bridge import workloadapi
+from slurm_bridge import schedulingapi
 from slurm_bridge.kube import KubeError
-from slurm_bridge.workloadapi import KubeVersion
+from slurm_bridge.schedulingapi import KubeVersion
 
 Obj = dict[str, Any]
 # GET an API path: the document, None when the server answers 404; other errors raise KubeError.
@@ -60,7 +60,7 @@ class Discovery:
 
         async def load() -> KubeVersion:
             try:
-                return workloadapi.kube_version(await self._get("/version"))
+                return schedulingapi.kube_version(await self._get("/version"))
             except KubeError:
                 return KubeVersion()
 
@@ -71,30 +71,30 @@ class Discovery:
         """Every served version of the Workload API group with its resources (version -> names)."""
 
         async def load() -> dict[str, frozenset[str]]:
-            group = workloadapi.GROUP
+            group = schedulingapi.GROUP
             doc = await self._get(f"/apis/{group}")
             served: dict[str, frozenset[str]] = {}
-            for version in workloadapi.served_versions(doc):
+            for version in schedulingapi.served_versions(doc):
                 if version != "v1":  # PriorityClasses only
-                    served[version] = workloadapi.resource_names(await self._get(f"/apis/{group}/{version}"))
+                    served[version] = schedulingapi.resource_names(await self._get(f"/apis/{group}/{version}"))
             return served
 
         def ttl(served: dict[str, frozenset[str]]) -> float:
-            return self.ttl if workloadapi.choose_version(served) else MISSING_TTL
+            return self.ttl if schedulingapi.choose_version(served) else MISSING_TTL
 
         versions: dict[str, frozenset[str]] = await self._cached("workload", load, ttl)
         return versions
 
     async def workload_version(self) -> str | None:
         """The Workload API version to read PodGroups at (v1beta1 preferred), None when none is served."""
-        return workloadapi.choose_version(await self.workload_versions())
+        return schedulingapi.choose_version(await self.workload_versions())
 
     async def serves_resource_claims(self) -> bool:
         """Whether resource.k8s.io/v1 serves ResourceClaims (the bridge's DRA path needs it)."""
 
         async def load() -> bool:
-            path = f"/apis/{workloadapi.RESOURCE_GROUP}/{workloadapi.RESOURCE_VERSION}"
-            return workloadapi.RESOURCE_CLAIMS in workloadapi.resource_names(await self._get(path))
+            path = f"/apis/{schedulingapi.RESOURCE_GROUP}/{schedulingapi.RESOURCE_VERSION}"
+            return schedulingapi.RESOURCE_CLAIMS in schedulingapi.resource_names(await self._get(path))
 
         served: bool = await self._cached("resource", load, lambda v: self.ttl if v else MISSING_TTL)
         return served
@@ -102,7 +102,7 @@ class Discovery:
     async def workload_api_missing(self, what: str) -> str | None:
         """Why ``what`` cannot work on this cluster (no Workload API the bridge reads), None when it can."""
         versions = await self.workload_versions()
-        if workloadapi.choose_version(versions):
+        if schedulingapi.choose_version(versions):
             return None
-        served = [v for v, resources in versions.items() if workloadapi.PODGROUPS in resources]
-        return workloadapi.not_served_message(what, await self.kube_version(), served)
+        served = [v for v, resources in versions.items() if schedulingapi.PODGROUPS in resources]
+        return schedulingapi.not_served_message(what, await self.kube_version(), served)

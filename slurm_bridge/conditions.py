@@ -86,8 +86,16 @@ def set_condition(
             update["observed_generation"] = generation
         out.append(c.model_copy(update=update))
     if not found:
-        out.append(Condition(type=ctype, status=value, reason=reason, message=message, last_transition_time=now,
-                             observed_generation=generation or 0))  # fmt: skip
+        out.append(
+            Condition(
+                type=ctype,
+                status=value,
+                reason=reason,
+                message=message,
+                last_transition_time=now,
+                observed_generation=generation or 0,
+            )
+        )
     return out
 
 

@@ -215,8 +215,9 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
         patch.append({"op": "add", "path": "/spec/resourceClaims", "value": [ref]})
     value = json.dumps(counts, sort_keys=True)
     if meta.get("annotations"):
-        patch.append({"op": "add", "path": pointer("metadata", "annotations", names.ANN_DEVICE_REQUESTS),
-                      "value": value})  # fmt: skip
+        patch.append(
+            {"op": "add", "path": pointer("metadata", "annotations", names.ANN_DEVICE_REQUESTS), "value": value}
+        )
     else:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {names.ANN_DEVICE_REQUESTS: value}})
     return patch, []
@@ -246,12 +247,16 @@ def consistency_problems(pod: Mapping[str, Any]) -> list[str]:
         except ValueError as e:
             return [f"metadata.annotations: {e}"]
     if has_annotation and not claim_name_of(pod):
-        return [f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: set without the spec.resourceClaims entry "
-                f"{names.POD_CLAIM_ENTRY!r} naming a ResourceClaim; request devices with "
-                f"{EXTENDED_PREFIX}<class> instead"]  # fmt: skip
+        return [
+            f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: set without the spec.resourceClaims entry "
+            f"{names.POD_CLAIM_ENTRY!r} naming a ResourceClaim; request devices with "
+            f"{EXTENDED_PREFIX}<class> instead"
+        ]
     if has_entry and not has_annotation:
-        return [f"spec.resourceClaims: the entry name {names.POD_CLAIM_ENTRY!r} is the bridge's, for the devices "
-                f"Slurm allocates; rename it, or request devices with {EXTENDED_PREFIX}<class>"]  # fmt: skip
+        return [
+            f"spec.resourceClaims: the entry name {names.POD_CLAIM_ENTRY!r} is the bridge's, for the devices "
+            f"Slurm allocates; rename it, or request devices with {EXTENDED_PREFIX}<class>"
+        ]
     return []
 
 
@@ -344,20 +349,26 @@ def plan_claim(
         if cls.kind == "gres":
             indices = held.gres.get(cls.gres)
             if indices is None:
-                return (f"Slurm does not say which {cls.gres} devices job {job_id} holds on node {node}: its GRES "
-                        "has no device files in gres.conf, so Slurm keeps no indices and exact devices cannot be "
-                        "given")  # fmt: skip
+                return (
+                    f"Slurm does not say which {cls.gres} devices job {job_id} holds on node {node}: its GRES "
+                    "has no device files in gres.conf, so Slurm keeps no indices and exact devices cannot be "
+                    "given"
+                )
         else:
             indices = held.cpus
         if len(indices) != count:
-            return (f"Slurm job {job_id} holds {len(indices)} {cls.request} device(s) on node {node} "
-                    f"({list(indices)}), the pod asked for {count}")  # fmt: skip
+            return (
+                f"Slurm job {job_id} holds {len(indices)} {cls.request} device(s) on node {node} "
+                f"({list(indices)}), the pod asked for {count}"
+            )
         by_index = node_devices(slices, cls.driver, node)
         missing = [i for i in indices if i not in by_index]
         if missing:
-            return (f"node {node}'s ResourceSlices (driver {cls.driver}) publish no device with Slurm index "
-                    f"{', '.join(map(str, missing))} of the {cls.request} devices job {job_id} holds there "
-                    f"({len(by_index)} published)")  # fmt: skip
+            return (
+                f"node {node}'s ResourceSlices (driver {cls.driver}) publish no device with Slurm index "
+                f"{', '.join(map(str, missing))} of the {cls.request} devices job {job_id} holds there "
+                f"({len(by_index)} published)"
+            )
         plan.results[cls.request] = [by_index[i] for i in indices]
         plan.indices[cls.request] = list(indices)
     return plan
@@ -367,13 +378,21 @@ def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -
     """The ResourceClaim for the pod: owned by it (garbage collection removes it with the pod) and
     protected by Kubernetes' own finalizer, which kube-controller-manager lifts once no pod uses it."""
     meta = pod["metadata"]
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"], "controller": True,
-             "blockOwnerDeletion": False}  # fmt: skip
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
     requests = [
-        {"name": DEVICE_CLASSES[c].request,
-         "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n}}
+        {
+            "name": DEVICE_CLASSES[c].request,
+            "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n},
+        }
         for c, n in sorted(counts.items())
-    ]  # fmt: skip
+    ]
     return {
         "apiVersion": RESOURCE_API,
         "kind": "ResourceClaim",
@@ -392,16 +411,22 @@ def allocation_status(pod: Mapping[str, Any], plan: ClaimPlan) -> Obj:
     """The claim's status as kube-scheduler writes it: allocated to exactly the plan's devices on
     its node, and reserved for the pod. The scheduler then only checks it and binds the pod there."""
     meta = pod["metadata"]
-    results = [{"request": req, "driver": d.driver, "pool": d.pool, "device": d.name}
-               for req, devices in sorted(plan.results.items()) for d in devices]  # fmt: skip
+    results = [
+        {"request": req, "driver": d.driver, "pool": d.pool, "device": d.name}
+        for req, devices in sorted(plan.results.items())
+        for d in devices
+    ]
     return {
         "allocation": {
             "devices": {"results": results},
-            "nodeSelector": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [plan.node]}]}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [plan.node]}]}
+                ]
+            },
         },
         "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
-    }  # fmt: skip
+    }
 
 
 def allocated_to(claim: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:

@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 import ssl
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -118,8 +118,22 @@ def label_value(name: str) -> str:
     return bounded(name, MAX_LABEL_VALUE_LENGTH)
 
 
+def iso(when: datetime) -> str:
+    """A time as Kubernetes writes it (RFC 3339, UTC, seconds)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(datetime.now(UTC))
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as a number (the API server's are etcd revisions), to tell a
+    newer version from an older one; 0 when it has none or it is not a number."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def escape_pointer(key: str) -> str:
@@ -398,5 +412,11 @@ class KubeClient:
             # A namespace being deleted takes no new Events (403): the objects' last Events cannot
             # be kept, and one warning per object of the namespace told nobody anything.
             terminating = isinstance(e, KubeError) and e.status == 403 and "being terminated" in str(e)
-            log.log(logging.DEBUG if terminating else logging.WARNING, "could not record event %s on %s/%s: %s",
-                    reason, ns, meta.get("name"), e)  # fmt: skip
+            log.log(
+                logging.DEBUG if terminating else logging.WARNING,
+                "could not record event %s on %s/%s: %s",
+                reason,
+                ns,
+                meta.get("name"),
+                e,
+            )

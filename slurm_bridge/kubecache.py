@@ -6,7 +6,7 @@ one long WATCH after another, each from the last resourceVersion seen (bookmarks
 a 410 Gone (the resourceVersion is older than the API server keeps) lists again, and then every
 object the consumer holds that the new list lacks is handed on as DELETED: a delete missed in
 the gap must not leak a Slurm job. The operator's pods and PlaceholderJobs
-(operator/runtime/watches.py) and the caches below use it.
+(operator/wiring/watches.py) and the caches below use it.
 
 The webhook and the operator both need every TenantPolicy and every namespace's labels (for the
 policies' namespace selectors) at hand: the webhook answers the API server in milliseconds, and the
@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from slurm_bridge import names
-from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path
+from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
 from slurm_bridge.tasks import cancel_and_wait
 from slurm_bridge.tenancy import TenantIndex
 
@@ -53,16 +53,27 @@ NAMESPACES_PATH: Final = resource_path("v1", "namespaces", None)
 
 def project_namespace(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "labels": meta.get("labels") or {},
-                         "resourceVersion": meta.get("resourceVersion")}}  # fmt: skip
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "labels": meta.get("labels") or {},
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+    }
 
 
 def project_policy(obj: Obj) -> Obj:
     """What the rules and the status writer read: no managedFields or annotations."""
     meta = obj.get("metadata") or {}
     kept = {k: meta.get(k) for k in ("name", "uid", "generation", "resourceVersion", "creationTimestamp")}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind") or names.TP_KIND, "metadata": kept,
-            "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}  # fmt: skip
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind") or names.TP_KIND,
+        "metadata": kept,
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
 
 
 def key_of(obj: Obj) -> Key:
@@ -73,14 +84,6 @@ def key_of(obj: Obj) -> Key:
 def _uid(obj: Obj) -> str | None:
     uid: str | None = (obj.get("metadata") or {}).get("uid")
     return uid
-
-
-def _rv(value: Any) -> int:
-    """A resourceVersion as a number (the API server's are etcd revisions); 0 when it is not one."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 class Known(Protocol):
@@ -189,7 +192,7 @@ class Informer:
         """One whole list, handed on page by page; False when the kind is not served."""
         listed: dict[Key, str | None] = {}
         params = {**self.params, "limit": str(self.page)}
-        snapshot = ""
+        snapshot, upto = "", 0  # the list's resourceVersion: its first page's
         while True:
             try:
                 page = await self.kube.request("GET", self.path, params=params)
@@ -203,8 +206,8 @@ class Informer:
                 self.synced.set()
                 return False
             meta = page.get("metadata") or {}
-            snapshot = snapshot or meta.get("resourceVersion") or ""
-            upto = _rv(snapshot)
+            if not snapshot:
+                snapshot, upto = meta.get("resourceVersion") or "", resource_version(page)
             kind = str(page.get("kind") or "").removesuffix("List")
             api_version = page.get("apiVersion")
             for obj in page.get("items") or []:
@@ -216,7 +219,7 @@ class Informer:
                 listed[key] = uid
                 held = self.known.get(key)
                 if held is not None and _uid(held) != uid:
-                    if _rv(held.get("metadata", {}).get("resourceVersion")) > upto > 0:
+                    if resource_version(held) > upto > 0:
                         continue  # the consumer holds a newer incarnation than the list's
                     self._hand("DELETED", held)  # the one it held is gone: its delete fell in the gap
                 self._hand("ADDED", obj)
@@ -224,7 +227,7 @@ class Informer:
             if not cont:
                 break
             params = {**self.params, "limit": str(self.page), "continue": cont}
-        self._vanished(listed, _rv(snapshot) or None)
+        self._vanished(listed, upto or None)
         self.resource_version = snapshot or "0"
         self.lists += 1
         self.last_error = ""
@@ -239,15 +242,16 @@ class Informer:
             key = key_of(held)
             if key in listed and listed[key] == _uid(held):
                 continue
-            if upto is not None and _rv(held.get("metadata", {}).get("resourceVersion")) > upto:
+            if upto is not None and resource_version(held) > upto:
                 continue
             self._hand("DELETED", held)
 
     async def _watch(self) -> None:
         """Hand on events until the watch ends."""
         self.watches += 1
-        events = self.kube.watch(self.path, self.resource_version, timeout_seconds=self.watch_seconds,
-                                 params=self.params)  # fmt: skip
+        events = self.kube.watch(
+            self.path, self.resource_version, timeout_seconds=self.watch_seconds, params=self.params
+        )
         async with contextlib.aclosing(events):  # a 410 or a stop closes the response at once
             await self._consume(events)
 
@@ -337,10 +341,17 @@ class TenantCache:
                 return None
             return lambda name, _obj: on_change(kind, name)
 
-        self.policies = WatchCache(kube, TENANT_POLICIES_PATH, "TenantPolicies", project=project_policy,
-                                   on_change=changed("policy"), missing_ok=True)  # fmt: skip
-        self.namespaces = WatchCache(kube, NAMESPACES_PATH, "namespaces", project=project_namespace,
-                                     on_change=changed("namespace"))  # fmt: skip
+        self.policies = WatchCache(
+            kube,
+            TENANT_POLICIES_PATH,
+            "TenantPolicies",
+            project=project_policy,
+            on_change=changed("policy"),
+            missing_ok=True,
+        )
+        self.namespaces = WatchCache(
+            kube, NAMESPACES_PATH, "namespaces", project=project_namespace, on_change=changed("namespace")
+        )
         self._index = TenantIndex()
         self._built: tuple[int, int] = (-1, -1)
         self._tasks: list[asyncio.Task[None]] = []

@@ -179,9 +179,13 @@ class ExecToken(TokenSource):
         env = {**os.environ, **plugin.env, "KUBERNETES_EXEC_INFO": self._exec_info()}
         try:
             proc = await asyncio.create_subprocess_exec(
-                command, *plugin.args, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
+                command,
+                *plugin.args,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
         except OSError as e:
             raise CredentialsError(f"exec plugin {command}: cannot run: {e}") from e
         try:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from aiohttp import web
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -59,17 +59,27 @@ def scope(**fields: Any) -> Iterator[None]:
 R = TypeVar("R")
 
 
-def work_item(
-    func: Callable[[Any, Hashable], Awaitable[R]],
-) -> Callable[[Any, Hashable], Awaitable[R]]:
-    """Decorate a work queue's handler ``(self, item)``, item ``(kind, namespace, name)``: the
-    lines of each reconcile name its object."""
+@runtime_checkable
+class ObjectItem(Protocol):
+    """A work item about one namespaced object (the PlaceholderJob controller's items)."""
+
+    kind: str
+    namespace: str
+    name: str
+
+
+ItemT = TypeVar("ItemT", bound=Hashable)
+
+
+def work_item(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, ItemT], Awaitable[R]]:
+    """Decorate a work queue's handler ``(self, item)``: the lines of each reconcile of an
+    :class:`ObjectItem` name its object."""
 
     @functools.wraps(func)
-    async def wrapper(self: Any, item: Hashable) -> R:
+    async def wrapper(self: Any, item: ItemT) -> R:
         fields: dict[str, Any] = {}
-        if isinstance(item, tuple) and len(item) == 3:
-            fields = {"kind": item[0], "namespace": item[1], "name": item[2]}
+        if isinstance(item, ObjectItem):
+            fields = {"kind": item.kind, "namespace": item.namespace, "name": item.name}
         with scope(**fields):
             return await func(self, item)
 

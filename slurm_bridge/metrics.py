@@ -65,13 +65,18 @@ _BIND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 
 # ---- operator: Slurm REST ------------------------------------------------------------------------
 SLURM_REQUESTS = Counter(
-    f"{NS}_slurm_requests", "HTTP requests to slurmrestd (retries included), by endpoint template and outcome",
-    ["method", "endpoint", "outcome"], registry=OPERATOR,
-)  # fmt: skip
+    f"{NS}_slurm_requests",
+    "HTTP requests to slurmrestd (retries included), by endpoint template and outcome",
+    ["method", "endpoint", "outcome"],
+    registry=OPERATOR,
+)
 SLURM_REQUEST_SECONDS = Histogram(
-    f"{NS}_slurm_request_duration_seconds", "Time from sending a request to slurmrestd to its whole answer",
-    ["method", "endpoint"], buckets=_CALL_BUCKETS, registry=OPERATOR,
-)  # fmt: skip
+    f"{NS}_slurm_request_duration_seconds",
+    "Time from sending a request to slurmrestd to its whole answer",
+    ["method", "endpoint"],
+    buckets=_CALL_BUCKETS,
+    registry=OPERATOR,
+)
 
 
 def slurm_request(method: str, endpoint: str, outcome: str, seconds: float) -> None:
@@ -126,15 +131,20 @@ def orphan_swept() -> None:
 
 # ---- operator: pods ------------------------------------------------------------------------------
 POD_ALLOCATION_SECONDS = Histogram(
-    f"{NS}_pod_allocation_seconds", "From a managed pod's creation to its release on the nodes Slurm allocated",
-    buckets=_WAIT_BUCKETS, registry=OPERATOR,
-)  # fmt: skip
+    f"{NS}_pod_allocation_seconds",
+    "From a managed pod's creation to its release on the nodes Slurm allocated",
+    buckets=_WAIT_BUCKETS,
+    registry=OPERATOR,
+)
 POD_BIND_SECONDS = Histogram(
-    f"{NS}_pod_bind_seconds", "From a pod's release (allocation) to the operator seeing it bound to its node",
-    buckets=_BIND_BUCKETS, registry=OPERATOR,
-)  # fmt: skip
-WATCH_EVENTS = Counter(f"{NS}_watch_events", "Watch events the operator received, by resource", ["resource"],
-                       registry=OPERATOR)  # fmt: skip
+    f"{NS}_pod_bind_seconds",
+    "From a pod's release (allocation) to the operator seeing it bound to its node",
+    buckets=_BIND_BUCKETS,
+    registry=OPERATOR,
+)
+WATCH_EVENTS = Counter(
+    f"{NS}_watch_events", "Watch events the operator received, by resource", ["resource"], registry=OPERATOR
+)
 
 
 def _created(pod: Obj) -> float | None:
@@ -210,27 +220,30 @@ def node_event() -> None:
 
 # ---- operator: work queues and nodes -------------------------------------------------------------
 RECONCILES = Counter(f"{NS}_reconciles", "Reconciles run, by kind (pod, phj, node)", ["kind"], registry=OPERATOR)
-RECONCILE_ERRORS = Counter(f"{NS}_reconcile_errors", "Reconciles that raised (retried with backoff), by kind",
-                           ["kind"], registry=OPERATOR)  # fmt: skip
+RECONCILE_ERRORS = Counter(
+    f"{NS}_reconcile_errors", "Reconciles that raised (retried with backoff), by kind", ["kind"], registry=OPERATOR
+)
 NODE_SYNC_ACTIONS = Counter(
-    f"{NS}_node_sync_actions", "Node state written by the node controller, by direction and action",
-    ["direction", "action"], registry=OPERATOR,
-)  # fmt: skip
+    f"{NS}_node_sync_actions",
+    "Node state written by the node controller, by direction and action",
+    ["direction", "action"],
+    registry=OPERATOR,
+)
 
 R = TypeVar("R")
+ItemT = TypeVar("ItemT", bound=Hashable)  # a work queue's item: it names its ``kind`` (pod, phj, node)
 
 
 def _kind(item: Hashable) -> str:
-    if isinstance(item, tuple) and item and item[0] in ("pod", "phj"):
-        return str(item[0])
-    return "node"
+    kind = getattr(item, "kind", None)
+    return kind if kind in ("pod", "phj") else "node"
 
 
-def reconciled(func: Callable[[Any, Hashable], Awaitable[R]]) -> Callable[[Any, Hashable], Awaitable[R]]:
+def reconciled(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, ItemT], Awaitable[R]]:
     """Decorate a work queue's handler ``(self, item)``: counts reconciles and those that raised."""
 
     @functools.wraps(func)
-    async def wrapper(self: Any, item: Hashable) -> R:
+    async def wrapper(self: Any, item: ItemT) -> R:
         kind = _kind(item)
         _child(RECONCILES, kind).inc()
         try:
@@ -270,8 +283,11 @@ class OperatorCollector(Collector):
         self.phjs, self.queues, self.elector = phjs, queues, elector
 
     def collect(self) -> Iterator[Metric]:
-        phases = GaugeMetricFamily(f"{NS}_placeholderjobs", "PlaceholderJobs in the operator's cache, by status.phase "
-                                   "(New: no phase written yet)", labels=["phase"])  # fmt: skip
+        phases = GaugeMetricFamily(
+            f"{NS}_placeholderjobs",
+            "PlaceholderJobs in the operator's cache, by status.phase (New: no phase written yet)",
+            labels=["phase"],
+        )
         counts = dict.fromkeys(_PHASES, 0)
         for phj in self.phjs.values():
             phase = (phj.get("status") or {}).get("phase") or "New"
@@ -284,8 +300,11 @@ class OperatorCollector(Collector):
         for name, queue in self.queues.items():
             depth.add_metric([name], len(queue))
         yield depth
-        yield GaugeMetricFamily(f"{NS}_leader", "1 while this operator replica holds the leader Lease",
-                                value=1 if self.elector.is_leader.is_set() else 0)  # fmt: skip
+        yield GaugeMetricFamily(
+            f"{NS}_leader",
+            "1 while this operator replica holds the leader Lease",
+            value=1 if self.elector.is_leader.is_set() else 0,
+        )
 
 
 _LIVE_JOB = frozenset({names.PHASE_PENDING, names.PHASE_ALLOCATED, names.PHASE_RUNNING})
@@ -325,11 +344,16 @@ def by_account(phjs: list[Obj]) -> Iterator[Metric]:
         jobs[account] = jobs.get(account, 0) + 1
         if phase in _HOLDING:
             cpus[account] = cpus.get(account, 0) + _held_cpus(phj.get("spec") or {}, status)
-    job_family = GaugeMetricFamily(f"{NS}_jobs_by_account", "Live Slurm jobs of the bridge (PlaceholderJobs "
-                                   "Pending, Allocated or Running with a job id), by Slurm account",
-                                   labels=["account"])  # fmt: skip
-    cpu_family = GaugeMetricFamily(f"{NS}_allocated_cpus_by_account", "CPUs Slurm allocated to the bridge's "
-                                   "running jobs, by Slurm account", labels=["account"])  # fmt: skip
+    job_family = GaugeMetricFamily(
+        f"{NS}_jobs_by_account",
+        "Live Slurm jobs of the bridge (PlaceholderJobs Pending, Allocated or Running with a job id), by Slurm account",
+        labels=["account"],
+    )
+    cpu_family = GaugeMetricFamily(
+        f"{NS}_allocated_cpus_by_account",
+        "CPUs Slurm allocated to the bridge's running jobs, by Slurm account",
+        labels=["account"],
+    )
     for account, n in sorted(jobs.items()):
         job_family.add_metric([account], n)
         cpu_family.add_metric([account], cpus.get(account, 0))
@@ -351,13 +375,18 @@ def register_operator(phjs: _Store, queues: dict[str, Sized], elector: _Leading)
 
 # ---- webhook ---------------------------------------------------------------------------------------
 ADMISSIONS = Counter(
-    f"{NS}_webhook_admissions", "AdmissionReviews answered, by endpoint (mutate, validate), operation and result "
-    "(allowed, denied, error)", ["endpoint", "operation", "result"], registry=WEBHOOK,
-)  # fmt: skip
+    f"{NS}_webhook_admissions",
+    "AdmissionReviews answered, by endpoint (mutate, validate), operation and result (allowed, denied, error)",
+    ["endpoint", "operation", "result"],
+    registry=WEBHOOK,
+)
 ADMISSION_SECONDS = Histogram(
-    f"{NS}_webhook_admission_duration_seconds", "Time to read, decide and answer one AdmissionReview",
-    ["endpoint", "operation"], buckets=_CALL_BUCKETS, registry=WEBHOOK,
-)  # fmt: skip
+    f"{NS}_webhook_admission_duration_seconds",
+    "Time to read, decide and answer one AdmissionReview",
+    ["endpoint", "operation"],
+    buckets=_CALL_BUCKETS,
+    registry=WEBHOOK,
+)
 
 
 def admission(endpoint: str, operation: str, result: str, seconds: float) -> None:
@@ -367,13 +396,18 @@ def admission(endpoint: str, operation: str, result: str, seconds: float) -> Non
 
 # ---- extender ------------------------------------------------------------------------------------
 EXTENDER_CALLS = Counter(
-    f"{NS}_extender_requests", "Scheduler extender calls, by verb (filter, bind) and result", ["verb", "result"],
+    f"{NS}_extender_requests",
+    "Scheduler extender calls, by verb (filter, bind) and result",
+    ["verb", "result"],
     registry=EXTENDER,
-)  # fmt: skip
+)
 EXTENDER_SECONDS = Histogram(
-    f"{NS}_extender_request_duration_seconds", "Time to answer one scheduler extender call", ["verb"],
-    buckets=_CALL_BUCKETS, registry=EXTENDER,
-)  # fmt: skip
+    f"{NS}_extender_request_duration_seconds",
+    "Time to answer one scheduler extender call",
+    ["verb"],
+    buckets=_CALL_BUCKETS,
+    registry=EXTENDER,
+)
 
 
 def extender_call(verb: str, result: str, seconds: float) -> None:

@@ -19,7 +19,7 @@ from slurm_bridge import names
 from slurm_bridge.conditions import Camel as _Camel
 from slurm_bridge.conditions import Condition
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.workloads import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
+from slurm_bridge.workloadkinds import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
 
 Phase = Literal["Pending", "Allocated", "Running", "Completed", "Failed", "Cancelled"]
 

@@ -284,9 +284,13 @@ def _caps(values: Mapping[str, object], limits: Limits, policy: str, derived: bo
     limit = values.get("time_limit_minutes")
     if limits.maxTimeLimitMinutes is not None and isinstance(limit, int) and limit > limits.maxTimeLimitMinutes:
         out.append(
-            Violation(FIELD_KEYS["time_limit_minutes"], f"{limit} minutes",
-                      f"at most {limits.maxTimeLimitMinutes} minutes", policy)
-        )  # fmt: skip
+            Violation(
+                FIELD_KEYS["time_limit_minutes"],
+                f"{limit} minutes",
+                f"at most {limits.maxTimeLimitMinutes} minutes",
+                policy,
+            )
+        )
     if not derived:
         return out
     job_nodes = most or 1
@@ -294,17 +298,22 @@ def _caps(values: Mapping[str, object], limits: Limits, policy: str, derived: bo
         cpus = job_nodes * (num("tasks_per_node", 1) or 1) * (num("cpus_per_task", 1) or 1)
         if cpus > limits.maxCPUs:
             out.append(
-                Violation("cpus", f"{cpus} CPUs", f"the job's CPUs (nodes x the largest pod's CPUs): at most "
-                          f"{limits.maxCPUs}", policy)
-            )  # fmt: skip
+                Violation(
+                    "cpus",
+                    f"{cpus} CPUs",
+                    f"the job's CPUs (nodes x the largest pod's CPUs): at most {limits.maxCPUs}",
+                    policy,
+                )
+            )
     if limits.maxGPUs is not None:
         gres = values.get("gres")
         gpus = job_nodes * gpus_per_node(gres if isinstance(gres, str) else None)
         if gpus > limits.maxGPUs:
             out.append(
-                Violation("gpus", f"{gpus} GPUs", f"the job's GPUs (nodes x GPUs per pod): at most {limits.maxGPUs}",
-                          policy)
-            )  # fmt: skip
+                Violation(
+                    "gpus", f"{gpus} GPUs", f"the job's GPUs (nodes x GPUs per pod): at most {limits.maxGPUs}", policy
+                )
+            )
     return out
 
 
@@ -371,8 +380,9 @@ def conflict_message(namespace: str, policies: Iterable[str]) -> str:
 def verdict(match: Match, namespace: str, request: JobRequest, mode: Mode) -> Verdict:
     """The policy's verdict on a whole job request (the operator, before each submit)."""
     if match.conflict:
-        return Verdict(request, None, names.REASON_TENANT_POLICY_CONFLICT,
-                       (conflict_message(namespace, match.conflict),))  # fmt: skip
+        return Verdict(
+            request, None, names.REASON_TENANT_POLICY_CONFLICT, (conflict_message(namespace, match.conflict),)
+        )
     if match.policy is None:
         if mode == "strict":
             return Verdict(request, None, names.REASON_NO_TENANT_POLICY, (no_policy_message(namespace),))
@@ -417,8 +427,11 @@ class TenantIndex:
         """Namespace -> the other policies that select it too."""
         out: dict[str, list[str]] = {}
         for ns in self.selected(policy):
-            others = [p.name for p in self.policies
-                      if p.name != policy.name and p.spec and p.spec.selects(ns, self.namespaces[ns])]  # fmt: skip
+            others = [
+                p.name
+                for p in self.policies
+                if p.name != policy.name and p.spec and p.spec.selects(ns, self.namespaces[ns])
+            ]
             if others:
                 out[ns] = sorted(others)
         return out

@@ -7,7 +7,7 @@ gang, or without its devices. Only a mutating webhook still sees such a field (t
 is called after the drop), so the mutating webhook asks here, for pods and for the pod templates of
 Jobs, JobSets and LeaderWorkerSets (and a Job's ``spec.scheduling``), and refuses with a message
 naming the Kubernetes version it found and the feature gate and runtime-config it lacks
-(slurm_bridge/workloadapi.py). Kubernetes 1.35's ``spec.workloadRef`` is refused on any cluster:
+(slurm_bridge/schedulingapi.py). Kubernetes 1.35's ``spec.workloadRef`` is refused on any cluster:
 the bridge does not read that API.
 
 :func:`needs` and :func:`problems` are pure; :func:`facts` asks discovery (cached,
@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from slurm_bridge import dra, workloadapi, workloads
+from slurm_bridge import dra, schedulingapi, workloadkinds
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeError
@@ -56,20 +56,20 @@ def needs(request: AdmissionRequest, config: Config) -> Needs:
         return out
     gk = (request.group, request.kind)
     specs: dict[str, Mapping[str, Any]] = {}
-    if gk == workloads.POD.group_kind:
+    if gk == workloadkinds.POD.group_kind:
         specs["spec"] = _spec(request.object)
     else:
-        for where, template in pod_templates(request.object, workloads.POD_TEMPLATES.get(gk, ())).items():
+        for where, template in pod_templates(request.object, workloadkinds.POD_TEMPLATES.get(gk, ())).items():
             specs[f"{where}.spec"] = _spec(template)
-        asks = gk == workloads.JOB.group_kind and workloadapi.job_scheduling(_spec(request.object)) is not None
+        asks = gk == workloadkinds.JOB.group_kind and schedulingapi.job_scheduling(_spec(request.object)) is not None
         if asks and any(goes_to_bridge(s.get("schedulerName"), config.schedulerName) for s in specs.values()):
             out.workload.append("spec.scheduling")
     for where, spec in specs.items():
         if not goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
             continue
-        if workloadapi.scheduling_group(spec):
+        if schedulingapi.scheduling_group(spec):
             out.workload.append(f"{where}.schedulingGroup")
-        if workloadapi.v1alpha1_workload_ref(spec):
+        if schedulingapi.v1alpha1_workload_ref(spec):
             out.v1alpha1.append(f"{where}.workloadRef")
         if dra.device_requests(spec, where)[0]:
             out.devices.append(f"{where}.containers[*].resources")
@@ -96,24 +96,25 @@ async def facts(need: Needs, apis: Discovery) -> Facts:
             )
             workload = await apis.workload_api_missing(what)
             if workload and "spec.scheduling" in need.workload:
-                workload += f"; a Job's spec.scheduling also needs the feature gate {workloadapi.JOB_GATE}=true"
+                workload += f"; a Job's spec.scheduling also needs the feature gate {schedulingapi.JOB_GATE}=true"
         if need.devices and not await apis.serves_resource_claims():
             kube = await apis.kube_version()
-            api = f"{workloadapi.RESOURCE_GROUP}/{workloadapi.RESOURCE_VERSION}"
+            api = f"{schedulingapi.RESOURCE_GROUP}/{schedulingapi.RESOURCE_VERSION}"
             resource = (
                 f"{', '.join(need.devices)} asks for DRA devices, which slurm-bridge gives the pod as a ResourceClaim, "
-                f"but the API server serves no ResourceClaims at {api}; {workloadapi.resource_api_needs(kube)}"
+                f"but the API server serves no ResourceClaims at {api}; {schedulingapi.resource_api_needs(kube)}"
             )
     except (KubeError, aiohttp.ClientError, TimeoutError) as e:
         unknown = f"slurm-bridge cannot read the API server's discovery to check this request ({e}); try again"
-        return Facts(workload_missing=unknown if need.workload else None,
-                     resource_missing=unknown if need.devices else None)  # fmt: skip
+        return Facts(
+            workload_missing=unknown if need.workload else None, resource_missing=unknown if need.devices else None
+        )
     return Facts(workload, resource)
 
 
 def problems(need: Needs, found: Facts) -> list[str]:
     """Why the request cannot work on this cluster, each naming its field."""
-    out = [f"{where}: {workloadapi.V1ALPHA1_WHY}" for where in need.v1alpha1]
+    out = [f"{where}: {schedulingapi.V1ALPHA1_WHY}" for where in need.v1alpha1]
     if need.workload and found.workload_missing:
         out.append(found.workload_missing)
     if need.devices and found.resource_missing:

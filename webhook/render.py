@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from slurm_bridge import dra, names, workloads
+from slurm_bridge import dra, names, workloadkinds
 from slurm_bridge.config import Config
 from slurm_bridge.kube import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
 
@@ -149,19 +149,24 @@ def _mutating_rules() -> list[dict[str, Any]]:
     alone sees a pod template's spec.schedulingGroup (or a Job's spec.scheduling) before an API
     server without the Workload API drops it (webhook/apis.py); it changes nothing in them."""
     templates = [
-        {"operations": ["CREATE"], "apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural],
-         "scope": "Namespaced"}
-        for k in workloads.CONFIGURING
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [k.group],
+            "apiVersions": ["*"],
+            "resources": [k.plural],
+            "scope": "Namespaced",
+        }
+        for k in workloadkinds.CONFIGURING
         if k.pod_templates
-    ]  # fmt: skip
+    ]
     return [{"operations": ["CREATE"], **_POD_RULE}, *templates]
 
 
 def _validating_rules() -> list[dict[str, Any]]:
-    """Pods, and the workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloads.py)."""
+    """Pods, and the workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloadkinds.py)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
-        for k in workloads.CONFIGURING
+        for k in workloadkinds.CONFIGURING
     ]
     return [{"operations": ["CREATE", "UPDATE"], **r} for r in [_POD_RULE, *kinds]]
 

@@ -8,7 +8,7 @@ was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typ
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
-(slurm_bridge/workloadapi.py, docs/workloads.md).
+(slurm_bridge/schedulingapi.py, docs/workloadkinds.md).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from slurm_bridge import dra, names, tenancy, workloadapi, workloads
+from slurm_bridge import dra, names, schedulingapi, tenancy, workloadkinds
 from slurm_bridge.config import Config
 from slurm_bridge.jobannotations import annotation_values, validate_annotations
 from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request, placement_request_problems
-from slurm_bridge.workloads import controller_of, scheduling_group_name, slurmjob_annotations
+from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
@@ -137,8 +137,8 @@ def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _own_group(pod: Mapping[str, Any]) -> bool:
-    """A pod that is its own PlaceholderJob, configured by its own annotations (operator/placeholderjobs/groups.py):
-    no controller, no PodGroup label and no built-in PodGroup."""
+    """A pod that is its own PlaceholderJob, configured by its own annotations
+    (operator/placeholderjobs/grouping/groups.py): no controller, no PodGroup label and no built-in PodGroup."""
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
         return True
@@ -220,14 +220,18 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
     if problems:
         return problems
     if counts:
-        return [f"spec: DRA requests {sorted(counts)} were not turned into the bridge's device claim by its "
-                "mutating webhook (was it unavailable?); create the pod again"]  # fmt: skip
+        return [
+            f"spec: DRA requests {sorted(counts)} were not turned into the bridge's device claim by its "
+            "mutating webhook (was it unavailable?); create the pod again"
+        ]
     if old is not None:
         before = ((_metadata(old) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
         after = ((_metadata(pod) or ({}, {}))[1]).get(names.ANN_DEVICE_REQUESTS)
         if before != after:
-            return [f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}] cannot change: the pod's Slurm job was "
-                    "made from its device requests at creation; delete the pod and create it again"]  # fmt: skip
+            return [
+                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}] cannot change: the pod's Slurm job was "
+                "made from its device requests at creation; delete the pod and create it again"
+            ]
         return []
     return dra.consistency_problems(pod)
 
@@ -303,21 +307,21 @@ def _pod_tenancy(
 
 def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str]:
     """What a built-in PodGroup, a Workload or a Job's ``spec.scheduling`` asks that the bridge
-    cannot give (slurm_bridge/workloadapi.py). Checked on create: the fields are immutable."""
+    cannot give (slurm_bridge/schedulingapi.py). Checked on create: the fields are immutable."""
     if request.operation != "CREATE" or not isinstance(request.object, Mapping):
         return []
     gk, obj = (request.group, request.kind), request.object
-    if gk == workloads.SCHED_PODGROUP.group_kind:
-        return workloadapi.group_problems(_spec(obj), "spec")
-    if gk == workloads.WORKLOAD.group_kind:
+    if gk == workloadkinds.SCHED_PODGROUP.group_kind:
+        return schedulingapi.group_problems(_spec(obj), "spec")
+    if gk == workloadkinds.WORKLOAD.group_kind:
         if request.version == "v1alpha1":  # Kubernetes 1.35
-            return [f"{workloadapi.GROUP}/v1alpha1 Workload: {workloadapi.V1ALPHA1_WHY}"]
-        return workloadapi.workload_problems(obj)
-    if gk == workloads.JOB.group_kind:
-        scheduling = workloadapi.job_scheduling(_spec(obj))
+            return [f"{schedulingapi.GROUP}/v1alpha1 Workload: {schedulingapi.V1ALPHA1_WHY}"]
+        return schedulingapi.workload_problems(obj)
+    if gk == workloadkinds.JOB.group_kind:
+        scheduling = schedulingapi.job_scheduling(_spec(obj))
         template = _spec(_spec(obj).get("template"))
         if scheduling is not None and goes_to_bridge(template.get("schedulerName"), config.schedulerName):
-            return workloadapi.group_problems(scheduling, "spec.scheduling")
+            return schedulingapi.group_problems(scheduling, "spec.scheduling")
     return []
 
 
@@ -334,7 +338,7 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
 
 def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None = None) -> Decision:
     """Validating webhook decision for pods and the workload kinds whose annotations configure
-    Slurm jobs (slurm_bridge/workloads.py); their pod templates are checked like pods, so errors
+    Slurm jobs (slurm_bridge/workloadkinds.py); their pod templates are checked like pods, so errors
     show early. ``tenants``: the TenantPolicies (None: no tenancy check, as before it existed);
     what a policy refuses is Forbidden (403), like a reserved key."""
     if request.operation not in ("CREATE", "UPDATE"):
@@ -343,7 +347,7 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
     if new_meta is None:
         return Decision(allowed=True, reason="no object")
     old_meta = _metadata(request.old_object if request.operation == "UPDATE" else None)
-    if (request.group, request.kind) == workloads.POD.group_kind:
+    if (request.group, request.kind) == workloadkinds.POD.group_kind:
         return _validate_pod(request, config, tenants, new_meta, old_meta)
     return _validate_workload(request, config, tenants, new_meta, old_meta)
 
@@ -364,7 +368,7 @@ def _validate_workload(
     request: AdmissionRequest, config: Config, tenants: Tenants | None, new_meta: Meta, old_meta: Meta | None
 ) -> Decision:
     gk = (request.group, request.kind)
-    paths = workloads.POD_TEMPLATES.get(gk)
+    paths = workloadkinds.POD_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     invalid = annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
@@ -377,9 +381,9 @@ def _validate_workload(
         # and so are the options of pods that name a built-in PodGroup (or whose Job asks its
         # controller for a gang PodGroup, spec.scheduling): each is checked on its own.
         grouped = any(_in_podgroup(spec) for spec in managed.values())
-        job_gang = gk == workloads.JOB.group_kind and workloadapi.job_gang(_spec(request.object))
+        job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(_spec(request.object))
         annotations = None if invalid or grouped or job_gang else slurmjob_annotations(new_meta[1])
-        single = gk == workloads.JOB.group_kind and not job_gang
+        single = gk == workloadkinds.JOB.group_kind and not job_gang
         invalid += placement_check(managed, annotations, 1 if single else None)
     if managed and (changed or any(_template_annotations_changed(request, paths, w) for w in managed)):
         templates = pod_templates(request.object, paths)

@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
-from typing import Any, cast
-
-from slurm_bridge.operator.nodes import nodesync
-from slurm_bridge.operator.nodes import registration as reg
-from slurm_bridge.operator.runtime.pollloop import PollLoop
-from slurm_bridge.operator.runtime.store import ObjectStore, WorkQueue
+from typing import Any
 
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
-from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable
+from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, RegisteredNodeItem
+from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -43,15 +43,8 @@ Obj = dict[str, Any]
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.
 RESYNC_SECONDS = 60.0
-# The node list is asked for whole (without ``update_time``) at least this often, whatever Slurm
-# says about changes: the backstop if an "unchanged" answer were ever wrong.
-FULL_LIST_SECONDS = 60.0
 # Slurm's partition names are read again at most this often (only before a node is registered).
 PARTITIONS_TTL_SECONDS = 30.0
-
-
-def _fingerprint(n: NodeInfo) -> tuple[object, ...]:
-    return (n.states, n.reason)
 
 
 def _same_but_version(a: Obj, b: Obj) -> bool:
@@ -65,33 +58,23 @@ def _same_but_version(a: Obj, b: Obj) -> bool:
 class NodeController:
     """Watches Kubernetes nodes (fed by kopf), lists Slurm nodes once a period, and reconciles."""
 
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient, *, workers: int = 4) -> None:
+    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmNodes, *, workers: int = 4) -> None:
         self.config = config
         self.kube = kube
         self.slurm = slurm
         self.nodes = ObjectStore()
-        self.queue = WorkQueue(self._reconcile, workers=workers)
-        # Slurm's nodes as of the last list; None until the first list succeeded. ``_last_update``:
-        # the list's last_update (Slurm's clock) for the next one's update_time.
-        self.slurm_nodes: dict[str, NodeInfo] | None = None
-        self._last_update: int | None = None
-        self._last_full_list = 0.0
-        self.polls = 0
-        self.unchanged_lists = 0
+        self.queue: WorkQueue[NodeWork] = WorkQueue(self._reconcile, workers=workers)
+        self.table = SlurmNodeTable(slurm)  # Slurm's node table, with the bridge's own writes
         self._loop = PollLoop(
             "slurm-node-poller",
             config.pollPeriodSeconds,
             self.poll_once,
             log=log,
-            ok_message=lambda: f"Slurm node list OK ({len(self.slurm_nodes or {})} nodes)",
+            ok_message=lambda: f"Slurm node list OK ({len(self.table.listed or {})} nodes)",
             failed="listing Slurm nodes",
             after=self._resync_due,
         )
         self._last_resync = 0.0
-        # Our own Slurm writes, as Slurm has them now, until a list started after the write shows
-        # them; without this a list in flight during the write would make the write look undone.
-        # (None: the bridge deleted the node.)
-        self._written: dict[str, tuple[NodeInfo | None, float]] = {}
         self._slurm_name: dict[str, str] = {}  # Kubernetes node -> Slurm node
         self._k8s_names: dict[str, set[str]] = {}  # Slurm node -> Kubernetes nodes
         self._warned: set[str] = set()
@@ -99,7 +82,6 @@ class NodeController:
         # Slurm is written only from a list newer than the Kubernetes change the write answers,
         # so a drain or resume an administrator made meanwhile in Slurm is seen, not overwritten.
         self._changed_at: dict[str, float] = {}
-        self._taken_at = 0.0
         self._after_poll: set[str] = set()
         self._partitions: tuple[frozenset[str], float] | None = None
         # Kubernetes node -> (node line, why): a registration taken out again after it was made;
@@ -146,7 +128,7 @@ class NodeController:
                     self._changed_at[name] = time.monotonic()
                 if old is not None and _same_but_version(old, current):
                     return  # a status heartbeat (the projection has no conditions): nothing to decide
-        self.queue.add(name)
+        self.queue.add(NodeItem(name))
 
     def _view(self, node: Obj) -> tuple[nodesync.KubeView, str]:
         return nodesync.kube_view(node, self.config.schedulerName), nodesync.slurm_name_of(node)
@@ -161,14 +143,14 @@ class NodeController:
             if not self._k8s_names.get(old):
                 self._k8s_names.pop(old, None)
             for other in self._k8s_names.get(old, ()):
-                self.queue.add(other)
+                self.queue.add(NodeItem(other))
         if slurm_name is None:
             self._slurm_name.pop(name, None)
             return
         self._slurm_name[name] = slurm_name
         peers = self._k8s_names.setdefault(slurm_name, set())
         for other in peers:
-            self.queue.add(other)
+            self.queue.add(NodeItem(other))
         peers.add(name)
 
     def _primary(self, slurm_name: str) -> str | None:
@@ -179,66 +161,57 @@ class NodeController:
         return slurm_name if slurm_name in mapped else min(mapped)
 
     # ---- Slurm side --------------------------------------------------------------------------
-    async def poll_once(self) -> None:
-        """One node list; queue the Kubernetes nodes whose Slurm node changed.
+    @property
+    def slurm_nodes(self) -> dict[str, NodeInfo] | None:
+        return self.table.listed
 
-        An "unchanged" answer stands for a list taken now that equals the last one: it counts as
-        a list for the writes and Kubernetes changes waiting for a newer list.
-        """
-        taken_at = time.monotonic()
-        whole = self.slurm_nodes is None or taken_at - self._last_full_list >= FULL_LIST_SECONDS
-        nodes, self._last_update = await self.slurm.list_nodes_since(None if whole else self._last_update)
-        self.polls += 1
-        if whole:
-            self._last_full_list = taken_at
-        if nodes is None:
-            self.unchanged_lists += 1
-        old = self.slurm_nodes
-        listed = old if nodes is None and old is not None else {n.name: n for n in nodes or []}
-        self.slurm_nodes, self._taken_at = listed, taken_at
+    @property
+    def polls(self) -> int:
+        return self.table.polls
+
+    @property
+    def unchanged_lists(self) -> int:
+        return self.table.unchanged_lists
+
+    def slurm_node(self, name: str) -> NodeInfo | None:
+        return self.table.node(name)
+
+    async def poll_once(self) -> None:
+        """One node list; queue the Kubernetes nodes whose Slurm node changed, and those waiting
+        for a list newer than their change."""
+        changed = await self.table.list()
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
-            self.queue.add(name)
-        for name in [n for n, (_, at) in self._written.items() if at <= taken_at]:
-            del self._written[name]
-        if old is None:
+            self.queue.add(NodeItem(name))
+        listed = self.table.listed or {}
+        if changed is None:  # the first list: every node
             for obj in self.nodes.values():
-                self.queue.add(obj["metadata"]["name"])
+                self.queue.add(NodeItem(obj["metadata"]["name"]))
             changed = set(listed)
-        elif listed is old:
-            changed = set()
         else:
-            changed = set(old) ^ set(listed)
-            changed |= {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
             for slurm_name in changed:
                 for name in self._k8s_names.get(slurm_name, ()):
-                    self.queue.add(name)
+                    self.queue.add(NodeItem(name))
         for slurm_name in changed:
             info = listed.get(slurm_name)
             if info is not None and not self._k8s_names.get(slurm_name):
                 owner = reg.registered_for(info, self.config.bridgeId)
                 if owner is not None:
-                    self.queue.add(("registered", slurm_name, owner))  # its Kubernetes node may be gone
-
-    def slurm_node(self, name: str) -> NodeInfo | None:
-        written = self._written.get(name)
-        if written is not None:
-            return written[0]
-        return (self.slurm_nodes or {}).get(name)
+                    self.queue.add(RegisteredNodeItem(slurm_name, owner))  # its Kubernetes node may be gone
 
     def _resync_due(self) -> None:
         """After each list: every node again once per RESYNC_SECONDS."""
         if time.monotonic() - self._last_resync >= RESYNC_SECONDS:
             self._last_resync = time.monotonic()
             for obj in self.nodes.values():
-                self.queue.add(obj["metadata"]["name"])
+                self.queue.add(NodeItem(obj["metadata"]["name"]))
 
     # ---- reconcile ---------------------------------------------------------------------------
     @metrics.reconciled
-    async def _reconcile(self, item: Hashable) -> float | None:
-        if isinstance(item, tuple):
-            return await self._reconcile_registered(*cast(tuple[str, str, str], item))
-        name = cast(str, item)
+    async def _reconcile(self, item: NodeWork) -> float | None:
+        if isinstance(item, RegisteredNodeItem):
+            return await self._reconcile_registered(item.slurm_name, item.node)
+        name = item.name
         node = self.nodes.get(("", name))
         if node is None or self.slurm_nodes is None:
             return None  # the first node list queues every node again
@@ -252,8 +225,13 @@ class NodeController:
         primary = self._primary(slurm_name) in (None, name)
         if info is not None and not primary and name not in self._warned:
             self._warned.add(name)
-            log.warning("nodes %s and %s both map to Slurm node %s; only %s is kept in step with it",
-                        name, self._primary(slurm_name), slurm_name, self._primary(slurm_name))  # fmt: skip
+            log.warning(
+                "nodes %s and %s both map to Slurm node %s; only %s is kept in step with it",
+                name,
+                self._primary(slurm_name),
+                slurm_name,
+                self._primary(slurm_name),
+            )
         plan = nodesync.decide(
             nodesync.kube_view(node, self.config.schedulerName),
             nodesync.slurm_view(info) if info is not None else None,
@@ -261,7 +239,7 @@ class NodeController:
             slurm_node=slurm_name,
             sync=primary,
         )
-        if plan.slurm_action is not None and self._taken_at <= self._changed_at.get(name, 0.0):
+        if plan.slurm_action is not None and self.table.taken_at <= self._changed_at.get(name, 0.0):
             self._after_poll.add(name)  # decide again on the next node list
             return None
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]}
@@ -272,7 +250,7 @@ class NodeController:
                 log.info("Slurm node %s vanished before %s; waiting for the next list", slurm_name, plan.slurm_action)
                 return self.config.pollPeriodSeconds
             written = nodesync.after_slurm_action(info, plan.slurm_action, plan.slurm_reason)
-            self._written[slurm_name] = (written, time.monotonic())
+            self.table.wrote(slurm_name, written)
             log.info("Slurm node %s: %s (Kubernetes node %s)", slurm_name, plan.slurm_action.value, name)
             metrics.node_sync("to_slurm", plan.slurm_action.value)
             for e in plan.events:
@@ -295,7 +273,7 @@ class NodeController:
                 fresh = await self.kube.get(node_path(name))
                 if fresh is not None:
                     self.on_node_event("MODIFIED", fresh)
-                    self.queue.add(name)  # even when only a heartbeat came between
+                    self.queue.add(NodeItem(name))  # even when only a heartbeat came between
                 return
             except NotFound:
                 return
@@ -325,11 +303,17 @@ class NodeController:
         known = None
         if isinstance(want, reg.Desired) and info is None and refused is None:
             known = await self._known_partitions()
-        plan = reg.decide(node, want, info, bridge_id=self.config.bridgeId, known_partitions=known,
-                          refused=refused[1] if refused else None)  # fmt: skip
+        plan = reg.decide(
+            node,
+            want,
+            info,
+            bridge_id=self.config.bridgeId,
+            known_partitions=known,
+            refused=refused[1] if refused else None,
+        )
         return await self._apply_registration(name, node, slurm_name, want, plan)
 
-    async def _reconcile_registered(self, _: str, slurm_name: str, k8s_name: str) -> float | None:
+    async def _reconcile_registered(self, slurm_name: str, k8s_name: str) -> float | None:
         """A Slurm node this bridge registered that no cached Kubernetes node maps to."""
         info = self.slurm_node(slurm_name)
         if info is None or self._k8s_names.get(slurm_name):
@@ -356,7 +340,7 @@ class NodeController:
             if self._told.get(name) != plan.message:
                 self._told[name] = plan.message
                 log.warning("node %s: %s", name, plan.message)
-                await self.kube.event(ref, "SlurmNodeNotRegistered", plan.message, warning=True)
+                await self.kube.event(ref, names.REASON_SLURM_NODE_NOT_REGISTERED, plan.message, warning=True)
             return False  # nothing was done: the node sync goes on
         try:
             reason, message = await self._write_registration(name, slurm_name, want, plan)
@@ -372,7 +356,7 @@ class NodeController:
             if self._told.get(name) != message:
                 self._told[name] = message
                 log.warning("node %s: %s", name, message)
-                await self.kube.event(ref, "SlurmNodeRegistrationFailed", message, warning=True)
+                await self.kube.event(ref, names.REASON_SLURM_NODE_REGISTRATION_FAILED, message, warning=True)
             return True
         self._told.pop(name, None)
         log.info("node %s: %s: %s", name, reason, message)
@@ -393,15 +377,15 @@ class NodeController:
             comment = reg.bridge_comment(self.config.bridgeId, name)
             await self.slurm.update_node(slurm_name, comment=comment)
             # Until a node list shows it, decide on the node as made (not on the stale list).
-            self._written[slurm_name] = (want.as_created(comment), time.monotonic())
-            return "SlurmNodeRegistered", f"registered in Slurm as {want.node_conf()}"
+            self.table.wrote(slurm_name, want.as_created(comment))
+            return names.REASON_SLURM_NODE_REGISTERED, f"registered in Slurm as {want.node_conf()}"
         if action == reg.Action.SET_COMMENT:
             comment = reg.bridge_comment(self.config.bridgeId, name)
             await self.slurm.update_node(slurm_name, comment=comment)
             info = self.slurm_node(slurm_name)
             if info is not None:
-                self._written[slurm_name] = (info.model_copy(update={"comment": comment}), time.monotonic())
-            return "SlurmNodeAdopted", plan.message
+                self.table.wrote(slurm_name, info.model_copy(update={"comment": comment}))
+            return names.REASON_SLURM_NODE_ADOPTED, plan.message
         if action in (reg.Action.DRAIN, reg.Action.UNDRAIN):
             drain = action == reg.Action.DRAIN
             slurm_action = nodesync.SlurmAction.DRAIN if drain else nodesync.SlurmAction.UNDRAIN
@@ -409,14 +393,14 @@ class NodeController:
             await self.slurm.update_node(slurm_name, state=slurm_action.value, reason=reason)
             info = self.slurm_node(slurm_name)
             if info is not None:
-                self._written[slurm_name] = (nodesync.after_slurm_action(info, slurm_action, reason), time.monotonic())
-            return ("SlurmNodeLeaving" if drain else "SlurmNodeRegistered"), plan.message
+                self.table.wrote(slurm_name, nodesync.after_slurm_action(info, slurm_action, reason))
+            return (names.REASON_SLURM_NODE_LEAVING if drain else names.REASON_SLURM_NODE_REGISTERED), plan.message
         # DELETE
         await self.slurm.delete_node(slurm_name)
-        self._written[slurm_name] = (None, time.monotonic())
+        self.table.wrote(slurm_name, None)
         if plan.remember and isinstance(want, reg.Desired):
             self._refused[name] = (want.node_conf(), plan.remember)
-        return "SlurmNodeDeregistered", plan.message
+        return names.REASON_SLURM_NODE_DEREGISTERED, plan.message
 
     async def _annotate(self, name: str, value: str | None) -> None:
         """Record (or drop) the registered node line on the Kubernetes node."""
@@ -436,4 +420,4 @@ class NodeController:
         except (NotFound, Conflict):
             return
         self.nodes.upsert(updated)
-        self.queue.add(name)
+        self.queue.add(NodeItem(name))

@@ -167,13 +167,15 @@ def decide(k: KubeView, s: SlurmView | None, *, node: str, slurm_node: str, sync
                 action = SlurmAction.UNDRAIN
         want = KubeView(unsched, cordoned, drained, taint, reason, managed_taint=True)
     reason_ = drain_reason(node) if action is SlurmAction.DRAIN else None
-    return Plan(want, action, reason_, _events(k, want, s, action, node, slurm_node))
+    events = (*_kube_events(k, want, s, action, slurm_node), *_slurm_events(action, node, slurm_node))
+    return Plan(want, action, reason_, events)
 
 
-def _events(
-    k: KubeView, w: KubeView, s: SlurmView | None, action: SlurmAction | None, node: str, slurm: str
-) -> tuple[NodeEvent, ...]:
-    """One Event per change the plan makes, worded for the administrator reading the node."""
+def _kube_events(
+    k: KubeView, w: KubeView, s: SlurmView | None, action: SlurmAction | None, slurm: str
+) -> list[NodeEvent]:
+    """One Event per change the plan makes to the Kubernetes node, worded for the administrator
+    reading the node."""
     ev: list[NodeEvent] = []
 
     def kube(reason: str, message: str, warning: bool = False) -> None:
@@ -182,38 +184,59 @@ def _events(
     state = (s.outage or "").upper() + (f" ({s.reason})" if s.reason else "") if s else ""
     taint = f"{names.TAINT_MANAGED_NODE}:{names.TAINT_MANAGED_NODE_EFFECT}"
     if w.managed_taint and not k.managed_taint:
-        kube("ManagedTaintAdded", f"node is Slurm node {slurm}: added taint {taint} (only the bridge's pods run here)")
+        kube(
+            names.REASON_MANAGED_TAINT_ADDED,
+            f"node is Slurm node {slurm}: added taint {taint} (only the bridge's pods run here)",
+        )
     if k.managed_taint and not w.managed_taint:
-        kube("ManagedTaintRemoved", f"node is not in Slurm (no Slurm node {slurm}): removed taint {taint}")
+        kube(names.REASON_MANAGED_TAINT_REMOVED, f"node is not in Slurm (no Slurm node {slurm}): removed taint {taint}")
     if w.state_taint is not None and (w.state_taint, w.reason) != (k.state_taint, k.reason):
-        kube("SlurmNodeOutOfService", f"Slurm node {slurm} is {state}: tainted "
-             f"{names.TAINT_SLURM_STATE}={w.state_taint}:{names.TAINT_SLURM_STATE_EFFECT}", warning=True)  # fmt: skip
+        kube(
+            names.REASON_SLURM_NODE_OUT_OF_SERVICE,
+            f"Slurm node {slurm} is {state}: tainted "
+            f"{names.TAINT_SLURM_STATE}={w.state_taint}:{names.TAINT_SLURM_STATE_EFFECT}",
+            warning=True,
+        )
     elif (w.state_taint, w.reason) != (k.state_taint, k.reason):
         where = f"Slurm node {slurm} is back in service" if s is not None else f"node left Slurm ({slurm})"
-        kube("SlurmNodeInService", f"{where}: removed taint {names.TAINT_SLURM_STATE}")
+        kube(names.REASON_SLURM_NODE_IN_SERVICE, f"{where}: removed taint {names.TAINT_SLURM_STATE}")
     if w.cordoned_by_bridge and not k.cordoned_by_bridge and w.unschedulable:
-        kube("CordonedForSlurm", f"cordoned: Slurm node {slurm} is {state}", warning=True)
+        kube(names.REASON_CORDONED_FOR_SLURM, f"cordoned: Slurm node {slurm} is {state}", warning=True)
     if k.unschedulable and not w.unschedulable:
         why = f"Slurm node {slurm} is back in service" if s is not None else f"node left Slurm ({slurm})"
-        kube("UncordonedForSlurm", f"uncordoned (the cordon was the bridge's): {why}")
+        kube(names.REASON_UNCORDONED_FOR_SLURM, f"uncordoned (the cordon was the bridge's): {why}")
     if k.cordoned_by_bridge and not w.cordoned_by_bridge and not k.unschedulable:
         if s is not None and s.outage:
-            kube("CordonReleased", f"an administrator uncordoned this node while Slurm node {slurm} is {state}; "
-                 "the bridge will not cordon it again until Slurm returns the node to service")  # fmt: skip
+            kube(
+                names.REASON_CORDON_RELEASED,
+                f"an administrator uncordoned this node while Slurm node {slurm} is {state}; "
+                "the bridge will not cordon it again until Slurm returns the node to service",
+            )
         else:
-            kube("CordonReleased", "an administrator uncordoned this node: removed the bridge's cordon marker")
+            kube(
+                names.REASON_CORDON_RELEASED,
+                "an administrator uncordoned this node: removed the bridge's cordon marker",
+            )
     if w.slurm_drained_by_bridge and not k.slurm_drained_by_bridge and action is None:
-        kube("SlurmDrainAdopted", f"Slurm node {slurm} already carries the bridge's drain for this cordon")
+        kube(names.REASON_SLURM_DRAIN_ADOPTED, f"Slurm node {slurm} already carries the bridge's drain for this cordon")
     if k.slurm_drained_by_bridge and not w.slurm_drained_by_bridge and action is None:
         why = "node is no longer cordoned by an administrator" if s is not None else f"node left Slurm ({slurm})"
-        kube("SlurmDrainReleased", f"{why}; the bridge holds no drain on Slurm node {slurm}")
+        kube(names.REASON_SLURM_DRAIN_RELEASED, f"{why}; the bridge holds no drain on Slurm node {slurm}")
+    return ev
+
+
+def _slurm_events(action: SlurmAction | None, node: str, slurm: str) -> list[NodeEvent]:
+    """The Event of the plan's change to the Slurm node (posted once Slurm took it)."""
     if action is SlurmAction.DRAIN:
-        ev.append(NodeEvent("SlurmNodeDrained", f'drained Slurm node {slurm} with reason "{drain_reason(node)}": '
-                            "this node is cordoned", "slurm"))  # fmt: skip
+        message = f'drained Slurm node {slurm} with reason "{drain_reason(node)}": this node is cordoned'
+        return [NodeEvent(names.REASON_SLURM_NODE_DRAINED, message, "slurm")]
     if action is SlurmAction.UNDRAIN:
-        ev.append(NodeEvent("SlurmNodeUndrained", f"undrained Slurm node {slurm} (the drain was the bridge's): "
-                            "this node is no longer cordoned by an administrator", "slurm"))  # fmt: skip
-    return tuple(ev)
+        message = (
+            f"undrained Slurm node {slurm} (the drain was the bridge's): "
+            "this node is no longer cordoned by an administrator"
+        )
+        return [NodeEvent(names.REASON_SLURM_NODE_UNDRAINED, message, "slurm")]
+    return []
 
 
 def node_patch(node: Obj, want: KubeView, scheduler_name: str) -> Obj | None:

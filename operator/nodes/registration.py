@@ -84,10 +84,15 @@ class Desired:
     def as_created(self, comment: str) -> NodeInfo:
         """The Slurm node as POST new/node makes it, for deciding before the next node list."""
         return NodeInfo(
-            name=self.name, states=("IDLE", "EXTERNAL", "DYNAMIC_NORM"), cpus=self.cpus,
-            real_memory_mib=self.memory_mib, gres=f"gpu:{self.gpus}" if self.gpus else "",
-            features=self.partitions, partitions=self.partitions, comment=comment,
-        )  # fmt: skip
+            name=self.name,
+            states=("IDLE", "EXTERNAL", "DYNAMIC_NORM"),
+            cpus=self.cpus,
+            real_memory_mib=self.memory_mib,
+            gres=f"gpu:{self.gpus}" if self.gpus else "",
+            features=self.partitions,
+            partitions=self.partitions,
+            comment=comment,
+        )
 
     def differences(self, info: NodeInfo) -> list[str]:
         """What the Slurm node has that this does not (empty: it is this node)."""
@@ -158,20 +163,26 @@ def desired(node: Obj, slurm_name: str, default_partition: str) -> Desired | str
         return f"{where}: annotation {names.ANN_EXTERNAL_NODE_PARTITIONS} names no partition"
     bad = [p for p in partitions if not _PARTITION.match(p)]
     if bad:
-        return (f"{where}: annotation {names.ANN_EXTERNAL_NODE_PARTITIONS} has invalid partition names {bad} "
-                "(letters, digits, '_', '.', '-')")  # fmt: skip
+        return (
+            f"{where}: annotation {names.ANN_EXTERNAL_NODE_PARTITIONS} has invalid partition names {bad} "
+            "(letters, digits, '_', '.', '-')"
+        )
     topology = annotations.get(names.ANN_TOPOLOGY_SPEC)
     if topology is not None and not _TOPOLOGY.match(topology):
-        return (f"{where}: annotation {names.ANN_TOPOLOGY_SPEC}={topology!r} is not a Slurm topology spec "
-                "such as 'topo-1:block-2' (letters, digits and '_.:,-')")  # fmt: skip
+        return (
+            f"{where}: annotation {names.ANN_TOPOLOGY_SPEC}={topology!r} is not a Slurm topology spec "
+            "such as 'topo-1:block-2' (letters, digits and '_.:,-')"
+        )
     addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or [] if isinstance(a, dict)}
     address = addresses.get("InternalIP") or addresses.get("ExternalIP")
     if address is None or not _ADDRESS.match(address):
         # Without NodeAddr slurmctld resolves the node's name at each allocation: a name no DNS
         # knows stalled it about ten seconds each time and failed the allocation's answer (measured).
-        return (f"{where} reports no InternalIP or ExternalIP address"
-                + (f" (only {address!r}, not an IP address)" if address else "")
-                + "; it is registered once its kubelet reports one")  # fmt: skip
+        return (
+            f"{where} reports no InternalIP or ExternalIP address"
+            + (f" (only {address!r}, not an IP address)" if address else "")
+            + "; it is registered once its kubelet reports one"
+        )
     return Desired(slurm_name, cpus, memory, gpus, tuple(dict.fromkeys(partitions)), topology or None, address)
 
 
@@ -186,11 +197,16 @@ def _idle(info: NodeInfo) -> bool:
 def _leave(info: NodeInfo, why: str, remember: str = "") -> Plan:
     """Take a registered node out of Slurm: drain, then delete once it runs nothing."""
     if not _drained_by_us(info):
-        return Plan(Action.DRAIN, f"draining Slurm node {info.name} before removing it: {why}",
-                    reason=f"{names.SLURM_REGISTRATION_REASON_PREFIX} {why}", remember=remember)  # fmt: skip
+        return Plan(
+            Action.DRAIN,
+            f"draining Slurm node {info.name} before removing it: {why}",
+            reason=f"{names.SLURM_REGISTRATION_REASON_PREFIX} {why}",
+            remember=remember,
+        )
     if _idle(info):
-        return Plan(Action.DELETE, f"Slurm node {info.name} is drained and idle: deleting it ({why})",
-                    remember=remember)  # fmt: skip
+        return Plan(
+            Action.DELETE, f"Slurm node {info.name} is drained and idle: deleting it ({why})", remember=remember
+        )
     return NOTHING  # jobs still run: the next list brings it back
 
 
@@ -228,8 +244,11 @@ def decide(
         return _create(want, recorded_conf, known_partitions, refused)
     if not info.dynamic or not (recorded or ours_in_slurm):
         if info.dynamic and not ours_in_slurm:
-            return Plan(Action.WARN, f"Slurm already has a dynamic node {info.name} that the bridge did not "
-                        "register; it is left alone", warning=True)  # fmt: skip
+            return Plan(
+                Action.WARN,
+                f"Slurm already has a dynamic node {info.name} that the bridge did not register; it is left alone",
+                warning=True,
+            )
         return NOTHING  # in slurm.conf already: nothing to register
     if not ours_in_slurm:
         return Plan(Action.SET_COMMENT, f"marking Slurm node {info.name} as registered by the bridge")
@@ -247,8 +266,9 @@ def decide(
     return NOTHING
 
 
-def _create(want: Desired, recorded_conf: str | None, known_partitions: frozenset[str] | None,
-            refused: str | None) -> Plan:  # fmt: skip
+def _create(
+    want: Desired, recorded_conf: str | None, known_partitions: frozenset[str] | None, refused: str | None
+) -> Plan:
     """A labelled node Slurm does not have: the node line goes on the Kubernetes node first (the
     bridge's record that the Slurm node is its own), then into Slurm, unless that line was
     refused before or names a partition Slurm lacks."""
@@ -258,8 +278,12 @@ def _create(want: Desired, recorded_conf: str | None, known_partitions: frozense
         return NOTHING  # the shell reads the partitions first
     missing = sorted(set(want.partitions) - known_partitions)
     if missing:
-        return Plan(Action.WARN, f"not registered in Slurm: partitions {missing} do not exist (annotation "
-                    f"{names.ANN_EXTERNAL_NODE_PARTITIONS})", warning=True)  # fmt: skip
+        return Plan(
+            Action.WARN,
+            f"not registered in Slurm: partitions {missing} do not exist (annotation "
+            f"{names.ANN_EXTERNAL_NODE_PARTITIONS})",
+            warning=True,
+        )
     if recorded_conf != want.node_conf():
         return Plan(Action.ANNOTATE, want.node_conf())
     return Plan(Action.CREATE, f"registering Slurm node: {want.node_conf()}")
@@ -267,5 +291,7 @@ def _create(want: Desired, recorded_conf: str | None, known_partitions: frozense
 
 def not_in_partitions(missing: list[str]) -> str:
     """Why a node just created is taken out again (the shell remembers it as refused)."""
-    return (f"it joined no partition among {missing}: slurm.conf needs a NodeSet with Feature=<partition> "
-            "in each of them (docs/nodes.md)")  # fmt: skip
+    return (
+        f"it joined no partition among {missing}: slurm.conf needs a NodeSet with Feature=<partition> "
+        "in each of them (docs/nodes.md)"
+    )

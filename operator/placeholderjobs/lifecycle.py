@@ -3,7 +3,7 @@
 ``decide(phj, slurm, members, now)`` reads the PlaceholderJob, what the poller's view says about
 its Slurm job (known, vanished, not seen yet, or no job at all) and its member pods, and returns
 the actions that bring the two sides together, in order. It does no I/O: the shell
-(:mod:`.phjsync`) gathers the inputs, applies the actions and re-queues. The table of cases is in
+(``sync.phjsync``) gathers the inputs, applies the actions and re-queues. The table of cases is in
 docs/architecture.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
 every phase x Slurm state x member state, and the crash-recovery cases.
 
@@ -12,38 +12,31 @@ then decides again with it. ``ConfirmMembers``: members the watch cache lacks ar
 GET (a deletion is never inferred from a cold cache): ``confirmed``. ``Submit``: Slurm's answer
 (``outcome``: Placed, Refused, Unavailable). ``Release``: a member's DRA devices missing, or a
 release the API server refuses (``outcome``: DevicesMissing, ReleaseRefused). A status held back
-for one write (``held``, see :class:`.plan.Held`) is an input too, and the plan says what stays
+for one write (``held``, see ``decisions.plan.Held``) is an input too, and the plan says what stays
 held after it.
 
-The helpers: :mod:`.pending` (a job in Slurm's queue), :mod:`.allocation` (a job's nodes),
-:mod:`.phjstatus` (the statuses written), :mod:`.hetjob` (a CompositePodGroup's job).
+What differs by the job's shape (a single pod's, a gang's, a CompositePodGroup's heterogeneous
+job: when to submit, how to follow the job, what the submit records) is asked of the shape,
+through one interface (``shapes.shape.JobShape``); what every shape shares is decided here. The
+pieces: ``decisions.pending`` (a job in Slurm's queue), ``decisions.allocation`` (a job's nodes),
+``decisions.phjstatus`` (the statuses written).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from slurm_bridge.operator.placeholderjobs.allocation import allocation, release_rejected
-from slurm_bridge.operator.placeholderjobs.inputs import (
-    TENANCY_WAIT_SECONDS,
-    Clock,
-    Members,
-    Tenancy,
-    Told,
-)
-from slurm_bridge.operator.placeholderjobs.pending import follow_pending, mirror, pending_report
-from slurm_bridge.operator.placeholderjobs.phjstatus import (
-    end_of_job,
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.decisions.pending import pending_report
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_phases,
     identity,
-    job_ended,
     pods_end_phase,
     rejected_status,
     submitted_status,
     terminal_status,
-    waiting_for_pods,
 )
-from slurm_bridge.operator.placeholderjobs.plan import (
+from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     AddFinalizer,
     Cancel,
@@ -51,7 +44,6 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     DevicesMissing,
     EndPods,
     Event,
-    Fence,
     Finalize,
     ForgetUncertain,
     Held,
@@ -62,26 +54,23 @@ from slurm_bridge.operator.placeholderjobs.plan import (
     Refused,
     ReleaseRefused,
     RequestFullList,
-    Submit,
     SubmitFailed,
     TellPods,
     Unavailable,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.pods import holding_allocation, pod_ended, pod_terminating
-from slurm_bridge.operator.runtime.jobview import SlurmSide
-
-from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
+from slurm_bridge.operator.placeholderjobs.decisions.pods import (
+    all_ended,
+    holding_allocation,
+    live_members,
+    pod_terminating,
+)
+from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
-from slurm_bridge.slurm.models import JobInfo
-from slurm_bridge.tenancy import Verdict
 
 __all__ = ["Clock", "SlurmSide", "Tenancy", "Told", "decide"]
 
-# A job submitted this recently may not be in the snapshot yet; wait for it rather than
-# concluding it vanished.
-SUBMIT_VISIBILITY_GRACE = 30.0
 # A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
 SUBMIT_RETRY_SECONDS = 30.0
 # A deleted PlaceholderJob whose pods still run is looked at again this often (pod events sooner).
@@ -152,11 +141,11 @@ def _decide(
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
     match outcome:
         case Refused():
-            return after_refusal(phj, outcome)
+            return after_refusal(phj, outcome, now)
         case Unavailable(maybe_applied=maybe):
             return Plan((SubmitFailed(maybe),))
         case ReleaseRefused(job_id=job_id, pod=pod, error=error):
-            return release_rejected(phj, job_id, pod, error)
+            return release_rejected(phj, job_id, pod, error, now.wall)
     if phj.deleted:
         return _finalize(phj, slurm, confirmed)
     pre: tuple[Action, ...] = ()
@@ -177,33 +166,8 @@ def _decide(
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
 
 
-@dataclass(frozen=True)
-class Follow:
-    """What following an existing job needs besides the two sides (see :func:`decide`)."""
-
-    scheduler: str
-    told: Told | None = None
-    tenancy: Tenancy | None = None
-    held: Held | None = None
-    devices_missing: bool = False  # the last release found a member's DRA devices missing
-
-
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
     return Plan((*pre, *plan.actions), plan.requeue)
-
-
-def all_ended(members: Members, confirmed: Members | None) -> bool | None:
-    """Whether every member ended; None when the cache says so and a GET must confirm it."""
-    if not all(pod_ended(p) for p in members.values()):
-        return False
-    if confirmed is None:
-        return None
-    return all(pod_ended(p) for p in confirmed.values())
-
-
-def live_members(members: Members) -> tuple[str, ...]:
-    """Members that exist, have not ended and are not terminating yet: those an end must end."""
-    return tuple(n for n, p in members.items() if p is not None and not pod_ended(p) and not pod_terminating(p))
 
 
 def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) -> Plan:
@@ -231,7 +195,7 @@ def _no_job(
     if ended is None:
         return Plan((ConfirmMembers(),))
     if ended:
-        return Plan((terminal_status(phj, *pods_end_phase(end_phases(members))),))
+        return Plan((terminal_status(phj, *pods_end_phase(end_phases(members)), now.wall),))
     wait = phj.resubmit_wait(SUBMIT_RETRY_SECONDS, now.wall)
     if wait > 0:
         return Plan(requeue=wait)  # Slurm refused this very spec moments ago: watch events must not hammer it
@@ -240,52 +204,7 @@ def _no_job(
         if slurm.last_full_at <= slurm.uncertain_since:
             return Plan((RequestFullList(),), requeue=slurm.poll_period)
         pre = (ForgetUncertain(),)
-    return _chain(pre, _submit(phj, members, tenancy))
-
-
-def _submit(phj: PlaceholderJob, members: Members, tenancy: Tenancy | None = None) -> Plan:
-    if phj.is_composite():
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
-
-        return hetjob.submit(phj, members, tenancy)
-    spec, status = phj.spec, phj.status
-    present = tuple(holding_allocation(members))
-    need = spec.min_member if spec.min_member is not None else len(members)
-    if len(present) < need:
-        # The gang is not complete yet; pod events bring us back.
-        return waiting_for_pods(
-            phj, f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
-        )
-    request = spec.slurm
-    if tenancy is not None:
-        verdict = tenancy(request)
-        if verdict.waiting:
-            return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
-        if not verdict.allowed:
-            return refused_by_policy(phj, members, verdict)
-        request = verdict.request  # the tenant's user, group, account and QOS where unset
-    fence: tuple[Action, ...] = ()
-    if phj.is_gang() and status.reason != names.REASON_SUBMITTING:
-        fence = (fencing(phj, "gang's Slurm job"),)
-    return Plan((*fence, Submit(request, present)))
-
-
-def fencing(phj: PlaceholderJob, what: str) -> Fence:
-    """The Fence before a group's submit: status reason Submitting."""
-    message = f"submitting the {what} for {len(phj.spec.pods)} pods"
-    return Fence(PlaceholderJobStatus(phase=names.PHASE_PENDING, reason=names.REASON_SUBMITTING, message=message))
-
-
-def refused_by_policy(phj: PlaceholderJob, members: Members, verdict: Verdict) -> Plan:
-    """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
-    the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
-    gen = phj.metadata.generation
-    message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
-    conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, verdict.reason, message, gen)
-    ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, conditions=conditions)
-    live = live_members(members)
-    end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
-    return Plan((ended, Event(verdict.reason, message, warning=True), *end))
+    return _chain(pre, shape_of(phj).submit(phj, members, tenancy, now))
 
 
 # ---- after a submit ---------------------------------------------------------------------------
@@ -299,18 +218,12 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     when Slurm already said (status records the reason, so the next decision does not tell it again).
     """
     job = placed.job
-    submitted = submitted_status(phj, placed.job_id, job, placed.request, components=placed.components)
-    if placed.components:  # each component's own job id, at once
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
-
-        parts: dict[int, JobInfo | None] = {c.het_job_offset: c for c in placed.parts}
-        parts.setdefault(0, job)
-        spec_parts = phj.spec.components or []
-        submitted.components = hetjob.component_status(spec_parts, [parts.get(i) for i in range(len(spec_parts))])
+    submitted = submitted_status(phj, placed.job_id, job, placed.request, now.wall, components=placed.components)
+    submitted = shape_of(phj).placed(phj, placed, submitted)
     if job is not None and job.is_running and job.nodes and not placed.components:
         held = Held(submitted, now.mono + UNWRITTEN_SECONDS)
         view = phj.with_status(phj.status.merged(submitted))
-        return _hold(allocation(view, members, job, scheduler=scheduler, now=now.mono, held=held), held)
+        return _hold(allocation(view, members, job, scheduler=scheduler, now=now, held=held), held)
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()
     return Plan(
         (
@@ -321,20 +234,23 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     )
 
 
-def after_refusal(phj: PlaceholderJob, refused: Refused) -> Plan:
+def after_refusal(phj: PlaceholderJob, refused: Refused, now: Clock) -> Plan:
     """Slurm refused the job: status and Warning Events say why; submitted again after
     SUBMIT_RETRY_SECONDS (Slurm's limits may change: a partition up, a QOS raised), unless it was
     the second refusal for the association (the status write then brings the PlaceholderJob back
     Failed, and its pods are ended)."""
-    rejected = rejected_status(phj, refused.message, association=refused.association)
+    rejected = rejected_status(phj, refused.message, now.wall, association=refused.association)
     final = rejected.phase == names.PHASE_FAILED
     reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else names.REASON_SUBMIT_REJECTED
     shown = rejected.message or refused.message
     tell: tuple[Action, ...] = ()
     if refused.present:
-        tell = (TellPods(refused.present, reason if final else "Slurm" + reason, shown, warning=True),)
-    return Plan((WriteStatus(rejected), Event(reason, shown, warning=True), *tell),
-                requeue=None if final else SUBMIT_RETRY_SECONDS)  # fmt: skip
+        told = reason if final else names.REASON_SLURM_SUBMIT_REJECTED
+        tell = (TellPods(refused.present, told, shown, warning=True),)
+    return Plan(
+        (WriteStatus(rejected), Event(reason, shown, warning=True), *tell),
+        requeue=None if final else SUBMIT_RETRY_SECONDS,
+    )
 
 
 # ---- a job exists -----------------------------------------------------------------------------
@@ -347,40 +263,8 @@ def _with_job(
     confirmed: Members | None,
     follow: Follow,
 ) -> Plan:
-    """A job exists (or existed): follow it, or end it when every member pod ended."""
-    if phj.is_composite():
-        from slurm_bridge.operator.placeholderjobs import hetjob  # it builds on this module
-
-        return hetjob.follow(phj, status, slurm, members, now, confirmed, follow)
-    job_id, job = slurm.job_id, slurm.job
-    assert job_id is not None
-    ended = all_ended(members, confirmed)
-    if ended is None:
-        return Plan((ConfirmMembers(),))
-    if ended:  # Kubernetes -> Slurm
-        phase, reason, message = pods_end_phase(end_phases(members))
-        cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
-        return Plan((terminal_status(phj, phase, reason, message), *cancel, Event(reason, message)))
-    if job is None:
-        if slurm.submitted_at is not None and now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE:
-            return Plan(requeue=slurm.poll_period)
-        if slurm.taken_at < (slurm.submitted_at or 0):
-            return Plan(requeue=slurm.poll_period)
-        return slurm_ended(phj, members, None, job_id)
-    if job.is_finished:
-        return slurm_ended(phj, members, job, job_id)
-    if job.is_pending:
-        return follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
-    if job.is_running and job.nodes:
-        return allocation(phj, members, job, scheduler=follow.scheduler, status=status, now=now.mono,
-                          held=follow.held, devices_missing=follow.devices_missing)  # fmt: skip
-    # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
-    return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
-
-
-def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int) -> Plan:
-    """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
-    return job_ended(phj, members, end_of_job(job, job_id), job)
+    """A job exists (or existed): its shape follows it, or ends it when every member pod ended."""
+    return shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
 
 
 # ---- deleted ----------------------------------------------------------------------------------
@@ -414,8 +298,13 @@ def _finalize(phj: PlaceholderJob, slurm: SlurmSide, confirmed: Members | None) 
             to_end = tuple(n for n in holding if not pod_terminating(confirmed[n] or {"metadata": {}}))
             end: tuple[Action, ...] = ()
             if to_end:
-                end = (EndPods(to_end, names.REASON_PHJ_DELETED,
-                               f"PlaceholderJob {name} was deleted, so its {what} is released"),)  # fmt: skip
+                end = (
+                    EndPods(
+                        to_end,
+                        names.REASON_PHJ_DELETED,
+                        f"PlaceholderJob {name} was deleted, so its {what} is released",
+                    ),
+                )
             return Plan((*end, NoteWaiting(tuple(holding), job_id)), requeue=FINALIZE_RECHECK_SECONDS)
     actions: list[Action] = []
     if live_job:

@@ -1,2 +1,2 @@
-"""The machinery the controllers share: the operator process (kopf wiring, leader election, login),
-watch caches and the work queue, the Slurm poll loop."""
+"""The ground floor the controllers share, importing none of them: watch stores and the work
+queue, the Slurm poll loop, leader election, kopf's login, the C heap."""

@@ -61,8 +61,10 @@ class LeaderElector:
         on_lost: Callable[[], None] = lambda: os._exit(1),
     ) -> None:
         if not renew_seconds < renew_deadline < lease_seconds:
-            raise ValueError(f"need renew_seconds < renew_deadline < lease_seconds, got "
-                             f"{renew_seconds} < {renew_deadline} < {lease_seconds}")  # fmt: skip
+            raise ValueError(
+                f"need renew_seconds < renew_deadline < lease_seconds, got "
+                f"{renew_seconds} < {renew_deadline} < {lease_seconds}"
+            )
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.namespace, self.name = namespace, name
@@ -108,9 +110,12 @@ class LeaderElector:
             return False
         lease = await self.kube.get(self.path)
         if lease is None:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(_micro(self._wall()), 0)}  # fmt: skip
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(_micro(self._wall()), 0),
+            }
             try:
                 await self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
                 return True
@@ -157,8 +162,9 @@ class LeaderElector:
             await self.kube.request("PUT", self.path, body=lease)
             log.info("released the leader lease %s/%s", self.namespace, self.name)
         except Exception as e:
-            log.warning("could not release the leader lease %s/%s (it expires by itself): %s",
-                        self.namespace, self.name, e)  # fmt: skip
+            log.warning(
+                "could not release the leader lease %s/%s (it expires by itself): %s", self.namespace, self.name, e
+            )
 
     async def run(self) -> None:
         """Acquire, then renew until the process ends; exits the process if the lease is lost."""
@@ -191,8 +197,11 @@ class LeaderElector:
                     log.warning("lease renewal failed, will retry: %s", e)
                     pause = min(self.retry_seconds, max(deadline - self._clock(), 0.0))
                     continue
-                log.error("could not renew the leader lease within %.0f s (%s); exiting",
-                          self.renew_deadline, e or type(e).__name__)  # fmt: skip
+                log.error(
+                    "could not renew the leader lease within %.0f s (%s); exiting",
+                    self.renew_deadline,
+                    e or type(e).__name__,
+                )
             if self._stopping:  # released while the last attempt was in flight: not a loss
                 return
             self.is_leader.clear()

@@ -5,7 +5,7 @@ ones, know neither exec plugins nor the in-cluster Service address (its service-
 calls https://kubernetes.default.svc, which needs cluster DNS). kopf calls this again whenever
 the API answers 401 and, for an exec plugin's token, before the expiry the plugin reported; each
 call reads the token file again or runs the plugin again. The credentials are the operator's
-own client's (loaded once, in operator/runtime/app.py), so a token kopf renews serves that client too.
+own client's (loaded once, in operator/wiring/app.py), so a token kopf renews serves that client too.
 """
 
 from __future__ import annotations

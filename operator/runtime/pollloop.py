@@ -1,4 +1,5 @@
-"""The one poll loop under both Slurm readers (jobs: operator/runtime/poller.py, nodes: operator/nodes/controller.py).
+"""The one poll loop under both Slurm readers (jobs: operator/placeholderjobs/slurmjobs/poller.py,
+nodes: operator/nodes/controller.py).
 
 One poll per period, sooner when woken (never closer than ``min_gap`` after the last start);
 a failed poll is retried after a backoff that doubles from the period up to MAX_BACKOFF_SECONDS

@@ -1,4 +1,4 @@
-"""In-memory views fed by watches, and the work queue the controllers drain.
+"""In-memory views fed by watches (the work queue the controllers drain is :mod:`.workqueue`).
 
 Nothing here is the source of truth: PlaceholderJob status and Slurm are. A restart rebuilds
 these from the watches' initial lists and the first Slurm poll.
@@ -11,15 +11,14 @@ memory. A reader that needs a field not kept here must add it to the projection 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.kube import resource_version
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +64,23 @@ def project_pod(pod: Obj) -> Obj:
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             out_spec[key] = [_pick(c, _CONTAINER) for c in spec[key]]
-    return {"apiVersion": pod.get("apiVersion", "v1"), "kind": "Pod", "metadata": _meta(pod), "spec": out_spec,
-            "status": _pick(pod.get("status"), _POD_STATUS)}  # fmt: skip
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": "Pod",
+        "metadata": _meta(pod),
+        "spec": out_spec,
+        "status": _pick(pod.get("status"), _POD_STATUS),
+    }
 
 
 def project_node(node: Obj) -> Obj:
-    return {"apiVersion": node.get("apiVersion", "v1"), "kind": "Node", "metadata": _meta(node),
-            "spec": _pick(node.get("spec"), _NODE_SPEC), "status": _pick(node.get("status"), _NODE_STATUS)}  # fmt: skip
+    return {
+        "apiVersion": node.get("apiVersion", "v1"),
+        "kind": "Node",
+        "metadata": _meta(node),
+        "spec": _pick(node.get("spec"), _NODE_SPEC),
+        "status": _pick(node.get("status"), _NODE_STATUS),
+    }
 
 
 def project_other(obj: Obj) -> Obj:
@@ -107,13 +116,6 @@ def project(obj: Obj) -> Obj:
     return out
 
 
-def _rv(obj: Obj) -> int:
-    try:
-        return int(obj.get("metadata", {}).get("resourceVersion", "0"))
-    except ValueError:
-        return 0
-
-
 class ObjectStore:
     """Latest known version of each object by (namespace, name); never goes back in time.
 
@@ -141,9 +143,9 @@ class ObjectStore:
     def upsert(self, obj: Obj) -> bool:
         """Store ``obj`` unless an equal or newer version is known; True when stored."""
         key = self.key_of(obj)
-        rv = _rv(obj)
+        rv = resource_version(obj)
         cur = self._objs.get(key)
-        if cur is not None and _rv(cur) >= rv and cur["metadata"].get("uid") == obj["metadata"].get("uid"):
+        if cur is not None and resource_version(cur) >= rv and cur["metadata"].get("uid") == obj["metadata"].get("uid"):
             return False
         if self._deleted_rv.get(key, (-1, 0.0))[0] >= rv:
             return False
@@ -160,12 +162,18 @@ class ObjectStore:
         as changes: the reconcile that wrote may wait for them."""
         key = self.key_of(obj)
         cur = self._objs.get(key)
-        if cur is None or _rv(obj) <= _rv(cur) or cur["metadata"].get("uid") != obj["metadata"].get("uid"):
+        if (
+            cur is None
+            or resource_version(obj) <= resource_version(cur)
+            or cur["metadata"].get("uid") != obj["metadata"].get("uid")
+        ):
             self.upsert(obj)
             return True
         stored = project(obj)
-        unchanged = {**stored, "metadata": {**stored["metadata"], "resourceVersion": cur["metadata"].get(
-            "resourceVersion")}} == cur  # fmt: skip
+        unchanged = {
+            **stored,
+            "metadata": {**stored["metadata"], "resourceVersion": cur["metadata"].get("resourceVersion")},
+        } == cur
         self._reindex(key, cur, stored)
         self._objs[key] = stored
         return not unchanged
@@ -178,7 +186,7 @@ class ObjectStore:
         self._reindex(key, self._objs.pop(key, None), None)
         now = time.monotonic()
         self._deleted_rv.pop(key, None)  # re-inserted last: the dict stays ordered by time
-        self._deleted_rv[key] = (_rv(obj), now)
+        self._deleted_rv[key] = (resource_version(obj), now)
         while self._deleted_rv:
             oldest = next(iter(self._deleted_rv))
             if now - self._deleted_rv[oldest][1] < TOMBSTONE_SECONDS:
@@ -248,89 +256,3 @@ class ParsedStore(ObjectStore, Generic[P]):
         super().delete(obj)
         if self.get(self.key_of(obj)) is None:
             self._parsed.pop(self.key_of(obj), None)
-
-
-class WorkQueue:
-    """A de-duplicating queue: a key waits at most once, and is never processed concurrently.
-
-    A key added while it is being processed is processed again afterwards, so no change is lost.
-    Failed keys come back with exponential backoff.
-    """
-
-    def __init__(self, handler: Callable[[Hashable], Awaitable[float | None]], workers: int) -> None:
-        self._handler = handler
-        self._workers = workers
-        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
-        self._queued: set[Hashable] = set()
-        self._active: set[Hashable] = set()
-        self._dirty: set[Hashable] = set()
-        self._failures: dict[Hashable, int] = {}
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def add(self, key: Hashable) -> None:
-        if key in self._active:
-            self._dirty.add(key)
-            return
-        if key in self._queued:
-            return
-        self._queued.add(key)
-        self._queue.put_nowait(key)
-
-    def add_after(self, key: Hashable, delay: float) -> None:
-        """Re-add later, keeping only the earliest pending timer for a key."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        timer = self._timers.get(key)
-        if timer is not None and not timer.cancelled() and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
-
-    def _fire(self, key: Hashable) -> None:
-        self._timers.pop(key, None)
-        self.add(key)
-
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self._workers)]
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._tasks)
-        for timer in self._timers.values():
-            timer.cancel()
-
-    def __len__(self) -> int:
-        return len(self._queued)
-
-    @property
-    def idle(self) -> bool:
-        """Nothing queued and nothing being processed (timers of later re-queues aside)."""
-        return not self._queued and not self._active and not self._dirty
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._active.add(key)
-            started = time.monotonic()
-            try:
-                requeue = await self._handler(key)
-                self._failures.pop(key, None)
-                if requeue is not None:
-                    self.add_after(key, requeue)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                n = self._failures.get(key, 0) + 1
-                self._failures[key] = n
-                delay = min(0.2 * 2 ** (n - 1), 30.0)
-                log.warning("reconcile %s failed (attempt %d, retry in %.1fs): %s", key, n, delay, e,
-                            exc_info=n == 1 and not isinstance(e, OSError))  # fmt: skip
-                self.add_after(key, delay)
-            finally:
-                self._active.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.add(key)
-                log.debug("reconciled %s in %.3fs", key, time.monotonic() - started)

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from slurm_bridge import names, tenancy
 from slurm_bridge.conditions import set_condition_dicts
@@ -24,7 +24,6 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient, KubeError, resource_path
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.tasks import cancel_and_wait
 
@@ -175,10 +174,20 @@ def _comparable(status: Mapping[str, Any]) -> Obj:
     }
 
 
+class SlurmAccounting(Protocol):
+    """What the TenantPolicy status reads of Slurm's accounting: its accounts and QOS (None: the
+    accounting cannot be read)."""
+
+    async def list_accounts(self) -> list[str] | None: ...
+    async def list_qos(self) -> list[str] | None: ...
+
+
 class TenantStatusController:
     """Writes each TenantPolicy's status while this replica leads."""
 
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient, tenants: TenantCache, phjs: Any) -> None:
+    def __init__(
+        self, config: Config, kube: KubeClient, slurm: SlurmAccounting, tenants: TenantCache, phjs: Any
+    ) -> None:
         self.config, self.kube, self.slurm, self.tenants, self.phjs = config, kube, slurm, tenants, phjs
         self.slurm_names = SlurmNames()
         self._read_at = -1e9
@@ -223,8 +232,10 @@ class TenantStatusController:
             self.slurm_names = SlurmNames(problem=f"slurmrestd's slurmdb endpoints failed: {e}")
         else:
             if accounts is None or qos is None:
-                problem = ("slurmrestd serves no slurmdb endpoints (no slurmdbd, or slurmrestd started without "
-                           "its slurmdbd plugin)")  # fmt: skip
+                problem = (
+                    "slurmrestd serves no slurmdb endpoints (no slurmdbd, or slurmrestd started without "
+                    "its slurmdbd plugin)"
+                )
                 self.slurm_names = SlurmNames(problem=problem)
             else:
                 self.slurm_names = SlurmNames(frozenset(accounts), frozenset(qos), "")
@@ -254,6 +265,8 @@ class TenantStatusController:
         self._announced[name] = set(outside)
         if new:
             shown = "; ".join(new[:5]) + (f"; and {len(new) - 5} more" if len(new) > 5 else "")
-            message = (f"{len(new)} live job(s) no longer fit this policy; they keep running (a policy change applies "
-                       f"to new submissions only): {shown}")  # fmt: skip
+            message = (
+                f"{len(new)} live job(s) no longer fit this policy; they keep running (a policy change applies "
+                f"to new submissions only): {shown}"
+            )
             await self.kube.event(obj, names.REASON_JOBS_OUTSIDE_POLICY, message, warning=True)

@@ -6,7 +6,7 @@ It finds the REST API version the server speaks, authenticates with a JWT read f
 safe to retry. Answers come back as the version-neutral models of :mod:`.models`.
 
 :class:`SlurmClient` is the one class callers use. Its parts: :mod:`.session` (connection, JWT
-(:mod:`.jwtfile`), version discovery, sending with retries), :mod:`.replies` (what an answer
+(:mod:`.jwtfile`), version discovery, sending with retries), :mod:`.outcomes` (what an answer
 means, without I/O), :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clustercalls` (the calls),
 :mod:`.versions` (the per-version codecs).
 """

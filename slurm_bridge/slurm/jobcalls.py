@@ -175,8 +175,9 @@ class JobCalls(SlurmSession):
         codec = await self._get_codec()
         # flags=DETAIL: with flags=ALL (which _JOB_QUERY uses) slurmrestd leaves gres_detail and
         # job_resources empty (Slurm 26.05, checked).
-        reply = await self._request("GET", codec.path(f"job/{int(job_id)}"), params={"flags": "DETAIL"},
-                                    not_found_ok=True)  # fmt: skip
+        reply = await self._request(
+            "GET", codec.path(f"job/{int(job_id)}"), params={"flags": "DETAIL"}, not_found_ok=True
+        )
         if reply.status == 404:
             return None
         return codec.decode_job_devices(reply.body, job_id)

@@ -54,7 +54,7 @@ class JobRequest(_Camel):
     @property
     def names_identity(self) -> bool:
         """Whether the job is for a user or group other than the token's (user-id, group-id, a
-        TenantPolicy's user): only ``job/submit`` honours that (see operator/placeholderjobs/submit.py)."""
+        TenantPolicy's user): only ``job/submit`` honours that (see operator/placeholderjobs/slurmjobs/submit.py)."""
         return any(v is not None for v in (self.user_id, self.group_id, self.user_name, self.group_name))
 
     def crd_dict(self) -> dict[str, Any]:
@@ -152,10 +152,17 @@ class JobStates:
 
 FINISHED_JOB_STATES = frozenset(
     {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT",
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
     }
-)  # fmt: skip
+)
 
 
 class NodeDevices(BaseModel):

@@ -59,8 +59,9 @@ class NodeCalls(SlurmSession):
         looks at the node list first. slurmctld needs ``MaxNodeCount`` for dynamic nodes.
         """
         codec = await self._get_codec()
-        await self._request("POST", codec.path("new/node/"), json_body=codec.create_node_body(node_conf),
-                            idempotent=False)  # fmt: skip
+        await self._request(
+            "POST", codec.path("new/node/"), json_body=codec.create_node_body(node_conf), idempotent=False
+        )
 
     async def delete_node(self, name: str) -> bool:
         """Delete a dynamic node; False when Slurm has no such node. Slurm refuses a node that still

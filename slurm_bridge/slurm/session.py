@@ -3,7 +3,7 @@ every request with its retries.
 
 ``_request`` is the only way a call reaches slurmrestd. Each attempt is one exchange
 (``_send``: count, send, time, read); what the answer means is decided without I/O in
-:mod:`.replies`, and ``_request`` acts on it: return, raise, or send again after a backoff. The
+:mod:`.outcomes`, and ``_request`` acts on it: return, raise, or send again after a backoff. The
 calls themselves live in :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clustercalls`.
 """
 
@@ -24,7 +24,7 @@ import httpx
 from .. import metrics
 from .errors import SlurmAuthError, SlurmError, SlurmUnsupportedVersion
 from .jwtfile import JwtFile
-from .replies import (
+from .outcomes import (
     Answer,
     AuthRejected,
     Expect,
@@ -141,13 +141,17 @@ class SlurmSession:
         needs = f"slurm-bridge needs Slurm {MIN_SLURM_RELEASE[0]}.{MIN_SLURM_RELEASE[1]:02d} or newer"
         if release is not None and too_old(release):
             speaks = ", ".join(SUPPORTED_VERSIONS)
-            message = (f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
-                       f"external jobs it submits (REST API {speaks}): upgrade Slurm")  # fmt: skip
+            message = (
+                f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
+                f"external jobs it submits (REST API {speaks}): upgrade Slurm"
+            )
         else:
             found = f"Slurm {release}, " if release else ""
-            message = (f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
-                       f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
-                       "plugin (slurmrestd -d) or upgrade Slurm")  # fmt: skip
+            message = (
+                f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
+                f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
+                "plugin (slurmrestd -d) or upgrade Slurm"
+            )
         raise SlurmUnsupportedVersion(message, offered=offered, release=release)
 
     async def _release(self, version: str) -> str | None:
@@ -193,7 +197,7 @@ class SlurmSession:
         replaces the client's timeout for this call (connect, send and the whole answer).
         ``decode(status, body)`` turns a successful answer into ``reply.value`` as it is parsed
         (off the event loop for a large one, with the garbage collector paused: see
-        :func:`.replies.read_reply`); ``listing`` decodes one list of it item by item as it is
+        :func:`.outcomes.read_reply`); ``listing`` decodes one list of it item by item as it is
         parsed (see ``Listing``).
         """
         what = f"{method} {path}"
@@ -203,9 +207,16 @@ class SlurmSession:
         while True:
             token = self._token.get()
             outcome = await self._send(
-                method, path, token, expect,
-                json_body=json_body, params=params, time_limit=time_limit, decode=decode, listing=listing,
-            )  # fmt: skip
+                method,
+                path,
+                token,
+                expect,
+                json_body=json_body,
+                params=params,
+                time_limit=time_limit,
+                decode=decode,
+                listing=listing,
+            )
             if isinstance(outcome, Answer):
                 return outcome.reply
             if isinstance(outcome, Failed):
@@ -218,11 +229,16 @@ class SlurmSession:
                 raise outcome.error(what, self._token.path, self.user)
             if attempt >= self.retries:
                 raise outcome.gave_up(what, attempt + 1)
-            delay = min(self._backoff_max, self._backoff_base * 2**attempt)
-            delay = delay / 2 + random.uniform(0, delay / 2)
             attempt += 1
-            log.warning("%s: %s; retry %d/%d in %.2fs", what, outcome.problem, attempt, self.retries, delay)
-            await asyncio.sleep(delay)
+            await self._pause(what, outcome.problem, attempt)
+
+    async def _pause(self, what: str, problem: str, attempt: int) -> None:
+        """Wait before retry ``attempt``: a backoff doubling from ``backoff_base`` up to
+        ``backoff_max``, half of it jittered, so clients that failed together do not retry together."""
+        delay = min(self._backoff_max, self._backoff_base * 2 ** (attempt - 1))
+        delay = delay / 2 + random.uniform(0, delay / 2)
+        log.warning("%s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.retries, delay)
+        await asyncio.sleep(delay)
 
     async def _send(
         self,

@@ -7,7 +7,7 @@ versions agree on every field the bridge uses (checked against the OpenAPI specs
 26.05's data_parser plugins generate); they differ only in the node states an update accepts
 and in node creation (v0.0.44 on). What they share lives beside this module: the JSON as models
 (:mod:`.wire`), Slurm's value formats (:mod:`.formats`), the request bodies (:mod:`.bodies`) and
-the decoding of answers (:mod:`.answers`). Decoding is lenient (unknown fields ignored, older
+the decoding of answers (:mod:`.decoding`). Decoding is lenient (unknown fields ignored, older
 shapes such as a ``job_state`` string accepted) because a Slurm upgrade adds fields to answers
 without changing the version.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final
 
-from .answers import AnswerDecoder
 from .bodies import RequestBodies
+from .decoding import AnswerDecoder
 from .errors import SlurmUnsupportedVersion
 
 # Highest first: the client picks the first one the server offers.
@@ -54,10 +54,18 @@ def too_old(release: str) -> bool:
 # `scontrol update node` (NOT_RESPONDING is scontrol's NoResp, POWER_DRAIN its POWER_DOWN_ASAP).
 _NODE_UPDATE_STATES_V43: Final = frozenset(
     {
-        "DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWER_DOWN", "POWER_DRAIN",
-        "POWER_UP", "RESUME", "UNDRAIN",
+        "DOWN",
+        "DRAIN",
+        "FAIL",
+        "FUTURE",
+        "NOT_RESPONDING",
+        "POWER_DOWN",
+        "POWER_DRAIN",
+        "POWER_UP",
+        "RESUME",
+        "UNDRAIN",
     }
-)  # fmt: skip
+)
 
 
 class Codec(RequestBodies, AnswerDecoder):

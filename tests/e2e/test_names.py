@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from slurm_bridge.operator.placeholderjobs.groups import phj_name
-from slurm_bridge.operator.placeholderjobs.jobref import default_job_name
 
 from slurm_bridge import names
 from slurm_bridge.kube import label_value
+from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import default_job_name
 from tests.e2e.test_pipeline import _running_phj
 from tests.e2e.test_workload_api import WorkloadAPI, _job, _no_workload_api, wapi, workload_kinds
 from tests.e2e.test_workloads import _bound_to_assignments, _one_gang_job, _phase

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from slurm_bridge.operator.placeholderjobs.groups import phj_name
 
-from slurm_bridge import names, workloadapi
-from slurm_bridge.workloadapi import KubeVersion
+from slurm_bridge import names, schedulingapi
+from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
+from slurm_bridge.schedulingapi import KubeVersion
 from tests.e2e.test_workloads import (
     KEEP_RUNNING,
     _assert_unreleased_for,
@@ -47,16 +47,16 @@ pytestmark = pytest.mark.usefixtures("bridge")
 P = names.SLURMJOB_PREFIX
 # Accounts the bridge's Slurm user has (hack/accounting.env BRIDGE_ACCOUNTS): Slurm enforces
 # associations, so a job naming another account is refused.
-GROUP = workloadapi.GROUP
+GROUP = schedulingapi.GROUP
 Obj = dict[str, Any]
 # What each Kubernetes minor release must serve (None: no Workload API the bridge reads).
-EXPECTED = {v.kubernetes: v.version for v in workloadapi.VERSIONS.values()}
+EXPECTED = {v.kubernetes: v.version for v in schedulingapi.VERSIONS.values()}
 
 
 def expected_version(minor: int | None) -> str | None:
-    if minor is None or minor < workloadapi.FIRST_MINOR:
+    if minor is None or minor < schedulingapi.FIRST_MINOR:
         return None
-    return EXPECTED.get(minor) or workloadapi.PREFERRED[0]
+    return EXPECTED.get(minor) or schedulingapi.PREFERRED[0]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class WorkloadAPI:
     @property
     def condition(self) -> str:
         assert self.version is not None
-        return workloadapi.VERSIONS[self.version].condition
+        return schedulingapi.VERSIONS[self.version].condition
 
     def workload(self, name: str, min_count: int, annotations: dict[str, str] | None = None) -> Obj:
         return {
@@ -125,7 +125,7 @@ def wapi(api_client: k8s.ApiClient) -> WorkloadAPI:
     """The served version, found once by discovery; a Kubernetes that does not serve the version
     it must (1.37: v1beta1, 1.36: v1alpha2) fails every test here, naming what to turn on."""
     info = k8s.VersionApi(api_client).get_code()
-    kube = workloadapi.kube_version({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})
+    kube = schedulingapi.kube_version({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})
     served: dict[str, set[str]] = {}
     for group in k8s.ApisApi(api_client).get_api_versions().groups:
         if group.name == GROUP:
@@ -133,11 +133,11 @@ def wapi(api_client: k8s.ApiClient) -> WorkloadAPI:
                 if v.version != "v1":
                     listed = k8s.CustomObjectsApi(api_client).get_api_resources(GROUP, v.version).resources
                     served[v.version] = {r.name for r in listed}
-    version = workloadapi.choose_version(served)
+    version = schedulingapi.choose_version(served)
     expected = expected_version(kube.minor)
     assert version == expected, (
         f"{kube} must serve the Workload API at {expected or 'no version the bridge reads'}, but discovery found "
-        f"{version or 'none'} (served: {served}); {workloadapi.workload_api_needs(kube)}"
+        f"{version or 'none'} (served: {served}); {schedulingapi.workload_api_needs(kube)}"
     )
     return WorkloadAPI(kube, version)
 
@@ -173,7 +173,7 @@ def _no_workload_api(wapi: WorkloadAPI, core: k8s.CoreV1Api, ns: str) -> None:
     """What Kubernetes 1.34/1.35 must do instead: ``spec.schedulingGroup`` is not a field there, so
     a pod naming a PodGroup is refused by the API server's strict field validation (kubectl's
     default), never run alone in silence by the bridge."""
-    assert wapi.kube.minor is not None and wapi.kube.minor < workloadapi.FIRST_MINOR, wapi
+    assert wapi.kube.minor is not None and wapi.kube.minor < schedulingapi.FIRST_MINOR, wapi
     pod = make_pod("grouped")
     pod["spec"]["schedulingGroup"] = {"podGroupName": "g"}
     with pytest.raises(ApiException) as err:
@@ -353,13 +353,13 @@ def test_a_podgroup_the_job_controller_makes_is_a_gang_like_one_made_by_hand(
 
     stored = batch.read_namespaced_job("ctl", ns).spec.scheduling
     assert stored is not None, (
-        f"{wapi.kube} dropped the Job's spec.scheduling: turn on the feature gate {workloadapi.JOB_GATE}=true on "
+        f"{wapi.kube} dropped the Job's spec.scheduling: turn on the feature gate {schedulingapi.JOB_GATE}=true on "
         "kube-apiserver and kube-controller-manager"
     )
     pg = wait_for(
         lambda: next((g for g in wapi.podgroups(custom, ns) if _controlled_by(g, uid)), None),
         30,
-        f"the Job controller's PodGroup (is {workloadapi.JOB_GATE} on in kube-controller-manager?)",
+        f"the Job controller's PodGroup (is {schedulingapi.JOB_GATE} on in kube-controller-manager?)",
     )
     assert pg["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     workload_ref = pg["spec"]["workloadRef"]
@@ -421,6 +421,6 @@ def test_a_podgroup_whose_pods_would_share_claims_is_refused(
         scheduling = {"schedulingPolicy": {"gang": {"minCount": 2}}, "resourceClaims": claims}
         with pytest.raises(ApiException) as err:
             batch.create_namespaced_job(ns, _job("shared-job", None, 2, scheduling=scheduling))
-            pytest.fail(f"the Job was admitted: is {workloadapi.JOB_GATE} on ({wapi.kube})?")
+            pytest.fail(f"the Job was admitted: is {schedulingapi.JOB_GATE} on ({wapi.kube})?")
         assert "spec.scheduling.resourceClaims (fabric)" in _refused(err)
     assert wapi.podgroups(custom, ns) == [], "nothing was made from a refused object"

@@ -13,6 +13,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
+from tests.builders import make_pod as build_pod
 from tests.harness import CLUSTER_SH, SlurmEnv, run, wait_for
 
 API = "/slurm/v0.0.44"
@@ -37,22 +38,19 @@ def make_pod(
     labels: dict[str, str] | None = None,
     gpus: int = 0,
 ) -> dict[str, Any]:
-    limits: dict[str, str] = {}
-    if gpus:
-        limits["nvidia.com/gpu"] = str(gpus)
-    container: dict[str, Any] = {
-        "name": "main",
-        # SB_WORKLOAD_IMAGE: an image the nodes have (the kind tier sets it); kwok runs nothing.
-        "image": os.environ.get("SB_WORKLOAD_IMAGE", "busybox"),
-        "command": workload_command(annotations),
-        "resources": {"requests": {"cpu": cpu, "memory": memory}, **({"limits": limits} if limits else {})},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
-        "spec": {"containers": [container], "restartPolicy": "Never"},
-    }
+    """A pod manifest for the bridge: one container, never restarted. SB_WORKLOAD_IMAGE names an
+    image the nodes have (the kind tier sets it); kwok runs nothing."""
+    built = build_pod(name).meta(annotations=annotations or {}, labels=labels or {}).spec(restartPolicy="Never")
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else None
+    image = os.environ.get("SB_WORKLOAD_IMAGE", "busybox")
+    built.container(
+        "main",
+        image=image,
+        command=workload_command(annotations),
+        requests={"cpu": cpu, "memory": memory},
+        limits=limits,
+    )
+    return built.manifest()
 
 
 def get_phj(custom: k8s.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:

@@ -104,7 +104,7 @@ async def test_a_heterogeneous_external_job_runs_as_one_and_cancels_as_one(slurm
 
 async def test_a_component_cancelled_on_its_own_ends(het: tuple[SlurmClient, Jobs], slurm_env: SlurmEnv) -> None:
     """``scancel`` of one component (its own job id): that component ends, whatever Slurm does
-    with the others; the bridge ends the rest itself (operator/placeholderjobs/hetjob.py)."""
+    with the others; the bridge ends the rest itself (operator/placeholderjobs/shapes/hetjob.py)."""
     client, jobs = het
     leader = await submit(client, jobs, requests(slurm_env), "one-part")
     running = await eventually(lambda: all_running(client, leader, 2), BACKFILL_WAIT,

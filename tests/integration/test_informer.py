@@ -3,7 +3,7 @@ API server: pages, the watch's events, and a resourceVersion the API server no l
 (410 Gone: a list again, and DELETED made up for an object that vanished meanwhile).
 
 ConfigMaps in a fresh namespace stand in for pods and PlaceholderJobs: the code path is the one
-the operator's two hot watches take (operator/runtime/watches.py)."""
+the operator's two hot watches take (operator/wiring/watches.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import asyncio
 from typing import Any
 
 import kubernetes.client as k8s
-from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge import kubeconfig
 from slurm_bridge.kube import KubeClient, resource_path
 from slurm_bridge.kubecache import Informer
+from slurm_bridge.operator.runtime.store import ObjectStore
 
 Obj = dict[str, Any]
 

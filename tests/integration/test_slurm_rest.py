@@ -346,8 +346,8 @@ async def test_unknown_job_and_node(slurm: SlurmClient) -> None:
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_only_a_queued_submit_runs_a_job_as_the_user_it_names(slurm_env: SlurmEnv, version: str) -> None:
-    """Why operator/placeholderjobs/submit.py queues every job for another user: slurmrestd's job/allocate ignores
-    user_id and group_id (the job runs as the token's user, SlurmUser), job/submit honours them.
+    """Why operator/placeholderjobs/slurmjobs/submit.py queues every job for another user: slurmrestd's
+    job/allocate ignores user_id and group_id (the job runs as the token's user, SlurmUser), job/submit honours them.
     If a Slurm release changes this, this test says so, and the placer may allocate them again."""
     tenant = TENANTS["a"]
     async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:

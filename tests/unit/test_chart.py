@@ -20,10 +20,10 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
 
 from slurm_bridge.cli import LOG_LEVELS
 from slurm_bridge.config import Config, parse_config
+from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "slurm-bridge"

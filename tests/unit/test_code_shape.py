@@ -40,3 +40,22 @@ def test_no_function_is_over_60_lines() -> None:
                 if n > MAX_FUNCTION_LINES:
                     long[f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_formatting_is_skipped_for_tables_only() -> None:
+    """``# fmt: skip`` keeps a table's rows as written (issue 30 §6): a module's constant written as
+    a literal tuple, list, dict or set. Code is left to the formatter."""
+    stray = []
+    for p in sources():
+        text = p.read_text()
+        tree = ast.parse(text)
+        tables = {
+            n.end_lineno
+            for n in tree.body
+            if isinstance(n, ast.Assign | ast.AnnAssign)
+            and isinstance(n.value, ast.Tuple | ast.List | ast.Dict | ast.Set)
+        }
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.rstrip().endswith("# fmt: skip") and number not in tables:
+                stray.append(f"{p.relative_to(ROOT)}:{number}")
+    assert not stray, f"# fmt: skip on code that is not a table: {stray}"

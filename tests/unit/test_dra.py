@@ -10,19 +10,21 @@ import re
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs.devices import DeviceBinder, wants_devices
-from slurm_bridge.operator.placeholderjobs.pods import release_pod_patch
-from slurm_bridge.webhook.mutate import mutate
-from slurm_bridge.webhook.validate import validate
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict
+from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, wants_devices
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
 from slurm_bridge.slurm.versions import CodecV0044
 from slurm_bridge.translate import job_request
+from slurm_bridge.webhook.mutate import mutate
+from slurm_bridge.webhook.validate import validate
+from tests.builders import make_pod as build_pod
 
+from .fakes import FakeJobDevices
 from .test_webhook import CONFIG, JOB, SCHED, _job_with, apply, make_pod, make_request, managed_pod
 
 pytestmark = pytest.mark.unit
@@ -333,37 +335,28 @@ class FakeKube:
         self.events.append((obj["metadata"]["name"], reason, message))
 
 
-class FakeSlurm:
-    def __init__(self, held: dict[str, NodeDevices] | None) -> None:
-        self.held = held
-        self.calls = 0
-
-    async def job_devices(self, job_id: int) -> dict[str, NodeDevices] | None:
-        self.calls += 1
-        return self.held
-
-
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
 PHJ = {"metadata": {"name": "phj", "namespace": "ns"}}
 
 
 def dpod(name: str, counts: Obj | None = None) -> Obj:
-    pod: Obj = {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": {}}, "spec": {}}
+    """A pod that asked for DRA devices (``counts``: DeviceClass -> count, as the webhook records them)."""
+    built = build_pod(name).uid(f"uid-{name}").meta(annotations={})
     if counts:
-        pod["metadata"]["annotations"][names.ANN_DEVICE_REQUESTS] = json.dumps(counts)
-        pod["spec"]["resourceClaims"] = [{"name": names.POD_CLAIM_ENTRY, "resourceClaimName": f"{name}-claim"}]
-    return pod
+        built.annotation(names.ANN_DEVICE_REQUESTS, json.dumps(counts))
+        built.spec(resourceClaims=[{"name": names.POD_CLAIM_ENTRY, "resourceClaimName": f"{name}-claim"}])
+    return built.obj()
 
 
-def binder(kube: FakeKube, slurm: FakeSlurm) -> DeviceBinder:
-    return DeviceBinder(kube, slurm)  # type: ignore[arg-type]
+def binder(kube: FakeKube, slurm: FakeJobDevices) -> DeviceBinder:
+    return DeviceBinder(kube, slurm)  # type: ignore[arg-type]  # FakeKube stands in for KubeClient
 
 
 SLICES = {"items": [rslice("n1", [dev("g0", 0), dev("g1", 1)]), rslice("n2", [dev("h0", 0), dev("h1", 1)])]}
 
 
 async def test_claims_made_allocated_and_reserved_then_annotated() -> None:
-    kube, slurm = FakeKube({"slices": SLICES}), FakeSlurm({"n1": NodeDevices(gres={"gpu": (1,)}),
+    kube, slurm = FakeKube({"slices": SLICES}), FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (1,)}),
                                                           "n2": NodeDevices(gres={"gpu": (0, 1)})})  # fmt: skip
     pods = {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1"), "b": (dpod("b", {"gpu.nvidia.com": 2}), "n2"),
             "c": (dpod("c"), "n3")}  # fmt: skip
@@ -380,15 +373,15 @@ async def test_claims_made_allocated_and_reserved_then_annotated() -> None:
 
 
 async def test_pods_without_devices_cost_no_slurm_call() -> None:
-    slurm = FakeSlurm({})
+    slurm = FakeJobDevices(devices={})
     assert (await binder(FakeKube(), slurm).prepare(PHJ, 5, {"c": (dpod("c"), "n1")})).annotations == {}
-    assert slurm.calls == 0
+    assert slurm.calls == []
     assert not wants_devices(dpod("c")) and wants_devices(dpod("d", {"dra.cpu": 1}))
 
 
 async def test_a_missing_device_releases_no_member_and_is_told_once() -> None:
     kube = FakeKube({"slices": SLICES})
-    slurm = FakeSlurm({"n1": NodeDevices(gres={"gpu": (0,)}), "n2": NodeDevices(gres={"gpu": (5,)})})
+    slurm = FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (0,)}), "n2": NodeDevices(gres={"gpu": (5,)})})
     b = binder(kube, slurm)
     pods = {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1"), "b": (dpod("b", {"gpu.nvidia.com": 1}), "n2")}
     for _ in range(2):
@@ -410,7 +403,7 @@ async def test_a_missing_device_releases_no_member_and_is_told_once() -> None:
 )  # fmt: skip
 async def test_an_existing_claim_that_does_not_fit_stops_the_release(existing: Obj, words: str) -> None:
     kube = FakeKube({"slices": SLICES, f"{CLAIMS}/a-claim": existing})
-    out = await binder(kube, FakeSlurm({"n1": NodeDevices(gres={"gpu": (1,)})})).prepare(
+    out = await binder(kube, FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (1,)})})).prepare(
         PHJ, 5, {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1")}
     )
     assert words in out.problem
@@ -418,7 +411,9 @@ async def test_an_existing_claim_that_does_not_fit_stops_the_release(existing: O
 
 
 async def test_a_job_slurm_forgot_releases_nothing() -> None:
-    out = await binder(FakeKube(), FakeSlurm(None)).prepare(PHJ, 5, {"a": (dpod("a", {"dra.cpu": 1}), "n1")})
+    out = await binder(FakeKube(), FakeJobDevices(devices=None)).prepare(
+        PHJ, 5, {"a": (dpod("a", {"dra.cpu": 1}), "n1")}
+    )
     assert "no longer knows job 5" in out.problem
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.main import serve
 from slurm_bridge.extender.protocol import ExtenderArgs
 from slurm_bridge.extender.server import make_app
-
-from slurm_bridge import names
-from slurm_bridge.config import Config
 from slurm_bridge.logs import JsonFormatter
 
 

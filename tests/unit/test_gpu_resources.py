@@ -4,9 +4,9 @@ Slurm GPUs is exactly what a registered node offers as them (operator/nodes/regi
 from __future__ import annotations
 
 import pytest
-from slurm_bridge.operator.nodes import registration as reg
 
 from slurm_bridge import names
+from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.resources import GPU_RESOURCES
 
 pytestmark = pytest.mark.unit

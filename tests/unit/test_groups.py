@@ -9,22 +9,21 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs.groups import (
-    Group,
-    GroupError,
-    Join,
-    jobset_size,
-    lws_size,
-    phj_name,
-    plan_join,
-    podgroup_size,
-    same_group,
-)
-from slurm_bridge.operator.placeholderjobs.resolver import GroupResolver
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
+from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, plan_join
+from slurm_bridge.operator.placeholderjobs.grouping.groups import (
+    Group,
+    GroupError,
+    jobset_size,
+    lws_size,
+    phj_name,
+    podgroup_size,
+    same_group,
+)
+from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.translate import job_request
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 
 import pytest
+
 from slurm_bridge.operator.runtime import heap
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/placeholderjobs/hetjob.py, and
+"""A CompositePodGroup's heterogeneous Slurm job in the decision table (operator/placeholderjobs/shapes/hetjob.py, and
 the rows of operator/placeholderjobs/lifecycle.py it shares), with no servers.
 
 The job has two components: component 0 (the leader, job 10, PodGroup ``a``: pod a0 on node na)
@@ -16,15 +16,16 @@ import itertools
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs import hetjob
-from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.phjstatus import submitted_status
 
 from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import submitted_status
+from slurm_bridge.operator.placeholderjobs.shapes import hetjob
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.tenancy import Verdict
+from tests.builders import make_phj, slurm_job
 
 from .test_lifecycle import NOW, PERIOD, PODS_END, SLURM_END, pod, run, summary
 
@@ -40,11 +41,10 @@ MEMBERS = ["gated", "running", "one-ended", "all-succeeded", "all-deleted"]
 
 
 def composite_phj(phase: str | None = "Pending", *, job_id: int | None = LEADER, **status: Any) -> Obj:
-    meta: Obj = {"name": "cpg-c", "namespace": "ns", "uid": "phj-uid", "generation": 1, "resourceVersion": "5",
-                 "finalizers": [names.FINALIZER_PLACEHOLDER_JOB]}  # fmt: skip
+    built = make_phj("cpg-c").uid("phj-uid").generation(1).rv(5).finalizer()
     st: Obj = {"observedGeneration": 1, **status}
     if phase == "Deleted":
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        built.deleted()
         phase = "Running"
     if phase is not None:
         st["phase"] = phase
@@ -59,22 +59,17 @@ def composite_phj(phase: str | None = "Pending", *, job_id: int | None = LEADER,
         st.setdefault("message", "ended before")
     a = {"podGroup": "a", "minMember": 1, "pods": ["a0"], "slurm": {"nodes": 1, "cpusPerTask": 1}}
     b = {"podGroup": "b", "minMember": 2, "pods": ["b0", "b1"], "slurm": {"nodes": 2, "cpusPerTask": 4}}
-    spec = {"pods": ["a0", "b0", "b1"], "podUIDs": {p: f"{p}-uid" for p in NODES}, "minMember": 3,
-            "minComponents": 2, "group": GROUP, "slurm": a["slurm"], "components": [a, b]}  # fmt: skip
-    return {"metadata": meta, "spec": spec, "status": st}
+    built.pods("a0", "b0", "b1").spec(podUIDs={p: f"{p}-uid" for p in NODES}, minMember=3, minComponents=2,
+                                      group=GROUP, slurm=a["slurm"], components=[a, b])  # fmt: skip
+    return built.status(**st).obj()
 
 
 def part(state: str, job_id: int, offset: int, nodes: tuple[str, ...]) -> JobInfo | None:
     if state == "vanished":
         return None
-    return JobInfo(
-        job_id=job_id,
-        states=(state,),
-        nodes=() if state == "PENDING" else nodes,
-        reason="Resources" if state == "PENDING" else "",
-        het_job_id=LEADER,
-        het_job_offset=offset,
-    )
+    pending = state == "PENDING"
+    return slurm_job(job_id, state, nodes=() if pending else nodes, reason="Resources" if pending else "",
+                     het=(LEADER, offset))  # fmt: skip
 
 
 def side(s0: str, s1: str, **kw: Any) -> lc.SlurmSide:
@@ -279,7 +274,7 @@ def test_the_tenant_policy_judges_every_component() -> None:
 
 def test_the_submitted_status_names_the_heterogeneous_job() -> None:
     reqs = (JobRequest(nodes=1, partition="p"), JobRequest(nodes=2, partition="p"))
-    status = submitted_status(PlaceholderJob.parse(unsubmitted()), LEADER, None, reqs[0], components=reqs)
+    status = submitted_status(PlaceholderJob.parse(unsubmitted()), LEADER, None, reqs[0], NOW.wall, components=reqs)
     assert status.het_job_id == LEADER and status.job_id == LEADER
     assert status.message == (
         "submitted heterogeneous Slurm job 10 (2 components of 1+2 node(s), partition p; Slurm starts it in a "

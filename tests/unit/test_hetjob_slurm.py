@@ -9,15 +9,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.placeholderjobs.orphans import candidates
-from slurm_bridge.operator.runtime.poller import JobSnapshot
 
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
+from tests.builders import slurm_job
 
-from .test_slurm_client import TOKEN, FakeSlurm, client, err, job_json, ok
-from .test_store_and_poller import FakeSlurm as FakePollerSlurm
+from .fakes import FakeJobReads
+from .test_slurm_client import TOKEN, FakeSlurmrestd, client, err, job_json, ok
 from .test_store_and_poller import _poller
 
 pytestmark = pytest.mark.unit
@@ -34,8 +35,7 @@ def token_file(tmp_path: Path) -> Path:
 
 
 def component(job_id: int, offset: int, state: str = "PENDING", nodes: tuple[str, ...] = ()) -> JobInfo:
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, admin_comment=encode_admin_comment(REF),
-                   het_job_id=LEADER, het_job_offset=offset)  # fmt: skip
+    return slurm_job(job_id, state, nodes=nodes, ref=REF, het=(LEADER, offset))
 
 
 # --- the REST client ---------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def component(job_id: int, offset: int, state: str = "PENDING", nodes: tuple[str
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_a_heterogeneous_job_is_one_submit_with_a_component_per_request(token_file: Path, version: str) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/submit", lambda r: ok({"job_id": LEADER}))
     small = JobRequest(partition="debug", nodes=1, cpus_per_task=1, memory_per_node_mib=100)
     large = JobRequest(partition="debug", nodes=2, cpus_per_task=2, gres="gpu:1")
@@ -70,7 +70,7 @@ def test_a_heterogeneous_job_needs_a_component() -> None:
 async def test_a_heterogeneous_submit_is_not_resent_when_slurm_may_have_made_it(token_file: Path) -> None:
     from slurm_bridge.slurm.errors import SlurmUnavailable
 
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", "/slurm/v0.0.45/job/submit", lambda r: err(502, 1802, "Communication receive failure"))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmUnavailable) as e:
@@ -80,7 +80,7 @@ async def test_a_heterogeneous_submit_is_not_resent_when_slurm_may_have_made_it(
 
 
 async def test_a_leaders_record_holds_every_component(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     no_val = {"set": False, "infinite": False, "number": 0}
     records = [
         job_json(LEADER, nodes="n1", het_job_id={"set": True, "infinite": False, "number": LEADER},
@@ -104,7 +104,7 @@ async def test_a_leaders_record_holds_every_component(token_file: Path) -> None:
 
 async def test_job_states_name_components_by_their_own_id_and_offset(token_file: Path) -> None:
     # As Slurm 26.05 answers (checked): leader 13's components are "13+0" and "14+1".
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     jobs = [{"job_id": "7", "state": ["RUNNING"]}, {"job_id": f"{LEADER}+0", "state": ["PENDING"]},
             {"job_id": f"{LEADER + 1}+1", "state": ["PENDING"]}, {"job_id": "9_2", "state": ["PENDING"]}]  # fmt: skip
     later = [
@@ -146,18 +146,12 @@ def test_the_snapshot_stands_a_heterogeneous_job_for_its_leader() -> None:
 
 
 async def test_a_leaders_refresh_reads_every_component_and_cancel_covers_them() -> None:
-    slurm, changed = FakePollerSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     await poller.poll_once()
     leader, other = component(LEADER, 0, "RUNNING", ("n1",)), component(LEADER + 1, 1, "RUNNING", ("n2",))
     slurm.set(leader)
     slurm.set(other)
-
-    async def get_jobs(job_id: int) -> list[JobInfo]:
-        slurm.calls.append(f"get all {job_id}")
-        return [leader, other] if job_id == LEADER else []
-
-    slurm.get_jobs = get_jobs  # type: ignore[attr-defined]
     got = await poller.refresh(LEADER, REF, het=True)
     snap = poller.snapshot
     assert got == leader and snap is not None and snap.components(LEADER) == (leader, other)
@@ -168,7 +162,7 @@ async def test_a_leaders_refresh_reads_every_component_and_cancel_covers_them() 
 
 
 async def test_the_poller_follows_components_by_their_own_ids() -> None:
-    slurm, changed = FakePollerSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     leader, other = component(LEADER, 0), component(LEADER + 1, 1)
     slurm.set(leader)

@@ -13,10 +13,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from slurm_bridge.operator.runtime.store import ObjectStore
 
 from slurm_bridge.kube import Gone, KubeError, NotFound
 from slurm_bridge.kubecache import Informer, key_of
+from slurm_bridge.operator.runtime.store import ObjectStore
+from tests.builders import make_pod
 
 Obj = dict[str, Any]
 PATH = "/api/v1/pods"
@@ -24,9 +25,7 @@ SELECTOR = {"fieldSelector": "spec.schedulerName=slurm-bridge"}
 
 
 def pod(name: str, rv: int, uid: str = "", phase: str = "Pending") -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "resourceVersion": str(rv)},
-            "spec": {"schedulerName": "slurm-bridge"}, "status": {"phase": phase}}  # fmt: skip
+    return make_pod(name).uid(uid or f"uid-{name}").rv(rv).scheduler().phase(phase).obj()
 
 
 def listed(*items: Obj, rv: int, cont: str = "") -> Obj:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 P = names.SLURMJOB_PREFIX
 
 
-# --- the annotation table matches names.py --------------------------------------------------
+# --- the annotation table matches names/annotations.py --------------------------------------------------
 
 
 def test_every_slurmjob_annotation_is_handled() -> None:

@@ -20,10 +20,10 @@ import pytest
 import trustme
 import yaml
 from aiohttp import web
-from slurm_bridge.operator.runtime.login import login as kopf_login
 
 from slurm_bridge import kubeconfig
 from slurm_bridge.kube import KubeClient, _load_credentials
+from slurm_bridge.operator.runtime.login import login as kopf_login
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.runtime.leader import LeaderElector
 
 from slurm_bridge.kube import Conflict
+from slurm_bridge.operator.runtime.leader import LeaderElector
 
 PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/bridge-operator"
 

@@ -14,15 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import pending as pd
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.devices import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.phjstatus import expected_start
 
 from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, SUBMIT_VISIBILITY_GRACE
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from tests.builders import make_phj, make_pod, slurm_job
 
 Obj = dict[str, Any]
 JOB = 7
@@ -40,12 +41,11 @@ def phj(
     phase: str | None = "Pending", *, job_id: int | None = JOB, pods: tuple[str, ...] = ("p",), **status: Any
 ) -> Obj:
     """A single-pod PlaceholderJob in ``phase`` ("Deleted": Running, with a deletionTimestamp)."""
-    meta: Obj = {"name": "phj", "namespace": "ns", "uid": "phj-uid", "generation": 1, "resourceVersion": "5",
-                 "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
-                 "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p-uid"}]}  # fmt: skip
+    built = make_phj().uid("phj-uid").generation(1).rv(5).finalizer().owned_by_pod("p", "p-uid")
+    built.pods(*pods).spec(slurm={"nodes": len(pods)})
     st: Obj = {"observedGeneration": 1, **status}
     if phase == "Deleted":
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        built.deleted()
         phase = "Running"
     if phase is not None:
         st["phase"] = phase
@@ -58,26 +58,23 @@ def phj(
     if phase in names.TERMINAL_PHASES:
         st.setdefault("reason", "EndedBefore")
         st.setdefault("message", "ended before")
-    obj: Obj = {"metadata": meta, "spec": {"pods": list(pods), "slurm": {"nodes": len(pods)}}}
-    if st:
-        obj["status"] = st
-    return obj
+    return built.status(**st).obj()
 
 
 def pod(state: str, name: str = "p", node: str | None = NODE) -> Obj | None:
+    """A member pod in ``state``: running (bound), gated, succeeded, failed, terminating, deleted."""
     if state == "deleted":
         return None
     phase = {"running": "Running", "terminating": "Running", "succeeded": "Succeeded", "failed": "Failed",
              "gated": "Pending", "terminating-failed": "Failed"}[state]  # fmt: skip
-    meta: Obj = {"name": name, "namespace": "ns", "uid": f"{name}-uid"}
+    built = make_pod(name).uid(f"{name}-uid").scheduler().phase(phase)
     if state.startswith("terminating"):
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: Obj = {"schedulerName": "slurm-bridge"}
+        built.deleted()
     if state == "gated":
-        spec["schedulingGates"] = [{"name": names.SCHEDULING_GATE}]
+        built.gated()
     elif node is not None:
-        spec["nodeName"] = node
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+        built.node(node)
+    return built.obj()
 
 
 def job(state: str, job_id: int = JOB, nodes: tuple[str, ...] | None = None) -> JobInfo | None:
@@ -85,7 +82,7 @@ def job(state: str, job_id: int = JOB, nodes: tuple[str, ...] | None = None) -> 
         return None
     if nodes is None:
         nodes = () if state == "PENDING" else (NODE,)
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason="Resources" if state == "PENDING" else "")
+    return slurm_job(job_id, state, nodes=nodes, reason="Resources" if state == "PENDING" else "")
 
 
 def slurm_side(state: str, job_id: int | None = JOB, **kw: Any) -> lc.SlurmSide:
@@ -123,7 +120,7 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
 def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[list[tuple[Any, ...]], float | None]:
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
-    operator/placeholderjobs/phjsync.py does. The actions' summaries, the re-queue."""
+    operator/placeholderjobs/sync/phjsync.py does. The actions' summaries, the re-queue."""
     plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge")
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
@@ -231,8 +228,8 @@ def test_an_uncertain_submit_waits_for_a_full_list_taken_after_it() -> None:
 
 @pytest.mark.parametrize(("submitted_at", "taken_at", "waits"), [
     (NOW.mono - 1, NOW.mono, True),  # just submitted: the view may not show it yet
-    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 2, True),  # view older
-    (NOW.mono - lc.SUBMIT_VISIBILITY_GRACE - 1, NOW.mono, False),  # a later view lacks it: vanished
+    (NOW.mono - SUBMIT_VISIBILITY_GRACE - 1, NOW.mono - SUBMIT_VISIBILITY_GRACE - 2, True),  # view older
+    (NOW.mono - SUBMIT_VISIBILITY_GRACE - 1, NOW.mono, False),  # a later view lacks it: vanished
 ])  # fmt: skip
 def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
     submitted_at: float, taken_at: float, waits: bool
@@ -528,3 +525,40 @@ def test_a_held_status_is_kept_without_a_write_and_dropped_once_status_has_the_j
     assert [summary(a) for a in devices.actions] == [("status", "Allocated", "")], "written at once, no release"
     assert isinstance(devices.actions[0], pl.WriteStatus) and devices.actions[0].status.job_id == JOB
     assert devices.held is None and devices.requeue == DEVICES_RETRY_SECONDS
+
+
+# ---- the clock ----------------------------------------------------------------------------------
+def test_the_times_a_decision_writes_are_its_clocks() -> None:
+    """``decide`` reads no clock of its own: the submit, start and end times it writes are the
+    wall time of the clock it is given (issue 30: the clock is passed through)."""
+    then = lc.Clock(5.0, datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC))
+    stamp = "2001-02-03T04:05:06Z"
+
+    def written(plan: pl.Plan) -> list[PlaceholderJobStatus]:
+        return [a.status for a in plan.actions if isinstance(a, pl.WriteStatus)]
+
+    placed = pl.Placed(JOB, job("PENDING"), JobRequest())
+    unsubmitted = PlaceholderJob.parse(phj(None, job_id=None))
+    [submitted] = written(
+        lc.decide(unsubmitted, slurm_side("vanished", None), {"p": pod("gated")}, then, scheduler="s", outcome=placed)
+    )
+    assert submitted.submit_time == stamp
+    [allocated] = written(
+        lc.decide(PlaceholderJob.parse(phj("Pending")), slurm_side("RUNNING"), {"p": pod("gated")}, then, scheduler="s")
+    )
+    assert allocated.start_time == stamp
+    [ended] = written(
+        lc.decide(
+            PlaceholderJob.parse(phj("Running")), slurm_side("TIMEOUT"), {"p": pod("running")}, then, scheduler="s"
+        )
+    )
+    assert ended.end_time == stamp
+    refused = lc.decide(
+        unsubmitted,
+        slurm_side("vanished", None),
+        {"p": pod("gated")},
+        then,
+        scheduler="s",
+        outcome=pl.Refused("no", association=False, present=("p",)),
+    )
+    assert [s.submit_time for s in written(refused)] == [stamp]

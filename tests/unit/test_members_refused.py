@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_bridge.operator.placeholderjobs.members import Membership
-from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
-
 from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Invalid
+from slurm_bridge.operator.placeholderjobs.members import Membership
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
+from tests.builders import make_pod
+from tests.unit.fakes import FakeJobReads
 
 Obj = dict[str, Any]
 
@@ -41,13 +43,10 @@ async def _noop(_: Any) -> None:
 async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried() -> None:
     config, kube = Config(), RefusingKube()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
-    pod = {"kind": "Pod", "apiVersion": "v1",
-           "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1", "annotations": {}},
-           "spec": {"schedulerName": config.schedulerName, "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
-           "status": {"phase": "Pending"}}  # fmt: skip
+    built = make_pod("p").uid("u1").rv(1).meta(annotations={}).scheduler(config.schedulerName).gated()
+    pod = built.container("c", requests={"cpu": "1"}).phase("Pending").obj()
     pods.upsert(pod)
-    poller = SlurmPoller(None, config.bridgeId, config.pollPeriodSeconds, lambda _: None)  # type: ignore[arg-type]
+    poller = SlurmPoller(FakeJobReads(), config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     poller.synced.set()
     members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)  # type: ignore[arg-type]
     assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"

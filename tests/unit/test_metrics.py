@@ -21,18 +21,19 @@ import kopf
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from slurm_bridge.extender.main import serve as serve_extender
-from slurm_bridge.operator.runtime.app import build_registry
-from slurm_bridge.operator.runtime.store import ObjectStore
-from slurm_bridge.operator.runtime.watches import HotWatches
-from slurm_bridge.webhook.certs import write_certs
-from slurm_bridge.webhook.server import WebhookServer
 
 from slurm_bridge import logs, metrics, names
 from slurm_bridge.config import Config
+from slurm_bridge.extender.main import serve as serve_extender
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
+from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.wiring.kopfsetup import build_registry
+from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.webhook.certs import write_certs
+from slurm_bridge.webhook.server import WebhookServer
 
 Obj = dict[str, Any]
 
@@ -146,16 +147,16 @@ async def test_reconciles_and_their_errors_are_counted_by_kind() -> None:
         @logs.work_item
         async def handle(self, item: Any) -> float | None:
             logging.getLogger("t").info("working")
-            if item[2] == "bad":
+            if item.name == "bad":
                 raise RuntimeError("nope")
             return None
 
     r = metrics.OPERATOR
     runs, errors = value(r, "slurm_bridge_reconciles_total", kind="phj"), value(
         r, "slurm_bridge_reconcile_errors_total", kind="phj")  # fmt: skip
-    await Handler().handle(("phj", "ns", "good"))
+    await Handler().handle(PhjItem("ns", "good"))
     with pytest.raises(RuntimeError):
-        await Handler().handle(("phj", "ns", "bad"))
+        await Handler().handle(PhjItem("ns", "bad"))
     assert value(r, "slurm_bridge_reconciles_total", kind="phj") - runs == 2
     assert value(r, "slurm_bridge_reconcile_errors_total", kind="phj") - errors == 1
     assert logs.context() == {}  # the item's fields end with its reconcile
@@ -171,7 +172,7 @@ async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> 
     assert watches.phjs.params == {}
     assert watches.pods.page == watches.phjs.page == 500, "lists in pages: one page held, not the whole list"
     # kopf watches only the nodes now, listed in pages as well
-    registry = build_registry(ctrl, SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
+    registry = build_registry(SimpleNamespace())  # type: ignore[arg-type]
     settings = kopf.OperatorSettings()
     for handler in registry._activities.get_all_handlers():
         if handler.id.endswith(".configure"):

@@ -17,6 +17,10 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, NotFound
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.nodesync import (
     KubeView,
@@ -32,12 +36,9 @@ from slurm_bridge.operator.nodes.nodesync import (
     slurm_name_of,
     slurm_view,
 )
-
-from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound
-from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.operator.nodes.workitems import NodeItem
 from slurm_bridge.slurm.models import NodeInfo
+from tests.unit.fakes import FakeNodes
 
 N = "kwok-node-2"
 SCHED = "slurm-bridge"
@@ -404,36 +405,6 @@ def _merge(target: Any, patch: Any) -> Any:
 # ---- the controller, with fake APIs --------------------------------------------------------------
 
 
-class FakeSlurm:
-    """Slurm's node table. A list with ``since`` (the ``last_update`` of an earlier answer) is
-    None when the table is the same as that answer's, as slurmrestd's 304."""
-
-    def __init__(self, nodes: list[NodeInfo]) -> None:
-        self.nodes = {n.name: n for n in nodes}
-        self.lists = 0
-        self.unchanged = 0
-        self.sinces: list[int | None] = []
-        self.answers: list[dict[str, NodeInfo]] = []  # last_update n: the table answer n showed
-        self.updates: list[tuple[str, str | None, str | None]] = []
-        self.gate: asyncio.Event | None = None  # set: list_nodes answers what it saw when called
-
-    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]:
-        self.lists += 1
-        self.sinces.append(since)
-        seen = dict(self.nodes)
-        if self.gate is not None:
-            await self.gate.wait()
-        if since is not None and self.answers[since] == seen:
-            self.unchanged += 1
-            return None, since
-        self.answers.append(seen)
-        return list(seen.values()), len(self.answers) - 1
-
-    async def update_node(self, name: str, *, state: str | None = None, reason: str | None = None) -> None:
-        self.updates.append((name, state, reason))
-        self.nodes[name] = after_slurm_action(self.nodes[name], SlurmAction(state or ""), reason)
-
-
 class FakeKube:
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
@@ -470,8 +441,8 @@ class FakeKube:
         return copy.deepcopy(node)
 
 
-def controller(kube: FakeKube, slurm: FakeSlurm, period: float = 1.0) -> NodeController:
-    ctrl = NodeController(Config(pollPeriodSeconds=period), cast(KubeClient, kube), cast(SlurmClient, slurm))
+def controller(kube: FakeKube, slurm: FakeNodes, period: float = 1.0) -> NodeController:
+    ctrl = NodeController(Config(pollPeriodSeconds=period), cast(KubeClient, kube), slurm)
     for n in kube.nodes.values():
         ctrl.on_node_event("ADDED", copy.deepcopy(n))
     return ctrl
@@ -485,11 +456,11 @@ def named(name: str, **spec: Any) -> dict[str, Any]:
 
 async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
     kube = FakeKube([named("plain-1", unschedulable=True), named("plain-2")])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     for name in ("plain-1", "plain-2"):
-        assert await ctrl._reconcile(name) is None
+        assert await ctrl._reconcile(NodeItem(name)) is None
     assert (slurm.lists, slurm.updates) == (1, [])
     assert kube.events == []
     assert kube.nodes["plain-1"]["metadata"]["resourceVersion"] == "7", "a plain node is not written"
@@ -497,17 +468,17 @@ async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
 
 async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     kube = FakeKube([named(N, unschedulable=True)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     # A node list starts before the drain and answers after it, with the state before it.
     slurm.gate = asyncio.Event()
     listing = asyncio.create_task(ctrl.poll_once())
     await asyncio.sleep(0)
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     slurm.gate.set()
     await listing
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)]
     assert kube.nodes[N]["metadata"]["annotations"][names.ANN_SLURM_DRAINED_BY] == "slurm-bridge"
     assert (N, "SlurmNodeDrained") in kube.events
@@ -515,24 +486,24 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     slurm.gate = None
     await ctrl.poll_once()
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["spec"].update(unschedulable=False)))
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert len(slurm.updates) == 1, "no Slurm write from a list older than the uncordon"
     await ctrl.poll_once()
-    assert ctrl.queue._queued == {N}, "the node is queued again by the list"
-    await ctrl._reconcile(N)
+    assert ctrl.queue._queued == {NodeItem(N)}, "the node is queued again by the list"
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates[-1] == (N, "UNDRAIN", None)
     assert names.ANN_SLURM_DRAINED_BY not in kube.nodes[N]["metadata"]["annotations"]
 
 
 async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info("DRAIN", reason="maintenance")])
+    slurm = FakeNodes([info("DRAIN", reason="maintenance")])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     kube.conflicts = 1  # an administrator changed the node between our read and our write
-    assert await ctrl._reconcile(N) is None
-    assert N in ctrl.queue._queued, "decided again on the new version"
-    assert await ctrl._reconcile(N) is None
+    assert await ctrl._reconcile(NodeItem(N)) is None
+    assert NodeItem(N) in ctrl.queue._queued, "decided again on the new version"
+    assert await ctrl._reconcile(NodeItem(N)) is None
     node = kube.nodes[N]
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"][names.ANN_SLURM_REASON] == "maintenance"
@@ -543,7 +514,7 @@ async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
 
 async def test_one_node_list_per_poll_period_whatever_the_node_count() -> None:
     kube = FakeKube([named(f"n{i}") for i in range(50)])
-    slurm = FakeSlurm([NodeInfo(name=f"n{i}", states=("IDLE",)) for i in range(50)])
+    slurm = FakeNodes([NodeInfo(name=f"n{i}", states=("IDLE",)) for i in range(50)])
     ctrl = controller(kube, slurm, period=0.1)
     ctrl.start()
     try:
@@ -559,10 +530,10 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
     """Idle, each poll asks for the nodes changed since the last list (slurmrestd answers 304): no
     node list to decode and no node queued. A change in Slurm is in the next poll's answer."""
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     ctrl.queue._queued.clear()
     listed = ctrl.slurm_nodes
     for _ in range(3):
@@ -571,18 +542,18 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
     assert ctrl.slurm_nodes is listed and ctrl.queue._queued == set(), "nothing changed: nothing to decide"
     slurm.nodes[N] = info("DRAIN", reason="maintenance")
     await ctrl.poll_once()
-    assert ctrl.queue._queued == {N}, "the drain is seen within one poll"
-    await ctrl._reconcile(N)
+    assert ctrl.queue._queued == {NodeItem(N)}, "the drain is seen within one poll"
+    await ctrl._reconcile(NodeItem(N))
     assert kube.nodes[N]["spec"]["unschedulable"] is True
     await ctrl.poll_once()
     assert slurm.sinces[-1] == 1, "the next poll asks for changes since the list that showed the drain"
 
 
 async def test_the_whole_node_list_is_read_again_every_full_list_period(monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_bridge.operator.nodes import controller as nodes_module
+    from slurm_bridge.operator.nodes import slurmnodes as nodes_module
 
     kube = FakeKube([named(N)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl.poll_once()
@@ -596,14 +567,14 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     drain stays what the controller decides on (not the list's older state), and the next list
     (the table changed) shows it."""
     kube = FakeKube([named(N, unschedulable=True)])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     await ctrl.poll_once()  # a list newer than the cordon
     slurm.gate = asyncio.Event()
     listing = asyncio.create_task(ctrl.poll_once())
     await asyncio.sleep(0)
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)]
     slurm.gate.set()
     await listing
@@ -613,7 +584,7 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     slurm.gate = None
     await ctrl.poll_once()
     assert slurm.unchanged == 2 and ctrl.slurm_nodes is not None and "DRAIN" in ctrl.slurm_nodes[N].states
-    await ctrl._reconcile(N)
+    await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)], "drained once"
 
 
@@ -622,7 +593,7 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
     new resourceVersion and nothing else: nothing to decide, so nothing is queued; any change the
     bridge reads is."""
     kube = FakeKube([named(N)])
-    ctrl = controller(kube, FakeSlurm([info()]))
+    ctrl = controller(kube, FakeNodes([info()]))
     ctrl.queue._queued.clear()
     beat = kube.edit(N, lambda n: n.setdefault("status", {}).update(conditions=[{"type": "Ready", "status": "True"}]))
     ctrl.on_node_event("MODIFIED", beat)
@@ -630,25 +601,27 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
     stored = ctrl.nodes.get(("", N))
     assert stored is not None and stored["metadata"]["resourceVersion"] == beat["metadata"]["resourceVersion"]
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["spec"].update(unschedulable=True)))
-    assert ctrl.queue._queued == {N}
+    assert ctrl.queue._queued == {NodeItem(N)}
     ctrl.queue._queued.clear()
     ctrl.on_node_event("MODIFIED", kube.edit(N, lambda n: n["metadata"]["labels"].update(extra="1")))
-    assert ctrl.queue._queued == {N}, "a label change is queued (labels are read: Slurm node name, registration)"
+    assert ctrl.queue._queued == {NodeItem(N)}, (
+        "a label change is queued (labels are read: Slurm node name, registration)"
+    )
 
 
 async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:
     alias = named("alias", unschedulable=True)
     alias["metadata"]["labels"][names.LABEL_SLURM_NODENAME] = N
     kube = FakeKube([named(N), alias])
-    slurm = FakeSlurm([info()])
+    slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
-    await ctrl._reconcile("alias")
+    await ctrl._reconcile(NodeItem("alias"))
     assert slurm.updates == [], "the alias's cordon is not passed to Slurm"
     assert kube.nodes["alias"]["spec"]["taints"][0]["key"] == names.TAINT_MANAGED_NODE
     # Relabelled away from Slurm: it leaves Slurm and loses the taint.
     relabel = {names.LABEL_SLURM_NODENAME: "no-such-node"}
     ctrl.on_node_event("MODIFIED", kube.edit("alias", lambda n: n["metadata"]["labels"].update(relabel)))
-    await ctrl._reconcile("alias")
+    await ctrl._reconcile(NodeItem("alias"))
     assert kube.nodes["alias"]["spec"]["taints"] == []
     assert kube.nodes["alias"]["spec"]["unschedulable"] is True

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.runtime.app import StandbyProbe, readiness
 
+from slurm_bridge.operator.wiring.health import StandbyProbe, readiness
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmUnavailable
+from tests.unit.fakes import FakePing
 
 SECRET_MISSING = (
     "cannot read the Slurm JWT file /var/run/secrets/slurm-bridge/jwt "
@@ -51,26 +52,11 @@ def test_readiness(leader: bool, synced: bool, healthy: bool, standby_ok: bool, 
     assert words in why
 
 
-class FakeSlurm:
-    base_url = "http://slurmrestd:6820"
-
-    def __init__(self, *outcomes: Exception | None) -> None:
-        self.outcomes = list(outcomes)
-        self.pings = 0
-
-    async def ping(self) -> list[object]:
-        self.pings += 1
-        outcome = self.outcomes.pop(0) if self.outcomes else None
-        if outcome is not None:
-            raise outcome
-        return []
-
-
 async def test_standby_probe_follows_slurm_and_logs_each_change(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="slurm_bridge.operator.runtime.app")
-    slurm = FakeSlurm(SlurmAuthError(SECRET_MISSING), SlurmAuthError(SECRET_MISSING), None)
+    caplog.set_level(logging.INFO, logger="slurm_bridge.operator.wiring.health")
+    slurm = FakePing(SlurmAuthError(SECRET_MISSING), SlurmAuthError(SECRET_MISSING), None)
     elector = _elector(False)
-    probe = StandbyProbe(slurm, elector, period=0.01)  # type: ignore[arg-type]
+    probe = StandbyProbe(slurm, elector, period=0.01)
     task = asyncio.create_task(probe.run())
     for _ in range(200):
         if probe.ok:
@@ -85,9 +71,9 @@ async def test_standby_probe_follows_slurm_and_logs_each_change(caplog: pytest.L
 
 
 async def test_standby_probe_reports_an_unreachable_url() -> None:
-    slurm = FakeSlurm(SlurmUnavailable("cannot reach slurmrestd at http://10.0.0.9:6820: connection refused"))
+    slurm = FakePing(SlurmUnavailable("cannot reach slurmrestd at http://10.0.0.9:6820: connection refused"))
     elector = _elector(False)
-    probe = StandbyProbe(slurm, elector, period=10)  # type: ignore[arg-type]
+    probe = StandbyProbe(slurm, elector, period=10)
     task = asyncio.create_task(probe.run())
     for _ in range(100):
         if slurm.pings:

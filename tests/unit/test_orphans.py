@@ -1,13 +1,13 @@
-"""operator/placeholderjobs/orphans.py: which live bridge jobs may be orphans (each is confirmed with a GET)."""
+"""operator/placeholderjobs/slurmjobs/orphans.py: which live bridge jobs may be orphans (each is confirmed
+with a GET)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.orphans import candidates
-from slurm_bridge.operator.runtime.poller import JobSnapshot
-
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.slurm.models import JobInfo
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -39,12 +39,11 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from slurm_bridge.operator.placeholderjobs import orphans
-    from slurm_bridge.operator.runtime.jobview import SlurmSide
-    from slurm_bridge.operator.runtime.store import ObjectStore
-
     from slurm_bridge.config import Config
     from slurm_bridge.kube import KubeClient
+    from slurm_bridge.operator.placeholderjobs.slurmjobs import orphans
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+    from slurm_bridge.operator.runtime.store import ObjectStore
 
     snap = snapshot(*[(i, "RUNNING", f"u{i}", 600) for i in range(1, 101)])
     gets: list[str] = []

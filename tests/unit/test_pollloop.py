@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
+
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.nodes import nodesync
-from slurm_bridge.operator.nodes import registration as reg
 
 from slurm_bridge import names
+from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.slurm.models import NodeInfo
 
 A = reg.Action

@@ -44,7 +44,7 @@ def err(status: int, number: int, error: str, description: str = "") -> httpx.Re
     )
 
 
-class FakeSlurm:
+class FakeSlurmrestd:
     """Routes ``(method, path)`` to handlers; a list of handlers is consumed one per request."""
 
     def __init__(self, versions: tuple[str, ...] = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42")) -> None:
@@ -87,7 +87,7 @@ def rewrite(path: Path, text: str, *, bump_mtime: bool = False) -> None:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
-def client(fake: FakeSlurm, token_file: Path, **kw: Any) -> SlurmClient:
+def client(fake: FakeSlurmrestd, token_file: Path, **kw: Any) -> SlurmClient:
     kw.setdefault("backoff_base", 0.0)
     return SlurmClient("http://slurm.test:6820/", token_file, transport=httpx.MockTransport(fake), **kw)
 
@@ -115,7 +115,7 @@ def job_json(job_id: int = 7, **kw: Any) -> dict[str, Any]:
 
 
 async def test_picks_highest_version_the_server_offers_and_caches_it(token_file: Path) -> None:
-    fake = FakeSlurm(versions=("v0.0.44", "v0.0.43", "v0.0.42"))
+    fake = FakeSlurmrestd(versions=("v0.0.44", "v0.0.43", "v0.0.42"))
     async with client(fake, token_file) as c:
         assert await c.api_version() == "v0.0.44"
         assert await c.api_version() == "v0.0.44"
@@ -127,7 +127,7 @@ async def test_picks_highest_version_the_server_offers_and_caches_it(token_file:
 
 
 async def test_concurrent_callers_discover_the_version_once(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     async with client(fake, token_file) as c:
         versions = await asyncio.gather(*(c.api_version() for _ in range(10)))
         assert set(versions) == {"v0.0.45"}
@@ -135,7 +135,7 @@ async def test_concurrent_callers_discover_the_version_once(token_file: Path) ->
 
 
 async def test_server_without_a_supported_version_is_named(token_file: Path) -> None:
-    fake = FakeSlurm(versions=("v0.0.42", "v0.0.41"))
+    fake = FakeSlurmrestd(versions=("v0.0.42", "v0.0.41"))
     async with client(fake, token_file) as c:
         with pytest.raises(SlurmUnsupportedVersion) as e:
             await c.list_jobs()
@@ -157,7 +157,7 @@ async def test_server_without_a_supported_version_is_named(token_file: Path) -> 
 async def test_a_too_old_slurm_is_named_with_the_release_it_needs(
     token_file: Path, meta: dict[str, Any], words: list[str]
 ) -> None:
-    fake = FakeSlurm(versions=("v0.0.42", "v0.0.41"))
+    fake = FakeSlurmrestd(versions=("v0.0.42", "v0.0.41"))
     fake.on("GET", "/slurm/v0.0.42/ping", lambda r: ok({"meta": meta, "pings": []}))
     async with client(fake, token_file) as c:
         with pytest.raises(SlurmUnsupportedVersion) as e:
@@ -166,7 +166,7 @@ async def test_a_too_old_slurm_is_named_with_the_release_it_needs(
 
 
 async def test_pinned_version_skips_discovery(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.43/jobs", lambda r: ok({"jobs": []}))
     async with client(fake, token_file, api_version="v0.0.43") as c:
         assert await c.api_version() == "v0.0.43"
@@ -180,7 +180,7 @@ async def test_pinned_version_skips_discovery(token_file: Path) -> None:
 
 
 async def test_errors_in_a_200_answer_raise_with_slurms_text(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(200, 2002, "Access/permission denied", "list"))
     fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: err(200, 0, "No error", "Failure to query nodes"))
     async with client(fake, token_file, api_version="v0.0.45") as c:
@@ -205,7 +205,7 @@ async def test_errors_in_a_200_answer_raise_with_slurms_text(token_file: Path) -
     ids=["500-no-body", "503", "502-ctld-connect", "200-ctld-receive"],
 )
 async def test_5xx_and_unreachable_controller_are_retried(token_file: Path, failure: Handler) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", failure, failure, lambda r: ok({"jobs": [job_json()]}))
     async with client(fake, token_file, api_version="v0.0.45", retries=3) as c:
         jobs = await c.list_jobs()
@@ -220,7 +220,7 @@ async def test_connection_errors_and_read_timeouts_are_retried_for_reads(token_f
     def slow(r: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=r)
 
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/nodes", refuse, slow, lambda r: ok({"nodes": []}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         assert await c.list_nodes() == []
@@ -228,7 +228,7 @@ async def test_connection_errors_and_read_timeouts_are_retried_for_reads(token_f
 
 
 async def test_retries_give_up_with_slurm_unavailable(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(502, 1001, "Communication connection failure"))
     async with client(fake, token_file, api_version="v0.0.45", retries=2) as c:
         with pytest.raises(SlurmUnavailable) as e:
@@ -248,7 +248,7 @@ async def test_retries_give_up_with_slurm_unavailable(token_file: Path) -> None:
     ],
 )
 async def test_refusals_are_not_retried(token_file: Path, response: httpx.Response, exc: type[Exception]) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: response)
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(exc) as e:
@@ -263,7 +263,7 @@ async def test_submit_is_not_resent_after_a_read_timeout(token_file: Path, endpo
     def slow(r: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=r)
 
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/v0.0.45/job/{endpoint}", slow, lambda r: ok({"job_id": 99}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         send = c.submit_external_job if endpoint == "submit" else c.allocate_external_job
@@ -284,7 +284,7 @@ async def test_submit_is_not_resent_after_a_read_timeout(token_file: Path, endpo
     ids=["503", "ctld-receive", "500"],
 )
 async def test_submit_is_not_resent_when_slurm_may_have_made_the_job(token_file: Path, failure: Handler) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", "/slurm/v0.0.45/job/submit", failure, lambda r: ok({"job_id": 99}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmUnavailable) as e:
@@ -297,7 +297,7 @@ async def test_submit_is_resent_when_it_certainly_did_not_arrive(token_file: Pat
     def refuse(r: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=r)
 
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on(
         "POST",
         "/slurm/v0.0.45/job/submit",
@@ -311,7 +311,7 @@ async def test_submit_is_resent_when_it_certainly_did_not_arrive(token_file: Pat
 
 
 async def test_submit_that_made_a_pending_job_with_warnings_returns_its_id(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     warning = {"description": "Requested partition configuration not available now", "source": "x"}
     fake.on("POST", "/slurm/v0.0.45/job/submit", lambda r: ok({"job_id": 12, "warnings": [warning]}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
@@ -320,7 +320,7 @@ async def test_submit_that_made_a_pending_job_with_warnings_returns_its_id(token
 
 @pytest.mark.parametrize("version", ["v0.0.43", "v0.0.44", "v0.0.45"])
 async def test_allocate_asks_for_an_immediate_external_job(token_file: Path, version: str) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/allocate", lambda r: ok({"job_id": 31, "job_submit_user_msg": ""}))
     async with client(fake, token_file, api_version=version) as c:
         job_id = await c.allocate_external_job(JobRequest(partition="p", nodes=1), name="n", admin_comment="c")
@@ -331,7 +331,7 @@ async def test_allocate_asks_for_an_immediate_external_job(token_file: Path, ver
 
 
 async def test_allocate_refused_now_raises_slurms_reason_and_is_not_resent(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", "/slurm/v0.0.45/job/allocate", lambda r: err(422, 2016, "Requested nodes are busy"))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmError) as e:
@@ -342,7 +342,7 @@ async def test_allocate_refused_now_raises_slurms_reason_and_is_not_resent(token
 
 
 async def test_job_states_parses_string_ids_and_skips_array_jobs(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     jobs = [
         {"job_id": "7", "state": ["RUNNING"]},
         {"job_id": "8", "state": ["COMPLETING", "CANCELLED"]},
@@ -356,7 +356,7 @@ async def test_job_states_parses_string_ids_and_skips_array_jobs(token_file: Pat
 
 
 async def test_job_states_equal_to_the_previous_answer_come_back_unchanged(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     first = [{"job_id": "7", "state": ["RUNNING"]}, {"job_id": "8", "state": ["PENDING"]}]
     second = [{"job_id": "7", "state": ["COMPLETING", "RUNNING"]}, {"job_id": "8", "state": ["PENDING"]}]
     answers = [first, first, second, second, list(reversed(second))]
@@ -378,7 +378,7 @@ async def test_job_states_equal_to_the_previous_answer_come_back_unchanged(token
 async def test_an_unchanged_node_table_is_none_and_costs_no_decoding(token_file: Path, version: str) -> None:
     """slurmrestd answers ``GET nodes?update_time=<last_update>`` with 304 and no body when no
     node changed (Slurm 26.05, every supported version); the caller keeps its list."""
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     last = {"set": True, "infinite": False, "number": 1795405136}
     fake.on(
         "GET",
@@ -400,7 +400,7 @@ async def test_an_unchanged_node_table_is_none_and_costs_no_decoding(token_file:
 async def test_an_unchanged_job_table_is_none_but_an_empty_one_is_a_list(token_file: Path) -> None:
     """``GET jobs?update_time=`` with no change: 200, no jobs and ``last_update`` 0 (and a warning);
     a table that really is empty has a ``last_update``."""
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     unchanged = {"jobs": [], "last_update": {"set": True, "infinite": False, "number": 0},
                  "warnings": [{"description": "No job changes since update_time[5]", "source": "x"}]}  # fmt: skip
     empty = {"jobs": [], "last_update": {"set": True, "infinite": False, "number": 12}}
@@ -414,7 +414,7 @@ async def test_an_unchanged_job_table_is_none_but_an_empty_one_is_a_list(token_f
 async def test_a_list_of_every_job_gets_a_longer_timeout_than_other_calls(token_file: Path) -> None:
     """80 MB for 10,000 jobs took longer than the 10 s request timeout on a busy machine, so the
     operator could not start (its first full list never arrived: performance.md, run 8)."""
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"jobs": []}))
     async with client(fake, token_file, api_version="v0.0.45", timeout=10) as c:
@@ -425,7 +425,7 @@ async def test_a_list_of_every_job_gets_a_longer_timeout_than_other_calls(token_
 
 
 async def test_a_list_without_update_time_is_never_unchanged(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: ok({"nodes": []}))
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
@@ -440,7 +440,7 @@ async def test_polling_a_big_state_answer_forces_no_full_garbage_collection(toke
     profile: performance.md, run 8). Answers are decoded with the collector paused."""
     heap = [{"k": [i]} for i in range(100_000)]  # long-lived, like the operator's stores
     jobs = [{"job_id": str(i), "state": ["RUNNING"]} for i in range(10_000)]
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"jobs": jobs}))
     full = list[int]()
 
@@ -466,14 +466,14 @@ async def test_polling_a_big_state_answer_forces_no_full_garbage_collection(toke
 
 
 async def test_the_collector_comes_back_after_overlapping_and_failed_decodes(token_file: Path) -> None:
-    from slurm_bridge.slurm import replies
+    from slurm_bridge.slurm import outcomes
 
-    with replies._gc_paused():
-        with replies._gc_paused():  # another thread's decode
+    with outcomes._gc_paused():
+        with outcomes._gc_paused():  # another thread's decode
             assert not gc.isenabled()
         assert not gc.isenabled(), "still paused for the first one"
     assert gc.isenabled()
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"no_jobs": []}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmError, match="jobs/state"):
@@ -482,7 +482,7 @@ async def test_the_collector_comes_back_after_overlapping_and_failed_decodes(tok
 
 
 async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmError, match="jobs/state"):
@@ -493,7 +493,7 @@ async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> No
 
 
 async def test_headers_carry_the_token_and_user(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
     async with client(fake, token_file, api_version="v0.0.45", user="slurm") as c:
         await c.list_jobs()
@@ -511,14 +511,14 @@ async def test_headers_carry_the_token_and_user(token_file: Path) -> None:
 async def test_token_file_forms(tmp_path: Path, content: str) -> None:
     p = tmp_path / "jwt"
     p.write_text(content)
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     async with client(fake, p) as c:
         await c.api_version()
     assert fake.requests[0].headers["X-SLURM-USER-TOKEN"] == TOKEN
 
 
 async def test_token_is_reread_when_the_file_changes(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         await c.list_jobs()
@@ -532,7 +532,7 @@ async def test_token_is_reread_when_the_file_changes(token_file: Path) -> None:
 
 
 async def test_auth_failure_says_to_check_the_jwt_file_and_is_not_retried(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(511, 1007, "Protocol authentication error"))
     fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: httpx.Response(401, text="Authentication failure"))
     async with client(fake, token_file, api_version="v0.0.45") as c:
@@ -546,7 +546,7 @@ async def test_auth_failure_says_to_check_the_jwt_file_and_is_not_retried(token_
 
 
 async def test_auth_failure_after_token_rotation_is_tried_once_with_the_new_token(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
 
     def jobs(r: httpx.Request) -> httpx.Response:
         if r.headers["X-SLURM-USER-TOKEN"] == TOKEN:
@@ -561,7 +561,7 @@ async def test_auth_failure_after_token_rotation_is_tried_once_with_the_new_toke
 
 
 async def test_missing_or_empty_token_file(tmp_path: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     async with client(fake, tmp_path / "absent", api_version="v0.0.45") as c:
         with pytest.raises(SlurmAuthError, match="cannot read the Slurm JWT file"):
             await c.list_jobs()
@@ -575,7 +575,7 @@ async def test_missing_or_empty_token_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("go_key", ["SLURM_JWT", "auth-token"])
 async def test_a_go_bridge_secret_key_beside_the_missing_file_is_used(tmp_path: Path, go_key: str) -> None:
     """The chart mounts every key of the JWT Secret: one made for the Go slurm-bridge works."""
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     seen: list[str] = []
 
     def jobs(r: httpx.Request) -> httpx.Response:
@@ -594,7 +594,7 @@ async def test_a_go_bridge_secret_key_beside_the_missing_file_is_used(tmp_path: 
 
 
 async def test_token_never_appears_in_exceptions_or_repr(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: err(511, 1007, f"bad token {TOKEN}", f"token={TOKEN}"))
     fake.on("GET", "/slurm/v0.0.45/nodes", lambda r: httpx.Response(422, text=f"cannot parse {TOKEN}"))
     fake.on("GET", "/slurm/v0.0.45/ping", lambda r: err(422, 9001, f"echo {TOKEN}"))
@@ -627,7 +627,7 @@ def test_hostlist_expansion() -> None:
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_list_jobs_decodes_every_field(token_file: Path, version: str) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     pending = job_json(
         8,
         job_state="PENDING",  # older servers send a string
@@ -656,7 +656,7 @@ async def test_list_jobs_decodes_every_field(token_file: Path, version: str) -> 
 
 
 async def test_get_job_returns_none_for_an_unknown_job(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/job/7", lambda r: ok({"jobs": [job_json()]}))
     fake.on("GET", "/slurm/v0.0.45/job/8", lambda r: err(404, 2017, "Invalid job id specified"))
     async with client(fake, token_file, api_version="v0.0.45") as c:
@@ -691,7 +691,7 @@ async def test_list_nodes_decodes_states_reason_and_resources(token_file: Path) 
         "features": ["kwok", "gpu"],
         "partitions": "a,b",
     }
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.44/nodes", lambda r: ok({"nodes": [node, {"name": "n2", "state": "DOWN"}]}))
     async with client(fake, token_file, api_version="v0.0.44") as c:
         n, n2 = await c.list_nodes()
@@ -703,7 +703,7 @@ async def test_list_nodes_decodes_states_reason_and_resources(token_file: Path) 
 
 
 async def test_ping_raises_when_no_controller_responds(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/ping", lambda r: ok({"pings": [{"hostname": "ctl", "responding": False}]}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
         with pytest.raises(SlurmUnavailable, match="ctl"):
@@ -740,7 +740,7 @@ FULL = JobRequest(
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_submit_maps_every_job_request_field(token_file: Path, version: str) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/submit", lambda r: ok({"job_id": 42, "step_id": "batch"}))
     async with client(fake, token_file, api_version=version) as c:
         assert await c.submit_external_job(FULL, name="ns.pj-a", admin_comment="bridge=x") == 42
@@ -817,7 +817,7 @@ def test_gres_is_sent_in_tres_form() -> None:
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_update_job_sends_only_changeable_fields(token_file: Path, version: str) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/5", lambda r: ok({"results": None}))
     async with client(fake, token_file, api_version=version) as c:
         await c.update_job(5, FULL)
@@ -828,7 +828,7 @@ async def test_update_job_sends_only_changeable_fields(token_file: Path, version
 
 
 async def test_update_job_results(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on(
         "POST",
         "/slurm/v0.0.45/job/5",
@@ -852,7 +852,7 @@ async def test_cancel_is_idempotent(token_file: Path) -> None:
     def kill_status(code: int, text: str) -> Handler:
         return lambda r: ok({"status": [{"error": {"string": text, "code": code, "message": text}}]})
 
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("DELETE", "/slurm/v0.0.45/job/1", lambda r: ok({"status": []}))
     fake.on("DELETE", "/slurm/v0.0.45/job/2", kill_status(2021, "Job/step already completing or completed"))
     fake.on("DELETE", "/slurm/v0.0.45/job/3", kill_status(2017, "Invalid job id specified"))
@@ -868,7 +868,7 @@ async def test_cancel_is_idempotent(token_file: Path) -> None:
 
 
 async def test_update_node_body_and_state_check(token_file: Path) -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurmrestd()
     fake.on("POST", "/slurm/v0.0.45/node/kwok-node-1", lambda r: ok())
     fake.on("POST", "/slurm/v0.0.43/node/kwok-node-1", lambda r: ok())
     fake.on("POST", "/slurm/v0.0.45/node/nope", lambda r: err(422, 2018, "Invalid node name specified"))

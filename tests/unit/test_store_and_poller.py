@@ -8,15 +8,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.runtime import poller as poller_module
-from slurm_bridge.operator.runtime import store as store_module
-from slurm_bridge.operator.runtime.poller import SlurmPoller
-from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, WorkQueue
 
+from slurm_bridge.operator.placeholderjobs.slurmjobs import poller as poller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.runtime import store as store_module
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobStates
+from slurm_bridge.slurm.models import JobInfo
+from tests.builders import slurm_job
+from tests.unit.fakes import FakeJobReads
 
 
 async def _until(cond: Callable[[], bool], limit: float = 5.0) -> None:
@@ -96,56 +99,19 @@ async def test_queue_retries_failures_with_backoff() -> None:
     assert attempts == 3
 
 
-class FakeSlurm:
-    """Slurm's job table, answering the three reads the poller uses, and counting them. A list
-    with ``since`` (an earlier list's ``last_update``) is None when the table is the same as then;
-    a state answer equal to ``previous`` comes back ``unchanged``, as the real client's."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[int, JobInfo] = {}
-        self.calls: list[str] = []
-        self.fail_gets = False
-        self.tables: list[dict[int, JobInfo]] = []  # last_update n: the table list n showed
-
-    def set(self, job: JobInfo) -> None:
-        self.jobs[job.job_id] = job
-
-    async def list_jobs_since(
-        self, since: int | None, *, admin_comment_prefix: str | None = None
-    ) -> tuple[list[JobInfo] | None, int | None]:
-        self.calls.append("list" if since is None else f"list since {since}")
-        if since is not None and self.tables[since] == self.jobs:
-            return None, since
-        self.tables.append(dict(self.jobs))
-        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
-        return listed, len(self.tables) - 1
-
-    async def job_states(self, previous: JobStates | None = None) -> JobStates:
-        self.calls.append("states")
-        states = {j.job_id: j.states for j in self.jobs.values()}
-        return JobStates(states, unchanged=previous is not None and previous.by_id == states)
-
-    async def get_job(self, job_id: int) -> JobInfo | None:
-        self.calls.append(f"get {job_id}")
-        if self.fail_gets:
-            raise SlurmUnavailable("slurmrestd down")
-        return self.jobs.get(job_id)
-
-
 def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = (), reason: str = "") -> JobInfo:
-    ref = PhjRef("bridge", "ns", f"phj-{uid}", uid)
-    return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason=reason, admin_comment=encode_admin_comment(ref))
+    return slurm_job(job_id, state, nodes=nodes, reason=reason, ref=PhjRef("bridge", "ns", f"phj-{uid}", uid))
 
 
-def _poller(slurm: FakeSlurm, changed: list[str]) -> SlurmPoller:
+def _poller(slurm: FakeJobReads, changed: list[str]) -> SlurmPoller:
     # Other users' jobs, so that reading one job is cheaper than listing them all.
     for i in range(1, 13):
         slurm.set(JobInfo(job_id=1000 + i, states=("RUNNING",), admin_comment="not ours"))
-    return SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))  # type: ignore[arg-type]
+    return SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
 
 
 async def test_poller_lists_once_then_reads_only_changed_jobs() -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     slurm.set(JobInfo(job_id=2, states=("RUNNING",), admin_comment="not ours"))
@@ -175,7 +141,7 @@ async def test_poller_lists_once_then_reads_only_changed_jobs() -> None:
 
 
 async def test_poller_refresh_and_expected_jobs() -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     await poller.poll_once()
     ref = PhjRef("bridge", "ns", "phj-b", "b")
@@ -197,7 +163,7 @@ async def test_poller_refresh_and_expected_jobs() -> None:
 
 
 async def test_a_cancel_the_bridge_made_is_not_read_back() -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     await poller.poll_once()
@@ -211,7 +177,7 @@ async def test_a_cancel_the_bridge_made_is_not_read_back() -> None:
 
 
 async def test_poller_full_list_when_asked_or_when_cheaper(monkeypatch: pytest.MonkeyPatch) -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     for i in range(1, 4):
         slurm.set(_job(i, f"u{i}"))
@@ -233,7 +199,7 @@ async def test_poller_full_list_when_asked_or_when_cheaper(monkeypatch: pytest.M
 
 
 async def test_pending_jobs_are_read_again_for_their_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "PENDING", reason="Priority"))
     await poller.poll_once()
@@ -253,7 +219,7 @@ async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest
     """Slurm's estimate of a pending job's start (start_time) is told to its waiting pods, so a new
     one reaches the view and the PlaceholderJob, as a new reason does."""
     monkeypatch.setattr(poller_module, "PENDING_REFRESH_SECONDS", 0.0)
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     job = _job(1, "a", "PENDING", reason="Resources")
     slurm.set(job)
@@ -270,7 +236,7 @@ async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest
 
 
 def test_refused_submit_is_not_adopted() -> None:
-    from slurm_bridge.operator.runtime.poller import JobSnapshot
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 
     failed = _job(5, "x", "FAILED")
     ref = PhjRef("bridge", "ns", "phj-x", "x")
@@ -283,7 +249,7 @@ def test_refused_submit_is_not_adopted() -> None:
 
 @pytest.mark.parametrize("live_state", ["PENDING", "RUNNING"])
 def test_live_job_wins_over_ended_ones(live_state: str) -> None:
-    from slurm_bridge.operator.runtime.poller import JobSnapshot
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 
     ref = PhjRef("bridge", "ns", "p", "u")
     old, live = _job(1, "u", "CANCELLED", ("n1",)), _job(2, "u", live_state)
@@ -294,7 +260,7 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
     """A full list is Slurm's table when the list began; a job submitted and read (refresh) while
     it ran is missing from it but not purged. Forgetting it once ended 22 running pods of a
     1,000-pod burst as vanished (issue 15's run 2)."""
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "PENDING"))
     await poller.poll_once()
@@ -324,8 +290,8 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
 async def test_a_deep_queue_costs_a_bounded_number_of_reason_reads_per_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reasons of many pending jobs are read a few per poll, the longest unread first, not all at
     once: 300 pending jobs cost 20 GETs a second before (performance.md, run 3)."""
-    slurm, changed = FakeSlurm(), list[str]()
-    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))  # type: ignore[arg-type]
+    slurm, changed = FakeJobReads(), list[str]()
+    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
     for i in range(1, 201):  # many other users' jobs: GETs stay cheaper than a full list
         slurm.set(JobInfo(job_id=5000 + i, states=("RUNNING",), admin_comment="not ours"))
     for i in range(1, 31):
@@ -360,7 +326,7 @@ async def test_a_state_answer_like_the_last_costs_no_per_job_work() -> None:
     """Idle, with thousands of jobs, comparing each job's state every period was most of the
     poller's CPU (docs/performance.md, run 8): an answer equal to the last one, with the view as
     it was, is not compared again. A change is still seen in the next poll."""
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     for i in range(1, 4):
         slurm.set(_job(i, f"u{i}", "RUNNING", ("n1",)))
@@ -382,7 +348,7 @@ async def test_a_state_answer_like_the_last_costs_no_per_job_work() -> None:
 async def test_the_same_state_answer_is_compared_again_after_the_view_changed() -> None:
     """The bridge's own cancel is written into the view while Slurm still says RUNNING: the same
     answer as before now differs from the view, so the job is read."""
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     await poller.poll_once()
@@ -395,7 +361,7 @@ async def test_the_same_state_answer_is_compared_again_after_the_view_changed() 
 
 
 async def test_a_change_whose_read_failed_is_read_on_the_next_poll_with_the_same_answer() -> None:
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     await poller.poll_once()
@@ -424,7 +390,7 @@ async def test_the_periodic_full_list_is_skipped_while_slurm_says_no_job_changed
     while nothing changed (about 8 KB a job otherwise), and the list itself when something did.
     It never counts as a full list for a submit whose outcome is unknown, and a list without
     ``update_time`` still runs every FULL_LIST_MAX_SECONDS."""
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     await poller.poll_once()
@@ -462,7 +428,7 @@ async def test_a_slow_or_failing_periodic_full_list_never_holds_up_the_state_pol
     every poll waited for it and failed: no job state was seen for minutes (performance.md, run 8).
     The periodic list runs beside the polls; a job a poll found purged meanwhile stays purged when
     the older list arrives; a failed list is tried again a period later."""
-    slurm, changed = FakeSlurm(), list[str]()
+    slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     slurm.set(_job(2, "b", "RUNNING", ("n2",)))
@@ -555,7 +521,7 @@ def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> No
 
 # ---- the one answer to "does this PlaceholderJob have a Slurm job?" (SlurmPoller.side) -----------
 async def test_side_before_the_first_full_list_is_not_synced_but_knows_its_own_submits() -> None:
-    poller = _poller(FakeSlurm(), [])
+    poller = _poller(FakeJobReads(), [])
     side = poller.side("a")
     assert not side.synced and not side.has_job and not side.submitting
     poller.submitted("a", 5)
@@ -564,7 +530,7 @@ async def test_side_before_the_first_full_list_is_not_synced_but_knows_its_own_s
 
 
 async def test_side_names_the_recorded_job_and_the_others_made_for_the_same_uid() -> None:
-    slurm = FakeSlurm()
+    slurm = FakeJobReads()
     poller = _poller(slurm, [])
     slurm.set(_job(1, "a", "RUNNING", ("n1",)))
     slurm.set(_job(2, "a", "PENDING"))  # a second job for the same PlaceholderJob (a crash mid-submit)
@@ -580,7 +546,7 @@ async def test_side_names_the_recorded_job_and_the_others_made_for_the_same_uid(
 
 
 async def test_side_a_recorded_job_the_view_lacks_is_named_without_a_record() -> None:
-    poller = _poller(FakeSlurm(), [])
+    poller = _poller(FakeJobReads(), [])
     await poller.poll_once()
     side = poller.side("a", 9)
     assert side.has_job and side.job_id == 9 and side.job is None and side.found is None
@@ -588,7 +554,7 @@ async def test_side_a_recorded_job_the_view_lacks_is_named_without_a_record() ->
 
 
 async def test_side_a_submit_no_poll_showed_yet_then_the_poll_that_shows_it() -> None:
-    slurm = FakeSlurm()
+    slurm = FakeJobReads()
     poller = _poller(slurm, [])
     await poller.poll_once()
     poller.submitted("a", 3)
@@ -603,7 +569,7 @@ async def test_side_a_submit_no_poll_showed_yet_then_the_poll_that_shows_it() ->
 
 
 async def test_side_an_uncertain_submit_is_no_job_until_a_full_list_says() -> None:
-    poller = _poller(FakeSlurm(), [])
+    poller = _poller(FakeJobReads(), [])
     await poller.poll_once()
     poller.submitted("a", 3)
     poller.submit_failed("a", maybe_applied=True)
@@ -617,7 +583,7 @@ async def test_side_an_uncertain_submit_is_no_job_until_a_full_list_says() -> No
 
 
 async def test_side_of_a_heterogeneous_job_holds_every_component() -> None:
-    slurm = FakeSlurm()
+    slurm = FakeJobReads()
     poller = _poller(slurm, [])
     ref = encode_admin_comment(PhjRef("bridge", "ns", "phj-h", "h"))
     for job_id, offset in ((10, 0), (11, 1)):

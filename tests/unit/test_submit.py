@@ -1,4 +1,4 @@
-"""submit.Placer (operator/placeholderjobs/submit.py): immediate allocation first, the queue
+"""submit.Placer (operator/placeholderjobs/slurmjobs/submit.py): immediate allocation first, the queue
 when Slurm cannot start the job now, and the per-partition pause after refusals (a fake Slurm
 client: pure decision logic only)."""
 
@@ -8,35 +8,13 @@ import time
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.placeholderjobs import submit as controller_module
-from slurm_bridge.operator.placeholderjobs.submit import Placer
 
 from slurm_bridge.config import Config
+from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
-
-
-class FakeSlurm:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.allocate_refusal: SlurmError | None = None
-        self.submit_refusal: SlurmError | None = None
-        self.next_id = 100
-
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
-        self.calls.append(f"allocate {req.partition}")
-        if self.allocate_refusal is not None:
-            raise self.allocate_refusal
-        self.next_id += 1
-        return self.next_id
-
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
-        self.calls.append(f"submit {req.partition}")
-        if self.submit_refusal is not None:
-            raise self.submit_refusal
-        self.next_id += 1
-        return self.next_id
-
+from tests.unit.fakes import FakeSubmits
 
 BUSY = SlurmError("refused", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
 
@@ -48,19 +26,19 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
-def make(slurm: FakeSlurm, **cfg: Any) -> Placer:
-    return Placer(slurm, Config(**cfg).immediateAllocation)  # type: ignore[arg-type]
+def make(slurm: FakeSubmits, **cfg: Any) -> Placer:
+    return Placer(slurm, Config(**cfg).immediateAllocation)
 
 
 async def test_allocates_at_once_when_slurm_can(clock: list[float]) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     c = make(slurm)
     assert await c.place(JobRequest(partition="p"), "n", "c") == 101
     assert slurm.calls == ["allocate p"]
 
 
 async def test_refusal_queues_the_job_and_pauses_the_partition(clock: list[float]) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     c = make(slurm)
     slurm.allocate_refusal = BUSY
     assert await c.place(JobRequest(partition="p"), "n", "c") == 101
@@ -85,7 +63,7 @@ async def test_refusal_queues_the_job_and_pauses_the_partition(clock: list[float
 
 
 async def test_pause_is_capped(clock: list[float]) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     slurm.allocate_refusal = BUSY
     c = make(slurm)
     for _ in range(10):
@@ -95,7 +73,7 @@ async def test_pause_is_capped(clock: list[float]) -> None:
 
 
 async def test_a_request_slurm_refuses_outright_does_not_pause_the_partition(clock: list[float]) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     slurm.allocate_refusal = slurm.submit_refusal = SlurmError(
         "refused", errors=[SlurmErrorDetail("Invalid account or account/partition combination specified", 2045)]
     )
@@ -109,7 +87,7 @@ async def test_a_request_slurm_refuses_outright_does_not_pause_the_partition(clo
 async def test_an_allocation_that_may_have_happened_is_never_followed_by_a_submit(
     clock: list[float], failure: SlurmError
 ) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     slurm.allocate_refusal = failure
     c = make(slurm)
     with pytest.raises(SlurmUnavailable):
@@ -118,7 +96,7 @@ async def test_an_allocation_that_may_have_happened_is_never_followed_by_a_submi
 
 
 async def test_immediate_allocation_off_always_queues(clock: list[float]) -> None:
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     c = make(slurm, immediateAllocation=False)
     await c.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls == ["submit p"]
@@ -131,6 +109,6 @@ async def test_a_job_for_another_user_is_queued_never_allocated_as_the_token_use
     clock: list[float], identity: dict[str, Any]
 ) -> None:
     """slurmrestd's job/allocate ignores user_id: the job would run as the bridge's Slurm user."""
-    slurm = FakeSlurm()
+    slurm = FakeSubmits()
     assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
     assert slurm.calls == ["submit p"]

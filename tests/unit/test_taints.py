@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from slurm_bridge.operator.nodes import nodesync
-from slurm_bridge.webhook.mutate import mutate_pod
 
 from slurm_bridge import names, taints
+from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.webhook.mutate import mutate_pod
 
 pytestmark = pytest.mark.unit
 

@@ -7,14 +7,14 @@ from typing import Any
 
 import httpx
 import pytest
-from slurm_bridge.operator.placeholderjobs import lifecycle as lc
-from slurm_bridge.operator.placeholderjobs import plan as pl
-from slurm_bridge.operator.placeholderjobs.allocation import allocation
-from slurm_bridge.operator.placeholderjobs.inputs import TENANCY_WAIT_SECONDS
-from slurm_bridge.operator.placeholderjobs.phjstatus import rejected_status, submitted_status
-from slurm_bridge.operator.tenantpolicies import controller as tn
 
 from slurm_bridge import metrics, names, tenancy
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import rejected_status, submitted_status
+from slurm_bridge.operator.tenantpolicies import controller as tn
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
@@ -146,7 +146,7 @@ def test_association_refusals_are_recognised(error: SlurmError, association: boo
 
 def test_an_association_refusal_is_retried_once_then_fails_with_slurms_message() -> None:
     obj = phj(None, job_id=None)
-    first = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", association=True)
+    first = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", NOW.wall, association=True)
     assert first.phase == names.PHASE_PENDING and first.reason == "SubmitRejected"
     obj["status"] = first.dump()
     # The first refusal waits SUBMIT_RETRY_SECONDS, as any refusal (one retry).
@@ -156,7 +156,7 @@ def test_an_association_refusal_is_retried_once_then_fails_with_slurms_message()
         ).actions
         == ()
     )
-    second = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", association=True)
+    second = rejected_status(PlaceholderJob.parse(obj), f"Slurm refused the job: {ASSOC}", NOW.wall, association=True)
     assert second.phase == names.PHASE_FAILED and second.reason == names.REASON_SLURM_ASSOCIATION_REJECTED
     assert "Invalid account or account/partition combination specified" in (second.message or "")
     obj["status"] = second.dump()
@@ -171,7 +171,7 @@ def test_other_refusals_keep_retrying() -> None:
     obj = phj(None, job_id=None)
     for _ in range(3):
         obj["status"] = rejected_status(
-            PlaceholderJob.parse(obj), "Slurm refused the job: busy", association=False
+            PlaceholderJob.parse(obj), "Slurm refused the job: busy", NOW.wall, association=False
         ).dump()
         assert PlaceholderJob.parse(obj).status.phase == names.PHASE_PENDING
 
@@ -179,11 +179,11 @@ def test_other_refusals_keep_retrying() -> None:
 # ---- identity in status ----------------------------------------------------------------------------
 def test_the_slurm_user_and_account_are_written_with_the_job_id() -> None:
     job = JobInfo(job_id=7, states=("PENDING",), user_name="alice", account="team-a")
-    status = submitted_status(PlaceholderJob.parse(phj(None, job_id=None)), 7, job, JobRequest())
+    status = submitted_status(PlaceholderJob.parse(phj(None, job_id=None)), 7, job, JobRequest(), NOW.wall)
     assert (status.job_id, status.slurm_user, status.account) == (7, "alice", "team-a")
     assert status.dump()["slurmUser"] == "alice"
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",), user_name="alice", account="team-a")
-    plan = allocation(PlaceholderJob.parse(phj("Pending")), {"p": pod("gated")}, running, scheduler="s")
+    plan = allocation(PlaceholderJob.parse(phj("Pending")), {"p": pod("gated")}, running, scheduler="s", now=NOW)
     write = next(a for a in plan.actions if isinstance(a, pl.WriteStatus))
     assert (write.status.slurm_user, write.status.account) == ("alice", "team-a")
 

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from slurm_bridge.webhook.render import webhook_configurations
-from slurm_bridge.webhook.validate import validate
 
 from slurm_bridge import names, tenancy
 from slurm_bridge.config import Config
 from slurm_bridge.kube import NotFound
 from slurm_bridge.kubecache import TenantCache, WatchCache
+from slurm_bridge.webhook.render import webhook_configurations
+from slurm_bridge.webhook.validate import validate
 
 from .test_webhook import CONFIG, SCHED, make_pod, make_request
 

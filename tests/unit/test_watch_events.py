@@ -10,23 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.runtime.store import ObjectStore
 
-from slurm_bridge import names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
+from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
+from tests.builders import make_phj, make_pod
 
 Obj = dict[str, Any]
 
 
 def pod(rv: int, uid: str = "u1", **status: Any) -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
-                         "managedFields": [{"manager": "kubelet", "time": f"t{rv}"}]},
-            "spec": {"schedulerName": "slurm-bridge", "nodeName": "n1", "containers": [{"name": "c"}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]} | status}  # fmt: skip
+    built = make_pod("p").uid(uid).rv(rv).meta(managedFields=[{"manager": "kubelet", "time": f"t{rv}"}])
+    built.scheduler().node("n1").container("c")
+    return built.status(**({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]} | status)).obj()
 
 
 def test_observe_tells_a_change_of_nothing_kept_from_a_change() -> None:
@@ -59,10 +58,8 @@ def controller(tmp_path: Path) -> Controller:
 
 
 def phj(rv: int, **status: Any) -> Obj:
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND,
-            "metadata": {"name": "p", "namespace": "ns", "uid": "j1", "resourceVersion": str(rv),
-                         "managedFields": [{"manager": "x", "time": f"t{rv}"}]},
-            "spec": {"pods": ["p"]}, "status": {"phase": "Pending"} | status}  # fmt: skip
+    built = make_phj("p").uid("j1").rv(rv).meta(managedFields=[{"manager": "x", "time": f"t{rv}"}]).pods("p")
+    return built.status(**({"phase": "Pending"} | status)).obj()
 
 
 async def test_the_controller_queues_only_events_that_change_what_it_reads(tmp_path: Path) -> None:
@@ -74,14 +71,14 @@ async def test_the_controller_queues_only_events_that_change_what_it_reads(tmp_p
     ctrl.on_pod_event("MODIFIED", pod(12, phase="Succeeded"))
     ctrl.on_pod_event("ADDED", pod(12, phase="Succeeded"))  # a list again: always queued
     ctrl.on_pod_event("DELETED", pod(13, phase="Succeeded"))
-    assert queued == [("pod", "ns", "p")] * 4
+    assert queued == [PodItem("ns", "p")] * 4
     assert ctrl.pods.get(("ns", "p")) is None
     queued.clear()
     ctrl.on_phj_event("ADDED", phj(20))
     ctrl.on_phj_event("MODIFIED", phj(21))  # managedFields only
     ctrl.on_phj_event("MODIFIED", phj(22, phase="Running"))  # a status write: kept fields
     ctrl.on_phj_event("DELETED", phj(23, phase="Running"))
-    assert queued == [("phj", "ns", "p")] * 3
+    assert queued == [PhjItem("ns", "p")] * 3
     await ctrl.slurm.aclose()
 
 
@@ -98,20 +95,20 @@ async def test_an_event_no_newer_than_what_a_reconcile_began_with_is_not_queued(
 
     ctrl.members.reconcile = members  # type: ignore[method-assign]
     ctrl.on_pod_event("ADDED", pod(10))
-    await ctrl._reconcile(("pod", "ns", "p"))
+    await ctrl._reconcile(PodItem("ns", "p"))
     assert seen == ["10"]
     ctrl.on_pod_event("ADDED", pod(10))  # listed again, unchanged since that reconcile began
     ctrl.on_pod_event("MODIFIED", pod(9))  # stale
-    assert queued == [("pod", "ns", "p")]
+    assert queued == [PodItem("ns", "p")]
     ctrl.pods.upsert(pod(11, phase="Failed"))  # the operator's own write, stored from its answer
     ctrl.on_pod_event("MODIFIED", pod(11, phase="Failed"))  # its echo: no reconcile read it yet
-    assert queued == [("pod", "ns", "p")] * 2
-    await ctrl._reconcile(("pod", "ns", "p"))
+    assert queued == [PodItem("ns", "p")] * 2
+    await ctrl._reconcile(PodItem("ns", "p"))
     ctrl.on_pod_event("MODIFIED", pod(11, phase="Failed"))  # a second copy (a list again): read already
     ctrl.on_pod_event("ADDED", pod(11, uid="u2"))  # another incarnation
     ctrl.on_pod_event("DELETED", pod(12, uid="u2"))
-    assert queued == [("pod", "ns", "p")] * 4
-    assert ("pod", "ns", "p") not in ctrl._read, "forgotten with the object"
+    assert queued == [PodItem("ns", "p")] * 4
+    assert PodItem("ns", "p") not in ctrl.events._read, "forgotten with the object"
     await ctrl.slurm.aclose()
 
 
@@ -127,13 +124,13 @@ async def test_placeholderjobs_wait_for_the_first_job_list_without_spinning(tmp_
     ctrl.on_phj_event("ADDED", phj(20))
     other = phj(30) | {"metadata": {"name": "q", "namespace": "ns", "uid": "j2", "resourceVersion": "30"}}
     ctrl.start()
-    assert await ctrl._reconcile(("phj", "ns", "gone")) is None, "parked, not re-queued on a timer"
+    assert await ctrl._reconcile(PhjItem("ns", "gone")) is None, "parked, not re-queued on a timer"
     ctrl.phjs.upsert(other)
     queued.clear()
     ctrl.poller.synced.set()
     for _ in range(5):
         await asyncio.sleep(0)
-    assert sorted(queued) == [("phj", "ns", "gone"), ("phj", "ns", "p"), ("phj", "ns", "q")]
+    assert sorted(queued) == [PhjItem("ns", "gone"), PhjItem("ns", "p"), PhjItem("ns", "q")]
     await ctrl.stop()
 
 

@@ -24,6 +24,12 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from slurm_bridge import dra, names
+from slurm_bridge.config import Config, LabelSelector
+from slurm_bridge.kube import is_dns_subdomain, pointer
+from slurm_bridge.logs import JsonFormatter
+from slurm_bridge.taints import managed_toleration, tolerates
 from slurm_bridge.webhook import server as server_mod
 from slurm_bridge.webhook.certs import CertError, is_host_name, subject_alt_names, write_certs
 from slurm_bridge.webhook.main import main
@@ -48,12 +54,7 @@ from slurm_bridge.webhook.review import (
 )
 from slurm_bridge.webhook.server import WebhookServer
 from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, validate
-
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config, LabelSelector
-from slurm_bridge.kube import is_dns_subdomain, pointer
-from slurm_bridge.logs import JsonFormatter
-from slurm_bridge.taints import managed_toleration, tolerates
+from tests.builders import make_pod as build_pod
 
 pytestmark = pytest.mark.unit
 
@@ -70,17 +71,13 @@ ANN_NODES = names.ANN_MIN_NODES
 def make_pod(
     spec: JSON | None = None, labels: JSON | None = None, annotations: JSON | None = None, name: str = "p"
 ) -> JSON:
-    meta: JSON = {"name": name, "namespace": "slurm"}
+    """A pod created in the managed namespace ``slurm``; ``spec``: fields over its one container's."""
+    built = build_pod(name, "slurm").container("c", image="busybox")
     if labels is not None:
-        meta["labels"] = labels
+        built.meta(labels=labels)
     if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": [{"name": "c", "image": "busybox"}], **(spec or {})},
-    }
+        built.meta(annotations=annotations)
+    return built.spec(**(spec or {})).obj()
 
 
 def make_review(

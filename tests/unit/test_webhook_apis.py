@@ -13,16 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
+
+from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.webhook import apis as checks
 from slurm_bridge.webhook.certs import write_certs
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.server import WebhookServer
 
-from slurm_bridge.clusterapis import Discovery
-
+from .test_schedulingapi import BOTH, Docs
 from .test_webhook import CONFIG, SCHED, _client_context, make_pod, make_review
-from .test_workloadapi import BOTH, Docs
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from slurm_bridge.config import Config
 from slurm_bridge.webhook.mutate import DEFAULT_SCHEDULER, goes_to_bridge, mutate_pod
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate
-
-from slurm_bridge.config import Config
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,85 @@
+"""Slurm's node table as the node controller knows it: one list per poll period, asking only for
+a table changed since the last list (``update_time``: an unchanged one is answered without a
+body), whole every FULL_LIST_SECONDS; and the bridge's own writes, as Slurm has them now, until a
+list taken after the write shows them (without them a list in flight during the write would make
+the write look undone)."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from slurm_bridge.slurm.models import NodeInfo
+
+# The node list is asked for whole (without ``update_time``) at least this often, whatever Slurm
+# says about changes: the backstop if an "unchanged" answer were ever wrong.
+FULL_LIST_SECONDS = 60.0
+
+
+class SlurmNodes(Protocol):
+    """The Slurm calls the node controller makes: one node list per period, the writes of the node
+    sync (DRAIN, UNDRAIN) and of dynamic nodes (create, comment, delete; partitions checked first)."""
+
+    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]: ...
+    async def update_node(
+        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
+    ) -> None: ...
+    async def create_node(self, node_conf: str) -> None: ...
+    async def delete_node(self, name: str) -> bool: ...
+    async def list_partitions(self) -> list[str]: ...
+
+
+def _fingerprint(n: NodeInfo) -> tuple[object, ...]:
+    return (n.states, n.reason)
+
+
+class SlurmNodeTable:
+    def __init__(self, slurm: SlurmNodes) -> None:
+        self.slurm = slurm
+        # Slurm's nodes as of the last list; None until the first list succeeded. ``_last_update``:
+        # the list's last_update (Slurm's clock) for the next one's update_time.
+        self.listed: dict[str, NodeInfo] | None = None
+        self.taken_at = 0.0  # when the last list began (monotonic)
+        self._last_update: int | None = None
+        self._last_full_list = 0.0
+        self.polls = 0
+        self.unchanged_lists = 0
+        # The bridge's own writes, as Slurm has them now (None: the bridge deleted the node).
+        self._written: dict[str, tuple[NodeInfo | None, float]] = {}
+
+    async def list(self) -> set[str] | None:
+        """One node list; the Slurm nodes that changed since the last (None: this was the first).
+
+        An "unchanged" answer stands for a list taken now that equals the last one: it counts as
+        a list for the writes and Kubernetes changes waiting for a newer list.
+        """
+        taken_at = time.monotonic()
+        whole = self.listed is None or taken_at - self._last_full_list >= FULL_LIST_SECONDS
+        nodes, self._last_update = await self.slurm.list_nodes_since(None if whole else self._last_update)
+        self.polls += 1
+        if whole:
+            self._last_full_list = taken_at
+        if nodes is None:
+            self.unchanged_lists += 1
+        old = self.listed
+        listed = old if nodes is None and old is not None else {n.name: n for n in nodes or []}
+        self.listed, self.taken_at = listed, taken_at
+        for name in [n for n, (_, at) in self._written.items() if at <= taken_at]:
+            del self._written[name]
+        if old is None:
+            return None
+        if listed is old:
+            return set()
+        changed = set(old) ^ set(listed)
+        return changed | {n for n in listed if n in old and _fingerprint(old[n]) != _fingerprint(listed[n])}
+
+    def node(self, name: str) -> NodeInfo | None:
+        """Slurm node ``name`` as the bridge knows it now: its own write, else the last list's."""
+        written = self._written.get(name)
+        if written is not None:
+            return written[0]
+        return (self.listed or {}).get(name)
+
+    def wrote(self, name: str, info: NodeInfo | None) -> None:
+        """The bridge just wrote Slurm node ``name``: ``info`` is what Slurm holds now (None: deleted)."""
+        self._written[name] = (info, time.monotonic())

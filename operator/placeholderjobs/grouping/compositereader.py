@@ -1,0 +1,79 @@
+"""CompositePodGroups, the reads (the rules are :mod:`.compositepodgroups`'s): ``CompositeReader``
+finds whether a pod's PodGroup belongs to a gang CompositePodGroup (the resolver asks it once the
+PodGroup is read). The composite's scheduled condition is written by
+``sync.groupconditions.CompositeReporter``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slurm_bridge import names
+from slurm_bridge.clusterapis import Discovery
+from slurm_bridge.kube import KubeError
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
+    API_GROUP,
+    PLURAL,
+    VERSIONS,
+    composite_group,
+    min_group_count,
+    nested,
+    parent_name,
+)
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Getter, Group, GroupError, read_group_object
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+KIND = "CompositePodGroup"
+
+
+class CompositeReader:
+    """Reads a PodGroup's parent CompositePodGroup (and its parent) through ``get``; the served
+    version is found by discovery once."""
+
+    def __init__(self, get: Getter, apis: Discovery) -> None:
+        self._get = get
+        self._apis = apis  # the discovery the resolver shares (slurm_bridge/clusterapis.py)
+
+    async def group(self, pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group | None:
+        """The composite's group for a pod of gang PodGroup ``podgroup``, which names a parent;
+        None when the parent's policy is ``basic`` (its children are scheduled independently, so
+        the PodGroup stays a gang of its own)."""
+        ns, pg = pod["metadata"]["namespace"], podgroup["metadata"]["name"]
+        parent = parent_name(podgroup)
+        assert parent is not None
+        api_version = f"{API_GROUP}/{await self.version(pg, parent)}"
+        composite = await self._read(api_version, ns, parent, f"PodGroup {pg} names as its parent")
+        if min_group_count(composite) is None:
+            return None
+        outer = parent_name(composite)
+        if outer:
+            grand = await self._read(api_version, ns, outer, f"CompositePodGroup {parent} names as its parent")
+            if min_group_count(grand) is not None:
+                raise nested(composite, grand)
+        return composite_group(pod, podgroup, composite, controller, workload)
+
+    async def version(self, podgroup: str = "", parent: str = "") -> str:
+        """The served CompositePodGroup version the bridge knows (the shared, cached discovery)."""
+        try:
+            served_by_version = await self._apis.workload_versions()
+        except KubeError as e:
+            raise GroupError(
+                names.REASON_COMPOSITE_API_UNREADABLE, f"cannot discover the {API_GROUP} API: {e}", 30.0
+            ) from None
+        for version in VERSIONS:
+            if PLURAL in served_by_version.get(version, ()):
+                return version
+        served = sorted(served_by_version)
+        known = ", ".join(f"{API_GROUP}/{v}" for v in VERSIONS)
+        raise GroupError(
+            names.REASON_COMPOSITE_API_NOT_SERVED,
+            f"PodGroup {podgroup} names CompositePodGroup {parent} as its parent, but the API server serves no "
+            f"CompositePodGroups in {known} (served versions: {', '.join(served) or 'none'}); enable the "
+            f"CompositePodGroup feature gate (Kubernetes 1.37) and --runtime-config={API_GROUP}/{VERSIONS[0]}=true",
+            60.0,
+        )
+
+    async def _read(self, api_version: str, ns: str, name: str, why: str) -> Obj:
+        return await read_group_object(self._get, api_version, KIND, PLURAL, ns, name, why)

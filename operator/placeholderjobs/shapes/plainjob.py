@@ -1,0 +1,127 @@
+"""A plain Slurm job, one component with a node per member pod: the decisions a single pod's job
+and a gang's share (they differ in how pods join: :mod:`.single`, :mod:`.gang`). Pure.
+
+Submit once the group has its ``minMember`` live pods (a gang fenced first, so no member joins a
+job sized without it); follow the job: a pending job's reason told to the pods, a running one's
+nodes recorded and the pods released, an ended or vanished one ending the pods; every member
+ended: the job cancelled.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
+    SUBMIT_VISIBILITY_GRACE,
+    TENANCY_WAIT_SECONDS,
+    Clock,
+    Follow,
+    Members,
+    Tenancy,
+)
+from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
+    end_of_job,
+    end_phases,
+    fencing,
+    job_ended,
+    pods_end_phase,
+    refused_by_policy,
+    terminal_status,
+    waiting_for_pods,
+)
+from slurm_bridge.operator.placeholderjobs.decisions.plan import (
+    Action,
+    Cancel,
+    ConfirmMembers,
+    Event,
+    Placed,
+    Plan,
+    Submit,
+)
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_ended, holding_allocation
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.slurm.models import JobInfo
+
+
+class PlainJob:
+    """The decisions of :class:`.shape.JobShape` for a job of one component."""
+
+    # A group's members join while its submit is decided: its PlaceholderJob is fenced first.
+    fenced: ClassVar[bool] = False
+
+    def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
+        spec, status = phj.spec, phj.status
+        present = tuple(holding_allocation(members))
+        need = spec.min_member if spec.min_member is not None else len(members)
+        if len(present) < need:
+            # The gang is not complete yet; pod events bring us back.
+            return waiting_for_pods(
+                phj, f"{len(present)} of {need} member pods exist; the Slurm job is submitted once all do"
+            )
+        request = spec.slurm
+        if tenancy is not None:
+            verdict = tenancy(request)
+            if verdict.waiting:
+                return Plan(requeue=TENANCY_WAIT_SECONDS)  # fail closed until the policies are read
+            if not verdict.allowed:
+                return refused_by_policy(phj, members, verdict, now.wall)
+            request = verdict.request  # the tenant's user, group, account and QOS where unset
+        fence: tuple[Action, ...] = ()
+        if self.fenced and status.reason != names.REASON_SUBMITTING:
+            fence = (fencing(phj, "gang's Slurm job"),)
+        return Plan((*fence, Submit(request, present)))
+
+    def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
+        return submitted
+
+    def follow(
+        self,
+        phj: PlaceholderJob,
+        status: PlaceholderJobStatus,
+        slurm: SlurmSide,
+        members: Members,
+        now: Clock,
+        confirmed: Members | None,
+        follow: Follow,
+    ) -> Plan:
+        job_id, job = slurm.job_id, slurm.job
+        assert job_id is not None
+        ended = all_ended(members, confirmed)
+        if ended is None:
+            return Plan((ConfirmMembers(),))
+        if ended:  # Kubernetes -> Slurm
+            phase, reason, message = pods_end_phase(end_phases(members))
+            cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
+            return Plan((terminal_status(phj, phase, reason, message, now.wall), *cancel, Event(reason, message)))
+        if job is None:
+            if slurm.submitted_at is not None and now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE:
+                return Plan(requeue=slurm.poll_period)
+            if slurm.taken_at < (slurm.submitted_at or 0):
+                return Plan(requeue=slurm.poll_period)
+            return slurm_ended(phj, members, None, job_id, now)
+        if job.is_finished:
+            return slurm_ended(phj, members, job, job_id, now)
+        if job.is_pending:
+            return follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
+        if job.is_running and job.nodes:
+            return allocation(
+                phj,
+                members,
+                job,
+                scheduler=follow.scheduler,
+                now=now,
+                status=status,
+                held=follow.held,
+                devices_missing=follow.devices_missing,
+            )
+        # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
+        return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
+
+
+def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int, now: Clock) -> Plan:
+    """Slurm -> Kubernetes: the job ended (scancel, time limit, node failure...) under live pods."""
+    return job_ended(phj, members, end_of_job(job, job_id), job, now.wall)

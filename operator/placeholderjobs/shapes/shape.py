@@ -1,0 +1,59 @@
+"""The one interface every shape of Slurm job implements (the seam Kueue's ``GenericJob`` and its
+composable jobs are to its job reconciler): ``lifecycle.decide`` and the membership call it, and
+each shape implements it without importing either.
+
+A shape says what differs between a single pod's job, a gang's and a CompositePodGroup's
+heterogeneous job; what they share (finalizers, deletion, the ended phases, adoption by uid, an
+uncertain submit, the TenantPolicy) stays in ``lifecycle``. The decisions are pure; ``join`` does
+its I/O only through the membership machinery it is given (:class:`.grouping.joining.Joins`).
+A new shape (job arrays, elastic jobs) is a new class here and a line in :mod:`.registry`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Placed, Plan
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
+from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+
+Obj = dict[str, Any]
+
+
+class JobShape(Protocol):
+    """One shape of Slurm job: how its pods join their PlaceholderJob, when its job is submitted,
+    how the job is followed, and what the status records right after the submit."""
+
+    name: str  # for logs and docs: "single pod", "gang", "composite"
+
+    async def join(self, pod: Obj, group: Group, joins: Joins) -> float | None:
+        """Make ``pod`` a member of its group's PlaceholderJob (made if there is none); when to
+        look again (None: on the next event)."""
+        ...
+
+    def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
+        """No job yet, and some member lives: wait for the members the job needs, or (the
+        TenantPolicy allowing) fence and submit it."""
+        ...
+
+    def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
+        """The status written right after the submit (``submitted``), with what this shape records
+        of the job Slurm made."""
+        ...
+
+    def follow(
+        self,
+        phj: PlaceholderJob,
+        status: PlaceholderJobStatus,
+        slurm: SlurmSide,
+        members: Members,
+        now: Clock,
+        confirmed: Members | None,
+        follow: Follow,
+    ) -> Plan:
+        """The job exists (or existed): follow it (mirror Slurm's state, release the pods once it
+        runs), or end it when every member pod ended, or the pods when it ended."""
+        ...

@@ -1,0 +1,2 @@
+"""The shell that applies the lifecycle's plans: the PlaceholderJob's writes, its member pods'
+release and end, DRA claims, the PodGroups' scheduled conditions."""

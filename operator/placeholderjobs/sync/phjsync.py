@@ -1,0 +1,417 @@
+"""The I/O shell around :mod:`.lifecycle`: PlaceholderJob <-> Slurm job.
+
+``PlaceholderJobs.reconcile`` gathers the inputs (the cached PlaceholderJob, the poller's view of
+its job, the member pods), asks ``lifecycle.decide`` and applies the plan's actions in order.
+Every action is idempotent and every piece of state it needs after a restart is in the
+PlaceholderJob's status or in Slurm, so a crash between two actions is decided again from there:
+- the job id goes into status right after the submit; node assignments go into status before
+  any pod is touched (except a single pod allocated at its submit: released first, its status
+  written once it is bound; the job is adopted by its uid after a crash, see ``_unwritten``);
+- a pod is only considered deleted after a direct GET says so (``ConfirmMembers``);
+- a gang's PlaceholderJob is fenced (status reason ``Submitting``, written with a
+  resourceVersion test) before its job is submitted, so no member joins a job sized without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from slurm_bridge import logs, metrics, names, tenancy
+from slurm_bridge.config import Config
+from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
+from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
+from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
+from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
+from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.models import JobRequest
+
+log = logging.getLogger(__name__)
+# A reconcile decides at most this often: once, again after a GET of missing members, after a
+# submit, after a release (each at most once).
+MAX_DECISIONS = 6
+
+
+def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
+    """Each member's pod from the cache; None when missing or another incarnation of the name."""
+    ns = phj.metadata.namespace
+    members: dict[str, Obj | None] = {}
+    for name in phj.spec.pods:
+        pod = pods.get((ns, name))
+        members[name] = pod if pod is not None and phj.is_member(pod) else None
+    return members
+
+
+class SlurmJobWrites(Protocol):
+    """The Slurm calls the shell changes a job with."""
+
+    async def update_job(self, job_id: int, req: JobRequest) -> None: ...
+    async def cancel_job(self, job_id: int) -> None: ...
+
+
+class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, Protocol):
+    """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
+
+
+class PlaceholderJobs:
+    """Gathers, decides (:func:`.lifecycle.decide`), applies."""
+
+    def __init__(
+        self,
+        config: Config,
+        kube: KubeClient,
+        slurm: ShellSlurm,
+        pods: ObjectStore,
+        phjs: ParsedStore[PlaceholderJob],
+        poller: SlurmPoller,
+        tenants: TenantCache | None = None,
+    ) -> None:
+        self.config, self.kube, self.slurm = config, kube, slurm
+        self.pods, self.phjs, self.poller = pods, phjs, poller
+        self.tenants = tenants
+        self.placer = Placer(slurm, config.immediateAllocation)
+        self.podgroups = PodGroupReporter(kube)
+        self.composites = CompositeReporter(kube)
+        self.devices = DeviceBinder(kube, slurm)
+        self.member_pods = MemberPods(kube, pods, self.devices)
+        # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
+        self._releasing: set[str] = set()
+        # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
+        # only, a saving and never state (the job is adopted by its uid after a crash).
+        self._unwritten: dict[str, pl.Held] = {}
+        # uid -> what the waiting pods were last told about their pending job (Event
+        # SlurmJobPending), and when: it only rate-limits those Events (lifecycle.pending), so a
+        # restart costs at most one Event again. Dropped once the pods are released or at finalize.
+        self._told: dict[str, lc.Told] = {}
+
+    # ---- gather, decide, apply ------------------------------------------------------------------
+    def observe(self, phj: PlaceholderJob) -> SlurmSide:
+        """What the poller's view says about the PlaceholderJob's job (its one answer)."""
+        return self.poller.side(phj.metadata.uid, phj.status.job_id)
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Gather, decide, apply; decide again while a plan stops for an input only the shell gets
+        (members read with a GET, the outcome of a submit or a release)."""
+        phj = self.phjs.model(key)
+        if phj is None:
+            return None
+        uid, ns = phj.metadata.uid, phj.metadata.namespace
+        slurm = self.observe(phj)
+        logs.bind(jobId=slurm.job_id)
+        members = members_of(phj, self.pods) if slurm.synced else {}
+        now = lc.Clock(time.monotonic())
+        policy = self.tenancy_for(ns)
+        step = Again(phj)
+        for _ in range(MAX_DECISIONS):
+            plan = lc.decide(
+                step.phj,
+                slurm,
+                members,
+                now,
+                step.confirmed,
+                scheduler=self.config.schedulerName,
+                held=self._unwritten.get(uid),
+                told=self._told.get(uid),
+                tenancy=policy,
+                outcome=step.outcome,
+            )
+            applied = await self.apply(step.phj, plan, members, step.confirmed)
+            if isinstance(applied, Done):
+                if step.error is not None:
+                    raise step.error  # Slurm unreachable: retried with the work queue's backoff
+                return applied.requeue
+            if applied.confirm:
+                applied = replace(applied, confirmed=await self.confirmed_members(applied.phj, members))
+            if isinstance(applied.outcome, pl.Placed):  # the job is in the view now, or known as made
+                slurm, now = self.observe(applied.phj), lc.Clock(time.monotonic())
+            step = replace(applied, confirmed=applied.confirmed or step.confirmed)
+        raise RuntimeError(f"no decision settled after {MAX_DECISIONS} rounds for PlaceholderJob {key}")
+
+    async def apply(
+        self,
+        phj: PlaceholderJob,
+        plan: pl.Plan,
+        members: Mapping[str, Obj | None],
+        confirmed: Mapping[str, Obj | None] | None = None,
+    ) -> Done | Again:
+        """Apply the actions in order; an action may end the plan early (:class:`Done`, with its
+        own re-queue), or for an input the next decision needs (:class:`Again`)."""
+        uid = phj.metadata.uid
+        if plan.held is None:
+            self._unwritten.pop(uid, None)
+        else:
+            self._unwritten[uid] = plan.held
+        both = {**members, **(confirmed or {})}
+        for action in plan.actions:
+            if isinstance(action, pl.ConfirmMembers):
+                return Again(phj, confirm=True)
+            phj, stop = await self._apply_one(phj, action, both)
+            if stop is not None:
+                return stop
+        return Done(plan.requeue)
+
+    async def _apply_one(
+        self, phj: PlaceholderJob, action: pl.Action, members: Mapping[str, Obj | None]
+    ) -> tuple[PlaceholderJob, Done | Again | None]:
+        """The PlaceholderJob after the action, and how the plan ends when it ends here."""
+        match action:
+            case pl.AddFinalizer():
+                return await self._add_finalizer(phj), None
+            case pl.WriteStatus(status=status):
+                return await self.patch_status(phj, status.dump()), None
+            case pl.Event(reason=reason, message=message, warning=warning):
+                await self.kube.event(phj.raw, reason, message, warning=warning)
+            case pl.TellPods(pods=pods, reason=reason, message=message, warning=warning):
+                for name in pods:
+                    if (pod := members.get(name)) is not None:
+                        await self.kube.event(pod, reason, message, warning=warning)
+            case pl.ReportPending():
+                await self.report_pending(phj, action, members)
+            case pl.Cancel(job_id=job_id):
+                await self.cancel(job_id)
+            case pl.EndPods(pods=pods, reason=reason, message=message):
+                for name in pods:
+                    if (pod := members.get(name)) is not None:
+                        await self.member_pods.end(pod, reason, message)
+            case pl.NoteWaiting(pods=pods, job_id=job_id):
+                await self._note_waiting(phj, pods, job_id)
+            case pl.Fence(status=status):
+                fenced = await self._fence(phj, status)
+                return (phj, Done(0.05)) if fenced is None else (fenced, None)  # a member joined: size again
+            case pl.Submit():
+                return phj, await self._submit(phj, action)
+            case pl.SubmitFailed(maybe_applied=maybe_applied):
+                self.poller.submit_failed(phj.metadata.uid, maybe_applied=maybe_applied)
+            case pl.UpdateJob(job_id=job_id, request=request):
+                try:
+                    await self.slurm.update_job(job_id, request)
+                except SlurmUnavailable:
+                    raise
+                except SlurmError as e:
+                    await self.kube.event(
+                        phj.raw, names.REASON_UPDATE_REJECTED, f"Slurm refused the job update: {e}", warning=True
+                    )
+            case pl.Release(job_id=job_id, pods=pods, announce=announce, het=het):
+                self._told.pop(phj.metadata.uid, None)  # the wait is over
+                outcome = await self.member_pods.release(phj, job_id, pods, members, announce, het)
+                if outcome is not None:
+                    return phj, Again(phj, outcome=outcome)
+            case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
+                await self.podgroups.report(phj.raw, scheduled, reason, message)
+                await self.composites.report(phj.raw, scheduled, reason, message)
+            case pl.RequestFullList():
+                self.poller.poll_soon(full=True)
+            case pl.ForgetUncertain():
+                self.poller.forget_uncertain(phj.metadata.uid)
+            case pl.Finalize():
+                return await self._finalize(phj), None
+        return phj, None
+
+    def tenancy_for(self, namespace: str) -> lc.Tenancy | None:
+        """The namespace's policy verdict, asked by ``decide`` only right before a submit or an
+        update (the policy as it is at that moment). None without a tenant cache."""
+        cache = self.tenants
+        if cache is None:
+            return None
+        mode = self.config.tenancy
+
+        def verdict(request: JobRequest) -> tenancy.Verdict:
+            if not cache.synced:
+                return tenancy.Verdict(request, waiting=cache.problem)
+            return tenancy.verdict(cache.index().match(namespace), namespace, request, mode)
+
+        return verdict
+
+    # ---- submit -----------------------------------------------------------------------------------
+    async def _submit(self, phj: PlaceholderJob, action: pl.Submit) -> Again:
+        """Place the job and read it back; the next decision takes it from there (the outcome)."""
+        meta, request = phj.metadata, action.request
+        ref = PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+        name = request.job_name or default_job_name(meta.namespace, meta.name)
+        try:
+            if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
+                job_id = await self.placer.place_het(list(action.components), name, encode_admin_comment(ref))
+            else:
+                job_id = await self.placer.place(request, name, encode_admin_comment(ref))
+        except SlurmUnavailable as e:
+            # The job may exist: a full list (it finds the job by admin_comment) must say so
+            # before anything is submitted again.
+            return Again(phj, outcome=pl.Unavailable(e.maybe_applied), error=e)
+        except SlurmError as e:
+            refused = pl.Refused(f"Slurm refused the job: {e}", e.is_association_refusal, action.present)
+            return Again(phj, outcome=refused)
+        self.poller.submitted(meta.uid, job_id)
+        metrics.job_submitted()
+        logs.bind(jobId=job_id)
+        job = await self.poller.refresh(job_id, ref, het=bool(action.components))
+        snap = self.poller.snapshot
+        parts = snap.components(job_id) if action.components and snap is not None else ()
+        log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
+        return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
+
+    async def _fence(self, phj: PlaceholderJob, status: PlaceholderJobStatus) -> PlaceholderJob | None:
+        """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.
+
+        Members join with the same resourceVersion test and treat a fenced PlaceholderJob as
+        submitted, so the job is never sized without a member that joined meanwhile. None: the
+        object changed (it is read again).
+        """
+        meta = phj.metadata
+        path = phj_path(meta.namespace, meta.name)
+        fields = status.dump()
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version}]
+        if phj.raw.get("status"):
+            ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in fields.items()]
+        else:
+            ops.append({"op": "add", "path": "/status", "value": fields})
+        try:
+            updated = await self.kube.patch(f"{path}/status", ops, "json")
+        except KubeError as e:
+            if not isinstance(e, Conflict) and e.status != 422:
+                raise
+            fresh = await self.kube.get(path)
+            if fresh is not None:
+                self.phjs.upsert(fresh)
+            return None
+        return self._stored(updated)
+
+    # ---- pods -----------------------------------------------------------------------------------
+    async def report_pending(
+        self, phj: PlaceholderJob, report: pl.ReportPending, members: Mapping[str, Obj | None]
+    ) -> None:
+        """Event SlurmJobPending on the PlaceholderJob and each waiting pod; noted for the rate limit."""
+        uid = phj.metadata.uid
+        before = self._told.get(uid)
+        reasons = (before.reasons if before is not None else frozenset()) | {report.reason}
+        self._told[uid] = lc.Told(time.monotonic(), report.reason, reasons)
+        await self.kube.event(phj.raw, names.EVENT_SLURM_JOB_PENDING, report.message)
+        for name in report.pods:
+            pod = members.get(name)
+            if pod is not None:
+                await self.kube.event(pod, names.EVENT_SLURM_JOB_PENDING, report.message)
+
+    async def confirmed_members(self, phj: PlaceholderJob, members: Mapping[str, Obj | None]) -> dict[str, Obj | None]:
+        """Members, with those missing from the cache asked for: a watch may not have caught up."""
+        ns = phj.metadata.namespace
+        confirmed = dict(members)
+        for name, pod in members.items():
+            if pod is None:
+                live = await self.kube.get(pod_path(ns, name))
+                if live is None or not phj.is_member(live):
+                    continue
+                if live.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+                    self.pods.upsert(live)
+                    confirmed[name] = live
+        return confirmed
+
+    # ---- finalizer ------------------------------------------------------------------------------
+    async def _note_waiting(self, phj: PlaceholderJob, pods: tuple[str, ...], job_id: int | None) -> None:
+        """Say once what a deleted PlaceholderJob's job waits for."""
+        meta = phj.metadata
+        if meta.uid in self._releasing:
+            return
+        self._releasing.add(meta.uid)
+        job = f"Slurm job {job_id}" if job_id is not None else "its Slurm job"
+        waiting = ", ".join(pods)
+        log.info("%s/%s deleted: %s is kept until pods %s are gone", meta.namespace, meta.name, job, waiting)
+        await self.kube.event(
+            phj.raw,
+            names.REASON_WAITING_FOR_PODS,
+            f"PlaceholderJob deleted: {job} is released once pods {waiting} are gone "
+            "(a terminating pod still holds its node)",
+        )
+
+    async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
+        """Remove the finalizer, and the PlaceholderJob from the store (its resourceVersion kept
+        as a tombstone): a reconcile before the DELETED event then finds nothing and sends no
+        second PATCH (docs/performance.md, "A wasted write found"). Should another finalizer keep
+        the object, its next change brings it back, and it is finalized again without a PATCH."""
+        meta = phj.metadata
+        finalizers = meta.finalizers or []
+        if names.FINALIZER_PLACEHOLDER_JOB in finalizers:
+            idx = finalizers.index(names.FINALIZER_PLACEHOLDER_JOB)
+            with contextlib.suppress(NotFound):
+                removed = await self.kube.patch(
+                    phj_path(meta.namespace, meta.name),
+                    [
+                        {"op": "test", "path": f"/metadata/finalizers/{idx}", "value": names.FINALIZER_PLACEHOLDER_JOB},
+                        {"op": "remove", "path": f"/metadata/finalizers/{idx}"},
+                    ],
+                    "json",
+                )
+                self.phjs.delete(removed)  # gone for this controller, whatever else holds it
+        self.poller.forget(meta.uid)
+        self._releasing.discard(meta.uid)
+        self._unwritten.pop(meta.uid, None)
+        self._told.pop(meta.uid, None)
+        self.podgroups.forget(phj.raw)
+        self.composites.forget(phj.raw)
+        return phj
+
+    async def _add_finalizer(self, phj: PlaceholderJob) -> PlaceholderJob:
+        meta = phj.metadata
+        op = (
+            {"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER_PLACEHOLDER_JOB}
+            if meta.finalizers
+            else {"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER_PLACEHOLDER_JOB]}
+        )
+        return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
+
+    # ---- writes ---------------------------------------------------------------------------------
+    async def cancel(self, job_id: int) -> None:
+        await self.slurm.cancel_job(job_id)
+        metrics.job_cancelled()
+        self.poller.assume_cancelled(job_id)
+        log.info("cancelled Slurm job %d", job_id)
+
+    async def patch_status(self, phj: PlaceholderJob, patch: Obj) -> PlaceholderJob:
+        """Merge-patch status."""
+        meta = phj.metadata
+        try:
+            updated = await self.kube.patch(f"{phj_path(meta.namespace, meta.name)}/status", {"status": patch})
+        except NotFound:
+            return phj
+        return self._stored(updated)
+
+    def _stored(self, answer: Obj) -> PlaceholderJob:
+        """The API's answer to a write, stored and parsed (once: the store keeps the parse)."""
+        self.phjs.upsert(answer)
+        stored = self.phjs.get(ObjectStore.key_of(answer))
+        if stored is not None and stored["metadata"].get("uid") == answer["metadata"].get("uid"):
+            return self.phjs.model_of(stored)
+        return PlaceholderJob.parse(answer)  # deleted meanwhile
+
+
+@dataclass(frozen=True)
+class Done:
+    """The plan ran to its end, or stopped: look again after ``requeue`` seconds (None: on the
+    next event)."""
+
+    requeue: float | None
+
+
+@dataclass(frozen=True)
+class Again:
+    """The plan stopped for an input of the next decision: the members read with a GET
+    (``confirm``), or the ``outcome`` of a submit or a release. ``error``: raised once the
+    outcome's plan is applied (Slurm unreachable: the work queue retries with backoff)."""
+
+    phj: PlaceholderJob
+    confirm: bool = False
+    confirmed: Mapping[str, Obj | None] | None = None
+    outcome: pl.Outcome | None = None
+    error: SlurmUnavailable | None = None

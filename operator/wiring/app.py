@@ -1,0 +1,114 @@
+"""The operator process: builds the controllers, connects them to their watches (the operator's own
+informers for pods and PlaceholderJobs, kopf for nodes: :mod:`.kopfsetup`), to leader election and
+to the health endpoints (:mod:`.health`), leads when elected, and hands over on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import kopf
+
+from slurm_bridge import kubeconfig as kubeconfig_loader
+from slurm_bridge import metrics
+from slurm_bridge.config import Config
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.operator.nodes.controller import NodeController
+from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime import heap
+from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
+from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
+from slurm_bridge.operator.wiring.kopfsetup import build_registry
+from slurm_bridge.operator.wiring.watches import HotWatches
+from slurm_bridge.slurm.client import SlurmClient
+
+
+@dataclass
+class Operator:
+    """Every part of one operator replica, built before any runs."""
+
+    kube: KubeClient
+    lease_kube: KubeClient
+    slurm: SlurmClient
+    tenants: TenantCache
+    ctrl: Controller
+    tenant_status: TenantStatusController
+    nodes: NodeController
+    elector: LeaderElector
+    standby: StandbyProbe
+    watches: HotWatches
+
+    async def lead(self) -> None:
+        """Once elected: the node controller, the Slurm job poller, and the PlaceholderJob and
+        TenantPolicy controllers once the watches' first lists are in."""
+        await self.elector.is_leader.wait()
+        self.nodes.start()
+        self.ctrl.start_polling()  # the first Slurm job list, beside the watches' first lists
+        # The first reconciles see every pod and PlaceholderJob: none is created twice, none
+        # judged missing, because a list was still coming in.
+        await self.watches.wait_synced()
+        self.ctrl.start()
+        self.tenant_status.start()
+
+    async def stop(self) -> None:
+        """Stop working, then give the Lease up: a rollout's new leader takes over at once."""
+        await self.tenant_status.stop()
+        await self.nodes.stop()
+        await self.ctrl.stop()
+        await self.watches.stop()
+        await self.tenants.stop()
+        await self.elector.release()
+
+    async def close(self) -> None:
+        await self.slurm.aclose()
+        await self.kube.aclose()
+        await self.lease_kube.aclose()
+
+
+def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: str) -> Operator:
+    kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator")
+    slurm = SlurmClient.from_config(cfg)
+    # TenantPolicies and namespaces, read by every replica (a standby's cache is warm when it leads).
+    tenant_status: TenantStatusController | None = None
+    tenants = TenantCache(kube, on_change=lambda *_: tenant_status.wake() if tenant_status else None)
+    ctrl = Controller(cfg, kube, slurm, tenants)
+    tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
+    nodes = NodeController(cfg, kube, slurm)
+    # The Lease has its own connections: a renewal must not queue behind the workers' requests
+    # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).
+    lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)
+    elector = LeaderElector(lease_kube, lease_namespace, f"{cfg.bridgeId}-operator")
+    # Pods and PlaceholderJobs, listed and watched by every replica from start-up.
+    watches = HotWatches(kube, ctrl)
+    standby = StandbyProbe(slurm, elector)
+    return Operator(kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, elector, standby, watches)
+
+
+async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None:
+    creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
+    op = build(cfg, creds, lease_namespace)
+    metrics.register_operator(op.ctrl.phjs, {"controller": op.ctrl.queue, "nodes": op.nodes.queue}, op.elector)
+    runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches)
+    op.tenants.start()
+    op.watches.start()
+    tasks = [
+        asyncio.create_task(op.elector.run(), name="leader"),
+        asyncio.create_task(op.lead(), name="lead"),
+        asyncio.create_task(op.standby.run(), name="standby-probe"),
+        asyncio.create_task(heap.release_periodically(), name="heap-trim"),
+    ]
+
+    async def hand_over() -> None:
+        for t in tasks:
+            t.cancel()
+        await op.stop()
+
+    registry = build_registry(op.nodes, hand_over, creds)
+    try:
+        await kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=asyncio.Event())
+    finally:
+        await hand_over()
+        await runner.cleanup()
+        await op.close()

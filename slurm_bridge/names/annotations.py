@@ -1,0 +1,77 @@
+"""Annotations: those users set on pods and workloads to configure a Slurm job (the Go
+slurm-bridge's keys), those only the bridge writes (reserved: users may not set them), and its
+markers on nodes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from slurm_bridge.names.prefixes import SCHEDULER_PREFIX, SLINKY_PREFIX, SLURMJOB_PREFIX
+
+ANN_ACCOUNT: Final = SLURMJOB_PREFIX + "account"
+ANN_CONSTRAINTS: Final = SLURMJOB_PREFIX + "constraints"
+ANN_CPU_PER_TASK: Final = SLURMJOB_PREFIX + "cpu-per-task"
+ANN_EXCLUSIVE: Final = SLURMJOB_PREFIX + "exclusive"
+ANN_GRES: Final = SLURMJOB_PREFIX + "gres"
+ANN_GROUP_ID: Final = SLURMJOB_PREFIX + "group-id"
+ANN_JOB_NAME: Final = SLURMJOB_PREFIX + "job-name"
+ANN_LICENSES: Final = SLURMJOB_PREFIX + "licenses"
+ANN_MAX_NODES: Final = SLURMJOB_PREFIX + "max-nodes"
+ANN_MEM_PER_NODE: Final = SLURMJOB_PREFIX + "mem-per-node"
+ANN_MIN_NODES: Final = SLURMJOB_PREFIX + "min-nodes"
+ANN_PARTITION: Final = SLURMJOB_PREFIX + "partition"
+ANN_PRIORITY: Final = SLURMJOB_PREFIX + "priority"
+ANN_QOS: Final = SLURMJOB_PREFIX + "qos"
+ANN_RESERVATION: Final = SLURMJOB_PREFIX + "reservation"
+ANN_TIMELIMIT: Final = SLURMJOB_PREFIX + "timelimit"
+ANN_USER_ID: Final = SLURMJOB_PREFIX + "user-id"
+ANN_WCKEY: Final = SLURMJOB_PREFIX + "wckey"
+SLURMJOB_ANNOTATIONS: Final = frozenset(
+    {
+        ANN_ACCOUNT,
+        ANN_CONSTRAINTS,
+        ANN_CPU_PER_TASK,
+        ANN_EXCLUSIVE,
+        ANN_GRES,
+        ANN_GROUP_ID,
+        ANN_JOB_NAME,
+        ANN_LICENSES,
+        ANN_MAX_NODES,
+        ANN_MEM_PER_NODE,
+        ANN_MIN_NODES,
+        ANN_PARTITION,
+        ANN_PRIORITY,
+        ANN_QOS,
+        ANN_RESERVATION,
+        ANN_TIMELIMIT,
+        ANN_USER_ID,
+        ANN_WCKEY,
+    }
+)
+# The Slurm node allocated to a pod (same key as the Go slurm-bridge).
+ANN_SLURM_NODE: Final = SLINKY_PREFIX + "slurm-node"
+ANN_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
+# The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
+ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
+# A pod of a CompositePodGroup runs in one component of a heterogeneous Slurm job: the job's id (its
+# leader's) and the component's offset. The pod's LABEL_SLURM_JOB_ID is the component's own job id.
+ANN_SLURM_HET_JOB_ID: Final = SLINKY_PREFIX + "slurm-het-job-id"
+ANN_SLURM_HET_OFFSET: Final = SLINKY_PREFIX + "slurm-het-offset"
+RESERVED_POD_ANNOTATIONS: Final = frozenset(
+    {ANN_SLURM_NODE, ANN_SLURM_DEVICES, ANN_PLACEHOLDER_JOB, ANN_SLURM_HET_JOB_ID, ANN_SLURM_HET_OFFSET}
+)
+# Slurm's reason for the state in TAINT_SLURM_STATE, verbatim.
+ANN_SLURM_REASON: Final = SLINKY_PREFIX + "slurm-reason"
+# Value NODE_SYNC_OWNER: the bridge cordoned this node because Slurm holds it out of service.
+ANN_CORDONED_BY: Final = SLINKY_PREFIX + "cordoned-by"
+# Value NODE_SYNC_OWNER: the bridge drained the Slurm node because this node is cordoned.
+ANN_SLURM_DRAINED_BY: Final = SLINKY_PREFIX + "slurm-drained-by"
+# Set by the mutating webhook: the pod's DRA requests ({DeviceClass: count}, JSON), taken out of
+# its container resources so that kube-scheduler does not pick the devices itself.
+ANN_DEVICE_REQUESTS: Final = SLINKY_PREFIX + "device-requests"
+# ... in these partitions (a comma list, passed as node features; default: the config's partition)
+ANN_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
+# ... with this Slurm dynamic topology (the node line's Topology=, e.g. "topo-1:block-2").
+ANN_TOPOLOGY_SPEC: Final = "topology.slinky.slurm.net/spec"
+# The bridge's record on the Kubernetes node: the Slurm node line it registered (or is about to).
+ANN_SLURM_REGISTRATION: Final = SLINKY_PREFIX + "slurm-registration"

@@ -1,0 +1,28 @@
+"""Condition types: the PlaceholderJob's, the TenantPolicy's, the one set on pods the bridge ends,
+and the scheduled conditions of PodGroups and CompositePodGroups."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Conditions on a TenantPolicy: Ready (it selects namespaces no other policy selects and is valid),
+# AccountsValid (its accounts and QOS exist in Slurm's accounting, or Unknown when that cannot be read).
+TP_COND_READY: Final = "Ready"
+TP_COND_ACCOUNTS_VALID: Final = "AccountsValid"
+COND_SUBMITTED: Final = "Submitted"
+COND_ALLOCATED: Final = "Allocated"
+COND_READY: Final = "Ready"  # every member pod is bound
+COND_ENDED: Final = "Ended"
+# Pod condition set before the bridge ends a pod, as Kubernetes' own evictors do.
+POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
+# The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's
+# spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
+# the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/sync/groupconditions.py). v1alpha2
+# (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
+# stays True once True (slurm_bridge/schedulingapi.py). The reasons are kube-scheduler's.
+PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
+PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
+# The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its
+# whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
+# heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/grouping/compositereader.py). True is final.
+COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"

@@ -1,0 +1,169 @@
+"""Every reason the bridge gives: of its Events (on pods, PlaceholderJobs, nodes, TenantPolicies), of
+its conditions, and of a pod's wait for its group (docs/troubleshooting.md lists them). A reason is
+CamelCase and says what happened. Code passes these names, never a literal:
+tests/unit/test_names_by_kind.py checks every call that carries a reason, and that no reason's value is
+written anywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- TenantPolicy conditions (Ready, AccountsValid) and Events --------------------------------------
+TP_REASON_SELECTED: Final = "NamespacesSelected"
+TP_REASON_NO_NAMESPACES: Final = "NoNamespaces"
+TP_REASON_CONFLICT: Final = "NamespaceConflict"
+TP_REASON_INVALID: Final = "InvalidSpec"
+TP_REASON_ACCOUNTS_FOUND: Final = "AccountsFound"
+TP_REASON_UNKNOWN_ACCOUNT: Final = "UnknownAccount"
+TP_REASON_UNKNOWN_QOS: Final = "UnknownQOS"
+TP_REASON_ACCOUNTING_UNAVAILABLE: Final = "AccountingUnavailable"
+# Event on a TenantPolicy when live jobs it selects no longer fit it (they are never cancelled).
+REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
+
+# --- A PlaceholderJob's life (docs/architecture.md, "The PlaceholderJob decision table") ------------
+# Refused for its namespace's policy (phase Failed).
+REASON_TENANT_POLICY_VIOLATION: Final = "TenantPolicyViolation"
+REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"
+REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
+# A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
+REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
+# The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey
+# once: the next such refusal of the same spec ends the PlaceholderJob (no retry storm).
+REASON_ASSOCIATION_REJECTED: Final = "AssociationRejected"
+# Slurm refused the job (status reason, Warning Event; submitted again 30 s later or on a change);
+# the live member pods hear it as SlurmSubmitRejected.
+REASON_SUBMIT_REJECTED: Final = "SubmitRejected"
+REASON_SLURM_SUBMIT_REJECTED: Final = "SlurmSubmitRejected"
+# A group's PlaceholderJob before its job exists: not every member pod yet, or fenced for its submit.
+REASON_WAITING_FOR_PODS: Final = "WaitingForPods"
+REASON_SUBMITTING: Final = "Submitting"
+# The API server refused a member pod's release for good (HTTP 422): Failed, the job cancelled.
+REASON_RELEASE_REJECTED: Final = "ReleaseRejected"
+REASON_SUBMITTED: Final = "Submitted"  # condition Submitted; Event when the job waits in Slurm's queue
+REASON_PENDING: Final = "Pending"  # condition Allocated=False while Slurm gives no reason
+REASON_ALLOCATED: Final = "Allocated"  # condition Allocated
+REASON_PODS_BOUND: Final = "PodsBound"  # condition Ready
+REASON_ALLOCATION_MISMATCH: Final = "AllocationMismatch"  # fewer nodes than member pods: Failed
+REASON_PODS_SUCCEEDED: Final = "PodsSucceeded"  # every member ended: Completed ...
+REASON_PODS_DELETED: Final = "PodsDeleted"  # ... Cancelled ...
+REASON_PODS_FAILED: Final = "PodsFailed"  # ... or Failed
+REASON_SLURM_JOB_VANISHED: Final = "SlurmJobVanished"  # the job is no longer in Slurm: Failed
+REASON_SLURM_JOB_ENDED: Final = "SlurmJobEnded"  # members ended after an end that recorded no reason
+REASON_PHJ_DELETED: Final = "PlaceholderJobDeleted"  # members ended because their PlaceholderJob went
+REASON_CANCELLED: Final = "Cancelled"  # Event: the deleted PlaceholderJob's job was cancelled
+REASON_UPDATE_REJECTED: Final = "UpdateRejected"  # Event: Slurm refused a changed spec for a pending job
+REASON_SLURM_ALLOCATED: Final = "SlurmAllocated"  # Event on a pod released after a wait in the queue
+# Event on each waiting member pod and the PlaceholderJob: the Slurm job waits in Slurm's queue,
+# with Slurm's reason in words and its expected start (docs/troubleshooting.md).
+EVENT_SLURM_JOB_PENDING: Final = "SlurmJobPending"
+# Slurm ended the job under live pods: SlurmJob<State>, the phase it gives (slurm_job_ended).
+REASON_SLURM_JOB_COMPLETED: Final = "SlurmJobCompleted"
+REASON_SLURM_JOB_CANCELLED: Final = "SlurmJobCancelled"
+REASON_SLURM_JOB_TIMEOUT: Final = "SlurmJobTimeout"
+REASON_SLURM_JOB_NODE_FAIL: Final = "SlurmJobNodeFail"
+REASON_SLURM_JOB_PREEMPTED: Final = "SlurmJobPreempted"
+REASON_SLURM_JOB_BOOT_FAIL: Final = "SlurmJobBootFail"
+REASON_SLURM_JOB_DEADLINE: Final = "SlurmJobDeadline"
+REASON_SLURM_JOB_OUT_OF_MEMORY: Final = "SlurmJobOutOfMemory"
+REASON_SLURM_JOB_FAILED: Final = "SlurmJobFailed"
+SLURM_JOB_ENDED: Final = {
+    "COMPLETED": REASON_SLURM_JOB_COMPLETED,
+    "CANCELLED": REASON_SLURM_JOB_CANCELLED,
+    "TIMEOUT": REASON_SLURM_JOB_TIMEOUT,
+    "NODE_FAIL": REASON_SLURM_JOB_NODE_FAIL,
+    "PREEMPTED": REASON_SLURM_JOB_PREEMPTED,
+    "BOOT_FAIL": REASON_SLURM_JOB_BOOT_FAIL,
+    "DEADLINE": REASON_SLURM_JOB_DEADLINE,
+    "OUT_OF_MEMORY": REASON_SLURM_JOB_OUT_OF_MEMORY,
+    "FAILED": REASON_SLURM_JOB_FAILED,
+}
+
+
+def slurm_job_ended(state: str) -> str:
+    """The reason for a job Slurm ended in ``state``: SlurmJob<State>, also for a state Slurm adds."""
+    return SLURM_JOB_ENDED.get(state) or "SlurmJob" + state.title().replace("_", "")
+
+
+# --- A pod and its PlaceholderJob (the membership) --------------------------------------------------
+# The API server refused to create a pod's PlaceholderJob (HTTP 422): a Warning Event on the pod.
+REASON_PHJ_REFUSED: Final = "PlaceholderJobRefused"
+# Warning Events on a pod while it cannot join its PlaceholderJob yet: its options do not make a
+# Slurm job request; its PlaceholderJob's name belongs to another group, or to an earlier workload
+# of the same name (garbage collection removes it); its gang's or its component's job was submitted
+# for other pods, none of which ended.
+REASON_INVALID_SLURM_OPTIONS: Final = "InvalidSlurmOptions"
+REASON_PHJ_NAME_TAKEN: Final = "PlaceholderJobNameTaken"
+REASON_WAITING_FOR_OLD_PHJ: Final = "WaitingForOldPlaceholderJob"
+REASON_GANG_FULL: Final = "GangFull"
+REASON_COMPOSITE_FULL: Final = "CompositeFull"
+# Events on a group's PlaceholderJob: a pod took an ended member's place (and node); a pod starts a
+# new run of its group, so the ended PlaceholderJob is deleted and a new one made; the workload's
+# settings keep the gang from ever starting (Warning).
+REASON_MEMBER_REPLACED: Final = "MemberReplaced"
+REASON_REPLACED: Final = "Replaced"
+REASON_GANG_WILL_NOT_START: Final = "GangWillNotStart"
+
+# --- Why a pod's group cannot be known yet (the pod waits gated, with a Warning Event) --------------
+# The owner walk (a pod's controllers, up to its workload).
+REASON_OWNER_CHAIN_TOO_DEEP: Final = "OwnerChainTooDeep"
+REASON_OWNER_CHAIN_LOOP: Final = "OwnerChainLoop"
+REASON_OWNER_FORBIDDEN: Final = "OwnerForbidden"
+REASON_OWNER_UNREADABLE: Final = "OwnerUnreadable"
+REASON_OWNER_NOT_FOUND: Final = "OwnerNotFound"
+REASON_OWNER_KIND_NOT_SERVED: Final = "OwnerKindNotServed"
+REASON_LWS_GROUP_UNKNOWN: Final = "LeaderWorkerSetGroupUnknown"
+# A PodGroup (coscheduling or built-in), Workload or CompositePodGroup the group depends on: missing,
+# not readable by the bridge, not readable; a PodGroup the bridge cannot place; a gang
+# CompositePodGroup inside another.
+REASON_PODGROUP_NOT_FOUND: Final = "PodGroupNotFound"
+REASON_PODGROUP_FORBIDDEN: Final = "PodGroupForbidden"
+REASON_PODGROUP_UNREADABLE: Final = "PodGroupUnreadable"
+REASON_PODGROUP_UNSUPPORTED: Final = "PodGroupUnsupported"
+REASON_WORKLOAD_NOT_FOUND: Final = "WorkloadNotFound"
+REASON_WORKLOAD_FORBIDDEN: Final = "WorkloadForbidden"
+REASON_WORKLOAD_UNREADABLE: Final = "WorkloadUnreadable"
+REASON_COMPOSITE_NOT_FOUND: Final = "CompositePodGroupNotFound"
+REASON_COMPOSITE_FORBIDDEN: Final = "CompositePodGroupForbidden"
+REASON_COMPOSITE_UNREADABLE: Final = "CompositePodGroupUnreadable"
+REASON_NESTED_COMPOSITE: Final = "NestedCompositePodGroup"
+# The group object's kind -> (missing, forbidden, unreadable).
+GROUP_OBJECT_PROBLEMS: Final = {
+    "PodGroup": (REASON_PODGROUP_NOT_FOUND, REASON_PODGROUP_FORBIDDEN, REASON_PODGROUP_UNREADABLE),
+    "Workload": (REASON_WORKLOAD_NOT_FOUND, REASON_WORKLOAD_FORBIDDEN, REASON_WORKLOAD_UNREADABLE),
+    "CompositePodGroup": (REASON_COMPOSITE_NOT_FOUND, REASON_COMPOSITE_FORBIDDEN, REASON_COMPOSITE_UNREADABLE),
+}
+# The cluster does not serve (or the bridge cannot discover) the Workload or CompositePodGroup API.
+REASON_WORKLOAD_API_NOT_SERVED: Final = "WorkloadAPINotServed"
+REASON_WORKLOAD_API_UNREADABLE: Final = "WorkloadAPIUnreadable"
+REASON_COMPOSITE_API_NOT_SERVED: Final = "CompositePodGroupAPINotServed"
+REASON_COMPOSITE_API_UNREADABLE: Final = "CompositePodGroupAPIUnreadable"
+
+# --- DRA devices at release (a Warning Event on the pod and its PlaceholderJob) ---------------------
+REASON_SLURM_DEVICES_NOT_FOUND: Final = "SlurmDevicesNotFound"
+REASON_SLURM_DEVICES_NOT_BOUND: Final = "SlurmDevicesNotBound"
+
+# --- PodGroup and CompositePodGroup scheduled conditions (kube-scheduler's reasons) -----------------
+PODGROUP_REASON_SCHEDULED: Final = "Scheduled"
+PODGROUP_REASON_UNSCHEDULABLE: Final = "Unschedulable"
+
+# --- Nodes: Kubernetes cordon <-> Slurm DRAIN (docs/nodes.md), Events on the Node --------------------
+REASON_MANAGED_TAINT_ADDED: Final = "ManagedTaintAdded"
+REASON_MANAGED_TAINT_REMOVED: Final = "ManagedTaintRemoved"
+REASON_SLURM_NODE_OUT_OF_SERVICE: Final = "SlurmNodeOutOfService"
+REASON_SLURM_NODE_IN_SERVICE: Final = "SlurmNodeInService"
+REASON_CORDONED_FOR_SLURM: Final = "CordonedForSlurm"
+REASON_UNCORDONED_FOR_SLURM: Final = "UncordonedForSlurm"
+REASON_CORDON_RELEASED: Final = "CordonReleased"
+REASON_SLURM_DRAIN_ADOPTED: Final = "SlurmDrainAdopted"
+REASON_SLURM_DRAIN_RELEASED: Final = "SlurmDrainReleased"
+REASON_SLURM_NODE_DRAINED: Final = "SlurmNodeDrained"
+REASON_SLURM_NODE_UNDRAINED: Final = "SlurmNodeUndrained"
+
+# --- Dynamic nodes: Kubernetes nodes registered in Slurm (docs/nodes.md), Events on the Node ---------
+REASON_SLURM_NODE_REGISTERED: Final = "SlurmNodeRegistered"
+REASON_SLURM_NODE_ADOPTED: Final = "SlurmNodeAdopted"
+REASON_SLURM_NODE_LEAVING: Final = "SlurmNodeLeaving"
+REASON_SLURM_NODE_DEREGISTERED: Final = "SlurmNodeDeregistered"
+REASON_SLURM_NODE_NOT_REGISTERED: Final = "SlurmNodeNotRegistered"
+REASON_SLURM_NODE_REGISTRATION_FAILED: Final = "SlurmNodeRegistrationFailed"

@@ -1,0 +1,293 @@
+"""The Kubernetes Workload API (``scheduling.k8s.io`` Workload and PodGroup) at every version the
+bridge reads, behind one neutral view, and what a cluster must turn on to serve it.
+
+Kubernetes 1.36 serves it at ``v1alpha2``, 1.37 at ``v1beta1`` (both behind the feature gate
+``GenericWorkload`` and a ``--runtime-config`` entry). The two differ in shape where the bridge
+looks: how a PodGroup names its Workload (``podGroupTemplateRef.workload`` against
+``workloadRef``), the condition that says a gang was scheduled (``PodGroupScheduled`` against
+``PodGroupInitiallyScheduled``, which never goes back to False once True) and the form of
+``disruptionMode``. :func:`read_podgroup` reads either into a :class:`PodGroupView`, so the rest
+of the bridge never asks which version it holds. 1.35's ``v1alpha1`` (pods name their Workload in
+``spec.workloadRef``) is a different design the bridge does not read; it refuses such pods rather
+than run their gang pod by pod.
+
+Also here: what the bridge refuses in a PodGroup, a Workload's PodGroup template or a Job's
+``spec.scheduling`` (claims shared by the whole group, topology constraints; see
+docs/workloadkinds.md), and the messages that name the Kubernetes version found and the feature gate
+and runtime-config it lacks. Pure: callers pass the API objects and discovery documents as dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from slurm_bridge import names, workloadkinds
+
+GROUP: Final = workloadkinds.SCHED_PODGROUP.group
+PODGROUPS: Final = workloadkinds.SCHED_PODGROUP.plural
+# resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/dra.py).
+RESOURCE_GROUP: Final = "resource.k8s.io"
+RESOURCE_VERSION: Final = "v1"
+RESOURCE_CLAIMS: Final = "resourceclaims"
+# The feature gate that turns the Workload API on (kube-apiserver, kube-controller-manager).
+GATE: Final = "GenericWorkload"
+# The Job controller's gate that makes a Workload and PodGroup from a Job's spec.scheduling.
+JOB_GATE: Final = "WorkloadWithJob"
+
+
+@dataclass(frozen=True)
+class APIVersion:
+    """One served version of the Workload API, as the bridge uses it."""
+
+    version: str
+    kubernetes: int  # the Kubernetes minor release (1.x) that serves it
+    condition: str  # the PodGroup condition type that says its gang was scheduled
+    sticky: bool  # the condition stays True once True (the bridge never writes False over it)
+
+    @property
+    def api_version(self) -> str:
+        return f"{GROUP}/{self.version}"
+
+
+VERSIONS: Final[Mapping[str, APIVersion]] = {
+    v.version: v
+    for v in (
+        APIVersion("v1beta1", 37, names.PODGROUP_COND_INITIALLY_SCHEDULED, sticky=True),
+        APIVersion("v1alpha2", 36, names.PODGROUP_COND_SCHEDULED, sticky=False),
+    )
+}
+# Preferred first; the table (slurm_bridge/workloadkinds.py) holds the order.
+PREFERRED: Final[tuple[str, ...]] = workloadkinds.WORKLOAD_API_VERSIONS
+# The first Kubernetes release whose Workload API the bridge reads.
+FIRST_MINOR: Final = min(v.kubernetes for v in VERSIONS.values())
+
+
+def version_of(api_version: str) -> APIVersion | None:
+    """The known version an object's ``apiVersion`` names, None for any other."""
+    group, _, version = api_version.rpartition("/")
+    return VERSIONS.get(version) if group == GROUP else None
+
+
+def choose_version(served: Mapping[str, Collection[str]]) -> str | None:
+    """The version to read Workloads and PodGroups at: the first known one whose resources
+    (``served``: version -> resource names, from API discovery) include PodGroups. The group also
+    serves PriorityClasses (v1), so a served version without PodGroups does not count."""
+    return next((v for v in PREFERRED if PODGROUPS in served.get(v, ())), None)
+
+
+def served_versions(group_doc: Mapping[str, Any] | None) -> list[str]:
+    """The versions an API group's discovery document (``GET /apis/<group>``) lists."""
+    return [str(v.get("version")) for v in (group_doc or {}).get("versions") or [] if isinstance(v, Mapping)]
+
+
+def resource_names(resource_list: Mapping[str, Any] | None) -> frozenset[str]:
+    """The resources a version's discovery document (``GET /apis/<group>/<version>``) lists."""
+    return frozenset(str(r.get("name")) for r in (resource_list or {}).get("resources") or [] if isinstance(r, Mapping))
+
+
+# --- the Kubernetes version and what it must turn on ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeVersion:
+    """The API server's version (``GET /version``); ``minor`` None when it could not be read."""
+
+    git: str = ""
+    minor: int | None = None
+
+    def __str__(self) -> str:
+        return f"Kubernetes {self.git}" if self.git else "this cluster (its version could not be read)"
+
+
+def kube_version(doc: Mapping[str, Any] | None) -> KubeVersion:
+    """Parse ``GET /version``. Some distributions report the minor as ``"37+"``."""
+    doc = doc or {}
+    git = str(doc.get("gitVersion") or "")
+    digits = "".join(c for c in str(doc.get("minor") or "") if c.isdigit()) if str(doc.get("major")) == "1" else ""
+    if not digits and git.startswith("v1."):
+        digits = "".join(c for c in git[3:].split(".")[0] if c.isdigit())
+    return KubeVersion(git, int(digits) if digits else None)
+
+
+def workload_api_needs(kube: KubeVersion) -> str:
+    """What ``kube`` must turn on (or become) to serve a Workload API the bridge reads."""
+    if kube.minor is not None and kube.minor < FIRST_MINOR:
+        older = " (1.35 has scheduling.k8s.io/v1alpha1, which slurm-bridge does not read)" if kube.minor == 35 else ""
+        return (
+            f"{kube} has no Workload API slurm-bridge can use{older}: upgrade to Kubernetes 1.{FIRST_MINOR} or later, "
+            "or make the gang a JobSet, a LeaderWorkerSet or a coscheduling PodGroup (scheduling.x-k8s.io)"
+        )
+    gate = f"the feature gate {GATE}=true (kube-apiserver and kube-controller-manager)"
+    by_minor = {v.kubernetes: v for v in VERSIONS.values()}
+    if kube.minor is None:
+        either = " or ".join(f"{v.api_version}=true on 1.{v.kubernetes}" for v in VERSIONS.values())
+        return f"on {kube}, turn on {gate} and --runtime-config={either} (kube-apiserver)"
+    newest = max(by_minor)
+    chosen = by_minor.get(kube.minor) or by_minor[newest]
+    newer = f" (newer than 1.{newest}, the last release slurm-bridge was tested with)" if kube.minor > newest else ""
+    return f"on {kube}{newer}, turn on {gate} and --runtime-config={chosen.api_version}=true (kube-apiserver)"
+
+
+def not_served_message(what: str, kube: KubeVersion, served: Iterable[str] = ()) -> str:
+    """Why ``what`` (a pod naming a PodGroup, ...) cannot work: the Workload API is not served."""
+    known = " or ".join(v.api_version for v in VERSIONS.values())
+    others = sorted(set(served))
+    found = f" (it serves {', '.join(f'{GROUP}/{v}' for v in others)})" if others else ""
+    return f"{what}, but the API server serves no PodGroups at {known}{found}; {workload_api_needs(kube)}"
+
+
+def resource_api_needs(kube: KubeVersion) -> str:
+    """What ``kube`` must turn on to serve resource.k8s.io/v1 ResourceClaims (the bridge's DRA path)."""
+    api = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
+    if kube.minor is not None and kube.minor < 34:
+        return f"{kube} has no {api} (it came in Kubernetes 1.34): upgrade to 1.34 or later"
+    return (
+        f"on {kube}, turn on the feature gate DynamicResourceAllocation=true (on by default) and do not turn "
+        f"{api} off in --runtime-config"
+    )
+
+
+# --- PodGroups, one view for every version --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodGroupView:
+    """What the bridge reads of a built-in PodGroup, whatever its version."""
+
+    min_count: int | None  # gang size (schedulingPolicy.gang.minCount); None for a basic policy
+    workload: str | None  # the Workload it was made from
+    template: str | None  # that Workload's PodGroup template
+    claims: tuple[str, ...] = ()  # names of the claims the group shares (spec.resourceClaims)
+    topology: tuple[str, ...] = ()  # schedulingConstraints.topology keys
+    disruption: str | None = None  # "single" / "all" (v1alpha2's "Pod" / "PodGroup")
+    preemption: str | None = None  # spec.preemptionPolicy (v1beta1, gate PodGroupPreemptionPolicy)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _disruption(value: Any) -> str | None:
+    if isinstance(value, str):  # v1alpha2: "Pod" | "PodGroup"
+        return {"Pod": "single", "PodGroup": "all"}.get(value, value)
+    if isinstance(value, Mapping):  # v1beta1: {single: {}} | {all: {}}
+        return next((k for k in ("single", "all") if k in value), None)
+    return None
+
+
+def read_podgroup(podgroup: Mapping[str, Any]) -> PodGroupView:
+    """A built-in PodGroup of either version as a :class:`PodGroupView`.
+
+    v1beta1 names its Workload in ``spec.workloadRef {workloadName, templateName}``; v1alpha2 in
+    ``spec.podGroupTemplateRef.workload {workloadName, podGroupTemplateName}``. The other shape is
+    read too when the first is absent, so an object of an unexpected version is not misread.
+    """
+    spec = _map(podgroup.get("spec"))
+    gang = _map(spec.get("schedulingPolicy")).get("gang")
+    min_count = _count(gang.get("minCount")) if isinstance(gang, Mapping) else None
+    beta = _map(spec.get("workloadRef"))
+    alpha = _map(_map(spec.get("podGroupTemplateRef")).get("workload"))
+    ref, template_key = (beta, "templateName") if beta else (alpha, "podGroupTemplateName")
+    workload = ref.get("workloadName")
+    template = ref.get(template_key)
+    preemption = spec.get("preemptionPolicy")
+    return PodGroupView(
+        min_count=min_count,
+        workload=str(workload) if workload else None,
+        template=str(template) if template else None,
+        claims=_claim_names(spec),
+        topology=_topology_keys(spec),
+        disruption=_disruption(spec.get("disruptionMode")),
+        preemption=str(preemption) if preemption else None,
+    )
+
+
+def _claim_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    claims = spec.get("resourceClaims")
+    if not isinstance(claims, list):
+        return ()
+    return tuple(str(_map(c).get("name") or f"[{i}]") for i, c in enumerate(claims))
+
+
+def _topology_keys(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    topology = _map(spec.get("schedulingConstraints")).get("topology")
+    if not isinstance(topology, list):
+        return ()
+    return tuple(str(_map(t).get("key") or "") for t in topology)
+
+
+# --- what the bridge refuses ----------------------------------------------------------------------
+
+SHARED_CLAIMS_WHY: Final = (
+    "claims shared by a PodGroup are allocated by kube-scheduler's DRA plugin, apart from the nodes Slurm "
+    "allocates, so they could name devices Slurm gave to another job or sit on nodes the gang does not get; "
+    "slurm-bridge allocates devices through Slurm instead: request deviceclass.resource.kubernetes.io/<class> "
+    f"in the pods' containers, or a GRES with the {names.ANN_GRES} annotation"
+)
+TOPOLOGY_WHY: Final = (
+    "Slurm places the gang, with its own network topology (topology.conf); steer it with the "
+    f"{names.ANN_CONSTRAINTS}, {names.ANN_PARTITION} or {names.ANN_RESERVATION} annotation instead"
+)
+
+
+def group_problems(spec: Mapping[str, Any], where: str) -> list[str]:
+    """What the bridge cannot honour in a PodGroup's spec, a Workload's PodGroup template or a
+    Job's ``spec.scheduling`` (the same field names in all three and in both versions); each
+    problem names its field (``where`` is the object's path to ``spec``)."""
+    problems = []
+    claims = _claim_names(spec)
+    if claims:
+        problems.append(f"{where}.resourceClaims ({', '.join(claims)}): {SHARED_CLAIMS_WHY}")
+    keys = _topology_keys(spec)
+    if keys:
+        problems.append(f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}")
+    return problems
+
+
+def workload_problems(workload: Mapping[str, Any]) -> list[str]:
+    """:func:`group_problems` of each of a Workload's PodGroup templates."""
+    problems: list[str] = []
+    templates = _map(workload.get("spec")).get("podGroupTemplates")
+    for i, template in enumerate(templates if isinstance(templates, list) else []):
+        problems += group_problems(_map(template), f"spec.podGroupTemplates[{i}]")
+    return problems
+
+
+def job_scheduling(job_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A batch Job's ``spec.scheduling`` (Kubernetes 1.37, gate WorkloadWithJob), if it has one."""
+    scheduling = job_spec.get("scheduling")
+    return scheduling if isinstance(scheduling, Mapping) else None
+
+
+def job_gang(job_spec: Mapping[str, Any]) -> bool:
+    """Whether a Job asks its controller for a gang PodGroup (``spec.scheduling.schedulingPolicy.gang``)."""
+    scheduling = job_scheduling(job_spec) or {}
+    return isinstance(_map(scheduling.get("schedulingPolicy")).get("gang"), Mapping)
+
+
+# --- pods that name a group ----------------------------------------------------------------------
+
+
+def scheduling_group(spec: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod (template) spec names (``spec.schedulingGroup.podGroupName``)."""
+    return workloadkinds.scheduling_group_name(spec)
+
+
+def v1alpha1_workload_ref(spec: Mapping[str, Any]) -> str | None:
+    """The Workload a Kubernetes 1.35 pod (template) names in ``spec.workloadRef``."""
+    ref = spec.get("workloadRef")
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return str(name) if name else ("?" if ref else None)
+
+
+V1ALPHA1_WHY: Final = (
+    "spec.workloadRef is Kubernetes 1.35's Workload API (scheduling.k8s.io/v1alpha1), which slurm-bridge does "
+    f"not read, so the gang would be scheduled pod by pod; on Kubernetes 1.{FIRST_MINOR} or later name a PodGroup "
+    "in spec.schedulingGroup.podGroupName, or make the gang a JobSet, a LeaderWorkerSet or a coscheduling PodGroup"
+)

@@ -1,0 +1,225 @@
+"""One fake per Slurm protocol, shared by the unit tests (pure logic only; the integration and e2e
+tests use the real Slurm).
+
+Each consumer of Slurm takes a narrow Protocol of the calls it makes, as the Go bridge's
+``SlurmControlInterface`` does, and each has one fake here: ``FakeJobReads`` (the poller's
+``SlurmJobReads``), ``FakeSubmits`` (the placer's ``SlurmSubmits``), ``FakeJobWrites`` (the shell's
+``SlurmJobWrites``), ``FakeJobDevices`` (the DRA binder's ``SlurmJobDevices``), ``FakeNodes`` (the
+node controller's ``SlurmNodes``), ``FakePing`` (a standby's ``SlurmPing``), ``FakeAccounting``
+(the TenantPolicy status's ``SlurmAccounting``). A consumer of several (the PlaceholderJob shell and
+its poller) gets ``FakeSlurm``, which is all of the job ones over one job table.
+
+Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "get all 10",
+"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "devices 7"), so a test says
+which calls a step makes, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
+from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
+from slurm_bridge.slurm.wire import ControllerPing
+
+
+class _Jobs:
+    """The job table and call log the job fakes share."""
+
+    def __init__(self, *jobs: JobInfo) -> None:
+        self.jobs: dict[int, JobInfo] = {j.job_id: j for j in jobs}
+        self.calls: list[str] = []
+
+    def set(self, job: JobInfo) -> None:
+        self.jobs[job.job_id] = job
+
+
+class FakeJobReads(_Jobs):
+    """Slurm's job table as the poller reads it. A list with ``since`` (an earlier list's
+    ``last_update``) is None when the table is the same as then; a state answer equal to
+    ``previous`` comes back ``unchanged``, as the real client's. ``fail_gets``: every GET is refused
+    as an outage."""
+
+    def __init__(self, *jobs: JobInfo, **more: Any) -> None:
+        super().__init__(*jobs, **more)
+        self.fail_gets = False
+        self.tables: list[dict[int, JobInfo]] = []  # last_update n: the table list n showed
+
+    async def list_jobs_since(
+        self, since: int | None, *, admin_comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int | None]:
+        self.calls.append("list" if since is None else f"list since {since}")
+        if since is not None and self.tables[since] == self.jobs:
+            return None, since
+        self.tables.append(dict(self.jobs))
+        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        return listed, len(self.tables) - 1
+
+    async def job_states(self, previous: JobStates | None = None) -> JobStates:
+        self.calls.append("states")
+        states = {j.job_id: j.states for j in self.jobs.values()}
+        return JobStates(states, unchanged=previous is not None and previous.by_id == states)
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        self.calls.append(f"get {job_id}")
+        if self.fail_gets:
+            raise SlurmUnavailable("slurmrestd down")
+        return self.jobs.get(job_id)
+
+    async def get_jobs(self, job_id: int) -> list[JobInfo]:
+        """A heterogeneous job's leader answers with every component."""
+        self.calls.append(f"get all {job_id}")
+        return [j for j in self.jobs.values() if j.job_id == job_id or (j.het_job_id and j.het_job_id == job_id)]
+
+
+class FakeSubmits(_Jobs):
+    """Where jobs are placed: each allocation or submit gets the next id (``next_id`` + 1);
+    ``allocate_refusal`` / ``submit_refusal`` refuse them instead. ``allocates=False``: an
+    immediate allocation fails the test (a heterogeneous job is never one). A heterogeneous
+    submit puts its components, pending, into the table (under the admin_comment given)."""
+
+    def __init__(self, *jobs: JobInfo, next_id: int = 100, allocates: bool = True, **more: Any) -> None:
+        super().__init__(*jobs, **more)
+        self.next_id = next_id
+        self.allocates = allocates
+        self.allocate_refusal: SlurmError | None = None
+        self.submit_refusal: SlurmError | None = None
+        self.requests: list[JobRequest] = []
+
+    def _placed(self, what: str, req: JobRequest, refusal: SlurmError | None) -> int:
+        self.calls.append(what + (f" {req.partition}" if req.partition else ""))
+        if refusal is not None:
+            raise refusal
+        self.requests.append(req)
+        self.next_id += 1
+        return self.next_id
+
+    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        if not self.allocates:
+            raise AssertionError("an immediate allocation where none may be asked for")
+        return self._placed("allocate", req, self.allocate_refusal)
+
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        return self._placed("submit", req, self.submit_refusal)
+
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
+        self.calls.append(f"submit het {len(reqs)} {name}")
+        if self.submit_refusal is not None:
+            raise self.submit_refusal
+        self.requests = list(reqs)
+        leader = self.next_id = self.next_id + 1
+        for offset in range(len(reqs)):
+            self.set(JobInfo(job_id=leader + offset, states=("PENDING",), admin_comment=admin_comment,
+                             het_job_id=leader, het_job_offset=offset))  # fmt: skip
+        self.next_id += len(reqs) - 1
+        return leader
+
+
+class FakeJobWrites(_Jobs):
+    """A job's update and cancel, recorded (a cancel does not change the table: the poller's view
+    assumes it, and Slurm's answer comes with the next read)."""
+
+    async def update_job(self, job_id: int, req: JobRequest) -> None:
+        self.calls.append(f"update {job_id}")
+
+    async def cancel_job(self, job_id: int) -> None:
+        self.calls.append(f"cancel {job_id}")
+
+
+class FakeJobDevices(_Jobs):
+    """The devices a job holds on each node (``devices``; None: Slurm no longer knows the job)."""
+
+    def __init__(self, *jobs: JobInfo, devices: dict[str, NodeDevices] | None = None, **more: Any) -> None:
+        super().__init__(*jobs, **more)
+        self.devices = devices
+
+    async def job_devices(self, job_id: int) -> dict[str, NodeDevices] | None:
+        self.calls.append(f"devices {job_id}")
+        return self.devices
+
+
+class FakeSlurm(FakeJobReads, FakeSubmits, FakeJobWrites, FakeJobDevices):
+    """Every job protocol over one table: the PlaceholderJob shell's Slurm and its poller's
+    (keywords: ``next_id``, ``allocates``, ``devices``)."""
+
+
+class FakeNodes:
+    """Slurm's node table. A list with ``since`` (the ``last_update`` of an earlier answer) is
+    None when the table is the same as that answer's, as slurmrestd's 304. ``gate`` set: a list
+    answers what it saw when called, once the gate opens."""
+
+    def __init__(self, nodes: list[NodeInfo], partitions: tuple[str, ...] = ()) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.partitions = list(partitions)
+        self.lists = 0
+        self.unchanged = 0
+        self.sinces: list[int | None] = []
+        self.answers: list[dict[str, NodeInfo]] = []  # last_update n: the table answer n showed
+        self.updates: list[tuple[str, str | None, str | None]] = []
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+        self.gate: asyncio.Event | None = None
+
+    async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]:
+        self.lists += 1
+        self.sinces.append(since)
+        seen = dict(self.nodes)
+        if self.gate is not None:
+            await self.gate.wait()
+        if since is not None and self.answers[since] == seen:
+            self.unchanged += 1
+            return None, since
+        self.answers.append(seen)
+        return list(seen.values()), len(self.answers) - 1
+
+    async def update_node(
+        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
+    ) -> None:
+        self.updates.append((name, state, reason))
+        if state is not None:
+            self.nodes[name] = after_slurm_action(self.nodes[name], SlurmAction(state), reason)
+        if comment is not None:
+            self.nodes[name] = self.nodes[name].model_copy(update={"comment": comment})
+
+    async def create_node(self, node_conf: str) -> None:
+        self.created.append(node_conf)
+
+    async def delete_node(self, name: str) -> bool:
+        self.deleted.append(name)
+        return self.nodes.pop(name, None) is not None
+
+    async def list_partitions(self) -> list[str]:
+        return list(self.partitions)
+
+
+class FakePing:
+    """slurmrestd's ping, answering each call with the next outcome (an error raised; None: it
+    answers), then answering."""
+
+    base_url = "http://slurmrestd:6820"
+
+    def __init__(self, *outcomes: Exception | None) -> None:
+        self.outcomes = list(outcomes)
+        self.pings = 0
+
+    async def ping(self) -> list[ControllerPing]:
+        self.pings += 1
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if outcome is not None:
+            raise outcome
+        return []
+
+
+class FakeAccounting:
+    """Slurm's accounting: its accounts and QOS (None: it cannot be read)."""
+
+    def __init__(self, accounts: list[str] | None = None, qos: list[str] | None = None) -> None:
+        self.accounts, self.qos = accounts, qos
+
+    async def list_accounts(self) -> list[str] | None:
+        return self.accounts
+
+    async def list_qos(self) -> list[str] | None:
+        return self.qos
