@@ -246,7 +246,10 @@ def test_a_deleted_webhook_pod_lets_no_managed_pod_through_unmanaged(
     for name in created:
         pod = read_pod(core, ns, name)
         assert pod is not None
-        if pod.spec.scheduler_name != "slurm-bridge" or not (has_gate(pod) or pod.spec.node_name):
+        # The pods ask for no scheduler: "slurm-bridge" is the webhook's mutation (one patch with the
+        # gate). The gate alone proves nothing late: the operator lifts it once Slurm allocates,
+        # and the pod is gateless and unbound until the extender binds it (wait_running below).
+        if pod.spec.scheduler_name != "slurm-bridge":
             unmanaged.append(name)
     assert not unmanaged, f"pods created without the bridge's mutation: {unmanaged}"
     # failurePolicy Fail refuses rather than lets through; with the drain the deletion refuses none.
