@@ -359,8 +359,11 @@ def _strip(obj: Obj) -> Obj:
             },
         },
         {"managedNamespaceSelector": {}, "managedNamespaces": ["only-this"]},
+        {"managedNamespaces": ["a"], "nodeSharing": "coResident"},
+        {"managedNamespaces": ["a"], "nodeSharing": "exclusive"},
     ],
-    ids=["nothing-managed", "list", "labels", "selector-wins", "empty-selector-uses-list"],
+    ids=["nothing-managed", "list", "labels", "selector-wins", "empty-selector-uses-list", "co-resident",
+         "exclusive"],
 )  # fmt: skip
 def test_webhook_configurations_have_the_shape_render_py_gives(config: Obj) -> None:
     docs = render({"config": config})
