@@ -198,6 +198,10 @@ class NodeInfo(BaseModel):
     reason_user: str = ""
     cpus: int = 0
     real_memory_mib: int = 0
+    # What jobs may use: the CPUs without the specialized ones (CoreSpecCount, CpuSpecList; Slurm's
+    # CPUEfctv, None when not reported) and the memory slurmd keeps (MemSpecLimit).
+    effective_cpus: int | None = None
+    specialized_memory_mib: int = 0
     gres: str = ""
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
@@ -221,3 +225,25 @@ class NodeInfo(BaseModel):
             if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
                 total += int(parts[-1])
         return total
+
+
+class SlurmConf(BaseModel):
+    """The slurm.conf settings the bridge checks at start-up (``GET /slurm/v0.0.45/conf``; older
+    REST versions have no such call). Lists as Slurm gives them, e.g. ``("ondemand", "ondemandselect")``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mcs_plugin: str = ""
+    mcs_parameters: tuple[str, ...] = ()
+    select_type: str = ""
+    select_type_parameters: tuple[str, ...] = ()
+
+
+class PartitionInfo(BaseModel):
+    """A partition as the bridge's checks read it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    # scontrol's form: "NO", "EXCLUSIVE", "YES:<n>" or "FORCE:<n>".
+    oversubscribe: str = "NO"

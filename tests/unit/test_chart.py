@@ -444,6 +444,7 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         _grant("", "pods", "get", "list", "watch", "patch", "delete")
         | _grant("", "pods/status", "patch")
         | _grant("", "nodes", "get", "list", "watch", "patch")  # node sync (docs/nodes.md)
+        | _grant("", "nodes/status", "patch")  # the SlurmResourcesFit condition (docs/colocation.md)
         | _grant("", "events", "create")
         # the owner chain of managed pods (docs/workloads.md)
         | _grant("", "replicationcontrollers", "get")
