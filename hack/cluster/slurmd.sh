@@ -1,5 +1,5 @@
-# hack/cluster.sh's slurmd: one per hybrid node (hack/lib.sh slurmd_node_names: the kwok hybrid nodes
-# and the real node), all in the Slurm root on loopback. slurm.conf gives each node
+# hack/cluster.sh's slurmd: one per hybrid node (hack/lib.sh slurmd_node_names: the kwok hybrid nodes,
+# the real node and the mis-sized node), all in the Slurm root on loopback. slurm.conf gives each node
 # NodeHostname=localhost and a port of its own (slurmd_port); `slurmd -N NODE` tells each daemon
 # which node it serves. Logs: $LOGS/slurmd-NODE.log; pids: $PIDS/slurmd-NODE.pid. Sourced by
 # hack/cluster.sh; defines functions only.
@@ -23,6 +23,8 @@ up_slurmds() {
       || die "the running slurmctld's slurm.conf has no node $n (a cluster started by an older hack/cluster.sh); run 'hack/cluster.sh down' and 'hack/cluster.sh up'"
     if [ "$n" = "$SB_REAL_NODE" ]; then
       check_port "slurmd-$n" "$(slurmd_port "$n")" SB_REAL_NODE_SLURMD_PORT
+    elif [ "$n" = "$SB_MISSIZED_NODE" ]; then
+      check_port "slurmd-$n" "$(slurmd_port "$n")" SB_MISSIZED_SLURMD_PORT
     else
       check_port "slurmd-$n" "$(slurmd_port "$n")" SB_HYBRID_SLURMD_PORT
     fi
