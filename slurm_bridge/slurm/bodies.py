@@ -116,8 +116,13 @@ class RequestBodies:
         return body
 
     def update_body(self, req: JobRequest) -> dict[str, Any]:
-        """Fields a pending job may change; name, admin comment and owner are kept as submitted."""
-        return self.job_desc(req, for_update=True).body()
+        """Fields a pending job may change; name, admin comment, owner and node sharing are kept as
+        submitted. Sharing is never sent on an update: Slurm 26.05.5 turns ``shared: ["mcs"]`` in
+        an update into OverSubscribe (read back as ``["oversubscribe"]``, checked in v0.0.43 to
+        v0.0.45), which would take a time-shared job out of its turns with native jobs."""
+        d = self.job_desc(req, for_update=True)
+        d.shared = d.mcs_label = None
+        return d.body()
 
     def node_update_body(self, state: str | None, reason: str | None, comment: str | None = None) -> dict[str, Any]:
         if state is not None:

@@ -116,8 +116,11 @@ class CodecV0045(CodecV0044):
         return self.path("conf")
 
     def oversubscribe(self, w: PartitionInfoWire) -> str:
-        # v0.0.45 zeroes the deprecated maximums.oversubscribe (jobs 0 for OverSubscribe=NO, checked
-        # on Slurm 26.05.5) and shows scontrol's form in partition.oversubscribe.
+        # v0.0.45 zeroes the deprecated maximums.oversubscribe (jobs 0 for OverSubscribe=NO) and shows
+        # scontrol's strings instead, where slurm.conf's OverSubscribe=EXCLUSIVE is Exclusive=NODE
+        # beside OverSubscribe=NO (checked on Slurm 26.05.5): read back as the older versions' form.
+        if w.partition.exclusive and w.partition.exclusive.upper() != "NO":
+            return "EXCLUSIVE"
         if w.partition.oversubscribe:
             return w.partition.oversubscribe.upper()
         return super().oversubscribe(w)

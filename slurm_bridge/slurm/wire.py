@@ -201,9 +201,10 @@ class PartitionMaximumsWire(_Wire):
 
 
 class PartitionStateWire(_Wire):
-    """``partition`` of a v0.0.45 partition: the OverSubscribe display of scontrol."""
+    """``partition`` of a v0.0.45 partition: scontrol's OverSubscribe and (new in 26.05) Exclusive."""
 
     oversubscribe: str | None = None
+    exclusive: str | None = None
 
 
 class PartitionInfoWire(_Wire):

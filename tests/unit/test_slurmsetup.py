@@ -78,6 +78,9 @@ def test_v0045_reads_the_string_because_it_zeroes_the_maximums() -> None:
     assert CODECS["v0.0.45"].decode_partition(body) == PartitionInfo(name="hybrid", oversubscribe="NO")
     body = partition_body({"jobs": 0, "flags": []}, {"oversubscribe": "force:4"})
     assert CODECS["v0.0.45"].decode_partition(body) == PartitionInfo(name="hybrid", oversubscribe="FORCE:4")
+    # slurm.conf's OverSubscribe=EXCLUSIVE, as 26.05.5 shows it in v0.0.45
+    body = partition_body({"jobs": 0, "flags": []}, {"exclusive": "NODE", "oversubscribe": "NO"})
+    assert CODECS["v0.0.45"].decode_partition(body) == PartitionInfo(name="hybrid", oversubscribe="EXCLUSIVE")
 
 
 def test_an_unknown_partition_is_none_as_slurm_answers_it() -> None:
