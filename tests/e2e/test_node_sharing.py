@@ -371,6 +371,11 @@ def test_the_resources_fit_condition_is_true_where_sized_right_and_false_where_n
     right = [slurm_env.hybrid_nodes[0], slurm_env.real_node, slurm_env.nodes[0]]
     wrong = slurm_env.missized_node
     assert wrong, "the local cluster has no mis-sized node (hack/lib.sh SB_MISSIZED_NODE; hack/cluster.sh down && up)"
+    r = httpx.get(f"{slurm_env.url}{API}/node/{wrong}", headers=slurm_env.headers(), timeout=20)
+    assert r.status_code == 200 and r.json().get("nodes"), (
+        f"Slurm has no node {wrong}: the running cluster was started by a hack/cluster.sh without it; "
+        "run hack/cluster.sh down && hack/cluster.sh up"
+    )
     conds = wait_for(
         lambda: all(fit_condition(core, n) for n in [*right, wrong]) and {n: fit_condition(core, n) for n in right},
         60,
