@@ -71,17 +71,22 @@ def _unchanged(new: Mapping[str, str], old: Mapping[str, str] | None) -> bool:
     return old is not None and slurmjob_annotations(new) == slurmjob_annotations(old)
 
 
+def _annotations(obj: Any) -> dict[str, str] | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if meta is None:
+        return None
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return {str(k): str(v) for k, v in (found or {}).items()}
+
+
 def pod_problems(
     pod: Mapping[str, Any], old_annotations: Mapping[str, str] | None, own_group: bool, config: Config
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) of a pod (``old_annotations``: None on create), if it is the bridge's.
     Its limits cannot change on an update, so only a change of its annotations is judged again."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    annotations = {str(k): str(v) for k, v in ((meta or {}).get("annotations") or {}).items()}
-    if (spec or {}).get("schedulerName") != config.schedulerName or _unchanged(annotations, old_annotations):
+    spec, annotations = _spec(pod), _annotations(pod) or {}
+    if spec.get("schedulerName") != config.schedulerName or _unchanged(annotations, old_annotations):
         return [], []
-    spec = spec or {}
     if own_group:
         values, mode = _mode(annotations, config)
         if mode != names.NODE_SHARING_CO_RESIDENT:
@@ -92,14 +97,6 @@ def pod_problems(
         if found:
             return [], [_member_warning(found, "pod")]
     return [], []
-
-
-def _annotations(obj: Any) -> dict[str, str] | None:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if meta is None:
-        return None
-    found = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return {str(k): str(v) for k, v in (found or {}).items()}
 
 
 def workload_problems(
