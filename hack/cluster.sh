@@ -114,6 +114,8 @@ export SB_GPU_NODE_NAMES="$(for i in $(seq 1 "$SB_NODES"); do is_gpu_node "$i" &
 export SB_HYBRID_NODE_NAMES="$(hybrid_node_names | tr '\n' ' ' | sed 's/ $//')"
 export SB_HYBRID_PARTITION=$SB_HYBRID_PARTITION
 export SB_REAL_NODE_PARTITION=$SB_REAL_NODE_PARTITION
+export SB_MISSIZED_NODE=$SB_MISSIZED_NODE
+export SB_MISSIZED_PARTITION=$SB_MISSIZED_PARTITION
 EOV
 }
 

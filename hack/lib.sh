@@ -129,6 +129,11 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 # kubelet reserves nothing) unless these are set.
 : "${SB_REAL_NODE_PARTITION:=real-node}" "${SB_REAL_NODE_SLURMD_PORT:=26830}"
 : "${SB_REAL_NODE_SLURM_CPUS:=}" "${SB_REAL_NODE_SLURM_MEMORY_MIB:=}"
+# A hybrid node sized wrong on purpose (docs/colocation.md, the SlurmResourcesFit node condition):
+# its slurm.conf line and slurmd say SB_HYBRID_NODE_CPUS and _MEMORY_MIB, its kwok node offers
+# half of each, so the bridge's condition is False there. In a partition of its own, so that no
+# other test's job lands on it. Empty SB_MISSIZED_NODE: none.
+: "${SB_MISSIZED_NODE=kwok-missized-1}" "${SB_MISSIZED_PARTITION:=missized}" "${SB_MISSIZED_SLURMD_PORT:=26839}"
 # Slurm's job record limits (slurm.conf MinJobAge, MaxJobCount). Benchmarks that keep thousands
 # of finished jobs visible (bench/scale.py) raise MinJobAge: a finished job's record goes after it.
 # SB_PENDING_PARTITION (empty: none) adds a DOWN partition over the kwok nodes, where jobs stay
@@ -175,11 +180,13 @@ dyn_node_names() { for i in $(seq 1 "$SB_DYN_NODES"); do echo "$SB_DYN_NODE_PREF
 hybrid_node_names() { for i in $(seq 1 "$SB_HYBRID_NODES"); do echo "$SB_HYBRID_NODE_PREFIX$i"; done; }  # kwok + slurmd
 is_gpu_node() { [ "$1" -gt $((SB_NODES - SB_GPU_NODES)) ]; }
 # Every Slurm node a slurmd serves, and its port.
-slurmd_node_names() { hybrid_node_names; echo "$SB_REAL_NODE"; }
+slurmd_node_names() { hybrid_node_names; echo "$SB_REAL_NODE"; missized_node_names; }
+missized_node_names() { [ -z "$SB_MISSIZED_NODE" ] || echo "$SB_MISSIZED_NODE"; }  # kwok + slurmd, sized wrong
 slurmd_port() { # node
   if [ "$1" = "$SB_REAL_NODE" ]; then echo "$SB_REAL_NODE_SLURMD_PORT"; return; fi
+  if [ -n "$SB_MISSIZED_NODE" ] && [ "$1" = "$SB_MISSIZED_NODE" ]; then echo "$SB_MISSIZED_SLURMD_PORT"; return; fi
   local i=${1#"$SB_HYBRID_NODE_PREFIX"}
-  [ "$i" != "$1" ] && [ "$i" -ge 1 ] 2>/dev/null && [ "$i" -le "$SB_HYBRID_NODES" ] || die "$1 is not a hybrid node (${SB_HYBRID_NODE_PREFIX}1..$SB_HYBRID_NODES, $SB_REAL_NODE)"
+  [ "$i" != "$1" ] && [ "$i" -ge 1 ] 2>/dev/null && [ "$i" -le "$SB_HYBRID_NODES" ] || die "$1 is not a hybrid node (${SB_HYBRID_NODE_PREFIX}1..$SB_HYBRID_NODES, $SB_REAL_NODE, ${SB_MISSIZED_NODE:-no mis-sized node})"
   echo $((SB_HYBRID_SLURMD_PORT + i - 1))
 }
 # The real node's Slurm size: what its kubelet reports (hack/node.sh reserves nothing), unless set.

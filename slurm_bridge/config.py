@@ -1,8 +1,9 @@
 """The bridge's one configuration file, validated once at start-up.
 
 Keys are those of the Go slurm-bridge (``schedulerName``, ``slurmRestApi``, ``managedNamespaces``,
-``managedNamespaceSelector``, ``mcsLabel``, ``partition``) plus the poll period and listen addresses.
-An unknown key or a bad value ends start-up with a message that names it.
+``managedNamespaceSelector``, ``mcsLabel``, ``partition``), the co-residency fork's ``nodeSharing``,
+plus the poll period and listen addresses. An unknown key or a bad value ends start-up with a
+message that names it.
 """
 
 from __future__ import annotations
@@ -83,7 +84,14 @@ class Config(_Model):
     slurmUser: str = ""
     managedNamespaces: list[str] = Field(default_factory=list)
     managedNamespaceSelector: LabelSelector | None = None
-    mcsLabel: str = ""
+    # How bridge jobs share nodes with other Slurm jobs, native ones included (docs/colocation.md):
+    # "exclusive" (whole nodes), "timeShared" (the Go bridge's: pods share nodes among themselves
+    # and take turns with native jobs, through Slurm's MCS label mcsLabel), "coResident" (core by
+    # core and memory by memory beside native jobs; pods must have limits). A pod or workload may
+    # name another with the annotation slurmjob.slinky.slurm.net/node-sharing.
+    nodeSharing: Literal["exclusive", "timeShared", "coResident"] = "timeShared"
+    # The MCS label of time-shared jobs (as the Go bridge's chart: "kubernetes"); not sent otherwise.
+    mcsLabel: str = "kubernetes"
     partition: str = "slurm-bridge"
     # Identifies this bridge's jobs in Slurm, so several bridges can share one Slurm cluster.
     bridgeId: str = "slurm-bridge"
@@ -143,6 +151,27 @@ class Config(_Model):
         if not m or not 0 < int(m.group("port")) < 65536:
             raise ValueError(f"{v!r} is not host:port (for example 127.0.0.1:9443 or :9443)")
         return v
+
+    @field_validator("mcsLabel")
+    @classmethod
+    def _mcs_label(cls, v: str) -> str:
+        # Slurm keeps it in a job's record and matches it verbatim; its tools split on whitespace
+        # and commas.
+        if v and not re.fullmatch(r"[^\s,'\"\\]{1,200}", v):
+            raise ValueError(
+                f"{v!r} is not an MCS label: at most 200 characters, without whitespace, commas, quotes or backslashes"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _time_shared_needs_a_label(self) -> Config:
+        if self.nodeSharing == "timeShared" and not self.mcsLabel:
+            raise ValueError(
+                "nodeSharing timeShared needs an mcsLabel (the MCS label that keeps native jobs off a node "
+                'while pods hold it, e.g. "kubernetes"); set mcsLabel, or choose nodeSharing exclusive or '
+                "coResident"
+            )
+        return self
 
     @property
     def namespace_selector(self) -> LabelSelector:

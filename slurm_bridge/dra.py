@@ -182,6 +182,9 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
     """JSON patch that replaces the pod's DRA extended resources by a claim the bridge will make
     (empty when there are none), and the problems that forbid the pod.
 
+    The container that asked gets the whole claim; with ``dra.cpu`` every other container gets
+    the claim's CPUs (its ``cpu`` request), so the whole pod runs on the cores Slurm allocated.
+
     The claim's name is chosen here, because a pod's resourceClaims cannot change later: the
     pod's name (or generateName), which may be unknown yet, plus a random suffix.
     """
@@ -199,9 +202,13 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
             for key in resources.get(part) or {}:
                 if key.startswith(EXTENDED_PREFIX):
                     patch.append({"op": "remove", "path": pointer("spec", kind, i, "resources", part, key)})
+        entry: dict[str, str] = {"name": names.POD_CLAIM_ENTRY}
         if str(c.get("name") or f"{kind}[{i}]") != holder:
-            continue
-        entry = {"name": names.POD_CLAIM_ENTRY}
+            if "dra.cpu" not in counts:
+                continue
+            # The pod's CPUs are the cores Slurm allocated: every container (init and sidecar
+            # containers too) runs on them, or one outside them could share a core with a native job.
+            entry["request"] = DEVICE_CLASSES["dra.cpu"].request
         if resources.get("claims"):
             patch.append({"op": "add", "path": pointer("spec", kind, i, "resources", "claims", "-"), "value": entry})
         elif "resources" in c:

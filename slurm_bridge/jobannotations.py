@@ -208,6 +208,19 @@ def _bool(value: str) -> bool:
     raise _Invalid('expected "true" (whole nodes) or "false" (nodes may be shared)')
 
 
+_MODE_HELP: Final = (
+    'expected "exclusive" (whole nodes), "timeShared" (nodes shared with other pods, in turns with native '
+    'Slurm jobs) or "coResident" (core by core beside native Slurm jobs)'
+)
+
+
+def _node_sharing(value: str) -> str:
+    for mode in names.NODE_SHARING_MODES:
+        if value.lower() == mode.lower():
+            return mode
+    raise _Invalid(_MODE_HELP)
+
+
 def _job_name(value: str) -> str:
     if not value:
         raise _Invalid("expected a non-empty job name")
@@ -309,6 +322,7 @@ _PARSERS: Final[Mapping[str, tuple[str, _Parser]]] = {
     names.ANN_MAX_NODES: ("max_nodes", _node_count),
     names.ANN_MEM_PER_NODE: ("memory_per_node_mib", _mem),
     names.ANN_MIN_NODES: ("nodes", _node_count),
+    names.ANN_NODE_SHARING: ("node_sharing", _node_sharing),
     names.ANN_PARTITION: ("partition", _name_list("partition")),
     names.ANN_PRIORITY: ("priority", _priority),
     names.ANN_QOS: ("qos", _slurm_name),
@@ -351,7 +365,24 @@ def read_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, object],
                 f"expected a node count >= {names.ANN_MIN_NODES} ({lo})",
             )
         )
+    errors += _sharing_conflict(values, annotations)
     return values, errors
+
+
+def _sharing_conflict(values: Mapping[str, object], annotations: Mapping[str, str]) -> list[AnnotationError]:
+    """The Go bridge's ``exclusive`` beside ``node-sharing``: they must say the same thing."""
+    mode, exclusive = values.get("node_sharing"), values.get("exclusive")
+    if mode is None or exclusive is None or (exclusive is True) == (mode == names.NODE_SHARING_EXCLUSIVE):
+        return []
+    meaning = "whole nodes" if exclusive else "not whole nodes"
+    return [
+        AnnotationError(
+            names.ANN_NODE_SHARING,
+            str(annotations[names.ANN_NODE_SHARING]),
+            f"{names.ANN_EXCLUSIVE} says {str(annotations[names.ANN_EXCLUSIVE]).strip()!r} ({meaning}); "
+            "keep one of the two",
+        )
+    ]
 
 
 def _unknown_key_message(key: str) -> str:

@@ -21,6 +21,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -259,6 +260,20 @@ def node_sync(direction: str, action: str) -> None:
     """``direction``: ``to_slurm`` (drain/undrain a Slurm node), ``to_kubernetes`` (taint, cordon,
     markers on a Node) or ``registration`` (dynamic nodes created, drained, deleted)."""
     _child(NODE_SYNC_ACTIONS, direction, action).inc()
+
+
+SLURM_SETUP_PROBLEMS = Gauge(
+    f"{NS}_slurm_setup_problem",
+    "1 while a check of Slurm's side of node sharing finds a problem (the operator's log says what), "
+    "0 when it passes or cannot be checked, by check (docs/colocation.md)",
+    ["check"],
+    registry=OPERATOR,
+)
+
+
+def slurm_setup(check: str, problem: bool) -> None:
+    """A check of Slurm's configuration for the configured node sharing (operator/nodes/setupcheck.py)."""
+    _child(SLURM_SETUP_PROBLEMS, check).set(1 if problem else 0)
 
 
 # ---- operator: state read at scrape time ---------------------------------------------------------

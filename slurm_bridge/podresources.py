@@ -16,7 +16,7 @@ from typing import Any, Final
 from slurm_bridge import dra
 from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
 
-__all__ = ["PodResources", "pod_label", "pod_resources"]
+__all__ = ["PodResources", "pod_label", "pod_requests", "pod_resources"]
 
 _MIB: Final = 2**20
 
@@ -35,13 +35,14 @@ class PodResources:
 _TRACKED: Final = ("cpu", "memory", *GPU_RESOURCES)
 
 
-def _amounts(resources: Any, where: str) -> dict[str, Fraction]:
+def _amounts(resources: Any, where: str, parts: tuple[str, ...] = ("requests", "limits")) -> dict[str, Fraction]:
     """max(request, limit) per tracked resource: a limit alone is the request (Kubernetes'
-    defaulting), and sizing the Slurm allocation to the limit keeps the pod inside it."""
+    defaulting), and sizing the Slurm allocation to the limit keeps the pod inside it. With
+    ``parts=("requests",)``: the requests alone, as kube-scheduler counts a pod on its node."""
     out: dict[str, Fraction] = {}
     if not isinstance(resources, Mapping):
         return out
-    for part in ("requests", "limits"):
+    for part in parts:
         values = resources.get(part)
         if not isinstance(values, Mapping):
             continue
@@ -79,18 +80,20 @@ def _containers(spec: Mapping[str, Any], key: str) -> Iterable[Mapping[str, Any]
     return [c for c in items if isinstance(c, Mapping)]
 
 
-def _container_total(spec: Mapping[str, Any], label: str) -> dict[str, Fraction]:
+def _container_total(
+    spec: Mapping[str, Any], label: str, parts: tuple[str, ...] = ("requests", "limits")
+) -> dict[str, Fraction]:
     """App containers add up; each init container runs alone (plus the sidecars started before it),
     so the pod needs the larger of the two; restartable (sidecar) init containers keep running and
     so add to the app containers."""
     total: dict[str, Fraction] = {}
     for c in _containers(spec, "containers"):
-        total = _add(total, _amounts(c.get("resources"), f"{label}: container {c.get('name')!r}"))
+        total = _add(total, _amounts(c.get("resources"), f"{label}: container {c.get('name')!r}", parts))
 
     sidecars: dict[str, Fraction] = {}
     init_peak: dict[str, Fraction] = {}
     for c in _containers(spec, "initContainers"):
-        need = _amounts(c.get("resources"), f"{label}: init container {c.get('name')!r}")
+        need = _amounts(c.get("resources"), f"{label}: init container {c.get('name')!r}", parts)
         if c.get("restartPolicy") == "Always":
             total = _add(total, need)
             sidecars = _add(sidecars, need)
@@ -136,3 +139,19 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     for gres, count in dra_gres.items():  # every GRES a DeviceClass maps to is gpu (dra.DEVICE_CLASSES)
         gpus[f"dra/{gres}"] = count
     return PodResources(cpus=cpus, memory_mib=math.ceil(memory / _MIB) if memory > 0 else None, gpus=gpus)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> tuple[Fraction, Fraction]:
+    """(CPUs, memory in bytes) the pod takes of its node's allocatable, as kube-scheduler counts
+    it: the containers' requests (init and sidecar containers by the rules above), pod-level
+    requests instead where set, plus the overhead. For the SlurmResourcesFit node condition."""
+    spec = pod.get("spec") or {}
+    label = pod_label(pod)
+    total = _container_total(spec, label, ("requests",))
+    pod_level = _amounts(spec.get("resources"), f"{label}: spec.resources", ("requests",))
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            total[name] = pod_level[name]
+    if isinstance(spec.get("overhead"), Mapping):
+        total = _add(total, _amounts({"requests": spec["overhead"]}, f"{label}: spec.overhead", ("requests",)))
+    return total.get("cpu", Fraction(0)), total.get("memory", Fraction(0))

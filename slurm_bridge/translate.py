@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from slurm_bridge import names
+from slurm_bridge import names, nodesharing
 from slurm_bridge.config import Config
 from slurm_bridge.jobannotations import parse_annotations, read_annotations
 from slurm_bridge.nodeplacement import Placement, pod_placement
@@ -136,9 +136,28 @@ def _pod_fields(pods: Sequence[Mapping[str, Any]], config: Config) -> dict[str, 
     gpus = max(sum(r.gpus.values()) for r in need)
     if gpus:
         fields["gres"] = f"gres/gpu:{gpus}"
-    if config.mcsLabel:
-        fields["mcs_label"] = config.mcsLabel
     return fields
+
+
+def _sharing_fields(
+    pods: Sequence[Mapping[str, Any]], config: Config, from_annotations: Mapping[str, object]
+) -> dict[str, object]:
+    """The job's node sharing (nodesharing.sharing_mode) and its MCS label, which only a
+    time-shared job carries; a coResident job's pods must have the limits it is sized from."""
+    mode = nodesharing.sharing_mode(config.nodeSharing, from_annotations)
+    if mode == names.NODE_SHARING_CO_RESIDENT:
+        problems = nodesharing.annotation_problems(from_annotations, mode)
+        for p in pods:
+            meta = p.get("metadata") or {}
+            found = nodesharing.limit_problems(p.get("spec") or {}, meta.get("annotations") or {})
+            problems += [f"{pod_label(p)}: {f}" for f in found]
+        if problems:
+            raise ValueError("; ".join(problems))
+    return {
+        "node_sharing": mode,
+        "exclusive": None,  # the mode says it
+        "mcs_label": config.mcsLabel if mode == names.NODE_SHARING_TIME_SHARED else None,
+    }
 
 
 def _pods_placement(pods: Sequence[Mapping[str, Any]]) -> Placement:
@@ -188,8 +207,9 @@ def job_request(
     workload's; a bare pod passes its own). Each node is sized for the largest pod because Slurm
     gives every node of a job the same per-node request; likewise every node must suit every
     pod's required placement (nodeSelector, node affinity), which is ANDed with the constraints
-    annotation. Raises ValueError for invalid annotations, a node count that cannot hold every pod,
-    or a placement Slurm cannot honour.
+    annotation. The node sharing comes from the annotations or the config (slurm_bridge/nodesharing.py).
+    Raises ValueError for invalid annotations, a node count that cannot hold every pod, a placement
+    Slurm cannot honour, or a coResident job whose pods lack the limits it is sized from.
     """
     if not pods:
         raise ValueError("a Slurm job needs at least one pod")
@@ -200,6 +220,7 @@ def job_request(
         fields.update(derived)
     from_annotations = parse_annotations(annotations) if annotations else {}
     fields.update(from_annotations)
+    fields.update(_sharing_fields(pods, config, from_annotations))
     _check_node_counts(fields, len(pods), from_annotations)
     constraints = fields.get("constraints")
     holds = _holds(fields["nodes"], fields.get("max_nodes"))

@@ -83,7 +83,8 @@ NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy")
 
 def slurmd_processes(env: dict[str, str]) -> list[str]:
     """The names (in `hack/cluster.sh status`) of the hybrid nodes' slurmd, one per node."""
-    return [f"slurmd-{n}" for n in [*env["SB_HYBRID_NODE_NAMES"].split(), env["SB_REAL_NODE"]]]
+    missized = [env["SB_MISSIZED_NODE"]] if env.get("SB_MISSIZED_NODE") else []
+    return [f"slurmd-{n}" for n in [*env["SB_HYBRID_NODE_NAMES"].split(), env["SB_REAL_NODE"], *missized]]
 
 
 def process_states() -> dict[str, str]:
@@ -185,14 +186,18 @@ class SlurmEnv:
     hybrid_partition: str = ""
     real_node: str = ""  # the real kubelet node, a Slurm node with its own slurmd too
     real_partition: str = ""
+    # A hybrid node whose kwok side is half its Slurm size (the SlurmResourcesFit condition's False).
+    missized_node: str = ""
+    missized_partition: str = ""
     _token: str = field(default="", repr=False)
     # How Slurm's commands run: in the local cluster's Slurm root, or in the kind cluster's slurmctld pod.
     slurm_command: tuple[str, ...] = ("bash", str(CLUSTER_SH), "slurm")
 
     @property
     def slurm_nodes(self) -> list[str]:
-        """Every node slurm.conf declares: external, hybrid and the real node."""
-        return [*self.nodes, *self.hybrid_nodes, *([self.real_node] if self.real_node else [])]
+        """Every node slurm.conf declares: external, hybrid, the real node and the mis-sized one."""
+        extra = [n for n in (self.real_node, self.missized_node) if n]
+        return [*self.nodes, *self.hybrid_nodes, *extra]
 
     @property
     def token(self) -> str:
@@ -235,6 +240,8 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         hybrid_partition=env.get("SB_HYBRID_PARTITION", ""),
         real_node=env.get("SB_REAL_NODE", ""),
         real_partition=env.get("SB_REAL_NODE_PARTITION", ""),
+        missized_node=env.get("SB_MISSIZED_NODE", ""),
+        missized_partition=env.get("SB_MISSIZED_PARTITION", ""),
         slurm_command=("bash", str(KIND_SH if env.get("SB_CLUSTER") == "kind" else CLUSTER_SH), "slurm"),
     )
 

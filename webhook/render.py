@@ -114,6 +114,21 @@ PLAIN_POD_CREATE_CHECK: Final = " || ".join(
 )
 
 
+def _lacks_limits(containers: str) -> str:
+    return (
+        f"has(object.spec.{containers}) && object.spec.{containers}.exists(c, !has(c.resources) || "
+        "!has(c.resources.limits) || !('memory' in c.resources.limits) || !('cpu' in c.resources.limits))"
+    )
+
+
+# With nodeSharing coResident, a pod create must also be reviewed when a container lacks a memory
+# or cpu limit, or when the pod has pod-level resources: what validate() then checks
+# (slurm_bridge/nodesharing.py). A pod whose containers all have both limits still skips it.
+CO_RESIDENT_CHECK: Final = " || ".join(
+    ["has(object.spec.resources)", f"({_lacks_limits('initContainers')})", f"({_lacks_limits('containers')})"]
+)
+
+
 def _labels() -> dict[str, str]:
     return {
         names.LABEL_APP_NAME: names.APP_NAME,
@@ -177,7 +192,8 @@ def _match_conditions(config: Config) -> list[dict[str, str]]:
     The bridge's own writes (trustedUsers: the operator releasing pods) need no review: the
     webhook would allow them anyway, and skipping it saves the apiserver a TLS round trip per pod.
     Nor does a plain pod's create (PLAIN_POD_CREATE_CHECK) while tenancy is open: it asks for
-    nothing a TenantPolicy could refuse, and gets the tenant's defaults at submit. In strict mode
+    nothing a TenantPolicy could refuse, and gets the tenant's defaults at submit (with
+    nodeSharing coResident, only when every container also has its limits: CO_RESIDENT_CHECK). In strict mode
     every pod is reviewed, since one in a namespace no policy selects is refused (docs/tenancy.md).
     """
     conditions = []
@@ -185,7 +201,10 @@ def _match_conditions(config: Config) -> list[dict[str, str]]:
         users = json.dumps(list(dict.fromkeys(config.trustedUsers)), separators=(",", ":"))
         conditions.append({"name": "not-the-bridge", "expression": f"!(request.userInfo.username in {users})"})
     if config.tenancy == "open":
-        conditions.append({"name": "something-to-check", "expression": PLAIN_POD_CREATE_CHECK})
+        check = PLAIN_POD_CREATE_CHECK
+        if config.nodeSharing == names.NODE_SHARING_CO_RESIDENT:
+            check += " || " + CO_RESIDENT_CHECK
+        conditions.append({"name": "something-to-check", "expression": check})
     return conditions
 
 

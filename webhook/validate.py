@@ -1,6 +1,6 @@
 """Pod and workload validation.
 
-Four rules: the labels and annotations through which the bridge records a pod's Slurm allocation
+Five rules: the labels and annotations through which the bridge records a pod's Slurm allocation
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
 was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
 ``kubectl apply`` instead of as a Slurm submission error later; a managed pod's placement
@@ -8,7 +8,7 @@ was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typ
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
-(slurm_bridge/schedulingapi.py, docs/workloadkinds.md).
+(slurm_bridge/schedulingapi.py, docs/workloadkinds.md); and node sharing (webhook/sharing.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
+from . import sharing
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
 
@@ -360,8 +361,14 @@ def _validate_pod(
     reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
     placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
     devices = _pod_devices(request.object or {}, old_obj, config)
+    pod = request.object or {}
+    found, more = (
+        sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])
+    )
     reserved += _pod_tenancy(request, config, tenants, not invalid)
-    return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
+    return _decide(
+        reserved, invalid + placement + devices + found, "trusted user" if trusted else "ok", warnings + more
+    )
 
 
 def _validate_workload(
@@ -389,7 +396,8 @@ def _validate_workload(
         templates = pod_templates(request.object, paths)
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
-    return _decide(reserved, invalid, "ok")
+    found, warnings = sharing.workload_problems(request, managed, pod_templates(request.old_object, paths), config)
+    return _decide(reserved, invalid + found, "ok", warnings)
 
 
 def _check_templates(

@@ -2,6 +2,7 @@
 # objects of each kind (names in hack/lib.sh):
 #   SB_NODE_PREFIX      external Slurm nodes (State=EXTERNAL, no slurmd), the bridge's partition;
 #   SB_HYBRID_NODE_PREFIX  Slurm nodes served by a real slurmd each (hack/cluster/slurmd.sh);
+#   SB_MISSIZED_NODE    one more such node, its kwok side half the size of its Slurm line;
 #   SB_EXTRA_NODE_PREFIX   not in Slurm: default-scheduler pods run there;
 #   SB_DYN_NODE_PREFIX     not in slurm.conf: the bridge registers them as dynamic Slurm nodes.
 # Sourced by hack/cluster.sh (after hack/lib.sh); defines functions only.
@@ -71,6 +72,9 @@ nodes_yaml() { # every kwok Node manifest of the layout
   for name in $(hybrid_node_names); do
     node_yaml "$name" "$SB_HYBRID_NODE_CPUS" "$SB_NODE_PODS" ", $(feature_labels kwok hybrid)" "" "$SB_HYBRID_NODE_MEMORY_MIB"
   done
+  for name in $(missized_node_names); do
+    node_yaml "$name" $((SB_HYBRID_NODE_CPUS / 2)) "$SB_NODE_PODS" ", $(feature_labels kwok missized)" "" $((SB_HYBRID_NODE_MEMORY_MIB / 2))
+  done
   for name in $(extra_node_names); do
     node_yaml "$name" "$SB_EXTRA_NODE_CPUS" "$SB_EXTRA_NODE_PODS" "" ""
   done
@@ -91,6 +95,9 @@ create_nodes() {
   for name in $(hybrid_node_names); do
     set_node_resources "$name" "$SB_HYBRID_NODE_CPUS" "$SB_HYBRID_NODE_MEMORY_MIB" "$SB_NODE_PODS"
   done
+  for name in $(missized_node_names); do
+    set_node_resources "$name" $((SB_HYBRID_NODE_CPUS / 2)) $((SB_HYBRID_NODE_MEMORY_MIB / 2)) "$SB_NODE_PODS"
+  done
   # The bridge registers a dynamic node only with its address (slurmctld would resolve the name at
   # each allocation); once seen without one after an API server restart, so set it on each up.
   for name in $(dyn_node_names); do
@@ -103,5 +110,5 @@ create_nodes() {
 nodes_ready() {
   local ready
   ready=$(kubectl_ get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
-  [ "$ready" -ge $((SB_NODES + SB_HYBRID_NODES + SB_EXTRA_NODES + SB_DYN_NODES)) ]
+  [ "$ready" -ge $((SB_NODES + SB_HYBRID_NODES + $(missized_node_names | wc -l) + SB_EXTRA_NODES + SB_DYN_NODES)) ]
 }

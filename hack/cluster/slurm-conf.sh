@@ -114,7 +114,7 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   hybrid=$(hybrid_node_names | paste -sd, -)
   # Dynamic nodes: the bridge registers labelled Kubernetes nodes (docs/nodes.md); a NodeSet per
   # partition selects them by the feature that names it. MaxNodeCount counts the static nodes too.
-  echo "MaxNodeCount=$((SB_NODES + SB_HYBRID_NODES + 1 + SB_DYN_NODE_MAX))"
+  echo "MaxNodeCount=$((SB_NODES + SB_HYBRID_NODES + 1 + $(missized_node_names | wc -l) + SB_DYN_NODE_MAX))"
   echo "NodeSet=dyn-$SB_PARTITION Feature=$SB_PARTITION"
   echo "NodeSet=dyn-$SB_EXTRA_PARTITION Feature=$SB_EXTRA_PARTITION"
   [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL"
@@ -124,11 +124,16 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
     echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB Features=kwok,hybrid"
   done
   echo "NodeName=$SB_REAL_NODE$host Port=$(slurmd_port "$SB_REAL_NODE") CPUs=$(real_node_slurm_cpus) RealMemory=$(real_node_slurm_memory_mib) Features=real"
+  # The mis-sized hybrid node: the hybrid nodes' size here, half of it on its kwok node (hack/cluster/kwok.sh).
+  for name in $(missized_node_names); do
+    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB Features=kwok,missized"
+  done
   echo "PartitionName=$SB_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES],dyn-$SB_PARTITION Default=YES MaxTime=INFINITE State=UP"
   echo "PartitionName=$SB_EXTRA_PARTITION Nodes=dyn-$SB_EXTRA_PARTITION MaxTime=INFINITE State=UP"
   [ -z "$SB_PENDING_PARTITION" ] || echo "PartitionName=$SB_PENDING_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] MaxTime=INFINITE State=DOWN"
   [ -z "$hybrid" ] || echo "PartitionName=$SB_HYBRID_PARTITION Nodes=$hybrid MaxTime=INFINITE State=UP"
   echo "PartitionName=$SB_REAL_NODE_PARTITION Nodes=$SB_REAL_NODE MaxTime=INFINITE State=UP"
+  [ -z "$SB_MISSIZED_NODE" ] || echo "PartitionName=$SB_MISSIZED_PARTITION Nodes=$SB_MISSIZED_NODE MaxTime=INFINITE State=UP"
 }
 
 gres_conf() {

@@ -1,5 +1,5 @@
-# hack/cluster.sh's slurmd: one per hybrid node (hack/lib.sh slurmd_node_names: the kwok hybrid nodes
-# and the real node), all in the Slurm root on loopback. slurm.conf gives each node
+# hack/cluster.sh's slurmd: one per hybrid node (hack/lib.sh slurmd_node_names: the kwok hybrid nodes,
+# the real node and the mis-sized node), all in the Slurm root on loopback. slurm.conf gives each node
 # NodeHostname=localhost and a port of its own (slurmd_port); `slurmd -N NODE` tells each daemon
 # which node it serves. Logs: $LOGS/slurmd-NODE.log; pids: $PIDS/slurmd-NODE.pid. Sourced by
 # hack/cluster.sh; defines functions only.
@@ -18,11 +18,19 @@ up_slurmds() {
   in_root test -x /usr/sbin/slurmd || die "the Slurm root has no slurmd; run hack/build-slurm-root.sh (SLURM_PACKAGES in hack/versions.env lists slurmd)"
   for n in $(slurmd_node_names); do
     alive "slurmd-$n" && continue
-    # A slurmctld started by an older hack/cluster.sh runs a slurm.conf without this node.
-    grep -q "^NodeName=$n " "$conf" \
-      || die "the running slurmctld's slurm.conf has no node $n (a cluster started by an older hack/cluster.sh); run 'hack/cluster.sh down' and 'hack/cluster.sh up'"
+    # A slurmctld started by an older hack/cluster.sh runs a slurm.conf without this node. The
+    # mis-sized node is only the node condition's test case: without it the cluster still serves.
+    if ! grep -q "^NodeName=$n " "$conf"; then
+      if [ "$n" = "$SB_MISSIZED_NODE" ]; then
+        log "the running slurmctld's slurm.conf has no node $n (started by a hack/cluster.sh without it): its slurmd is not started; 'hack/cluster.sh down' and 'up' add it"
+        continue
+      fi
+      die "the running slurmctld's slurm.conf has no node $n (a cluster started by an older hack/cluster.sh); run 'hack/cluster.sh down' and 'hack/cluster.sh up'"
+    fi
     if [ "$n" = "$SB_REAL_NODE" ]; then
       check_port "slurmd-$n" "$(slurmd_port "$n")" SB_REAL_NODE_SLURMD_PORT
+    elif [ "$n" = "$SB_MISSIZED_NODE" ]; then
+      check_port "slurmd-$n" "$(slurmd_port "$n")" SB_MISSIZED_SLURMD_PORT
     else
       check_port "slurmd-$n" "$(slurmd_port "$n")" SB_HYBRID_SLURMD_PORT
     fi

@@ -15,7 +15,9 @@ reconcile. The decisions are in :mod:`.nodesync`.
 
 It also registers labelled Kubernetes nodes as Slurm dynamic nodes and takes them out again
 (:mod:`.registration` decides; this needs a token allowed to create and delete nodes, i.e. a
-Slurm administrator's). The partitions are read only when a node is about to be created.
+Slurm administrator's). The partitions are read only when a node is about to be created. And it
+keeps each node's ``SlurmResourcesFit`` condition (:mod:`.resourcesfit`; RBAC: core
+``nodes/status`` patch, pods list) and checks Slurm's side of node sharing (:mod:`.setupcheck`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
 from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit
+from slurm_bridge.operator.nodes.setupcheck import SetupCheck
 from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable
 from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, RegisteredNodeItem
 from slurm_bridge.operator.runtime.pollloop import PollLoop
@@ -65,6 +69,8 @@ class NodeController:
         self.nodes = ObjectStore()
         self.queue: WorkQueue[NodeWork] = WorkQueue(self._reconcile, workers=workers)
         self.table = SlurmNodeTable(slurm)  # Slurm's node table, with the bridge's own writes
+        self.fit = ResourcesFit(kube, config.schedulerName)
+        self.setup = SetupCheck(config, slurm)
         self._loop = PollLoop(
             "slurm-node-poller",
             config.pollPeriodSeconds,
@@ -119,6 +125,7 @@ class NodeController:
             self.nodes.delete(node)
             self._remap(name, None)
             self._changed_at.pop(name, None)
+            self.fit.forget(name)
         else:
             self.nodes.upsert(node)
             current = self.nodes.get(("", name))
@@ -180,6 +187,7 @@ class NodeController:
         """One node list; queue the Kubernetes nodes whose Slurm node changed, and those waiting
         for a list newer than their change."""
         changed = await self.table.list()
+        await self.setup.maybe_run()
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(NodeItem(name))
@@ -258,6 +266,10 @@ class NodeController:
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
         patch = nodesync.node_patch(node, plan.kube, self.config.schedulerName)
         await self._apply_patch(name, node, patch, plan.events)
+        if info is not None and primary:
+            fitted = await self.fit.reconcile(name, self.nodes.get(("", name)) or node, info)
+            if fitted is not None:
+                self.nodes.upsert(fitted)
         return None
 
     async def _apply_patch(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from slurm_bridge.operator.nodes.setupcheck import SlurmSetupReads
 from slurm_bridge.slurm.models import NodeInfo
 
 # The node list is asked for whole (without ``update_time``) at least this often, whatever Slurm
@@ -16,9 +17,10 @@ from slurm_bridge.slurm.models import NodeInfo
 FULL_LIST_SECONDS = 60.0
 
 
-class SlurmNodes(Protocol):
+class SlurmNodes(SlurmSetupReads, Protocol):
     """The Slurm calls the node controller makes: one node list per period, the writes of the node
-    sync (DRAIN, UNDRAIN) and of dynamic nodes (create, comment, delete; partitions checked first)."""
+    sync (DRAIN, UNDRAIN) and of dynamic nodes (create, comment, delete; partitions checked first),
+    and the reads of its check of Slurm's configuration (operator/nodes/setupcheck.py)."""
 
     async def list_nodes_since(self, since: int | None) -> tuple[list[NodeInfo] | None, int | None]: ...
     async def update_node(

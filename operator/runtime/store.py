@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from slurm_bridge import names
 from slurm_bridge.kube import resource_version
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,23 @@ def project_pod(pod: Obj) -> Obj:
     }
 
 
+# The one node condition the bridge reads: its own (operator/nodes/resourcesfit.py). The others
+# (the kubelet's heartbeats) stay out, so a heartbeat is no change.
+_NODE_CONDITIONS = frozenset({names.NODE_COND_SLURM_RESOURCES_FIT})
+
+
 def project_node(node: Obj) -> Obj:
+    status = _pick(node.get("status"), _NODE_STATUS)
+    conditions = (node.get("status") or {}).get("conditions")
+    ours = [c for c in conditions or [] if isinstance(c, dict) and c.get("type") in _NODE_CONDITIONS]
+    if ours:
+        status["conditions"] = ours
     return {
         "apiVersion": node.get("apiVersion", "v1"),
         "kind": "Node",
         "metadata": _meta(node),
         "spec": _pick(node.get("spec"), _NODE_SPEC),
-        "status": _pick(node.get("status"), _NODE_STATUS),
+        "status": status,
     }
 
 

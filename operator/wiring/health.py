@@ -95,7 +95,14 @@ async def health_server(
 
     async def stats(_: web.Request) -> web.Response:
         node_lists = (
-            {"slurm_node_lists": nodes.polls, "slurm_node_lists_unchanged": nodes.unchanged_lists} if nodes else {}
+            {
+                "slurm_node_lists": nodes.polls,
+                "slurm_node_lists_unchanged": nodes.unchanged_lists,
+                "node_pod_lists": nodes.fit.lists,
+                "slurmSetup": nodes.setup.stats(),
+            }
+            if nodes
+            else {}
         )
         lists = {"watches": watches.stats()} if watches else {}
         return web.json_response(

@@ -19,6 +19,15 @@ ANN_LICENSES: Final = SLURMJOB_PREFIX + "licenses"
 ANN_MAX_NODES: Final = SLURMJOB_PREFIX + "max-nodes"
 ANN_MEM_PER_NODE: Final = SLURMJOB_PREFIX + "mem-per-node"
 ANN_MIN_NODES: Final = SLURMJOB_PREFIX + "min-nodes"
+# How the job shares its nodes with other Slurm jobs (native ones too): one of NODE_SHARING_MODES,
+# overriding the config's nodeSharing for this pod or workload (docs/colocation.md).
+ANN_NODE_SHARING: Final = SLURMJOB_PREFIX + "node-sharing"
+# Its values, which are also the config key nodeSharing's: whole nodes; nodes shared with other
+# bridge jobs but taken in turns with native jobs (Slurm's MCS label); core by core with any job.
+NODE_SHARING_EXCLUSIVE: Final = "exclusive"
+NODE_SHARING_TIME_SHARED: Final = "timeShared"
+NODE_SHARING_CO_RESIDENT: Final = "coResident"
+NODE_SHARING_MODES: Final = (NODE_SHARING_EXCLUSIVE, NODE_SHARING_TIME_SHARED, NODE_SHARING_CO_RESIDENT)
 ANN_PARTITION: Final = SLURMJOB_PREFIX + "partition"
 ANN_PRIORITY: Final = SLURMJOB_PREFIX + "priority"
 ANN_QOS: Final = SLURMJOB_PREFIX + "qos"
@@ -39,6 +48,7 @@ SLURMJOB_ANNOTATIONS: Final = frozenset(
         ANN_MAX_NODES,
         ANN_MEM_PER_NODE,
         ANN_MIN_NODES,
+        ANN_NODE_SHARING,
         ANN_PARTITION,
         ANN_PRIORITY,
         ANN_QOS,

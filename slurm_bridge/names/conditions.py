@@ -26,3 +26,7 @@ PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 # whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
 # heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/grouping/compositereader.py). True is final.
 COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
+# Node condition (the node controller's, on every Kubernetes node that is a Slurm node): whether the
+# CPUs and memory Slurm may allocate there fit in the kubelet's allocatable minus what pods the
+# bridge does not place request (docs/colocation.md).
+NODE_COND_SLURM_RESOURCES_FIT: Final = "SlurmResourcesFit"

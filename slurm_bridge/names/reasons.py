@@ -167,3 +167,8 @@ REASON_SLURM_NODE_LEAVING: Final = "SlurmNodeLeaving"
 REASON_SLURM_NODE_DEREGISTERED: Final = "SlurmNodeDeregistered"
 REASON_SLURM_NODE_NOT_REGISTERED: Final = "SlurmNodeNotRegistered"
 REASON_SLURM_NODE_REGISTRATION_FAILED: Final = "SlurmNodeRegistrationFailed"
+
+# --- The SlurmResourcesFit node condition (docs/colocation.md): its reasons, and the Events of its
+# changes on the Node (Warning when Slurm's size no longer fits) ------------------------------------
+REASON_SLURM_SIZE_FITS: Final = "SlurmSizeFits"
+REASON_SLURM_SIZE_EXCEEDS: Final = "SlurmSizeExceedsAllocatable"

@@ -25,13 +25,7 @@ class RequestBodies:
         Node count: ``minimum_nodes`` is ``req.nodes`` and ``maximum_nodes`` is ``req.max_nodes``,
         or also ``req.nodes`` so that pods get exactly the nodes they were counted for.
 
-        Sharing: ``exclusive=True`` sends ``shared: ["none"]``, which is sbatch's ``--exclusive``
-        (whole nodes). ``exclusive=False`` sends nothing, which under select/cons_tres lets other
-        jobs use the node's remaining cpus, memory and GRES (partition OverSubscribe=NO, the
-        default) -- that is what "shared node" means here. ``["oversubscribe"]`` is deliberately
-        not used: it means sbatch's ``--oversubscribe``, sharing the *same* cpus with other jobs
-        where the partition allows it, and it cannot undo a partition's OverSubscribe=EXCLUSIVE.
-        ``None`` also sends nothing (the partition's default).
+        Sharing: :meth:`sharing`.
 
         ``user_id``/``group_id`` are strings on the wire, and the API also accepts names there:
         ``user_name``/``group_name`` (a TenantPolicy's user by name) go into the same fields.
@@ -56,14 +50,46 @@ class RequestBodies:
             memory_per_node=None if req.memory_per_node_mib is None else NoVal.of(req.memory_per_node_mib),
             tres_per_node=gres_to_tres_per_node(req.gres) if req.gres else None,
             time_limit=None if req.time_limit_minutes is None else NoVal.of(req.time_limit_minutes),
-            shared=["none"] if req.exclusive else None,
             priority=None if req.priority is None else NoVal.of(req.priority),
-            mcs_label=req.mcs_label,
         )
+        d.shared, d.mcs_label = self.sharing(req)
         if not for_update:
             d.user_id = req.user_name or (None if req.user_id is None else str(req.user_id))
             d.group_id = req.group_name or (None if req.group_id is None else str(req.group_id))
         return d
+
+    def sharing(self, req: JobRequest) -> tuple[list[str] | None, str | None]:
+        """``shared`` and ``mcs_label`` for the request's node sharing (docs/colocation.md).
+
+        The same in every supported version: the submit side of v0.0.43 to v0.0.45 has only
+        ``shared`` (its enum unchanged) and ``mcs_label``; v0.0.45 deprecates ``shared`` on the
+        *read* side alone (``job_info``, where it is then always empty), and its replacements
+        ``exclusive``/``oversubscribe`` exist only there and in slurmdb (checked on Slurm 26.05.5,
+        docs/colocation.md). A version that changes the submit side overrides this.
+
+        - ``exclusive``: ``["none"]``, sbatch's ``--exclusive``: whole nodes.
+        - ``timeShared``: ``["mcs"]`` and the MCS label: with ``MCSPlugin=mcs/label`` and
+          ``MCSParameters=ondemand,ondemandselect`` the node then takes only jobs of that label
+          (pods share it among themselves; native jobs wait) -- the Go bridge's behaviour.
+        - ``coResident``: nothing, and no label (``MCSParameters=select`` would turn a label alone
+          into a filter): under select/cons_tres and a partition with ``OverSubscribe=NO`` other
+          jobs use the node's remaining cores and memory. ``["oversubscribe"]`` is never sent: it
+          shares the *same* cores where the partition allows it.
+        - unset (a request from before the modes): ``["none"]`` when ``exclusive``, and the label
+          as given.
+        """
+        mode = req.node_sharing
+        if mode == "exclusive":
+            return ["none"], None
+        if mode == "timeShared":
+            if not req.mcs_label:
+                raise ValueError(
+                    "a time-shared job needs an MCS label (mcs_label): Slurm would not keep native jobs off"
+                )
+            return ["mcs"], req.mcs_label
+        if mode == "coResident":
+            return None, None
+        return (["none"] if req.exclusive else None), req.mcs_label
 
     def submit_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do)."""
@@ -90,8 +116,13 @@ class RequestBodies:
         return body
 
     def update_body(self, req: JobRequest) -> dict[str, Any]:
-        """Fields a pending job may change; name, admin comment and owner are kept as submitted."""
-        return self.job_desc(req, for_update=True).body()
+        """Fields a pending job may change; name, admin comment, owner and node sharing are kept as
+        submitted. Sharing is never sent on an update: Slurm 26.05.5 turns ``shared: ["mcs"]`` in
+        an update into OverSubscribe (read back as ``["oversubscribe"]``, checked in v0.0.43 to
+        v0.0.45), which would take a time-shared job out of its turns with native jobs."""
+        d = self.job_desc(req, for_update=True)
+        d.shared = d.mcs_label = None
+        return d.body()
 
     def node_update_body(self, state: str | None, reason: str | None, comment: str | None = None) -> dict[str, Any]:
         if state is not None:

@@ -4,12 +4,13 @@ and the accounts and QOS of its accounting. A part of :class:`.client.SlurmClien
 from __future__ import annotations
 
 from .errors import SlurmUnavailable
+from .models import PartitionInfo, SlurmConf
 from .session import SlurmSession
 from .wire import ControllerPing
 
 
 class ClusterCalls(SlurmSession):
-    """Ping the controllers; list partitions, accounts and QOS."""
+    """Ping the controllers; list partitions, accounts and QOS; read slurm.conf and a partition."""
 
     async def ping(self) -> list[ControllerPing]:
         """Every slurmctld's ping result; raises SlurmUnavailable when none responds."""
@@ -42,3 +43,21 @@ class ClusterCalls(SlurmSession):
         codec = await self._get_codec()
         reply = await self._request("GET", codec.path("partitions/"))
         return codec.decode_partition_names(reply.body)
+
+    async def slurm_conf(self) -> SlurmConf | None:
+        """slurm.conf's settings, in one request; None when the REST API version has no such call
+        (before v0.0.45, Slurm 26.05)."""
+        codec = await self._get_codec()
+        path = codec.conf_path()
+        if path is None:
+            return None
+        reply = await self._request("GET", path)
+        return codec.decode_conf(reply.body)
+
+    async def partition(self, name: str) -> PartitionInfo | None:
+        """One partition (None: Slurm has no partition of that name)."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path(f"partition/{name}"), not_found_ok=True)
+        if reply.status == 404:
+            return None
+        return codec.decode_partition(reply.body)

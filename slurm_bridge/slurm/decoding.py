@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from .errors import SlurmError, SlurmErrorDetail
 from .formats import base_first, csv_items, expand_nodes, minutes_of, number_of, parse_gres_detail, time_of
-from .models import JobInfo, JobStates, NodeDevices, NodeInfo
+from .models import JobInfo, JobStates, NodeDevices, NodeInfo, PartitionInfo, SlurmConf
 from .wire import (
     ControllerPing,
     JobDevicesWire,
@@ -20,8 +20,10 @@ from .wire import (
     JobWire,
     KillWire,
     NodeWire,
+    PartitionInfoWire,
     PartitionWire,
     PingWire,
+    SlurmConfWire,
     SubmitWire,
     WireResponse,
     listed,
@@ -178,6 +180,8 @@ class AnswerDecoder:
             reason_user=w.reason_set_by_user or "",
             cpus=w.cpus or 0,
             real_memory_mib=w.real_memory or 0,
+            effective_cpus=w.effective_cpus,
+            specialized_memory_mib=w.specialized_memory or 0,
             gres=w.gres or "",
             features=csv_items(w.features),
             partitions=csv_items(w.partitions),
@@ -219,3 +223,36 @@ class AnswerDecoder:
 
     def decode_partition_names(self, body: Any) -> list[str]:
         return [validate(PartitionWire, p, "partition").name for p in listed(body, "partitions", "partitions")]
+
+    def decode_partition(self, body: Any) -> PartitionInfo | None:
+        """The one partition of a ``partition/{name}`` answer (None: the answer lists none, as Slurm
+        26.05 answers for an unknown name: HTTP 200, ``partitions: null``)."""
+        if isinstance(body, dict) and body.get("partitions") is None:
+            return None
+        items = listed(body, "partitions", "partition")
+        if not items:
+            return None
+        w = validate(PartitionInfoWire, items[0], "partition")
+        return PartitionInfo(name=w.name, oversubscribe=self.oversubscribe(w))
+
+    def oversubscribe(self, w: PartitionInfoWire) -> str:
+        """The partition's OverSubscribe as scontrol shows it, from ``maximums.oversubscribe``."""
+        jobs, force = w.maximums.oversubscribe.jobs, "force" in [f.lower() for f in w.maximums.oversubscribe.flags]
+        if jobs == 0:
+            return "EXCLUSIVE"
+        if force:
+            return f"FORCE:{jobs}"
+        return "NO" if jobs == 1 else f"YES:{jobs}"
+
+    def decode_conf(self, body: Any) -> SlurmConf:
+        """``GET conf``'s ``slurm_conf`` (v0.0.45)."""
+        raw = body.get("slurm_conf") if isinstance(body, dict) else None
+        if not isinstance(raw, dict):
+            raise SlurmError("unexpected conf answer from slurmrestd: no 'slurm_conf' object")
+        w = validate(SlurmConfWire, raw, "slurm_conf")
+        return SlurmConf(
+            mcs_plugin=w.MCSPlugin,
+            mcs_parameters=csv_items(w.MCSParameters),
+            select_type=w.SelectType,
+            select_type_parameters=csv_items(w.SelectTypeParameters),
+        )

@@ -8,7 +8,7 @@ normalised across REST API versions by the client.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -16,6 +16,10 @@ from pydantic.alias_generators import to_camel
 
 class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+# How a job shares its nodes with other Slurm jobs (docs/colocation.md; the config key nodeSharing).
+NodeSharing = Literal["exclusive", "timeShared", "coResident"]
 
 
 class JobRequest(_Camel):
@@ -40,7 +44,13 @@ class JobRequest(_Camel):
     # Slurm TRES per node, for example "gres/gpu:2" or "gres/gpu:a100:1,gres/shard:2".
     gres: str | None = None
     time_limit_minutes: int | None = Field(default=None, ge=1)
-    # None leaves Slurm's default; False asks for shared nodes, True for whole nodes.
+    # How the job shares its nodes: whole nodes, nodes time-shared with native jobs through the MCS
+    # label ``mcs_label``, or core by core beside native jobs. None: a request written before the
+    # bridge knew the modes (a PlaceholderJob of an older version), sent as ``exclusive`` and
+    # ``mcs_label`` say.
+    node_sharing: NodeSharing | None = None
+    # Only for such older requests: None leaves Slurm's default; False asks for shared nodes, True
+    # for whole nodes. ``node_sharing`` replaces it.
     exclusive: bool | None = None
     priority: int | None = Field(default=None, ge=0)
     user_id: int | None = Field(default=None, ge=0)
@@ -188,6 +198,10 @@ class NodeInfo(BaseModel):
     reason_user: str = ""
     cpus: int = 0
     real_memory_mib: int = 0
+    # What jobs may use: the CPUs without the specialized ones (CoreSpecCount, CpuSpecList; Slurm's
+    # CPUEfctv, None when not reported) and the memory slurmd keeps (MemSpecLimit).
+    effective_cpus: int | None = None
+    specialized_memory_mib: int = 0
     gres: str = ""
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
@@ -211,3 +225,25 @@ class NodeInfo(BaseModel):
             if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
                 total += int(parts[-1])
         return total
+
+
+class SlurmConf(BaseModel):
+    """The slurm.conf settings the bridge checks at start-up (``GET /slurm/v0.0.45/conf``; older
+    REST versions have no such call). Lists as Slurm gives them, e.g. ``("ondemand", "ondemandselect")``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mcs_plugin: str = ""
+    mcs_parameters: tuple[str, ...] = ()
+    select_type: str = ""
+    select_type_parameters: tuple[str, ...] = ()
+
+
+class PartitionInfo(BaseModel):
+    """A partition as the bridge's checks read it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    # scontrol's form: "NO", "EXCLUSIVE", "YES:<n>" or "FORCE:<n>".
+    oversubscribe: str = "NO"

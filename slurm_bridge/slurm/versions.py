@@ -3,9 +3,11 @@ release behind an answer, and one codec per version.
 
 Each version has a codec that turns the version-neutral models into request bodies and Slurm's
 answers back into them, so nothing outside this package sees a REST API version. The three
-versions agree on every field the bridge uses (checked against the OpenAPI specs that Slurm
-26.05's data_parser plugins generate); they differ only in the node states an update accepts
-and in node creation (v0.0.44 on). What they share lives beside this module: the JSON as models
+versions agree on almost every field the bridge uses (checked against the OpenAPI specs that
+Slurm 26.05's data_parser plugins generate); they differ in the node states an update accepts,
+in node creation (v0.0.44 on), in ``GET conf`` (slurm.conf as JSON, v0.0.45 on) and in a
+partition's OverSubscribe (v0.0.45 shows scontrol's string and zeroes the older
+``maximums.oversubscribe``). What they share lives beside this module: the JSON as models
 (:mod:`.wire`), Slurm's value formats (:mod:`.formats`), the request bodies (:mod:`.bodies`) and
 the decoding of answers (:mod:`.decoding`). Decoding is lenient (unknown fields ignored, older
 shapes such as a ``job_state`` string accepted) because a Slurm upgrade adds fields to answers
@@ -19,6 +21,7 @@ from typing import Any, ClassVar, Final
 from .bodies import RequestBodies
 from .decoding import AnswerDecoder
 from .errors import SlurmUnsupportedVersion
+from .wire import PartitionInfoWire
 
 # Highest first: the client picks the first one the server offers.
 SUPPORTED_VERSIONS: Final = ("v0.0.45", "v0.0.44", "v0.0.43")
@@ -81,6 +84,10 @@ class Codec(RequestBodies, AnswerDecoder):
         """A path of the accounting endpoints (slurmrestd's slurmdbd plugin)."""
         return f"/slurmdb/{self.version}/{suffix}"
 
+    def conf_path(self) -> str | None:
+        """``GET conf``: slurm.conf as JSON (v0.0.45 and later; None before)."""
+        return None
+
     def create_node_body(self, node_conf: str) -> dict[str, Any]:
         """``POST new/node``: one slurm.conf node line (v0.0.44 and later)."""
         raise SlurmUnsupportedVersion(
@@ -104,6 +111,19 @@ class CodecV0045(CodecV0044):
     version = "v0.0.45"
     # 26.05 adds POWER_DOWN_ASAP and POWER_DOWN_FORCE to the node update states.
     node_update_states = _NODE_UPDATE_STATES_V43 | {"POWER_DOWN_ASAP", "POWER_DOWN_FORCE"}
+
+    def conf_path(self) -> str | None:
+        return self.path("conf")
+
+    def oversubscribe(self, w: PartitionInfoWire) -> str:
+        # v0.0.45 zeroes the deprecated maximums.oversubscribe (jobs 0 for OverSubscribe=NO) and shows
+        # scontrol's strings instead, where slurm.conf's OverSubscribe=EXCLUSIVE is Exclusive=NODE
+        # beside OverSubscribe=NO (checked on Slurm 26.05.5): read back as the older versions' form.
+        if w.partition.exclusive and w.partition.exclusive.upper() != "NO":
+            return "EXCLUSIVE"
+        if w.partition.oversubscribe:
+            return w.partition.oversubscribe.upper()
+        return super().oversubscribe(w)
 
 
 CODECS: Final[dict[str, Codec]] = {c.version: c for c in (CodecV0045(), CodecV0044(), CodecV0043())}

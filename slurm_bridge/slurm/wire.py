@@ -176,6 +176,8 @@ class NodeWire(_Wire):
     reason_set_by_user: str | None = None
     cpus: int | None = None
     real_memory: int | None = None
+    effective_cpus: int | None = None
+    specialized_memory: int | None = None
     gres: str | None = None
     features: list[str] | str | None = None
     partitions: list[str] | str | None = None
@@ -184,6 +186,40 @@ class NodeWire(_Wire):
 
 class PartitionWire(_Wire):
     name: str
+
+
+class OverSubscribeWire(_Wire):
+    """v0.0.43 and v0.0.44 (deprecated and zeroed in v0.0.45): Slurm's max_share without its FORCE
+    bit (0: EXCLUSIVE, 1: NO, n: up to n jobs per resource) and that bit as a flag."""
+
+    jobs: int = 1
+    flags: list[str] = Field(default_factory=list)
+
+
+class PartitionMaximumsWire(_Wire):
+    oversubscribe: OverSubscribeWire = Field(default_factory=OverSubscribeWire)
+
+
+class PartitionStateWire(_Wire):
+    """``partition`` of a v0.0.45 partition: scontrol's OverSubscribe and (new in 26.05) Exclusive."""
+
+    oversubscribe: str | None = None
+    exclusive: str | None = None
+
+
+class PartitionInfoWire(_Wire):
+    name: str
+    maximums: PartitionMaximumsWire = Field(default_factory=PartitionMaximumsWire)
+    partition: PartitionStateWire = Field(default_factory=PartitionStateWire)
+
+
+class SlurmConfWire(_Wire):
+    """The slurm.conf keys the bridge reads of ``GET /slurm/v0.0.45/conf``'s ``slurm_conf``."""
+
+    MCSPlugin: str = ""
+    MCSParameters: list[str] | str = Field(default_factory=list)
+    SelectType: str = ""
+    SelectTypeParameters: list[str] | str = Field(default_factory=list)
 
 
 class SubmitWire(WireResponse):

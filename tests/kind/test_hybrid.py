@@ -75,7 +75,11 @@ def test_a_bridge_pod_and_a_native_batch_job_run_on_the_same_worker_at_once(
     kind_bridge: dict[str, str],
 ) -> None:
     ns = managed_namespace
-    core.create_namespaced_pod(ns, make_pod("pod", cpu="100m", annotations=KEEP_RUNNING))
+    # coResident: the pod and the native job share the worker core by core (the default timeShared
+    # would have them take turns, tests/e2e/test_node_sharing.py); it needs its limits.
+    manifest = make_pod("pod", cpu="100m", annotations={**KEEP_RUNNING, names.ANN_NODE_SHARING: "coResident"})
+    manifest["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "100m", "memory": "64Mi"}
+    core.create_namespaced_pod(ns, manifest)
 
     def running() -> tuple[str, int] | None:
         pod, phj = read_pod(core, ns, "pod"), get_phj(custom, ns, "pod")

@@ -21,7 +21,7 @@ from typing import Any
 
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo
+from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo, PartitionInfo, SlurmConf
 from slurm_bridge.slurm.wire import ControllerPing
 
 
@@ -192,6 +192,20 @@ class FakeNodes:
 
     async def list_partitions(self) -> list[str]:
         return list(self.partitions)
+
+    # The setup check's reads (operator/nodes/setupcheck.py): set ``conf`` and ``partition_info``.
+    conf: SlurmConf | None = None
+    partition_info: PartitionInfo | None = None
+    version = "v0.0.45"
+
+    async def slurm_conf(self) -> SlurmConf | None:
+        return self.conf
+
+    async def partition(self, name: str) -> PartitionInfo | None:
+        return self.partition_info if self.partition_info and self.partition_info.name == name else None
+
+    async def api_version(self) -> str:
+        return self.version
 
 
 class FakePing:

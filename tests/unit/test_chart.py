@@ -359,8 +359,11 @@ def _strip(obj: Obj) -> Obj:
             },
         },
         {"managedNamespaceSelector": {}, "managedNamespaces": ["only-this"]},
+        {"managedNamespaces": ["a"], "nodeSharing": "coResident"},
+        {"managedNamespaces": ["a"], "nodeSharing": "exclusive"},
     ],
-    ids=["nothing-managed", "list", "labels", "selector-wins", "empty-selector-uses-list"],
+    ids=["nothing-managed", "list", "labels", "selector-wins", "empty-selector-uses-list", "co-resident",
+         "exclusive"],
 )  # fmt: skip
 def test_webhook_configurations_have_the_shape_render_py_gives(config: Obj) -> None:
     docs = render({"config": config})
@@ -441,6 +444,7 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         _grant("", "pods", "get", "list", "watch", "patch", "delete")
         | _grant("", "pods/status", "patch")
         | _grant("", "nodes", "get", "list", "watch", "patch")  # node sync (docs/nodes.md)
+        | _grant("", "nodes/status", "patch")  # the SlurmResourcesFit condition (docs/colocation.md)
         | _grant("", "events", "create")
         # the owner chain of managed pods (docs/workloads.md)
         | _grant("", "replicationcontrollers", "get")

@@ -113,9 +113,9 @@ def test_the_slurm_command_runs_only_slurm_programs() -> None:
 def test_hybrid_nodes_have_slurmd_a_port_each_and_their_own_partitions() -> None:
     conf, e = slurm_conf(), env()
     nodes, parts, g = lines(conf, "NodeName"), lines(conf, "PartitionName"), globals_of(conf)
-    hybrid, real = e["SB_HYBRID_NODE_NAMES"].split(), e["SB_REAL_NODE"]
-    assert len(hybrid) >= 2
-    served = [*hybrid, real]
+    hybrid, real, missized = e["SB_HYBRID_NODE_NAMES"].split(), e["SB_REAL_NODE"], e["SB_MISSIZED_NODE"]
+    assert len(hybrid) >= 2 and missized
+    served = [*hybrid, real, missized]
     ports = [nodes[n]["Port"] for n in served]
     assert len(set(ports)) == len(ports), ports
     assert not set(ports) & {g["SlurmctldPort"], g["SlurmdPort"], g["AccountingStoragePort"]}
@@ -123,6 +123,7 @@ def test_hybrid_nodes_have_slurmd_a_port_each_and_their_own_partitions() -> None
         assert nodes[name]["NodeHostname"] == "localhost" and "State" not in nodes[name], nodes[name]
     assert parts[e["SB_HYBRID_PARTITION"]]["Nodes"].split(",") == hybrid
     assert parts[e["SB_REAL_NODE_PARTITION"]]["Nodes"] == real
+    assert parts[e["SB_MISSIZED_PARTITION"]]["Nodes"] == missized
     default = parts[e["SB_PARTITION"]]
     assert default["Default"] == "YES" and not set(served) & set(default["Nodes"].split(","))
     # Every other node is external, as before.
@@ -154,6 +155,17 @@ def test_hybrid_kwok_nodes_match_their_slurm_lines_and_carry_the_kwok_nodes_labe
         )
         features = {k.removeprefix("feature.slinky.slurm.net/") for k in meta["labels"] if k.startswith("feature.")}
         assert features == set(nodes[name]["Features"].split(",")), (features, nodes[name])
+
+
+def test_the_missized_node_offers_half_its_slurm_size_on_purpose() -> None:
+    proc = bash("nodes_yaml")
+    assert proc.returncode == 0, proc.stderr
+    kube = {d["metadata"]["name"]: d for d in yaml.safe_load_all(proc.stdout) if d}
+    nodes, e = lines(slurm_conf(), "NodeName"), env()
+    line, status = nodes[e["SB_MISSIZED_NODE"]], kube[e["SB_MISSIZED_NODE"]]["status"]
+    assert line["Port"] and line["NodeHostname"] == "localhost" and "State" not in line, "served by a slurmd"
+    assert status["allocatable"]["cpu"] == str(int(line["CPUs"]) // 2)
+    assert status["allocatable"]["memory"] == f"{int(line['RealMemory']) // 2}Mi"
 
 
 def test_the_writer_serves_other_hosts_and_ports_with_the_same_body() -> None:

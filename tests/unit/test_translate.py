@@ -37,10 +37,17 @@ CFG = Config()
 
 def test_single_pod_defaults() -> None:
     req = job_request([_pod(_c({"cpu": "2", "memory": "1Gi"}))], config=CFG)
+    # The default node sharing is timeShared (the Go bridge's), with the default MCS label.
     assert req == JobRequest(
-        partition="slurm-bridge", nodes=1, tasks_per_node=1, cpus_per_task=2, memory_per_node_mib=1024
+        partition="slurm-bridge",
+        nodes=1,
+        tasks_per_node=1,
+        cpus_per_task=2,
+        memory_per_node_mib=1024,
+        node_sharing="timeShared",
+        mcs_label="kubernetes",
     )
-    assert req.mcs_label is None and req.gres is None and req.max_nodes is None
+    assert req.gres is None and req.max_nodes is None and req.exclusive is None
 
 
 def test_config_partition_and_mcs_label() -> None:
@@ -88,7 +95,7 @@ def test_precedence_defaults_then_derived_then_annotations() -> None:
 def test_annotation_overrides_config_mcs_free_fields() -> None:
     ann = {names.ANN_EXCLUSIVE: "false", names.ANN_ACCOUNT: "acct"}
     req = job_request([_pod(_c())], config=Config(mcsLabel="kube"), annotations=ann)
-    assert (req.exclusive, req.account, req.mcs_label) == (False, "acct", "kube")
+    assert (req.node_sharing, req.exclusive, req.account, req.mcs_label) == ("timeShared", None, "acct", "kube")
 
 
 @pytest.mark.parametrize(

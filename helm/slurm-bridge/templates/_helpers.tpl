@@ -170,6 +170,7 @@ matchExpressions:
   "slurmJwtSource" (printf "Secret %s/%s, key %s" (include "slurm-bridge.namespace" .) (include "slurm-bridge.jwtSecretName" .) .Values.slurmJwt.secretKey)
   "slurmUser" $c.slurmUser
   "managedNamespaces" ($c.managedNamespaces | default list)
+  "nodeSharing" ($c.nodeSharing | default "timeShared")
   "mcsLabel" $c.mcsLabel
   "partition" $c.partition
   "bridgeId" $c.bridgeId

@@ -1,0 +1,172 @@
+"""The SlurmResourcesFit node condition (operator/nodes/resourcesfit.py): Slurm's CPUs and memory
+for the node against the kubelet's allocatable minus the requests of pods the bridge does not
+place; both sides' numbers in the message; one pod list per node per period; a write only when the
+condition changes; Events on the way to False and back."""
+
+from __future__ import annotations
+
+import copy
+import time
+from fractions import Fraction
+from typing import Any, cast
+
+import pytest
+
+from slurm_bridge import names
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.nodes import resourcesfit
+from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit, current, decide
+from slurm_bridge.operator.runtime.store import project_node
+from slurm_bridge.podresources import pod_requests
+from slurm_bridge.slurm.models import NodeInfo
+from tests.builders import make_pod
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+MIB = 2**20
+ALLOC = {"cpu": "4", "memory": "8192Mi", "pods": "110"}
+
+
+def slurm(cpus: int = 4, mem: int = 8192, effective: int | None = None, spec_mem: int = 0) -> NodeInfo:
+    return NodeInfo(name="hyb-1", cpus=cpus, real_memory_mib=mem, effective_cpus=effective,
+                    specialized_memory_mib=spec_mem)  # fmt: skip
+
+
+def other(cpu: str, memory: str, name: str = "ds") -> Obj:
+    return make_pod(name, "kube-system").container("c", image="x", requests={"cpu": cpu, "memory": memory}).obj()
+
+
+def test_a_node_sized_alike_on_both_sides_fits() -> None:
+    fit = decide(slurm(), ALLOC, [])
+    assert fit is not None and (fit.status, fit.reason) == ("True", names.REASON_SLURM_SIZE_FITS)
+    assert "Slurm may allocate 4 CPUs and 8192 MiB on node hyb-1" in fit.message
+    assert "allocatable is 4 CPUs and 8192 MiB" in fit.message and "leaving 4 CPUs and 8192 MiB" in fit.message
+
+
+def test_pods_the_bridge_does_not_place_take_their_share_and_both_numbers_are_told() -> None:
+    fit = decide(slurm(), ALLOC, [other("500m", "1Gi"), other("250m", "100Mi", "cni")])
+    assert fit is not None and (fit.status, fit.reason) == ("False", names.REASON_SLURM_SIZE_EXCEEDS)
+    assert "2 pod(s) the bridge does not place request 0.75 CPUs and 1124 MiB" in fit.message
+    assert "leaving 3.25 CPUs and 7068 MiB" in fit.message
+    assert "Slurm's size is 0.75 CPUs and 1124 MiB too large" in fit.message
+
+
+@pytest.mark.parametrize(
+    ("info", "alloc", "status"),
+    [
+        (slurm(cpus=4, effective=3), {"cpu": "3", "memory": "8192Mi"}, "True"),  # CpuSpecList takes a core
+        (slurm(cpus=4), {"cpu": "3", "memory": "8192Mi"}, "False"),
+        (slurm(mem=8192, spec_mem=1024), {"cpu": "4", "memory": "7Gi"}, "True"),  # MemSpecLimit
+        (slurm(mem=8192), {"cpu": "4", "memory": "7Gi"}, "False"),
+        (slurm(cpus=2, mem=24105), {"cpu": "2", "memory": "24684092Ki"}, "True"),  # real-node-1's numbers
+        (slurm(cpus=2, mem=24106), {"cpu": "2", "memory": "24684092Ki"}, "False"),
+        (slurm(cpus=4), {"cpu": "3900m", "memory": "8Gi"}, "False"),  # kube-reserved 100m
+    ],
+)
+def test_specialized_cores_and_memory_and_reservations_are_counted(info: NodeInfo, alloc: Obj, status: str) -> None:
+    fit = decide(info, alloc, [])
+    assert fit is not None and fit.status == status, fit
+
+
+def test_no_allocatable_no_condition() -> None:
+    assert decide(slurm(), {}, []) is None
+    assert decide(slurm(), {"cpu": "4"}, []) is None
+
+
+def test_requests_count_as_kube_scheduler_counts_them() -> None:
+    p = (
+        make_pod("p")
+        .container("a", image="x", requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "4", "memory": "2Gi"})
+        .container("b", image="x", requests={"cpu": "500m"})
+        .obj()
+    )
+    p["spec"]["initContainers"] = [{"name": "i", "image": "x", "resources": {"requests": {"cpu": "3"}}}]
+    p["spec"]["overhead"] = {"cpu": "100m", "memory": "10Mi"}
+    assert pod_requests(p) == (Fraction(31, 10), Fraction(1034 * MIB))  # max(1.5, 3) + 0.1; limits not counted
+
+
+def test_the_node_projection_keeps_only_the_bridges_condition() -> None:
+    node: Obj = {
+        "metadata": {"name": "n", "resourceVersion": "1"},
+        "kind": "Node",
+        "status": {
+            "allocatable": ALLOC,
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": "t1"},
+                {"type": names.NODE_COND_SLURM_RESOURCES_FIT, "status": "False"},
+            ],
+        },
+    }
+    projected = project_node(node)
+    assert [c["type"] for c in projected["status"]["conditions"]] == [names.NODE_COND_SLURM_RESOURCES_FIT]
+    node["status"]["conditions"][0]["lastHeartbeatTime"] = "t2"
+    assert project_node(node) == projected, "a kubelet heartbeat is no change"
+
+
+class FakeKube:
+    """Pod lists by field selector and strategic-merge status patches of the node's conditions."""
+
+    def __init__(self, pods: list[Obj]) -> None:
+        self.pods = pods
+        self.lists: list[str] = []
+        self.patches: list[Obj] = []
+        self.events: list[tuple[str, str, bool]] = []
+        self.node: Obj = {"metadata": {"name": "hyb-1", "resourceVersion": "1"}, "status": {"allocatable": ALLOC}}
+
+    async def get(self, path: str, params: dict[str, str] | None = None) -> Obj:
+        assert path == "/api/v1/pods" and params is not None and params["resourceVersion"] == "0"
+        self.lists.append(params["fieldSelector"])
+        return {"items": copy.deepcopy(self.pods)}
+
+    async def patch(self, path: str, patch: Obj, patch_type: str = "merge") -> Obj:
+        assert (path, patch_type) == ("/api/v1/nodes/hyb-1/status", "strategic")
+        (cond,) = patch["status"]["conditions"]
+        self.patches.append(cond)
+        self.node["status"]["conditions"] = [cond]
+        self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.node)
+
+    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((obj["metadata"]["name"], reason, warning))
+
+
+async def test_one_list_per_period_and_a_write_only_on_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube([])
+    fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    written = await fit.reconcile("hyb-1", kube.node, slurm())
+    assert written is not None and current(written) is not None
+    assert kube.lists == ["spec.nodeName=hyb-1,spec.schedulerName!=slurm-bridge,status.phase!=Succeeded,"
+                          "status.phase!=Failed"]  # fmt: skip
+    assert kube.events == [], "a first True is routine"
+    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 1, "within the period"
+    clock[0] += resourcesfit.FIT_SECONDS
+    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 2, "same condition"
+    assert len(kube.patches) == 1
+    # a DaemonSet pod arrives: only the period (or a size change) looks again
+    kube.pods = [other("1", "1Gi")]
+    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 2
+    written = await fit.reconcile("hyb-1", kube.node, slurm(mem=8000))  # a size change: at once
+    assert written is not None and kube.patches[-1]["status"] == "False"
+    assert kube.events == [("hyb-1", names.REASON_SLURM_SIZE_EXCEEDS, True)]
+    first_false = kube.patches[-1]["lastTransitionTime"]
+    kube.pods = []
+    written = await fit.reconcile("hyb-1", kube.node, slurm(mem=8191))
+    assert written is not None and kube.patches[-1]["status"] == "True"
+    assert kube.events[-1] == ("hyb-1", names.REASON_SLURM_SIZE_FITS, False)
+    assert kube.patches[-1]["lastTransitionTime"] >= first_false
+
+
+async def test_a_changed_message_keeps_the_transition_time() -> None:
+    kube = FakeKube([other("1", "1Gi")])
+    fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")
+    await fit.reconcile("hyb-1", kube.node, slurm())
+    kube.node["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    kube.pods.append(other("1", "1Gi", "another"))
+    fit.forget("hyb-1")
+    await fit.reconcile("hyb-1", kube.node, slurm())
+    assert (
+        kube.patches[-1]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and "2 pod(s)" in kube.patches[-1]["message"]
+    )
+    assert len(kube.events) == 1, "no second Event while it stays False"
