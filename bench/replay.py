@@ -161,7 +161,8 @@ def slurm_job(job_id: int, name: str, admin_comment: str, node: str) -> Obj:
         "node_count": number | {"number": 1}, "tasks": number | {"number": 1},
         "memory_per_node": number | {"number": 64}, "minimum_cpus_per_node": number | {"number": 1},
         "submit_time": number | {"number": 1_763_856_000}, "start_time": number | {"number": 1_763_856_000},
-        "end_time": number | {"number": 1_763_857_800}, "eligible_time": number | {"number": 1_763_856_000},
+        # Its 30-minute time limit ends in the future (the handoff ends pods ahead of a time limit).
+        "end_time": number | {"number": int(time.time()) + 1800}, "eligible_time": number | {"number": 1_763_856_000},
         "time_limit": number | {"number": 30}, "accrue_time": number, "preempt_time": number,
         "suspend_time": number, "last_sched_evaluation": number | {"number": 1_763_856_000},
         "exit_code": {"status": ["SUCCESS"], "return_code": number, "signal": {"id": number, "name": ""}},

@@ -153,10 +153,13 @@ def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]]
             end = [("end", ("p",), "PlaceholderJobDeleted")] if member != "terminating" else []
             return [("confirm",), *end, ("waiting", ("p",))], lc.FINALIZE_RECHECK_SECONDS
         return [("confirm",), ("cancel", JOB), ("event", "Cancelled"), ("finalize",)], None
-    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted
-        cancel = [("cancel", JOB)] if slurm in ("PENDING", "RUNNING") else []
+    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted; the handoff
         end = [("end", ("p",), "EndedBefore")] if member in ("running", "gated") else []
-        return [*cancel, *end], None
+        if slurm == "PENDING":
+            return [("cancel", JOB), *end], None
+        if slurm == "RUNNING":  # released only once the pod stopped: never under a live pod
+            return (end, None) if holds_node else ([("confirm",), ("cancel", JOB)], None)
+        return end, None
     if not holds_node:  # Kubernetes -> Slurm: every member ended (confirmed by a GET)
         new_phase, reason = PODS_END[member]
         cancel = [("cancel", JOB)] if slurm_may_hold else []
