@@ -45,11 +45,12 @@ def hold_seconds(grace: int, margin: int) -> int:
     return max(grace, 0) + 2 * margin
 
 
-def work_dir(hold: int, scope: str) -> str:
-    """The job's working directory: what the EpilogSlurmctld reads as SLURM_JOB_WORK_DIR."""
+def work_dir(hold: int, scope: str, bridge_id: str) -> str:
+    """The job's working directory: what the EpilogSlurmctld reads as SLURM_JOB_WORK_DIR
+    (``<HANDOFF_WORK_DIR>/<hold seconds>/<scope>/<bridgeId>``)."""
     if scope not in (names.HANDOFF_SCOPE_CORES, names.HANDOFF_SCOPE_NODE):
         raise ValueError(f"unknown handoff scope {scope!r}")
-    return f"{names.HANDOFF_WORK_DIR}/{int(hold)}/{scope}"
+    return f"{names.HANDOFF_WORK_DIR}/{int(hold)}/{scope}/{bridge_id}"
 
 
 def released_name(name: str) -> str:
@@ -59,7 +60,8 @@ def released_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class HandoffReservation:
-    """A reservation the script made: the ended job's id and the node it holds cores on."""
+    """A reservation the script made (``handoff-<job id>-<bridgeId>-<node>``): the ended job's id
+    and the node it holds cores on; ``start_time``: when the job ended."""
 
     name: str
     job_id: int
@@ -68,14 +70,20 @@ class HandoffReservation:
     start_time: datetime | None = None
 
 
-def reservation_of(name: str, *, end_time: datetime | None = None, start_time: datetime | None = None) -> (
-    HandoffReservation | None
-):  # fmt: skip
-    """The handoff reservation named ``name``; None for any other reservation."""
+def reservation_name(job_id: int, bridge_id: str, node: str) -> str:
+    """What the script names the reservation for a job's node (hack/slurm-hooks/)."""
+    return f"{names.HANDOFF_RESERVATION_PREFIX}{job_id}-{bridge_id}-{node}"
+
+
+def reservation_of(
+    name: str, bridge_id: str, *, end_time: datetime | None = None, start_time: datetime | None = None
+) -> HandoffReservation | None:
+    """The handoff reservation named ``name`` for one of ``bridge_id``'s jobs; None for any other
+    reservation (another bridge's too: each bridge releases only its own)."""
     m = _RESERVATION.match(name)
-    if m is None:
+    if m is None or not m.group(2).startswith(f"{bridge_id}-") or m.group(2) == f"{bridge_id}-":
         return None
-    return HandoffReservation(name, int(m.group(1)), m.group(2), end_time, start_time)
+    return HandoffReservation(name, int(m.group(1)), m.group(2)[len(bridge_id) + 1 :], end_time, start_time)
 
 
 def drain_reason(namespace: str, pod: str, job_id: int, grace: int, margin: int) -> str:
@@ -125,7 +133,7 @@ def ending_starts_at(end_time: datetime, over_time_limit: timedelta, grace: int,
     return min(end_time, end_time + over_time_limit - timedelta(seconds=grace + margin))
 
 
-def job_work_dir(request: JobRequest, pods: Iterable[dict[str, Any]], margin: int) -> str:
+def job_work_dir(request: JobRequest, pods: Iterable[dict[str, Any]], margin: int, bridge_id: str) -> str:
     """The working directory a job is submitted with: the hold sized for its pods' longest grace
     period, and the scope. All of a node's free cores are held (``node``) where the pod's exact
     cores or the node's exclusivity matter -- a whole-node job, a time-shared (MCS) one, a pod
@@ -135,7 +143,8 @@ def job_work_dir(request: JobRequest, pods: Iterable[dict[str, Any]], margin: in
     grace = max((pod_grace_seconds(p) for p in pods), default=DEFAULT_GRACE_SECONDS)
     exact = any(_exact_cores(p) for p in pods)
     node = bool(request.exclusive) or bool(request.mcs_label) or exact
-    return work_dir(hold_seconds(grace, margin), names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES)
+    scope = names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES
+    return work_dir(hold_seconds(grace, margin), scope, bridge_id)
 
 
 def _exact_cores(pod: dict[str, Any]) -> bool:

@@ -56,7 +56,7 @@ OWN_WRITE_SECONDS = 10.0
 class SlurmHandoff(Protocol):
     """The Slurm calls the handoff loop makes."""
 
-    async def list_handoff_reservations(self) -> list[HandoffReservation]: ...
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]: ...
     async def delete_reservation(self, name: str) -> bool: ...
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
@@ -195,7 +195,7 @@ class HandoffController:
         return out
 
     async def reservations(self) -> None:
-        found = await self.slurm.list_handoff_reservations()
+        found = await self.slurm.list_handoff_reservations(self.config.bridgeId)
         nodes = dict(self.slurm_nodes() or {})
         at = time.monotonic()
         for name, (info, written) in list(self._written.items()):
@@ -207,16 +207,12 @@ class HandoffController:
         if not found and not drained:
             self._told.clear()
             return
-        snap = self.poller.snapshot
-        known = frozenset(snap.by_id) if snap is not None else frozenset()
         jobs = {r.job_id for r in found}
         for info in drained.values():
             d = drain_of(info.reason)
             if d is not None:
                 jobs.add(d.job_id)
-        steps = decide(
-            found, self._pods_by_job(jobs), known, drained, datetime.now(UTC), self.config.handoff.marginSeconds
-        )
+        steps = decide(found, self._pods_by_job(jobs), drained, datetime.now(UTC), self.config.handoff.marginSeconds)
         for step in steps:
             await self._apply(step)
         self._told &= {r.name for r in found}

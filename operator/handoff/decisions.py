@@ -10,8 +10,8 @@ EpilogSlurmctld made when Slurm ended a bridge job, and each node the loop drain
 - A node drained by the loop whose named pod no longer runs there is undrained (UNDRAIN), unless
   another pod is overdue there (the drain then names that one). Only drains with the loop's own
   reason prefix are ever lifted.
-- A reservation of a job the bridge does not know (another bridge's, or purged by Slurm after
-  MinJobAge) with no pod of the job here is left to its EndTime.
+- Only this bridge's reservations are looked at (its bridgeId is in their names): another
+  bridge's are left to that bridge.
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ def running_on(pod: Obj, node: str) -> bool:
 def decide(
     reservations: Sequence[HandoffReservation],
     pods_by_job: Mapping[int, Sequence[Obj]],
-    known_jobs: frozenset[int],
     slurm_nodes: Mapping[str, NodeInfo],
     now: datetime,
     margin: int,
@@ -81,8 +80,7 @@ def decide(
     for r in sorted(reservations, key=lambda r: (r.start_time or now, r.name)):
         here = [p for p in pods_by_job.get(r.job_id, ()) if running_on(p, r.node)]
         if not here:
-            if r.job_id in known_jobs or r.job_id in pods_by_job:
-                steps.append(Release(r))
+            steps.append(Release(r))
             continue
         steps.append(Held(r, tuple(here)))
         ended = r.start_time or now

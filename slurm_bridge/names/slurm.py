@@ -23,11 +23,13 @@ SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 # The working directory of every bridge job names it for the project's EpilogSlurmctld
 # (hack/slurm-hooks/slurm-bridge-handoff.sh): <HANDOFF_WORK_DIR>/<hold seconds>/<cores|node>. Slurm
 # does not check it for an external job (nothing runs there), and the script reads it as
-# SLURM_JOB_WORK_DIR: it needs no call to know a job is the bridge's and how long to hold.
+# SLURM_JOB_WORK_DIR: it needs no call to know a job is a bridge's, which bridge's, and how long to
+# hold (<HANDOFF_WORK_DIR>/<hold seconds>/<cores|node>/<bridgeId>).
 HANDOFF_WORK_DIR: Final = "/slurm-bridge/handoff"
 HANDOFF_SCOPE_CORES: Final = "cores"  # hold the job's CPU count on each node
 HANDOFF_SCOPE_NODE: Final = "node"  # hold every free core of each node (exact cores, exclusivity)
-# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>-<node>, one a node.
+# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>-<bridgeId>-<node>,
+# one a node (a reservation's CoreCnt list is refused in 26.05; REST shows no reservation comment).
 HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
 # The bridge renames a job it releases itself (its pods' containers stopped) to <name><suffix> just
 # before its DELETE: the script then holds nothing for it (checked on Slurm 26.05: the epilog sees

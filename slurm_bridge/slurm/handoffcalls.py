@@ -103,14 +103,15 @@ class HandoffCalls(SlurmSession):
         except SlurmError:
             return ""
 
-    async def list_handoff_reservations(self) -> list[HandoffReservation]:
-        """Every ``handoff-<job>-<node>`` reservation (one small request; other reservations left out)."""
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
+        """Every ``handoff-<job>-<bridge_id>-<node>`` reservation (one small request; other
+        reservations, other bridges' too, left out)."""
         codec = await self._get_codec()
         reply = await self._request("GET", codec.path("reservations/"))
         out: list[HandoffReservation] = []
         for raw in listed(reply.body, "reservations", "reservations"):
             w = validate(_ResvWire, raw, "reservation")
-            r = reservation_of(w.name, end_time=time_of(w.end_time), start_time=time_of(w.start_time))
+            r = reservation_of(w.name, bridge_id, end_time=time_of(w.end_time), start_time=time_of(w.start_time))
             if r is not None:
                 out.append(r)
         return out

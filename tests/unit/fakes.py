@@ -250,7 +250,7 @@ class FakeHandoff:
         self.over_time = over_time or {}
         self.calls: list[str] = []
 
-    async def list_handoff_reservations(self) -> list[HandoffReservation]:
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
         self.calls.append("reservations")
         return list(self.reservations.values())
 

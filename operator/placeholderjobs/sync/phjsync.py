@@ -262,7 +262,7 @@ class PlaceholderJobs:
         pods = [p for n in action.present if (p := members.get(n)) is not None]
         exclusive = any(r.exclusive or r.mcs_label for r in action.components)
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
-        work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds)
+        work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds, self.config.bridgeId)
         try:
             if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
                 job_id = await self.placer.place_het(
