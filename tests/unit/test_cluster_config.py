@@ -315,9 +315,7 @@ def test_the_local_preemption_settings_cover_the_bridges_handoff() -> None:
     """The pods' QOS GraceTime (hack/accounting.env) covers the local bridge's
     handoff.maxGracePeriodSeconds + marginSeconds (hack/bridge.sh), so a preempted pod ends gracefully."""
     env = (HACK / "accounting.env").read_text()
-    modes = dict(
-        (w.split(":")[0], w.split(":")[1:]) for w in env.split('QOS_MODES="')[1].split('"')[0].split()
-    )
+    modes = dict((w.split(":")[0], w.split(":")[1:]) for w in env.split('QOS_MODES="')[1].split('"')[0].split())
     preempted = {p for w in env.split('QOS_PREEMPT="')[1].split('"')[0].split() for p in w.split(":")[1].split(",")}
     bridge = (HACK / "bridge.sh").read_text()
     grace = int(bridge.split("maxGracePeriodSeconds: ")[1].split(",")[0])
