@@ -67,8 +67,9 @@ class SlurmHandoff(Protocol):
     async def partition_over_time(self) -> dict[str, int | None]: ...
 
 
-def policy_problems(policy: SlurmPolicy, config: Config) -> list[str]:
-    """What the handoff needs from Slurm and does not find there (pure; logged as warnings)."""
+def policy_problems(policy: SlurmPolicy, config: Config, used: frozenset[str]) -> list[str]:
+    """What the handoff needs from Slurm and does not find there (pure; logged as warnings).
+    ``used``: the QOS the bridge's jobs run in (its jobs seen, its user's default QOS)."""
     out: list[str] = []
     conf = policy.conf
     if conf is not None and not conf.epilog_slurmctld:
@@ -79,7 +80,7 @@ def policy_problems(policy: SlurmPolicy, config: Config) -> list[str]:
         )
     need = config.handoff.maxGracePeriodSeconds + config.handoff.marginSeconds
     for q in sorted(policy.qos.values(), key=lambda q: q.name):
-        if not policy.preemptable(q.name):
+        if q.name not in used or not policy.preemptable(q.name):
             continue
         if "SUSPEND" in q.mode:
             out.append(f"QOS {q.name} may be preempted with PreemptMode=SUSPEND, which cannot stop a pod: use CANCEL")
@@ -157,7 +158,9 @@ class HandoffController:
         over = await self.slurm.partition_over_time()
         policy = SlurmPolicy(True, conf, {q.name: q for q in qos or []}, defaults, over)
         self.policy.current = policy
-        problems = policy_problems(policy, self.config)
+        snap = self.poller.snapshot
+        used = {j.qos for j in snap.by_id.values()} if snap is not None else set()
+        problems = policy_problems(policy, self.config, frozenset(used | set((defaults or {}).values())))
         if problems != self._problems:
             for p in problems:
                 log.warning("handoff: %s", p)

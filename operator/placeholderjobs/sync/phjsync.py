@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
-from slurm_bridge.handoff import job_work_dir, released_name
+from slurm_bridge.handoff import job_work_dir
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
@@ -36,15 +36,15 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
-# The likely preemptor of a job, in words (operator/handoff/preemptor.py; a bounded read of Slurm).
-DescribePreemptor = Callable[[JobInfo], Awaitable[str]]
+__all__ = ["DescribePreemptor", "PlaceholderJobs"]
 # A reconcile decides at most this often: once, again after a GET of missing members, after a
 # submit, after a release (each at most once).
 MAX_DECISIONS = 6
@@ -93,12 +93,14 @@ class PlaceholderJobs:
         # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
         # name a preempted job's likely preemptor (docs/colocation.md).
         self.policy = policy or PolicyHolder()
-        self.describe_preemptor = describe_preemptor
         self.placer = Placer(slurm, config.immediateAllocation, lambda r: self.policy.current.may_preempt(r))
         self.podgroups = PodGroupReporter(kube)
         self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         self.member_pods = MemberPods(kube, pods, self.devices)
+        self.handoff = HandoffWrites(
+            kube, slurm, poller, self.member_pods, self.policy, config.bridgeId, describe_preemptor
+        )
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -200,7 +202,7 @@ class PlaceholderJobs:
                     if (pod := members.get(name)) is not None:
                         await self.member_pods.end(pod, reason, message)
             case pl.EndPreempted():
-                await self.end_preempted(phj, action, members)
+                await self.handoff.end_preempted(phj, action, members)
             case pl.NoteWaiting(pods=pods, job_id=job_id):
                 await self._note_waiting(phj, pods, job_id)
             case pl.Fence(status=status):
@@ -394,43 +396,11 @@ class PlaceholderJobs:
         )
         return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
-    # ---- the handoff -----------------------------------------------------------------------------
-    async def end_preempted(
-        self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None]
-    ) -> None:
-        """Slurm preempts the job: name the likely preemptor (best effort: a preemptor is not in
-        Slurm's answers, docs/colocation.md), then post SlurmJobPreempted on the PlaceholderJob and
-        end the pods gracefully with it."""
-        message = action.message
-        if self.describe_preemptor is not None:
-            try:
-                message = f"{message}; {await self.describe_preemptor(action.job)}"
-            except SlurmError as e:
-                log.info("looking for the preemptor of Slurm job %d failed: %s", action.job.job_id, e)
-        await self.kube.event(phj.raw, names.REASON_SLURM_JOB_PREEMPTED, message, warning=True)
-        for name in action.pods:
-            if (pod := members.get(name)) is not None:
-                await self.member_pods.end(pod, names.REASON_SLURM_JOB_PREEMPTED, message)
-
-    async def _mark_released(self, job_id: int) -> None:
-        """Rename each running part of the job before the bridge's own cancel, so the handoff's
-        EpilogSlurmctld holds nothing for it: its pods' containers have stopped (one call a part;
-        a heterogeneous job's components are renamed one by one, each has its own epilog)."""
-        snap = self.poller.snapshot
-        job = snap.by_id.get(job_id) if snap is not None else None
-        if job is None:
-            await self.slurm.rename_job(job_id, released_name(self.config.bridgeId))
-            return
-        parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
-        for part in parts or (job,):
-            if part.is_running:
-                await self.slurm.rename_job(part.job_id, released_name(part.name or self.config.bridgeId))
-
     # ---- writes ---------------------------------------------------------------------------------
     async def cancel(self, job_id: int, *, released: bool = True) -> None:
         """Cancel the job; ``released`` (no pod runs on it): renamed first, so nothing is held."""
         if released:
-            await self._mark_released(job_id)
+            await self.handoff.mark_released(job_id)
         await self.slurm.cancel_job(job_id)
         metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)
