@@ -144,8 +144,12 @@ class HandoffController:
     async def pass_once(self) -> None:
         now = time.monotonic()
         if now - self._policy_at >= POLICY_SECONDS:
-            await self.read_policy()
             self._policy_at = now
+            try:
+                await self.read_policy()
+            except SlurmError as e:  # the reservations must not wait for the settings
+                log.warning("handoff: reading Slurm's preemption and time-limit settings failed, again in %.0fs: %s",
+                            POLICY_SECONDS, e)  # fmt: skip
         await self.check_preemption(now)
         await self.reservations()
 

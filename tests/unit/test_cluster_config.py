@@ -324,3 +324,22 @@ def test_the_local_preemption_settings_cover_the_bridges_handoff() -> None:
     assert int(modes["pods"][1]) >= grace + margin
     policy = (HACK / "slurm-policy.conf").read_text()
     assert "PreemptType=preempt/qos" in policy and "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in policy
+
+
+def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_settings(tmp_path: Path) -> None:
+    """hack/kind/slurm.sh's ConfigMap carries the handoff's EpilogSlurmctld (sb-slurm installs it at
+    the path slurm.conf names) and accounting.env's preemption settings (sb-slurm applies them)."""
+    script = (
+        f". {HACK / 'lib.sh'}; . {HACK / 'cluster' / 'slurm-conf.sh'}; . {HACK / 'kind' / 'common.sh'}; "
+        f'. {HACK / "kind" / "slurm.sh"}; KIND_STATE={tmp_path}; kubectl_kind() {{ kubectl "$@"; }}; '
+        "kind_slurm_config_map 'w1=10.0.0.2'"
+    )
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(proc.stdout)["data"]
+    assert data["slurm-bridge-handoff.sh"] == (HACK.parent / "slurm-hooks" / "slurm-bridge-handoff.sh").read_text()
+    assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in data["slurm.conf"]
+    assert "PreemptType=preempt/qos" in data["slurm.conf"]
+    assert 'QOS_MODES="pods:cancel:90' in data["accounting.env"]
+    sb_slurm = (HACK / "kind" / "slurm-image" / "sb-slurm").read_text()
+    assert 'install -m 0755 "$CONFIG/slurm-bridge-handoff.sh" /etc/slurm/slurm-bridge-handoff.sh' in sb_slurm

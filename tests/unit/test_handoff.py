@@ -40,6 +40,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary, token_user
 from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo
 from slurm_bridge.webhook.render import webhook_configurations
@@ -506,3 +507,15 @@ async def test_the_client_reads_reservations_settings_and_renames_jobs(tmp_path:
         conf = await client.slurm_conf()
         assert conf == SlurmConfSummary(("/etc/slurm/slurm-bridge-handoff.sh",), "preempt/qos", ("REQUEUE",), 1)
         assert client.requests_by_kind.get("DELETE /reservation/{name}") == 2  # one endpoint, whatever the name
+
+
+async def test_a_pass_goes_on_with_the_reservations_when_the_settings_cannot_be_read() -> None:
+    class Broken(FakeHandoff):
+        async def slurm_conf(self) -> SlurmConfSummary | None:
+            raise SlurmError("GET /conf: access denied")
+
+    r = resv(7, "n1")
+    slurm = Broken([r])
+    ctrl, _, _ = loop(slurm, [])
+    await ctrl.pass_once()
+    assert slurm.calls == ["reservations", f"delete {r.name}"] and not ctrl.policy.current.known
