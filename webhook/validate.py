@@ -432,7 +432,9 @@ def _check_templates(
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
-            invalid += grace_problems(spec, config, f"{where}.spec")
+            before = _spec(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
+            if not update or before != spec.get("terminationGracePeriodSeconds"):  # an unchanged one stands
+                invalid += grace_problems(spec, config, f"{where}.spec")
             moved = (
                 moved or where not in old_templates or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
             )
