@@ -122,6 +122,16 @@ def grace_refusal(grace: int, limit: int, what: str) -> str | None:
     )
 
 
+def grace_problems(spec: dict[str, Any] | Any, limit: int, where: str) -> list[str]:
+    """Admission's check of a pod spec (or a pod template's) at ``where``: its grace period must be
+    one the handoff can hold (``handoff.maxGracePeriodSeconds``)."""
+    value = spec.get("terminationGracePeriodSeconds") if hasattr(spec, "get") else None
+    if not isinstance(value, int):
+        return []
+    problem = grace_refusal(value, limit, f"{where}.terminationGracePeriodSeconds")
+    return [problem] if problem else []
+
+
 def ending_starts_at(end_time: datetime, over_time_limit: timedelta, grace: int, margin: int) -> datetime:
     """When the bridge starts ending a job's pods ahead of its time limit.
 

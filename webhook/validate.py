@@ -18,7 +18,7 @@ from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, schedulingapi, tenancy, workloadkinds
 from slurm_bridge.config import Config
-from slurm_bridge.handoff import grace_refusal
+from slurm_bridge.handoff import grace_problems
 from slurm_bridge.jobannotations import annotation_values, validate_annotations
 from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
@@ -209,16 +209,6 @@ def _pod_placement(
     return problems, []
 
 
-def grace_problems(spec: Mapping[str, Any], config: Config, where: str) -> list[str]:
-    """A grace period the handoff cannot hold (docs/colocation.md): longer than the configured
-    maximum, which the bridge QOS's GraceTime and the handoff reservations are sized for."""
-    value = spec.get("terminationGracePeriodSeconds")
-    if not isinstance(value, int):
-        return []
-    problem = grace_refusal(value, config.handoff.maxGracePeriodSeconds, f"{where}.terminationGracePeriodSeconds")
-    return [problem] if problem else []
-
-
 def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
     """DRA requests of a bridge pod (slurm_bridge/dra.py): the mutating webhook turned them into
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
@@ -372,7 +362,7 @@ def _validate_pod(
     placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
     devices = _pod_devices(request.object or {}, old_obj, config)
     if old_obj is None:  # a pod's grace period cannot change after its create
-        devices += grace_problems(_spec(request.object), config, "spec")
+        devices += grace_problems(_spec(request.object), config.handoff.maxGracePeriodSeconds, "spec")
     reserved += _pod_tenancy(request, config, tenants, not invalid)
     return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
@@ -434,7 +424,7 @@ def _check_templates(
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
             before = _spec(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
             if not update or before != spec.get("terminationGracePeriodSeconds"):  # an unchanged one stands
-                invalid += grace_problems(spec, config, f"{where}.spec")
+                invalid += grace_problems(spec, config.handoff.maxGracePeriodSeconds, f"{where}.spec")
             moved = (
                 moved or where not in old_templates or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
             )

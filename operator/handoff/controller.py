@@ -148,8 +148,7 @@ class HandoffController:
             try:
                 await self.read_policy()
             except SlurmError as e:  # the reservations must not wait for the settings
-                log.warning("handoff: reading Slurm's preemption and time-limit settings failed, again in %.0fs: %s",
-                            POLICY_SECONDS, e)  # fmt: skip
+                log.warning("handoff: reading Slurm's settings failed, again in %.0fs: %s", POLICY_SECONDS, e)
         await self.check_preemption(now)
         await self.reservations()
 
