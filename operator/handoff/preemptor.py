@@ -4,8 +4,9 @@ Slurm names no preemptor in its answers (only slurmctld's log does, Slurm 26.05)
 ``preempt_time`` and nothing points back. A job is taken for the likely preemptor when its QOS may
 preempt the victim's (``Preempt=`` in Slurm's accounting) and it is planned on, or started on, the
 victim's nodes: a pending job's ``scheduled_nodes``, or a running one's nodes when it started at
-or after the preemption. The read is bounded: one ``jobs/state`` and at most MAX_READS job reads,
-newest jobs first, once per preemption.
+or after the preemption; failing that (Slurm does not always show a pending job's planned nodes),
+the newest pending job whose QOS may preempt the victim's. The read is bounded: one
+``jobs/state`` and at most MAX_READS job reads, newest jobs first, once per preemption.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def is_likely(victim: JobInfo, candidate: JobInfo, preemptors: tuple[str, ...]) 
     return bool(nodes & set(victim.nodes))
 
 
+def _since(victim: JobInfo, job: JobInfo) -> bool:
+    """Pending, or started at or after the preemption: it may be the one (its nodes unknown)."""
+    started, at = job.start_time, victim.preempt_time
+    return job.is_pending or (started is not None and at is not None and started >= at - timedelta(seconds=1))
+
+
 def describe(job: JobInfo) -> str:
     who = ", ".join(x for x in (job.name, f"user {job.user_name}" if job.user_name else "", f"QOS {job.qos}") if x)
     return f"Slurm job {job.job_id} ({who})"
@@ -57,9 +64,16 @@ class PreemptorFinder:
             (j for j, s in states.by_id.items() if j != victim.job_id and s and s[0] in ("PENDING", "RUNNING")),
             reverse=True,
         )
+        fallback: JobInfo | None = None  # the newest that may preempt it, when none shows its nodes
         for job_id in live[:MAX_READS]:
             job = await self.slurm.get_job(job_id)
-            if job is not None and is_likely(victim, job, preemptors):
+            if job is None:
+                continue
+            if is_likely(victim, job, preemptors):
                 return f"likely preempted by {describe(job)}"
+            if fallback is None and preemptors and job.qos in preemptors and _since(victim, job):
+                fallback = job
+        if fallback is not None:
+            return f"likely preempted by {describe(fallback)}"
         which = f" (QOS that may preempt it: {', '.join(preemptors)})" if preemptors else ""
         return f"its preemptor was not found among the {min(len(live), MAX_READS)} newest live jobs{which}"

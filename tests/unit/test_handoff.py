@@ -272,6 +272,8 @@ async def test_the_preemptor_is_looked_for_among_the_newest_live_jobs() -> None:
     finder = PreemptorFinder(slurm, PolicyHolder(SlurmPolicy(True, CONF, QOS)))
     assert await finder(VICTIM) == "likely preempted by Slurm job 9 (big, user alice, QOS native-urgent)"
     assert slurm.calls == ["states", "get 9"]
+    slurm.set(slurm_job(9, "PENDING", qos="native-urgent", name="big", user_name="alice"))  # no planned nodes
+    assert await finder(VICTIM) == "likely preempted by Slurm job 9 (big, user alice, QOS native-urgent)"
     del slurm.jobs[9]
     assert "not found among the 1 newest live jobs (QOS that may preempt it: native-urgent)" in await finder(VICTIM)
 
