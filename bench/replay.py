@@ -161,7 +161,8 @@ def slurm_job(job_id: int, name: str, admin_comment: str, node: str) -> Obj:
         "node_count": number | {"number": 1}, "tasks": number | {"number": 1},
         "memory_per_node": number | {"number": 64}, "minimum_cpus_per_node": number | {"number": 1},
         "submit_time": number | {"number": 1_763_856_000}, "start_time": number | {"number": 1_763_856_000},
-        "end_time": number | {"number": 1_763_857_800}, "eligible_time": number | {"number": 1_763_856_000},
+        # Its 30-minute time limit ends in the future (the handoff ends pods ahead of a time limit).
+        "end_time": number | {"number": int(time.time()) + 1800}, "eligible_time": number | {"number": 1_763_856_000},
         "time_limit": number | {"number": 30}, "accrue_time": number, "preempt_time": number,
         "suspend_time": number, "last_sched_evaluation": number | {"number": 1_763_856_000},
         "exit_code": {"status": ["SUCCESS"], "return_code": number, "signal": {"id": number, "name": ""}},
@@ -452,6 +453,8 @@ class ReplaySlurm:
             if request.method == "DELETE":
                 self.jobs.pop(job_id, None)
                 return httpx.Response(200, json=meta | {"status": []})
+            if request.method == "POST":  # the rename before the bridge's own cancel (the handoff)
+                return httpx.Response(200, json=meta | {"job_id": job_id, "results": []})
         self.unknown.append(kind)
         return httpx.Response(404, text="Unable to find requested URL endpoint.")
 

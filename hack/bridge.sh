@@ -39,6 +39,8 @@ extenderListen: 127.0.0.1:$SB_EXTENDER_PORT
 extenderHealthListen: 127.0.0.1:$SB_EXTENDER_HEALTH_PORT
 operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
 operatorWorkers: $SB_OPERATOR_WORKERS
+# The handoff (docs/colocation.md): the pods' QOS GraceTime in hack/accounting.env (QOS_MODES) covers these.
+handoff: {maxGracePeriodSeconds: 60, marginSeconds: 10}
 CFG
 }
 

@@ -4,6 +4,7 @@
 #              a debootstrapped Debian root with the Python that CI tests (BASE_IMAGE build arg)
 #   scheduler  kube-scheduler of the cluster's own Kubernetes build (the chart's scheduler image)
 #   pause      the pod sandbox image, compiled from Kubernetes' own pause.c
+#   workload   the tests' container for the real node: runs until SIGTERM, then lingers (hack/workload/)
 #   slurm      Slurm for the kind cluster (hack/kind.sh), target slurm of hack/kind/slurm-image/Dockerfile,
 #              on a debootstrapped Debian $SLURM_SUITE (SLURM_BASE_IMAGE build arg)
 #   mariadb    slurmdbd's MariaDB there, target mariadb of the same Dockerfile, on the bookworm base
@@ -23,6 +24,7 @@ BUILDAH_ROOT="$CACHE_DIR/buildah"
 BRIDGE_REPO=localhost/slurm-bridge
 SCHEDULER_REPO=localhost/kube-scheduler
 PAUSE_REF=localhost/pause:3.10   # containerd's pinned sandbox image (hack/node.sh)
+WORKLOAD_REPO=localhost/slurm-bridge-workload
 SLURM_IMAGE_DIR=hack/kind/slurm-image
 SLURM_REPO=localhost/slurm-bridge-slurm
 MARIADB_REPO=localhost/slurm-bridge-mariadb
@@ -153,9 +155,10 @@ ref() {
     bridge) echo "$BRIDGE_REPO:$(bridge_tag)" ;;
     scheduler) echo "$SCHEDULER_REPO:$KUBERNETES_VERSION" ;;
     pause) echo "$PAUSE_REF" ;;
+    workload) echo "$WORKLOAD_REPO:$(sha256sum hack/workload/workload.c | cut -c1-12)" ;;
     slurm) echo "$SLURM_REPO:$(slurm_tag "$(debian_base_ref "$SLURM_SUITE")")" ;;
     mariadb) echo "$MARIADB_REPO:$(slurm_tag "$(base_ref)")" ;;
-    *) die "unknown image '$1' (expected bridge, scheduler, pause, slurm or mariadb)" ;;
+    *) die "unknown image '$1' (expected bridge, scheduler, pause, workload, slurm or mariadb)" ;;
   esac
 }
 
@@ -207,6 +210,20 @@ build_pause() {
   save "$PAUSE_REF" "$out"
 }
 
+build_workload() { # the tests' lingering container, static like the pause image
+  local out=$1 dir="$IMAGES_DIR/workload" c r
+  r=$(ref workload)
+  command -v gcc >/dev/null || ensure_apt gcc libc6-dev
+  mkdir -p "$dir"
+  gcc -Os -static -o "$dir/workload" hack/workload/workload.c || die "compiling hack/workload/workload.c failed"
+  c=$(buildah_ from scratch)
+  buildah_ copy --quiet "$c" "$dir/workload" /workload >/dev/null
+  buildah_ config --entrypoint '["/workload"]' --user 65534:65534 "$c"
+  buildah_ commit --quiet --rm "$c" "$r" >/dev/null || die "committing $r failed"
+  save "$r" "$out"
+  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-workload-*.tar' ! -path "$out" -delete
+}
+
 build_slurm_target() { # target base-ref out
   local target=$1 base=$2 out=$3 r
   r=$(ref "$target")
@@ -233,6 +250,7 @@ archive() { # name : build if the archive for the current inputs is missing; pri
       bridge) build_bridge "$out" ;;
       scheduler) build_scheduler "$out" ;;
       pause) build_pause "$out" ;;
+      workload) build_workload "$out" ;;
       slurm) build_slurm "$out" ;;
       mariadb) build_mariadb "$out" ;;
     esac
@@ -258,8 +276,8 @@ selftest() {
 case "${1:-}" in
   runtime) echo "$OCI_RUNTIME" ;;
   selftest) selftest ;;
-  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause|slurm|mariadb"; ref "$2" >/dev/null; archive "$2" ;;
-  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause|slurm|mariadb"; ref "$2" ;;
+  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause|workload|slurm|mariadb"; ref "$2" >/dev/null; archive "$2" ;;
+  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause|workload|slurm|mariadb"; ref "$2" ;;
   load)
     a=$(archive bridge); b=$(archive scheduler)
     bash "$HACK_DIR/node.sh" import "$a" "$b"

@@ -70,6 +70,19 @@ class LabelSelector(_Model):
         return self.model_dump(exclude_defaults=True)
 
 
+class HandoffConfig(_Model):
+    """The handoff (docs/colocation.md, "The handoff"): native work never starts under a live pod.
+
+    ``maxGracePeriodSeconds``: the longest ``terminationGracePeriodSeconds`` a managed pod may ask
+    for (the webhook refuses a longer one, naming this key): the bridge QOS's GraceTime and the
+    handoff reservations are sized for it. ``marginSeconds``: how long past its grace period a pod
+    may still run before its node is drained in Slurm; also how early the bridge starts ending the
+    pods of a job before its time limit (when the partition's OverTimeLimit leaves less)."""
+
+    maxGracePeriodSeconds: int = Field(default=300, ge=0, le=86400)
+    marginSeconds: int = Field(default=15, ge=1, le=3600)
+
+
 Listen = Annotated[str, Field(description="host:port to listen on")]
 
 
@@ -117,6 +130,8 @@ class Config(_Model):
     # What a managed namespace that no TenantPolicy selects may do (docs/tenancy.md): "open" submits
     # its pods as today (annotations pass through, as in the Go slurm-bridge); "strict" refuses them.
     tenancy: Literal["open", "strict"] = "open"
+    # Native work never starts under a live pod (docs/colocation.md, "The handoff").
+    handoff: HandoffConfig = Field(default_factory=HandoffConfig)
 
     @field_validator("schedulerName", "bridgeId")
     @classmethod

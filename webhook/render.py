@@ -201,7 +201,13 @@ def _match_conditions(config: Config) -> list[dict[str, str]]:
         users = json.dumps(list(dict.fromkeys(config.trustedUsers)), separators=(",", ":"))
         conditions.append({"name": "not-the-bridge", "expression": f"!(request.userInfo.username in {users})"})
     if config.tenancy == "open":
-        check = PLAIN_POD_CREATE_CHECK
+        # A grace period the handoff cannot hold is refused (docs/colocation.md): such a pod is
+        # reviewed too. (Defaulting runs before admission: the field is always set.)
+        grace = (
+            "(has(object.spec.terminationGracePeriodSeconds) && "
+            f"object.spec.terminationGracePeriodSeconds > {config.handoff.maxGracePeriodSeconds})"
+        )
+        check = f"{PLAIN_POD_CREATE_CHECK} || {grace}"
         if config.nodeSharing == names.NODE_SHARING_CO_RESIDENT:
             check += " || " + CO_RESIDENT_CHECK
         conditions.append({"name": "something-to-check", "expression": check})

@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, schedulingapi, tenancy, workloadkinds
 from slurm_bridge.config import Config
+from slurm_bridge.handoff import grace_problems
 from slurm_bridge.jobannotations import annotation_values, validate_annotations
 from slurm_bridge.nodeplacement import Placement, parse_placement
 from slurm_bridge.slurm.models import JobRequest
@@ -361,6 +362,8 @@ def _validate_pod(
     reserved, invalid = _check_pod_meta(new_meta, old_meta, trusted)
     placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
     devices = _pod_devices(request.object or {}, old_obj, config)
+    if old_obj is None:  # a pod's grace period cannot change after its create
+        devices += grace_problems(_spec(request.object), config.handoff.maxGracePeriodSeconds, "spec")
     pod = request.object or {}
     found, more = (
         sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])
@@ -427,6 +430,9 @@ def _check_templates(
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
+            before = _spec(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
+            if not update or before != spec.get("terminationGracePeriodSeconds"):  # an unchanged one stands
+                invalid += grace_problems(spec, config.handoff.maxGracePeriodSeconds, f"{where}.spec")
             moved = (
                 moved or where not in old_templates or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
             )

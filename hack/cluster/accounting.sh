@@ -85,11 +85,15 @@ create_associations() { # CMD... : cluster, QOS, accounts and users of hack/acco
   [ -z "$missing" ] || acct_add qos "$missing"
   missing=$(acct_missing "$(acct_list account account)" "$BRIDGE_ACCOUNTS")
   [ -z "$missing" ] || acct_add account "$missing" Description=slurm-bridge Organization=slurm-bridge
+  missing=$(acct_missing "$(acct_list qos name)" "$BRIDGE_QOS")
+  [ -z "$missing" ] || acct_add qos "$missing"
   add_user "$SB_BRIDGE_SLURM_USER" "$BRIDGE_ACCOUNTS" "$BRIDGE_QOS"
   for t in $TENANTS; do
     IFS=: read -r user uid group gid accounts qos <<< "$t"
     missing=$(acct_missing "$(acct_list qos name)" "${qos%%,*}")
     [ -z "$missing" ] || acct_add qos "$missing" "$TENANT_QOS_LIMIT"
+    missing=$(acct_missing "$(acct_list qos name)" "$qos")   # the others, without the tenant's limit
+    [ -z "$missing" ] || acct_add qos "$missing"
     missing=$(acct_missing "$(acct_list account account)" "$accounts")
     [ -z "$missing" ] || acct_add account "$missing" Description="$group" Organization="$group"
     add_user "$user" "$accounts" "$qos"
@@ -97,14 +101,21 @@ create_associations() { # CMD... : cluster, QOS, accounts and users of hack/acco
   set_qos_preemption
 }
 
-set_qos_preemption() { # QOS_PREEMPT of hack/accounting.env: which QOS may preempt which
-  local word q preempted missing
+set_qos_preemption() { # QOS_PREEMPT and QOS_MODES of hack/accounting.env: which QOS preempts which, and how
+  local word q preempted mode grace missing
   for word in $QOS_PREEMPT; do
     q=${word%%:*} preempted=${word#*:}
     missing=$(acct_missing "$(acct_list qos name)" "$q,$preempted")
     [ -z "$missing" ] || acct_add qos "$missing"
     "${_ACCT_RUN[@]}" sacctmgr -i modify qos "$q" set Preempt="$preempted" >/dev/null \
       || die "sacctmgr modify qos $q set Preempt=$preempted failed; see $LOGS/slurmdbd.log"
+  done
+  for word in ${QOS_MODES:-}; do
+    IFS=: read -r q mode grace <<< "$word"
+    missing=$(acct_missing "$(acct_list qos name)" "$q")
+    [ -z "$missing" ] || acct_add qos "$missing"
+    "${_ACCT_RUN[@]}" sacctmgr -i modify qos "$q" set PreemptMode="$mode" GraceTime="${grace:-0}" >/dev/null \
+      || die "sacctmgr modify qos $q set PreemptMode=$mode GraceTime=$grace failed; see $LOGS/slurmdbd.log"
   done
 }
 

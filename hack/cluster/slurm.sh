@@ -12,6 +12,15 @@ write_slurm_files() {
   slurm_conf > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
   cgroup_conf > "$etc/cgroup.conf"
+  install_handoff_script
+}
+
+# The handoff's EpilogSlurmctld (slurm-hooks/, docs/colocation.md) at the path slurm.conf names
+# (hack/slurm-policy.conf), and its log directory, writable by SlurmUser, which runs it.
+install_handoff_script() {
+  install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-handoff.sh"
+  mkdir -p "$SLURM_ROOT/var/log/slurm-bridge"
+  in_root chown slurm:slurm /var/log/slurm-bridge
 }
 
 # A fresh slurmctld state: its state directory, the slurmd spools, the JWT key, the config files.
@@ -58,6 +67,7 @@ up_slurm() {
   cp /etc/hosts "$SLURM_ROOT/etc/hosts"
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
   alive slurmctld || reset_slurm_state
+  install_handoff_script   # the script of this worktree (a running slurmctld reads it at each job end)
   up_munged
   up_accounting
   up_slurmctld

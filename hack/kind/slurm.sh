@@ -10,6 +10,7 @@
 #                                                        hack/accounting.env made by an init container
 #   slurmrestd  Deployment + Service slurmrestd:6820     JWT authentication; NodePort for the host
 #   slurmd      DaemonSet on every worker, host network, Slurm node name = Kubernetes node name
+# slurmctld runs the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, from the ConfigMap).
 # Secrets: slurm-munge-key, slurm-jwt-key (the JWT key), slurm-db. ConfigMap: slurm-config.
 # The controller side runs on the control-plane node, as the bridge does: workers are Slurm nodes,
 # which the bridge taints NoExecute (docs/nodes.md).
@@ -52,6 +53,8 @@ kind_slurm_config_map() { # workers
   kind_slurm_conf "$1" > "$dir/slurm.conf"
   kind_slurmdbd_conf > "$dir/slurmdbd.conf"
   cgroup_conf > "$dir/cgroup.conf"
+  # The handoff's EpilogSlurmctld (hack/slurm-policy.conf names it; sb-slurm installs it executable).
+  cp "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$dir/slurm-bridge-handoff.sh"
   { cat "$HACK_DIR/accounting.env"
     echo "SB_CLUSTER_NAME=$KIND_SLURM_CLUSTER"
     echo "SB_BRIDGE_SLURM_USER=$SB_BRIDGE_SLURM_USER"; } > "$dir/accounting.env"

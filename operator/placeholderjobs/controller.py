@@ -19,11 +19,12 @@ from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import DescribePreemptor, PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
@@ -51,7 +52,14 @@ class Stats:
 
 class Controller:
     def __init__(
-        self, config: Config, kube: KubeClient, slurm: SlurmClient, tenants: TenantCache | None = None
+        self,
+        config: Config,
+        kube: KubeClient,
+        slurm: SlurmClient,
+        tenants: TenantCache | None = None,
+        *,
+        policy: PolicyHolder | None = None,
+        describe_preemptor: DescribePreemptor | None = None,
     ) -> None:
         self.config = config
         self.tenants = tenants
@@ -64,7 +72,11 @@ class Controller:
         self.poller = SlurmPoller(
             slurm, config.bridgeId, config.pollPeriodSeconds, self.events.on_job_change, self._on_poll
         )
-        self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller, tenants)
+        # Slurm's preemption and time-limit settings, kept current by the handoff loop.
+        self.policy = policy or PolicyHolder()
+        self.jobs = PlaceholderJobs(
+            config, kube, slurm, self.pods, self.phjs, self.poller, tenants, self.policy, describe_preemptor
+        )
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)
         # PlaceholderJobs whose reconcile came before the first Slurm job list: queued again by

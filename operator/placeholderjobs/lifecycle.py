@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.decisions.handoff import (
+    ending_at,
+    preempted,
+    preempted_part,
+    time_limit_reached,
+)
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Handoff, Members, Tenancy, Told
 from slurm_bridge.operator.placeholderjobs.decisions.pending import pending_report
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_phases,
@@ -69,7 +75,7 @@ from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 
-__all__ = ["Clock", "SlurmSide", "Tenancy", "Told", "decide"]
+__all__ = ["Clock", "Handoff", "SlurmSide", "Tenancy", "Told", "decide"]
 
 # A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
 SUBMIT_RETRY_SECONDS = 30.0
@@ -93,6 +99,7 @@ def decide(
     told: Told | None = None,
     tenancy: Tenancy | None = None,
     outcome: Outcome | None = None,
+    handoff: Handoff | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -102,7 +109,8 @@ def decide(
     (decided on as if written, and written with the plan's first status write); ``told``: what the
     waiting pods were last told about their pending job (see :func:`.pending.pending`);
     ``tenancy``: the namespace's policy, asked before a submit or job update (None: no policy
-    applies, as before tenancy); ``outcome``: the result of the action that ended the last plan.
+    applies, as before tenancy); ``outcome``: the result of the action that ended the last plan;
+    ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row).
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
@@ -110,7 +118,8 @@ def decide(
         held = None  # written meanwhile (e.g. by a previous leader)
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
         phj = phj.with_status(phj.status.merged(held.status))
-    return _hold(_decide(phj, slurm, members, now, confirmed, scheduler, told, tenancy, outcome, held), held)
+    follow = Follow(scheduler, told, tenancy, held, isinstance(outcome, DevicesMissing), handoff)
+    return _hold(_decide(phj, slurm, members, now, confirmed, follow, outcome), held)
 
 
 def _hold(plan: Plan, held: Held | None) -> Plan:
@@ -131,11 +140,8 @@ def _decide(
     members: Members,
     now: Clock,
     confirmed: Members | None,
-    scheduler: str,
-    told: Told | None,
-    tenancy: Tenancy | None,
+    follow: Follow,
     outcome: Outcome | None,
-    held: Held | None,
 ) -> Plan:
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
@@ -153,16 +159,15 @@ def _decide(
         pre = (AddFinalizer(),)
     status = phj.status
     if status.phase in names.TERMINAL_PHASES:
-        return _chain(pre, _terminal(status, slurm, members))
+        return _chain(pre, _terminal(status, slurm, members, confirmed))
     if slurm.job_id is None:
-        return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
+        return _chain(pre, _no_job(phj, slurm, members, now, confirmed, follow.tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
         if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
             adopt.status.het_job_id = slurm.job_id  # a CompositePodGroup's heterogeneous job
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
-    follow = Follow(scheduler, told, tenancy, held, isinstance(outcome, DevicesMissing))
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
 
 
@@ -170,16 +175,26 @@ def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
     return Plan((*pre, *plan.actions), plan.requeue)
 
 
-def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members) -> Plan:
-    """An ended PlaceholderJob: finish what a crash may have interrupted (cancel, end pods)."""
-    actions: list[Action] = []
-    if slurm.found is not None and not slurm.found.is_finished:
-        actions.append(Cancel(slurm.found.job_id))  # a cancel lost in a crash, done again
-    actions += _leftovers(slurm)
+def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members, confirmed: Members | None) -> Plan:
+    """An ended PlaceholderJob: cancel its job, end its pods; a cancel lost in a crash is done
+    again. A running job is cancelled only once every member ended (confirmed): the handoff --
+    a job Slurm preempts, or whose time limit comes, is ended by the bridge this way, its pods
+    first. A pending job holds nothing and is cancelled at once."""
     live = live_members(members)
+    end: tuple[Action, ...] = ()
     if live:
-        actions.append(EndPods(live, status.reason or names.REASON_SLURM_JOB_ENDED, status.message or ""))
-    return Plan(tuple(actions))
+        end = (EndPods(live, status.reason or names.REASON_SLURM_JOB_ENDED, status.message or ""),)
+    job = slurm.found
+    cancel: tuple[Action, ...] = ()
+    if job is not None and not job.is_finished:
+        if not job.is_pending:
+            ended = all_ended(members, confirmed)
+            if ended is None:
+                return Plan((*end, ConfirmMembers()))
+            if not ended:
+                return Plan(end)  # their containers still run: pod events bring us back
+        cancel = (Cancel(job.job_id),)
+    return Plan((*cancel, *_leftovers(slurm), *end))
 
 
 def _no_job(
@@ -263,8 +278,26 @@ def _with_job(
     confirmed: Members | None,
     follow: Follow,
 ) -> Plan:
-    """A job exists (or existed): its shape follows it, or ends it when every member pod ended."""
-    return shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
+    """A job exists (or existed): its shape follows it, or ends it when every member pod ended.
+
+    Before the shape, the handoff's rows (every shape alike, :mod:`.decisions.handoff`): a running
+    job Slurm preempts, or whose time limit comes, has its pods ended by the bridge first."""
+    job_id = slurm.job_id
+    assert job_id is not None
+    parts = slurm.components or ((slurm.job,) if slurm.job is not None else ())
+    holding = bool(holding_allocation(members))
+    victim = preempted_part(parts)
+    if victim is not None and holding:
+        return preempted(phj, job_id, victim, members, now)
+    at = ending_at(parts, members, follow.handoff) if follow.handoff is not None and holding else None
+    if at is not None and now.wall >= at:
+        return time_limit_reached(phj, job_id, at, members, now)
+    plan = shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
+    if at is not None:
+        wait = (at - now.wall).total_seconds()
+        if plan.requeue is None or wait < plan.requeue:
+            return Plan(plan.actions, wait, plan.held)
+    return plan
 
 
 # ---- deleted ----------------------------------------------------------------------------------

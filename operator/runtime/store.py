@@ -44,7 +44,7 @@ _META = ("name", "namespace", "uid", "resourceVersion", "generation", "generateN
 # DRA claims), the grouping rules (groups.py), the release (schedulingGates) and the state.
 _POD_SPEC = ("resources", "overhead", "restartPolicy", "affinity", "nodeSelector", "topologySpreadConstraints",
              "resourceClaims", "schedulingGates", "schedulerName", "nodeName", "schedulingGroup", "workloadRef",
-             "activeDeadlineSeconds")  # fmt: skip
+             "activeDeadlineSeconds", "terminationGracePeriodSeconds")  # fmt: skip
 _CONTAINER = ("name", "resources", "restartPolicy")  # resources add up (init: restartPolicy = sidecar)
 _POD_STATUS = ("phase", "reason", "message", "resourceClaimStatuses")
 _NODE_SPEC = ("taints", "unschedulable", "providerID")

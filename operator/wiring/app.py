@@ -14,8 +14,11 @@ from slurm_bridge import metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.operator.handoff.controller import HandoffController
+from slurm_bridge.operator.handoff.preemptor import PreemptorFinder
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
@@ -36,6 +39,7 @@ class Operator:
     ctrl: Controller
     tenant_status: TenantStatusController
     nodes: NodeController
+    handoff: HandoffController
     elector: LeaderElector
     standby: StandbyProbe
     watches: HotWatches
@@ -50,11 +54,13 @@ class Operator:
         # judged missing, because a list was still coming in.
         await self.watches.wait_synced()
         self.ctrl.start()
+        self.handoff.start()  # reads the pods' store: its first list is in
         self.tenant_status.start()
 
     async def stop(self) -> None:
         """Stop working, then give the Lease up: a rollout's new leader takes over at once."""
         await self.tenant_status.stop()
+        await self.handoff.stop()
         await self.nodes.stop()
         await self.ctrl.stop()
         await self.watches.stop()
@@ -73,9 +79,15 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # TenantPolicies and namespaces, read by every replica (a standby's cache is warm when it leads).
     tenant_status: TenantStatusController | None = None
     tenants = TenantCache(kube, on_change=lambda *_: tenant_status.wake() if tenant_status else None)
-    ctrl = Controller(cfg, kube, slurm, tenants)
+    # Slurm's preemption and time-limit settings: read by the handoff loop, decided with by the
+    # PlaceholderJob controller (docs/colocation.md).
+    policy = PolicyHolder()
+    ctrl = Controller(cfg, kube, slurm, tenants, policy=policy, describe_preemptor=PreemptorFinder(slurm, policy))
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     nodes = NodeController(cfg, kube, slurm)
+    handoff = HandoffController(
+        cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, lambda: nodes.slurm_nodes, slurm.jwt_user
+    )
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).
     lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)
@@ -83,7 +95,7 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # Pods and PlaceholderJobs, listed and watched by every replica from start-up.
     watches = HotWatches(kube, ctrl)
     standby = StandbyProbe(slurm, elector)
-    return Operator(kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, elector, standby, watches)
+    return Operator(kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, elector, standby, watches)
 
 
 async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None:

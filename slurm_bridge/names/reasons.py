@@ -80,6 +80,19 @@ SLURM_JOB_ENDED: Final = {
 }
 
 
+# The handoff (docs/colocation.md): the bridge ends the pods itself ahead of Slurm, and releases the
+# job once their containers stopped. SlurmJobPreempted (above) when Slurm chose the job as a
+# preemption victim (its QOS GraceTime runs); SlurmTimeLimitReached when the job's time limit (plus
+# the partition's OverTimeLimit) leaves no more than the pods' grace period and the margin.
+REASON_SLURM_TIME_LIMIT_REACHED: Final = "SlurmTimeLimitReached"
+# Events on a pod (and its node) while its Slurm job ended under it: the job's cores are held by a
+# handoff reservation until its containers stop; the pod outlived its grace period and the margin,
+# so its node is drained in Slurm; the drain is lifted once the pod is gone.
+REASON_HANDOFF_HELD: Final = "SlurmHandoffHeld"
+REASON_HANDOFF_NODE_DRAINED: Final = "HandoffNodeDrained"
+REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
+
+
 def slurm_job_ended(state: str) -> str:
     """The reason for a job Slurm ended in ``state``: SlurmJob<State>, also for a state Slurm adds."""
     return SLURM_JOB_ENDED.get(state) or "SlurmJob" + state.title().replace("_", "")

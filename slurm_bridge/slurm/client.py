@@ -7,7 +7,7 @@ safe to retry. Answers come back as the version-neutral models of :mod:`.models`
 
 :class:`SlurmClient` is the one class callers use. Its parts: :mod:`.session` (connection, JWT
 (:mod:`.jwtfile`), version discovery, sending with retries), :mod:`.outcomes` (what an answer
-means, without I/O), :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clustercalls` (the calls),
+means, without I/O), :mod:`.jobcalls`, :mod:`.nodecalls`, :mod:`.clustercalls` and :mod:`.handoffcalls` (the calls),
 :mod:`.versions` (the per-version codecs).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .clustercalls import ClusterCalls
+from .handoffcalls import HandoffCalls
 from .jobcalls import JobCalls
 from .nodecalls import NodeCalls
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
-class SlurmClient(JobCalls, NodeCalls, ClusterCalls):
+class SlurmClient(JobCalls, NodeCalls, ClusterCalls, HandoffCalls):
     """One slurmrestd endpoint. Use as ``async with SlurmClient(...) as c:`` or call ``aclose()``.
 
     ``retries`` is how many times a failed request is sent again (connection errors, timeouts,

@@ -108,6 +108,9 @@ class AnswerDecoder:
             account=w.account or "",
             het_job_id=number_of(w.het_job_id),
             het_job_offset=number_of(w.het_job_offset),
+            qos=w.qos or "",
+            preempt_time=time_of(w.preempt_time),
+            scheduled_nodes=expand_nodes(w.scheduled_nodes),
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:

@@ -34,7 +34,9 @@ _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUEST
 class JobCalls(SlurmSession):
     """Submit, read, update and cancel Slurm jobs."""
 
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def submit_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
         """Submit ``req`` as an external job and return its id.
 
         On a timeout after the request was sent this raises SlurmUnavailable with
@@ -42,11 +44,13 @@ class JobCalls(SlurmSession):
         (``admin_comment`` identifies the job) whether Slurm made it.
         """
         codec = await self._get_codec()
-        body = codec.submit_body(req, name=name, admin_comment=admin_comment)
+        body = codec.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
-    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
+    async def submit_het_job(
+        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
         """Submit one heterogeneous external job, a component per request (in offset order), and
         return its leader's id (component 0's; component ``i`` has its own id, and cancelling the
         leader cancels every component).
@@ -57,11 +61,13 @@ class JobCalls(SlurmSession):
         sent twice, as :meth:`submit_external_job`.
         """
         codec = await self._get_codec()
-        body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment)
+        body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment, work_dir=work_dir)
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def allocate_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
         Slurm decides inside the call (the same checks as its scheduler, queue priority included),
@@ -73,7 +79,7 @@ class JobCalls(SlurmSession):
         Like a submit, it is never sent twice (SlurmUnavailable with ``maybe_applied``).
         """
         codec = await self._get_codec()
-        body = codec.allocate_body(req, name=name, admin_comment=admin_comment)
+        body = codec.allocate_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
         reply = await self._request("POST", codec.path("job/allocate"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 

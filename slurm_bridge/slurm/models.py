@@ -99,6 +99,12 @@ class JobInfo(BaseModel):
     # and 0 for any other job. Each component is a job of its own in Slurm's lists.
     het_job_id: int = 0
     het_job_offset: int = 0
+    # The handoff (docs/colocation.md): the job's QOS; when Slurm chose it as a preemption victim
+    # (None: never; with the QOS's GraceTime it stays RUNNING and ``end_time`` moves to the grace's
+    # end); the nodes a pending job is planned on (a preemptor's victims are on them).
+    qos: str = ""
+    preempt_time: datetime | None = None
+    scheduled_nodes: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:

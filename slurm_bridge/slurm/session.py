@@ -46,7 +46,7 @@ log = logging.getLogger("slurm_bridge.slurm.client")
 
 _VERSION_IN_PATH = re.compile(r"/slurm/(v\d+\.\d+\.\d+)/")
 _DB_VERSION_IN_PATH = re.compile(r"^/slurmdb/v\d+\.\d+\.\d+/")
-_ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+")
+_ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+|/reservation/[^/]+")
 # Answers larger than this are parsed off the event loop (job lists run to megabytes).
 _LARGE_BODY = 512 * 1024
 
@@ -307,4 +307,7 @@ def _endpoint(path: str) -> str:
 
 
 def _placeholder(m: re.Match[str]) -> str:
-    return "/job/{id}" if m.group(0).startswith("/job/") else "/node/{name}"
+    found = m.group(0)
+    if found.startswith("/job/"):
+        return "/job/{id}"
+    return "/reservation/{name}" if found.startswith("/reservation/") else "/node/{name}"

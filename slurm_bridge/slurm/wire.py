@@ -133,6 +133,11 @@ class JobWire(_Wire):
     account: str | None = None
     het_job_id: NoVal | int | None = None
     het_job_offset: NoVal | int | None = None
+    # The handoff (docs/colocation.md): the QOS (preemption), when Slurm chose the job as a
+    # preemption victim (0 until then), and where a pending job is planned to start.
+    qos: str | None = None
+    preempt_time: WireTime = None
+    scheduled_nodes: str | None = None
 
 
 class CoreWire(_Wire):
@@ -186,6 +191,7 @@ class NodeWire(_Wire):
 
 class PartitionWire(_Wire):
     name: str
+    maximums: dict[str, Any] | None = None  # over_time_limit (minutes; NoVal) is read (handoff)
 
 
 class OverSubscribeWire(_Wire):

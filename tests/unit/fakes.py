@@ -6,11 +6,12 @@ Each consumer of Slurm takes a narrow Protocol of the calls it makes, as the Go 
 ``SlurmJobReads``), ``FakeSubmits`` (the placer's ``SlurmSubmits``), ``FakeJobWrites`` (the shell's
 ``SlurmJobWrites``), ``FakeJobDevices`` (the DRA binder's ``SlurmJobDevices``), ``FakeNodes`` (the
 node controller's ``SlurmNodes``), ``FakePing`` (a standby's ``SlurmPing``), ``FakeAccounting``
-(the TenantPolicy status's ``SlurmAccounting``). A consumer of several (the PlaceholderJob shell and
+(the TenantPolicy status's ``SlurmAccounting``), ``FakeHandoff`` (the handoff loop's ``SlurmHandoff``).
+A consumer of several (the PlaceholderJob shell and
 its poller) gets ``FakeSlurm``, which is all of the job ones over one job table.
 
 Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "get all 10",
-"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "devices 7"), so a test says
+"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "rename 7 n#released", "devices 7"), so a test says
 which calls a step makes, in order.
 """
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from slurm_bridge.handoff import HandoffReservation
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo, PartitionInfo, SlurmConf
 from slurm_bridge.slurm.wire import ControllerPing
 
@@ -87,6 +90,7 @@ class FakeSubmits(_Jobs):
         self.allocate_refusal: SlurmError | None = None
         self.submit_refusal: SlurmError | None = None
         self.requests: list[JobRequest] = []
+        self.work_dirs: list[str | None] = []  # each placement's working directory (the handoff's)
 
     def _placed(self, what: str, req: JobRequest, refusal: SlurmError | None) -> int:
         self.calls.append(what + (f" {req.partition}" if req.partition else ""))
@@ -96,15 +100,24 @@ class FakeSubmits(_Jobs):
         self.next_id += 1
         return self.next_id
 
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def allocate_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
         if not self.allocates:
             raise AssertionError("an immediate allocation where none may be asked for")
+        self.work_dirs.append(work_dir)
         return self._placed("allocate", req, self.allocate_refusal)
 
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def submit_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
+        self.work_dirs.append(work_dir)
         return self._placed("submit", req, self.submit_refusal)
 
-    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
+    async def submit_het_job(
+        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
+    ) -> int:
+        self.work_dirs.append(work_dir)
         self.calls.append(f"submit het {len(reqs)} {name}")
         if self.submit_refusal is not None:
             raise self.submit_refusal
@@ -118,14 +131,19 @@ class FakeSubmits(_Jobs):
 
 
 class FakeJobWrites(_Jobs):
-    """A job's update and cancel, recorded (a cancel does not change the table: the poller's view
-    assumes it, and Slurm's answer comes with the next read)."""
+    """A job's update, rename and cancel, recorded (a cancel does not change the table: the
+    poller's view assumes it, and Slurm's answer comes with the next read; a rename does)."""
 
     async def update_job(self, job_id: int, req: JobRequest) -> None:
         self.calls.append(f"update {job_id}")
 
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
+
+    async def rename_job(self, job_id: int, name: str) -> None:
+        self.calls.append(f"rename {job_id} {name}")
+        if job_id in self.jobs:
+            self.jobs[job_id] = self.jobs[job_id].model_copy(update={"name": name})
 
 
 class FakeJobDevices(_Jobs):
@@ -224,6 +242,56 @@ class FakePing:
         if outcome is not None:
             raise outcome
         return []
+
+
+class FakeHandoff:
+    """The handoff loop's Slurm: ``handoff-*`` reservations (a deleted one is gone), node updates
+    (recorded), and the preemption and time-limit settings it reads (``conf``, ``qos``,
+    ``defaults``, ``over_time``). Every call is in ``calls`` ("reservations", "delete NAME",
+    "node NAME STATE", "conf", "qos", "defaults USER", "partitions")."""
+
+    def __init__(
+        self,
+        reservations: list[HandoffReservation] | None = None,
+        *,
+        conf: SlurmConfSummary | None = None,
+        qos: list[QosInfo] | None = None,
+        defaults: dict[str, str] | None = None,
+        over_time: dict[str, int | None] | None = None,
+    ) -> None:
+        self.reservations = {r.name: r for r in reservations or []}
+        self.conf, self.qos, self.defaults = conf, qos, defaults
+        self.over_time = over_time or {}
+        self.calls: list[str] = []
+
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
+        self.calls.append("reservations")
+        return list(self.reservations.values())
+
+    async def delete_reservation(self, name: str) -> bool:
+        self.calls.append(f"delete {name}")
+        return self.reservations.pop(name, None) is not None
+
+    async def update_node(
+        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
+    ) -> None:
+        self.calls.append(f"node {name} {state}")
+
+    async def slurm_conf(self) -> SlurmConfSummary | None:
+        self.calls.append("conf")
+        return self.conf
+
+    async def qos_preemption(self) -> list[QosInfo] | None:
+        self.calls.append("qos")
+        return self.qos
+
+    async def default_qos(self, user: str) -> dict[str, str] | None:
+        self.calls.append(f"defaults {user}")
+        return self.defaults
+
+    async def partition_over_time(self) -> dict[str, int | None]:
+        self.calls.append("partitions")
+        return dict(self.over_time)
 
 
 class FakeAccounting:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from pydantic import BaseModel
 
 from slurm_bridge.cli import LOG_LEVELS
 from slurm_bridge.config import Config, parse_config
@@ -301,9 +302,18 @@ def test_values_config_defaults_follow_config_py() -> None:
     different = {"slurmRestApi", "managedNamespaceSelector"}
     for key, value in _values()["config"].items():
         if key not in different:
-            assert value == getattr(defaults, key), (
-                f"values.config.{key}={value!r}, config.py: {getattr(defaults, key)!r}"
-            )
+            default = getattr(defaults, key)
+            default = default.model_dump() if isinstance(default, BaseModel) else default  # a nested key (handoff)
+            assert value == default, f"values.config.{key}={value!r}, config.py: {default!r}"
+
+
+def test_the_handoff_values_reach_the_config_and_the_webhooks_skip_condition() -> None:
+    docs = render({"config": {"handoff": {"maxGracePeriodSeconds": 45, "marginSeconds": 7}}})
+    cfg = parse_config(rendered_config(docs))
+    assert (cfg.handoff.maxGracePeriodSeconds, cfg.handoff.marginSeconds) == (45, 7)
+    conditions = find(docs, "ValidatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+    check = next(c["expression"] for c in conditions if c["name"] == "something-to-check")
+    assert check.endswith("object.spec.terminationGracePeriodSeconds > 45)")
 
 
 def test_config_values_pass_through() -> None:

@@ -286,14 +286,18 @@ def test_associations_are_created_once_and_only_what_is_missing_is_added(tmp_pat
     [user_add] = [a for a in first if a[:2] == ["user", alice.user]]
     assert f"Account={','.join(alice.accounts)}" in user_add and f"DefaultAccount={alice.accounts[0]}" in user_add
     full = json.loads((tmp_path / "state.json").read_text())
-    assert run_associations(tmp_path, full) == [], "a second run adds nothing"
+
+    def added(log: list[list[str]]) -> list[list[str]]:  # the preemption settings are set on every run
+        return [a for a in log if "set" not in a]
+
+    assert added(run_associations(tmp_path, full)) == [], "a second run adds nothing"
     full["assoc"][alice.user] = [alice.accounts[0]]  # one association lost: only it comes back
-    again = run_associations(tmp_path, full)
+    again = added(run_associations(tmp_path, full))
     assert [a[:3] for a in again] == [["user", alice.user, f"Account={','.join(alice.accounts[1:])}"]], again
 
 
 def test_qos_preemption_is_set_on_every_run_creating_missing_qos(tmp_path: Path) -> None:
-    """QOS_PREEMPT of hack/accounting.env (empty until the preemption settings are chosen)."""
+    """QOS_PREEMPT of hack/accounting.env: which QOS preempts which."""
     (tmp_path / "state.json").write_text(json.dumps({"qos": ["normal"], "log": []}))
     (tmp_path / "fake.py").write_text(FAKE_SACCTMGR)
     fake = f"{sys.executable} {tmp_path / 'fake.py'} {tmp_path / 'state.json'}"
@@ -301,3 +305,53 @@ def test_qos_preemption_is_set_on_every_run_creating_missing_qos(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     log = json.loads((tmp_path / "state.json").read_text())["log"]
     assert log == [["qos", "urgent,scavenger"], ["qos", "urgent", "set", "Preempt=normal,scavenger"]]
+
+
+def test_qos_modes_set_each_qos_preempt_mode_and_grace_time(tmp_path: Path) -> None:
+    """QOS_MODES of hack/accounting.env: how the pods' QOS are preempted (CANCEL with a GraceTime,
+    docs/colocation.md), a missing QOS created first."""
+    (tmp_path / "state.json").write_text(json.dumps({"qos": ["normal"], "log": []}))
+    (tmp_path / "fake.py").write_text(FAKE_SACCTMGR)
+    fake = f"{sys.executable} {tmp_path / 'fake.py'} {tmp_path / 'state.json'}"
+    proc = bash(f'_ACCT_RUN=({fake}); QOS_PREEMPT=""; QOS_MODES="pods:cancel:90 normal:requeue"; set_qos_preemption')
+    assert proc.returncode == 0, proc.stderr
+    log = json.loads((tmp_path / "state.json").read_text())["log"]
+    assert log == [
+        ["qos", "pods"],
+        ["qos", "pods", "set", "PreemptMode=cancel", "GraceTime=90"],
+        ["qos", "normal", "set", "PreemptMode=requeue", "GraceTime=0"],
+    ]
+
+
+def test_the_local_preemption_settings_cover_the_bridges_handoff() -> None:
+    """The pods' QOS GraceTime (hack/accounting.env) covers the local bridge's
+    handoff.maxGracePeriodSeconds + marginSeconds (hack/bridge.sh), so a preempted pod ends gracefully."""
+    env = (HACK / "accounting.env").read_text()
+    modes = dict((w.split(":")[0], w.split(":")[1:]) for w in env.split('QOS_MODES="')[1].split('"')[0].split())
+    preempted = {p for w in env.split('QOS_PREEMPT="')[1].split('"')[0].split() for p in w.split(":")[1].split(",")}
+    bridge = (HACK / "bridge.sh").read_text()
+    grace = int(bridge.split("maxGracePeriodSeconds: ")[1].split(",")[0])
+    margin = int(bridge.split("marginSeconds: ")[1].split("}")[0])
+    assert "pods" in preempted and modes["pods"][0] == "cancel"
+    assert int(modes["pods"][1]) >= grace + margin
+    policy = (HACK / "slurm-policy.conf").read_text()
+    assert "PreemptType=preempt/qos" in policy and "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in policy
+
+
+def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_settings(tmp_path: Path) -> None:
+    """hack/kind/slurm.sh's ConfigMap carries the handoff's EpilogSlurmctld (sb-slurm installs it at
+    the path slurm.conf names) and accounting.env's preemption settings (sb-slurm applies them)."""
+    script = (
+        f". {HACK / 'lib.sh'}; . {HACK / 'cluster' / 'slurm-conf.sh'}; . {HACK / 'kind' / 'common.sh'}; "
+        f'. {HACK / "kind" / "slurm.sh"}; KIND_STATE={tmp_path}; kubectl_kind() {{ kubectl "$@"; }}; '
+        "kind_slurm_config_map 'w1=10.0.0.2'"
+    )
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = yaml.safe_load(proc.stdout)["data"]
+    assert data["slurm-bridge-handoff.sh"] == (HACK.parent / "slurm-hooks" / "slurm-bridge-handoff.sh").read_text()
+    assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in data["slurm.conf"]
+    assert "PreemptType=preempt/qos" in data["slurm.conf"]
+    assert 'QOS_MODES="pods:cancel:90' in data["accounting.env"]
+    sb_slurm = (HACK / "kind" / "slurm-image" / "sb-slurm").read_text()
+    assert 'install -m 0755 "$CONFIG/slurm-bridge-handoff.sh" /etc/slurm/slurm-bridge-handoff.sh' in sb_slurm

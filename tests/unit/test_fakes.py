@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_bridge.operator.handoff.controller import SlurmHandoff
 from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmJobReads
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import SlurmSubmits
@@ -16,6 +17,7 @@ from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from tests.unit.fakes import (
     FakeAccounting,
+    FakeHandoff,
     FakeJobDevices,
     FakeJobReads,
     FakeJobWrites,
@@ -37,7 +39,8 @@ def test_each_fake_is_its_protocol() -> None:
     nodes: SlurmNodes = FakeNodes([])
     ping: SlurmPing = FakePing()
     accounting: SlurmAccounting = FakeAccounting()
-    assert all((reads, submits, writes, devices, shell, nodes, ping, accounting))
+    handoff: SlurmHandoff = FakeHandoff()
+    assert all((reads, submits, writes, devices, shell, nodes, ping, accounting, handoff))
 
 
 async def test_a_heterogeneous_submit_is_read_back_with_its_components() -> None:

@@ -112,9 +112,11 @@ def expected(phase: str, s0: str, s1: str, member: str) -> tuple[list[tuple[Any,
             return [("confirm",), ("end", tuple(live), "PlaceholderJobDeleted"), ("waiting", tuple(live))], 5.0
         cancel = [("cancel", LEADER), ("event", "Cancelled")] if live_leader else []
         return [("confirm",), *cancel, *leftover, ("finalize",)], None
-    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted
-        cancel = [("cancel", LEADER)] if s0 in LIVE else []
+    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted; the handoff
         end = [("end", tuple(live), "EndedBefore")] if live else []
+        if s0 == "RUNNING":  # released only once every member stopped: never under a live pod
+            return (end, None) if live else ([("confirm",), ("cancel", LEADER)], None)
+        cancel = [("cancel", LEADER)] if s0 in LIVE else []
         return [*cancel, *leftover, *end], None
     if not live:  # Kubernetes -> Slurm: every member ended
         new_phase, reason = PODS_END["succeeded" if member == "all-succeeded" else "deleted"]

@@ -111,6 +111,8 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
             return ("update", job_id)
         case pl.ReportPending(pods=pods, reason=reason):
             return ("told", pods, reason)
+        case pl.EndPreempted(pods=pods):
+            return ("end-preempted", pods)
     return ({
         pl.AddFinalizer: "finalizer", pl.ConfirmMembers: "confirm", pl.Fence: "fence", pl.Submit: "submit",
         pl.RequestFullList: "full-list", pl.ForgetUncertain: "forget-uncertain", pl.Finalize: "finalize",
@@ -153,10 +155,13 @@ def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]]
             end = [("end", ("p",), "PlaceholderJobDeleted")] if member != "terminating" else []
             return [("confirm",), *end, ("waiting", ("p",))], lc.FINALIZE_RECHECK_SECONDS
         return [("confirm",), ("cancel", JOB), ("event", "Cancelled"), ("finalize",)], None
-    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted
-        cancel = [("cancel", JOB)] if slurm in ("PENDING", "RUNNING") else []
+    if phase in names.TERMINAL_PHASES:  # finish what a crash interrupted; the handoff
         end = [("end", ("p",), "EndedBefore")] if member in ("running", "gated") else []
-        return [*cancel, *end], None
+        if slurm == "PENDING":
+            return [("cancel", JOB), *end], None
+        if slurm == "RUNNING":  # released only once the pod stopped: never under a live pod
+            return (end, None) if holds_node else ([("confirm",), ("cancel", JOB)], None)
+        return end, None
     if not holds_node:  # Kubernetes -> Slurm: every member ended (confirmed by a GET)
         new_phase, reason = PODS_END[member]
         cancel = [("cancel", JOB)] if slurm_may_hold else []
@@ -562,3 +567,118 @@ def test_the_times_a_decision_writes_are_its_clocks() -> None:
         outcome=pl.Refused("no", association=False, present=("p",)),
     )
     assert [s.submit_time for s in written(refused)] == [stamp]
+
+
+# ---- the handoff (docs/architecture.md, the table's handoff rows; docs/colocation.md) --------------
+MARGIN = 10
+
+
+def running_job(**fields: Any) -> lc.SlurmSide:
+    j = slurm_job(JOB, "RUNNING", nodes=(NODE,), **fields)
+    return lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=j, found=j, taken_at=NOW.mono)
+
+
+def graced(state: str, grace: int = 20) -> Obj | None:
+    p = pod(state)
+    if p is not None:
+        p["spec"]["terminationGracePeriodSeconds"] = grace
+    return p
+
+
+def handoff(over_time: timedelta | None = timedelta(0), **partitions: timedelta | None) -> lc.Handoff:
+    return lc.Handoff(MARGIN, dict(partitions), over_time)
+
+
+def decided(slurm: lc.SlurmSide, members: dict[str, Obj | None], *, phase: str = "Running",
+            handoff_in: lc.Handoff | None = None) -> pl.Plan:  # fmt: skip
+    return lc.decide(PlaceholderJob.parse(phj(phase)), slurm, members, NOW, scheduler="s", handoff=handoff_in)
+
+
+@pytest.mark.parametrize(("member", "ended"), [("running", ("p",)), ("terminating", ())])
+def test_a_preempted_job_ends_its_pods_gracefully_and_names_it_so(member: str, ended: tuple[str, ...]) -> None:
+    """Slurm chose the job as a preemption victim (preempt_time; with the QOS's GraceTime it stays
+    RUNNING): Failed SlurmJobPreempted, the pods ended (the shell names the likely preemptor)."""
+    side = running_job(preempt_time=NOW.wall - timedelta(seconds=2), end_time=NOW.wall + timedelta(seconds=88),
+                       qos="pods")  # fmt: skip
+    plan = decided(side, {"p": graced(member)})
+    status, end = plan.actions
+    assert isinstance(status, pl.WriteStatus) and (status.status.phase, status.status.reason) == (
+        "Failed", names.REASON_SLURM_JOB_PREEMPTED,
+    )  # fmt: skip
+    assert isinstance(end, pl.EndPreempted) and end.pods == ended and end.job.job_id == JOB
+    assert "QOS pods" in end.message and "released once their containers stopped" in end.message
+
+
+def test_a_preempted_job_whose_pods_ended_is_cancelled_as_any_other() -> None:
+    side = running_job(preempt_time=NOW.wall, qos="pods")
+    got, _ = run(phj("Running"), side, {"p": pod("succeeded")})
+    assert got == [("confirm",), ("status", "Completed", "PodsSucceeded"), ("cancel", JOB), ("event", "PodsSucceeded")]
+
+
+def test_every_component_of_a_heterogeneous_job_counts_for_its_preemption() -> None:
+    leader = slurm_job(JOB, "RUNNING", nodes=(NODE,), het=(JOB, 0))
+    part = slurm_job(JOB + 1, "RUNNING", nodes=("n2",), het=(JOB, 1), preempt_time=NOW.wall)
+    side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=leader, found=leader, components=(leader, part))
+    plan = decided(side, {"p": graced("running")})
+    assert isinstance(plan.actions[1], pl.EndPreempted) and plan.actions[1].job.job_id == JOB + 1
+
+
+@pytest.mark.parametrize(("left", "over", "requeue"), [
+    (40, timedelta(0), 10.0),  # ended grace 20 + margin 10 before the limit: in 10 s
+    (40, timedelta(minutes=1), 40.0),  # the OverTimeLimit covers grace + margin: at the limit itself
+    (40, None, None),  # OverTimeLimit=UNLIMITED: Slurm never ends it, nothing to get ahead of
+])  # fmt: skip
+def test_a_time_limit_ahead_is_looked_at_again_when_the_pods_must_be_ended(
+    left: int, over: timedelta | None, requeue: float | None
+) -> None:
+    side = running_job(time_limit_minutes=1, end_time=NOW.wall + timedelta(seconds=left))
+    plan = decided(side, {"p": graced("running")}, handoff_in=handoff(over))
+    assert [summary(a) for a in plan.actions] == [("release", ()), ("podgroup", True)]
+    assert plan.requeue == requeue
+
+
+def test_the_partitions_own_over_time_limit_wins_over_the_clusters() -> None:
+    side = running_job(time_limit_minutes=1, end_time=NOW.wall + timedelta(seconds=40), partition="long")
+    plan = decided(side, {"p": graced("running")}, handoff_in=handoff(timedelta(0), long=timedelta(minutes=5)))
+    assert plan.requeue == 40.0
+
+
+@pytest.mark.parametrize("member", ["running", "gated"])
+def test_when_the_time_limit_comes_the_pods_are_ended_ahead_of_slurm(member: str) -> None:
+    side = running_job(time_limit_minutes=1, end_time=NOW.wall + timedelta(seconds=25))
+    got = [summary(a) for a in decided(side, {"p": graced(member)}, handoff_in=handoff()).actions]
+    reason = names.REASON_SLURM_TIME_LIMIT_REACHED
+    assert got == [("status", "Failed", reason), ("event", reason), ("end", ("p",), reason)]
+
+
+def test_a_job_without_a_time_limit_or_without_the_handoff_input_has_no_ending() -> None:
+    members = {"p": graced("running")}
+    unlimited = running_job(end_time=NOW.wall - timedelta(seconds=5))  # time_limit_minutes None: INFINITE
+    assert decided(unlimited, members, handoff_in=handoff()).requeue is None
+    limited = running_job(time_limit_minutes=1, end_time=NOW.wall - timedelta(seconds=5))
+    assert decided(limited, members, handoff_in=None).requeue is None  # (no input: the rows are off)
+
+
+@pytest.mark.parametrize(("member", "expected_plan"), [
+    ("terminating", []),  # its containers still run: nothing cancelled, pod events bring it back
+    ("running", [("end", ("p",), "EndedBefore")]),
+    ("deleted", [("confirm",), ("cancel", JOB)]),  # gone (confirmed): the job is released
+    ("terminating-failed", [("confirm",), ("cancel", JOB)]),  # stopped by the kubelet: released
+])  # fmt: skip
+def test_an_ended_placeholderjobs_running_job_is_released_only_once_its_pods_stopped(
+    member: str, expected_plan: list[tuple[Any, ...]]
+) -> None:
+    got, _ = run(phj("Failed"), slurm_side("RUNNING"), {"p": pod(member)})
+    assert got == expected_plan
+
+
+def test_the_bridges_own_cancels_are_marked_released_but_one_under_possibly_running_pods() -> None:
+    """A Cancel ``released`` is renamed first by the shell, so the EpilogSlurmctld holds nothing;
+    after a refused release of a gang, members released before it may run: the handoff holds."""
+    ended, _ = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("deleted")}, NOW,
+                         {"p": None}, scheduler="s").actions, None  # fmt: skip
+    assert [a.released for a in ended if isinstance(a, pl.Cancel)] == [True]
+    refusal = pl.ReleaseRefused(JOB, "p", "refused")
+    refused = lc.decide(PlaceholderJob.parse(phj("Allocated")), slurm_side("RUNNING"), {"p": pod("gated")}, NOW,
+                        scheduler="s", outcome=refusal)  # fmt: skip
+    assert [a.released for a in refused.actions if isinstance(a, pl.Cancel)] == [False]

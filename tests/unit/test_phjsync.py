@@ -221,7 +221,8 @@ async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_u
     del kube.objects[POD_PATH]
     jobs.pods.delete(live)
     await jobs.reconcile(("ns", "p"))
-    assert slurm.calls == ["cancel 7"] and kube.events[-1] == "PodsDeleted"
+    # Renamed first (the job is not in the view: a generic name), so the handoff holds nothing.
+    assert slurm.calls == ["rename 7 slurm-bridge#released", "cancel 7"] and kube.events[-1] == "PodsDeleted"
     assert kube.objects[PHJ_PATH]["status"]["phase"] == "Cancelled"
 
 

@@ -188,6 +188,9 @@ matchExpressions:
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
   "tenancy" ($c.tenancy | default "open")
 }}
+{{- with $c.handoff }}
+{{- $_ := set $cfg "handoff" (dict "maxGracePeriodSeconds" (int .maxGracePeriodSeconds) "marginSeconds" (int .marginSeconds)) }}
+{{- end }}
 {{- $sel := $c.managedNamespaceSelector | default dict }}
 {{- if or $sel.matchLabels $sel.matchExpressions }}
 {{- $_ := set $cfg "managedNamespaceSelector" (include "slurm-bridge.namespaceSelector" . | fromYaml) }}

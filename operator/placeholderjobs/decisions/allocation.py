@@ -127,7 +127,7 @@ def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str, wal
     return Plan(
         (
             terminal_status(phj, names.PHASE_FAILED, names.REASON_RELEASE_REJECTED, message, wall),
-            Cancel(job_id),
+            Cancel(job_id, released=False),  # members released before the refusal may run: the handoff holds
             Event(names.REASON_RELEASE_REJECTED, message, warning=True),
         ),
         requeue=0.0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
@@ -58,3 +58,19 @@ class Follow:
     tenancy: Tenancy | None = None
     held: Held | None = None
     devices_missing: bool = False  # the last release found a member's DRA devices missing
+    handoff: Handoff | None = None  # None: no time-limit ending (the preemption rows need nothing)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What the handoff's rows need besides the job (docs/colocation.md, "The handoff"): the margin
+    (config ``handoff.marginSeconds``), and how long past its time limit Slurm lets a job of each
+    partition run (its OverTimeLimit; ``default``: the cluster's; None: UNLIMITED), read from
+    Slurm by the handoff loop."""
+
+    margin: int = 15
+    over_time: Mapping[str, timedelta | None] = field(default_factory=dict)
+    default_over_time: timedelta | None = timedelta(0)
+
+    def over_time_of(self, partition: str) -> timedelta | None:
+        return self.over_time.get(partition, self.default_over_time)

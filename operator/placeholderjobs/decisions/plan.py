@@ -46,7 +46,13 @@ class ReportPending:
 
 @dataclass(frozen=True)
 class Cancel:
+    """Cancel the job (a heterogeneous job through its leader). ``released``: no member pod runs
+    on its allocation any more, so the handoff's EpilogSlurmctld must hold nothing: the shell
+    renames the job first (slurm_bridge/handoff.py). False where pods may still run (a refused
+    release of a gang): the script's reservation then holds their cores until they stop."""
+
     job_id: int
+    released: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,17 @@ class EndPods:
 
     pods: tuple[str, ...]
     reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EndPreempted:
+    """Slurm chose the job as a preemption victim (its QOS GraceTime runs): the shell looks for
+    the likely preemptor (a bounded read, docs/colocation.md), then posts ``SlurmJobPreempted`` on
+    the PlaceholderJob and ends these member pods with it (as :class:`EndPods`)."""
+
+    job: JobInfo
+    pods: tuple[str, ...]
     message: str
 
 
@@ -157,6 +174,7 @@ Action = (
     | ReportPending
     | Cancel
     | EndPods
+    | EndPreempted
     | NoteWaiting
     | Fence
     | Submit

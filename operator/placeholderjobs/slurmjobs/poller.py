@@ -58,8 +58,18 @@ GET_CONCURRENCY = 4
 
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     # A pending job's start_time is Slurm's estimate of its start: the waiting pods are told
-    # when it moves (lifecycle.pending), so a new estimate is a change of the view.
-    return (j.states, j.reason, j.nodes, j.start_time if j.is_pending else None)
+    # when it moves (lifecycle.pending), so a new estimate is a change of the view. A running job
+    # Slurm preempts stays RUNNING with preempt_time set and end_time moved (the handoff ends its
+    # pods), and a changed time limit moves end_time: both are changes too.
+    running = j.is_running
+    return (
+        j.states,
+        j.reason,
+        j.nodes,
+        j.start_time if j.is_pending else None,
+        j.preempt_time,
+        j.end_time if running else None,
+    )
 
 
 class SlurmJobReads(Protocol):
@@ -158,9 +168,10 @@ class SlurmPoller:
         await self._loop.stop()
         await cancel_and_wait([self._resyncing])
 
-    async def refresh(self, job_id: int, ref: PhjRef, *, het: bool = False) -> JobInfo | None:
+    async def refresh(self, job_id: int, ref: PhjRef, *, het: bool = False, notify: bool = False) -> JobInfo | None:
         """Read one job the bridge just made, so its state is known without waiting for a poll;
-        ``het``: a heterogeneous job's leader, read with every component.
+        ``het``: a heterogeneous job's leader, read with every component; ``notify``: a change is
+        told to the controllers (the handoff loop's reads of running jobs Slurm may preempt).
 
         When the read fails the next poll reads it. None: Slurm does not know the job (yet).
         """
@@ -182,7 +193,7 @@ class SlurmPoller:
         at = time.monotonic()
         for j in found:  # a heterogeneous job's leader answers with every component
             if j.job_id == job_id or (job.het_job_id and j.het_job_id == job.het_job_id):
-                self._apply(j, ref, at, notify=False)
+                self._apply(j, ref, at, notify=notify)
         return job
 
     # ---- the bridge's own submits ----------------------------------------------------------------

@@ -23,17 +23,20 @@ from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
+from slurm_bridge.handoff import job_work_dir
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
+from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -41,6 +44,7 @@ from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
+__all__ = ["DescribePreemptor", "PlaceholderJobs"]
 # A reconcile decides at most this often: once, again after a GET of missing members, after a
 # submit, after a release (each at most once).
 MAX_DECISIONS = 6
@@ -61,6 +65,7 @@ class SlurmJobWrites(Protocol):
 
     async def update_job(self, job_id: int, req: JobRequest) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
+    async def rename_job(self, job_id: int, name: str) -> None: ...
 
 
 class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, Protocol):
@@ -79,15 +84,23 @@ class PlaceholderJobs:
         phjs: ParsedStore[PlaceholderJob],
         poller: SlurmPoller,
         tenants: TenantCache | None = None,
+        policy: PolicyHolder | None = None,
+        describe_preemptor: DescribePreemptor | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
-        self.placer = Placer(slurm, config.immediateAllocation)
+        # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
+        # name a preempted job's likely preemptor (docs/colocation.md).
+        self.policy = policy or PolicyHolder()
+        self.placer = Placer(slurm, config.immediateAllocation, lambda r: self.policy.current.may_preempt(r))
         self.podgroups = PodGroupReporter(kube)
         self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         self.member_pods = MemberPods(kube, pods, self.devices)
+        self.handoff = HandoffWrites(
+            kube, slurm, poller, self.member_pods, self.policy, config.bridgeId, describe_preemptor
+        )
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -128,6 +141,7 @@ class PlaceholderJobs:
                 told=self._told.get(uid),
                 tenancy=policy,
                 outcome=step.outcome,
+                handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
@@ -181,19 +195,21 @@ class PlaceholderJobs:
                         await self.kube.event(pod, reason, message, warning=warning)
             case pl.ReportPending():
                 await self.report_pending(phj, action, members)
-            case pl.Cancel(job_id=job_id):
-                await self.cancel(job_id)
+            case pl.Cancel(job_id=job_id, released=released):
+                await self.cancel(job_id, released=released)
             case pl.EndPods(pods=pods, reason=reason, message=message):
                 for name in pods:
                     if (pod := members.get(name)) is not None:
                         await self.member_pods.end(pod, reason, message)
+            case pl.EndPreempted():
+                await self.handoff.end_preempted(phj, action, members)
             case pl.NoteWaiting(pods=pods, job_id=job_id):
                 await self._note_waiting(phj, pods, job_id)
             case pl.Fence(status=status):
                 fenced = await self._fence(phj, status)
                 return (phj, Done(0.05)) if fenced is None else (fenced, None)  # a member joined: size again
             case pl.Submit():
-                return phj, await self._submit(phj, action)
+                return phj, await self._submit(phj, action, members)
             case pl.SubmitFailed(maybe_applied=maybe_applied):
                 self.poller.submit_failed(phj.metadata.uid, maybe_applied=maybe_applied)
             case pl.UpdateJob(job_id=job_id, request=request):
@@ -237,16 +253,25 @@ class PlaceholderJobs:
         return verdict
 
     # ---- submit -----------------------------------------------------------------------------------
-    async def _submit(self, phj: PlaceholderJob, action: pl.Submit) -> Again:
-        """Place the job and read it back; the next decision takes it from there (the outcome)."""
+    async def _submit(self, phj: PlaceholderJob, action: pl.Submit, members: Mapping[str, Obj | None]) -> Again:
+        """Place the job and read it back; the next decision takes it from there (the outcome).
+
+        The job's working directory tells the handoff's EpilogSlurmctld how long to hold its cores
+        should Slurm end it under its pods (slurm_bridge/handoff.py)."""
         meta, request = phj.metadata, action.request
         ref = PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
         name = request.job_name or default_job_name(meta.namespace, meta.name)
+        pods = [p for n in action.present if (p := members.get(n)) is not None]
+        exclusive = any(r.exclusive or r.mcs_label for r in action.components)
+        scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
+        work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds, self.config.bridgeId)
         try:
             if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
-                job_id = await self.placer.place_het(list(action.components), name, encode_admin_comment(ref))
+                job_id = await self.placer.place_het(
+                    list(action.components), name, encode_admin_comment(ref), work_dir=work_dir
+                )
             else:
-                job_id = await self.placer.place(request, name, encode_admin_comment(ref))
+                job_id = await self.placer.place(request, name, encode_admin_comment(ref), work_dir=work_dir)
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -372,7 +397,10 @@ class PlaceholderJobs:
         return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
     # ---- writes ---------------------------------------------------------------------------------
-    async def cancel(self, job_id: int) -> None:
+    async def cancel(self, job_id: int, *, released: bool = True) -> None:
+        """Cancel the job; ``released`` (no pod runs on it): renamed first, so nothing is held."""
+        if released:
+            await self.handoff.mark_released(job_id)
         await self.slurm.cancel_job(job_id)
         metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)

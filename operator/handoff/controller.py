@@ -1,0 +1,268 @@
+"""The handoff loop (leader only; docs/colocation.md, "The handoff"): one pass per poll period.
+
+- **Reservations.** Lists the ``handoff-<job>-<node>`` reservations the project's EpilogSlurmctld
+  made when Slurm ended a bridge job under its pods (one small ``GET reservations``), deletes each
+  once its job's pods stopped on its node, tells the pods (once) that their cores are held, drains
+  a node whose pod outlives its grace period and the margin, and undrains it when that pod is gone
+  (:mod:`.decisions`). State lives in Slurm (the reservation's name, the drain's reason): a
+  restart loses nothing, and a bridge that is down holds nothing longer than the reservation's
+  EndTime.
+- **Preemption.** Reads again, a few per pass, the running bridge jobs of a QOS that another may
+  preempt: a preempted job stays RUNNING, and only its ``preempt_time`` says so, which the state
+  polls do not see (the 30 s full list would, later). A change queues its PlaceholderJob, whose
+  decision ends the pods gracefully (lifecycle, ``decisions/handoff.py``).
+- **Slurm's settings.** Every POLICY_SECONDS: slurm.conf (EpilogSlurmctld, PreemptType), the QOS
+  preemption settings, the bridge user's default QOS and the partitions' OverTimeLimit, into the
+  :class:`.slurmpolicy.PolicyHolder` the PlaceholderJob controller decides with; what the handoff
+  needs and lacks is logged as a warning, once per reading that changed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from slurm_bridge import names
+from slurm_bridge.config import Config
+from slurm_bridge.handoff import HandoffReservation, drain_of, pod_grace_seconds
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.handoff.decisions import Drain, Held, Release, Undrain, decide, preemption_checks
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.slurm.errors import SlurmError
+from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary
+from slurm_bridge.slurm.models import NodeInfo
+
+log = logging.getLogger(__name__)
+
+# Slurm's preemption and time-limit settings are read again this often.
+POLICY_SECONDS = 60.0
+# A running job of a preemptable QOS is read again at least this often, at most
+# PREEMPTION_CHECKS_PER_PASS jobs a pass (the longest unread first): a preemption is seen within
+# this many seconds while few such jobs run, and within the full list's 30 s at worst.
+PREEMPTION_CHECK_SECONDS = 5.0
+PREEMPTION_CHECKS_PER_PASS = 4
+# The loop's own DRAIN or UNDRAIN stands for Slurm's node state this long (the node controller's
+# next lists show it within a few poll periods).
+OWN_WRITE_SECONDS = 10.0
+
+
+class SlurmHandoff(Protocol):
+    """The Slurm calls the handoff loop makes."""
+
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]: ...
+    async def delete_reservation(self, name: str) -> bool: ...
+    async def update_node(
+        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
+    ) -> None: ...
+    async def slurm_conf(self) -> SlurmConfSummary | None: ...
+    async def qos_preemption(self) -> list[QosInfo] | None: ...
+    async def default_qos(self, user: str) -> dict[str, str] | None: ...
+    async def partition_over_time(self) -> dict[str, int | None]: ...
+
+
+def policy_problems(policy: SlurmPolicy, config: Config, used: frozenset[str]) -> list[str]:
+    """What the handoff needs from Slurm and does not find there (pure; logged as warnings).
+    ``used``: the QOS the bridge's jobs run in (its jobs seen, its user's default QOS)."""
+    out: list[str] = []
+    conf = policy.conf
+    if conf is not None and not conf.epilog_slurmctld:
+        out.append(
+            "slurm.conf has no EpilogSlurmctld: when Slurm ends a bridge job itself (scancel by "
+            "someone else, a node failure) native work may start under the pods still stopping "
+            "(install the handoff script, docs/colocation.md)"
+        )
+    need = config.handoff.maxGracePeriodSeconds + config.handoff.marginSeconds
+    for q in sorted(policy.qos.values(), key=lambda q: q.name):
+        if q.name not in used or not policy.preemptable(q.name):
+            continue
+        if "SUSPEND" in q.mode:
+            out.append(f"QOS {q.name} may be preempted with PreemptMode=SUSPEND, which cannot stop a pod: use CANCEL")
+        elif q.grace_seconds < need:
+            out.append(
+                f"QOS {q.name} may be preempted with GraceTime {q.grace_seconds}s, shorter than "
+                f"handoff.maxGracePeriodSeconds + marginSeconds ({need}s): a preempted pod may be cut short"
+            )
+    return out
+
+
+class HandoffController:
+    def __init__(
+        self,
+        config: Config,
+        kube: KubeClient,
+        slurm: SlurmHandoff,
+        pods: ObjectStore,
+        poller: SlurmPoller,
+        policy: PolicyHolder,
+        slurm_nodes: Callable[[], dict[str, NodeInfo] | None],
+        user: Callable[[], str] = lambda: "",
+    ) -> None:
+        self.config = config
+        self.kube = kube
+        self.slurm = slurm
+        self.pods = pods
+        self.poller = poller
+        self.policy = policy
+        self.slurm_nodes = slurm_nodes
+        self.user = user
+        self._policy_at = 0.0
+        self._problems: list[str] = []
+        self._checked: dict[int, float] = {}  # job id -> when last read for preempt_time
+        self._told: set[str] = set()  # reservations whose pods were told they are held
+        # node -> the loop's own write (DRAIN or UNDRAIN) as Slurm has it now, and when: the node
+        # controller's table shows it only after its next list.
+        self._written: dict[str, tuple[NodeInfo, float]] = {}
+        self.reservations_released = 0
+        self.nodes_drained = 0
+        self._loop = PollLoop(
+            "handoff",
+            config.pollPeriodSeconds,
+            self.pass_once,
+            log=log,
+            ok_message=lambda: "handoff loop OK",
+            failed="the handoff loop",
+            errors=(SlurmError,),
+        )
+
+    @property
+    def healthy(self) -> bool:
+        return self._loop.healthy
+
+    def start(self) -> None:
+        self._loop.start()
+
+    async def stop(self) -> None:
+        await self._loop.stop()
+
+    async def pass_once(self) -> None:
+        now = time.monotonic()
+        if now - self._policy_at >= POLICY_SECONDS:
+            self._policy_at = now
+            try:
+                await self.read_policy()
+            except SlurmError as e:  # the reservations must not wait for the settings
+                log.warning("handoff: reading Slurm's settings failed, again in %.0fs: %s", POLICY_SECONDS, e)
+        await self.check_preemption(now)
+        await self.reservations()
+
+    # ---- Slurm's settings ---------------------------------------------------------------------
+    async def read_policy(self) -> None:
+        conf = await self.slurm.slurm_conf()
+        qos = await self.slurm.qos_preemption()
+        user = self.config.slurmUser or self.user()
+        defaults = await self.slurm.default_qos(user) if user else None
+        over = await self.slurm.partition_over_time()
+        policy = SlurmPolicy(True, conf, {q.name: q for q in qos or []}, defaults, over)
+        self.policy.current = policy
+        snap = self.poller.snapshot
+        used = {j.qos for j in snap.by_id.values()} if snap is not None else set()
+        problems = policy_problems(policy, self.config, frozenset(used | set((defaults or {}).values())))
+        if problems != self._problems:
+            for p in problems:
+                log.warning("handoff: %s", p)
+        self._problems = problems
+
+    # ---- preemption -----------------------------------------------------------------------------
+    async def check_preemption(self, now: float) -> None:
+        snap, policy = self.poller.snapshot, self.policy.current
+        if snap is None or not policy.known or not policy.preemption_on:
+            return
+        running: dict[int, str] = {}  # a heterogeneous job by its leader (read with every component)
+        for job in snap.by_id.values():
+            if job.is_running and job.preempt_time is None and policy.preemptable(job.qos):
+                running[job.het_leader] = job.qos
+        self._checked = {j: t for j, t in self._checked.items() if j in snap.by_id}
+        due = preemption_checks(
+            list(running.items()), self._checked, now, PREEMPTION_CHECK_SECONDS, PREEMPTION_CHECKS_PER_PASS
+        )
+        for job_id in due:
+            self._checked[job_id] = now
+            ref, leader = snap.refs.get(job_id), snap.by_id.get(job_id)
+            if ref is not None and leader is not None:
+                await self.poller.refresh(job_id, ref, het=leader.het_job_id == job_id, notify=True)
+
+    # ---- reservations and drains ----------------------------------------------------------------
+    def _pods_by_job(self, job_ids: Iterable[int]) -> dict[int, list[Obj]]:
+        wanted = {str(j) for j in job_ids}
+        out: dict[int, list[Obj]] = {}
+        if not wanted:
+            return out
+        for pod in self.pods.values():
+            label = (pod["metadata"].get("labels") or {}).get(names.LABEL_SLURM_JOB_ID)
+            if label in wanted:
+                out.setdefault(int(label), []).append(pod)
+        return out
+
+    async def reservations(self) -> None:
+        found = await self.slurm.list_handoff_reservations(self.config.bridgeId)
+        nodes = dict(self.slurm_nodes() or {})
+        at = time.monotonic()
+        for name, (info, written) in list(self._written.items()):
+            if at - written > OWN_WRITE_SECONDS:
+                del self._written[name]  # the node lists show it by now
+            else:
+                nodes[name] = info
+        drained = {n: i for n, i in nodes.items() if i.reason.startswith(names.HANDOFF_DRAIN_REASON_PREFIX)}
+        if not found and not drained:
+            self._told.clear()
+            return
+        jobs = {r.job_id for r in found}
+        for info in drained.values():
+            d = drain_of(info.reason)
+            if d is not None:
+                jobs.add(d.job_id)
+        steps = decide(found, self._pods_by_job(jobs), drained, datetime.now(UTC), self.config.handoff.marginSeconds)
+        for step in steps:
+            await self._apply(step)
+        self._told &= {r.name for r in found}
+
+    async def _apply(self, step: Release | Held | Drain | Undrain) -> None:
+        match step:
+            case Release(reservation=r):
+                if await self.slurm.delete_reservation(r.name):
+                    self.reservations_released += 1
+                    log.info(
+                        "handoff: released reservation %s (Slurm job %d's pods stopped on %s)", r.name, r.job_id, r.node
+                    )
+            case Held(reservation=r, pods=pods):
+                if r.name in self._told:
+                    return
+                self._told.add(r.name)
+                until = f" until {r.end_time.isoformat()}" if r.end_time is not None else ""
+                for pod in pods:
+                    await self.kube.event(
+                        pod,
+                        names.REASON_HANDOFF_HELD,
+                        f"Slurm job {r.job_id} ended under this pod: its CPUs on {r.node} are held by reservation "
+                        f"{r.name}{until} at the latest, and released once its containers stop",
+                    )
+            case Drain(node=node, pod=pod, job_id=job_id, reason=reason):
+                await self.slurm.update_node(node, state="DRAIN", reason=reason)
+                self._written[node] = (NodeInfo(name=node, states=("IDLE", "DRAIN"), reason=reason), time.monotonic())
+                self.nodes_drained += 1
+                meta = pod["metadata"]
+                message = (
+                    f"pod {meta['namespace']}/{meta['name']} still runs {pod_grace_seconds(pod)}s + "
+                    f"{self.config.handoff.marginSeconds}s after Slurm job {job_id} ended: Slurm node {node} "
+                    "is drained until it is gone"
+                )
+                log.warning("handoff: %s", message)
+                await self.kube.event(pod, names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)
+                await self.kube.event(_node_ref(node), names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)
+            case Undrain(node=node, drain=d):
+                await self.slurm.update_node(node, state="UNDRAIN")
+                self._written[node] = (NodeInfo(name=node, states=("IDLE",)), time.monotonic())
+                message = f"pod {d.namespace}/{d.pod} of Slurm job {d.job_id} is gone: the handoff's drain is lifted"
+                log.info("handoff: %s", message)
+                await self.kube.event(_node_ref(node), names.REASON_HANDOFF_NODE_UNDRAINED, message)
+
+
+def _node_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}

@@ -1,0 +1,78 @@
+"""The shell's handoff writes (docs/colocation.md, "The handoff"): a job the bridge releases itself
+is renamed first, so the project's EpilogSlurmctld holds nothing for it; a preempted job's pods are
+ended with an Event naming the likely preemptor. I/O, applied by :mod:`.phjsync`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from slurm_bridge import names
+from slurm_bridge.handoff import released_name
+from slurm_bridge.kube import KubeClient
+from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.slurm.errors import SlurmError
+from slurm_bridge.slurm.models import JobInfo
+
+log = logging.getLogger(__name__)
+# The likely preemptor of a job, in words (operator/handoff/preemptor.py; a bounded read of Slurm).
+DescribePreemptor = Callable[[JobInfo], Awaitable[str]]
+
+
+class SlurmRenames(Protocol):
+    async def rename_job(self, job_id: int, name: str) -> None: ...
+
+
+class HandoffWrites:
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurm: SlurmRenames,
+        poller: SlurmPoller,
+        member_pods: MemberPods,
+        policy: PolicyHolder,
+        bridge_id: str,
+        describe_preemptor: DescribePreemptor | None = None,
+    ) -> None:
+        self.kube, self.slurm, self.poller, self.member_pods = kube, slurm, poller, member_pods
+        self.policy, self.bridge_id = policy, bridge_id
+        self.describe_preemptor = describe_preemptor
+
+    async def mark_released(self, job_id: int) -> None:
+        """Rename each running part of the job before the bridge's own cancel (its pods' containers
+        stopped), so the EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's
+        components each have their own epilog). None where slurm.conf has no EpilogSlurmctld."""
+        conf = self.policy.current.conf
+        if conf is not None and not conf.epilog_slurmctld:
+            return
+        snap = self.poller.snapshot
+        job = snap.by_id.get(job_id) if snap is not None else None
+        if job is None:
+            await self.slurm.rename_job(job_id, released_name(self.bridge_id))
+            return
+        parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
+        for part in parts or (job,):
+            if part.is_running:
+                await self.slurm.rename_job(part.job_id, released_name(part.name or self.bridge_id))
+
+    async def end_preempted(
+        self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None]
+    ) -> None:
+        """Slurm preempts the job: name the likely preemptor (best effort: Slurm's answers name
+        none), then post SlurmJobPreempted on the PlaceholderJob and end the pods gracefully with it."""
+        message = action.message
+        if self.describe_preemptor is not None:
+            try:
+                message = f"{message}; {await self.describe_preemptor(action.job)}"
+            except SlurmError as e:
+                log.info("looking for the preemptor of Slurm job %d failed: %s", action.job.job_id, e)
+        await self.kube.event(phj.raw, names.REASON_SLURM_JOB_PREEMPTED, message, warning=True)
+        for name in action.pods:
+            if (pod := members.get(name)) is not None:
+                await self.member_pods.end(pod, names.REASON_SLURM_JOB_PREEMPTED, message)

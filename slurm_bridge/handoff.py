@@ -1,0 +1,164 @@
+"""The handoff's shared rules (pure): what the bridge tells the project's EpilogSlurmctld through a
+job's working directory, the reservations and drains it reads back, and the grace periods it can
+hold. Used by the webhook (admission of a pod's grace period), the PlaceholderJob controller (the
+submit's working directory, a time limit's ending) and the handoff loop (reservations, drains).
+
+Why this shape (docs/colocation.md, "The handoff"): Slurm 26.05 frees an external job's cores in
+the job's completion path, so nothing in Slurm holds them for a pod still shutting down. Where the
+end is foreseen (the pods ended, a time limit, a preemption with GraceTime) the bridge ends the
+pods first and releases the job itself, exactly; where it is not (scancel by someone else, a node
+failure) the EpilogSlurmctld script reserves the job's cores for ``hold`` seconds
+(``handoff-<job id>-<node>``), and the bridge deletes the reservation once the pod's containers
+stopped, or drains the node if the pod outlives its grace period and the margin.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from slurm_bridge import names
+from slurm_bridge.dra import recorded_requests
+from slurm_bridge.slurm.models import JobRequest
+
+# Kubernetes' default terminationGracePeriodSeconds.
+DEFAULT_GRACE_SECONDS = 30
+
+_RESERVATION = re.compile(rf"^{re.escape(names.HANDOFF_RESERVATION_PREFIX)}(\d+)-(.+)$")
+_DRAIN = re.compile(
+    rf"^{re.escape(names.HANDOFF_DRAIN_REASON_PREFIX)} pod (?P<ns>[^/\s]+)/(?P<pod>\S+) of Slurm job (?P<job>\d+) "
+)
+
+
+def pod_grace_seconds(pod: dict[str, Any]) -> int:
+    """The pod's grace period, as the kubelet applies it when the pod is deleted."""
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return int(value) if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_SECONDS
+
+
+def hold_seconds(grace: int, margin: int) -> int:
+    """How long the script's reservation holds at most: the grace period, the margin after which
+    the node is drained, and once more the margin, so the drain takes effect before the hold ends."""
+    return max(grace, 0) + 2 * margin
+
+
+def work_dir(hold: int, scope: str, bridge_id: str) -> str:
+    """The job's working directory: what the EpilogSlurmctld reads as SLURM_JOB_WORK_DIR
+    (``<HANDOFF_WORK_DIR>/<hold seconds>/<scope>/<bridgeId>``)."""
+    if scope not in (names.HANDOFF_SCOPE_CORES, names.HANDOFF_SCOPE_NODE):
+        raise ValueError(f"unknown handoff scope {scope!r}")
+    return f"{names.HANDOFF_WORK_DIR}/{int(hold)}/{scope}/{bridge_id}"
+
+
+def released_name(name: str) -> str:
+    """The name the bridge gives a job it releases itself, so the script holds nothing for it."""
+    return name if name.endswith(names.RELEASED_JOB_NAME_SUFFIX) else name + names.RELEASED_JOB_NAME_SUFFIX
+
+
+@dataclass(frozen=True)
+class HandoffReservation:
+    """A reservation the script made (``handoff-<job id>-<bridgeId>-<node>``): the ended job's id
+    and the node it holds cores on; ``start_time``: when the job ended."""
+
+    name: str
+    job_id: int
+    node: str
+    end_time: datetime | None = None
+    start_time: datetime | None = None
+
+
+def reservation_name(job_id: int, bridge_id: str, node: str) -> str:
+    """What the script names the reservation for a job's node (hack/slurm-hooks/)."""
+    return f"{names.HANDOFF_RESERVATION_PREFIX}{job_id}-{bridge_id}-{node}"
+
+
+def reservation_of(
+    name: str, bridge_id: str, *, end_time: datetime | None = None, start_time: datetime | None = None
+) -> HandoffReservation | None:
+    """The handoff reservation named ``name`` for one of ``bridge_id``'s jobs; None for any other
+    reservation (another bridge's too: each bridge releases only its own)."""
+    m = _RESERVATION.match(name)
+    if m is None or not m.group(2).startswith(f"{bridge_id}-") or m.group(2) == f"{bridge_id}-":
+        return None
+    return HandoffReservation(name, int(m.group(1)), m.group(2)[len(bridge_id) + 1 :], end_time, start_time)
+
+
+def drain_reason(namespace: str, pod: str, job_id: int, grace: int, margin: int) -> str:
+    """The Slurm node reason of a handoff drain: it names the pod (an administrator reads it in
+    ``sinfo -R``) and is the bridge's record of the drain (it lifts only a drain with this prefix)."""
+    return (
+        f"{names.HANDOFF_DRAIN_REASON_PREFIX} pod {namespace}/{pod} of Slurm job {job_id} still runs "
+        f"{grace}s+{margin}s after the job ended"
+    )
+
+
+@dataclass(frozen=True)
+class HandoffDrain:
+    namespace: str
+    pod: str
+    job_id: int
+
+
+def drain_of(reason: str) -> HandoffDrain | None:
+    """The pod and job a handoff drain's reason names; None for any other reason."""
+    m = _DRAIN.match(reason or "")
+    if m is None:
+        return None
+    return HandoffDrain(m.group("ns"), m.group("pod"), int(m.group("job")))
+
+
+def grace_refusal(grace: int, limit: int, what: str) -> str | None:
+    """Why a pod's grace period cannot be held (None: it can): the handoff holds a job's cores for
+    at most the configured grace period (and the bridge QOS's GraceTime is sized for it)."""
+    if grace <= limit:
+        return None
+    return (
+        f"{what}: terminationGracePeriodSeconds {grace} is longer than the bridge can hold a Slurm "
+        f"job's CPUs for a terminating pod (handoff.maxGracePeriodSeconds: {limit}); "
+        f"use at most {limit} seconds, or ask the administrator to raise the limit (docs/colocation.md)"
+    )
+
+
+def grace_problems(spec: dict[str, Any] | Any, limit: int, where: str) -> list[str]:
+    """Admission's check of a pod spec (or a pod template's) at ``where``: its grace period must be
+    one the handoff can hold (``handoff.maxGracePeriodSeconds``)."""
+    value = spec.get("terminationGracePeriodSeconds") if hasattr(spec, "get") else None
+    if not isinstance(value, int):
+        return []
+    problem = grace_refusal(value, limit, f"{where}.terminationGracePeriodSeconds")
+    return [problem] if problem else []
+
+
+def ending_starts_at(end_time: datetime, over_time_limit: timedelta, grace: int, margin: int) -> datetime:
+    """When the bridge starts ending a job's pods ahead of its time limit.
+
+    Slurm never ends a job before ``end_time`` and does so at the earliest ``over_time_limit``
+    after it (then within its ~30 s check). Starting at ``end_time`` gives the pods their whole
+    time limit when the OverTimeLimit covers their grace period and the margin; else they start
+    early enough to have stopped before Slurm may end the job.
+    """
+    return min(end_time, end_time + over_time_limit - timedelta(seconds=grace + margin))
+
+
+def job_work_dir(request: JobRequest, pods: Iterable[dict[str, Any]], margin: int, bridge_id: str) -> str:
+    """The working directory a job is submitted with: the hold sized for its pods' longest grace
+    period, and the scope. All of a node's free cores are held (``node``) where the pod's exact
+    cores or the node's exclusivity matter -- a whole-node job, a time-shared (MCS) one, a pod
+    bound to exact ``dra.cpu`` devices -- since a reservation takes the lowest free cores, not the
+    job's; else the job's CPU count (``cores``)."""
+    pods = list(pods)
+    grace = max((pod_grace_seconds(p) for p in pods), default=DEFAULT_GRACE_SECONDS)
+    exact = any(_exact_cores(p) for p in pods)
+    node = bool(request.exclusive) or bool(request.mcs_label) or exact
+    scope = names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES
+    return work_dir(hold_seconds(grace, margin), scope, bridge_id)
+
+
+def _exact_cores(pod: dict[str, Any]) -> bool:
+    try:
+        return "dra.cpu" in recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+    except ValueError:
+        return False

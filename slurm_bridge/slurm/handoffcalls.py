@@ -1,0 +1,219 @@
+"""The handoff's calls of the Slurm REST client (docs/colocation.md, "The handoff"): the
+``handoff-*`` reservations the project's EpilogSlurmctld makes (listed, deleted), a job renamed
+before the bridge's own cancel (so the script holds nothing for it), and what Slurm's
+configuration says about preemption and time limits (QOS preempt lists, modes and GraceTime; the
+bridge user's default QOS; partitions' OverTimeLimit; slurm.conf's EpilogSlurmctld and
+PreemptType). A part of :class:`.client.SlurmClient`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from slurm_bridge.handoff import HandoffReservation, reservation_of
+
+from .errors import ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID, ESLURM_JOB_FINISHED, SlurmError
+from .formats import time_of
+from .session import SlurmSession
+from .wire import NoVal, PartitionWire, _Wire, listed, validate
+
+# Deleting a reservation that is gone: "Requested reservation is invalid".
+ESLURM_RESERVATION_INVALID = 2053
+
+
+@dataclass(frozen=True)
+class QosInfo:
+    """One QOS as preemption sees it: which QOS it preempts, how it is preempted, its GraceTime."""
+
+    name: str
+    preempts: tuple[str, ...] = ()
+    mode: tuple[str, ...] = ()  # CANCEL, REQUEUE, SUSPEND, GANG, DISABLED (= the cluster's)
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class SlurmConfSummary:
+    """The slurm.conf keys the handoff and preemption need (``GET /conf``, REST API v0.0.45)."""
+
+    epilog_slurmctld: tuple[str, ...] = ()
+    preempt_type: str = ""
+    preempt_mode: tuple[str, ...] = ()
+    over_time_limit_minutes: int | None = 0  # None: UNLIMITED
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _ResvWire(_Wire):
+    name: str
+    end_time: NoVal | int | None = None
+    start_time: NoVal | int | None = None
+
+
+class _QosPreemptWire(_Wire):
+    preempted: list[str] = Field(default_factory=list, alias="list")
+    mode: list[str] = Field(default_factory=list)
+
+
+class _QosWire(_Wire):
+    name: str
+    preempt: _QosPreemptWire = _QosPreemptWire()
+    limits: dict[str, Any] = {}
+
+
+class _AssocDefaultWire(_Wire):
+    qos: str = ""
+
+
+class _AssocWire(_Wire):
+    account: str = ""
+    user: str = ""
+    is_default: bool = False
+    default: _AssocDefaultWire = _AssocDefaultWire()
+
+
+def _minutes(raw: Any) -> int | None:
+    """A NoVal of minutes: its number (0 when unset), None when infinite."""
+    v = validate(NoVal, raw if isinstance(raw, dict) else {}, "over_time_limit")
+    if v.infinite:
+        return None
+    return v.number if v.set and v.number is not None else 0
+
+
+def token_user(token: str) -> str:
+    """The Slurm user a JWT names (its ``sun`` claim; not verified: only for reading)."""
+    try:
+        payload = token.split(".")[1]
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return ""
+    return str(data.get("sun") or "") if isinstance(data, dict) else ""
+
+
+class HandoffCalls(SlurmSession):
+    """Reservations, a job's rename, and the preemption and time-limit settings."""
+
+    def jwt_user(self) -> str:
+        """The Slurm user the bridge's JWT names (whose default QOS its own jobs get)."""
+        try:
+            return self.user or token_user(self._token.get())
+        except SlurmError:
+            return ""
+
+    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
+        """Every ``handoff-<job>-<bridge_id>-<node>`` reservation (one small request; other
+        reservations, other bridges' too, left out)."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("reservations/"))
+        out: list[HandoffReservation] = []
+        for raw in listed(reply.body, "reservations", "reservations"):
+            w = validate(_ResvWire, raw, "reservation")
+            r = reservation_of(w.name, bridge_id, end_time=time_of(w.end_time), start_time=time_of(w.start_time))
+            if r is not None:
+                out.append(r)
+        return out
+
+    async def delete_reservation(self, name: str) -> bool:
+        """Delete a reservation; False when Slurm has no such reservation (deleted or expired)."""
+        codec = await self._get_codec()
+        reply = await self._request(
+            "DELETE",
+            codec.path(f"reservation/{name}"),
+            not_found_ok=True,
+            ok_errors=frozenset({ESLURM_RESERVATION_INVALID}),
+        )
+        if reply.status == 404:
+            return False
+        return not any(e.error_number == ESLURM_RESERVATION_INVALID for e in reply.errors)
+
+    async def rename_job(self, job_id: int, name: str) -> None:
+        """Give a job (running or not) a new name: the bridge's mark of a job it releases itself,
+        read by the EpilogSlurmctld as SLURM_JOB_NAME. A job Slurm no longer knows is fine."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        await self._request("POST", path, json_body={"name": name}, not_found_ok=True, ok_errors=_GONE)
+
+    async def qos_preemption(self) -> list[QosInfo] | None:
+        """Every QOS's preemption settings; None without accounting endpoints."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.db_path("qos/"), not_found_ok=True)
+        if reply.status == 404:
+            return None
+        out = []
+        for raw in listed(reply.body, "qos", "qos"):
+            w = validate(_QosWire, raw, "qos")
+            grace = w.limits.get("grace_time") if isinstance(w.limits, dict) else 0
+            out.append(
+                QosInfo(w.name, tuple(w.preempt.preempted), tuple(m.upper() for m in w.preempt.mode), int(grace or 0))
+            )
+        return out
+
+    async def default_qos(self, user: str) -> dict[str, str] | None:
+        """``user``'s default QOS per account ("" for the user's default account); None without
+        accounting endpoints."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.db_path("associations/"), params={"user": user}, not_found_ok=True)
+        if reply.status == 404:
+            return None
+        out: dict[str, str] = {}
+        for raw in listed(reply.body, "associations", "associations"):
+            w = validate(_AssocWire, raw, "association")
+            if w.user != user:
+                continue
+            out[w.account] = w.default.qos
+            if w.is_default:
+                out[""] = w.default.qos
+        return out
+
+    async def partition_over_time(self) -> dict[str, int | None]:
+        """Each partition's OverTimeLimit in minutes (None: UNLIMITED; absent: the cluster's)."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("partitions/"))
+        out: dict[str, int | None] = {}
+        for raw in listed(reply.body, "partitions", "partitions"):
+            w = validate(PartitionWire, raw, "partition")
+            limit = (w.maximums or {}).get("over_time_limit")
+            if isinstance(limit, dict) and (limit.get("set") or limit.get("infinite")):
+                out[w.name] = _minutes(limit)
+        return out
+
+    async def slurm_conf(self) -> SlurmConfSummary | None:
+        """What slurm.conf says about the handoff and preemption; None before REST API v0.0.45
+        (``GET /conf`` is new there)."""
+        codec = await self._get_codec()
+        if codec.version < "v0.0.45":
+            return None
+        reply = await self._request("GET", codec.path("conf"), not_found_ok=True)
+        body = reply.body if isinstance(reply.body, dict) else {}
+        conf = body.get("slurm_conf")
+        if reply.status == 404 or not isinstance(conf, dict):
+            return None
+
+        def strings(key: str) -> tuple[str, ...]:
+            v = conf.get(key)
+            if isinstance(v, str):
+                return (v,) if v else ()
+            return tuple(str(x) for x in v) if isinstance(v, list) else ()
+
+        otl = conf.get("OverTimeLimit")
+        over: int | None = 0
+        if isinstance(otl, int):
+            over = None if otl >= 0xFFFF else otl  # INFINITE16
+        elif isinstance(otl, dict):
+            over = _minutes(otl)
+        try:
+            return SlurmConfSummary(
+                epilog_slurmctld=strings("EpilogSlurmctld"),
+                preempt_type=str(conf.get("PreemptType") or ""),
+                preempt_mode=tuple(m.upper() for m in strings("PreemptMode")),
+                over_time_limit_minutes=over,
+            )
+        except (TypeError, ValueError) as e:  # pragma: no cover - a shape Slurm never sent
+            raise SlurmError(f"GET {codec.path('conf')}: unexpected answer: {e}") from e
+
+
+# A rename of a job Slurm no longer knows, or that already ended: nothing to mark.
+_GONE = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})

@@ -1,0 +1,308 @@
+"""The handoff: native work never starts under a live pod (issue 28 §3; docs/colocation.md).
+
+On ``real-node-1`` a real kubelet runs the pod's real container and a real slurmd runs a tenant's
+native batch job that waits for the node: it asks for every CPU of the node, and the pod's Slurm
+job holds one. The container (hack/workload) goes on for LINGER seconds after SIGTERM, inside its
+20 s grace period, as an application finishing its work does. The pod's job is ended by
+``scancel`` (Slurm ends it: the EpilogSlurmctld's reservation holds its CPU), by its time limit
+(the bridge ends the pod ahead of it) and by a preemption (QOS GraceTime: the bridge ends the pod
+gracefully); each time the native job starts only after the container's process has exited. Each
+test prints the measured gap, and the Slurm calls the handoff made for the pod.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from tests.e2e.util import get_phj, pod_events, read_pod, slurm_job
+from tests.harness import REPO, TENANTS, SlurmEnv, run, sbatch_as, squeue_state, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+ALICE = TENANTS["a"]
+GRACE = 20  # the pod's terminationGracePeriodSeconds
+LINGER = 8  # how long the container goes on after SIGTERM (inside its grace period)
+CGROUP_PIDS = Path("/sys/fs/cgroup/pids")  # this machine has cgroup v1 (docs/development.md)
+REAL_NODE_TAINT = "slurm-bridge.local/real-node"  # hack/lib.sh REAL_NODE_KEY
+HANDOFF_CALLS = (
+    "POST /job/{id}",
+    "DELETE /job/{id}",
+    "GET /reservations/",
+    "DELETE /reservation/{name}",
+    "GET /job/{id}",
+)
+
+
+@pytest.fixture(scope="module")
+def workload_image() -> str:
+    """The lingering container (hack/workload), imported into the real node's containerd when it
+    lacks it: the node has no registry to pull from."""
+    ref = run(["bash", str(REPO / "hack" / "image.sh"), "ref", "workload"]).stdout.strip()
+    have = run(["bash", str(REPO / "hack" / "node.sh"), "ctr", "images", "ls", "-q"]).stdout.split()
+    if ref not in have:
+        archive = run(["bash", str(REPO / "hack" / "image.sh"), "archive", "workload"], timeout=900).stdout.strip()
+        run(["bash", str(REPO / "hack" / "node.sh"), "import", archive], timeout=300)
+    have = run(["bash", str(REPO / "hack" / "node.sh"), "ctr", "images", "ls", "-q"]).stdout.split()
+    assert ref in have, f"the real node's containerd lacks {ref} after importing it; it has {have}"
+    return ref
+
+
+@pytest.fixture(scope="module")
+def handoff_script(slurm_env: SlurmEnv) -> None:
+    """The running slurmctld runs the project's EpilogSlurmctld (hack/slurm-policy.conf)."""
+    conf = slurm_env.scontrol("show", "config")
+    line = next((ln for ln in conf.splitlines() if ln.startswith("EpilogSlurmctld")), "")
+    assert "slurm-bridge-handoff.sh" in line, (
+        f"slurmctld runs no handoff script ({line.strip() or 'no EpilogSlurmctld'}): it runs a slurm.conf older than "
+        "hack/slurm-policy.conf; restart the cluster (hack/cluster.sh down && hack/cluster.sh up)"
+    )
+
+
+def node_cpus(slurm: SlurmEnv, node: str) -> int:
+    out = slurm.scontrol("show", "node", node, "-o")
+    return int(next(t.split("=", 1)[1] for t in out.split() if t.startswith("CPUTot=")))
+
+
+def handoff_pod(name: str, image: str, slurm: SlurmEnv, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A bridge pod for the real node: one CPU, the lingering container, a 20 s grace period."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "annotations": {names.ANN_PARTITION: slurm.real_partition, **(annotations or {})},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": GRACE,
+            "restartPolicy": "Never",
+            "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "args": [str(LINGER)],
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "32Mi"},
+                        "limits": {"cpu": "1", "memory": "32Mi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def container_pids(pod: k8s.V1Pod) -> list[int]:
+    """The processes of the pod's container, from its cgroup (the kubelet's cgroupfs driver)."""
+    statuses = pod.status.container_statuses or []
+    if not statuses or not statuses[0].container_id or statuses[0].state.running is None:
+        return []
+    cid = statuses[0].container_id.split("://")[-1]
+    procs = list(CGROUP_PIDS.glob(f"kubepods/**/{cid}/cgroup.procs"))
+    return [int(p) for f in procs for p in f.read_text().split()]
+
+
+class ExitWatch:
+    """Notes (wall clock) the moment the last of the container's processes is gone."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.exited_at: float | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while any(Path(f"/proc/{p}").exists() for p in self.pids):
+            time.sleep(0.01)
+        self.exited_at = time.time()
+
+
+@dataclass
+class Native:
+    job_id: int
+    marker: Path  # the batch script writes its start time (date +%s.%N) here
+
+    def started_at(self) -> float | None:
+        return float(self.marker.read_text()) if self.marker.exists() and self.marker.read_text().strip() else None
+
+
+def native_waiting(slurm: SlurmEnv, cpus: int, *, qos: str | None = None) -> Native:
+    """A tenant's native batch job for the whole real node: it waits while the pod's job holds a CPU."""
+    marker = f"/tmp/handoff-native-{secrets.token_hex(4)}.start"
+    script = f"#!/bin/sh\ndate +%s.%N > {marker}\nexec sleep 600\n"
+    options = ["-p", slurm.real_partition, "-w", slurm.real_node, "-A", ALICE.accounts[0], "-c", str(cpus)]
+    options += ["--mem=64", "-o", "/dev/null", "-J", "handoff-native", *(["--qos", qos] if qos else [])]
+    job_id = sbatch_as(slurm, ALICE.user, script, *options)
+    return Native(job_id, Path(f"{slurm.root}{marker}"))
+
+
+def operator_calls(cluster: dict[str, str]) -> dict[str, int]:
+    port = cluster.get("SB_OPERATOR_PORT", "28080")
+    stats = httpx.get(f"http://127.0.0.1:{port}/stats", timeout=10).json()
+    calls: dict[str, int] = stats["slurm_requests_by_kind"]
+    return calls
+
+
+def calls_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in HANDOFF_CALLS if after.get(k, 0) - before.get(k, 0)}
+
+
+@dataclass
+class Running:
+    name: str
+    job_id: int
+    watch: ExitWatch
+
+
+@pytest.fixture
+def setup(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, ns: str, workload_image: str, handoff_script: None
+) -> Iterator[dict[str, Any]]:
+    natives: list[Native] = []
+    yield {"natives": natives}
+    for n in natives:
+        slurm_env.slurm("scancel", str(n.job_id), check=False)
+        n.marker.unlink(missing_ok=True)
+    for n in natives:
+
+        def gone(job_id: int = n.job_id) -> bool:
+            return squeue_state(slurm_env, job_id) == ""
+
+        wait_for(gone, 60, f"native job {n.job_id} to leave the queue")
+
+
+def start_pod(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, slurm: SlurmEnv, image: str, **annotations: str
+) -> Running:
+    name = f"handoff-{secrets.token_hex(3)}"
+    core.create_namespaced_pod(ns, handoff_pod(name, image, slurm, annotations))
+
+    def running() -> tuple[int, list[int]] | None:
+        pod = read_pod(core, ns, name)
+        phj = get_phj(custom, ns, name) or {}
+        job_id = (phj.get("status") or {}).get("jobId")
+        pids = container_pids(pod) if pod is not None and pod.status.phase == "Running" else []
+        return (int(job_id), pids) if job_id and pids else None
+
+    job_id, pids = wait_for(running, 120, f"pod {name}'s container running on {slurm.real_node}")
+    pod = read_pod(core, ns, name)
+    assert pod is not None and pod.spec.node_name == slurm.real_node
+    return Running(name, job_id, ExitWatch(pids))
+
+
+def native_after_container(slurm: SlurmEnv, native: Native, pod: Running, timeout: float = 180) -> float:
+    """Wait for the native job to start; it must start only after the container exited. The gap."""
+    started: float = wait_for(native.started_at, timeout, f"native job {native.job_id} to start on {slurm.real_node}")
+    exited = pod.watch.exited_at
+    assert exited is not None, (
+        f"native job {native.job_id} started at {started:.3f} while pod {pod.name}'s container still ran"
+    )
+    gap = started - exited
+    assert gap > 0, f"native job {native.job_id} started {-gap:.3f}s before pod {pod.name}'s container exited"
+    return gap
+
+
+def wait_pending(slurm: SlurmEnv, native: Native) -> None:
+    """The native job waits for the pod's CPU (Slurm's reason Resources)."""
+
+    def state() -> list[str]:
+        return slurm.slurm("squeue", "-h", "-j", str(native.job_id), "-o", "%T %r").stdout.split()
+
+    wait_for(lambda: state() == ["PENDING", "Resources"], 30, f"native job {native.job_id} pending for Resources")
+    assert native.started_at() is None
+
+
+def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any], cluster: dict[str, str],
+) -> None:  # fmt: skip
+    pod = start_pod(core, custom, ns, slurm_env, workload_image)
+    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node))
+    setup["natives"].append(native)
+    wait_pending(slurm_env, native)
+    before = operator_calls(cluster)
+    ended = time.time()
+    slurm_env.slurm("scancel", str(pod.job_id))  # an administrator ends the pod's job
+    reservation = wait_for(
+        lambda: next((ln for ln in slurm_env.scontrol("show", "res", "-o").splitlines()
+                      if ln.startswith(f"ReservationName=handoff-{pod.job_id}-")), None),
+        10, f"the handoff reservation for Slurm job {pod.job_id}",
+    )  # fmt: skip
+    assert f"Nodes={slurm_env.real_node}" in reservation and "CoreCnt=1" in reservation, reservation
+    gap = native_after_container(slurm_env, native, pod)
+    assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it was really held
+    events = [e.reason for e in pod_events(core, ns, pod.name)]
+    assert names.REASON_HANDOFF_HELD in events and names.REASON_SLURM_JOB_CANCELLED in events, events
+    wait_for(lambda: f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res"), 30, "the reservation gone")
+    calls = calls_between(before, operator_calls(cluster))
+    print(
+        f"\nscancel: container exited {pod.watch.exited_at - ended:.2f}s after the scancel; native job "
+        f"{native.job_id} started {gap:.3f}s after the container exited; operator's Slurm calls meanwhile: {calls}"
+    )
+
+
+def test_the_time_limit_ends_the_pod_ahead_of_slurm_and_releases_the_job_once_it_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any], cluster: dict[str, str],
+) -> None:  # fmt: skip
+    pod = start_pod(core, custom, ns, slurm_env, workload_image, **{names.ANN_TIMELIMIT: "1"})
+    job = slurm_job(slurm_env, pod.job_id) or {}
+    end_time = float(job["end_time"]["number"])
+    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node))
+    setup["natives"].append(native)
+    wait_pending(slurm_env, native)
+    before = operator_calls(cluster)
+    gap = native_after_container(slurm_env, native, pod, timeout=150)
+    exited = pod.watch.exited_at or 0.0
+    # The bridge ended the pod ahead of the limit (grace + margin before it: OverTimeLimit 0), and
+    # released the job itself once the container stopped: Slurm never timed it out.
+    assert exited < end_time, f"the container exited {exited - end_time:.1f}s after the time limit"
+    final = slurm_job(slurm_env, pod.job_id) or {}
+    assert final.get("job_state") == ["CANCELLED"], final.get("job_state")
+    assert str(final.get("name", "")).endswith(names.RELEASED_JOB_NAME_SUFFIX)
+    # (the PlaceholderJob went with its pod: garbage collection; the pod's Events stay)
+    events = [e.reason for e in pod_events(core, ns, pod.name)]
+    assert names.REASON_SLURM_TIME_LIMIT_REACHED in events, events
+    assert f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res")  # nothing held: exact
+    calls = calls_between(before, operator_calls(cluster))
+    print(
+        f"\ntime limit: container exited {end_time - exited:.2f}s before the job's time limit; native job "
+        f"{native.job_id} started {gap:.3f}s after the container exited; operator's Slurm calls meanwhile: {calls}"
+    )
+
+
+def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any], cluster: dict[str, str],
+) -> None:  # fmt: skip
+    pod = start_pod(core, custom, ns, slurm_env, workload_image, **{names.ANN_QOS: "pods"})
+    before = operator_calls(cluster)
+    began = time.time()
+    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node), qos="native-urgent")
+    setup["natives"].append(native)
+    gap = native_after_container(slurm_env, native, pod)
+    exited = pod.watch.exited_at or 0.0
+
+    def preempted_event() -> k8s.CoreV1Event | None:
+        return next((e for e in pod_events(core, ns, pod.name) if e.reason == names.REASON_SLURM_JOB_PREEMPTED), None)
+
+    event = wait_for(preempted_event, 10, f"a {names.REASON_SLURM_JOB_PREEMPTED} Event on pod {pod.name}")
+    assert f"likely preempted by Slurm job {native.job_id}" in event.message, event.message
+    final = slurm_job(slurm_env, pod.job_id) or {}
+    assert final.get("job_state") == ["CANCELLED"], final.get("job_state")  # released by the bridge, in grace
+    assert f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res")
+    calls = calls_between(before, operator_calls(cluster))
+    print(
+        f"\npreemption: container exited {exited - began:.2f}s after the preemptor's submit; native job "
+        f"{native.job_id} started {gap:.3f}s after the container exited; operator's Slurm calls meanwhile: {calls}"
+    )
