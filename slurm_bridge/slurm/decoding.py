@@ -12,14 +12,16 @@ from typing import Any, Final
 
 from .errors import SlurmError, SlurmErrorDetail
 from .formats import base_first, csv_items, expand_nodes, minutes_of, number_of, parse_gres_detail, time_of
-from .models import JobInfo, JobStates, NodeDevices, NodeInfo
+from .models import JobInfo, JobSettings, JobStates, NodeDevices, NodeInfo, PartitionLimits
 from .wire import (
     ControllerPing,
     JobDevicesWire,
     JobPostWire,
+    JobSettingsWire,
     JobWire,
     KillWire,
     NodeWire,
+    PartitionLimitsWire,
     PartitionWire,
     PingWire,
     SubmitWire,
@@ -49,6 +51,7 @@ _JOB_BASE_STATES: Final = frozenset(
 _NODE_BASE_STATES: Final = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
 
 _JOB_KEYS = tuple(JobWire.model_fields)
+_number = minutes_of  # a "number with flags": None when unset or infinite
 # ``jobs/state`` names a heterogeneous job's component ``<leader>+<offset>``.
 _HET_STATE_ID = re.compile(r"^(\d+)\+(\d+)$")  # a heterogeneous component: <its own id>+<offset>
 
@@ -219,3 +222,40 @@ class AnswerDecoder:
 
     def decode_partition_names(self, body: Any) -> list[str]:
         return [validate(PartitionWire, p, "partition").name for p in listed(body, "partitions", "partitions")]
+
+    def decode_partition_limits(self, body: Any) -> list[PartitionLimits]:
+        """Each partition's time limits and account and QOS lists (``""``: all allowed)."""
+        out = []
+        for raw in listed(body, "partitions", "partitions"):
+            w = validate(PartitionLimitsWire, raw, "partition")
+            out.append(
+                PartitionLimits(
+                    name=w.name,
+                    max_time_minutes=minutes_of(w.maximums.time),
+                    default_time_minutes=minutes_of(w.defaults.time),
+                    allow_accounts=csv_items(w.accounts.allowed) or None,
+                    deny_accounts=csv_items(w.accounts.deny),
+                    allow_qos=csv_items(w.qos.allowed) or None,
+                    deny_qos=csv_items(w.qos.deny),
+                )
+            )
+        return out
+
+    def decode_job_settings(self, body: Any, job_id: int) -> JobSettings | None:
+        """What job ``job_id`` of a job answer asks for (None: not in the answer)."""
+        raw = next((j for j in listed(body, "jobs", "job") if isinstance(j, dict) and j.get("job_id") == job_id), None)
+        if raw is None:
+            return None
+        w = validate(JobSettingsWire, raw, "job")
+        return JobSettings(
+            job_id=w.job_id,
+            name=w.name,
+            partition=w.partition or "",
+            account=w.account or "",
+            qos=w.qos or "",
+            priority=_number(w.priority),
+            features=w.features or "",
+            time_limit_minutes=minutes_of(w.time_limit),
+            node_count=_number(w.node_count),
+            max_nodes=_number(w.max_nodes),
+        )
