@@ -24,6 +24,7 @@ from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
+from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
 
@@ -361,6 +362,9 @@ def _validate_pod(
     placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
     devices = _pod_devices(request.object or {}, old_obj, config)
     reserved += _pod_tenancy(request, config, tenants, not invalid)
+    if old_obj is not None:  # a change of its slurmjob annotations must reach its job (webhook/changes.py)
+        policy = tenants.index().match(request.namespace).policy if tenants is not None and tenants.synced else None
+        invalid += pod_change_problems(request.object or {}, old_obj, config, policy)
     return _decide(reserved, invalid + placement + devices, "trusted user" if trusted else "ok", warnings)
 
 
@@ -389,7 +393,8 @@ def _validate_workload(
         templates = pod_templates(request.object, paths)
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
-    return _decide(reserved, invalid, "ok")
+    warnings = workload_change_warnings(request.object, request.old_object) if managed and old_meta else []
+    return _decide(reserved, invalid, "ok", warnings)
 
 
 def _check_templates(
