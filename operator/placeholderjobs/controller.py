@@ -70,7 +70,9 @@ class Controller:
         )
         self.jobs = PlaceholderJobs(config, kube, slurm, self.pods, self.phjs, self.poller, tenants)
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
-        self.reconfigure = Reconfigure(config, kube, self.pods, self.phjs, self.poller, self.members.groups, tenants)
+        self.reconfigure = Reconfigure(
+            config, kube, self.pods, self.phjs, self.poller, self.members.groups, self.queue, tenants
+        )
         # The workloads' slurmjob annotations (watched by the leader once it works).
         self.option_sources = OptionSources(kube, self.phjs, self.queue)
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)

@@ -41,7 +41,9 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
 )
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import job_request
@@ -60,10 +62,11 @@ class Reconfigure:
         phjs: ParsedStore[PlaceholderJob],
         poller: SlurmPoller,
         groups: GroupResolver,
+        queue: WorkQueue[WorkItem],
         tenants: TenantCache | None = None,
     ) -> None:
         self.config, self.kube, self.pods, self.phjs = config, kube, pods, phjs
-        self.poller, self.groups, self.tenants = poller, groups, tenants
+        self.poller, self.groups, self.queue, self.tenants = poller, groups, queue, tenants
 
     async def reconcile(self, key: Key) -> float | None:
         phj = self.phjs.model(key)
@@ -225,6 +228,7 @@ class Reconfigure:
             return 0.05
         if spec_ops:
             log.info("%s/%s: spec made again from changed options", meta.namespace, meta.name)
+            self.queue.add(PhjItem(meta.namespace, meta.name))  # its job gets the new generation
         return None
 
 

@@ -22,7 +22,7 @@ from slurm_bridge.operator.placeholderjobs.reconfigure import Reconfigure
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, WorkItem
+from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
@@ -79,6 +79,14 @@ class FakeKube:
         self.said.append((obj.get("kind", ""), reason, message))
 
 
+class Queue:
+    def __init__(self) -> None:
+        self.items: list[WorkItem] = []
+
+    def add(self, item: WorkItem) -> None:
+        self.items.append(item)
+
+
 SPEC: Obj = {"nodes": 1, "partition": "slurm-bridge", "cpusPerTask": 1, "tasksPerNode": 1, "timeLimitMinutes": 5}
 
 
@@ -126,7 +134,9 @@ def setup(
     pods.upsert(pod_obj)
     phjs.upsert(phj)
     resolver = GroupResolver(kube.get)
-    return Reconfigure(config, kube, pods, phjs, poller, resolver, tenants), kube  # type: ignore[arg-type]
+    queue = Queue()
+    recon = Reconfigure(config, kube, pods, phjs, poller, resolver, queue, tenants)  # type: ignore[arg-type]
+    return recon, kube
 
 
 def stored(kube: FakeKube) -> PlaceholderJob:
@@ -159,6 +169,7 @@ async def test_a_changeable_key_reaches_the_spec_of_a_waiting_job(
     assert after.metadata.generation == 2, "the spec's new generation is what decisions/specupdate.py sends"
     assert recorded_options(kube.objects[PHJ_PATH]) == {key: new}
     assert kube.said == []
+    assert recon.queue.items == [PhjItem("ns", "p")]  # type: ignore[attr-defined]  # the test's Queue
     # Decided once: the record matches now.
     recon.phjs.upsert(kube.objects[PHJ_PATH])
     kube.patches.clear()
@@ -304,14 +315,6 @@ def test_every_configuring_kind_is_watched_at_a_version() -> None:
     kinds = {k.kind for k, _ in watched()}
     assert kinds == {"Job", "JobSet", "LeaderWorkerSet", "PodGroup", "Workload", "CompositePodGroup"}
     assert ("Job", "v1") in {(k.kind, v) for k, v in watched()}
-
-
-class Queue:
-    def __init__(self) -> None:
-        self.items: list[WorkItem] = []
-
-    def add(self, item: WorkItem) -> None:
-        self.items.append(item)
 
 
 def test_a_workloads_annotation_change_queues_the_placeholderjobs_it_configures() -> None:
