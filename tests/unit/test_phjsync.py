@@ -23,7 +23,7 @@ from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
 
@@ -419,3 +419,22 @@ async def test_an_update_slurm_could_not_be_asked_is_retried_with_backoff() -> N
     with pytest.raises(SlurmUnavailable):
         await jobs.reconcile(("ns", "p"))
     assert status_writes(kube) == [], "the generation is not settled: it is decided again"
+
+
+async def test_the_partitions_limits_are_read_again_for_a_partition_made_since() -> None:
+    """The limits are kept 30 s; a spec naming a partition they do not list reads them again, so
+    its MaxTime is checked (a partition made a moment ago, scontrol create partition)."""
+    pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), partition="main", time_limit_minutes=5)
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    slurm.partitions = [PartitionLimits(name="main")]
+    jobs = shell(kube, slurm, changed_spec(partition="main", timeLimitMinutes=7), gated_pod(), [pending])
+    await jobs.reconcile(("ns", "p"))
+    slurm.partitions.append(PartitionLimits(name="short", max_time_minutes=30))
+    obj = changed_spec(partition="short", timeLimitMinutes=45)
+    obj["metadata"]["generation"] = 3
+    obj["status"]["observedGeneration"] = 2
+    jobs.phjs.upsert({**obj, "metadata": {**obj["metadata"], "resourceVersion": "9"}})
+    slurm.calls.clear()
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["settings 7", "partitions"], "read again, and nothing sent"
+    assert kube.said[-1][1] == names.REASON_UPDATE_NOT_APPLIED and "MaxTime (30 min)" in kube.said[-1][2]

@@ -1,7 +1,7 @@
 """The shell's side of a changed spec (decisions/specupdate.py decides): the inputs it is decided
 on, read only when the spec changed (what the job asks Slurm for: one GET; the partitions'
-limits: at most every PARTITIONS_TTL_SECONDS), the update sent, and the Event on the workload
-whose annotations were changed."""
+limits: at most every PARTITIONS_TTL_SECONDS, and at once for a partition not read yet), the
+update sent, and the Event on the workload whose annotations were changed."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ class JobUpdates:
             return None, None
         settings = await self.slurm.job_settings(job.job_id)
         stamp, partitions = self._partitions
-        if partitions is None or time.monotonic() - stamp > PARTITIONS_TTL_SECONDS:
+        listed = {p for p in (phj.spec.slurm.partition or "").split(",") if p}
+        stale = partitions is None or time.monotonic() - stamp > PARTITIONS_TTL_SECONDS
+        if stale or not listed <= set(partitions or {}):  # a partition made since is read at once
             partitions = {p.name: p for p in await self.slurm.partition_limits()}
             self._partitions = (time.monotonic(), partitions)
         return settings, partitions
