@@ -353,4 +353,19 @@ def test_jobchanges_classifies_every_key_of_the_annotation_table() -> None:
         assert key in jobchanges.allocated_problems({key: "1"}, {key: "2"}, "Slurm job 1")
 
 
-_ = Membership  # the pod path that queues a bare pod's change: members.Membership.reconcile
+async def test_a_bare_pods_annotation_change_queues_its_placeholderjob_and_its_options() -> None:
+    """The pod watch brings the change: the pod's PlaceholderJob is decided, and its options looked at."""
+    config = Config()
+    poller = SlurmPoller(FakeSlurm(), config.bridgeId, config.pollPeriodSeconds, lambda _: None)
+    pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=phj_index)
+    phjs.upsert(placeholderjob({P + "timelimit": "5"}))
+    queue = Queue()
+    members = Membership(config, FakeKube({}), pods, phjs, queue, poller)  # type: ignore[arg-type]
+    pods.upsert(pod({P + "timelimit": "5"}))
+    await members.reconcile(("ns", "p"))
+    assert queue.items == [PhjItem("ns", "p")]
+    changed = pod({P + "timelimit": "7"})
+    changed["metadata"]["resourceVersion"] = "4"
+    pods.upsert(changed)
+    await members.reconcile(("ns", "p"))
+    assert queue.items[1:] == [PhjItem("ns", "p"), OptionsItem("ns", "p")]
