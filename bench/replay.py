@@ -409,7 +409,9 @@ class ReplayKube(KubeClient):
     ) -> tuple[int, bytes]:
         return self.api.handle(method, path, data, headers.get("Content-Type"))
 
-    async def _stream(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
+    async def _stream(
+        self, path: str, params: dict[str, str], read_timeout: float, accept: str | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """The watch's body: the stand-in's JSON lines, as many as are waiting per chunk (what one
         read of the socket returns when the reader is behind)."""
         resource = COLLECTIONS[path]

@@ -20,7 +20,7 @@ import secrets
 import ssl
 from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -136,6 +136,14 @@ def resource_version(obj: Mapping[str, Any]) -> int:
         return 0
 
 
+# Lists and watches that answer each object's metadata only (meta.k8s.io PartialObjectMetadata), as
+# Kubernetes' garbage collector reads every kind: no spec, no status.
+METADATA_ONLY: Final = (
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
+
 def escape_pointer(key: str) -> str:
     """JSON-pointer escaping for label/annotation keys in JSON patches."""
     return key.replace("~", "~0").replace("/", "~1")
@@ -244,8 +252,10 @@ class KubeClient:
         body: Any = None,
         params: dict[str, str] | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> dict[str, Any]:
-        headers: dict[str, str] = {}
+        """One API call's JSON answer. ``accept``: another representation (``METADATA_ONLY``)."""
+        headers: dict[str, str] = {"Accept": accept} if accept else {}
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -290,6 +300,7 @@ class KubeClient:
         *,
         timeout_seconds: int = 300,
         params: dict[str, str] | None = None,
+        accept: str | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The watch events of a collection from ``resource_version`` on (bookmarks included), until
         the server ends the watch (about ``timeout_seconds``). An ERROR event is yielded as it came
@@ -302,7 +313,7 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
         }
         buffer = b""
-        async with contextlib.aclosing(self._stream(path, query, timeout_seconds + 30)) as chunks:
+        async with contextlib.aclosing(self._stream(path, query, timeout_seconds + 30, accept)) as chunks:
             async for chunk in chunks:
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
@@ -311,10 +322,12 @@ class KubeClient:
                         event: dict[str, Any] = pydantic_core.from_json(line)
                         yield event
 
-    async def _stream(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
+    async def _stream(
+        self, path: str, params: dict[str, str], read_timeout: float, accept: str | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """A watch's body as it arrives, in chunks of any size. bench/replay.py feeds its stand-in
         API server's watch lines here."""
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {"Accept": accept} if accept else {}
         if self._token is not None and (token := await self._token.token()):
             headers["Authorization"] = f"Bearer {token}"
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout)

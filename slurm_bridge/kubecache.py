@@ -125,8 +125,11 @@ class Informer:
         page: int = LIST_PAGE,
         watch_seconds: int = WATCH_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        accept: str | None = None,
     ) -> None:
         self.kube, self.path, self.what = kube, path, what
+        # Another representation of the objects (kube.METADATA_ONLY), asked for by list and watch.
+        self._accept: dict[str, str] = {"accept": accept} if accept else {}
         self._sleep = sleep  # the backoff's (tests pass their own)
         self.handle, self.known = handle, known
         self.params = dict(params or {})
@@ -195,7 +198,7 @@ class Informer:
         snapshot, upto = "", 0  # the list's resourceVersion: its first page's
         while True:
             try:
-                page = await self.kube.request("GET", self.path, params=params)
+                page = await self.kube.request("GET", self.path, params=params, **self._accept)
             except NotFound:
                 if not self.missing_ok:
                     raise
@@ -250,7 +253,7 @@ class Informer:
         """Hand on events until the watch ends."""
         self.watches += 1
         events = self.kube.watch(
-            self.path, self.resource_version, timeout_seconds=self.watch_seconds, params=self.params
+            self.path, self.resource_version, timeout_seconds=self.watch_seconds, params=self.params, **self._accept
         )
         async with contextlib.aclosing(events):  # a 410 or a stop closes the response at once
             await self._consume(events)

@@ -26,6 +26,7 @@ from slurm_bridge.translate import job_request, placement_request_problems
 from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
 from . import sharing
+from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
 
@@ -369,6 +370,9 @@ def _validate_pod(
         sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])
     )
     reserved += _pod_tenancy(request, config, tenants, not invalid)
+    if old_obj is not None:  # a change of its slurmjob annotations must reach its job (webhook/changes.py)
+        policy = tenants.index().match(request.namespace).policy if tenants is not None and tenants.synced else None
+        invalid += pod_change_problems(request.object or {}, old_obj, config, policy)
     return _decide(
         reserved, invalid + placement + devices + found, "trusted user" if trusted else "ok", warnings + more
     )
@@ -400,6 +404,8 @@ def _validate_workload(
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
     found, warnings = sharing.workload_problems(request, managed, pod_templates(request.old_object, paths), config)
+    if managed and old_meta:
+        warnings += workload_change_warnings(request.object, request.old_object)
     return _decide(reserved, invalid + found, "ok", warnings)
 
 

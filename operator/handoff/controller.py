@@ -36,8 +36,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary
-from slurm_bridge.slurm.models import NodeInfo
+from slurm_bridge.slurm.handoffcalls import QosInfo
+from slurm_bridge.slurm.models import NodeInfo, SlurmConf
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class SlurmHandoff(Protocol):
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
     ) -> None: ...
-    async def slurm_conf(self) -> SlurmConfSummary | None: ...
+    async def slurm_conf(self) -> SlurmConf | None: ...
     async def qos_preemption(self) -> list[QosInfo] | None: ...
     async def default_qos(self, user: str) -> dict[str, str] | None: ...
     async def partition_over_time(self) -> dict[str, int | None]: ...

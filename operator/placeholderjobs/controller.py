@@ -1,8 +1,10 @@
 """The PlaceholderJob controller's wiring: watch caches, one work queue of typed items
 (:mod:`.workitems`, queued by :mod:`.events`), the Slurm poller, and the dispatch.
 
-The work is in three places, each with one concern:
+The work is in these places, each with one concern:
 - :mod:`.members` (I/O): a pod -> its group's PlaceholderJob (the group's job shape joins it);
+- :mod:`.reconfigure` (I/O): a group's changed slurmjob annotations -> its PlaceholderJob's spec
+  (:mod:`.optionwatch` watches the workloads' annotations);
 - ``sync.phjsync`` (I/O) around :mod:`.lifecycle` (pure ``decide``): PlaceholderJob <-> Slurm job;
 - ``slurmjobs.orphans``: Slurm jobs whose PlaceholderJob is gone.
 Every step is idempotent and reads its state from Kubernetes objects and the poller's view of
@@ -21,11 +23,13 @@ from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
-from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
+from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
+from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources
+from slurm_bridge.operator.placeholderjobs.reconfigure import Reconfigure
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import DescribePreemptor, PlaceholderJobs
-from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
+from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
@@ -66,7 +70,7 @@ class Controller:
         self.kube = kube
         self.slurm = slurm
         self.pods = ObjectStore()
-        self.phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)
+        self.phjs = ParsedStore(PlaceholderJob.parse, index=phj_index)
         self.queue: WorkQueue[WorkItem] = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.events = EventHandlers(config.schedulerName, self.pods, self.phjs, self.queue, self._pod_gone)
         self.poller = SlurmPoller(
@@ -78,6 +82,11 @@ class Controller:
             config, kube, slurm, self.pods, self.phjs, self.poller, tenants, self.policy, describe_preemptor
         )
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
+        self.reconfigure = Reconfigure(
+            config, kube, self.pods, self.phjs, self.poller, self.members.groups, self.queue, tenants
+        )
+        # The workloads' slurmjob annotations (watched by the leader once it works).
+        self.option_sources = OptionSources(kube, self.phjs, self.queue)
         self.orphans = OrphanSweeper(config, kube, self.phjs, self.poller, self.jobs.cancel)
         # PlaceholderJobs whose reconcile came before the first Slurm job list: queued again by
         # ``_after_first_list`` once it is in (a timer each would spin: 10,000 a second at scale).
@@ -101,6 +110,7 @@ class Controller:
         for obj in self.pods.values():
             self.queue.add(PodItem.of(obj))
         self._waiting = asyncio.create_task(self._after_first_list(), name="phjs-after-first-job-list")
+        self.option_sources.start()  # after the PlaceholderJobs' first list: each listed workload finds its own
 
     async def _after_first_list(self) -> None:
         """Every PlaceholderJob is decided once the poller's first full job list is in: before it,
@@ -115,6 +125,7 @@ class Controller:
 
     async def stop(self) -> None:
         await cancel_and_wait([self._waiting])
+        await self.option_sources.stop()
         await self.queue.stop()
         await self.poller.stop()
 
@@ -161,3 +172,7 @@ class Controller:
                     await self.tenants.ensure_namespace(item.namespace)  # a namespace created a moment ago
                 self.events.note_read(item)
                 return await self.jobs.reconcile(item.key)
+            case OptionsItem():
+                if not self.poller.synced.is_set():
+                    return self.config.pollPeriodSeconds  # where its job is is not known yet
+                return await self.reconfigure.reconcile(item.key)

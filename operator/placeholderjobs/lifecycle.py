@@ -24,6 +24,9 @@ pieces: ``decisions.pending`` (a job in Slurm's queue), ``decisions.allocation``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
 from slurm_bridge.operator.placeholderjobs.decisions.handoff import (
@@ -63,6 +66,8 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     SubmitFailed,
     TellPods,
     Unavailable,
+    Updated,
+    UpdateRefused,
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
@@ -74,6 +79,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.slurm.models import JobSettings, PartitionLimits
 
 __all__ = ["Clock", "Handoff", "SlurmSide", "Tenancy", "Told", "decide"]
 
@@ -100,6 +106,8 @@ def decide(
     tenancy: Tenancy | None = None,
     outcome: Outcome | None = None,
     handoff: Handoff | None = None,
+    settings: JobSettings | None = None,
+    partitions: Mapping[str, PartitionLimits] | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -110,7 +118,9 @@ def decide(
     waiting pods were last told about their pending job (see :func:`.pending.pending`);
     ``tenancy``: the namespace's policy, asked before a submit or job update (None: no policy
     applies, as before tenancy); ``outcome``: the result of the action that ended the last plan;
-    ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row).
+    ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row);
+    ``settings``, ``partitions``: what the job asks Slurm for and the partitions' limits, read by
+    the shell when the spec changed (:mod:`.decisions.specupdate`).
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
@@ -118,8 +128,8 @@ def decide(
         held = None  # written meanwhile (e.g. by a previous leader)
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
         phj = phj.with_status(phj.status.merged(held.status))
-    follow = Follow(scheduler, told, tenancy, held, isinstance(outcome, DevicesMissing), handoff)
-    return _hold(_decide(phj, slurm, members, now, confirmed, follow, outcome), held)
+    inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff)
+    return _hold(_decide(phj, slurm, members, now, confirmed, inputs), held)
 
 
 def _hold(plan: Plan, held: Held | None) -> Plan:
@@ -134,15 +144,29 @@ def _hold(plan: Plan, held: Held | None) -> Plan:
     return Plan(plan.actions, plan.requeue, held=None if any(isinstance(a, Finalize) for a in actions) else held)
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What :func:`decide` was given besides the two sides and the members."""
+
+    scheduler: str
+    told: Told | None
+    tenancy: Tenancy | None
+    outcome: Outcome | None
+    held: Held | None
+    settings: JobSettings | None
+    partitions: Mapping[str, PartitionLimits] | None
+    handoff: Handoff | None
+
+
 def _decide(
     phj: PlaceholderJob,
     slurm: SlurmSide,
     members: Members,
     now: Clock,
     confirmed: Members | None,
-    follow: Follow,
-    outcome: Outcome | None,
+    inputs: _Inputs,
 ) -> Plan:
+    scheduler, told, tenancy, outcome, held = inputs.scheduler, inputs.told, inputs.tenancy, inputs.outcome, inputs.held
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
     match outcome:
@@ -161,13 +185,24 @@ def _decide(
     if status.phase in names.TERMINAL_PHASES:
         return _chain(pre, _terminal(status, slurm, members, confirmed))
     if slurm.job_id is None:
-        return _chain(pre, _no_job(phj, slurm, members, now, confirmed, follow.tenancy))
+        return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
         adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
         if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
             adopt.status.het_job_id = slurm.job_id  # a CompositePodGroup's heterogeneous job
         pre = (*pre, adopt)
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
+    follow = Follow(
+        scheduler,
+        told,
+        tenancy,
+        held,
+        isinstance(outcome, DevicesMissing),
+        handoff=inputs.handoff,
+        settings=inputs.settings,
+        partitions=inputs.partitions,
+        updated=outcome if isinstance(outcome, Updated | UpdateRefused) else None,
+    )
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
 
 

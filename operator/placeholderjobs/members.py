@@ -11,16 +11,19 @@ member's end wakes the pods waiting for its place (docs/workloads.md, "Late memb
 from __future__ import annotations
 
 import logging
+from collections.abc import Hashable
+from typing import Final
 
+from slurm_bridge import workloadkinds
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
-from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError
+from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_for
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, WorkItem
+from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
@@ -29,10 +32,49 @@ log = logging.getLogger(__name__)
 
 
 def member_pods(phj: Obj) -> list[Key]:
-    """The (namespace, name) of each pod a PlaceholderJob lists: the PlaceholderJob store's index."""
+    """The (namespace, name) of each pod a PlaceholderJob lists."""
     ns = phj.get("metadata", {}).get("namespace", "")
     pods = (phj.get("spec") or {}).get("pods") or []
     return [(ns, name) for name in pods if isinstance(name, str)]
+
+
+# Groups whose options merge several objects' annotations (docs/workloads.md): a built-in PodGroup's
+# (PodGroup, its Job or JobSet, the Workload) and a CompositePodGroup's.
+MERGED_OPTIONS: Final = frozenset(
+    {workloadkinds.SCHED_PODGROUP.group_kind, workloadkinds.COMPOSITE_PODGROUP.group_kind}
+)
+
+
+def by_group(uid: str) -> Hashable:
+    """The index value of the PlaceholderJobs of the workload with ``uid`` (their ``spec.group``)."""
+    return ("", "group", uid)
+
+
+def merged_in(namespace: str) -> Hashable:
+    """The index value of a namespace's PlaceholderJobs whose options merge several objects'."""
+    return ("", "merged", namespace)
+
+
+def phj_index(phj: Obj) -> list[Hashable]:
+    """The PlaceholderJob store's index: its member pods (a pod's events find its PlaceholderJob),
+    its workload's uid and, for merged options, its namespace (a workload's annotation change
+    finds the PlaceholderJobs it configures: :mod:`.optionwatch`)."""
+    keys: list[Hashable] = list(member_pods(phj))
+    source = (phj.get("spec") or {}).get("group") or {}
+    if isinstance(source, dict) and source.get("uid"):
+        keys.append(by_group(str(source["uid"])))
+        if workloadkinds.group_kind(source) in MERGED_OPTIONS:
+            keys.append(merged_in(str(phj.get("metadata", {}).get("namespace", ""))))
+    return keys
+
+
+def own_options_changed(pod: Obj, phj: PlaceholderJob) -> bool:
+    """A pod that is its own group (a bare pod: its PlaceholderJob's ``spec.group``) whose slurmjob
+    annotations are not those its PlaceholderJob was made from."""
+    source = phj.spec.group
+    if source is None or source.kind != "Pod" or source.uid != pod["metadata"].get("uid"):
+        return False
+    return recorded_options(phj.raw) != workloadkinds.slurmjob_annotations(pod["metadata"].get("annotations"))
 
 
 class Membership:
@@ -68,6 +110,10 @@ class Membership:
         known = self._known_phj(pod)
         if known is not None:
             self.queue.add(PhjItem.of(known))
+            if own_options_changed(pod, self.phjs.model_of(known)):
+                self.queue.add(
+                    OptionsItem.of(known)
+                )  # its annotations changed: operator/placeholderjobs/reconfigure.py
             return None
         try:
             group = await self.groups.resolve(pod)

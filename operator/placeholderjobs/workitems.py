@@ -1,7 +1,9 @@
 """The PlaceholderJob controller's work items, typed: a pod to make a member of its group's
-PlaceholderJob, a PlaceholderJob to decide. The queue, the dispatch and the tests name the same two
+PlaceholderJob, a PlaceholderJob to decide, a PlaceholderJob whose options (the slurmjob annotations
+its spec is made from) may have changed. The queue, the dispatch and the tests name the same
 classes, so an item of an unknown kind is a type error rather than a silent pod reconcile. Which
-event queues which item is said in one place, :mod:`.events`."""
+event queues which item is said in :mod:`.events` (pods, PlaceholderJobs, Slurm jobs) and
+:mod:`.optionwatch` (the workloads' annotations)."""
 
 from __future__ import annotations
 
@@ -53,4 +55,23 @@ class PhjItem:
         return cls(ref.namespace, ref.name)
 
 
-WorkItem = PodItem | PhjItem
+@dataclass(frozen=True, slots=True, order=True)
+class OptionsItem:
+    """The slurmjob annotations this PlaceholderJob's spec is made from may have changed: bring the
+    spec in line, or say why not (:mod:`.reconfigure`)."""
+
+    namespace: str
+    name: str
+    kind: ClassVar[str] = "options"
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> OptionsItem:
+        meta = obj.get("metadata", {})
+        return cls(meta.get("namespace", ""), meta.get("name", ""))
+
+
+WorkItem = PodItem | PhjItem | OptionsItem

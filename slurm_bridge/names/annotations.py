@@ -61,6 +61,10 @@ SLURMJOB_ANNOTATIONS: Final = frozenset(
 # The Slurm node allocated to a pod (same key as the Go slurm-bridge).
 ANN_SLURM_NODE: Final = SLINKY_PREFIX + "slurm-node"
 ANN_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
+# On a PlaceholderJob: the slurmjob annotations its spec.slurm was last made from (JSON; a
+# CompositePodGroup's: by component PodGroup), so a later change of them is found and said once
+# (operator/placeholderjobs/reconfigure.py, docs/annotations.md "Changing annotations").
+ANN_JOB_OPTIONS: Final = SCHEDULER_PREFIX + "job-options"
 # The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
 ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 # A pod of a CompositePodGroup runs in one component of a heterogeneous Slurm job: the job's id (its

@@ -13,6 +13,9 @@ COND_SUBMITTED: Final = "Submitted"
 COND_ALLOCATED: Final = "Allocated"
 COND_READY: Final = "Ready"  # every member pod is bound
 COND_ENDED: Final = "Ended"
+# Whether the Slurm job has spec.slurm of the condition's observedGeneration: True once a change
+# was sent to the pending job (or found applied), False with why not (docs/annotations.md).
+COND_SPEC_APPLIED: Final = "SpecApplied"
 # Pod condition set before the bridge ends a pod, as Kubernetes' own evictors do.
 POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
 # The condition Kubernetes' built-in PodGroup (scheduling.k8s.io, named by a pod's

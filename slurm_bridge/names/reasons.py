@@ -53,6 +53,13 @@ REASON_SLURM_JOB_ENDED: Final = "SlurmJobEnded"  # members ended after an end th
 REASON_PHJ_DELETED: Final = "PlaceholderJobDeleted"  # members ended because their PlaceholderJob went
 REASON_CANCELLED: Final = "Cancelled"  # Event: the deleted PlaceholderJob's job was cancelled
 REASON_UPDATE_REJECTED: Final = "UpdateRejected"  # Event: Slurm refused a changed spec for a pending job
+# A changed spec or slurmjob annotation and its pending Slurm job (docs/annotations.md, "Changing
+# annotations"): applied (Event, condition SpecApplied=True); not sent, because the bridge's checks
+# refuse it (a key fixed once the job is submitted, the partition's limits, a value Slurm cannot go
+# back to); or too late, because Slurm allocated the job before the change reached it.
+REASON_SLURM_JOB_UPDATED: Final = "SlurmJobUpdated"
+REASON_UPDATE_NOT_APPLIED: Final = "UpdateNotApplied"
+REASON_UPDATE_TOO_LATE: Final = "UpdateTooLate"
 REASON_SLURM_ALLOCATED: Final = "SlurmAllocated"  # Event on a pod released after a wait in the queue
 # Event on each waiting member pod and the PlaceholderJob: the Slurm job waits in Slurm's queue,
 # with Slurm's reason in words and its expected start (docs/troubleshooting.md).

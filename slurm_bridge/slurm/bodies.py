@@ -129,13 +129,29 @@ class RequestBodies:
         body["job"]["immediate"] = True
         return body
 
-    def update_body(self, req: JobRequest) -> dict[str, Any]:
-        """Fields a pending job may change; name, admin comment, owner and node sharing are kept as
-        submitted. Sharing is never sent on an update: Slurm 26.05.5 turns ``shared: ["mcs"]`` in
-        an update into OverSubscribe (read back as ``["oversubscribe"]``, checked in v0.0.43 to
-        v0.0.45), which would take a time-shared job out of its turns with native jobs."""
+    def update_body(self, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False) -> dict[str, Any]:
+        """A pending job's update: a bare ``job_desc_msg``, never wrapped in ``{"job": ...}``
+        (slurmrestd answers a wrapped one 200 with "Ignoring unknown field" warnings and changes
+        nothing: checked on Slurm 26.05, v0.0.43 to v0.0.45 alike).
+
+        Every field of ``req`` (the job's whole request, so the update is all or nothing), ``name``
+        when given, and the values that put back what an unset field means, where Slurm has one:
+        ``constraints: ""`` (none) and ``qos: ""`` (the association's default QOS), both checked;
+        ``unlimited_time`` sends an infinite time limit. Owner (user, group), admin comment and
+        node sharing stay as submitted. Sharing is never sent on an update: Slurm 26.05.5 turns
+        ``shared: ["mcs"]`` in an update into OverSubscribe (read back as ``["oversubscribe"]``,
+        checked in v0.0.43 to v0.0.45), which would take a time-shared job out of its turns with
+        native jobs."""
         d = self.job_desc(req, for_update=True)
         d.shared = d.mcs_label = None
+        if name is not None:
+            d.name = name
+        if d.constraints is None:
+            d.constraints = ""
+        if d.qos is None:
+            d.qos = ""
+        if unlimited_time:
+            d.time_limit = NoVal(set=True, infinite=True)
         return d.body()
 
     def node_update_body(self, state: str | None, reason: str | None, comment: str | None = None) -> dict[str, Any]:

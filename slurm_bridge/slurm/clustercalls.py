@@ -4,7 +4,7 @@ and the accounts and QOS of its accounting. A part of :class:`.client.SlurmClien
 from __future__ import annotations
 
 from .errors import SlurmUnavailable
-from .models import PartitionInfo, SlurmConf
+from .models import PartitionInfo, PartitionLimits, SlurmConf
 from .session import SlurmSession
 from .wire import ControllerPing
 
@@ -61,3 +61,9 @@ class ClusterCalls(SlurmSession):
         if reply.status == 404:
             return None
         return codec.decode_partition(reply.body)
+
+    async def partition_limits(self) -> list[PartitionLimits]:
+        """Every partition's time limits and the accounts and QOS it allows, in one request."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path("partitions/"))
+        return codec.decode_partition_limits(reply.body)

@@ -12,15 +12,18 @@ from typing import Any, Final
 
 from .errors import SlurmError, SlurmErrorDetail
 from .formats import base_first, csv_items, expand_nodes, minutes_of, number_of, parse_gres_detail, time_of
-from .models import JobInfo, JobStates, NodeDevices, NodeInfo, PartitionInfo, SlurmConf
+from .models import JobInfo, JobSettings, JobStates, NodeDevices, NodeInfo, PartitionInfo, PartitionLimits, SlurmConf
 from .wire import (
     ControllerPing,
     JobDevicesWire,
     JobPostWire,
+    JobSettingsWire,
     JobWire,
     KillWire,
     NodeWire,
+    NoVal,
     PartitionInfoWire,
+    PartitionLimitsWire,
     PartitionWire,
     PingWire,
     SlurmConfWire,
@@ -51,6 +54,7 @@ _JOB_BASE_STATES: Final = frozenset(
 _NODE_BASE_STATES: Final = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
 
 _JOB_KEYS = tuple(JobWire.model_fields)
+_number = minutes_of  # a "number with flags": None when unset or infinite
 # ``jobs/state`` names a heterogeneous job's component ``<leader>+<offset>``.
 _HET_STATE_ID = re.compile(r"^(\d+)\+(\d+)$")  # a heterogeneous component: <its own id>+<offset>
 
@@ -258,4 +262,55 @@ class AnswerDecoder:
             mcs_parameters=csv_items(w.MCSParameters),
             select_type=w.SelectType,
             select_type_parameters=csv_items(w.SelectTypeParameters),
+            epilog_slurmctld=csv_items(w.EpilogSlurmctld),
+            preempt_type=w.PreemptType,
+            preempt_mode=tuple(m.upper() for m in csv_items(w.PreemptMode)),
+            over_time_limit_minutes=_over_time(w.OverTimeLimit),
         )
+
+    def decode_partition_limits(self, body: Any) -> list[PartitionLimits]:
+        """Each partition's time limits and account and QOS lists (``""``: all allowed)."""
+        out = []
+        for raw in listed(body, "partitions", "partitions"):
+            w = validate(PartitionLimitsWire, raw, "partition")
+            out.append(
+                PartitionLimits(
+                    name=w.name,
+                    max_time_minutes=minutes_of(w.maximums.time),
+                    default_time_minutes=minutes_of(w.defaults.time),
+                    allow_accounts=csv_items(w.accounts.allowed) or None,
+                    deny_accounts=csv_items(w.accounts.deny),
+                    allow_qos=csv_items(w.qos.allowed) or None,
+                    deny_qos=csv_items(w.qos.deny),
+                )
+            )
+        return out
+
+    def decode_job_settings(self, body: Any, job_id: int) -> JobSettings | None:
+        """What job ``job_id`` of a job answer asks for (None: not in the answer)."""
+        raw = next((j for j in listed(body, "jobs", "job") if isinstance(j, dict) and j.get("job_id") == job_id), None)
+        if raw is None:
+            return None
+        w = validate(JobSettingsWire, raw, "job")
+        return JobSettings(
+            job_id=w.job_id,
+            name=w.name,
+            partition=w.partition or "",
+            account=w.account or "",
+            qos=w.qos or "",
+            priority=_number(w.priority),
+            features=w.features or "",
+            time_limit_minutes=minutes_of(w.time_limit),
+            node_count=_number(w.node_count),
+            max_nodes=_number(w.max_nodes),
+        )
+
+
+def _over_time(v: NoVal | int | None) -> int | None:
+    """slurm.conf's OverTimeLimit in minutes (0 when unset); None for UNLIMITED (INFINITE16 or an
+    infinite NoVal)."""
+    if isinstance(v, NoVal):
+        return None if v.infinite else (v.number or 0) if v.set else 0
+    if v is None:
+        return 0
+    return None if v >= 0xFFFF else v

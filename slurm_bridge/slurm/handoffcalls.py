@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -34,17 +34,6 @@ class QosInfo:
     preempts: tuple[str, ...] = ()
     mode: tuple[str, ...] = ()  # CANCEL, REQUEUE, SUSPEND, GANG, DISABLED (= the cluster's)
     grace_seconds: int = 0
-
-
-@dataclass(frozen=True)
-class SlurmConfSummary:
-    """The slurm.conf keys the handoff and preemption need (``GET /conf``, REST API v0.0.45)."""
-
-    epilog_slurmctld: tuple[str, ...] = ()
-    preempt_type: str = ""
-    preempt_mode: tuple[str, ...] = ()
-    over_time_limit_minutes: int | None = 0  # None: UNLIMITED
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _ResvWire(_Wire):
@@ -179,40 +168,6 @@ class HandoffCalls(SlurmSession):
             if isinstance(limit, dict) and (limit.get("set") or limit.get("infinite")):
                 out[w.name] = _minutes(limit)
         return out
-
-    async def slurm_conf(self) -> SlurmConfSummary | None:
-        """What slurm.conf says about the handoff and preemption; None before REST API v0.0.45
-        (``GET /conf`` is new there)."""
-        codec = await self._get_codec()
-        if codec.version < "v0.0.45":
-            return None
-        reply = await self._request("GET", codec.path("conf"), not_found_ok=True)
-        body = reply.body if isinstance(reply.body, dict) else {}
-        conf = body.get("slurm_conf")
-        if reply.status == 404 or not isinstance(conf, dict):
-            return None
-
-        def strings(key: str) -> tuple[str, ...]:
-            v = conf.get(key)
-            if isinstance(v, str):
-                return (v,) if v else ()
-            return tuple(str(x) for x in v) if isinstance(v, list) else ()
-
-        otl = conf.get("OverTimeLimit")
-        over: int | None = 0
-        if isinstance(otl, int):
-            over = None if otl >= 0xFFFF else otl  # INFINITE16
-        elif isinstance(otl, dict):
-            over = _minutes(otl)
-        try:
-            return SlurmConfSummary(
-                epilog_slurmctld=strings("EpilogSlurmctld"),
-                preempt_type=str(conf.get("PreemptType") or ""),
-                preempt_mode=tuple(m.upper() for m in strings("PreemptMode")),
-                over_time_limit_minutes=over,
-            )
-        except (TypeError, ValueError) as e:  # pragma: no cover - a shape Slurm never sent
-            raise SlurmError(f"GET {codec.path('conf')}: unexpected answer: {e}") from e
 
 
 # A rename of a job Slurm no longer knows, or that already ended: nothing to mark.

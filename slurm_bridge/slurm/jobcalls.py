@@ -12,9 +12,10 @@ from .errors import (
     ESLURM_JOB_FINISHED,
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE,
+    SlurmError,
     refusal,
 )
-from .models import JobInfo, JobRequest, JobStates, NodeDevices
+from .models import JobInfo, JobRequest, JobSettings, JobStates, NodeDevices
 from .session import SlurmSession
 from .wire import listed
 
@@ -97,21 +98,38 @@ class JobCalls(SlurmSession):
         states: JobStates = reply.value
         return states
 
-    async def update_job(self, job_id: int, req: JobRequest) -> None:
-        """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`).
+    async def update_job(
+        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+    ) -> None:
+        """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`); all or
+        nothing: a refused update changes nothing (Slurm 26.05, checked).
 
         Slurm applies the change and still answers "Requested partition/node configuration not
         available now" when the job cannot run even after it; that is not a failure here (the job
-        stays pending with that reason). A job that is no longer pending raises SlurmError.
+        stays pending with that reason). A job that is no longer pending raises SlurmError, and so
+        does an answer saying slurmrestd ignored a field (a body this client got wrong: a change
+        it dropped must not pass for applied).
         """
         codec = await self._get_codec()
         path = codec.path(f"job/{int(job_id)}")
-        reply = await self._request("POST", path, json_body=codec.update_body(req), ok_errors=_UPDATE_OK)
+        body = codec.update_body(req, name=name, unlimited_time=unlimited_time)
+        reply = await self._request("POST", path, json_body=body, ok_errors=_UPDATE_OK)
         if reply.errors:
             log.info("job %d updated but still cannot run: %s", job_id, "; ".join(map(str, reply.errors)))
         failed = codec.decode_update(reply.body)
         if failed:
             raise refusal(f"POST {path}: Slurm refused the job update", reply.status, failed)
+        ignored = [w.description for w in codec.envelope(reply.body).warnings if "unknown field" in w.description]
+        if ignored:
+            raise SlurmError(f"POST {path}: slurmrestd ignored part of the job update: {'; '.join(ignored)}")
+
+    async def job_settings(self, job_id: int) -> JobSettings | None:
+        """What the job asks for of the fields an update may change; None when Slurm does not know it."""
+        codec = await self._get_codec()
+        reply = await self._request("GET", codec.path(f"job/{int(job_id)}"), params=_JOB_QUERY, not_found_ok=True)
+        if reply.status == 404:
+            return None
+        return codec.decode_job_settings(reply.body, job_id)
 
     async def list_jobs(self) -> list[JobInfo]:
         """Every job slurmctld still knows (hidden partitions included), in one request."""

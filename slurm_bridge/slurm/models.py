@@ -134,6 +134,41 @@ class JobInfo(BaseModel):
         return self.state in FINISHED_JOB_STATES
 
 
+class JobSettings(BaseModel):
+    """What a job asks Slurm for, of the fields a pending job's update may change: read on demand
+    (one GET) to tell whether a change reached a job that Slurm allocated meanwhile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int
+    name: str = ""
+    partition: str = ""  # a pending job's list ("a,b"); the one it runs in once running
+    account: str = ""
+    qos: str = ""
+    priority: int | None = None
+    features: str = ""  # the job's constraints, as Slurm keeps them
+    time_limit_minutes: int | None = None  # None: unlimited or unset
+    node_count: int | None = None
+    max_nodes: int | None = None
+
+
+class PartitionLimits(BaseModel):
+    """A partition's limits that Slurm does not apply to a job update sent with an operator's
+    token (SlurmUser's: docs/annotations.md), so the bridge checks them before it sends one, and its
+    default time limit (what a job that names none gets)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    max_time_minutes: int | None = None  # None: unlimited
+    default_time_minutes: int | None = None  # None: not set (the job gets MaxTime)
+    # None: every account (QOS) may use the partition; else the ones listed.
+    allow_accounts: tuple[str, ...] | None = None
+    deny_accounts: tuple[str, ...] = ()
+    allow_qos: tuple[str, ...] | None = None
+    deny_qos: tuple[str, ...] = ()
+
+
 class JobStates:
     """Every job's state flags from one ``jobs/state`` answer: ``by_id`` maps a job id to its
     flags, base state first (as ``JobInfo.states``).
@@ -234,8 +269,10 @@ class NodeInfo(BaseModel):
 
 
 class SlurmConf(BaseModel):
-    """The slurm.conf settings the bridge checks at start-up (``GET /slurm/v0.0.45/conf``; older
-    REST versions have no such call). Lists as Slurm gives them, e.g. ``("ondemand", "ondemandselect")``."""
+    """The slurm.conf settings the bridge reads (``GET /slurm/v0.0.45/conf``; older REST versions
+    have no such call): node sharing's, checked at start-up (docs/colocation.md), and the handoff's
+    and preemption's, kept current by the handoff loop. Lists as Slurm gives them, e.g.
+    ``("ondemand", "ondemandselect")``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -243,6 +280,10 @@ class SlurmConf(BaseModel):
     mcs_parameters: tuple[str, ...] = ()
     select_type: str = ""
     select_type_parameters: tuple[str, ...] = ()
+    epilog_slurmctld: tuple[str, ...] = ()
+    preempt_type: str = ""
+    preempt_mode: tuple[str, ...] = ()  # upper case
+    over_time_limit_minutes: int | None = 0  # None: UNLIMITED
 
 
 class PartitionInfo(BaseModel):

@@ -226,6 +226,47 @@ class SlurmConfWire(_Wire):
     MCSParameters: list[str] | str = Field(default_factory=list)
     SelectType: str = ""
     SelectTypeParameters: list[str] | str = Field(default_factory=list)
+    EpilogSlurmctld: list[str] | str = Field(default_factory=list)
+    PreemptType: str = ""
+    PreemptMode: list[str] | str = Field(default_factory=list)
+    # Minutes: a number (INFINITE16, 65535, for UNLIMITED) or a NoVal.
+    OverTimeLimit: NoVal | int | None = None
+
+
+class JobSettingsWire(_Wire):
+    """The parts of a job record a pending job's update may change (:class:`.models.JobSettings`)."""
+
+    job_id: int
+    name: str = ""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    priority: NoVal | int | None = None
+    features: str | None = None
+    time_limit: NoVal | int | None = None
+    node_count: NoVal | int | None = None
+    max_nodes: NoVal | int | None = None
+
+
+class AllowDeny(_Wire):
+    """A partition's AllowX/DenyX lists, comma-separated; "" allows every one."""
+
+    allowed: str = ""
+    deny: str = ""
+
+
+class PartitionTimes(_Wire):
+    time: NoVal | int | None = None
+
+
+class PartitionLimitsWire(_Wire):
+    """A partition's limits (:class:`.models.PartitionLimits`); the same layout in v0.0.43 to v0.0.45."""
+
+    name: str
+    accounts: AllowDeny = Field(default_factory=AllowDeny)
+    qos: AllowDeny = Field(default_factory=AllowDeny)
+    maximums: PartitionTimes = Field(default_factory=PartitionTimes)
+    defaults: PartitionTimes = Field(default_factory=PartitionTimes)
 
 
 class SubmitWire(WireResponse):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 import pytest
 
 from slurm_bridge.slurm.client import SlurmClient
@@ -219,6 +220,50 @@ async def test_pending_job_reason_and_update(slurm: SlurmClient, slurm_env: Slur
     await eventually(finished, 30, f"job {job_id} finished")
     with pytest.raises(SlurmError, match="finished"):
         await slurm.update_job(job_id, req)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_a_pending_jobs_update_reaches_it_in_every_rest_version(
+    slurm_env: SlurmEnv, jobs: Jobs, version: str
+) -> None:
+    """The body update_job sends (a bare job_desc_msg, with the name, the cleared constraints and an
+    unlimited time limit) changes a pending job in each REST API version; the wrapped body that looks
+    right is answered 200 and changes nothing; a refused update changes nothing at all (issue 32)."""
+    down = f"it-down-{RUN}-{version.replace('.', '')}"
+    nodes = ",".join(slurm_env.nodes)
+    slurm_env.scontrol(
+        "create", f"PartitionName={down}", f"Nodes={nodes}", "State=DOWN", "MaxTime=30", "DefaultTime=10"
+    )
+    try:
+        async with SlurmClient(slurm_env.url, slurm_env.token_file, timeout=10, api_version=version) as c:
+            req = JobRequest(partition=down, time_limit_minutes=5, constraints="kwok")
+            job_id = await jobs.submit(req, name="update")
+            name = f"it-{RUN}-renamed"
+            await c.update_job(job_id, req.model_copy(update={"time_limit_minutes": 7, "constraints": None}), name=name)
+            got = await c.job_settings(job_id)
+            assert got is not None
+            assert (got.time_limit_minutes, got.features, got.name, got.partition) == (7, "", name, down), got
+            limits = {p.name: p for p in await c.partition_limits()}
+            assert (limits[down].max_time_minutes, limits[down].default_time_minutes) == (30, 10)
+            # The trap: the wrapped form is answered 200 with warnings, and changes nothing.
+            wrapped = {"job": {"time_limit": {"set": True, "infinite": False, "number": 9}}}
+            async with httpx.AsyncClient(timeout=10) as http:
+                r = await http.post(f"{slurm_env.url}/slurm/{version}/job/{job_id}", json=wrapped,
+                                    headers=slurm_env.headers())  # fmt: skip
+            assert r.status_code == 200 and r.json().get("warnings"), r.text
+            assert (await c.job_settings(job_id)).time_limit_minutes == 7  # type: ignore[union-attr]
+            # All or nothing: a refused partition keeps the time limit sent with it too.
+            with pytest.raises(SlurmError, match="Invalid partition name"):
+                await c.update_job(
+                    job_id, req.model_copy(update={"partition": "no-such-partition", "time_limit_minutes": 3})
+                )
+            assert (await c.job_settings(job_id)).time_limit_minutes == 7  # type: ignore[union-attr]
+            await c.update_job(job_id, req.model_copy(update={"time_limit_minutes": None}), unlimited_time=True)
+            assert (await c.job_settings(job_id)).time_limit_minutes is None  # type: ignore[union-attr]
+            await c.cancel_job(job_id)
+    finally:
+        await jobs.cleanup()
+        slurm_env.scontrol("delete", f"PartitionName={down}")
 
 
 async def test_list_nodes_returns_every_node(slurm: SlurmClient, slurm_env: SlurmEnv) -> None:

@@ -11,8 +11,8 @@ A consumer of several (the PlaceholderJob shell and
 its poller) gets ``FakeSlurm``, which is all of the job ones over one job table.
 
 Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "get all 10",
-"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "rename 7 n#released", "devices 7"), so a test says
-which calls a step makes, in order.
+"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "rename 7 n#released", "settings 7",
+"partitions", "devices 7"), so a test says which calls a step makes, in order.
 """
 
 from __future__ import annotations
@@ -23,8 +23,18 @@ from typing import Any
 from slurm_bridge.handoff import HandoffReservation
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary
-from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates, NodeDevices, NodeInfo, PartitionInfo, SlurmConf
+from slurm_bridge.slurm.handoffcalls import QosInfo
+from slurm_bridge.slurm.models import (
+    JobInfo,
+    JobRequest,
+    JobSettings,
+    JobStates,
+    NodeDevices,
+    NodeInfo,
+    PartitionInfo,
+    PartitionLimits,
+    SlurmConf,
+)
 from slurm_bridge.slurm.wire import ControllerPing
 
 
@@ -132,10 +142,45 @@ class FakeSubmits(_Jobs):
 
 class FakeJobWrites(_Jobs):
     """A job's update, rename and cancel, recorded (a cancel does not change the table: the
-    poller's view assumes it, and Slurm's answer comes with the next read; a rename does)."""
+    poller's view assumes it, and Slurm's answer comes with the next read; a rename does), and what
+    an update is decided on: each job's ``settings`` (as Slurm would answer: made from the table's
+    job when not given) and the ``partitions``' limits. ``update_refusal``: every update is refused
+    with it."""
 
-    async def update_job(self, job_id: int, req: JobRequest) -> None:
+    def __init__(self, *jobs: JobInfo, **more: Any) -> None:
+        super().__init__(*jobs, **more)
+        self.updates: list[tuple[int, JobRequest, str | None, bool]] = []
+        self.update_refusal: SlurmError | None = None
+        self.settings: dict[int, JobSettings] = {}
+        self.partitions: list[PartitionLimits] = []
+
+    async def update_job(
+        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+    ) -> None:
         self.calls.append(f"update {job_id}")
+        if self.update_refusal is not None:
+            raise self.update_refusal
+        self.updates.append((job_id, req, name, unlimited_time))
+
+    async def job_settings(self, job_id: int) -> JobSettings | None:
+        self.calls.append(f"settings {job_id}")
+        if job_id in self.settings:
+            return self.settings[job_id]
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        return JobSettings(
+            job_id=job_id,
+            name=job.name,
+            partition=job.partition,
+            account=job.account,
+            time_limit_minutes=job.time_limit_minutes,
+            node_count=max(len(job.nodes), 1),
+        )
+
+    async def partition_limits(self) -> list[PartitionLimits]:
+        self.calls.append("partitions")
+        return list(self.partitions)
 
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
@@ -254,7 +299,7 @@ class FakeHandoff:
         self,
         reservations: list[HandoffReservation] | None = None,
         *,
-        conf: SlurmConfSummary | None = None,
+        conf: SlurmConf | None = None,
         qos: list[QosInfo] | None = None,
         defaults: dict[str, str] | None = None,
         over_time: dict[str, int | None] | None = None,
@@ -277,7 +322,7 @@ class FakeHandoff:
     ) -> None:
         self.calls.append(f"node {name} {state}")
 
-    async def slurm_conf(self) -> SlurmConfSummary | None:
+    async def slurm_conf(self) -> SlurmConf | None:
         self.calls.append("conf")
         return self.conf
 

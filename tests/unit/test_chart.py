@@ -462,16 +462,18 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("apps", "deployments", "get")
         | _grant("apps", "statefulsets", "get")
         | _grant("apps", "daemonsets", "get")
-        | _grant("batch", "jobs", "get")
-        | _grant("jobset.x-k8s.io", "jobsets", "get")
-        | _grant("leaderworkerset.x-k8s.io", "leaderworkersets", "get")
-        | _grant("scheduling.x-k8s.io", "podgroups", "get")
+        # ... and the metadata of those whose slurmjob annotations configure jobs, listed and watched
+        # (operator/placeholderjobs/optionwatch.py: a change reaches a waiting job)
+        | _grant("batch", "jobs", "get", "list", "watch")
+        | _grant("jobset.x-k8s.io", "jobsets", "get", "list", "watch")
+        | _grant("leaderworkerset.x-k8s.io", "leaderworkersets", "get", "list", "watch")
+        | _grant("scheduling.x-k8s.io", "podgroups", "get", "list", "watch")
         # the 1.36 Workload API: a gang's PodGroup and Workload, the PodGroup's condition
-        | _grant("scheduling.k8s.io", "podgroups", "get")
-        | _grant("scheduling.k8s.io", "workloads", "get")
+        | _grant("scheduling.k8s.io", "podgroups", "get", "list", "watch")
+        | _grant("scheduling.k8s.io", "workloads", "get", "list", "watch")
         | _grant("scheduling.k8s.io", "podgroups/status", "patch")
         # 1.37 CompositePodGroups: the parent of a PodGroup, the composite's condition
-        | _grant("scheduling.k8s.io", "compositepodgroups", "get")
+        | _grant("scheduling.k8s.io", "compositepodgroups", "get", "list", "watch")
         | _grant("scheduling.k8s.io", "compositepodgroups/status", "patch")
         # exact DRA devices: the pods' claims and the nodes' ResourceSlices
         | _grant("resource.k8s.io", "resourceclaims", "get", "create")

@@ -10,7 +10,8 @@ from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmJobReads
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import SlurmJobDevices
-from slurm_bridge.operator.placeholderjobs.sync.phjsync import ShellSlurm, SlurmJobWrites
+from slurm_bridge.operator.placeholderjobs.sync.jobupdates import SlurmJobWrites
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import ShellSlurm
 from slurm_bridge.operator.tenantpolicies.controller import SlurmAccounting
 from slurm_bridge.operator.wiring.health import SlurmPing
 from slurm_bridge.slurm.errors import SlurmError

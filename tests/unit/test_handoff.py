@@ -41,8 +41,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary, token_user
-from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo
+from slurm_bridge.slurm.handoffcalls import QosInfo, token_user
+from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo, SlurmConf
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod, slurm_job
@@ -192,18 +192,23 @@ QOS = {
         QosInfo("normal", (), (), 0),
     )
 }
-CONF = SlurmConfSummary(("/etc/slurm/slurm-bridge-handoff.sh",), "preempt/qos", ("REQUEUE",), 0)
+CONF = SlurmConf(
+    epilog_slurmctld=("/etc/slurm/slurm-bridge-handoff.sh",),
+    preempt_type="preempt/qos",
+    preempt_mode=("REQUEUE",),
+    over_time_limit_minutes=0,
+)
 
 
 @pytest.mark.parametrize(("policy", "request_fields", "preempts"), [
     (SlurmPolicy(), {"qos": "pods-urgent"}, False),  # nothing read yet: as before
-    (SlurmPolicy(True, SlurmConfSummary(preempt_type="preempt/none"), QOS), {"qos": "pods-urgent"}, False),
+    (SlurmPolicy(True, SlurmConf(preempt_type="preempt/none"), QOS), {"qos": "pods-urgent"}, False),
     (SlurmPolicy(True, CONF, QOS), {"qos": "pods-urgent"}, True),
     (SlurmPolicy(True, CONF, QOS), {"qos": "pods"}, False),
     (SlurmPolicy(True, CONF, QOS, {"": "normal", "physics": "pods-urgent"}), {}, False),  # its default QOS
     (SlurmPolicy(True, CONF, QOS, {"": "normal", "physics": "pods-urgent"}), {"account": "physics"}, True),
     (SlurmPolicy(True, CONF, QOS, None), {}, True),  # the default QOS unknown while some QOS preempts
-    (SlurmPolicy(True, SlurmConfSummary(preempt_type="preempt/partition_prio"), {}), {}, True),
+    (SlurmPolicy(True, SlurmConf(preempt_type="preempt/partition_prio"), {}), {}, True),
 ])  # fmt: skip
 def test_a_job_that_may_preempt_is_known_from_its_qos(
     policy: SlurmPolicy, request_fields: dict[str, Any], preempts: bool
@@ -237,9 +242,7 @@ def test_what_the_handoff_lacks_in_slurm_is_named() -> None:
     assert policy_problems(SlurmPolicy(True, CONF, QOS), cfg, used) == []
     bad = dict(QOS, pods=QosInfo("pods", (), ("SUSPEND",), 90), native=QosInfo("native", (), (), 30))
     bad["pods-urgent"] = QosInfo("pods-urgent", ("native",), ("CANCEL",), 90)
-    found = policy_problems(
-        SlurmPolicy(True, SlurmConfSummary(preempt_type="preempt/qos"), bad), cfg, used | {"native"}
-    )
+    found = policy_problems(SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos"), bad), cfg, used | {"native"})
     assert any("no EpilogSlurmctld" in p for p in found)
     assert any("QOS pods" in p and "SUSPEND" in p for p in found)
     assert any("QOS native" in p and "GraceTime 30s" in p for p in found)
@@ -291,7 +294,7 @@ async def test_the_bridges_own_cancel_renames_each_running_part_first() -> None:
     await jobs.cancel(8, released=False)  # pods may run on it: the script's reservation must hold
     assert slurm.calls == ["cancel 8"]
     slurm.calls.clear()
-    jobs.policy.current = SlurmPolicy(True, SlurmConfSummary(preempt_type="preempt/qos"))  # no EpilogSlurmctld
+    jobs.policy.current = SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos"))  # no EpilogSlurmctld
     await jobs.cancel(7)
     assert slurm.calls == ["cancel 7"], "no script to skip: no rename"
 
@@ -509,13 +512,19 @@ async def test_the_client_reads_reservations_settings_and_renames_jobs(tmp_path:
         assert await client.default_qos("slurm") == {"a": "normal", "": "normal", "b": "urgent"}
         assert await client.partition_over_time() == {"ot": 2, "free": None}
         conf = await client.slurm_conf()
-        assert conf == SlurmConfSummary(("/etc/slurm/slurm-bridge-handoff.sh",), "preempt/qos", ("REQUEUE",), 1)
+        assert conf is not None
+        assert (conf.epilog_slurmctld, conf.preempt_type, conf.preempt_mode, conf.over_time_limit_minutes) == (
+            ("/etc/slurm/slurm-bridge-handoff.sh",),
+            "preempt/qos",
+            ("REQUEUE",),
+            1,
+        )
         assert client.requests_by_kind.get("DELETE /reservation/{name}") == 2  # one endpoint, whatever the name
 
 
 async def test_a_pass_goes_on_with_the_reservations_when_the_settings_cannot_be_read() -> None:
     class Broken(FakeHandoff):
-        async def slurm_conf(self) -> SlurmConfSummary | None:
+        async def slurm_conf(self) -> SlurmConf | None:
             raise SlurmError("GET /conf: access denied")
 
     r = resv(7, "n1")

@@ -22,7 +22,7 @@ from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, SUBMIT_VISIBILITY_GRACE
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings
 from tests.builders import make_phj, make_pod, slurm_job
 
 Obj = dict[str, Any]
@@ -299,11 +299,23 @@ def test_a_pod_the_kubelet_failed_because_it_was_deleted_counts_as_deleted() -> 
 
 
 def test_a_changed_spec_updates_the_pending_job() -> None:
+    """The update ends the plan; the shell decides again with Slurm's answer (the cases of
+    tests/unit/test_specupdate.py)."""
     obj = phj("Pending")
     obj["metadata"]["generation"] = 2
-    got, _ = run(obj, slurm_side("PENDING"), {"p": pod("gated")})
-    assert got == [("update", JOB), ("status", None, None), ("podgroup", False), ("told", ("p",), "Resources"),
-                   ("status", "Pending", "Resources")]  # fmt: skip
+    side, members = slurm_side("PENDING"), {"p": pod("gated")}
+    settings = JobSettings(job_id=JOB, name="ns/phj", node_count=1)
+
+    def decide(outcome: pl.Outcome | None = None) -> list[tuple[Any, ...]]:
+        parsed = PlaceholderJob.parse(obj)
+        plan = lc.decide(parsed, side, members, NOW, scheduler="s", outcome=outcome, settings=settings, partitions={})
+        return [summary(a) for a in plan.actions]
+
+    assert decide() == [("update", JOB)]
+    assert decide(pl.Updated(2)) == [("status", None, None), ("podgroup", False), ("told", ("p",), "Resources"),
+                                     ("status", "Pending", "Resources")]  # fmt: skip
+    # Without the job's settings (the shell reads them when the spec changed) nothing is sent.
+    assert ("update", JOB) not in run(obj, side, members)[0]
 
 
 def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:

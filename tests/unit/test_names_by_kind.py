@@ -35,7 +35,8 @@ NAMES_DIR = ROOT / "slurm_bridge" / "names"
 # the membership's and the DRA binder's Warning Events, the conditions and the PodGroups'.
 CARRIERS = frozenset({
     "event", "Event", "TellPods", "EndPods", "NodeEvent", "kube", "GroupError", "tell", "_tell", "set_condition",
-    "set_condition_dicts", "terminal_status", "ReportPodGroup", "Verdict", "Condition",
+    "set_condition_dicts", "terminal_status", "ReportPodGroup", "Verdict", "Condition", "TellGroup", "tell_group",
+    "_settle",
 })  # fmt: skip
 CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 

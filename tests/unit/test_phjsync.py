@@ -22,7 +22,8 @@ from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
+from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
 
@@ -69,7 +70,7 @@ def placeholderjob(**status: Any) -> Obj:
     built = make_phj("p").uid("phj-uid").rv(3).generation(1).finalizer().owned_by_pod("p", "pod-uid")
     built.pods("p").spec(slurm={"nodes": 1})
     if status:
-        built.status(**status)
+        built.status(**{"observedGeneration": 1, **status} if "jobId" in status else status)
     return built.obj()
 
 
@@ -177,7 +178,7 @@ async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkey
 
 
 async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits_nothing() -> None:
-    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    running = JobInfo(job_id=7, name="ns/p", states=("RUNNING",), nodes=("n1",))
     kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
@@ -188,7 +189,9 @@ async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits
     kube2, slurm2 = FakeKube({}), FakeSlurm(running, next_id=6)
     jobs2 = shell(kube2, slurm2, placeholderjob(), bound, [running])
     assert await jobs2.reconcile(("ns", "p")) is None
-    assert slurm2.calls == [], "nothing submitted or cancelled"
+    # Which spec the job was made with is not recorded yet: what it asks Slurm for is read (and
+    # matches), and nothing is submitted, updated or cancelled.
+    assert slurm2.calls == ["settings 7", "partitions"], "nothing submitted or cancelled"
     assert status_writes(kube2)[-1]["phase"] == "Running"
     assert all(w.get("jobId") in (None, 7) for w in status_writes(kube2))
 
@@ -360,3 +363,79 @@ async def test_a_restarted_operator_does_not_tell_the_same_wait_again() -> None:
     assert await jobs.reconcile(("ns", "p")) is None
     assert pending_events(kube) == [] and status_writes(kube) == [], "status says what was told; 30 s is no news"
     assert slurm.calls == []
+
+
+# ---- a changed spec and the pending job (decisions/specupdate.py decides) ------------------------------
+def changed_spec(**slurm: Any) -> Obj:
+    """A pending single pod's PlaceholderJob whose spec (generation 2) changed after its submit."""
+    obj = placeholderjob(jobId=7, phase="Pending", slurmState="PENDING")
+    obj["metadata"]["generation"] = 2
+    obj["spec"]["slurm"] = {"nodes": 1, **slurm}
+    obj["spec"]["group"] = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid"}
+    return obj
+
+
+async def test_a_changed_spec_is_sent_once_and_said_on_the_phj_its_pod_and_its_workload() -> None:
+    pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), time_limit_minutes=5)
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    jobs = shell(kube, slurm, changed_spec(timeLimitMinutes=7), gated_pod(), [pending])
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["settings 7", "partitions", "update 7"]
+    ((job_id, request, name, unlimited),) = slurm.updates
+    assert (job_id, request.time_limit_minutes, name, unlimited) == (7, 7, "ns/p", False)
+    written = status_writes(kube)[0]
+    assert written["observedGeneration"] == 2
+    (applied,) = [c for c in written["conditions"] if c["type"] == names.COND_SPEC_APPLIED]
+    assert (applied["status"], applied["reason"]) == ("True", names.REASON_SLURM_JOB_UPDATED)
+    assert [(kind, reason) for kind, reason, _ in kube.said] == [
+        ("PlaceholderJob", names.REASON_SLURM_JOB_UPDATED), ("Pod", names.REASON_SLURM_JOB_UPDATED),
+        ("Job", names.REASON_SLURM_JOB_UPDATED),
+    ]  # fmt: skip
+    assert "time limit 5 min -> 7 min" in kube.said[0][2]
+    # The settled generation is not sent again: the next reconcile reads nothing and sends nothing.
+    jobs.phjs.upsert(kube.objects[PHJ_PATH])
+    slurm.calls.clear()
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == []
+
+
+async def test_slurms_refusal_of_a_changed_spec_is_said_with_its_words() -> None:
+    pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), partition="main")
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    slurm.update_refusal = SlurmError("POST job/7: Slurm refused the job update", status=422,
+                                      errors=[SlurmErrorDetail("Invalid partition name specified", 2000)])  # fmt: skip
+    jobs = shell(kube, slurm, changed_spec(partition="nope"), gated_pod(), [pending])
+    await jobs.reconcile(("ns", "p"))
+    (applied,) = [c for c in status_writes(kube)[0]["conditions"] if c["type"] == names.COND_SPEC_APPLIED]
+    assert (applied["status"], applied["reason"]) == ("False", names.REASON_UPDATE_REJECTED)
+    assert "Invalid partition name specified (Slurm error 2000)" in applied["message"]
+    assert [reason for _, reason, _ in kube.said] == [names.REASON_UPDATE_REJECTED] * 3
+
+
+async def test_an_update_slurm_could_not_be_asked_is_retried_with_backoff() -> None:
+    pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",))
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    slurm.update_refusal = SlurmUnavailable("slurmrestd down")
+    jobs = shell(kube, slurm, changed_spec(timeLimitMinutes=7), gated_pod(), [pending])
+    with pytest.raises(SlurmUnavailable):
+        await jobs.reconcile(("ns", "p"))
+    assert status_writes(kube) == [], "the generation is not settled: it is decided again"
+
+
+async def test_the_partitions_limits_are_read_again_for_a_partition_made_since() -> None:
+    """The limits are kept 30 s; a spec naming a partition they do not list reads them again, so
+    its MaxTime is checked (a partition made a moment ago, scontrol create partition)."""
+    pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), partition="main", time_limit_minutes=5)
+    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    slurm.partitions = [PartitionLimits(name="main")]
+    jobs = shell(kube, slurm, changed_spec(partition="main", timeLimitMinutes=7), gated_pod(), [pending])
+    await jobs.reconcile(("ns", "p"))
+    slurm.partitions.append(PartitionLimits(name="short", max_time_minutes=30))
+    obj = changed_spec(partition="short", timeLimitMinutes=45)
+    obj["metadata"]["generation"] = 3
+    obj["status"]["observedGeneration"] = 2
+    jobs.phjs.upsert({**obj, "metadata": {**obj["metadata"], "resourceVersion": "9"}})
+    slurm.calls.clear()
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["settings 7", "partitions"], "read again, and nothing sent"
+    assert kube.said[-1][1] == names.REASON_UPDATE_NOT_APPLIED and "MaxTime (30 min)" in kube.said[-1][2]

@@ -24,7 +24,7 @@ from slurm_bridge.slurm.errors import (
     SlurmUnsupportedVersion,
 )
 from slurm_bridge.slurm.formats import expand_nodes, gres_to_tres_per_node
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
 
 pytestmark = pytest.mark.unit
@@ -825,6 +825,70 @@ async def test_update_job_sends_only_changeable_fields(token_file: Path, version
     assert not {"name", "admin_comment", "flags", "user_id", "group_id", "current_working_directory"} & set(body)
     assert body["time_limit"] == {"set": True, "infinite": False, "number": 45}
     assert body["partition"] == "debug" and body["tres_per_node"] == "gres/gpu:2"
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_the_update_body_is_a_bare_job_description(version: str) -> None:
+    """slurmrestd answers a body wrapped in {"job": ...} with 200, "Ignoring unknown field" warnings
+    and no change (Slurm 26.05, every supported version): the update is the bare job_desc_msg."""
+    codec = codec_for(version)
+    body = codec.update_body(JobRequest(partition="p", time_limit_minutes=7, nodes=2, max_nodes=3), name="ns/pod")
+    assert "job" not in body and "jobs" not in body
+    assert body["time_limit"] == {"set": True, "infinite": False, "number": 7}
+    assert (body["partition"], body["name"], body["minimum_nodes"], body["maximum_nodes"]) == ("p", "ns/pod", 2, 3)
+    # Unset fields put back what they mean, where Slurm has a value for it (checked on Slurm 26.05):
+    # no constraints, the association's default QOS.
+    assert (body["constraints"], body["qos"]) == ("", "")
+    assert "account" not in body and "priority" not in body and "time_limit" in body
+    full = codec.update_body(FULL, name="n")
+    assert (full["constraints"], full["qos"], full["account"], full["priority"]) == (
+        "gpu&kwok", "high", "acct", {"set": True, "infinite": False, "number": FULL.priority},
+    )  # fmt: skip
+    assert codec.update_body(JobRequest(), unlimited_time=True)["time_limit"] == {"set": True, "infinite": True}
+    assert "name" not in codec.update_body(JobRequest())
+
+
+async def test_an_update_slurmrestd_ignored_part_of_is_an_error(token_file: Path) -> None:
+    """A change dropped by slurmrestd ("Ignoring unknown field") must not pass for applied."""
+    fake = FakeSlurmrestd()
+    warning = {"description": 'Ignoring unknown field "set" of type integer', "source": "parse"}
+    fake.on("POST", "/slurm/v0.0.45/job/5", lambda r: ok({"results": None, "warnings": [warning]}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        with pytest.raises(SlurmError, match="ignored part of the job update"):
+            await c.update_job(5, JobRequest(time_limit_minutes=5))
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_job_settings_and_partition_limits_are_read(token_file: Path, version: str) -> None:
+    """The answers' layout of Slurm 26.05 (v0.0.43 to v0.0.45 alike)."""
+    fake = FakeSlurmrestd()
+    no = {"set": False, "infinite": False, "number": 0}
+    job = {"job_id": 5, "name": "ns/p", "partition": "a,b", "account": "team-a", "qos": "high",
+           "priority": {"set": True, "infinite": False, "number": 1000}, "features": "fast&big",
+           "time_limit": {"set": True, "infinite": False, "number": 7}, "node_count": {"set": True, "number": 2},
+           "max_nodes": {"set": True, "number": 3}}  # fmt: skip
+    fake.on("GET", f"/slurm/{version}/job/5", lambda r: ok({"jobs": [job]}))
+    fake.on("GET", f"/slurm/{version}/job/6", lambda r: err(404, 2017, "Invalid job id specified"))
+    parts = [
+        {"name": "main", "accounts": {"allowed": "", "deny": ""}, "qos": {"allowed": "", "deny": "", "assigned": ""},
+         "maximums": {"time": {"set": False, "infinite": True, "number": 0}}, "defaults": {"time": no}},
+        {"name": "pend", "accounts": {"allowed": "team-a,team-b", "deny": ""}, "qos": {"allowed": "", "deny": "low"},
+         "maximums": {"time": {"set": True, "infinite": False, "number": 30}},
+         "defaults": {"time": {"set": True, "infinite": False, "number": 10}}},
+    ]  # fmt: skip
+    fake.on("GET", f"/slurm/{version}/partitions/", lambda r: ok({"partitions": parts}))
+    async with client(fake, token_file, api_version=version) as c:
+        settings = await c.job_settings(5)
+        assert await c.job_settings(6) is None
+        limits = {p.name: p for p in await c.partition_limits()}
+    assert settings == JobSettings(job_id=5, name="ns/p", partition="a,b", account="team-a", qos="high",
+                                   priority=1000, features="fast&big", time_limit_minutes=7, node_count=2,
+                                   max_nodes=3)  # fmt: skip
+    assert limits["main"] == PartitionLimits(name="main")
+    assert limits["pend"] == PartitionLimits(
+        name="pend", max_time_minutes=30, default_time_minutes=10, allow_accounts=("team-a", "team-b"),
+        deny_qos=("low",),
+    )  # fmt: skip
 
 
 async def test_update_job_results(token_file: Path) -> None:

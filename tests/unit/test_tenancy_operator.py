@@ -18,7 +18,7 @@ from slurm_bridge.operator.tenantpolicies import controller as tn
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings
 from slurm_bridge.slurm.versions import codec_for
 
 from .test_lifecycle import NOW, phj, pod, slurm_side
@@ -37,8 +37,17 @@ def with_policy(mode: tenancy.Mode = "open", policy: tenancy.TenantPolicy | None
 
 def decide(obj: Obj, members: dict[str, Obj | None], policy: lc.Tenancy | None, state: str = "vanished") -> pl.Plan:
     job_id = None if state == "vanished" else 7
+    # What the shell reads when the spec changed (what the job asks for now, the partitions).
+    settings = JobSettings(job_id=7) if job_id is not None else None
     return lc.decide(
-        PlaceholderJob.parse(obj), slurm_side(state, job_id=job_id), members, NOW, scheduler="s", tenancy=policy
+        PlaceholderJob.parse(obj),
+        slurm_side(state, job_id=job_id),
+        members,
+        NOW,
+        scheduler="s",
+        tenancy=policy,
+        settings=settings,
+        partitions={},
     )
 
 

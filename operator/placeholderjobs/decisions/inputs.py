@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Held, Updated, UpdateRefused
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 from slurm_bridge.tenancy import Verdict
 
 Members = Mapping[str, Obj | None]
@@ -59,6 +59,12 @@ class Follow:
     held: Held | None = None
     devices_missing: bool = False  # the last release found a member's DRA devices missing
     handoff: Handoff | None = None  # None: no time-limit ending (the preemption rows need nothing)
+    # A spec not acted on yet (generation != status.observedGeneration): what the job asks Slurm
+    # for now (one GET), the partitions' limits (decisions/specupdate.py), and the outcome of the
+    # update the last plan sent.
+    settings: JobSettings | None = None
+    partitions: Mapping[str, PartitionLimits] | None = None
+    updated: Updated | UpdateRefused | None = None
 
 
 @dataclass(frozen=True)

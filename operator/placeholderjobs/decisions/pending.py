@@ -1,6 +1,6 @@
 """A job waiting in Slurm's queue, for :func:`.lifecycle.decide`: Slurm's state and reason
-mirrored in status, a changed spec sent to the pending job, and the waiting pods told why they
-wait (Event SlurmJobPending, docs/troubleshooting.md). Pure."""
+mirrored in status, a changed spec sent to the pending job (:mod:`.specupdate`), and the waiting
+pods told why they wait (Event SlurmJobPending, docs/troubleshooting.md). Pure."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ from datetime import UTC, datetime
 
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS, Clock, Members, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Told
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start, identity
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
-    Event,
     Plan,
     ReportPending,
     ReportPodGroup,
-    UpdateJob,
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_update
 from slurm_bridge.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.slurm.reasons import explain
@@ -39,32 +38,25 @@ def follow_pending(
     job: JobInfo,
     members: Members,
     now: Clock,
-    told: Told | None,
-    tenancy: Tenancy | None = None,
+    follow: Follow,
     *,
     update_job: bool = True,
 ) -> Plan:
-    """A pending job: update it to a changed spec (not a heterogeneous job, ``update_job``
-    False: its components' requests stay as submitted), mirror Slurm's reason, tell the pods."""
+    """A pending job: update it to a changed spec (:func:`.specupdate.spec_update`; not a
+    heterogeneous job, ``update_job`` False: its components' requests stay as submitted), mirror
+    Slurm's reason, tell the pods."""
     gen = phj.metadata.generation
     update: tuple[Action, ...] = ()
     if gen and status.observed_generation != gen and not update_job:
         update = (WriteStatus(PlaceholderJobStatus(observed_generation=gen)),)
     elif gen and status.observed_generation != gen:
-        request = phj.spec.slurm
-        verdict = tenancy(request) if tenancy is not None else None
-        seen = WriteStatus(PlaceholderJobStatus(observed_generation=gen))
-        if verdict is not None and verdict.waiting:
-            return Plan(requeue=TENANCY_WAIT_SECONDS)
-        if verdict is not None and not verdict.allowed:
-            # The job keeps the spec it was submitted with; the change is refused, not applied.
-            message = f"the spec change was not applied to Slurm job {job.job_id}: {verdict.message}"
-            update = (Event(verdict.reason, message, warning=True), seen)
-        else:
-            update = (UpdateJob(job.job_id, verdict.request if verdict is not None else request), seen)
+        step = spec_update(phj, status, job, members, follow)
+        if step.plan is not None:
+            return step.plan
+        update, status = step.actions, step.status
     mirrored = mirror(status, job, names.PHASE_PENDING, gen)
     expected = expected_start(job, now.wall)
-    report, requeue = pending(status, job, members, now, told)
+    report, requeue = pending(status, job, members, now, follow.told)
     if mirrored:  # Slurm's state or reason changed: the estimate goes into the same write
         *before, write = mirrored
         assert isinstance(write, WriteStatus)

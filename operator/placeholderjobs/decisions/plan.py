@@ -107,8 +107,16 @@ class Submit:
 
 @dataclass(frozen=True)
 class UpdateJob:
+    """Send the spec of ``generation`` to the pending job (the whole request: Slurm applies an
+    update all or nothing), with its ``name``; ``unlimited_time``: no time limit (the partition's
+    default when the spec names none). Last in a plan: the shell decides again with the outcome
+    (Updated, UpdateRefused)."""
+
     job_id: int
     request: JobRequest
+    generation: int = 0
+    name: str | None = None
+    unlimited_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,16 @@ class TellPods:
 
 
 @dataclass(frozen=True)
+class TellGroup:
+    """An Event on the workload whose annotations configure the job (``spec.group``: a Job, a
+    JobSet, a PodGroup, ...), where a change of them was made; none when that is a member pod."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
 class SubmitFailed:
     """Slurm could not be reached for a submit: the poller forgets it, and when the submit may
     still have made a job (``maybe_applied``), nothing is submitted again before a full list says."""
@@ -185,6 +203,7 @@ Action = (
     | ForgetUncertain
     | Finalize
     | TellPods
+    | TellGroup
     | SubmitFailed
 )
 
@@ -244,7 +263,24 @@ class ReleaseRefused:
     error: str
 
 
-Outcome = Placed | Refused | Unavailable | DevicesMissing | ReleaseRefused
+@dataclass(frozen=True)
+class Updated:
+    """Slurm took the update of spec ``generation``."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class UpdateRefused:
+    """Slurm refused the update of spec ``generation`` with ``message`` (and changed nothing);
+    ``started``: because the job no longer waits (Slurm allocated it meanwhile)."""
+
+    generation: int
+    message: str
+    started: bool = False
+
+
+Outcome = Placed | Refused | Unavailable | DevicesMissing | ReleaseRefused | Updated | UpdateRefused
 
 
 @dataclass(frozen=True)

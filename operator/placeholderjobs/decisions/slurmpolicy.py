@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
-from slurm_bridge.slurm.handoffcalls import QosInfo, SlurmConfSummary
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.handoffcalls import QosInfo
+from slurm_bridge.slurm.models import JobRequest, SlurmConf
 
 # slurm.conf's PreemptType that preempts nothing.
 NO_PREEMPTION = ("", "preempt/none")
@@ -24,7 +24,7 @@ class SlurmPolicy:
     """One reading of Slurm's preemption and time-limit settings (``known``: read at least once)."""
 
     known: bool = False
-    conf: SlurmConfSummary | None = None
+    conf: SlurmConf | None = None
     qos: Mapping[str, QosInfo] = field(default_factory=dict)
     # The bridge user's default QOS per account ("" = its default account); None: not readable.
     default_qos: Mapping[str, str] | None = None

@@ -31,6 +31,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
     GroupError,
+    Options,
     gang_min_count,
     phj_name,
     slurmjob_annotations,
@@ -93,6 +94,10 @@ class CompositeGroup(Group):
 
     component: str = ""
     min_components: int = 1
+
+    def options(self) -> Options:
+        """A composite records its options by component PodGroup."""
+        return {self.component: dict(self.annotations)}
 
 
 def _ref(obj: Mapping[str, Any]) -> Obj:

@@ -25,12 +25,13 @@ with a dict of objects; everything else here is pure.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from slurm_bridge import names, schedulingapi, workloadkinds
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, resource_path
+from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, escape_pointer, resource_path
 from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.translate import time_limit_from_deadline
@@ -119,6 +120,10 @@ class Group:
     gang: bool = False
     warnings: tuple[str, ...] = ()  # workload settings that defeat gang scheduling
 
+    def options(self) -> Options:
+        """What the PlaceholderJob records of the annotations its spec is made from (names.ANN_JOB_OPTIONS)."""
+        return dict(self.annotations)
+
     def derived_for(self, pods: int) -> dict[str, object]:
         """Derived options for a request over ``pods`` member pods: a gang holds a node for every
         member it waits for, even before they all exist."""
@@ -128,6 +133,35 @@ class Group:
 
 
 # --- small pure helpers -----------------------------------------------------------------------
+# The slurmjob annotations a PlaceholderJob's spec was made from (names.ANN_JOB_OPTIONS): key ->
+# value; a CompositePodGroup's, by component PodGroup.
+Options = dict[str, Any]
+
+
+def options_value(options: Mapping[str, Any]) -> str:
+    """The annotation's value: the options as JSON, keys sorted (one text for one set)."""
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_options(phj: Mapping[str, Any]) -> Options | None:
+    """The options a PlaceholderJob recorded (None: made before the bridge recorded them, or not
+    readable)."""
+    raw = ((phj.get("metadata") or {}).get("annotations") or {}).get(names.ANN_JOB_OPTIONS)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def options_ops(phj: Mapping[str, Any], options: Mapping[str, Any]) -> list[Obj]:
+    """JSON-patch operations that record ``options`` on the PlaceholderJob (other annotations kept)."""
+    if (phj.get("metadata") or {}).get("annotations"):
+        path = f"/metadata/annotations/{escape_pointer(names.ANN_JOB_OPTIONS)}"
+        return [{"op": "add", "path": path, "value": options_value(options)}]
+    return [{"op": "add", "path": "/metadata/annotations", "value": {names.ANN_JOB_OPTIONS: options_value(options)}}]
 
 
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -355,6 +389,7 @@ def new_phj(
                 names.LABEL_APP_NAME: names.APP_NAME,
                 names.LABEL_APP_MANAGED_BY: names.APP_NAME,
             },
+            "annotations": {names.ANN_JOB_OPTIONS: options_value(group.options())},
             "ownerReferences": [group.owner],
             "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
         },

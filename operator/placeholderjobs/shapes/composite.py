@@ -25,7 +25,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     plan_composite_join,
 )
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import JoinState
-from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, options_ops, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
 from slurm_bridge.operator.placeholderjobs.shapes import hetjob
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
@@ -142,6 +142,8 @@ class Composite:
             ops += [
                 {"op": "add", "path": f"/spec/{k}", "value": fields[k]} for k in ("slurm", "minMember", "minComponents")
             ]
+            recorded = recorded_options(phj) or {}
+            ops += options_ops(phj, {**recorded, **group.options()})  # this component's, as its request now
         replaced = (
             f"pod {meta['name']} takes the place (and node) of ended member {plan.slot} of PodGroup "
             f"{group.component}'s component"

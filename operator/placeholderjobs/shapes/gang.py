@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, JoinState, gang_full, plan_join
-from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
+from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, options_ops
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
 from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
 
@@ -77,6 +77,7 @@ class Gang(PlainJob):
                 return True, 30.0
             ops.append({"op": "add", "path": "/spec/slurm", "value": request.crd_dict()})
             ops.append({"op": "add", "path": "/spec/minMember", "value": group.min_member})
+            ops += options_ops(phj, group.options())  # what the spec is made from now
         replaced = f"pod {meta['name']} takes the place (and node) of ended member {plan.slot}"
         joined = await joins.patch_join(
             key, phj, ops, meta, replaced if plan.slot and plan.slot != meta["name"] else None

@@ -22,6 +22,7 @@ them all when the leader is cancelled. So:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from slurm_bridge import names
 from slurm_bridge.conditions import set_condition
@@ -148,7 +149,7 @@ def follow(
             return Plan(requeue=slurm.poll_period)
         return Plan((RequestFullList(),), requeue=slurm.poll_period)
     if leader.is_pending:
-        return follow_pending(phj, status, leader, members, now, follow.told, None, update_job=False)
+        return follow_pending(phj, status, leader, members, now, replace(follow, tenancy=None), update_job=False)
     running = [p for p in parts if p is not None and p.is_running and p.nodes]
     if len(running) == len(parts):
         return allocation(

@@ -42,6 +42,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import all_ended, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_after_allocation
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
@@ -106,18 +107,20 @@ class PlainJob:
         if job.is_finished:
             return slurm_ended(phj, members, job, job_id, now)
         if job.is_pending:
-            return follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
+            return follow_pending(phj, status, job, members, now, follow)
         if job.is_running and job.nodes:
-            return allocation(
+            late = spec_after_allocation(phj, status, job, members, follow)  # a spec changed meanwhile
+            plan = allocation(
                 phj,
                 members,
                 job,
                 scheduler=follow.scheduler,
                 now=now,
-                status=status,
+                status=late.status,
                 held=follow.held,
                 devices_missing=follow.devices_missing,
             )
+            return Plan((*late.actions, *plan.actions), plan.requeue)
         # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
         return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
 

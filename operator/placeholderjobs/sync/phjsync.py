@@ -36,7 +36,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
-from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites
+from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmRenames
+from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, SlurmJobWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -46,8 +47,8 @@ from slurm_bridge.slurm.models import JobRequest
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
 # A reconcile decides at most this often: once, again after a GET of missing members, after a
-# submit, after a release (each at most once).
-MAX_DECISIONS = 6
+# submit, after a release, after an update (each at most once).
+MAX_DECISIONS = 7
 
 
 def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
@@ -60,15 +61,7 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     return members
 
 
-class SlurmJobWrites(Protocol):
-    """The Slurm calls the shell changes a job with."""
-
-    async def update_job(self, job_id: int, req: JobRequest) -> None: ...
-    async def cancel_job(self, job_id: int) -> None: ...
-    async def rename_job(self, job_id: int, name: str) -> None: ...
-
-
-class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, Protocol):
+class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmRenames, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
 
@@ -101,6 +94,7 @@ class PlaceholderJobs:
         self.handoff = HandoffWrites(
             kube, slurm, poller, self.member_pods, self.policy, config.bridgeId, describe_preemptor
         )
+        self.updates = JobUpdates(kube, slurm)
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -128,6 +122,7 @@ class PlaceholderJobs:
         members = members_of(phj, self.pods) if slurm.synced else {}
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
+        settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
         step = Again(phj)
         for _ in range(MAX_DECISIONS):
             plan = lc.decide(
@@ -142,6 +137,8 @@ class PlaceholderJobs:
                 tenancy=policy,
                 outcome=step.outcome,
                 handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
+                settings=settings,
+                partitions=partitions,
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
@@ -212,15 +209,10 @@ class PlaceholderJobs:
                 return phj, await self._submit(phj, action, members)
             case pl.SubmitFailed(maybe_applied=maybe_applied):
                 self.poller.submit_failed(phj.metadata.uid, maybe_applied=maybe_applied)
-            case pl.UpdateJob(job_id=job_id, request=request):
-                try:
-                    await self.slurm.update_job(job_id, request)
-                except SlurmUnavailable:
-                    raise
-                except SlurmError as e:
-                    await self.kube.event(
-                        phj.raw, names.REASON_UPDATE_REJECTED, f"Slurm refused the job update: {e}", warning=True
-                    )
+            case pl.UpdateJob():
+                return phj, Again(phj, outcome=await self.updates.send(action))
+            case pl.TellGroup(reason=reason, message=message, warning=warning):
+                await self.updates.tell_group(phj, reason, message, warning)
             case pl.Release(job_id=job_id, pods=pods, announce=announce, het=het):
                 self._told.pop(phj.metadata.uid, None)  # the wait is over
                 outcome = await self.member_pods.release(phj, job_id, pods, members, announce, het)
