@@ -29,7 +29,7 @@ from slurm_bridge.kube import KubeError
 
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest
-from .validate import pod_templates
+from .templates import pod_templates, spec_of
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,6 @@ class Needs:
         return bool(self.workload or self.devices or self.v1alpha1)
 
 
-def _spec(obj: Any) -> Mapping[str, Any]:
-    spec = obj.get("spec") if isinstance(obj, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def needs(request: AdmissionRequest, config: Config) -> Needs:
     """What a CREATE of a pod or a workload with pod templates needs, for pods the bridge takes."""
     out = Needs()
@@ -57,11 +52,11 @@ def needs(request: AdmissionRequest, config: Config) -> Needs:
     gk = (request.group, request.kind)
     specs: dict[str, Mapping[str, Any]] = {}
     if gk == workloadkinds.POD.group_kind:
-        specs["spec"] = _spec(request.object)
+        specs["spec"] = spec_of(request.object)
     else:
         for where, template in pod_templates(request.object, workloadkinds.POD_TEMPLATES.get(gk, ())).items():
-            specs[f"{where}.spec"] = _spec(template)
-        asks = gk == workloadkinds.JOB.group_kind and schedulingapi.job_scheduling(_spec(request.object)) is not None
+            specs[f"{where}.spec"] = spec_of(template)
+        asks = gk == workloadkinds.JOB.group_kind and schedulingapi.job_scheduling(spec_of(request.object)) is not None
         if asks and any(goes_to_bridge(s.get("schedulerName"), config.schedulerName) for s in specs.values()):
             out.workload.append("spec.scheduling")
     for where, spec in specs.items():

@@ -21,6 +21,7 @@ from slurm_bridge.slurm.models import NodeSharing
 from slurm_bridge.workloadkinds import scheduling_group_name, slurmjob_annotations
 
 from .review import AdmissionRequest
+from .templates import spec_of
 
 
 @dataclass(frozen=True)
@@ -33,23 +34,18 @@ class Template:
     grouped: bool
 
 
-def _spec(obj: Any) -> Mapping[str, Any]:
-    spec = obj.get("spec") if isinstance(obj, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def _templates(
     request: AdmissionRequest, managed: Mapping[str, Mapping[str, Any]], old: Mapping[str, Any]
 ) -> dict[str, Template]:
     """A workload's bridge pod templates (``managed``: by location, ``<template>.spec``; ``old``:
     the old object's templates by location)."""
     gk = (request.group, request.kind)
-    job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(_spec(request.object))
+    job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(spec_of(request.object))
     out = {}
     for where, spec in managed.items():
         before = old.get(where.removesuffix(".spec"))
         grouped = job_gang or scheduling_group_name(spec) is not None
-        out[where] = Template(spec, None if before is None else _spec(before), grouped)
+        out[where] = Template(spec, None if before is None else spec_of(before), grouped)
     return out
 
 
@@ -84,7 +80,7 @@ def pod_problems(
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) of a pod (``old_annotations``: None on create), if it is the bridge's.
     Its limits cannot change on an update, so only a change of its annotations is judged again."""
-    spec, annotations = _spec(pod), _annotations(pod) or {}
+    spec, annotations = spec_of(pod), _annotations(pod) or {}
     if spec.get("schedulerName") != config.schedulerName or _unchanged(annotations, old_annotations):
         return [], []
     if own_group:

@@ -13,7 +13,7 @@ what Slurm cannot give a gang it places: claims the group shares, topology const
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names, schedulingapi, tenancy, workloadkinds
@@ -29,6 +29,7 @@ from . import sharing
 from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest, Decision
+from .templates import pod_templates, spec_of
 
 _ONLY_BRIDGE: Final = "only slurm-bridge itself sets it"
 # Pod spec fields that say where a pod may run (docs/annotations.md, "Placement").
@@ -89,28 +90,6 @@ def annotation_problems(new: Mapping[str, str], old: Mapping[str, str] | None, w
     return [where + str(e) for e in validate_annotations(ours)]
 
 
-def _walk(obj: Any, path: Sequence[str], at: str) -> Iterator[tuple[str, Any]]:
-    if not path:
-        yield at, obj
-        return
-    head, rest = path[0], path[1:]
-    if head == "*":
-        if isinstance(obj, list):
-            for i, item in enumerate(obj):
-                yield from _walk(item, rest, f"{at}[{i}]")
-        return
-    if isinstance(obj, Mapping) and head in obj:
-        yield from _walk(obj[head], rest, f"{at}.{head}" if at else head)
-
-
-def pod_templates(obj: Mapping[str, Any] | None, paths: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """The pod templates of a workload by location, for example ``spec.replicatedJobs[0]...``."""
-    found: dict[str, Any] = {}
-    for path in paths:
-        found.update(_walk(obj, path, ""))
-    return found
-
-
 def _check_pod_meta(
     new: Meta,
     old: Meta | None,
@@ -130,11 +109,6 @@ def _check_pod_meta(
     return reserved, invalid
 
 
-def _spec(obj: Any) -> Mapping[str, Any]:
-    spec = obj.get("spec") if isinstance(obj, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def _placement_of(spec: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(spec.get(k) for k in PLACEMENT_FIELDS)
 
@@ -146,7 +120,7 @@ def _own_group(pod: Mapping[str, Any]) -> bool:
     if not isinstance(meta, Mapping):
         return True
     labels = meta.get("labels") or {}
-    if _in_podgroup(_spec(pod)):
+    if _in_podgroup(spec_of(pod)):
         return False
     return controller_of(pod) is None and not (isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP))
 
@@ -188,12 +162,12 @@ def _pod_placement(
     pod that is its own group is checked as its whole Slurm job (with its own annotations); a
     member of a workload only on its own, as its group is known only to the operator.
     """
-    spec = _spec(pod)
+    spec = spec_of(pod)
     if spec.get("schedulerName") != config.schedulerName:
         return [], []
     own = _own_group(pod)
     annotations = slurmjob_annotations((_metadata(pod) or ({}, {}))[1])
-    moved = old is not None and _placement_of(spec) != _placement_of(_spec(old))
+    moved = old is not None and _placement_of(spec) != _placement_of(spec_of(old))
     if old is not None and not moved:
         before = slurmjob_annotations((_metadata(old) or ({}, {}))[1])
         if not own or annotations == before:
@@ -216,7 +190,7 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
     that still requests DRA extended resources missed that rewrite: kube-scheduler would pick its
     devices, not Slurm."""
-    spec = _spec(pod)
+    spec = spec_of(pod)
     if spec.get("schedulerName") != config.schedulerName:
         return []
     counts, _, problems = dra.device_requests(spec)
@@ -292,7 +266,7 @@ def _pod_tenancy(
 ) -> list[str]:
     """The TenantPolicy's verdict on a managed pod: on create, and when its slurmjob annotations change."""
     pod = request.object or {}
-    if tenants is None or _spec(pod).get("schedulerName") != config.schedulerName:
+    if tenants is None or spec_of(pod).get("schedulerName") != config.schedulerName:
         return []
     meta = _metadata(pod) or ({}, {})
     if request.operation == "UPDATE":
@@ -315,14 +289,14 @@ def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str
         return []
     gk, obj = (request.group, request.kind), request.object
     if gk == workloadkinds.SCHED_PODGROUP.group_kind:
-        return schedulingapi.group_problems(_spec(obj), "spec")
+        return schedulingapi.group_problems(spec_of(obj), "spec")
     if gk == workloadkinds.WORKLOAD.group_kind:
         if request.version == "v1alpha1":  # Kubernetes 1.35
             return [f"{schedulingapi.GROUP}/v1alpha1 Workload: {schedulingapi.V1ALPHA1_WHY}"]
         return schedulingapi.workload_problems(obj)
     if gk == workloadkinds.JOB.group_kind:
-        scheduling = schedulingapi.job_scheduling(_spec(obj))
-        template = _spec(_spec(obj).get("template"))
+        scheduling = schedulingapi.job_scheduling(spec_of(obj))
+        template = spec_of(spec_of(obj).get("template"))
         if scheduling is not None and goes_to_bridge(template.get("schedulerName"), config.schedulerName):
             return schedulingapi.group_problems(scheduling, "spec.scheduling")
     return []
@@ -364,7 +338,7 @@ def _validate_pod(
     placement, warnings = _pod_placement(request.object or {}, old_obj, config, not invalid)
     devices = _pod_devices(request.object or {}, old_obj, config)
     if old_obj is None:  # a pod's grace period cannot change after its create
-        devices += grace_problems(_spec(request.object), config.handoff.maxGracePeriodSeconds, "spec")
+        devices += grace_problems(spec_of(request.object), config.handoff.maxGracePeriodSeconds, "spec")
     pod = request.object or {}
     found, more = (
         sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])
@@ -395,7 +369,7 @@ def _validate_workload(
         # and so are the options of pods that name a built-in PodGroup (or whose Job asks its
         # controller for a gang PodGroup, spec.scheduling): each is checked on its own.
         grouped = any(_in_podgroup(spec) for spec in managed.values())
-        job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(_spec(request.object))
+        job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(spec_of(request.object))
         annotations = None if invalid or grouped or job_gang else slurmjob_annotations(new_meta[1])
         single = gk == workloadkinds.JOB.group_kind and not job_gang
         invalid += placement_check(managed, annotations, 1 if single else None)
@@ -431,16 +405,18 @@ def _check_templates(
         r, i = _check_pod_meta(t_new, t_old, trusted, f"{where}.metadata: ")
         reserved += r
         invalid += i
-        spec = _spec(template)
+        spec = spec_of(template)
         if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
             invalid += dra.device_requests(spec, f"{where}.spec")[2]
-            before = _spec(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
+            before = spec_of(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
             if not update or before != spec.get("terminationGracePeriodSeconds"):  # an unchanged one stands
                 invalid += grace_problems(spec, config.handoff.maxGracePeriodSeconds, f"{where}.spec")
             moved = (
-                moved or where not in old_templates or _placement_of(spec) != _placement_of(_spec(old_templates[where]))
+                moved
+                or where not in old_templates
+                or _placement_of(spec) != _placement_of(spec_of(old_templates[where]))
             )
     return reserved, invalid, managed, moved
 

@@ -1,12 +1,7 @@
-"""Every well-known name the bridge reads or writes, in one place, split by kind as the Go
-slurm-bridge's ``internal/wellknown`` is: :mod:`.annotations`, :mod:`.labels`, :mod:`.reasons`,
-:mod:`.conditions`, :mod:`.finalizers`, :mod:`.scheduling` (gate, taints), :mod:`.slurm` (what the
-bridge writes into Slurm), :mod:`.crd` (the CRDs and phases), :mod:`.prefixes`.
-
-Keys shared with the Go slurm-bridge (Slinky) keep its exact spelling and meaning so that
-manifests written for it work unchanged here. Every name is also here, as ``names.X``: a new name
-goes into the module of its kind, and this package re-exports it (tests/unit/test_names_by_kind.py).
-"""
+"""Every well-known name the bridge reads or writes, split by kind as the Go slurm-bridge's
+``internal/wellknown`` is (annotations, labels, reasons, conditions, finalizers, scheduling, slurm,
+crd, prefixes) and re-exported here as ``names.X``; a new name goes into the module of its kind
+(tests/unit/test_names_by_kind.py). Keys shared with the Go bridge keep its spelling and meaning."""
 
 # No `from __future__ import annotations` here: it would bind `annotations`, the name of a kind module.
 from slurm_bridge.names.annotations import (

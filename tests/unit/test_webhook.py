@@ -53,7 +53,8 @@ from slurm_bridge.webhook.review import (
     review_response,
 )
 from slurm_bridge.webhook.server import WebhookServer
-from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, pod_templates, validate
+from slurm_bridge.webhook.templates import pod_templates
+from slurm_bridge.webhook.validate import PLACEMENT_FIELDS, validate
 from tests.builders import make_pod as build_pod
 
 pytestmark = pytest.mark.unit
