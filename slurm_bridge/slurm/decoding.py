@@ -104,6 +104,9 @@ class AnswerDecoder:
             time_limit_minutes=minutes_of(w.time_limit),
             user_name=w.user_name or "",
             account=w.account or "",
+            user_id=w.user_id,
+            group_id=w.group_id,
+            group_name=w.group_name or "",
             het_job_id=number_of(w.het_job_id),
             het_job_offset=number_of(w.het_job_offset),
         )

@@ -61,7 +61,9 @@ class JobCalls(SlurmSession):
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def allocate_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
         Slurm decides inside the call (the same checks as its scheduler, queue priority included),
@@ -71,10 +73,18 @@ class JobCalls(SlurmSession):
         :meth:`submit_external_job`. Always ``immediate``: a *queued* allocation would be killed
         by slurmctld when it starts later, because nothing listens for its "allocated" message.
         Like a submit, it is never sent twice (SlurmUnavailable with ``maybe_applied``).
+
+        ``as_user``: allocate as this user (a name, or a uid as a string), for a job that must run
+        as a tenant: ``job/allocate`` ignores the body's ``user_id``/``group_id`` and allocates as
+        the caller, and a SlurmUser token may call as anyone (``X-SLURM-USER-NAME``; checked on
+        Slurm 26.05: the job runs as the named user, in that user's primary group, with Slurm's
+        checks for that user). A token that may not do so answers with an authentication error.
         """
         codec = await self._get_codec()
         body = codec.allocate_body(req, name=name, admin_comment=admin_comment)
-        reply = await self._request("POST", codec.path("job/allocate"), json_body=body, idempotent=False)
+        reply = await self._request(
+            "POST", codec.path("job/allocate"), json_body=body, idempotent=False, as_user=as_user
+        )
         return codec.decode_submit(reply.body)
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:

@@ -85,6 +85,10 @@ class JobInfo(BaseModel):
     # Whom Slurm runs and charges the job as (shown in the PlaceholderJob's status).
     user_name: str = ""
     account: str = ""
+    # Whose ids it runs with (checked after an allocation made as a tenant: submit.Placer.verify).
+    user_id: int | None = None
+    group_id: int | None = None
+    group_name: str = ""
     # A heterogeneous job's component: the leader's id (component 0's) and this one's offset; 0
     # and 0 for any other job. Each component is a job of its own in Slurm's lists.
     het_job_id: int = 0

@@ -130,6 +130,9 @@ class JobWire(_Wire):
     end_time: WireTime = None
     time_limit: WireTime = None
     user_name: str | None = None
+    user_id: int | None = None
+    group_id: int | None = None
+    group_name: str | None = None
     account: str | None = None
     het_job_id: NoVal | int | None = None
     het_job_offset: NoVal | int | None = None

@@ -86,6 +86,9 @@ class FakeSubmits(_Jobs):
         self.allocates = allocates
         self.allocate_refusal: SlurmError | None = None
         self.submit_refusal: SlurmError | None = None
+        # An allocation as another user refused (a token that may not call as anyone else).
+        self.as_user_refusal: SlurmError | None = None
+        self.as_users: list[str | None] = []
         self.requests: list[JobRequest] = []
 
     def _placed(self, what: str, req: JobRequest, refusal: SlurmError | None) -> int:
@@ -96,10 +99,16 @@ class FakeSubmits(_Jobs):
         self.next_id += 1
         return self.next_id
 
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def allocate_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int:
         if not self.allocates:
             raise AssertionError("an immediate allocation where none may be asked for")
-        return self._placed("allocate", req, self.allocate_refusal)
+        self.as_users.append(as_user)
+        if as_user is not None and self.as_user_refusal is not None:
+            self.calls.append(f"allocate as {as_user}")
+            raise self.as_user_refusal
+        return self._placed("allocate" + (f" as {as_user}" if as_user else ""), req, self.allocate_refusal)
 
     async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
         return self._placed("submit", req, self.submit_refusal)

@@ -359,3 +359,25 @@ async def test_a_restarted_operator_does_not_tell_the_same_wait_again() -> None:
     assert await jobs.reconcile(("ns", "p")) is None
     assert pending_events(kube) == [] and status_writes(kube) == [], "status says what was told; 30 s is no news"
     assert slurm.calls == []
+
+
+async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_and_queued() -> None:
+    """Allocated as alice (her primary group 2001) for a request naming group 3000: the job is
+    cancelled before the pod is released, and the job is queued instead (job/submit sets it)."""
+    phj = make_phj("p").uid("phj-uid").rv(3).generation(1).finalizer().owned_by_pod("p", "pod-uid")
+    phj.pods("p").spec(slurm={"nodes": 1, "userName": "alice", "groupId": 3000})
+    alice = JobInfo(
+        job_id=7,
+        states=("RUNNING",),
+        nodes=("n1",),
+        user_name="alice",
+        user_id=2001,
+        group_name="team-a",
+        group_id=2001,
+    )
+    kube, slurm = FakeKube({}), FakeSlurm(alice, JobInfo(job_id=8, states=("PENDING",)), next_id=6)
+    jobs = shell(kube, slurm, phj.obj(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["allocate as alice", "get 7", "cancel 7", "submit", "get 8"]
+    assert ("patch", POD_PATH) not in kube.calls, "the pod never saw the wrong job"
+    assert [w["jobId"] for w in status_writes(kube)] == [8]

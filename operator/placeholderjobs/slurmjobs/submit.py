@@ -7,8 +7,9 @@ import time
 from typing import Protocol
 
 from slurm_bridge import metrics
+from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +22,23 @@ IMMEDIATE_RETRY_MAX_SECONDS = 60.0
 class SlurmSubmits(Protocol):
     """The Slurm calls that place a job (:class:`.client.SlurmClient`'s, a fake's in tests)."""
 
-    async def allocate_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
+    async def allocate_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int: ...
     async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int: ...
+
+
+def _user(request: JobRequest) -> str | None:
+    """The Slurm user a request names (a name, or a uid as Slurm takes it), if any."""
+    return request.user_name or (None if request.user_id is None else str(request.user_id))
+
+
+def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> bool:
+    """Whether a job in group (``group_id``, ``group_name``) is in the group ``request`` names."""
+    if request.group_name is not None:
+        return request.group_name == group_name
+    return request.group_id is None or request.group_id == group_id
 
 
 class Placer:
@@ -33,10 +48,14 @@ class Placer:
     refusal the partition's jobs are queued directly for a while -- but only when the queued
     submit then succeeds: a request Slurm refuses outright says nothing about the partition.
 
-    A job for another user or group (``JobRequest.names_identity``) is always queued:
-    slurmrestd's ``job/allocate`` ignores ``user_id``/``group_id`` and allocates as the token's
-    user (checked on Slurm 26.05, v0.0.44: a job for uid 2001 ran as ``slurm``), so an
-    immediate allocation would run a tenant's job as the bridge. ``job/submit`` honours them.
+    A job for another user (``JobRequest.names_identity``: a TenantPolicy's user, a ``user-id``
+    annotation) is allocated *as that user*: slurmrestd's ``job/allocate`` ignores the body's
+    ``user_id``/``group_id`` and allocates as the caller, but the bridge's SlurmUser token may
+    call as anyone (``as_user``; docs/tenancy.md has the request and Slurm's answer). Slurm then
+    checks the job as that user's own, and it runs in that user's primary group. So a job whose
+    request names another group is queued (``job/submit`` honours ``group_id``): what a user's
+    primary group is, is learnt from the first job allocated as that user (``verify``). A job
+    that names only a group, or a token that may not call as another user, is always queued.
     """
 
     def __init__(self, slurm: SlurmSubmits, immediate: bool) -> None:
@@ -44,24 +63,55 @@ class Placer:
         self.immediate = immediate
         # partition -> (queue directly until, current backoff) after refused immediate allocations
         self.queue_only: dict[str, tuple[float, float]] = {}
+        # Allocating as a tenant: off once slurmrestd refused it (not SlurmUser's token); each
+        # user's primary group as the jobs allocated as them showed it; jobs not verified yet.
+        self.as_tenant = True
+        self._groups: dict[str, tuple[int | None, str]] = {}
+        self._unverified: set[int] = set()
+
+    def _as_user(self, request: JobRequest) -> str | None:
+        """Whom to allocate a job that names an identity as; None: it is queued instead."""
+        user = _user(request)
+        if not self.as_tenant or user is None:
+            return None  # a group alone is set only by job/submit
+        group = self._groups.get(user)
+        return user if group is None or _group_is(request, *group) else None
 
     async def place(self, request: JobRequest, name: str, admin_comment: str) -> int:
-        partition, now = request.partition or "", time.monotonic()
+        partition, now, sent = request.partition or "", time.monotonic(), time.time()
         until, backoff = self.queue_only.get(partition, (0.0, 0.0))
+        as_user = self._as_user(request) if request.names_identity else None
         refused: SlurmError | None = None
-        if self.immediate and now >= until and not request.names_identity:
+        if self.immediate and now >= until and (as_user is not None or not request.names_identity):
             try:
-                job_id = await self.slurm.allocate_external_job(request, name=name, admin_comment=admin_comment)
-            except (SlurmUnavailable, SlurmAuthError):
+                job_id = await self.slurm.allocate_external_job(
+                    request, name=name, admin_comment=admin_comment, as_user=as_user
+                )
+            except SlurmUnavailable:
                 raise
+            except SlurmAuthError as e:
+                if as_user is None:
+                    raise
+                self.as_tenant = False
+                log.warning(
+                    "slurmrestd refused to allocate as user %s with the bridge's token (a token of "
+                    "SlurmUser may call as any user, docs/tenancy.md): jobs of tenants are queued from "
+                    "now on; %s",
+                    as_user,
+                    e,
+                )
             except SlurmError as e:
                 refused = e
             else:
                 self.queue_only.pop(partition, None)  # room again: the next refusal starts small
                 metrics.job_allocated_immediately()
+                if as_user is not None:
+                    self._unverified.add(job_id)
+                self._started(job_id, sent, "allocate")
                 return job_id
         job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
         metrics.job_queued()
+        self._started(job_id, sent, "queue")
         if refused is not None:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self.queue_only[partition] = (time.monotonic() + backoff, backoff)
@@ -75,10 +125,55 @@ class Placer:
             )
         return job_id
 
+    @staticmethod
+    def _started(job_id: int, sent: float, path: str) -> None:
+        starts.mark(job_id, "submit_sent", sent)
+        starts.mark(job_id, "submitted")
+        starts.note(job_id, "path", path)
+
+    def verify(self, request: JobRequest, job_id: int, job: JobInfo | None) -> bool:
+        """After a placement: False when the job was allocated as a tenant and does not run as
+        the request says (another group than the user's primary one; the job could not be read
+        back, so nobody can tell), so that the caller cancels it, before any pod uses it, and
+        places the job again: the user's group is known now, and the job is queued."""
+        if job_id not in self._unverified:
+            return True
+        self._unverified.discard(job_id)
+        user = _user(request)
+        names_group = request.group_id is not None or request.group_name is not None
+        if user is None or job is None:
+            # Unread: the user is certain (Slurm allocated as them), the group is not; that user's
+            # jobs that name a group are queued from now on.
+            if user is not None and names_group:
+                self._groups[user] = (None, "")
+            return not names_group
+        self._groups[user] = (job.group_id, job.group_name)
+        if request.user_name is not None:
+            same_user = job.user_name == request.user_name
+        else:
+            same_user = job.user_id == request.user_id
+        if same_user and _group_is(request, job.group_id, job.group_name):
+            return True
+        log.warning(
+            "job %d allocated as %s runs as %s (uid %s) in group %s (gid %s), not as %s/%s asks: "
+            "cancelled and queued instead (job/submit sets the group)",
+            job_id,
+            user,
+            job.user_name,
+            job.user_id,
+            job.group_name,
+            job.group_id,
+            user,
+            request.group_name or request.group_id,
+        )
+        return False
+
     async def place_het(self, requests: list[JobRequest], name: str, admin_comment: str) -> int:
         """A heterogeneous job (a CompositePodGroup's), always queued: Slurm refuses a
         heterogeneous immediate allocation (error 2078) and starts such a job only in a backfill
         pass. Returns the leader's id."""
+        sent = time.time()
         job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment)
         metrics.job_queued()
+        self._started(job_id, sent, "queue")
         return job_id
