@@ -19,6 +19,8 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_LOG_LEVEL:=INFO}" "${SB_LOG_FORMAT:=json}"
 # The operator's concurrent reconciles (config operatorWorkers; benchmarks compare settings).
 : "${SB_OPERATOR_WORKERS:=64}"
+# immediateAllocation (false: every job through Slurm's queue: the benchmark's queued profile).
+: "${SB_IMMEDIATE_ALLOCATION:=true}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -39,7 +41,13 @@ extenderListen: 127.0.0.1:$SB_EXTENDER_PORT
 extenderHealthListen: 127.0.0.1:$SB_EXTENDER_HEALTH_PORT
 operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
 operatorWorkers: $SB_OPERATOR_WORKERS
+immediateAllocation: $SB_IMMEDIATE_ALLOCATION
 CFG
+  # slurmctld's hook tells this operator of job starts and ends (docs/configuration.md#slurm-hooks).
+  if [ -f "$HOOK_TOKEN_FILE" ]; then
+    echo "slurmHookTokenFile: $HOOK_TOKEN_FILE" >> "$CONFIG"
+    write_hook_conf "http://127.0.0.1:$SB_OPERATOR_PORT/slurm/hook"
+  fi
 }
 
 operator_leads() {

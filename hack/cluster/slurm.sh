@@ -9,7 +9,10 @@ in_root() { chroot "$SLURM_ROOT" "$@"; }
 # written with the database password, by write_slurmdbd_conf).
 write_slurm_files() {
   local etc="$SLURM_ROOT/etc/slurm"
-  slurm_conf > "$etc/slurm.conf"
+  # slurmctld's hook that tells the bridge of job starts and ends (docs/configuration.md#slurm-hooks);
+  # its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh): without it, it does nothing.
+  install -m 0755 "$REPO_DIR/contrib/slurm/slurm-bridge-notify.sh" "$etc/slurm-bridge-notify.sh"
+  slurm_conf notify_hook=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
   cgroup_conf > "$etc/cgroup.conf"
 }
@@ -19,8 +22,10 @@ reset_slurm_state() {
   local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
   rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
   head -c 32 /dev/urandom > "$sdir/jwt.key"
+  # The shared secret of slurmctld's hook and the bridge (SlurmUser reads it; slurmHookTokenFile).
+  head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$sdir/bridge-hook.token"
   in_root chown -R slurm:slurm "$SLURM_STATE_IN_ROOT"
-  chmod 600 "$sdir/jwt.key"
+  chmod 600 "$sdir/jwt.key" "$sdir/bridge-hook.token"
   write_slurm_files
 }
 
