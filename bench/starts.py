@@ -1,0 +1,154 @@
+"""Where each bridge pod's start goes (issue 31): its steps, lined up on one wall clock.
+
+For each pod of a run: created (the benchmark's create call returned), ``submit_sent`` and
+``submitted`` (the operator's submit call, and whether Slurm allocated at once or queued it),
+Slurm's start (slurmctld's log, to the millisecond), ``hint_started`` (slurmctld's hook told the
+operator), ``running_read`` (the operator read the job RUNNING with its nodes: by the hint's read,
+a poll, or the read after the submit), ``released`` (the operator's release of the pod was
+written), the gate's removal and the bind as the benchmark's pod watch saw them, and
+``status_running`` (the PlaceholderJob's Running status written). The operator's steps come from
+its ``/stats/starts`` (operator/runtime/starts.py).
+
+Slurm's start, from slurmctld's log (its times are milliseconds, local time): ``sched: Allocate
+JobId=N`` (the main scheduler), ``_slurm_rpc_allocate_resources JobId=N`` (an immediate
+allocation), and for the backfill scheduler the ``test for JobId=N`` line right before
+``_start_job: BACKFILL: Jobs backfilled since boot`` (logged only with ``DebugFlags=Backfill``,
+which the benchmark sets for a queued run: ``scontrol setdebugflags +Backfill``). Failing those,
+the end of the PrologSlurmctld (``Configuration for JobId=N is complete``: a few ms late), and
+last Slurm's own ``start_time`` (whole seconds: flagged).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_TIME = r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] "
+_STARTED = re.compile(_TIME + r"sched: (?:Allocate|_slurm_rpc_allocate_resources) JobId=(\d+)")
+_PROLOG_DONE = re.compile(_TIME + r"prolog_running_decr: Configuration for JobId=(\d+) is complete")
+_BF_TEST = re.compile(_TIME + r"sched/backfill: _attempt_backfill: BACKFILL: test for JobId=(\d+)")
+_BF_STARTED = re.compile(_TIME + r"sched/backfill: _start_job: BACKFILL: Jobs backfilled since boot")
+
+
+def _wall(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").timestamp()  # slurmctld logs local time
+
+
+class SlurmctldLog:
+    """The part of slurmctld's log written since this was made: when each job started."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def starts(self) -> dict[int, tuple[float, str]]:
+        """Job id -> (wall-clock start, how it is known)."""
+        found: dict[int, tuple[float, str]] = {}
+        with self.path.open(errors="replace") as f:
+            f.seek(self.offset)
+            tested: tuple[float, int] | None = None
+            for line in f:
+                if m := _STARTED.match(line):
+                    found.setdefault(int(m[2]), (_wall(m[1]), "log"))
+                elif m := _BF_TEST.match(line):
+                    tested = (_wall(m[1]), int(m[2]))
+                elif (m := _BF_STARTED.match(line)) and tested is not None:
+                    found.setdefault(tested[1], (_wall(m[1]), "log"))
+                    tested = None
+                elif m := _PROLOG_DONE.match(line):
+                    found.setdefault(int(m[2]), (_wall(m[1]), "prolog end"))
+        return found
+
+
+def backfill_debug(slurm_root: str, on: bool) -> None:
+    """Backfill's starts are logged with their job id only with DebugFlags=Backfill."""
+    flag = "+Backfill" if on else "-Backfill"
+    subprocess.run(["chroot", slurm_root, "scontrol", "setdebugflags", flag], check=False, capture_output=True)
+
+
+def operator_starts(url: str, since: float) -> dict[int, dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/stats/starts?since={since:.3f}", timeout=10) as r:
+        return {int(k): v for k, v in json.load(r).items()}
+
+
+# (name, from, to): each segment of a pod's start, in order.
+SEGMENTS = (
+    ("admission + PlaceholderJob", "created", "submit_sent"),
+    ("submit call", "submit_sent", "submitted"),
+    ("in Slurm's queue", "submitted", "slurm_start"),
+    ("start -> operator reads it", "slurm_start", "running_read"),
+    ("read -> pod released", "running_read", "released"),
+    ("release -> watch sees the gate gone", "released", "ungated"),
+    ("gate gone -> bound", "ungated", "bound"),
+    ("bound -> Running status written", "bound", "status_running"),
+)  # fmt: skip
+
+
+@dataclass
+class Breakdown:
+    """Each pod's steps (wall clock), and the summaries the benchmark prints."""
+
+    pods: dict[str, dict[str, float]] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)  # pod -> "allocate" | "queue"
+    how: dict[str, str] = field(default_factory=dict)  # pod -> how Slurm's start is known
+    hinted: int = 0  # pods whose job's start the operator read after slurmctld's hint
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pods": len(self.pods), "paths": _count(self.paths.values())}
+        out["slurm_start_from"] = _count(self.how.values())
+        out["read_after_hint"] = self.hinted
+        for name, a, b in (*SEGMENTS, ("Slurm's start -> pod released", "slurm_start", "released")):
+            values = sorted(s[b] - s[a] for s in self.pods.values() if a in s and b in s)
+            if values:
+                q = statistics.quantiles(values, n=100) if len(values) > 1 else [values[0]] * 99
+                out[name] = {"p50": round(q[49], 3), "p99": round(q[98], 3), "n": len(values)}
+        return out
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def breakdown(
+    created: dict[str, float],
+    ungated: dict[str, float],
+    bound: dict[str, float],
+    jobs: dict[str, int],
+    operator: dict[int, dict[str, Any]],
+    slurm: dict[int, tuple[float, str]],
+) -> Breakdown:
+    """Line up each pod's steps: the benchmark's (wall clock), the operator's and slurmctld's."""
+    out = Breakdown()
+    for pod, job_id in jobs.items():
+        steps = dict(operator.get(job_id, {}))
+        path = steps.pop("path", None)
+        s: dict[str, float] = {k: float(v) for k, v in steps.items() if isinstance(v, int | float)}
+        s.update({k: t[pod] for k, t in (("created", created), ("ungated", ungated), ("bound", bound)) if pod in t})
+        if job_id in slurm:
+            s["slurm_start"], out.how[pod] = slurm[job_id]
+        if "hint_started" in s and "running_read" in s and s["hint_started"] <= s["running_read"]:
+            out.hinted += 1
+        out.pods[pod] = s
+        if isinstance(path, str):
+            out.paths[pod] = path
+    return out
+
+
+def print_breakdown(mode: str, summary: dict[str, Any]) -> None:
+    print(f"{mode} slurm-bridge: where a pod's start goes ({summary['pods']} pods; placed: {summary['paths']}; "
+          f"Slurm's start from: {summary['slurm_start_from']}; read after slurmctld's hint: "
+          f"{summary['read_after_hint']}), seconds p50 / p99:")  # fmt: skip
+    for name, *_ in (*SEGMENTS, ("Slurm's start -> pod released",)):
+        if name in summary:
+            v = summary[name]
+            print(f"  {name:38} {v['p50']:>7} / {v['p99']:<7} (n={v['n']})")
