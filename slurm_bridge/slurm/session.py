@@ -10,6 +10,7 @@ calls themselves live in :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clusterc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import re
@@ -33,9 +34,11 @@ from .outcomes import (
     Listing,
     Outcome,
     Reply,
+    StreamedList,
     classify_failure,
     classify_reply,
     failure_metric,
+    gc_paused,
     metric_outcome,
     read_reply,
 )
@@ -248,23 +251,28 @@ class SlurmSession:
         self.requests_by_kind[kind] = self.requests_by_kind.get(kind, 0) + 1
         what = f"{method} {path}"
         sent = time.monotonic()
+        # A list decoded item by item is decoded as it is read (.jsonlist): never held whole.
+        stream = StreamedList(*call.listing) if call.listing is not None else None
         try:
-            resp = await self._http.request(
-                method,
-                path,
-                json=call.json_body,
-                params=call.params,
-                headers=headers,
-                timeout=httpx.Timeout(call.time_limit) if call.time_limit is not None else httpx.USE_CLIENT_DEFAULT,
-            )
+            with gc_paused() if stream is not None else contextlib.nullcontext():
+                resp = await self._http.request(
+                    method,
+                    path,
+                    json=call.json_body,
+                    params=call.params,
+                    headers=headers,
+                    timeout=httpx.Timeout(call.time_limit) if call.time_limit is not None else httpx.USE_CLIENT_DEFAULT,
+                    extensions={"body_sink": stream.feed} if stream is not None else None,
+                )
         except httpx.HTTPError as e:
             metrics.slurm_request(method, endpoint, failure_metric(e), time.monotonic() - sent)
             return classify_failure(what, e, expect, self.base_url, self._scrub)
+        streamed = stream if resp.extensions.get("body_streamed") else None
         try:
             if len(resp.content) > _LARGE_BODY:
-                reply = await asyncio.to_thread(read_reply, resp, self._codec, call.decode, call.listing)
+                reply = await asyncio.to_thread(read_reply, resp, self._codec, call.decode, call.listing, streamed)
             else:
-                reply = read_reply(resp, self._codec, call.decode, call.listing)
+                reply = read_reply(resp, self._codec, call.decode, call.listing, streamed)
         except SlurmError:  # an answer ``decode`` could not read
             metrics.slurm_request(method, endpoint, "slurm_error", time.monotonic() - sent)
             raise
