@@ -22,6 +22,7 @@ from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
@@ -193,6 +194,13 @@ async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits
     assert all(w.get("jobId") in (None, 7) for w in status_writes(kube2))
 
 
+@pytest.fixture
+def announce_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued job's submit announced at once (lifecycle.QUEUED_QUIET_SECONDS 0), as before issue 31."""
+    monkeypatch.setattr(lc, "QUEUED_QUIET_SECONDS", 0.0)
+
+
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:
     pending = JobInfo(job_id=7, states=("PENDING",), reason="Resources")
     kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
@@ -304,6 +312,7 @@ def put(jobs: PlaceholderJobs, job: JobInfo) -> None:
     jobs.poller.snapshot.put(job, jobs.poller.snapshot.refs[7])
 
 
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() -> None:
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
     kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start), next_id=6)
@@ -319,6 +328,7 @@ async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() 
     assert len(pending_events(kube)) == 2 and len(status_writes(kube)) == 1
 
 
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_start_not_within_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -380,4 +390,24 @@ async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_an
     await jobs.reconcile(("ns", "p"))
     assert slurm.calls == ["allocate as alice", "get 7", "cancel 7", "submit", "get 8"]
     assert ("patch", POD_PATH) not in kube.calls, "the pod never saw the wrong job"
-    assert [w["jobId"] for w in status_writes(kube)] == [8]
+    assert jobs._unwritten["phj-uid"].status.job_id == 8, "the queued job's submit, held for the quiet time"
+
+
+async def test_a_queued_job_slurm_starts_at_once_costs_no_event_and_one_status_write() -> None:
+    """Issue 31: a queued job that starts within lifecycle.QUEUED_QUIET_SECONDS is not announced as
+    waiting; its pod is released first and the status written once, when the pod is bound."""
+    pending = JobInfo(job_id=7, states=("PENDING",), reason="Priority")
+    kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
+    slurm.allocate_refusal = SlurmError("busy", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    wait = await jobs.reconcile(("ns", "p"))
+    assert wait == pytest.approx(lc.QUEUED_QUIET_SECONDS, abs=0.5) and kube.events == [] and kube.calls == []
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    slurm.set(running)
+    put(jobs, running)
+    await jobs.reconcile(("ns", "p"))
+    assert kube.calls == [("patch", POD_PATH)] and kube.events == [], "released at once, nothing said"
+    bind(jobs, "n1")
+    assert await jobs.reconcile(("ns", "p")) is None
+    [written] = status_writes(kube)
+    assert written["jobId"] == 7 and written["phase"] == "Running" and kube.events == []

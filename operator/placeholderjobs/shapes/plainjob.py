@@ -16,12 +16,13 @@ from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocatio
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     SUBMIT_VISIBILITY_GRACE,
     TENANCY_WAIT_SECONDS,
+    UNWRITTEN_ALLOCATION_SECONDS,
     Clock,
     Follow,
     Members,
     Tenancy,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror, pending_report
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
     end_phases,
@@ -37,9 +38,12 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Cancel,
     ConfirmMembers,
     Event,
+    Held,
     Placed,
     Plan,
+    ReportPending,
     Submit,
+    WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import all_ended, holding_allocation
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
@@ -105,21 +109,51 @@ class PlainJob:
             return slurm_ended(phj, members, None, job_id, now)
         if job.is_finished:
             return slurm_ended(phj, members, job, job_id, now)
+        held = follow.held
         if job.is_pending:
+            if held is not None and held.queued:
+                return quiet_queue(phj, status, job, members, now, follow, held)
             return follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
         if job.is_running and job.nodes:
-            return allocation(
+            if held is not None and held.queued:  # it started before anyone was told it waits
+                held = Held(held.status, now.mono + UNWRITTEN_ALLOCATION_SECONDS)
+            plan = allocation(
                 phj,
                 members,
                 job,
                 scheduler=follow.scheduler,
                 now=now,
                 status=status,
-                held=follow.held,
+                held=held,
                 devices_missing=follow.devices_missing,
             )
+            return plan if held is follow.held else Plan(plan.actions, plan.requeue, held=held)
         # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
         return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
+
+
+def quiet_queue(
+    phj: PlaceholderJob,
+    status: PlaceholderJobStatus,
+    job: JobInfo,
+    members: Members,
+    now: Clock,
+    follow: Follow,
+    held: Held,
+) -> Plan:
+    """A queued job whose submit is held back (``held.queued``): nothing until ``held.until``; still
+    pending then, the submit is announced as it would have been at once: Event Submitted, its
+    status (with Slurm's reason), the waiting pods told why."""
+    if now.mono < held.until:
+        return Plan(requeue=held.until - now.mono)
+    waiting = follow_pending(phj, status, job, members, now, follow.told, follow.tenancy)
+    announce = Event(names.REASON_SUBMITTED, f"{held.status.message}: waiting in Slurm's queue")
+    # The held status has Slurm's reason already, so following the job alone would not tell it.
+    told = any(isinstance(a, ReportPending) for a in waiting.actions)
+    report: tuple[Action, ...] = () if told or not job.reason else (pending_report(job, members, now.wall),)
+    written = any(isinstance(a, WriteStatus) for a in waiting.actions)
+    record: tuple[Action, ...] = () if written else (WriteStatus(held.status),)
+    return Plan((announce, *report, *waiting.actions, *record), waiting.requeue)
 
 
 def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int, now: Clock) -> Plan:
