@@ -468,14 +468,14 @@ def bridge_run(
     log = starts.SlurmctldLog(Path(args.env["SB_STATE_DIR"]) / "logs" / "slurmctld.log") if not args.deployed else None
     try:
         with busy:
-            if log is not None:
-                starts.backfill_debug(args.env["SLURM_ROOT"], on=True)
             wall0, mono0 = time.time(), time.monotonic()
             stats0 = operator_stats(args.operator_url)
             run, bx = measured(api, ns, args, rate, bg, lambda: operator_stats(args.operator_url), annotations)
             stats_b = cast(dict[str, Any], bx.at_bound)
-            if log is not None:
-                starts.backfill_debug(args.env["SLURM_ROOT"], on=False)
+            found = log.starts() if log is not None else {}
+            missing = [j for j in run.job_of.values() if j not in found]
+            if log is not None and missing:  # read before the cancels: Slurm's start_time, whole seconds
+                found |= starts.slurm_start_times(args.env["SLURM_REST_URL"], args.env["SLURM_JWT_FILE"], missing)
     finally:
         delete_and_wait(core, ns, args.timeout)
         if policy is not None:
@@ -489,8 +489,8 @@ def bridge_run(
         wall = {k: {p: t - mono0 + wall0 for p, t in d.items()} for k, d in
                 (("created", run.created), ("ungated", run.released), ("bound", run.bound))}  # fmt: skip
         steps = starts.operator_starts(args.operator_url, wall0 - 1.0)
-        found = starts.breakdown(wall["created"], wall["ungated"], wall["bound"], run.job_of, steps, log.starts())
-        row["breakdown"] = found.summary()
+        parts = starts.breakdown(wall["created"], wall["ungated"], wall["bound"], run.job_of, steps, found)
+        row["breakdown"] = parts.summary()
     return row
 
 

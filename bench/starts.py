@@ -10,12 +10,11 @@ written), the gate's removal and the bind as the benchmark's pod watch saw them,
 its ``/stats/starts`` (operator/runtime/starts.py).
 
 Slurm's start, from slurmctld's log (its times are milliseconds, local time): ``sched: Allocate
-JobId=N`` (the main scheduler), ``_slurm_rpc_allocate_resources JobId=N`` (an immediate
-allocation), and for the backfill scheduler the ``test for JobId=N`` line right before
-``_start_job: BACKFILL: Jobs backfilled since boot`` (logged only with ``DebugFlags=Backfill``,
-which the benchmark sets for a queued run: ``scontrol setdebugflags +Backfill``). Failing those,
-the end of the PrologSlurmctld (``Configuration for JobId=N is complete``: a few ms late), and
-last Slurm's own ``start_time`` (whole seconds: flagged).
+JobId=N`` (the main scheduler) and ``_slurm_rpc_allocate_resources JobId=N`` (an immediate
+allocation); the backfill scheduler logs no start with its job id (Slurm 26.05, even with
+``DebugFlags=Backfill``), so for those the end of the PrologSlurmctld (``Configuration for JobId=N
+is complete``: the hook of docs/configuration.md runs 3 - 5 ms), and failing that Slurm's own
+``start_time`` (whole seconds: marked "start_time (s)", and up to a second early).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,8 +31,6 @@ from typing import Any
 _TIME = r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] "
 _STARTED = re.compile(_TIME + r"sched: (?:Allocate|_slurm_rpc_allocate_resources) JobId=(\d+)")
 _PROLOG_DONE = re.compile(_TIME + r"prolog_running_decr: Configuration for JobId=(\d+) is complete")
-_BF_TEST = re.compile(_TIME + r"sched/backfill: _attempt_backfill: BACKFILL: test for JobId=(\d+)")
-_BF_STARTED = re.compile(_TIME + r"sched/backfill: _start_job: BACKFILL: Jobs backfilled since boot")
 
 
 def _wall(stamp: str) -> float:
@@ -53,24 +49,30 @@ class SlurmctldLog:
         found: dict[int, tuple[float, str]] = {}
         with self.path.open(errors="replace") as f:
             f.seek(self.offset)
-            tested: tuple[float, int] | None = None
             for line in f:
                 if m := _STARTED.match(line):
                     found.setdefault(int(m[2]), (_wall(m[1]), "log"))
-                elif m := _BF_TEST.match(line):
-                    tested = (_wall(m[1]), int(m[2]))
-                elif (m := _BF_STARTED.match(line)) and tested is not None:
-                    found.setdefault(tested[1], (_wall(m[1]), "log"))
-                    tested = None
                 elif m := _PROLOG_DONE.match(line):
                     found.setdefault(int(m[2]), (_wall(m[1]), "prolog end"))
         return found
 
 
-def backfill_debug(slurm_root: str, on: bool) -> None:
-    """Backfill's starts are logged with their job id only with DebugFlags=Backfill."""
-    flag = "+Backfill" if on else "-Backfill"
-    subprocess.run(["chroot", slurm_root, "scontrol", "setdebugflags", flag], check=False, capture_output=True)
+def slurm_start_times(url: str, token_file: str, job_ids: list[int]) -> dict[int, tuple[float, str]]:
+    """Slurm's ``start_time`` of each job (whole seconds), read after the run (by the benchmark,
+    not the bridge: not in its Slurm calls). Jobs Slurm no longer has are left out."""
+    token = Path(token_file).read_text().strip().removeprefix("SLURM_JWT=")
+    out: dict[int, tuple[float, str]] = {}
+    for job_id in job_ids:
+        req = urllib.request.Request(f"{url}/slurm/v0.0.44/job/{job_id}", headers={"X-SLURM-USER-TOKEN": token})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                jobs = json.load(r).get("jobs") or []
+        except OSError:
+            continue
+        start = (jobs[0].get("start_time") or {}).get("number") if jobs else None
+        if isinstance(start, int) and start > 0:
+            out[job_id] = (float(start), "start_time (s)")
+    return out
 
 
 def operator_starts(url: str, since: float) -> dict[int, dict[str, Any]]:
