@@ -388,7 +388,7 @@ async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_an
     kube, slurm = FakeKube({}), FakeSlurm(alice, JobInfo(job_id=8, states=("PENDING",)), next_id=6)
     jobs = shell(kube, slurm, phj.obj(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
-    assert slurm.calls == ["allocate as alice", "get 7", "cancel 7", "submit", "get 8"]
+    assert slurm.calls == ["allocate as alice", "get 7", "cancel 7", "submit"], "a queued job is read when it starts"
     assert ("patch", POD_PATH) not in kube.calls, "the pod never saw the wrong job"
     assert jobs._unwritten["phj-uid"].status.job_id == 8, "the queued job's submit, held for the quiet time"
 
@@ -402,9 +402,13 @@ async def test_a_queued_job_slurm_starts_at_once_costs_no_event_and_one_status_w
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     wait = await jobs.reconcile(("ns", "p"))
     assert wait == pytest.approx(lc.QUEUED_QUIET_SECONDS, abs=0.5) and kube.events == [] and kube.calls == []
+    assert slurm.calls == ["allocate", "submit"], "a queued job is not read back: nothing is said yet"
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     slurm.set(running)
-    put(jobs, running)
+    ref = jobs.poller.news(7, "started")  # slurmctld's hook: job 7 started
+    assert ref is not None
+    await jobs.poller.read_now({7: ref})
+    assert slurm.calls[-1] == "get 7"
     await jobs.reconcile(("ns", "p"))
     assert kube.calls == [("patch", POD_PATH)] and kube.events == [], "released at once, nothing said"
     bind(jobs, "n1")

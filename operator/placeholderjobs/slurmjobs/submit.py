@@ -68,6 +68,7 @@ class Placer:
         self.as_tenant = True
         self._groups: dict[str, tuple[int | None, str]] = {}
         self._unverified: set[int] = set()
+        self._queued: set[int] = set()  # jobs queued (not allocated) whose caller has not asked yet
 
     def _as_user(self, request: JobRequest) -> str | None:
         """Whom to allocate a job that names an identity as; None: it is queued instead."""
@@ -112,6 +113,7 @@ class Placer:
         job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
         metrics.job_queued()
         self._started(job_id, sent, "queue")
+        self._queued.add(job_id)
         if refused is not None:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self.queue_only[partition] = (time.monotonic() + backoff, backoff)
@@ -124,6 +126,12 @@ class Placer:
                 backoff,
             )
         return job_id
+
+    def was_queued(self, job_id: int) -> bool:
+        """Whether ``place`` queued ``job_id`` rather than allocating it (asked once per job)."""
+        queued = job_id in self._queued
+        self._queued.discard(job_id)
+        return queued
 
     @staticmethod
     def _started(job_id: int, sent: float, path: str) -> None:

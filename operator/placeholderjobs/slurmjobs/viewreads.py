@@ -93,6 +93,11 @@ class ViewReads(ABC):
                 self._apply(j, ref, at, notify=False)
         return job
 
+    def expect(self, job_id: int, ref: PhjRef) -> None:
+        """A job the bridge just made and did not read: the hint that it started reads it, else the
+        next poll does (polls run while the view lacks one)."""
+        self._expected[job_id] = ref
+
     def news(self, job_id: int, event: HintEvent) -> PhjRef | None:
         """The PlaceholderJob whose job a hint is news about, else None: a start of a job the
         view has waiting (or has not read yet), an end of a job it has live. Another user's job,

@@ -274,6 +274,11 @@ class PlaceholderJobs:
             self.poller.submitted(ref.uid, job_id)
             metrics.job_submitted()
             logs.bind(jobId=job_id)
+            if self.placer.was_queued(job_id) and lc.QUEUED_QUIET_SECONDS > 0:
+                # Nothing is said about a queued job for a while (lifecycle.after_submit): it is read
+                # once slurmctld's hook says it started (the next poll, without it), not now.
+                self.poller.expect(job_id, ref)
+                return job_id, None
             job = await self.poller.refresh(job_id, ref, het=bool(action.components))
             if self.placer.verify(action.request, job_id, job):
                 break
