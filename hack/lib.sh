@@ -167,7 +167,7 @@ PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
 JWT_FILE="$STATE_DIR/slurm/jwt"
-# slurmctld's hook to the bridge (contrib/slurm/slurm-bridge-notify.sh): the shared secret (made
+# slurmctld's hook to the bridge (slurm-hooks/slurm-bridge-notify.sh): the shared secret (made
 # with slurmctld's state, hack/cluster/slurm.sh) and the hook's settings (the bridge's URL: written
 # by whichever form of the bridge runs, hack/bridge.sh or hack/deploy.sh).
 HOOK_TOKEN_FILE="$SLURM_ROOT$SLURM_STATE_IN_ROOT/bridge-hook.token"

@@ -106,7 +106,7 @@ class Config(_Model):
     operatorWorkers: int = Field(default=64, ge=1, le=256)
     # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
     orphanGraceSeconds: float = Field(default=30.0, ge=0)
-    # The shared secret of slurmctld's hooks (contrib/slurm/slurm-bridge-notify.sh): when set, the
+    # The shared secret of slurmctld's hooks (slurm-hooks/slurm-bridge-notify.sh): when set, the
     # operator takes their notices of job starts and ends at POST /slurm/hook (docs/configuration.md).
     slurmHookTokenFile: Path | None = None
     # What a managed namespace that no TenantPolicy selects may do (docs/tenancy.md): "open" submits

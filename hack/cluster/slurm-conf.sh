@@ -27,7 +27,7 @@
 #               cluster's workers, hack/kind/slurm.sh), sized
 #               worker_cpus/worker_memory_mib, in $SB_PARTITION
 #   notify_hook PrologSlurmctld and EpilogSlurmctld: the path   (empty: none; a path the
-#               of contrib/slurm/slurm-bridge-notify.sh on      controller lacks would cancel
+#               of slurm-hooks/slurm-bridge-notify.sh on      controller lacks would cancel
 #               the controller (docs/configuration.md)          every job, so it is opt-in)
 # slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1; empty: none), storage_host (127.0.0.1),
 # storage_port ($SB_MARIADB_PORT) and storage_pass (required; "-" leaves StoragePass out, for a

@@ -9,12 +9,17 @@ in_root() { chroot "$SLURM_ROOT" "$@"; }
 # written with the database password, by write_slurmdbd_conf).
 write_slurm_files() {
   local etc="$SLURM_ROOT/etc/slurm"
-  # slurmctld's hook that tells the bridge of job starts and ends (docs/configuration.md#slurm-hooks);
-  # its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh): without it, it does nothing.
-  install -m 0755 "$REPO_DIR/contrib/slurm/slurm-bridge-notify.sh" "$etc/slurm-bridge-notify.sh"
+  install_notify_script
   slurm_conf notify_hook=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
   cgroup_conf > "$etc/cgroup.conf"
+}
+
+# slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks)
+# at the path slurm.conf names; its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh):
+# without it, it does nothing.
+install_notify_script() {
+  install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-notify.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify.sh"
 }
 
 # A fresh slurmctld state: its state directory, the slurmd spools, the JWT key, the config files.
@@ -63,6 +68,7 @@ up_slurm() {
   cp /etc/hosts "$SLURM_ROOT/etc/hosts"
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
   alive slurmctld || reset_slurm_state
+  install_notify_script   # the script of this worktree (a running slurmctld runs it at each job start and end)
   up_munged
   up_accounting
   up_slurmctld

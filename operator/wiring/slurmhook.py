@@ -1,5 +1,5 @@
 """``POST /slurm/hook``: slurmctld's notices that a job started or ended, from a site's
-``PrologSlurmctld`` / ``EpilogSlurmctld`` (``contrib/slurm/slurm-bridge-notify.sh``), served
+``PrologSlurmctld`` / ``EpilogSlurmctld`` (``slurm-hooks/slurm-bridge-notify.sh``), served
 beside the health endpoints when ``slurmHookTokenFile`` is set (docs/configuration.md#slurm-hooks).
 
 The caller presents the shared secret as ``Authorization: Bearer <token>``; the body is

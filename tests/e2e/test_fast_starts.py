@@ -1,5 +1,5 @@
 """Fast starts (issue 31) on the real cluster and the real Slurm: slurmctld's hook (PrologSlurmctld
-and EpilogSlurmctld running contrib/slurm/slurm-bridge-notify.sh, installed by hack/cluster.sh)
+and EpilogSlurmctld running slurm-hooks/slurm-bridge-notify.sh, installed by hack/cluster.sh)
 tells the operator of a queued job's start and of a job's end, and the operator reads that job at
 once; a tenant's pod is allocated at once, as the tenant.
 

@@ -1,4 +1,4 @@
-"""slurmctld's hook to the bridge (issue 31): the site script (contrib/slurm/slurm-bridge-notify.sh)
+"""slurmctld's hook to the bridge (issue 31): the site script (slurm-hooks/slurm-bridge-notify.sh)
 and the operator's endpoint it posts to (operator/wiring/slurmhook.py). The script runs as bash
 against a local HTTP listener; the endpoint through aiohttp's test server, with the hints it feeds
 recorded."""
@@ -27,7 +27,7 @@ from tests.harness import wait_for
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "contrib" / "slurm" / "slurm-bridge-notify.sh"
+SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-notify.sh"
 SLURM_CONF_SH = REPO / "hack" / "cluster" / "slurm-conf.sh"
 
 

@@ -1,5 +1,5 @@
 """Hints from slurmctld: a job started or ended (a site's ``PrologSlurmctld`` / ``EpilogSlurmctld``
-running ``contrib/slurm/slurm-bridge-notify.sh``, docs/configuration.md#slurm-hooks).
+running ``slurm-hooks/slurm-bridge-notify.sh``, docs/configuration.md#slurm-hooks).
 
 A hint is never trusted: it names a job, and that job is read from Slurm (one ``GET job/{id}``,
 the read the next poll would have made) before the view, and so any decision, changes. A hint

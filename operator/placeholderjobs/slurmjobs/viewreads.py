@@ -26,7 +26,7 @@ log = logging.getLogger("slurm_bridge.operator.placeholderjobs.slurmjobs.poller"
 
 # Jobs read one by one at most this many at a time (a poll's changed jobs, a burst of hints).
 GET_CONCURRENCY = 4
-# What slurmctld's hook says happened to a job (contrib/slurm/slurm-bridge-notify.sh).
+# What slurmctld's hook says happened to a job (slurm-hooks/slurm-bridge-notify.sh).
 HintEvent = Literal["started", "ended"]
 
 
