@@ -83,11 +83,21 @@ class RequestBodies:
             raise ValueError("a heterogeneous job needs at least one component")
         return {"jobs": [self.submit_body(r, name=name, admin_comment=admin_comment)["job"] for r in reqs]}
 
-    def allocate_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
-        """The external job of :meth:`submit_body`, allocated now or refused (never queued)."""
+    def allocate_body(self, req: JobRequest, *, name: str, admin_comment: str, as_user: bool = False) -> dict[str, Any]:
+        """The external job of :meth:`submit_body`, allocated now or refused (never queued).
+
+        ``as_user``: called as another user, who may not set ``admin_comment`` (Slurm 26.05
+        answers 2002 "Access/permission denied"): the marker goes into ``comment`` instead, until
+        the bridge sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
         body = self.submit_body(req, name=name, admin_comment=admin_comment)
         body["job"]["immediate"] = True
+        if as_user:
+            body["job"]["comment"] = body["job"].pop("admin_comment")
         return body
+
+    def mark_body(self, admin_comment: str) -> dict[str, Any]:
+        """A job update that sets only ``admin_comment`` (a bare job_desc_msg)."""
+        return {"admin_comment": admin_comment}
 
     def update_body(self, req: JobRequest) -> dict[str, Any]:
         """Fields a pending job may change; name, admin comment and owner are kept as submitted."""

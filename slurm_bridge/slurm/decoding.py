@@ -96,6 +96,7 @@ class AnswerDecoder:
             reason="" if w.state_reason in ("None", "none") else w.state_reason,
             nodes=expand_nodes(w.nodes),
             admin_comment=w.admin_comment or "",
+            comment=w.comment or "",
             partition=w.partition or "",
             flags=tuple(w.flags),
             submit_time=time_of(w.submit_time),

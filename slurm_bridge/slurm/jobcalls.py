@@ -81,11 +81,21 @@ class JobCalls(SlurmSession):
         checks for that user). A token that may not do so answers with an authentication error.
         """
         codec = await self._get_codec()
-        body = codec.allocate_body(req, name=name, admin_comment=admin_comment)
+        body = codec.allocate_body(req, name=name, admin_comment=admin_comment, as_user=as_user is not None)
         reply = await self._request(
             "POST", codec.path("job/allocate"), json_body=body, idempotent=False, as_user=as_user
         )
         return codec.decode_submit(reply.body)
+
+    async def mark_job(self, job_id: int, admin_comment: str) -> None:
+        """Set a job's ``admin_comment`` (as the bridge: a job allocated as another user carries
+        its marker in ``comment`` until then, since that user may not set it)."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("POST", path, json_body=codec.mark_body(admin_comment))
+        failed = codec.decode_update(reply.body)
+        if failed:
+            raise refusal(f"POST {path}: Slurm refused to mark the job as the bridge's", reply.status, failed)
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
         """Every job's id and state flags, in one small request (no names, nodes or reasons).
@@ -141,6 +151,7 @@ class JobCalls(SlurmSession):
                 prefix is not None
                 and isinstance(raw, dict)
                 and not str(raw.get("admin_comment") or "").startswith(prefix)
+                and not str(raw.get("comment") or "").startswith(prefix)  # allocated as a tenant
             ):
                 return None
             return codec.decode_job(raw)

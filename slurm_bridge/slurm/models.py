@@ -76,6 +76,8 @@ class JobInfo(BaseModel):
     reason: str = ""  # Slurm's state_reason, "None" normalised to ""
     nodes: tuple[str, ...] = ()  # allocated nodes, hostlist expanded, in Slurm's order
     admin_comment: str = ""
+    # The marker of a job allocated as a tenant, until its admin_comment is set (submit.Placer).
+    comment: str = ""
     partition: str = ""
     flags: tuple[str, ...] = ()
     submit_time: datetime | None = None

@@ -54,7 +54,8 @@ class FakeJobReads(_Jobs):
         if since is not None and self.tables[since] == self.jobs:
             return None, since
         self.tables.append(dict(self.jobs))
-        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        prefix = admin_comment_prefix or ""
+        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(prefix) or j.comment.startswith(prefix)]
         return listed, len(self.tables) - 1
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
@@ -88,6 +89,7 @@ class FakeSubmits(_Jobs):
         self.submit_refusal: SlurmError | None = None
         # An allocation as another user refused (a token that may not call as anyone else).
         self.as_user_refusal: SlurmError | None = None
+        self.mark_refusal: SlurmError | None = None  # the admin_comment of a job allocated as a tenant
         self.as_users: list[str | None] = []
         self.requests: list[JobRequest] = []
 
@@ -112,6 +114,14 @@ class FakeSubmits(_Jobs):
 
     async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
         return self._placed("submit", req, self.submit_refusal)
+
+    async def mark_job(self, job_id: int, admin_comment: str) -> None:
+        self.calls.append(f"mark {job_id}")
+        if self.mark_refusal is not None:
+            raise self.mark_refusal
+
+    async def cancel_job(self, job_id: int) -> None:
+        self.calls.append(f"cancel {job_id}")
 
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
         self.calls.append(f"submit het {len(reqs)} {name}")

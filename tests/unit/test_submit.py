@@ -110,7 +110,7 @@ async def test_a_job_for_another_user_is_allocated_as_that_user_never_as_the_tok
     but runs as the user the call names (X-SLURM-USER-NAME, with SlurmUser's token)."""
     slurm = FakeSubmits()
     assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
-    assert slurm.calls == [f"allocate as {as_user} p"] and slurm.as_users == [as_user]
+    assert slurm.calls == [f"allocate as {as_user} p", "mark 101"] and slurm.as_users == [as_user]
 
 
 @pytest.mark.parametrize("identity", [{"group_id": 2001}, {"group_name": "team-a"}])
@@ -130,7 +130,7 @@ async def test_a_tenants_job_in_their_primary_group_is_kept(clock: list[float]) 
     placer = make(slurm)
     job_id = await placer.place(req, "n", "c")
     assert placer.verify(req, job_id, _ran_as(job_id, "alice", 2001, "team-a", 2001))
-    assert await placer.place(req, "n", "c") == 102 and slurm.calls[-1] == "allocate as alice p"
+    assert await placer.place(req, "n", "c") == 102 and slurm.calls[-2:] == ["allocate as alice p", "mark 102"]
 
 
 async def test_a_tenants_job_in_another_group_is_refused_and_later_ones_are_queued(clock: list[float]) -> None:
@@ -144,7 +144,7 @@ async def test_a_tenants_job_in_another_group_is_refused_and_later_ones_are_queu
     assert placer.verify(req, 102, None), "a queued job is not checked: job/submit set its group"
     same = JobRequest(partition="p", user_name="alice", group_id=2001)
     await placer.place(same, "n", "c")
-    assert slurm.calls[-1] == "allocate as alice p", "her primary group still allocates at once"
+    assert slurm.calls[-2] == "allocate as alice p", "her primary group still allocates at once"
 
 
 async def test_an_unread_tenants_job_is_kept_only_when_no_group_is_asked_for(clock: list[float]) -> None:
@@ -168,3 +168,22 @@ async def test_a_token_that_may_not_act_as_another_user_queues_tenants_from_then
     assert slurm.calls[-1] == "submit p"
     await placer.place(JobRequest(partition="p"), "n", "c")
     assert slurm.calls[-1] == "allocate p", "the bridge's own jobs still allocate at once"
+
+
+@pytest.mark.parametrize(
+    "failure", [SlurmUnavailable("down"), SlurmError("no", errors=[SlurmErrorDetail("denied", 2002)])]
+)
+async def test_a_tenants_job_that_cannot_be_marked_as_the_bridges_is_cancelled(
+    clock: list[float], failure: SlurmError
+) -> None:
+    """A user may not set admin_comment: the job carries the mark in comment until the bridge sets
+    it. Unmarked, nothing would find it again after a restart: it is cancelled, and the submit
+    counts as failed (a refusal also stops allocating as tenants)."""
+    slurm = FakeSubmits()
+    slurm.mark_refusal = failure
+    placer = make(slurm)
+    with pytest.raises(SlurmUnavailable) as failed:
+        await placer.place(JobRequest(partition="p", user_name="alice"), "n", "c")
+    assert slurm.calls == ["allocate as alice p", "mark 101", "cancel 101"]
+    assert not failed.value.maybe_applied, "cancelled: nothing is left"
+    assert placer.as_tenant is isinstance(failure, SlurmUnavailable)

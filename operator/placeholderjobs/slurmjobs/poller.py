@@ -287,9 +287,12 @@ class SlurmPoller(ViewReads):
         if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
+        unmarked: dict[int, tuple[JobInfo, PhjRef]] = {}
         for job in jobs:
             ref = self._ref_for(job)
             if ref is None:
+                if (found := self._unmarked(job)) is not None:
+                    unmarked[job.job_id] = (job, found)
                 continue
             seen.add(job.job_id)
             if self._purged_at.get(job.job_id, -1.0) >= started:
@@ -303,6 +306,8 @@ class SlurmPoller(ViewReads):
             self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
         self._purged_at = {j: at for j, at in self._purged_at.items() if at >= started}
+        if started >= self.last_full_at:
+            self.unmarked = unmarked
 
     def _states_due(self, now: float) -> bool:
         """Whether this poll reads every job's state: always without the node table's signal (or

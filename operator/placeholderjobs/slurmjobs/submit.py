@@ -27,6 +27,8 @@ class SlurmSubmits(Protocol):
     ) -> int: ...
     async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int: ...
+    async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
+    async def cancel_job(self, job_id: int) -> None: ...
 
 
 def _user(request: JobRequest) -> str | None:
@@ -52,7 +54,9 @@ class Placer:
     annotation) is allocated *as that user*: slurmrestd's ``job/allocate`` ignores the body's
     ``user_id``/``group_id`` and allocates as the caller, but the bridge's SlurmUser token may
     call as anyone (``as_user``; docs/tenancy.md has the request and Slurm's answer). Slurm then
-    checks the job as that user's own, and it runs in that user's primary group. So a job whose
+    checks the job as that user's own, and it runs in that user's primary group. That user may not
+    set ``admin_comment``, the bridge's mark on its jobs: the job carries the mark in ``comment``
+    and the bridge sets ``admin_comment`` right after (``_mark``; one call more). So a job whose
     request names another group is queued (``job/submit`` honours ``group_id``): what a user's
     primary group is, is learnt from the first job allocated as that user (``verify``). A job
     that names only a group, or a token that may not call as another user, is always queued.
@@ -107,6 +111,7 @@ class Placer:
                 self.queue_only.pop(partition, None)  # room again: the next refusal starts small
                 metrics.job_allocated_immediately()
                 if as_user is not None:
+                    await self._mark(job_id, admin_comment)
                     self._unverified.add(job_id)
                 self._started(job_id, sent, "allocate")
                 return job_id
@@ -126,6 +131,30 @@ class Placer:
                 backoff,
             )
         return job_id
+
+    async def _mark(self, job_id: int, admin_comment: str) -> None:
+        """Make a job allocated as a tenant the bridge's: its ``admin_comment`` (which only the
+        bridge's token may set; the job carries the marker in ``comment`` meanwhile). When that
+        fails the job is cancelled, and when even that fails it is left to the orphan sweep, which
+        cancels a job marked only in ``comment`` (orphans.py); the caller hears SlurmUnavailable."""
+        try:
+            await self.slurm.mark_job(job_id, admin_comment)
+            return
+        except SlurmError as e:
+            failed = e
+        if not isinstance(failed, SlurmUnavailable):  # refused: this token cannot; queue tenants
+            self.as_tenant = False
+            log.warning("job %d, allocated as a tenant, cannot be marked: tenants are queued now: %s", job_id, failed)
+        try:
+            await self.slurm.cancel_job(job_id)
+            cancelled = True
+        except SlurmError:
+            cancelled = False
+        raise SlurmUnavailable(
+            f"job {job_id}, allocated as a tenant, could not be marked as the bridge's ({failed}); "
+            + ("it was cancelled" if cancelled else "the orphan sweep cancels it"),
+            maybe_applied=not cancelled,
+        ) from failed
 
     def was_queued(self, job_id: int) -> bool:
         """Whether ``place`` queued ``job_id`` rather than allocating it (asked once per job)."""

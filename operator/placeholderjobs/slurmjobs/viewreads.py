@@ -57,6 +57,10 @@ class ViewReads(ABC):
         # job id -> when a read found it purged: an older list that still shows it must not bring
         # it back (kept until a list that began after that is applied).
         self._purged_at: dict[int, float] = {}
+        # Live jobs the last full list showed marked as the bridge's in ``comment`` only: allocated
+        # as a tenant and never given their admin_comment (submit.Placer._mark was interrupted),
+        # or made by a user who copied the mark. Never the view's; the orphan sweep cancels them.
+        self.unmarked: dict[int, tuple[JobInfo, PhjRef]] = {}
 
     @abstractmethod
     def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
@@ -92,6 +96,10 @@ class ViewReads(ABC):
             if j.job_id == job_id or (job.het_job_id and j.het_job_id == job.het_job_id):
                 self._apply(j, ref, at, notify=False)
         return job
+
+    async def read_one(self, job_id: int) -> JobInfo | None:
+        """Slurm's record of one job, as it is now (nothing applied to the view)."""
+        return await self._slurm.get_job(job_id)
 
     def expect(self, job_id: int, ref: PhjRef) -> None:
         """A job the bridge just made and did not read: the hint that it started reads it, else the
@@ -171,6 +179,13 @@ class ViewReads(ABC):
         if known is not None and old is not None and old.admin_comment == job.admin_comment:
             return known
         ref = decode_admin_comment(job.admin_comment)
+        return ref if ref is not None and ref.bridge == self._bridge_id else None
+
+    def _unmarked(self, job: JobInfo) -> PhjRef | None:
+        """The PlaceholderJob a live job names in ``comment`` only (see ``unmarked``), if this bridge's."""
+        if job.is_finished or job.admin_comment or not job.comment:
+            return None
+        ref = decode_admin_comment(job.comment)
         return ref if ref is not None and ref.bridge == self._bridge_id else None
 
     def _forget(self, job_id: int) -> None:
