@@ -45,7 +45,8 @@ _BRIDGE_WEBHOOK = re.compile(r"^slurm_bridge_webhook_admission_duration_seconds_
 
 def webhook_calls(api: k8s.ApiClient) -> dict[str, float]:
     """The API server's webhook calls: name -> (sum of seconds, count), as two keys each."""
-    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)[0].data.decode()
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = api.call_api(method, url, headers, body, post).read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = _APISERVER_WEBHOOK.match(line)

@@ -93,6 +93,14 @@ SEGMENTS = (
 )  # fmt: skip
 
 
+# Beside the chain: the target (issue 31), and how slurmctld's hook did.
+EXTRA = (
+    ("Slurm's start -> pod released", "slurm_start", "released"),
+    ("Slurm's start -> the hook's notice", "slurm_start", "hint_started"),
+    ("the hook's notice -> read (if first)", "hint_started", "running_read"),
+)  # fmt: skip
+
+
 @dataclass
 class Breakdown:
     """Each pod's steps (wall clock), and the summaries the benchmark prints."""
@@ -106,8 +114,10 @@ class Breakdown:
         out: dict[str, Any] = {"pods": len(self.pods), "paths": _count(self.paths.values())}
         out["slurm_start_from"] = _count(self.how.values())
         out["read_after_hint"] = self.hinted
-        for name, a, b in (*SEGMENTS, ("Slurm's start -> pod released", "slurm_start", "released")):
-            values = sorted(s[b] - s[a] for s in self.pods.values() if a in s and b in s)
+        for name, a, b in (*SEGMENTS, *EXTRA):
+            values = sorted(
+                s[b] - s[a] for s in self.pods.values() if a in s and b in s and (a != "hint_started" or s[a] <= s[b])
+            )
             if values:
                 q = statistics.quantiles(values, n=100) if len(values) > 1 else [values[0]] * 99
                 out[name] = {"p50": round(q[49], 3), "p99": round(q[98], 3), "n": len(values)}
@@ -150,7 +160,7 @@ def print_breakdown(mode: str, summary: dict[str, Any]) -> None:
     print(f"{mode} slurm-bridge: where a pod's start goes ({summary['pods']} pods; placed: {summary['paths']}; "
           f"Slurm's start from: {summary['slurm_start_from']}; read after slurmctld's hint: "
           f"{summary['read_after_hint']}), seconds p50 / p99:")  # fmt: skip
-    for name, *_ in (*SEGMENTS, ("Slurm's start -> pod released",)):
+    for name, *_ in (*SEGMENTS, *EXTRA):
         if name in summary:
             v = summary[name]
             print(f"  {name:38} {v['p50']:>7} / {v['p99']:<7} (n={v['n']})")

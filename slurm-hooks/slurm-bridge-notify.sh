@@ -17,10 +17,11 @@
 #
 # It always exits 0 at once: slurmctld cancels a job whose PrologSlurmctld fails (external jobs
 # cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is sent
-# by a detached child (its own session, so nothing waits for it and slurmctld's clean-up of the
-# script's process group does not kill it), with a 2 s limit per try. A notice that is lost costs
-# only time: the operator's polls find the same. The operator reads the job back from Slurm before
-# it acts, so a notice is never trusted. HTTP needs nothing but bash (/dev/tcp); HTTPS needs curl.
+# by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up of
+# the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
+# only time: the operator's polls find the same. The operator reads the job back from Slurm
+# before it acts, so a notice is never trusted. With curl (HTTPS too) the child is curl itself;
+# without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
 case ${SLURM_SCRIPT_CONTEXT:-} in
@@ -38,34 +39,31 @@ done < "$conf"
 [ -n "$URL" ] && [ -r "$TOKEN_FILE" ] || exit 0
 if [ -n "$PARTITIONS" ] && [[ ",$PARTITIONS," != *",${SLURM_JOB_PARTITION:-},"* ]]; then exit 0; fi
 [[ $TRIES =~ ^[1-9]$ ]] || TRIES=3
-
-post() { # the HTTP status of one POST of $body with the token, or 000
-  local token
-  token=$(< "$TOKEN_FILE") || { echo 000; return; }
-  if command -v curl > /dev/null; then
-    curl -s -o /dev/null -w '%{http_code}' -m 2 -X POST -H "Authorization: Bearer $token" \
-      -H 'Content-Type: application/json' --data "$body" "$URL" || echo 000
-    return
-  fi
-  [[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || { echo 000; return; }
-  local host=${BASH_REMATCH[1]} port=${BASH_REMATCH[3]:-80} path=${BASH_REMATCH[4]:-/} status=000
-  timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
-    printf "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
-      "$3" "$1" "$4" "${#5}" "$5" >&3
-    read -r _ status _ <&3 && echo "$status"' _ "$host" "$port" "$path" "$token" "$body" 2> /dev/null || echo "$status"
-}
-
-notify() {
-  local i status
-  for ((i = 1; i <= TRIES; i++)); do
-    status=$(post)
-    case $status in 2??|4??) return ;; esac  # done, or refused for good (a wrong token: no retry)
-    sleep 0.1
-  done
-}
-
 body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID}"
-export -f post notify
-export body URL TOKEN_FILE TRIES
-setsid bash -c notify < /dev/null > /dev/null 2>&1 &
+
+if command -v curl > /dev/null; then
+  # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
+  { IFS= read -r token < "$TOKEN_FILE"; printf 'Authorization: Bearer %s\n' "$token"; } |
+    setsid curl -s -o /dev/null -m 2 --retry "$((TRIES - 1))" --retry-delay 0 -X POST -H @- \
+      -H 'Content-Type: application/json' --data "$body" "$URL" > /dev/null 2>&1 &
+  exit 0
+fi
+
+[[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || exit 0
+# One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong token is not
+# tried again), anything else is tried again after 0.1 s; timeout bounds a connect that hangs.
+setsid timeout 5 bash -c '
+  IFS= read -r token < "$6" || exit 0
+  for ((i = 1; i <= $5; i++)); do
+    status=000
+    if exec 3<> "/dev/tcp/$1/$2"; then
+      printf "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
+        "$3" "$1" "$token" "${#4}" "$4" >&3
+      read -r -t 2 _ status _ <&3 || status=000
+      exec 3>&-
+    fi
+    case $status in 2??|4??) exit 0 ;; esac
+    sleep 0.1
+  done' _ "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]:-80}" "${BASH_REMATCH[4]:-/}" "$body" "$TRIES" "$TOKEN_FILE" \
+  < /dev/null > /dev/null 2>&1 &
 exit 0
