@@ -31,8 +31,9 @@ def span(values: list[float]) -> str:
 def main() -> None:
     rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for path in sys.argv[1:]:
-        for row in json.load(open(path)):
-            rows[(row["mode"], row["scheduler"])].append(row)
+        with open(path) as f:
+            for row in json.load(f):
+                rows[(row["mode"], row["scheduler"])].append(row)
     for (mode, scheduler), runs in rows.items():
         print(f"## {mode} {scheduler} ({len(runs)} runs)")
         for f in FIELDS:
@@ -46,9 +47,8 @@ def main() -> None:
             print(f"  {name + ' CPU ms/pod':32} {span([a for a in got if a is not None])}")
         deletes = [r.get("slurm_calls_lifecycle_by_kind", {}).get("DELETE /job/{id}") for r in runs]
         if any(d is not None for d in deletes):
-            print(
-                f"  {'DELETE /job/{id} per pod':32} {span([d / r['pods'] for d, r in zip(deletes, runs, strict=True) if d])}"
-            )
+            per_pod = [d / r["pods"] for d, r in zip(deletes, runs, strict=True) if d]
+            print(f"  {'DELETE /job/{id} per pod':32} {span(per_pod)}")
         steps = [r["breakdown"] for r in runs if r.get("breakdown")]
         if steps:
             print(
