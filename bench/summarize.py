@@ -31,8 +31,8 @@ def span(values: list[float]) -> str:
 def main() -> None:
     rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for path in sys.argv[1:]:
-        with open(path) as f:
-            for row in json.load(f):
+        with open(path) as stream:
+            for row in json.load(stream):
                 rows[(row["mode"], row["scheduler"])].append(row)
     for (mode, scheduler), runs in rows.items():
         print(f"## {mode} {scheduler} ({len(runs)} runs)")
