@@ -19,6 +19,11 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_LOG_LEVEL:=INFO}" "${SB_LOG_FORMAT:=json}"
 # The operator's concurrent reconciles (config operatorWorkers; benchmarks compare settings).
 : "${SB_OPERATOR_WORKERS:=64}"
+# immediateAllocation (false: every job through Slurm's queue: the benchmark's queued profile).
+: "${SB_IMMEDIATE_ALLOCATION:=true}"
+# slurmctld's hook tells this operator of job starts and ends (false: the operator learns them
+# from its polls alone, as before issue 31; benchmarks compare the two).
+: "${SB_SLURM_HOOKS:=true}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -41,7 +46,13 @@ operatorHealthListen: 127.0.0.1:$SB_OPERATOR_PORT
 operatorWorkers: $SB_OPERATOR_WORKERS
 # The handoff (docs/colocation.md): the pods' QOS GraceTime in hack/accounting.env (QOS_MODES) covers these.
 handoff: {maxGracePeriodSeconds: 60, marginSeconds: 10}
+immediateAllocation: $SB_IMMEDIATE_ALLOCATION
 CFG
+  # slurmctld's hook tells this operator of job starts and ends (docs/configuration.md#slurm-hooks).
+  if [ "$SB_SLURM_HOOKS" = true ] && [ -f "$HOOK_TOKEN_FILE" ]; then
+    echo "slurmHookTokenFile: $HOOK_TOKEN_FILE" >> "$CONFIG"
+    write_hook_conf "http://127.0.0.1:$SB_OPERATOR_PORT/slurm/hook"
+  fi
 }
 
 operator_leads() {

@@ -34,6 +34,9 @@ cmd_install() {
   kubectl get namespace slurm-bridge-system >/dev/null 2>&1 || kubectl create namespace slurm-bridge-system
   kubectl -n slurm-bridge-system create secret generic slurm-bridge-slurm-jwt --from-file=jwt="$SLURM_JWT_FILE" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # slurmctld's hook and the operator share this token (docs/configuration.md#slurm-hooks).
+  [ ! -f "$SLURM_HOOK_TOKEN_FILE" ] || kubectl -n slurm-bridge-system create secret generic slurm-bridge-slurm-hook \
+    --from-file=token="$SLURM_HOOK_TOKEN_FILE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   if "$HELM" status slurm-bridge --namespace slurm-bridge-system >/dev/null 2>&1; then
     log "release $RELEASE exists: upgrading it to $IMAGE_TAG"
     verb=upgrade
@@ -48,6 +51,8 @@ cmd_install() {
     --wait --timeout 5m
   # ---------------------------------------------------------------------------------------------
   webhook_reachable
+  # slurmctld (on this host) tells the installed operators of job starts and ends through their Service.
+  write_hook_conf "http://$(kubectl -n slurm-bridge-system get service slurm-bridge-operator-hook -o jsonpath='{.spec.clusterIP}'):8080/slurm/hook"
   log "slurm-bridge $IMAGE_TAG installed with $("$HELM" version --short) as release $RELEASE in $RELEASE_NAMESPACE; namespaces labelled slurm-bridge.local/managed=true are managed"
 }
 

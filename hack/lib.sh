@@ -172,6 +172,16 @@ PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 SLURM_STATE_IN_ROOT="/var/lib/slurm-bridge"   # inside the Slurm root
 JWT_FILE="$STATE_DIR/slurm/jwt"
+# slurmctld's hook to the bridge (slurm-hooks/slurm-bridge-notify.sh): the shared secret (made
+# with slurmctld's state, hack/cluster/slurm.sh) and the hook's settings (the bridge's URL: written
+# by whichever form of the bridge runs, hack/bridge.sh or hack/deploy.sh).
+HOOK_TOKEN_FILE="$SLURM_ROOT$SLURM_STATE_IN_ROOT/bridge-hook.token"
+HOOK_CONF="$SLURM_ROOT/etc/slurm/slurm-bridge-notify.conf"
+
+write_hook_conf() { # URL : where slurmctld's hook sends its notices (the bridge that runs now)
+  [ -d "$(dirname "$HOOK_CONF")" ] || return 0
+  printf 'URL=%s\nTOKEN_FILE=%s\n' "$1" "$SLURM_STATE_IN_ROOT/bridge-hook.token" > "$HOOK_CONF.tmp" && mv "$HOOK_CONF.tmp" "$HOOK_CONF"
+}
 
 # ---- the local cluster's nodes, by kind (names from the SB_* counts and prefixes above) ----------
 node_names() { for i in $(seq 1 "$SB_NODES"); do echo "$SB_NODE_PREFIX$i"; done; }           # external Slurm nodes

@@ -127,6 +127,9 @@ class Config(_Model):
     operatorWorkers: int = Field(default=64, ge=1, le=256)
     # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
     orphanGraceSeconds: float = Field(default=30.0, ge=0)
+    # The shared secret of slurmctld's hooks (slurm-hooks/slurm-bridge-notify.sh): when set, the
+    # operator takes their notices of job starts and ends at POST /slurm/hook (docs/configuration.md).
+    slurmHookTokenFile: Path | None = None
     # What a managed namespace that no TenantPolicy selects may do (docs/tenancy.md): "open" submits
     # its pods as today (annotations pass through, as in the Go slurm-bridge); "strict" refuses them.
     tenancy: Literal["open", "strict"] = "open"

@@ -26,6 +26,9 @@
 #               cluster's nodes, these slurmd nodes (a kind     kwok, hybrid and real nodes)
 #               cluster's workers, hack/kind/slurm.sh), sized
 #               worker_cpus/worker_memory_mib, in $SB_PARTITION
+#   notify_hook PrologSlurmctld and EpilogSlurmctld: the path   (empty: none; a path the
+#               of slurm-hooks/slurm-bridge-notify.sh on      controller lacks would cancel
+#               the controller (docs/configuration.md)          every job, so it is opt-in)
 # slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1; empty: none), storage_host (127.0.0.1),
 # storage_port ($SB_MARIADB_PORT) and storage_pass (required; "-" leaves StoragePass out, for a
 # container that appends it from a Secret).
@@ -67,8 +70,8 @@ EOF
 slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
   local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
   local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost spool_dir= slurmd_pid=
-  local workers= worker_cpus=4 worker_memory_mib=8192
-  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib" "$@"
+  local workers= worker_cpus=4 worker_memory_mib=8192 notify_hook=
+  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib notify_hook" "$@"
   if [ -n "$workers" ]; then
     echo "# Written by hack/cluster/slurm-conf.sh: slurmd on every worker of a kind cluster."
   else
@@ -90,6 +93,11 @@ MinJobAge=$SB_MIN_JOB_AGE
 DefMemPerCPU=256
 GresTypes=gpu
 EOF
+  if [ -n "$notify_hook" ]; then
+    echo "# The bridge hears of every job start and end at once (docs/configuration.md#slurm-hooks)."
+    echo "PrologSlurmctld=$notify_hook"
+    echo "EpilogSlurmctld=$notify_hook"
+  fi
   echo "# ---- scheduling, priority and preemption: hack/slurm-policy.conf ----"
   grep -v '^[[:space:]]*$' "$HACK_DIR/slurm-policy.conf"
   echo "# ---- nodes and partitions ----"

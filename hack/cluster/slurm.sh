@@ -9,7 +9,8 @@ in_root() { chroot "$SLURM_ROOT" "$@"; }
 # written with the database password, by write_slurmdbd_conf).
 write_slurm_files() {
   local etc="$SLURM_ROOT/etc/slurm"
-  slurm_conf > "$etc/slurm.conf"
+  install_notify_script
+  slurm_conf notify_hook=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
   cgroup_conf > "$etc/cgroup.conf"
   install_handoff_script
@@ -23,13 +24,22 @@ install_handoff_script() {
   in_root chown slurm:slurm /var/log/slurm-bridge
 }
 
+# slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks)
+# at the path slurm.conf names; its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh):
+# without it, it does nothing.
+install_notify_script() {
+  install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-notify.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify.sh"
+}
+
 # A fresh slurmctld state: its state directory, the slurmd spools, the JWT key, the config files.
 reset_slurm_state() {
   local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
   rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
   head -c 32 /dev/urandom > "$sdir/jwt.key"
+  # The shared secret of slurmctld's hook and the bridge (SlurmUser reads it; slurmHookTokenFile).
+  head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$sdir/bridge-hook.token"
   in_root chown -R slurm:slurm "$SLURM_STATE_IN_ROOT"
-  chmod 600 "$sdir/jwt.key"
+  chmod 600 "$sdir/jwt.key" "$sdir/bridge-hook.token"
   write_slurm_files
 }
 
@@ -68,6 +78,7 @@ up_slurm() {
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
   alive slurmctld || reset_slurm_state
   install_handoff_script   # the script of this worktree (a running slurmctld reads it at each job end)
+  install_notify_script   # the script of this worktree (a running slurmctld runs it at each job start and end)
   up_munged
   up_accounting
   up_slurmctld

@@ -23,6 +23,9 @@ KIND_SLURMDBD_ADDR="slurmdbd.$KIND_SLURM_NS.svc.cluster.local"
 KIND_MARIADB_ADDR="mariadb.$KIND_SLURM_NS.svc.cluster.local"
 KIND_SLURMRESTD_URL_FOR_PODS="http://slurmrestd.$KIND_SLURM_NS:6820"
 
+# slurmctld's hook to the bridge (PrologSlurmctld/EpilogSlurmctld, docs/configuration.md#slurm-hooks) is
+# not installed here: the image and the slurm-config ConfigMap lack the script, and a PrologSlurmctld
+# line without it would cancel every job. docs/development.md ("The Slurm hook on kind") says what it takes.
 kind_slurm_conf() { # "name=address ..." of the workers: the one writer's slurm.conf, kind's hosts
   slurm_conf cluster="$KIND_SLURM_CLUSTER" ctld_host="slurmctld($KIND_SLURMCTLD_ADDR)" ctld_port=6817 \
     dbd_host="$KIND_SLURMDBD_ADDR" dbd_port=6819 state_dir=/var/spool/slurmctld \

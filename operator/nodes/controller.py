@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from slurm_bridge import metrics, names
@@ -95,6 +96,9 @@ class NodeController:
         # restart it is tried once more, which costs one create and one delete.
         self._refused: dict[str, tuple[str, str]] = {}
         self._told: dict[str, str] = {}  # Kubernetes node -> the last registration warning sent
+        # Told after each list that found Slurm's node table changed (wiring: the job poller,
+        # which skips its state polls while no job can have started or ended).
+        self.on_slurm_change: Callable[[], None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
@@ -188,6 +192,8 @@ class NodeController:
         for a list newer than their change."""
         changed = await self.table.list()
         await self.setup.maybe_run()
+        if self.table.moved and self.on_slurm_change is not None:
+            self.on_slurm_change()
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(NodeItem(name))

@@ -46,6 +46,9 @@ class SlurmNodeTable:
         self._last_full_list = 0.0
         self.polls = 0
         self.unchanged_lists = 0
+        # Whether the last list came with a body: Slurm's node table changed since the one
+        # before (a node's state, or any job's allocation or release), or it was a whole list.
+        self.moved = False
         # The bridge's own writes, as Slurm has them now (None: the bridge deleted the node).
         self._written: dict[str, tuple[NodeInfo | None, float]] = {}
 
@@ -63,6 +66,7 @@ class SlurmNodeTable:
             self._last_full_list = taken_at
         if nodes is None:
             self.unchanged_lists += 1
+        self.moved = nodes is not None
         old = self.listed
         listed = old if nodes is None and old is not None else {n.name: n for n in nodes or []}
         self.listed, self.taken_at = listed, taken_at

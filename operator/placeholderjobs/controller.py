@@ -26,6 +26,7 @@ from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
 from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources
 from slurm_bridge.operator.placeholderjobs.reconfigure import Reconfigure
+from slurm_bridge.operator.placeholderjobs.slurmjobs.hints import SlurmHints
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import DescribePreemptor, PlaceholderJobs
@@ -49,6 +50,8 @@ class Stats:
     slurm_full_lists: int
     slurm_full_lists_skipped: int  # periodic ones Slurm answered "no job changed" (update_time)
     slurm_healthy: bool
+    slurm_state_polls_skipped: int  # polls that read nothing: Slurm's node table had not changed
+    slurm_hints: dict[str, int]  # slurmctld's notices of job starts and ends (slurmjobs/hints.py)
     queue: int
     pods: int
     placeholderjobs: int
@@ -76,6 +79,7 @@ class Controller:
         self.poller = SlurmPoller(
             slurm, config.bridgeId, config.pollPeriodSeconds, self.events.on_job_change, self._on_poll
         )
+        self.hints = SlurmHints(self.poller)
         # Slurm's preemption and time-limit settings, kept current by the handoff loop.
         self.policy = policy or PolicyHolder()
         self.jobs = PlaceholderJobs(
@@ -127,6 +131,7 @@ class Controller:
         await cancel_and_wait([self._waiting])
         await self.option_sources.stop()
         await self.queue.stop()
+        await self.hints.stop()
         await self.poller.stop()
 
     def stats(self) -> Stats:
@@ -137,6 +142,8 @@ class Controller:
             slurm_full_lists=self.poller.full_lists,
             slurm_full_lists_skipped=self.poller.resyncs_unchanged,
             slurm_healthy=self.poller.healthy,
+            slurm_state_polls_skipped=self.poller.states_skipped,
+            slurm_hints={"received": self.hints.received, "read": self.hints.read, "failed": self.hints.failed},
             queue=len(self.queue),
             pods=len(self.pods),
             placeholderjobs=len(self.phjs),

@@ -35,7 +35,16 @@ from slurm_bridge.operator.placeholderjobs.decisions.handoff import (
     preempted_part,
     time_limit_reached,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Handoff, Members, Tenancy, Told
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
+    QUIET_QUEUE_SECONDS,
+    UNWRITTEN_ALLOCATION_SECONDS,
+    Clock,
+    Follow,
+    Handoff,
+    Members,
+    Tenancy,
+    Told,
+)
 from slurm_bridge.operator.placeholderjobs.decisions.pending import pending_report
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_phases,
@@ -89,7 +98,12 @@ SUBMIT_RETRY_SECONDS = 30.0
 FINALIZE_RECHECK_SECONDS = 5.0
 # A single pod's job allocated at its submit: its status is written once the pod is bound, or after
 # this many seconds (when the scheduler is slower), whichever comes first (see allocation()).
-UNWRITTEN_SECONDS = 10.0
+UNWRITTEN_SECONDS = UNWRITTEN_ALLOCATION_SECONDS
+# A queued job's submit is announced (Event Submitted, its status, the pods told Slurm's reason)
+# only if it still waits this long: Slurm starts most queued jobs within a scheduling pass (0.2 s
+# to 1 s with the settings of docs/configuration.md), and such a pod then costs the writes of one
+# allocated at once (docs/performance.md, "API writes per bridge pod").
+QUEUED_QUIET_SECONDS = QUIET_QUEUE_SECONDS
 
 
 # ---- the decision -----------------------------------------------------------------------------
@@ -141,7 +155,8 @@ def _hold(plan: Plan, held: Held | None) -> Plan:
         if isinstance(action, WriteStatus):
             actions[i] = WriteStatus(held.status.merged(action.status))
             return Plan(tuple(actions), plan.requeue)
-    return Plan(plan.actions, plan.requeue, held=None if any(isinstance(a, Finalize) for a in actions) else held)
+    kept = plan.held or held  # a shape may hold it on other terms (a queued job that started)
+    return Plan(plan.actions, plan.requeue, held=None if any(isinstance(a, Finalize) for a in actions) else kept)
 
 
 @dataclass(frozen=True)
@@ -207,7 +222,7 @@ def _decide(
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
-    return Plan((*pre, *plan.actions), plan.requeue)
+    return Plan((*pre, *plan.actions), plan.requeue, plan.held)
 
 
 def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members, confirmed: Members | None) -> Plan:
@@ -274,6 +289,9 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
         held = Held(submitted, now.mono + UNWRITTEN_SECONDS)
         view = phj.with_status(phj.status.merged(submitted))
         return _hold(allocation(view, members, job, scheduler=scheduler, now=now, held=held), held)
+    if not placed.components and (job is None or job.is_pending) and QUEUED_QUIET_SECONDS > 0:
+        # Queued: said only if it waits (QUEUED_QUIET_SECONDS; the shape's follow decides then).
+        return Plan(requeue=QUEUED_QUIET_SECONDS, held=Held(submitted, now.mono + QUEUED_QUIET_SECONDS, queued=True))
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()
     return Plan(
         (

@@ -88,6 +88,10 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     handoff = HandoffController(
         cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, lambda: nodes.slurm_nodes, slurm.jwt_user
     )
+    # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
+    # the node controller reads each period anyway: the job poller reads job states only then.
+    nodes.on_slurm_change = ctrl.poller.nodes_changed
+    ctrl.poller.watch_nodes(lambda: nodes.healthy)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).
     lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)

@@ -1,5 +1,6 @@
 """The operator's health endpoints: /healthz, /readyz (a replica is ready only when it could do the
-bridge's work now, leader or standby, and says why not), /stats and /metrics."""
+bridge's work now, leader or standby, and says why not), /stats (and /stats/starts) and /metrics;
+and slurmctld's notices of job starts and ends (:mod:`.slurmhook`), on the same listener."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from slurm_bridge import metrics
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.wire import ControllerPing
@@ -109,10 +112,21 @@ async def health_server(
             {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists, **lists}
         )
 
+    async def started_jobs(request: web.Request) -> web.Response:
+        """Each recent job's steps to its start (runtime/starts.py), for the benchmark."""
+        try:
+            since = float(request.query.get("since", "0"))
+        except ValueError:
+            return web.Response(status=400, text="since: seconds since the epoch")
+        return web.json_response({str(k): v for k, v in starts.since(since).items()})
+
+    token = HookToken(cfg.slurmHookTokenFile) if cfg.slurmHookTokenFile else None
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/stats/starts", started_jobs)
+    app.router.add_post("/slurm/hook", slurm_hook(ctrl.hints, elector, token))
     app.router.add_get("/metrics", metrics.handler(metrics.OPERATOR))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

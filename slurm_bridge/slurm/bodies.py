@@ -122,12 +122,28 @@ class RequestBodies:
         }
 
     def allocate_body(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        work_dir: str | None = None,
+        as_user: bool = False,
     ) -> dict[str, Any]:
-        """The external job of :meth:`submit_body`, allocated now or refused (never queued)."""
+        """The external job of :meth:`submit_body`, allocated now or refused (never queued).
+
+        ``as_user``: called as another user, who may not set ``admin_comment`` (Slurm 26.05
+        answers 2002 "Access/permission denied"): the marker goes into ``comment`` instead, until
+        the bridge sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
         body = self.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
         body["job"]["immediate"] = True
+        if as_user:
+            body["job"]["comment"] = body["job"].pop("admin_comment")
         return body
+
+    def mark_body(self, admin_comment: str) -> dict[str, Any]:
+        """A job update that sets only ``admin_comment`` (a bare job_desc_msg)."""
+        return {"admin_comment": admin_comment}
 
     def update_body(self, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False) -> dict[str, Any]:
         """A pending job's update: a bare ``job_desc_msg``, never wrapped in ``{"job": ...}``

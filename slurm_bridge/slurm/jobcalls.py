@@ -67,7 +67,7 @@ class JobCalls(SlurmSession):
         return codec.decode_submit(reply.body)
 
     async def allocate_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None, as_user: str | None = None
     ) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
@@ -78,11 +78,31 @@ class JobCalls(SlurmSession):
         :meth:`submit_external_job`. Always ``immediate``: a *queued* allocation would be killed
         by slurmctld when it starts later, because nothing listens for its "allocated" message.
         Like a submit, it is never sent twice (SlurmUnavailable with ``maybe_applied``).
+
+        ``as_user``: allocate as this user (a name, or a uid as a string), for a job that must run
+        as a tenant: ``job/allocate`` ignores the body's ``user_id``/``group_id`` and allocates as
+        the caller, and a SlurmUser token may call as anyone (``X-SLURM-USER-NAME``; checked on
+        Slurm 26.05: the job runs as the named user, in that user's primary group, with Slurm's
+        checks for that user). A token that may not do so answers with an authentication error.
         """
         codec = await self._get_codec()
-        body = codec.allocate_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
-        reply = await self._request("POST", codec.path("job/allocate"), json_body=body, idempotent=False)
+        body = codec.allocate_body(
+            req, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user is not None
+        )
+        reply = await self._request(
+            "POST", codec.path("job/allocate"), json_body=body, idempotent=False, as_user=as_user
+        )
         return codec.decode_submit(reply.body)
+
+    async def mark_job(self, job_id: int, admin_comment: str) -> None:
+        """Set a job's ``admin_comment`` (as the bridge: a job allocated as another user carries
+        its marker in ``comment`` until then, since that user may not set it)."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("POST", path, json_body=codec.mark_body(admin_comment))
+        failed = codec.decode_update(reply.body)
+        if failed:
+            raise refusal(f"POST {path}: Slurm refused to mark the job as the bridge's", reply.status, failed)
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
         """Every job's id and state flags, in one small request (no names, nodes or reasons).
@@ -155,6 +175,7 @@ class JobCalls(SlurmSession):
                 prefix is not None
                 and isinstance(raw, dict)
                 and not str(raw.get("admin_comment") or "").startswith(prefix)
+                and not str(raw.get("comment") or "").startswith(prefix)  # allocated as a tenant
             ):
                 return None
             return codec.decode_job(raw)

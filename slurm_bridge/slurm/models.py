@@ -86,6 +86,8 @@ class JobInfo(BaseModel):
     reason: str = ""  # Slurm's state_reason, "None" normalised to ""
     nodes: tuple[str, ...] = ()  # allocated nodes, hostlist expanded, in Slurm's order
     admin_comment: str = ""
+    # The marker of a job allocated as a tenant, until its admin_comment is set (submit.Placer).
+    comment: str = ""
     partition: str = ""
     flags: tuple[str, ...] = ()
     submit_time: datetime | None = None
@@ -95,6 +97,10 @@ class JobInfo(BaseModel):
     # Whom Slurm runs and charges the job as (shown in the PlaceholderJob's status).
     user_name: str = ""
     account: str = ""
+    # Whose ids it runs with (checked after an allocation made as a tenant: submit.Placer.verify).
+    user_id: int | None = None
+    group_id: int | None = None
+    group_name: str = ""
     # A heterogeneous job's component: the leader's id (component 0's) and this one's offset; 0
     # and 0 for any other job. Each component is a job of its own in Slurm's lists.
     het_job_id: int = 0

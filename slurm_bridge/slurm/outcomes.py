@@ -39,7 +39,7 @@ from .errors import (
     SlurmUnavailable,
     refusal,
 )
-from .jsonlist import parse_with_list
+from .jsonlist import ListStream, parse_with_list
 from .versions import SUPPORTED_VERSIONS, Codec, codec_for
 
 # The request never left this process or never reached slurmrestd: always safe to send again.
@@ -76,7 +76,7 @@ class Reply:
         return {e.error_number for e in self.errors if e.error_number}
 
 
-# The pause of the garbage collector while an answer is decoded (see _gc_paused); answers may be
+# The pause of the garbage collector while an answer is decoded (see gc_paused); answers may be
 # decoded in several threads at once.
 _gc_lock = threading.Lock()
 _gc_pauses = 0
@@ -84,7 +84,7 @@ _gc_resume = False
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No garbage collection while an answer is parsed and decoded.
 
     A Slurm answer decodes into tens of thousands of short-lived objects (jobs/state for 10,000
@@ -108,19 +108,47 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+class StreamedList(ListStream):
+    """A listing's answer decoded as the transport reads it (``feed``); an answer that is not JSON
+    stops the decoding and is reported by ``result`` (as an unreadable answer, not a lost one)."""
+
+    def __init__(self, key: str, keep: Callable[[Any], Any]) -> None:
+        super().__init__(key, keep)
+        self.error: ValueError | None = None
+
+    def feed(self, data: bytes) -> None:
+        if self.error is None:
+            try:
+                super().feed(data)
+            except ValueError as e:
+                self.error = e
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.close()
+
+
 def read_reply(
     resp: httpx.Response,
     codec: Codec | None,
     decode: Callable[[int, Any], Any] | None = None,
     listing: Listing | None = None,
+    streamed: StreamedList | None = None,
 ) -> Reply:
     """The answer's JSON and Slurm's errors; with ``decode`` a successful answer is decoded at once
     (``value``) and its JSON dropped, all with the garbage collector paused. ``codec`` reads the
-    errors (the newest version's when the version is not known yet)."""
+    errors (the newest version's when the version is not known yet). ``streamed``: the answer's
+    body went to it as it was read (``listing``'s decoding, done)."""
     body: Any = None
     text = ""
-    with _gc_paused():
-        if resp.content:
+    with gc_paused():
+        if streamed is not None:
+            try:
+                body = streamed.result()
+            except ValueError as e:
+                text = f"an answer that is not JSON ({e})"
+        elif resp.content:
             try:
                 if listing is not None and resp.status_code < 400:
                     body = parse_with_list(resp.content, *listing)

@@ -10,11 +10,13 @@ calls themselves live in :mod:`.jobcalls`, :mod:`.nodecalls` and :mod:`.clusterc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -32,9 +34,11 @@ from .outcomes import (
     Listing,
     Outcome,
     Reply,
+    StreamedList,
     classify_failure,
     classify_reply,
     failure_metric,
+    gc_paused,
     metric_outcome,
     read_reply,
 )
@@ -187,6 +191,7 @@ class SlurmSession:
         time_limit: float | None = None,
         decode: Callable[[int, Any], Any] | None = None,
         listing: Listing | None = None,
+        as_user: str | None = None,
     ) -> Reply:
         """Send one REST call with retries; return the reply or raise a typed SlurmError.
 
@@ -198,25 +203,18 @@ class SlurmSession:
         ``decode(status, body)`` turns a successful answer into ``reply.value`` as it is parsed
         (off the event loop for a large one, with the garbage collector paused: see
         :func:`.outcomes.read_reply`); ``listing`` decodes one list of it item by item as it is
-        parsed (see ``Listing``).
+        parsed (see ``Listing``). ``as_user``: the call runs as this Slurm user (the
+        ``X-SLURM-USER-NAME`` header, which a token of SlurmUser or root may name anyone in),
+        instead of the client's ``user``.
         """
         what = f"{method} {path}"
         expect = Expect(idempotent, not_found_ok, ok_errors, probe)
+        call = _Call(method, path, json_body, params, time_limit, decode, listing, as_user)
         attempt = 0
         auth_retried = False
         while True:
             token = self._token.get()
-            outcome = await self._send(
-                method,
-                path,
-                token,
-                expect,
-                json_body=json_body,
-                params=params,
-                time_limit=time_limit,
-                decode=decode,
-                listing=listing,
-            )
+            outcome = await self._send(call, token, expect)
             if isinstance(outcome, Answer):
                 return outcome.reply
             if isinstance(outcome, Failed):
@@ -226,7 +224,7 @@ class SlurmSession:
                     auth_retried = True  # the file was rotated meanwhile: one more try
                     continue
                 self._token.invalidate()
-                raise outcome.error(what, self._token.path, self.user)
+                raise outcome.error(what, self._token.path, as_user or self.user)
             if attempt >= self.retries:
                 raise outcome.gave_up(what, attempt + 1)
             attempt += 1
@@ -240,47 +238,41 @@ class SlurmSession:
         log.warning("%s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.retries, delay)
         await asyncio.sleep(delay)
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        token: str,
-        expect: Expect,
-        *,
-        json_body: Any,
-        params: dict[str, str] | None,
-        time_limit: float | None,
-        decode: Callable[[int, Any], Any] | None,
-        listing: Listing | None,
-    ) -> Outcome:
+    async def _send(self, call: _Call, token: str, expect: Expect) -> Outcome:
         """One HTTP exchange: counted (``request_count``, ``requests_by_kind``, the metric),
-        sent, read and classified. Raises only what ``decode`` raises."""
+        sent, read and classified. Raises only what ``call.decode`` raises."""
+        method, path = call.method, call.path
         headers = {"X-SLURM-USER-TOKEN": token}
-        if self.user:
-            headers["X-SLURM-USER-NAME"] = self.user
+        if call.as_user or self.user:
+            headers["X-SLURM-USER-NAME"] = call.as_user or self.user or ""
         self.request_count += 1
         endpoint = _endpoint(path)
         kind = f"{method} {endpoint}"
         self.requests_by_kind[kind] = self.requests_by_kind.get(kind, 0) + 1
         what = f"{method} {path}"
         sent = time.monotonic()
+        # A list decoded item by item is decoded as it is read (.jsonlist): never held whole.
+        stream = StreamedList(*call.listing) if call.listing is not None else None
         try:
-            resp = await self._http.request(
-                method,
-                path,
-                json=json_body,
-                params=params,
-                headers=headers,
-                timeout=httpx.Timeout(time_limit) if time_limit is not None else httpx.USE_CLIENT_DEFAULT,
-            )
+            with gc_paused() if stream is not None else contextlib.nullcontext():
+                resp = await self._http.request(
+                    method,
+                    path,
+                    json=call.json_body,
+                    params=call.params,
+                    headers=headers,
+                    timeout=httpx.Timeout(call.time_limit) if call.time_limit is not None else httpx.USE_CLIENT_DEFAULT,
+                    extensions={"body_sink": stream.feed} if stream is not None else None,
+                )
         except httpx.HTTPError as e:
             metrics.slurm_request(method, endpoint, failure_metric(e), time.monotonic() - sent)
             return classify_failure(what, e, expect, self.base_url, self._scrub)
+        streamed = stream if resp.extensions.get("body_streamed") else None
         try:
             if len(resp.content) > _LARGE_BODY:
-                reply = await asyncio.to_thread(read_reply, resp, self._codec, decode, listing)
+                reply = await asyncio.to_thread(read_reply, resp, self._codec, call.decode, call.listing, streamed)
             else:
-                reply = read_reply(resp, self._codec, decode, listing)
+                reply = read_reply(resp, self._codec, call.decode, call.listing, streamed)
         except SlurmError:  # an answer ``decode`` could not read
             metrics.slurm_request(method, endpoint, "slurm_error", time.monotonic() - sent)
             raise
@@ -298,6 +290,20 @@ class SlurmSession:
         """Never let the JWT into an exception, whatever the server echoed."""
         token = self._token._token
         return text.replace(token, "<redacted>") if token and token in text else text
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one REST call sends, and how its answer is decoded (``_request``'s arguments)."""
+
+    method: str
+    path: str
+    json_body: Any
+    params: dict[str, str] | None
+    time_limit: float | None
+    decode: Callable[[int, Any], Any] | None
+    listing: Listing | None
+    as_user: str | None
 
 
 def _endpoint(path: str) -> str:

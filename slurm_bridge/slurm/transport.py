@@ -7,6 +7,10 @@ with *two* responses on a ``Connection: close`` connection, and aiohttp's parser
 whole answer ("Data after Connection: close") where Slurm's error text is needed. This transport
 reads exactly one response, one write per request, and closes the connection when told to.
 
+A request may carry a ``body_sink`` extension (a callable taking bytes): a successful (2xx) answer's
+body is then handed to it piece by piece as it is read, and never held whole (a job list of
+10,000 jobs is 80 MB: :mod:`.jsonlist`); the response says so with ``body_streamed``.
+
 Failures are raised as the httpx exceptions SlurmClient classifies: ConnectError/ConnectTimeout
 (the request was not sent) and WriteError/WriteTimeout/ReadTimeout/RemoteProtocolError (it may
 have been), so retry safety is unchanged. Timeouts come from httpx's request extensions; the read
@@ -19,11 +23,13 @@ import asyncio
 import contextlib
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
 
-_MAX_HEAD = 1 << 20  # status line and headers
+_MAX_HEAD = 1 << 20  # status line and headers (also the socket buffer's size: a streamed body's window)
+_PIECE = 1 << 18  # a streamed body is handed over this much at a time
 _NO_BODY_STATUSES = frozenset({204, 304})
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding"})
 
@@ -51,6 +57,7 @@ class _Response:
     headers: list[tuple[bytes, bytes]]
     body: bytes
     keep: bool  # the connection may carry the next request
+    streamed: bool = False  # the body went to the request's body_sink
 
 
 class Http11Transport(httpx.AsyncBaseTransport):
@@ -95,7 +102,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 conn.close()
                 raise httpx.WriteError(f"sending the request failed: {e}", request=request) from None
             try:
-                resp = await asyncio.wait_for(_read_response(conn.reader, request.method), timeouts.get("read"))
+                sink = request.extensions.get("body_sink")
+                resp = await asyncio.wait_for(_read_response(conn.reader, request.method, sink), timeouts.get("read"))
             except TimeoutError:
                 conn.close()
                 raise httpx.ReadTimeout("timed out waiting for the answer", request=request) from None
@@ -118,7 +126,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             headers=resp.headers,
             content=resp.body,
             request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": resp.reason},
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": resp.reason, "body_streamed": resp.streamed},
         )
 
     async def _connect(self, key: Key, request: httpx.Request, connect_timeout: float | None) -> _Conn:
@@ -152,7 +160,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
-async def _read_response(reader: asyncio.StreamReader, method: str) -> _Response:
+async def _read_response(
+    reader: asyncio.StreamReader, method: str, sink: Callable[[bytes], None] | None = None
+) -> _Response:
     while True:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head[:-4].split(b"\r\n")
@@ -172,29 +182,46 @@ async def _read_response(reader: asyncio.StreamReader, method: str) -> _Response
     fields = {k.lower(): v for k, v in headers}
     tokens = {t.strip().lower() for t in fields.get(b"connection", b"").split(b",")}
     keep = version == b"HTTP/1.1" and b"close" not in tokens
+    chunks: list[bytes] = []
+    out = sink if sink is not None and 200 <= status < 300 else chunks.append
     if method == "HEAD" or status in _NO_BODY_STATUSES:
-        body = b""
+        pass
     elif b"chunked" in fields.get(b"transfer-encoding", b"").lower():
-        body = await _read_chunked(reader)
+        await _read_chunked(reader, out)
     elif b"content-length" in fields:
-        body = await reader.readexactly(int(fields[b"content-length"]))
+        await _read_exactly(reader, int(fields[b"content-length"]), out)
     else:
-        body, keep = await reader.read(), False  # delimited by the end of the connection
+        keep = False  # delimited by the end of the connection
+        while piece := await reader.read(_PIECE):
+            await _hand(out, piece)
     # The body is complete: httpx must not decode a transfer encoding again.
     headers = [(k, v) for k, v in headers if k.lower() != b"transfer-encoding"]
-    return _Response(status, reason, headers, body, keep)
+    return _Response(status, reason, headers, b"".join(chunks), keep, streamed=out is sink)
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
+async def _hand(out: Callable[[bytes], None], piece: bytes) -> None:
+    out(piece)
+    if len(piece) >= _PIECE // 4:  # a large answer: a read from the buffer did not yield, decoding
+        await asyncio.sleep(0)  # each piece takes a while: let others run between pieces
+
+
+async def _read_exactly(reader: asyncio.StreamReader, size: int, out: Callable[[bytes], None]) -> None:
+    while size > 0:
+        piece = await reader.read(min(size, _PIECE))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"...", size)  # the answer was cut short
+        size -= len(piece)
+        await _hand(out, piece)
+
+
+async def _read_chunked(reader: asyncio.StreamReader, out: Callable[[bytes], None]) -> None:
     while True:
         size_line = await reader.readuntil(b"\r\n")
         size = int(size_line.split(b";", 1)[0].strip(), 16)
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
                 pass
-            return b"".join(chunks)
-        data = await reader.readexactly(size + 2)
-        if data[-2:] != b"\r\n":
+            return
+        await _read_exactly(reader, size, out)
+        if await reader.readexactly(2) != b"\r\n":
             raise ValueError("chunk not terminated by CRLF")
-        chunks.append(data[:-2])

@@ -74,6 +74,7 @@ class JobDesc(BaseModel):
     flags: list[str] | None = None
     current_working_directory: str | None = None
     admin_comment: str | None = None
+    comment: str | None = None  # a user may set it (admin_comment is for operators)
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -129,7 +130,11 @@ class JobWire(_Wire):
     start_time: WireTime = None
     end_time: WireTime = None
     time_limit: WireTime = None
+    comment: str | None = None
     user_name: str | None = None
+    user_id: int | None = None
+    group_id: int | None = None
+    group_name: str | None = None
     account: str | None = None
     het_job_id: NoVal | int | None = None
     het_job_offset: NoVal | int | None = None

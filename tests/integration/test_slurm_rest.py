@@ -49,8 +49,10 @@ class Jobs:
         self.ids.append(job_id)
         return job_id
 
-    async def allocate(self, req: JobRequest, name: str = "it") -> int:
-        job_id = await self.client.allocate_external_job(req, name=f"it-{RUN}-{name}", admin_comment=self.marker)
+    async def allocate(self, req: JobRequest, name: str = "it", as_user: str | None = None) -> int:
+        job_id = await self.client.allocate_external_job(
+            req, name=f"it-{RUN}-{name}", admin_comment=self.marker, as_user=as_user
+        )
         self.ids.append(job_id)
         return job_id
 
@@ -390,10 +392,38 @@ async def test_unknown_job_and_node(slurm: SlurmClient) -> None:
 
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+async def test_an_allocation_runs_as_the_caller_and_the_bridge_calls_as_the_tenant(
+    slurm_env: SlurmEnv, version: str
+) -> None:
+    """Why operator/placeholderjobs/slurmjobs/submit.py allocates a tenant's job *as* the tenant
+    (issue 31, docs/tenancy.md): slurmrestd's job/allocate ignores user_id and group_id (the job
+    runs as the caller, SlurmUser), but SlurmUser's token may call as the tenant
+    (X-SLURM-USER-NAME), by name or uid; the job then runs as the tenant in their primary group
+    and account. job/submit honours user_id and group_id."""
+    tenant = TENANTS["a"]
+    async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
+        jobs = Jobs(client, f"as-tenant-{version}")
+        try:
+            base = JobRequest(partition=slurm_env.partition, nodes=1, cpus_per_task=1, time_limit_minutes=5)
+            mine = base.model_copy(update={"account": tenant.accounts[0], "qos": "normal"})
+            for who in (tenant.user, str(tenant.uid)):
+                started = time.monotonic()
+                job = await _job(client, await jobs.allocate(mine, name=f"as-{who}", as_user=who))
+                assert job.is_running and job.nodes, f"allocated inside the call ({time.monotonic() - started:.3f} s)"
+                assert (job.user_name, job.user_id, job.group_id, job.account) == (
+                    tenant.user, tenant.uid, tenant.gid, tenant.accounts[0]), job  # fmt: skip
+            with pytest.raises(SlurmError) as refused:  # Slurm's checks are the tenant's own
+                await jobs.allocate(base.model_copy(update={"account": TENANTS["b"].accounts[0]}), as_user=tenant.user)
+            assert 2045 in {e.error_number for e in refused.value.errors}, refused.value
+        finally:
+            await jobs.cleanup()
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 async def test_only_a_queued_submit_runs_a_job_as_the_user_it_names(slurm_env: SlurmEnv, version: str) -> None:
-    """Why operator/placeholderjobs/slurmjobs/submit.py queues every job for another user: slurmrestd's
-    job/allocate ignores user_id and group_id (the job runs as the token's user, SlurmUser), job/submit honours them.
-    If a Slurm release changes this, this test says so, and the placer may allocate them again."""
+    """Why the bridge calls job/allocate *as* the tenant (above) rather than naming them in the body:
+    slurmrestd's job/allocate ignores user_id and group_id (the job runs as the token's user,
+    SlurmUser), job/submit honours them. If a Slurm release changes this, this test says so."""
     tenant = TENANTS["a"]
     async with SlurmClient(slurm_env.url, slurm_env.token_file, api_version=version) as client:
         jobs = Jobs(client, f"identity-{version}")

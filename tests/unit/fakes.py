@@ -67,7 +67,8 @@ class FakeJobReads(_Jobs):
         if since is not None and self.tables[since] == self.jobs:
             return None, since
         self.tables.append(dict(self.jobs))
-        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(admin_comment_prefix or "")]
+        prefix = admin_comment_prefix or ""
+        listed = [j for j in self.jobs.values() if j.admin_comment.startswith(prefix) or j.comment.startswith(prefix)]
         return listed, len(self.tables) - 1
 
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
@@ -99,6 +100,10 @@ class FakeSubmits(_Jobs):
         self.allocates = allocates
         self.allocate_refusal: SlurmError | None = None
         self.submit_refusal: SlurmError | None = None
+        # An allocation as another user refused (a token that may not call as anyone else).
+        self.as_user_refusal: SlurmError | None = None
+        self.mark_refusal: SlurmError | None = None  # the admin_comment of a job allocated as a tenant
+        self.as_users: list[str | None] = []
         self.requests: list[JobRequest] = []
         self.work_dirs: list[str | None] = []  # each placement's working directory (the handoff's)
 
@@ -111,18 +116,36 @@ class FakeSubmits(_Jobs):
         return self.next_id
 
     async def allocate_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        work_dir: str | None = None,
+        as_user: str | None = None,
     ) -> int:
         if not self.allocates:
             raise AssertionError("an immediate allocation where none may be asked for")
         self.work_dirs.append(work_dir)
-        return self._placed("allocate", req, self.allocate_refusal)
+        self.as_users.append(as_user)
+        if as_user is not None and self.as_user_refusal is not None:
+            self.calls.append(f"allocate as {as_user}")
+            raise self.as_user_refusal
+        return self._placed("allocate" + (f" as {as_user}" if as_user else ""), req, self.allocate_refusal)
 
     async def submit_external_job(
         self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
     ) -> int:
         self.work_dirs.append(work_dir)
         return self._placed("submit", req, self.submit_refusal)
+
+    async def mark_job(self, job_id: int, admin_comment: str) -> None:
+        self.calls.append(f"mark {job_id}")
+        if self.mark_refusal is not None:
+            raise self.mark_refusal
+
+    async def cancel_job(self, job_id: int) -> None:
+        self.calls.append(f"cancel {job_id}")
 
     async def submit_het_job(
         self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None

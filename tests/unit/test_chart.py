@@ -921,3 +921,28 @@ def test_dashboard_queries_only_metrics_the_code_defines() -> None:
 def test_invalid_metrics_values_are_refused(values: Obj, message: str) -> None:
     proc = render_text(values)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_slurm_hooks_off_by_default_and_on_with_the_token_the_service_and_the_config() -> None:
+    """slurmctld's hook (docs/configuration.md#slurm-hooks): the operator mounts the token and takes
+    notices on its health port, behind a Service of its own, only when enabled."""
+    off = render()
+    assert rendered_config(off)["slurmHookTokenFile"] is None
+    assert not [d for d in off if d["kind"] == "Service" and d["metadata"]["name"].endswith("-operator-hook")]
+    on = render({"slurmHooks": {"enabled": True, "token": "s3cret"}})
+    assert rendered_config(on)["slurmHookTokenFile"] == "/var/run/secrets/slurm-bridge-hook/token"
+    op = deployment(on, "operator")["spec"]["template"]["spec"]
+    mount = next(m for m in op["containers"][0]["volumeMounts"] if m["name"] == "slurm-hook")
+    volume = next(v for v in op["volumes"] if v["name"] == "slurm-hook")
+    assert mount["mountPath"] == "/var/run/secrets/slurm-bridge-hook" and mount["readOnly"]
+    assert volume["secret"]["secretName"] == f"{RELEASE}-slurm-hook" and volume["secret"]["optional"]
+    service = find(on, "Service", f"{RELEASE}-operator-hook")
+    assert service["spec"]["ports"][0]["targetPort"] == "health"
+    assert service["spec"]["selector"] == deployment(on, "operator")["spec"]["selector"]["matchLabels"]
+    secret = find(on, "Secret", f"{RELEASE}-slurm-hook")
+    assert secret["stringData"] == {"token": "s3cret"}
+    assert not [
+        d
+        for d in render({"slurmHooks": {"enabled": True}})
+        if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-slurm-hook")
+    ]

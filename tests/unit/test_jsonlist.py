@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.slurm.jsonlist import parse_with_list
+from slurm_bridge.slurm.jsonlist import ListStream, parse_with_list
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +62,33 @@ def test_what_is_not_json_is_a_value_error(data: bytes) -> None:
         parse_with_list(data, "jobs", lambda i: i)
     with pytest.raises(ValueError):
         json.loads(data)  # the same verdict as the standard parser's
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64])
+def test_fed_in_pieces_it_decodes_the_same(answer: dict[str, Any], piece: int) -> None:
+    """The transport hands the answer over as it is read: a piece may end anywhere, inside a number,
+    a string, an escape or a character of several bytes."""
+    data = json.dumps(answer, indent=1, ensure_ascii=False).encode()
+    stream = ListStream("jobs", lambda item: item)
+    for at in range(0, len(data), piece):
+        stream.feed(data[at : at + piece])
+    assert stream.close() == answer
+
+
+def test_a_number_cut_at_a_piece_is_not_taken_too_soon() -> None:
+    stream = ListStream("jobs", lambda item: item)
+    for piece in (b'{"last_update": 12', b"34, ", b'"jobs": [5', b"6]}"):
+        stream.feed(piece)
+    assert stream.close() == {"last_update": 1234, "jobs": [56]}
+
+
+def test_only_a_window_of_the_text_is_held() -> None:
+    items = [{"job_id": i, "pad": "x" * 500} for i in range(2000)]
+    data = json.dumps({"jobs": items, "last_update": 9}).encode()
+    stream, kept = ListStream("jobs", lambda item: item["job_id"] if item["job_id"] % 1000 == 0 else None), 0
+    for at in range(0, len(data), 4096):
+        stream.feed(data[at : at + 4096])
+        kept = max(kept, len(stream._text))
+    assert stream.close() == {"jobs": [0, 1000], "last_update": 9}
+    assert kept < 100_000, f"held {kept} characters of a {len(data)} byte answer"

@@ -500,14 +500,49 @@ def test_an_unreachable_slurm_is_reported_to_the_poller(maybe_applied: bool) -> 
     assert plan == pl.Plan((pl.SubmitFailed(maybe_applied),))
 
 
-def test_a_placed_job_queued_is_announced_and_recorded() -> None:
+def test_a_placed_job_queued_is_announced_and_recorded_only_if_it_still_waits() -> None:
+    """Issue 31: Slurm starts most queued jobs within a scheduling pass; the submit's status and
+    Event (and the pods told Slurm's reason) wait QUEUED_QUIET_SECONDS, held in memory."""
     obj = PlaceholderJob.parse(phj(None, job_id=None))
     pending = JobInfo(job_id=JOB, states=("PENDING",), reason="Priority")
     placed = pl.Placed(JOB, pending, JobRequest())
     plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s", outcome=placed)
-    assert [summary(a) for a in plan.actions] == [("event", "Submitted"), ("told", ("p",), "Priority"),
-                                                  ("status", "Pending", "Priority")]  # fmt: skip
-    assert plan.held is None and plan.requeue is None
+    assert plan.actions == () and plan.requeue == pytest.approx(lc.QUEUED_QUIET_SECONDS)
+    held = plan.held
+    assert held is not None and held.queued and held.status.job_id == JOB
+    side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=pending, found=pending, taken_at=NOW.mono)
+    soon = lc.Clock(NOW.mono + 1.0, NOW.wall)
+    early = lc.decide(obj, side, {"p": pod("gated")}, soon, scheduler="s", held=held)
+    assert early.actions == () and early.held == held and early.requeue == pytest.approx(lc.QUEUED_QUIET_SECONDS - 1)
+    late = lc.Clock(NOW.mono + lc.QUEUED_QUIET_SECONDS, NOW.wall)
+    waiting = lc.decide(obj, side, {"p": pod("gated")}, late, scheduler="s", held=held)
+    assert [summary(a) for a in waiting.actions] == [("event", "Submitted"), ("told", ("p",), "Priority"),
+                                                     ("status", "Pending", "Priority")]  # fmt: skip
+    write = waiting.actions[-1]
+    assert isinstance(write, pl.WriteStatus) and write.status.job_id == JOB, "the held submit is in the write"
+    assert waiting.held is None
+
+
+def test_a_queued_job_that_starts_in_the_quiet_time_costs_what_one_allocated_at_once_does() -> None:
+    """No Event about waiting and no write before the pod is bound: released first (without the
+    SlurmAllocated Event of a pod that waited), then one status write once bound."""
+    obj = PlaceholderJob.parse(phj(None, job_id=None))
+    placed = pl.Placed(JOB, job("PENDING"), JobRequest())
+    held = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+                     outcome=placed).held  # fmt: skip
+    assert held is not None and held.queued
+    soon = lc.Clock(NOW.mono + 0.2, NOW.wall)
+    started = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, soon, scheduler="s", held=held)
+    assert [summary(a) for a in started.actions] == [("release", (("p", NODE),)), ("podgroup", True)]
+    release = started.actions[0]
+    assert isinstance(release, pl.Release) and not release.announce
+    assert started.held is not None and not started.held.queued, "now held as an allocation at once"
+    assert started.requeue == pytest.approx(lc.UNWRITTEN_SECONDS)
+    bound = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("running")}, soon, scheduler="s", held=started.held)
+    [write] = [a for a in bound.actions if isinstance(a, pl.WriteStatus)]
+    assert write.status.job_id == JOB and write.status.phase == "Running"
+    assert not any(isinstance(a, pl.Event | pl.ReportPending) for a in bound.actions), "nothing said about a wait"
+    assert bound.held is None
 
 
 def test_a_placed_job_allocated_at_once_holds_its_status_until_the_pod_is_bound() -> None:
@@ -556,8 +591,12 @@ def test_the_times_a_decision_writes_are_its_clocks() -> None:
 
     placed = pl.Placed(JOB, job("PENDING"), JobRequest())
     unsubmitted = PlaceholderJob.parse(phj(None, job_id=None))
+    held = lc.decide(
+        unsubmitted, slurm_side("vanished", None), {"p": pod("gated")}, then, scheduler="s", outcome=placed
+    )
+    later = lc.Clock(then.mono + lc.QUEUED_QUIET_SECONDS, datetime(2001, 2, 3, 4, 5, 9, tzinfo=UTC))
     [submitted] = written(
-        lc.decide(unsubmitted, slurm_side("vanished", None), {"p": pod("gated")}, then, scheduler="s", outcome=placed)
+        lc.decide(unsubmitted, slurm_side("PENDING"), {"p": pod("gated")}, later, scheduler="s", held=held.held)
     )
     assert submitted.submit_time == stamp
     [allocated] = written(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.models import JobInfo
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -43,7 +44,6 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     from slurm_bridge.kube import KubeClient
     from slurm_bridge.operator.placeholderjobs.slurmjobs import orphans
     from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-    from slurm_bridge.operator.runtime.store import ObjectStore
 
     snap = snapshot(*[(i, "RUNNING", f"u{i}", 600) for i in range(1, 101)])
     gets: list[str] = []
@@ -58,10 +58,44 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
         raise AssertionError("every PlaceholderJob exists")
 
     phjs = ObjectStore()
-    poller = SimpleNamespace(side=lambda uid, job_id=None: SlurmSide())  # nothing submitted
+    poller = SimpleNamespace(side=lambda uid, job_id=None: SlurmSide(), unmarked={})  # nothing submitted
     sweeper = orphans.OrphanSweeper(Config(), cast(KubeClient, SimpleNamespace(get=get)), phjs,
                                     cast(Any, poller), cancel)  # fmt: skip
     await sweeper.sweep(snap)
     assert len(gets) == orphans.CHECKS_PER_SWEEP and len(phjs) == orphans.CHECKS_PER_SWEEP
     await sweeper.sweep(snap)
     assert len(gets) == 2 * orphans.CHECKS_PER_SWEEP, "the next sweep checks the next ones"
+
+
+async def test_a_job_marked_only_in_its_comment_is_cancelled_once_older_than_the_grace() -> None:
+    """A job allocated as a tenant carries the bridge's mark in comment until the bridge sets its
+    admin_comment (submit.Placer._mark). A full list that shows one still unmarked after the grace
+    (the bridge stopped in between, or a user copied the mark) has it cancelled, after a GET says
+    so; one marked meanwhile is left alone; it is never adopted."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurm_bridge.config import Config
+    from slurm_bridge.operator.placeholderjobs.slurmjobs import orphans
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
+    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+    from slurm_bridge.slurm.models import JobInfo
+    from tests.unit.fakes import FakeJobReads
+
+    old = datetime.now(UTC) - timedelta(minutes=5)
+    mark = encode_admin_comment(PhjRef("slurm-bridge", "ns", "p", "uid-p"))
+    unmarked = JobInfo(job_id=5, states=("RUNNING",), comment=mark, user_name="alice", submit_time=old)
+    marked_since = JobInfo(job_id=6, states=("RUNNING",), comment=mark, user_name="alice", submit_time=old)
+    young = JobInfo(job_id=7, states=("RUNNING",), comment=mark, user_name="alice", submit_time=datetime.now(UTC))
+    slurm = FakeJobReads(unmarked, marked_since, young)
+    poller = SlurmPoller(slurm, "slurm-bridge", 1.0, lambda ref: None)
+    await poller.poll_once()
+    assert set(poller.unmarked) == {5, 6, 7} and poller.snapshot is not None and not poller.snapshot.by_id
+    slurm.set(marked_since.model_copy(update={"admin_comment": mark}))
+    cancelled: list[int] = []
+
+    async def cancel(job_id: int) -> None:
+        cancelled.append(job_id)
+
+    sweeper = orphans.OrphanSweeper(Config(), None, ObjectStore(), poller, cancel)  # type: ignore[arg-type]
+    await sweeper._sweep_unmarked()
+    assert cancelled == [5] and set(poller.unmarked) == {7}

@@ -196,6 +196,13 @@ async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits
     assert all(w.get("jobId") in (None, 7) for w in status_writes(kube2))
 
 
+@pytest.fixture
+def announce_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued job's submit announced at once (lifecycle.QUEUED_QUIET_SECONDS 0), as before issue 31."""
+    monkeypatch.setattr(lc, "QUEUED_QUIET_SECONDS", 0.0)
+
+
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:
     pending = JobInfo(job_id=7, states=("PENDING",), reason="Resources")
     kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
@@ -308,6 +315,7 @@ def put(jobs: PlaceholderJobs, job: JobInfo) -> None:
     jobs.poller.snapshot.put(job, jobs.poller.snapshot.refs[7])
 
 
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() -> None:
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
     kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start), next_id=6)
@@ -323,6 +331,7 @@ async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() 
     assert len(pending_events(kube)) == 2 and len(status_writes(kube)) == 1
 
 
+@pytest.mark.usefixtures("announce_at_once")
 async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_start_not_within_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -439,3 +448,49 @@ async def test_the_partitions_limits_are_read_again_for_a_partition_made_since()
     await jobs.reconcile(("ns", "p"))
     assert slurm.calls == ["settings 7", "partitions"], "read again, and nothing sent"
     assert kube.said[-1][1] == names.REASON_UPDATE_NOT_APPLIED and "MaxTime (30 min)" in kube.said[-1][2]
+
+
+async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_and_queued() -> None:
+    """Allocated as alice (her primary group 2001) for a request naming group 3000: the job is
+    cancelled before the pod is released, and the job is queued instead (job/submit sets it)."""
+    phj = make_phj("p").uid("phj-uid").rv(3).generation(1).finalizer().owned_by_pod("p", "pod-uid")
+    phj.pods("p").spec(slurm={"nodes": 1, "userName": "alice", "groupId": 3000})
+    alice = JobInfo(
+        job_id=7,
+        states=("RUNNING",),
+        nodes=("n1",),
+        user_name="alice",
+        user_id=2001,
+        group_name="team-a",
+        group_id=2001,
+    )
+    kube, slurm = FakeKube({}), FakeSlurm(alice, JobInfo(job_id=8, states=("PENDING",)), next_id=6)
+    jobs = shell(kube, slurm, phj.obj(), gated_pod(), [])
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.calls == ["allocate as alice", "mark 7", "get 7", "cancel 7", "submit"], "a queued job is read later"
+    assert ("patch", POD_PATH) not in kube.calls, "the pod never saw the wrong job"
+    assert jobs._unwritten["phj-uid"].status.job_id == 8, "the queued job's submit, held for the quiet time"
+
+
+async def test_a_queued_job_slurm_starts_at_once_costs_no_event_and_one_status_write() -> None:
+    """Issue 31: a queued job that starts within lifecycle.QUEUED_QUIET_SECONDS is not announced as
+    waiting; its pod is released first and the status written once, when the pod is bound."""
+    pending = JobInfo(job_id=7, states=("PENDING",), reason="Priority")
+    kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
+    slurm.allocate_refusal = SlurmError("busy", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
+    wait = await jobs.reconcile(("ns", "p"))
+    assert wait == pytest.approx(lc.QUEUED_QUIET_SECONDS, abs=0.5) and kube.events == [] and kube.calls == []
+    assert slurm.calls == ["allocate", "submit"], "a queued job is not read back: nothing is said yet"
+    running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
+    slurm.set(running)
+    ref = jobs.poller.news(7, "started")  # slurmctld's hook: job 7 started
+    assert ref is not None
+    await jobs.poller.read_now({7: ref})
+    assert slurm.calls[-1] == "get 7"
+    await jobs.reconcile(("ns", "p"))
+    assert kube.calls == [("patch", POD_PATH)] and kube.events == [], "released at once, nothing said"
+    bind(jobs, "n1")
+    assert await jobs.reconcile(("ns", "p")) is None
+    [written] = status_writes(kube)
+    assert written["jobId"] == 7 and written["phase"] == "Running" and kube.events == []

@@ -468,8 +468,8 @@ async def test_polling_a_big_state_answer_forces_no_full_garbage_collection(toke
 async def test_the_collector_comes_back_after_overlapping_and_failed_decodes(token_file: Path) -> None:
     from slurm_bridge.slurm import outcomes
 
-    with outcomes._gc_paused():
-        with outcomes._gc_paused():  # another thread's decode
+    with outcomes.gc_paused():
+        with outcomes.gc_paused():  # another thread's decode
             assert not gc.isenabled()
         assert not gc.isenabled(), "still paused for the first one"
     assert gc.isenabled()

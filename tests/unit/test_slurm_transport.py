@@ -208,3 +208,59 @@ async def test_slurm_client_keeps_retry_safety_on_this_transport(tmp_path: Path)
             await c.allocate_external_job(JobRequest(), name="n", admin_comment="c")
     assert not isinstance(err.value, SlurmUnavailable)
     assert err.value.errors[0].error_number == 2016
+
+
+def _job_list(n: int) -> bytes:
+    jobs = [
+        {"job_id": i, "admin_comment": "slurm-bridge:x" if i % 100 == 0 else "", "pad": "p" * 2000} for i in range(n)
+    ]
+    body = {"jobs": jobs, "last_update": {"set": True, "number": 7}, "errors": [], "warnings": [], "meta": {}}
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_job_list_is_decoded_as_it_is_read_and_never_held_whole(tmp_path: Path, chunked: bool) -> None:
+    """The transport hands a listing's body to its decoder piece by piece (.jsonlist.ListStream):
+    the response keeps no body, and only the caller's jobs are decoded."""
+    body = _job_list(3000)  # about 6 MB
+
+    async def answer(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        if b"/ping" in req:
+            w.write(reply(200, b'{"pings": [], "errors": []}'))
+        elif chunked:
+            w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n")
+            for at in range(0, len(body), 100_000):
+                piece = body[at : at + 100_000]
+                w.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await w.drain()
+            w.write(b"0\r\n\r\n")
+        else:
+            w.write(reply(200, body))
+        await w.drain()
+        return True
+
+    token = tmp_path / "jwt"
+    token.write_text("t")
+    pieces: list[int] = []
+    async with serving(answer) as server:
+        transport = Http11Transport()
+        async with SlurmClient(server.url, token, transport=transport, api_version="v0.0.44") as c:
+            real = transport.handle_async_request
+
+            async def spy(request: httpx.Request) -> httpx.Response:
+                sink = request.extensions.get("body_sink")
+                if sink is not None:
+
+                    def counted(data: bytes) -> None:
+                        pieces.append(len(data))
+                        sink(data)
+
+                    request.extensions["body_sink"] = counted
+                resp = await real(request)
+                assert not resp.content or sink is None, "a streamed body is not kept"
+                return resp
+
+            transport.handle_async_request = spy  # type: ignore[method-assign]
+            jobs, last_update = await c.list_jobs_since(None, admin_comment_prefix="slurm-bridge:")
+    assert jobs is not None and [j.job_id for j in jobs] == list(range(0, 3000, 100)) and last_update == 7
+    assert len(pieces) > 10 and sum(pieces) == len(body)

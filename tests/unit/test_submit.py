@@ -12,8 +12,8 @@ import pytest
 from slurm_bridge.config import Config
 from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
-from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmErrorDetail, SlurmUnavailable
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 from tests.unit.fakes import FakeSubmits
 
 BUSY = SlurmError("refused", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
@@ -102,13 +102,88 @@ async def test_immediate_allocation_off_always_queues(clock: list[float]) -> Non
     assert slurm.calls == ["submit p"]
 
 
-@pytest.mark.parametrize(
-    "identity", [{"user_id": 2001}, {"group_id": 2001}, {"user_name": "alice"}, {"group_name": "team-a"}]
-)
-async def test_a_job_for_another_user_is_queued_never_allocated_as_the_token_user(
-    clock: list[float], identity: dict[str, Any]
+@pytest.mark.parametrize(("identity", "as_user"), [({"user_id": 2001}, "2001"), ({"user_name": "alice"}, "alice")])
+async def test_a_job_for_another_user_is_allocated_as_that_user_never_as_the_token_user(
+    clock: list[float], identity: dict[str, Any], as_user: str
 ) -> None:
-    """slurmrestd's job/allocate ignores user_id: the job would run as the bridge's Slurm user."""
+    """slurmrestd's job/allocate ignores user_id (the job would run as the bridge's Slurm user),
+    but runs as the user the call names (X-SLURM-USER-NAME, with SlurmUser's token)."""
+    slurm = FakeSubmits()
+    assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
+    assert slurm.calls == [f"allocate as {as_user} p", "mark 101"] and slurm.as_users == [as_user]
+
+
+@pytest.mark.parametrize("identity", [{"group_id": 2001}, {"group_name": "team-a"}])
+async def test_a_job_that_names_only_a_group_is_queued(clock: list[float], identity: dict[str, Any]) -> None:
+    """Only job/submit sets a group; an allocation as the token's user would ignore it."""
     slurm = FakeSubmits()
     assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
     assert slurm.calls == ["submit p"]
+
+
+def _ran_as(job_id: int, user: str, uid: int, group: str, gid: int) -> JobInfo:
+    return JobInfo(job_id=job_id, states=("RUNNING",), user_name=user, user_id=uid, group_name=group, group_id=gid)
+
+
+async def test_a_tenants_job_in_their_primary_group_is_kept(clock: list[float]) -> None:
+    slurm, req = FakeSubmits(), JobRequest(partition="p", user_name="alice", group_id=2001)
+    placer = make(slurm)
+    job_id = await placer.place(req, "n", "c")
+    assert placer.verify(req, job_id, _ran_as(job_id, "alice", 2001, "team-a", 2001))
+    assert await placer.place(req, "n", "c") == 102 and slurm.calls[-2:] == ["allocate as alice p", "mark 102"]
+
+
+async def test_a_tenants_job_in_another_group_is_refused_and_later_ones_are_queued(clock: list[float]) -> None:
+    """The request names group 3000; Slurm allocated as alice in her primary group 2001: the
+    job must not be used (the caller cancels it) and alice's jobs for group 3000 are queued."""
+    slurm, req = FakeSubmits(), JobRequest(partition="p", user_name="alice", group_id=3000)
+    placer = make(slurm)
+    job_id = await placer.place(req, "n", "c")
+    assert not placer.verify(req, job_id, _ran_as(job_id, "alice", 2001, "team-a", 2001))
+    assert await placer.place(req, "n", "c") == 102 and slurm.calls[-1] == "submit p"
+    assert placer.verify(req, 102, None), "a queued job is not checked: job/submit set its group"
+    same = JobRequest(partition="p", user_name="alice", group_id=2001)
+    await placer.place(same, "n", "c")
+    assert slurm.calls[-2] == "allocate as alice p", "her primary group still allocates at once"
+
+
+async def test_an_unread_tenants_job_is_kept_only_when_no_group_is_asked_for(clock: list[float]) -> None:
+    slurm = FakeSubmits()
+    placer = make(slurm)
+    plain, grouped = JobRequest(user_name="bob"), JobRequest(user_name="alice", group_id=2001)
+    assert placer.verify(plain, await placer.place(plain, "n", "c"), None), "the user is certain"
+    assert not placer.verify(grouped, await placer.place(grouped, "n", "c"), None), "the group is not"
+    await placer.place(grouped, "n", "c")
+    assert slurm.calls[-1] == "submit", "alice's group is unknown: queued"
+
+
+async def test_a_token_that_may_not_act_as_another_user_queues_tenants_from_then_on(clock: list[float]) -> None:
+    slurm = FakeSubmits()
+    slurm.as_user_refusal = SlurmAuthError("511 Protocol authentication error", status=511)
+    placer = make(slurm)
+    assert await placer.place(JobRequest(partition="p", user_name="alice"), "n", "c") == 101
+    assert slurm.calls == ["allocate as alice", "submit p"] and not placer.as_tenant
+    assert "p" not in placer.queue_only, "the partition is not paused: it was not full"
+    await placer.place(JobRequest(partition="p", user_name="bob"), "n", "c")
+    assert slurm.calls[-1] == "submit p"
+    await placer.place(JobRequest(partition="p"), "n", "c")
+    assert slurm.calls[-1] == "allocate p", "the bridge's own jobs still allocate at once"
+
+
+@pytest.mark.parametrize(
+    "failure", [SlurmUnavailable("down"), SlurmError("no", errors=[SlurmErrorDetail("denied", 2002)])]
+)
+async def test_a_tenants_job_that_cannot_be_marked_as_the_bridges_is_cancelled(
+    clock: list[float], failure: SlurmError
+) -> None:
+    """A user may not set admin_comment: the job carries the mark in comment until the bridge sets
+    it. Unmarked, nothing would find it again after a restart: it is cancelled, and the submit
+    counts as failed (a refusal also stops allocating as tenants)."""
+    slurm = FakeSubmits()
+    slurm.mark_refusal = failure
+    placer = make(slurm)
+    with pytest.raises(SlurmUnavailable) as failed:
+        await placer.place(JobRequest(partition="p", user_name="alice"), "n", "c")
+    assert slurm.calls == ["allocate as alice p", "mark 101", "cancel 101"]
+    assert not failed.value.maybe_applied, "cancelled: nothing is left"
+    assert placer.as_tenant is isinstance(failure, SlurmUnavailable)

@@ -56,6 +56,10 @@
 {{- default (printf "%s-slurm-jwt" (include "slurm-bridge.fullname" .)) .Values.slurmJwt.secretName }}
 {{- end }}
 
+{{- define "slurm-bridge.hookSecretName" -}}
+{{- default (printf "%s-slurm-hook" (include "slurm-bridge.fullname" .)) .Values.slurmHooks.secretName }}
+{{- end }}
+
 {{- define "slurm-bridge.webhookTlsSecretName" -}}
 {{- printf "%s-webhook-tls" (include "slurm-bridge.fullname" .) }}
 {{- end }}
@@ -187,6 +191,7 @@ matchExpressions:
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
   "tenancy" ($c.tenancy | default "open")
+  "slurmHookTokenFile" (ternary (printf "/var/run/secrets/slurm-bridge-hook/%s" .Values.slurmHooks.secretKey) nil .Values.slurmHooks.enabled)
 }}
 {{- with $c.handoff }}
 {{- $_ := set $cfg "handoff" (dict "maxGracePeriodSeconds" (int .maxGracePeriodSeconds) "marginSeconds" (int .marginSeconds)) }}

@@ -25,6 +25,11 @@ TENANCY_WAIT_SECONDS = 2.0
 SUBMIT_VISIBILITY_GRACE = 30.0
 # How soon a release held back for missing DRA devices is tried again (a driver publishing slices).
 DEVICES_RETRY_SECONDS: Final = 10.0
+# How long a queued job may wait in Slurm's queue before its submit is announced (see
+# lifecycle.QUEUED_QUIET_SECONDS), and how long the allocation of a single pod is held unwritten
+# until the pod is bound (lifecycle.UNWRITTEN_SECONDS, the same for a queued job that started).
+QUIET_QUEUE_SECONDS: Final = 3.0
+UNWRITTEN_ALLOCATION_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)

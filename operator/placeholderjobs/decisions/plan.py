@@ -212,12 +212,15 @@ Action = (
 @dataclass(frozen=True)
 class Held:
     """A status not written yet, and the monotonic time by which it must be: the submit's, when
-    Slurm allocated a single pod's job at once (lifecycle.allocation). Written with the next status
-    write. In memory only: lost in a crash, it is rebuilt from Slurm (the job is adopted by its
-    uid), so it saves a write and is never state."""
+    Slurm allocated a single pod's job at once (lifecycle.allocation) or queued it (``queued``).
+    Written with the next status write. In memory only: lost in a crash, it is rebuilt from Slurm
+    (the job is adopted by its uid), so it saves a write and is never state."""
 
     status: PlaceholderJobStatus
     until: float
+    # Held while the job waits in Slurm's queue (lifecycle.after_submit): a job Slurm starts by
+    # ``until`` costs no write and no Event about waiting; one still pending then is announced.
+    queued: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,13 @@ from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocatio
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     SUBMIT_VISIBILITY_GRACE,
     TENANCY_WAIT_SECONDS,
+    UNWRITTEN_ALLOCATION_SECONDS,
     Clock,
     Follow,
     Members,
     Tenancy,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
+from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror, pending_report
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
     end_phases,
@@ -37,9 +38,12 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Cancel,
     ConfirmMembers,
     Event,
+    Held,
     Placed,
     Plan,
+    ReportPending,
     Submit,
+    WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import all_ended, holding_allocation
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_after_allocation
@@ -106,9 +110,14 @@ class PlainJob:
             return slurm_ended(phj, members, None, job_id, now)
         if job.is_finished:
             return slurm_ended(phj, members, job, job_id, now)
+        held = follow.held
         if job.is_pending:
+            if held is not None and held.queued:
+                return quiet_queue(phj, status, job, members, now, follow, held)
             return follow_pending(phj, status, job, members, now, follow)
         if job.is_running and job.nodes:
+            if held is not None and held.queued:  # it started before anyone was told it waits
+                held = Held(held.status, now.mono + UNWRITTEN_ALLOCATION_SECONDS)
             late = spec_after_allocation(phj, status, job, members, follow)  # a spec changed meanwhile
             plan = allocation(
                 phj,
@@ -117,12 +126,36 @@ class PlainJob:
                 scheduler=follow.scheduler,
                 now=now,
                 status=late.status,
-                held=follow.held,
+                held=held,
                 devices_missing=follow.devices_missing,
             )
-            return Plan((*late.actions, *plan.actions), plan.requeue)
+            return Plan((*late.actions, *plan.actions), plan.requeue, held=plan.held if held is follow.held else held)
         # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
         return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
+
+
+def quiet_queue(
+    phj: PlaceholderJob,
+    status: PlaceholderJobStatus,
+    job: JobInfo,
+    members: Members,
+    now: Clock,
+    follow: Follow,
+    held: Held,
+) -> Plan:
+    """A queued job whose submit is held back (``held.queued``): nothing until ``held.until``; still
+    pending then, the submit is announced as it would have been at once: Event Submitted, its
+    status (with Slurm's reason), the waiting pods told why."""
+    if now.mono < held.until:
+        return Plan(requeue=held.until - now.mono)
+    waiting = follow_pending(phj, status, job, members, now, follow)
+    announce = Event(names.REASON_SUBMITTED, f"{held.status.message}: waiting in Slurm's queue")
+    # The held status has Slurm's reason already, so following the job alone would not tell it.
+    told = any(isinstance(a, ReportPending) for a in waiting.actions)
+    report: tuple[Action, ...] = () if told or not job.reason else (pending_report(job, members, now.wall),)
+    written = any(isinstance(a, WriteStatus) for a in waiting.actions)
+    record: tuple[Action, ...] = () if written else (WriteStatus(held.status),)
+    return Plan((announce, *report, *waiting.actions, *record), waiting.requeue)
 
 
 def slurm_ended(phj: PlaceholderJob, members: Members, job: JobInfo | None, job_id: int, now: Clock) -> Plan:

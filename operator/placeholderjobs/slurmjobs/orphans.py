@@ -1,6 +1,8 @@
 """Orphaned Slurm jobs: live bridge jobs whose PlaceholderJob is gone (deleted while the bridge
-was down). ``candidates`` is the pure rule; ``OrphanSweeper`` confirms each with a GET and
-cancels, at most CHECKS_PER_SWEEP a sweep. Every ~10 poll periods, never two sweeps at once.
+was down), and jobs marked as the bridge's only in ``comment`` (allocated as a tenant, and the
+bridge stopped before it set their admin_comment: submit.Placer._mark). ``candidates`` is the pure
+rule; ``OrphanSweeper`` confirms each with a GET and cancels, at most CHECKS_PER_SWEEP a sweep.
+Every ~10 poll periods, never two sweeps at once.
 """
 
 from __future__ import annotations
@@ -91,3 +93,35 @@ class OrphanSweeper:
                 )
             except (KubeError, SlurmError) as e:
                 log.warning("orphan check of Slurm job %d failed: %s", job_id, e)
+        await self._sweep_unmarked()
+
+    async def _sweep_unmarked(self) -> None:
+        """Cancel live jobs marked only in ``comment`` once older than the grace, when a GET says
+        they still are (a placement that was marked meanwhile is the view's)."""
+        now = time.time()
+        grace = self.config.orphanGraceSeconds
+        old = [
+            (job_id, ref)
+            for job_id, (job, ref) in self.poller.unmarked.items()
+            if not (job.submit_time and now - job.submit_time.timestamp() < grace)
+        ]
+        for job_id, ref in old[:CHECKS_PER_SWEEP]:
+            logs.bind(namespace=ref.namespace, name=ref.name, jobId=job_id)
+            try:
+                job = await self.poller.read_one(job_id)
+                if job is None or job.is_finished or job.admin_comment:
+                    self.poller.unmarked.pop(job_id, None)
+                    continue
+                await self._cancel(job_id)
+                self.poller.unmarked.pop(job_id, None)
+                metrics.orphan_swept()
+                log.warning(
+                    "cancelled Slurm job %d of user %s: marked for PlaceholderJob %s/%s in its comment only "
+                    "(an allocation as a tenant the bridge never finished, or a copied mark)",
+                    job_id,
+                    job.user_name,
+                    ref.namespace,
+                    ref.name,
+                )
+            except SlurmError as e:
+                log.warning("check of unmarked Slurm job %d failed: %s", job_id, e)

@@ -2,7 +2,8 @@
 
 Each poll asks for every job's *state* (``jobs/state``: about 80 bytes a job) and fetches the
 details (nodes, reason, admin_comment) only of the bridge's jobs whose state changed; an answer
-equal to the last one, with the view as it was then, is not compared job by job again. A full
+equal to the last one, with the view as it was then, is not compared job by job again; with the
+node table's signal (``watch_nodes``) a poll while no node's allocation changed reads nothing. A full
 job list -- about 8 KB a job, for every job Slurm holds -- is read at start-up, when asked for,
 and when so many jobs changed that one list is cheaper than their GETs; every
 FULL_RESYNC_SECONDS a list with ``update_time`` costs a few bytes when no job changed since the
@@ -16,13 +17,14 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot as JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.operator.runtime import heap
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import SlurmJobReads as SlurmJobReads
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import ViewReads
+from slurm_bridge.operator.runtime import heap, starts
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
@@ -53,7 +55,23 @@ PENDING_REFRESH_PER_POLL = 4
 # Details are fetched job by job while that is cheaper than one full list: a GET costs about as
 # much as listing this many jobs.
 GET_COST_IN_LISTED_JOBS = 4
-GET_CONCURRENCY = 4
+# With a signal from Slurm's node table (``watch_nodes``): a job starts and ends only on nodes,
+# and every allocation or release moves the node table's last_update (checked on Slurm 26.05,
+# slurmd and EXTERNAL nodes alike), which the node controller asks for with ``update_time`` once
+# a period anyway. While that table is unchanged since the last state poll began and the bridge
+# expects no job, no job can have started or ended: the state poll (every job Slurm holds: 96 ms
+# of slurmrestd's CPU at 10,000 jobs, docs/performance.md) is skipped, and pending jobs' reasons
+# are not read again either. It still runs at least this often, for what touches no node (a
+# pending job cancelled by someone else).
+STATES_MAX_SECONDS = 10.0
+# Job state flags that change without anything the bridge reads changing: a job is RUNNING with
+# its nodes while a PrologSlurmctld runs (CONFIGURING), and only the flag goes when it ends.
+_SETTLING_FLAGS = frozenset({"CONFIGURING"})
+
+
+def _settled_only(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
+    """Whether ``new`` is ``old`` with only settling flags gone (RUNNING,CONFIGURING -> RUNNING)."""
+    return bool(old) and old[0] == new[0] and set(new) < set(old) and set(old) - set(new) <= _SETTLING_FLAGS
 
 
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:
@@ -72,18 +90,7 @@ def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     )
 
 
-class SlurmJobReads(Protocol):
-    """The Slurm calls the poller reads jobs with."""
-
-    async def list_jobs_since(
-        self, since: int | None, *, admin_comment_prefix: str | None = None
-    ) -> tuple[list[JobInfo] | None, int | None]: ...
-    async def job_states(self, previous: JobStates | None = None) -> JobStates: ...
-    async def get_job(self, job_id: int) -> JobInfo | None: ...
-    async def get_jobs(self, job_id: int) -> list[JobInfo]: ...
-
-
-class SlurmPoller:
+class SlurmPoller(ViewReads):
     """One cheap state poll per period (sooner when asked); ``synced`` once a full list arrived.
 
     Controllers must not submit before ``synced``: until then a job submitted before a restart
@@ -98,21 +105,14 @@ class SlurmPoller:
         on_change: Callable[[PhjRef], None],
         on_poll: Callable[[JobSnapshot], None] | None = None,
     ) -> None:
-        self._slurm = slurm
-        self._bridge_id = bridge_id
+        super().__init__(slurm, bridge_id, on_change)
         self.period = period
-        self._on_change = on_change
         self._on_poll = on_poll
-        self.snapshot: JobSnapshot | None = None
-        # job id -> when its details were read (monotonic)
-        self._read_at: dict[int, float] = {}
-        # What the bridge made that this view may not show yet -- the one place for it:
-        # job id -> ref: jobs whose details are not read yet (the GET after a submit failed);
-        self._expected: dict[int, PhjRef] = {}
-        # PlaceholderJob uid -> (job id, when): submits a poll has not shown yet; and uid -> when a
-        # submit failed in a way that may still have made the job: nothing is submitted for it
-        # again before a full list taken after that shows whether it did. Caches only: after a
-        # restart the first full list finds every job by its admin_comment.
+        # What the bridge made that this view may not show yet (besides ``_expected``): PlaceholderJob
+        # uid -> (job id, when): submits a poll has not shown yet; and uid -> when a submit failed in
+        # a way that may still have made the job: nothing is submitted for it again before a full
+        # list taken after that shows whether it did. Caches only: after a restart the first full
+        # list finds every job by its admin_comment.
         self._made: dict[str, tuple[int, float]] = {}
         self._uncertain: dict[str, float] = {}
         self._full_wanted = True
@@ -123,14 +123,17 @@ class SlurmPoller:
         self._last_resync = 0.0
         self._list_seconds = 0.0  # how long the last full list took
         self._resyncing: asyncio.Task[None] | None = None
-        # job id -> when a poll found it purged: an older list that still shows it must not bring
-        # it back (kept until a list that began after that is applied).
-        self._purged_at: dict[int, float] = {}
         # The last jobs/state answer, and (answer, view version) of the last poll that found
         # every job as the view has it: while both stay the same there is nothing to compare.
         self._states: JobStates | None = None
         self._settled: tuple[JobStates, int] | None = None
         self.resyncs_unchanged = 0
+        # The node table's signal (watch_nodes): whether it is read at all, whether it changed
+        # since the last state poll began, and when that began.
+        self._nodes_healthy: Callable[[], bool] | None = None
+        self._nodes_dirty = True
+        self._last_states = 0.0
+        self.states_skipped = 0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
         self.polls = 0
@@ -156,6 +159,17 @@ class SlurmPoller:
     def last_error(self) -> str:
         return self._loop.last_error
 
+    def watch_nodes(self, healthy: Callable[[], bool]) -> None:
+        """Skip state polls while Slurm's node table is unchanged (STATES_MAX_SECONDS): the node
+        reader calls :meth:`nodes_changed` after each list that found a change; while ``healthy``
+        is false (it cannot read), every poll reads the states, as without it."""
+        self._nodes_healthy = healthy
+
+    def nodes_changed(self) -> None:
+        """Slurm's node table changed: a job may have started or ended; look now."""
+        self._nodes_dirty = True
+        self._loop.wake()
+
     def poll_soon(self, *, full: bool = False) -> None:
         """Poll early; ``full``: with a full list (to find a job only its admin_comment names)."""
         self._full_wanted |= full
@@ -167,34 +181,6 @@ class SlurmPoller:
     async def stop(self) -> None:
         await self._loop.stop()
         await cancel_and_wait([self._resyncing])
-
-    async def refresh(self, job_id: int, ref: PhjRef, *, het: bool = False, notify: bool = False) -> JobInfo | None:
-        """Read one job the bridge just made, so its state is known without waiting for a poll;
-        ``het``: a heterogeneous job's leader, read with every component; ``notify``: a change is
-        told to the controllers (the handoff loop's reads of running jobs Slurm may preempt).
-
-        When the read fails the next poll reads it. None: Slurm does not know the job (yet).
-        """
-        try:
-            if het:
-                found = await self._slurm.get_jobs(job_id)
-            else:
-                one = await self._slurm.get_job(job_id)
-                found = [one] if one is not None else []
-        except SlurmError as e:
-            log.info("reading Slurm job %d failed, the next poll reads it: %s", job_id, e)
-            self._expected[job_id] = ref
-            self.poll_soon()
-            return None
-        job = next((j for j in found if j.job_id == job_id), None)
-        if job is None:
-            self._expected[job_id] = ref
-            return None
-        at = time.monotonic()
-        for j in found:  # a heterogeneous job's leader answers with every component
-            if j.job_id == job_id or (job.het_job_id and j.het_job_id == job.het_job_id):
-                self._apply(j, ref, at, notify=notify)
-        return job
 
     # ---- the bridge's own submits ----------------------------------------------------------------
     def submitted(self, uid: str, job_id: int) -> None:
@@ -242,18 +228,6 @@ class SlurmPoller:
         self._made.pop(uid, None)
         self._uncertain.pop(uid, None)
 
-    def assume_cancelled(self, job_id: int) -> None:
-        """Record a cancel the bridge itself just made, so the next poll does not read the job
-        again to learn it (should Slurm report anything else, the states differ and it is read)."""
-        snap = self.snapshot
-        job = snap.by_id.get(job_id) if snap is not None else None
-        if snap is None or job is None:
-            return
-        # Cancelling a heterogeneous job's leader cancels every component.
-        for part in snap.components(job_id) if job.het_job_id == job_id else (job,):
-            if not part.is_finished:
-                snap.put(part.model_copy(update={"states": ("CANCELLED",)}), snap.refs[part.job_id])
-
     # ---- polls ---------------------------------------------------------------------------------
     async def poll_once(self) -> JobSnapshot:
         started = time.monotonic()
@@ -265,8 +239,11 @@ class SlurmPoller:
             ):
                 self._last_resync = started
                 self._resyncing = asyncio.create_task(self._resync(started), name="slurm-full-list")
-            await self._incremental(started)
-            self.last_duration = time.monotonic() - started
+            if self._states_due(started):
+                await self._incremental(started)
+                self.last_duration = time.monotonic() - started
+            else:
+                self.states_skipped += 1
         self.polls += 1
         snap = self.snapshot
         assert snap is not None
@@ -320,9 +297,12 @@ class SlurmPoller:
         if self.snapshot is None:
             self.snapshot = JobSnapshot({}, {}, started)
         seen: set[int] = set()
+        unmarked: dict[int, tuple[JobInfo, PhjRef]] = {}
         for job in jobs:
             ref = self._ref_for(job)
             if ref is None:
+                if (found := self._unmarked(job)) is not None:
+                    unmarked[job.job_id] = (job, found)
                 continue
             seen.add(job.job_id)
             if self._purged_at.get(job.job_id, -1.0) >= started:
@@ -336,21 +316,60 @@ class SlurmPoller:
             self._forget(job_id)
         self._expected = {j: r for j, r in self._expected.items() if j not in seen}
         self._purged_at = {j: at for j, at in self._purged_at.items() if at >= started}
+        if started >= self.last_full_at:
+            self.unmarked = unmarked
+
+    def _states_due(self, now: float) -> bool:
+        """Whether this poll reads every job's state: always without the node table's signal (or
+        while it is not read); with it, when the table changed since the last state poll, when
+        the bridge expects a job the view lacks, or STATES_MAX_SECONDS after the last one."""
+        healthy, snap = self._nodes_healthy, self.snapshot
+        if healthy is None or not healthy() or self._nodes_dirty or self._expected or snap is None:
+            return True
+        if any(uid not in snap.by_uid for uid in self._made):
+            return True
+        return now - self._last_states >= STATES_MAX_SECONDS
 
     async def _incremental(self, started: float) -> None:
         snap = self.snapshot
         assert snap is not None
+        # Whether something may have changed (not the safety net's poll): pending jobs' reasons are
+        # read again only then, so an idle Slurm costs no per-job read.
+        moved = self._nodes_healthy is None or self._nodes_dirty
+        self._nodes_dirty, self._last_states = False, started
         previous = self._states
         states = self._states = await self._slurm.job_states(previous)
         wanted: dict[int, PhjRef] = dict(self._expected)
         settled = self._settled
         if not (states.unchanged and settled is not None and settled[0] is previous and settled[1] == snap.version):
+            moved = True
+            settling: list[JobInfo] = []
             for job_id, job in snap.by_id.items():
                 state = states.of(job)
-                if state is None or (state != job.states and set(state) != set(job.states)):
+                if state is not None and state != job.states and _settled_only(job.states, state):
+                    settling.append(job.model_copy(update={"states": state}))  # nothing to read
+                elif state is None or (state != job.states and set(state) != set(job.states)):
                     wanted[job_id] = snap.refs[job_id]
+            for job in settling:
+                snap.put(job, snap.refs[job.job_id])
         # else: the same answer as the last poll's, which found every job as the view still has it
         self._settled = (states, snap.version) if not wanted else None
+        if moved:
+            self._pending_reasons(started, wanted)
+        if not wanted:
+            return
+        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
+            await self._full(started)
+            return
+        for job_id in await self.read_now(wanted, started):
+            if not states.knows(job_id):
+                self._full_wanted = True  # an expected job Slurm does not know: the next full list decides
+
+    def _pending_reasons(self, started: float, wanted: dict[int, PhjRef]) -> None:
+        """Add the pending jobs whose reason was read longest ago (at most PENDING_REFRESH_PER_POLL
+        of those older than PENDING_REFRESH_SECONDS) to the jobs this poll reads."""
+        snap = self.snapshot
+        assert snap is not None
         stale = started - PENDING_REFRESH_SECONDS
         reasons: list[tuple[float, int]] = []  # (last read, job) of pending jobs read long ago
         for job_id in snap.pending:
@@ -358,37 +377,6 @@ class SlurmPoller:
                 reasons.append((read_at, job_id))
         for _, job_id in heapq.nsmallest(PENDING_REFRESH_PER_POLL, reasons):
             wanted[job_id] = snap.refs[job_id]
-        if not wanted:
-            return
-        if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
-            await self._full(started)
-            return
-        sem = asyncio.Semaphore(GET_CONCURRENCY)
-
-        async def read(job_id: int) -> JobInfo | None:
-            async with sem:
-                return await self._slurm.get_job(job_id)
-
-        found = await asyncio.gather(*(read(j) for j in wanted))
-        for (job_id, ref), got in zip(wanted.items(), found, strict=True):
-            if got is not None:
-                self._apply(got, ref, started, notify=True)
-                self._expected.pop(job_id, None)
-            elif job_id in snap.by_id:
-                self._forget(job_id)  # purged from Slurm
-                self._purged_at[job_id] = started
-            elif not states.knows(job_id):
-                # An expected job Slurm does not know: the next full list decides.
-                self._full_wanted = True
-
-    def _ref_for(self, job: JobInfo) -> PhjRef | None:
-        snap = self.snapshot
-        known = snap.refs.get(job.job_id) if snap is not None else None
-        old = snap.by_id.get(job.job_id) if snap is not None else None
-        if known is not None and old is not None and old.admin_comment == job.admin_comment:
-            return known
-        ref = decode_admin_comment(job.admin_comment)
-        return ref if ref is not None and ref.bridge == self._bridge_id else None
 
     def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
         """Take in ``job`` as read at ``at``. A list yields to a read begun at the same moment: a
@@ -403,15 +391,8 @@ class SlurmPoller:
         self._read_at[job.job_id] = at
         if old is not None and _fingerprint(old) == _fingerprint(job):
             return
+        if job.is_running and job.nodes and not (old is not None and old.is_running and old.nodes):
+            starts.mark(job.job_id, "running_read")
         snap.put(job, ref)
         if notify:
-            self._on_change(ref)
-
-    def _forget(self, job_id: int) -> None:
-        snap = self.snapshot
-        assert snap is not None
-        ref = snap.refs.get(job_id)
-        snap.drop(job_id)
-        self._read_at.pop(job_id, None)
-        if ref is not None:
             self._on_change(ref)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from slurm_bridge import metrics
+from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,13 @@ class SlurmSubmits(Protocol):
     """The Slurm calls that place a job (:class:`.client.SlurmClient`'s, a fake's in tests)."""
 
     async def allocate_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        work_dir: str | None = None,
+        as_user: str | None = None,
     ) -> int: ...
     async def submit_external_job(
         self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
@@ -31,6 +38,20 @@ class SlurmSubmits(Protocol):
     async def submit_het_job(
         self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
     ) -> int: ...
+    async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
+    async def cancel_job(self, job_id: int) -> None: ...
+
+
+def _user(request: JobRequest) -> str | None:
+    """The Slurm user a request names (a name, or a uid as Slurm takes it), if any."""
+    return request.user_name or (None if request.user_id is None else str(request.user_id))
+
+
+def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> bool:
+    """Whether a job in group (``group_id``, ``group_name``) is in the group ``request`` names."""
+    if request.group_name is not None:
+        return request.group_name == group_name
+    return request.group_id is None or request.group_id == group_id
 
 
 class Placer:
@@ -40,10 +61,16 @@ class Placer:
     refusal the partition's jobs are queued directly for a while -- but only when the queued
     submit then succeeds: a request Slurm refuses outright says nothing about the partition.
 
-    A job for another user or group (``JobRequest.names_identity``) is always queued:
-    slurmrestd's ``job/allocate`` ignores ``user_id``/``group_id`` and allocates as the token's
-    user (checked on Slurm 26.05, v0.0.44: a job for uid 2001 ran as ``slurm``), so an
-    immediate allocation would run a tenant's job as the bridge. ``job/submit`` honours them.
+    A job for another user (``JobRequest.names_identity``: a TenantPolicy's user, a ``user-id``
+    annotation) is allocated *as that user*: slurmrestd's ``job/allocate`` ignores the body's
+    ``user_id``/``group_id`` and allocates as the caller, but the bridge's SlurmUser token may
+    call as anyone (``as_user``; docs/tenancy.md has the request and Slurm's answer). Slurm then
+    checks the job as that user's own, and it runs in that user's primary group. That user may not
+    set ``admin_comment``, the bridge's mark on its jobs: the job carries the mark in ``comment``
+    and the bridge sets ``admin_comment`` right after (``_mark``; one call more). So a job whose
+    request names another group is queued (``job/submit`` honours ``group_id``): what a user's
+    primary group is, is learnt from the first job allocated as that user (``verify``). A job
+    that names only a group, or a token that may not call as another user, is always queued.
 
     A job that may preempt others (``may_preempt``: its QOS lists another in ``Preempt=``, from
     Slurm's accounting, docs/colocation.md) is always queued too: an immediate allocation that
@@ -60,29 +87,61 @@ class Placer:
         self.may_preempt = may_preempt
         # partition -> (queue directly until, current backoff) after refused immediate allocations
         self.queue_only: dict[str, tuple[float, float]] = {}
+        # Allocating as a tenant: off once slurmrestd refused it (not SlurmUser's token); each
+        # user's primary group as the jobs allocated as them showed it; jobs not verified yet.
+        self.as_tenant = True
+        self._groups: dict[str, tuple[int | None, str]] = {}
+        self._unverified: set[int] = set()
+        self._queued: set[int] = set()  # jobs queued (not allocated) whose caller has not asked yet
+
+    def _as_user(self, request: JobRequest) -> str | None:
+        """Whom to allocate a job that names an identity as; None: it is queued instead."""
+        user = _user(request)
+        if not self.as_tenant or user is None:
+            return None  # a group alone is set only by job/submit
+        group = self._groups.get(user)
+        return user if group is None or _group_is(request, *group) else None
 
     async def place(self, request: JobRequest, name: str, admin_comment: str, work_dir: str | None = None) -> int:
-        partition, now = request.partition or "", time.monotonic()
+        partition, now, sent = request.partition or "", time.monotonic(), time.time()
         until, backoff = self.queue_only.get(partition, (0.0, 0.0))
+        as_user = self._as_user(request) if request.names_identity else None
         refused: SlurmError | None = None
         preempting = self.may_preempt is not None and self.may_preempt(request)
-        if self.immediate and now >= until and not request.names_identity and not preempting:
+        if self.immediate and now >= until and (as_user is not None or not request.names_identity) and not preempting:
             try:
                 job_id = await self.slurm.allocate_external_job(
-                    request, name=name, admin_comment=admin_comment, work_dir=work_dir
+                    request, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user
                 )
-            except (SlurmUnavailable, SlurmAuthError):
+            except SlurmUnavailable:
                 raise
+            except SlurmAuthError as e:
+                if as_user is None:
+                    raise
+                self.as_tenant = False
+                log.warning(
+                    "slurmrestd refused to allocate as user %s with the bridge's token (a token of "
+                    "SlurmUser may call as any user, docs/tenancy.md): jobs of tenants are queued from "
+                    "now on; %s",
+                    as_user,
+                    e,
+                )
             except SlurmError as e:
                 refused = e
             else:
                 self.queue_only.pop(partition, None)  # room again: the next refusal starts small
                 metrics.job_allocated_immediately()
+                if as_user is not None:
+                    await self._mark(job_id, admin_comment)
+                    self._unverified.add(job_id)
+                self._started(job_id, sent, "allocate")
                 return job_id
         job_id = await self.slurm.submit_external_job(
             request, name=name, admin_comment=admin_comment, work_dir=work_dir
         )
         metrics.job_queued()
+        self._started(job_id, sent, "queue")
+        self._queued.add(job_id)
         if refused is not None:
             backoff = min(max(backoff * 2, IMMEDIATE_RETRY_MIN_SECONDS), IMMEDIATE_RETRY_MAX_SECONDS)
             self.queue_only[partition] = (time.monotonic() + backoff, backoff)
@@ -96,12 +155,87 @@ class Placer:
             )
         return job_id
 
+    async def _mark(self, job_id: int, admin_comment: str) -> None:
+        """Make a job allocated as a tenant the bridge's: its ``admin_comment`` (which only the
+        bridge's token may set; the job carries the marker in ``comment`` meanwhile). When that
+        fails the job is cancelled, and when even that fails it is left to the orphan sweep, which
+        cancels a job marked only in ``comment`` (orphans.py); the caller hears SlurmUnavailable."""
+        try:
+            await self.slurm.mark_job(job_id, admin_comment)
+            return
+        except SlurmError as e:
+            failed = e
+        if not isinstance(failed, SlurmUnavailable):  # refused: this token cannot; queue tenants
+            self.as_tenant = False
+            log.warning("job %d, allocated as a tenant, cannot be marked: tenants are queued now: %s", job_id, failed)
+        try:
+            await self.slurm.cancel_job(job_id)
+            cancelled = True
+        except SlurmError:
+            cancelled = False
+        raise SlurmUnavailable(
+            f"job {job_id}, allocated as a tenant, could not be marked as the bridge's ({failed}); "
+            + ("it was cancelled" if cancelled else "the orphan sweep cancels it"),
+            maybe_applied=not cancelled,
+        ) from failed
+
+    def was_queued(self, job_id: int) -> bool:
+        """Whether ``place`` queued ``job_id`` rather than allocating it (asked once per job)."""
+        queued = job_id in self._queued
+        self._queued.discard(job_id)
+        return queued
+
+    @staticmethod
+    def _started(job_id: int, sent: float, path: str) -> None:
+        starts.mark(job_id, "submit_sent", sent)
+        starts.mark(job_id, "submitted")
+        starts.note(job_id, "path", path)
+
+    def verify(self, request: JobRequest, job_id: int, job: JobInfo | None) -> bool:
+        """After a placement: False when the job was allocated as a tenant and does not run as
+        the request says (another group than the user's primary one; the job could not be read
+        back, so nobody can tell), so that the caller cancels it, before any pod uses it, and
+        places the job again: the user's group is known now, and the job is queued."""
+        if job_id not in self._unverified:
+            return True
+        self._unverified.discard(job_id)
+        user = _user(request)
+        names_group = request.group_id is not None or request.group_name is not None
+        if user is None or job is None:
+            # Unread: the user is certain (Slurm allocated as them), the group is not; that user's
+            # jobs that name a group are queued from now on.
+            if user is not None and names_group:
+                self._groups[user] = (None, "")
+            return not names_group
+        self._groups[user] = (job.group_id, job.group_name)
+        if request.user_name is not None:
+            same_user = job.user_name == request.user_name
+        else:
+            same_user = job.user_id == request.user_id
+        if same_user and _group_is(request, job.group_id, job.group_name):
+            return True
+        log.warning(
+            "job %d allocated as %s runs as %s (uid %s) in group %s (gid %s), not as %s/%s asks: "
+            "cancelled and queued instead (job/submit sets the group)",
+            job_id,
+            user,
+            job.user_name,
+            job.user_id,
+            job.group_name,
+            job.group_id,
+            user,
+            request.group_name or request.group_id,
+        )
+        return False
+
     async def place_het(
         self, requests: list[JobRequest], name: str, admin_comment: str, work_dir: str | None = None
     ) -> int:
         """A heterogeneous job (a CompositePodGroup's), always queued: Slurm refuses a
         heterogeneous immediate allocation (error 2078) and starts such a job only in a backfill
         pass. Returns the leader's id."""
+        sent = time.time()
         job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment, work_dir=work_dir)
         metrics.job_queued()
+        self._started(job_id, sent, "queue")
         return job_id

@@ -39,10 +39,11 @@ from slurm_bridge.operator.placeholderjobs.sync.groupconditions import Composite
 from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmRenames
 from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, SlurmJobWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -183,7 +184,10 @@ class PlaceholderJobs:
             case pl.AddFinalizer():
                 return await self._add_finalizer(phj), None
             case pl.WriteStatus(status=status):
-                return await self.patch_status(phj, status.dump()), None
+                written = await self.patch_status(phj, status.dump())
+                if status.phase == names.PHASE_RUNNING and (job_id := status.job_id or phj.status.job_id):
+                    starts.mark(job_id, "status_running")
+                return written, None
             case pl.Event(reason=reason, message=message, warning=warning):
                 await self.kube.event(phj.raw, reason, message, warning=warning)
             case pl.TellPods(pods=pods, reason=reason, message=message, warning=warning):
@@ -218,6 +222,7 @@ class PlaceholderJobs:
                 outcome = await self.member_pods.release(phj, job_id, pods, members, announce, het)
                 if outcome is not None:
                     return phj, Again(phj, outcome=outcome)
+                starts.mark(job_id, "released")
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj.raw, scheduled, reason, message)
                 await self.composites.report(phj.raw, scheduled, reason, message)
@@ -258,12 +263,7 @@ class PlaceholderJobs:
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds, self.config.bridgeId)
         try:
-            if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
-                job_id = await self.placer.place_het(
-                    list(action.components), name, encode_admin_comment(ref), work_dir=work_dir
-                )
-            else:
-                job_id = await self.placer.place(request, name, encode_admin_comment(ref), work_dir=work_dir)
+            job_id, job = await self._place(action, ref, name, work_dir)
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -271,14 +271,36 @@ class PlaceholderJobs:
         except SlurmError as e:
             refused = pl.Refused(f"Slurm refused the job: {e}", e.is_association_refusal, action.present)
             return Again(phj, outcome=refused)
-        self.poller.submitted(meta.uid, job_id)
-        metrics.job_submitted()
-        logs.bind(jobId=job_id)
-        job = await self.poller.refresh(job_id, ref, het=bool(action.components))
         snap = self.poller.snapshot
         parts = snap.components(job_id) if action.components and snap is not None else ()
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
+
+    async def _place(
+        self, action: pl.Submit, ref: PhjRef, name: str, work_dir: str | None
+    ) -> tuple[int, JobInfo | None]:
+        """Place the job, note it as made, read it back. A job allocated as a tenant that does
+        not run as the request says (``Placer.verify``) is cancelled before anything uses it and
+        placed once more (queued then)."""
+        comment = encode_admin_comment(ref)
+        for _ in range(2):
+            if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
+                job_id = await self.placer.place_het(list(action.components), name, comment, work_dir=work_dir)
+            else:
+                job_id = await self.placer.place(action.request, name, comment, work_dir=work_dir)
+            self.poller.submitted(ref.uid, job_id)
+            metrics.job_submitted()
+            logs.bind(jobId=job_id)
+            if self.placer.was_queued(job_id) and lc.QUEUED_QUIET_SECONDS > 0:
+                # Nothing is said about a queued job for a while (lifecycle.after_submit): it is read
+                # once slurmctld's hook says it started (the next poll, without it), not now.
+                self.poller.expect(job_id, ref)
+                return job_id, None
+            job = await self.poller.refresh(job_id, ref, het=bool(action.components))
+            if self.placer.verify(action.request, job_id, job):
+                break
+            await self.cancel(job_id)
+        return job_id, job
 
     async def _fence(self, phj: PlaceholderJob, status: PlaceholderJobStatus) -> PlaceholderJob | None:
         """Mark a gang's PlaceholderJob as submitting, only if its spec is still the one read.

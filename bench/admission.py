@@ -1,0 +1,148 @@
+"""Benchmark: pod creates through the bridge's mutating webhook against creates without it.
+
+Creates N pods with ``dryRun=All`` (admission runs, mutating webhooks included: they declare
+``sideEffects: None``; nothing is stored, so nothing downstream runs) as fast as --concurrency
+clients allow, first in a managed namespace (the webhook mutates each pod) and then in an unmanaged
+one, and prints creates per second of each and their ratio (issue 31: >= 0.5), with where a
+reviewed create's time goes:
+
+- the API server's own view of the webhook call (``apiserver_admission_webhook_admission_duration_seconds``,
+  mean per call, from its /metrics before and after);
+- the webhook's own time per review (``slurm_bridge_webhook_admission_duration_seconds``: from the
+  request's body read to the answer built), and its CPU per review (/proc);
+- the API server's and the webhook's CPU per create.
+
+    .venv/bin/python bench/admission.py [--pods 1000] [--concurrency 16]
+
+Needs the local cluster and the process bridge (hack/cluster.sh up && hack/bridge.sh up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import ssl
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sysstats  # bench/ is not a package
+from pipeline_latency import cluster_env, delete_and_wait, make_namespace, pod_body
+
+_APISERVER_WEBHOOK = re.compile(
+    r"^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$"
+)
+_BRIDGE_WEBHOOK = re.compile(r"^slurm_bridge_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$")
+
+
+def webhook_calls(api: k8s.ApiClient) -> dict[str, float]:
+    """The API server's webhook calls: name -> (sum of seconds, count), as two keys each."""
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = api.call_api(method, url, headers, body, post).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _APISERVER_WEBHOOK.match(line)
+        if m and 'type="admit"' in m[2]:
+            name = re.search(r'name="([^"]*)"', m[2])
+            key = f"{name[1] if name else '?'} {m[1]}"
+            out[key] = out.get(key, 0.0) + float(m[3])
+    return out
+
+
+def bridge_reviews(port: str, cafile: str) -> dict[str, float]:
+    """The webhook's own admission histogram: endpoint -> (sum of seconds, count), as two keys each."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _BRIDGE_WEBHOOK.match(line)
+        if m:
+            endpoint = re.search(r'endpoint="([^"]*)"', m[2])
+            key = f"{endpoint[1] if endpoint else '?'} {m[1]}"
+            out[key] = out.get(key, 0.0) + float(m[3])
+    return out
+
+
+def creates(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int) -> float:
+    """Dry-run creates as fast as ``concurrency`` clients go; the seconds they took."""
+
+    def create(i: int) -> None:
+        resp = core.create_namespaced_pod(ns, pod_body(f"a{i:05d}"), dry_run="All", _preload_content=False)
+        resp.read()
+        resp.release_conn()
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(create, range(n)))
+    return time.monotonic() - began
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+def per_call(d: dict[str, float]) -> dict[str, float]:
+    """name -> mean ms per call from its sum and count."""
+    names = {k.rsplit(" ", 1)[0] for k in d}
+    return {n: round(1000 * d.get(f"{n} sum", 0.0) / d[f"{n} count"], 2) for n in names if d.get(f"{n} count")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    env = cluster_env()
+    api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
+    api.configuration.connection_pool_maxsize = args.concurrency + 4
+    core = k8s.CoreV1Api(api)
+    state = Path(env["SB_STATE_DIR"])
+    port = (state / "bridge-webhook.port").read_text().strip()
+    cafile = str(state / "bridge" / "tls" / "ca.crt")
+    pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
+    suffix = f"{int(time.time() * 10) % 1000000}"
+    rows: dict[str, Any] = {}
+    for label, managed in (("through the webhook", True), ("without it", False)):
+        ns = f"bench-admit-{'m' if managed else 'u'}-{suffix}"
+        make_namespace(core, ns, managed=managed)
+        try:
+            creates(core, ns, min(50, args.pods), args.concurrency)  # warm: connections, caches
+            calls0, reviews0 = webhook_calls(api), bridge_reviews(port, cafile)
+            with sysstats.ProcSampler(pids) as procs:
+                seconds = creates(core, ns, args.pods, args.concurrency)
+            calls, reviews = delta(webhook_calls(api), calls0), delta(bridge_reviews(port, cafile), reviews0)
+        finally:
+            delete_and_wait(core, ns, 120)
+        row = procs.row()
+        cpu = sysstats.cpu_ms_per_pod(row, args.pods)
+        rows[label] = {
+            "creates_per_s": round(args.pods / seconds, 1),
+            "api_server_ms_per_webhook_call": per_call(calls),
+            "webhook_ms_per_review": per_call(reviews),
+            "cpu_ms_per_create": {
+                k: cpu[k] for k in ("kube-apiserver", "bridge-webhook", sysstats.MACHINE) if k in cpu
+            },
+            "machine_busy_percent": row["machine_busy_percent"],
+        }
+    through, without = rows["through the webhook"], rows["without it"]
+    rows["ratio"] = round(through["creates_per_s"] / without["creates_per_s"], 2)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    for label in ("through the webhook", "without it"):
+        print(f"{label}: {json.dumps(rows[label])}")
+    print(f"targets: creates through the webhook / without it {rows['ratio']} (>= 0.5)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

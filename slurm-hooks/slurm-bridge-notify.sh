@@ -1,0 +1,69 @@
+#!/bin/bash
+# slurm-bridge's hook for slurmctld: tells the bridge's operator that a job started
+# (PrologSlurmctld) or ended (EpilogSlurmctld), so that it reads that one job at once instead of
+# at its next poll. Install on the slurmctld host(s) (docs/configuration.md#slurm-hooks):
+#
+#   PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh
+#   EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh
+#
+# (slurm.conf takes several PrologSlurmctld and EpilogSlurmctld lines: a site's own scripts stay.)
+# Its settings are KEY=VALUE lines in /etc/slurm/slurm-bridge-notify.conf (or
+# $SLURM_BRIDGE_NOTIFY_CONF), readable by SlurmUser:
+#
+#   URL=http://slurm-bridge-operator-hook.slurm-bridge-system:8080/slurm/hook
+#   TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token   # the shared secret, mode 0600, owned by SlurmUser
+#   PARTITIONS=                                     # only these partitions (comma-separated); empty: all
+#   TRIES=3                                         # a standby operator answers 503: try again
+#
+# It always exits 0 at once: slurmctld cancels a job whose PrologSlurmctld fails (external jobs
+# cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is sent
+# by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up of
+# the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
+# only time: the operator's polls find the same. The operator reads the job back from Slurm
+# before it acts, so a notice is never trusted. With curl (HTTPS too) the child is curl itself;
+# without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
+
+conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
+case ${SLURM_SCRIPT_CONTEXT:-} in
+  prolog_slurmctld) event=started ;;
+  epilog_slurmctld) event=ended ;;
+  *) exit 0 ;;
+esac
+[[ ${SLURM_JOB_ID:-} =~ ^[0-9]+$ && -r $conf ]] || exit 0
+
+URL= TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token PARTITIONS= TRIES=3
+while IFS='=' read -r key value; do  # KEY=VALUE lines only; never sourced
+  value=${value%%#*}; value=${value//[[:space:]]/}
+  case $key in URL | TOKEN_FILE | PARTITIONS | TRIES) printf -v "$key" '%s' "$value" ;; esac
+done < "$conf"
+[ -n "$URL" ] && [ -r "$TOKEN_FILE" ] || exit 0
+if [ -n "$PARTITIONS" ] && [[ ",$PARTITIONS," != *",${SLURM_JOB_PARTITION:-},"* ]]; then exit 0; fi
+[[ $TRIES =~ ^[1-9]$ ]] || TRIES=3
+body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID}"
+
+if command -v curl > /dev/null; then
+  # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
+  { IFS= read -r token < "$TOKEN_FILE"; printf 'Authorization: Bearer %s\n' "$token"; } |
+    setsid curl -s -o /dev/null -m 2 --retry "$((TRIES - 1))" --retry-delay 0 -X POST -H @- \
+      -H 'Content-Type: application/json' --data "$body" "$URL" > /dev/null 2>&1 &
+  exit 0
+fi
+
+[[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || exit 0
+# One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong token is not
+# tried again), anything else is tried again after 0.1 s; timeout bounds a connect that hangs.
+setsid timeout 5 bash -c '
+  IFS= read -r token < "$6" || exit 0
+  for ((i = 1; i <= $5; i++)); do
+    status=000
+    if exec 3<> "/dev/tcp/$1/$2"; then
+      printf "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
+        "$3" "$1" "$token" "${#4}" "$4" >&3
+      read -r -t 2 _ status _ <&3 || status=000
+      exec 3>&-
+    fi
+    case $status in 2??|4??) exit 0 ;; esac
+    sleep 0.1
+  done' _ "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]:-80}" "${BASH_REMATCH[4]:-/}" "$body" "$TRIES" "$TOKEN_FILE" \
+  < /dev/null > /dev/null 2>&1 &
+exit 0

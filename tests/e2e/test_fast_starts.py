@@ -1,0 +1,127 @@
+"""Fast starts (issue 31) on the real cluster and the real Slurm: slurmctld's hook (PrologSlurmctld
+and EpilogSlurmctld running slurm-hooks/slurm-bridge-notify.sh, installed by hack/cluster.sh)
+tells the operator of a queued job's start and of a job's end, and the operator reads that job at
+once; a tenant's pod is allocated at once, as the tenant.
+
+What is asserted is the path each took (the operator's /stats/starts and /stats), never how fast:
+speed is the benchmark's (bench/pipeline_latency.py)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from tests.e2e.util import get_phj, make_pod, pod_events, read_pod, slurm_job
+from tests.harness import CLUSTER_SH, MANAGED_LABEL, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+Obj = dict[str, Any]
+
+
+def operator(cluster: dict[str, str], path: str) -> Any:
+    port = (Path(cluster["SB_STATE_DIR"]) / "bridge-operator.port").read_text().strip()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return json.load(r)
+
+
+@pytest.fixture
+def hooked(cluster: dict[str, str]) -> None:
+    """The local cluster's slurmctld runs the bridge's hook, and the operator takes its notices."""
+    conf = Path(cluster["SLURM_ROOT"]) / "etc" / "slurm" / "slurm.conf"
+    if "PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh" not in conf.read_text():
+        raise PrerequisiteMissing(f"{conf} runs no slurm-bridge hook: restart the cluster (hack/cluster.sh down && up)")
+    if "slurm_hints" not in operator(cluster, "/stats"):
+        raise PrerequisiteMissing("the running operator takes no Slurm hooks: hack/bridge.sh down && up")
+
+
+def _bound_job(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> int:
+    wait_for(lambda: (p := read_pod(core, ns, name)) is not None and p.spec.node_name, 60, f"pod {name} bound")
+    phj: Obj = wait_for(
+        lambda: (p := get_phj(custom, ns, name)) and (p.get("status") or {}).get("phase") == "Running" and p,
+        30,
+        f"PlaceholderJob {name} Running",
+    )
+    job_id: int = phj["status"]["jobId"]
+    return job_id
+
+
+@pytest.mark.usefixtures("hooked")
+def test_a_queued_jobs_start_is_read_when_slurmctld_says_so(
+    cluster: dict[str, str],
+    core: k8s.CoreV1Api,
+    custom: k8s.CustomObjectsApi,
+    managed_namespace: str,
+    slurm_env: SlurmEnv,
+) -> None:
+    """A job that names a group is queued (only job/submit sets a group): Slurm starts it from its
+    queue, the hook tells the operator, which reads that job and releases the pod."""
+    gid = TENANTS["a"].gid
+    before = operator(cluster, "/stats")["slurm_hints"]
+    core.create_namespaced_pod(managed_namespace, make_pod("queued", annotations={names.ANN_GROUP_ID: str(gid)}))
+    job_id = _bound_job(core, custom, managed_namespace, "queued")
+    steps = operator(cluster, "/stats/starts")[str(job_id)]
+    assert steps["path"] == "queue", steps
+    assert steps["hint_started"] <= steps["running_read"] <= steps["released"], f"read after the hint: {steps}"
+    after = operator(cluster, "/stats")["slurm_hints"]
+    assert after["read"] > before["read"] and after["failed"] == before["failed"], (before, after)
+    job = slurm_job(slurm_env, job_id)
+    assert job is not None and job["group_id"] == gid, job
+
+
+@pytest.mark.usefixtures("hooked")
+def test_a_job_slurm_ends_is_read_when_slurmctld_says_so(
+    cluster: dict[str, str], core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str
+) -> None:
+    ns = managed_namespace
+    core.create_namespaced_pod(ns, make_pod("ended"))
+    job_id = _bound_job(core, custom, ns, "ended")
+    before = operator(cluster, "/stats")["slurm_hints"]
+    run(["bash", str(CLUSTER_SH), "slurm", "scancel", str(job_id)])
+    wait_for(lambda: [e for e in pod_events(core, ns, "ended") if e.reason == "SlurmJobCancelled"], 30, "pod Event")
+    after = operator(cluster, "/stats")["slurm_hints"]
+    assert after["received"] > before["received"] and after["read"] > before["read"], (before, after)
+
+
+def test_a_tenants_pod_is_allocated_at_once_as_the_tenant(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, cluster: dict[str, str], slurm_env: SlurmEnv
+) -> None:
+    """Under a TenantPolicy, the job is allocated inside the call (Slurm: SchedSubmit) and runs as
+    the tenant, in the tenant's account (docs/tenancy.md#a-tenants-identity-without-the-queue)."""
+    tenant = TENANTS["a"]
+    ns = f"fast-tenant-{secrets.token_hex(3)}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns, labels={MANAGED_LABEL: "true"})))
+    name = f"e2e-{secrets.token_hex(4)}"
+    spec = {
+        "namespaces": [ns],
+        "user": {"name": tenant.user},
+        "group": {"id": tenant.gid},
+        "accounts": {"default": tenant.accounts[0], "allowed": list(tenant.accounts)},
+        "qos": {"default": tenant.qos, "allowed": [tenant.qos, "normal"]},
+    }
+    body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
+    custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
+    try:
+
+        def selected() -> bool:
+            policy = custom.get_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
+            return ns in (policy.get("status") or {}).get("namespaces", [])
+
+        wait_for(selected, 30, f"TenantPolicy {name} to select {ns}")
+        core.create_namespaced_pod(ns, make_pod("tenant"))
+        job_id = _bound_job(core, custom, ns, "tenant")
+        assert operator(cluster, "/stats/starts")[str(job_id)]["path"] == "allocate"
+        job = slurm_job(slurm_env, job_id)
+        identity = (job or {}).get("user_name"), (job or {}).get("group_id"), (job or {}).get("account")
+        assert identity == (tenant.user, tenant.gid, tenant.accounts[0]), job
+        flags = slurm_env.sacct("-X", "-n", "-P", "-j", str(job_id), "--format=Flags")
+        assert "SchedSubmit" in flags, f"started inside the allocation call: {flags!r}"
+    finally:
+        custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
+        core.delete_namespace(ns)

@@ -1,0 +1,214 @@
+"""slurmctld's hook to the bridge (issue 31): the site script (slurm-hooks/slurm-bridge-notify.sh)
+and the operator's endpoint it posts to (operator/wiring/slurmhook.py). The script runs as bash
+against a local HTTP listener; the endpoint through aiohttp's test server, with the hints it feeds
+recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
+from tests.harness import wait_for
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-notify.sh"
+SLURM_CONF_SH = REPO / "hack" / "cluster" / "slurm-conf.sh"
+
+
+class Listener:
+    """A local HTTP server that records each POST and answers with the next of ``answers``."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers, self.got = answers, list[tuple[str, Any]]()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.got.append((self.headers.get("Authorization", ""), json.loads(body)))
+                self.send_response(outer.answers.pop(0) if outer.answers else 202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/slurm/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    served = Listener([])
+    yield served
+    served.server.shutdown()
+
+
+def run_hook(tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> float:
+    """Run the script as slurmctld would; returns how long it took (it must not wait)."""
+    (tmp / "token").write_text("s3cret\n")
+    (tmp / "notify.conf").write_text(f"URL={url}\nTOKEN_FILE={tmp / 'token'}  # the secret\nTRIES=3\n")
+    full = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp / "notify.conf"), "SLURM_JOB_ID": "42", **env}
+    began = time.monotonic()
+    proc = subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    return time.monotonic() - began
+
+
+def test_the_hook_tells_the_bridge_of_a_start_and_an_end_and_never_waits(tmp_path: Path, listener: Listener) -> None:
+    assert run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld") < 1.0
+    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    wait_for(lambda: len(listener.got) == 2, 5, "both notices")
+    assert sorted(listener.got, key=str) == [
+        ("Bearer s3cret", {"event": "ended", "jobId": 42}),
+        ("Bearer s3cret", {"event": "started", "jobId": 42}),
+    ]
+
+
+def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(tmp_path: Path, listener: Listener) -> None:
+    listener.answers += [503, 503]
+    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    wait_for(lambda: len(listener.got) == 3, 5, "two retries after 503")
+    listener.got.clear()
+    listener.answers += [401]
+    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    wait_for(lambda: len(listener.got) == 1, 5, "the refused notice")
+    time.sleep(0.5)
+    assert len(listener.got) == 1, "a wrong token is not tried again"
+
+
+def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: Listener) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "timeout", "setsid", "sleep"):
+        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        os.symlink(found, bin_dir / tool)
+    run_hook(tmp_path, listener.url, path=str(bin_dir), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    wait_for(lambda: len(listener.got) == 1, 5, "the notice over /dev/tcp")
+    assert listener.got == [("Bearer s3cret", {"event": "ended", "jobId": 42})]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"},  # not slurmctld's
+        {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "42; rm -rf /"},
+        {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_BRIDGE_NOTIFY_CONF": "/nonexistent"},
+    ],
+)
+def test_anything_else_exits_0_and_sends_nothing(tmp_path: Path, listener: Listener, env: dict[str, str]) -> None:
+    run_hook(tmp_path, listener.url, **env)
+    time.sleep(0.5)
+    assert listener.got == []
+
+
+def test_the_partition_filter(tmp_path: Path, listener: Listener) -> None:
+    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld", SLURM_JOB_PARTITION="batch")
+    conf = (tmp_path / "notify.conf").read_text()
+    (tmp_path / "notify.conf").write_text(conf + "PARTITIONS=pods,gpu\n")
+    subprocess.run(
+        ["bash", str(SCRIPT)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
+            "SLURM_JOB_ID": "43",
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld",
+            "SLURM_JOB_PARTITION": "batch",
+        },
+        check=True,
+    )
+    wait_for(lambda: len(listener.got) >= 1, 5, "the unfiltered notice")
+    time.sleep(0.5)
+    assert [b["jobId"] for _, b in listener.got] == [42], "job 43 is in a partition not listed"
+
+
+def test_slurm_conf_runs_the_hook_only_when_asked() -> None:
+    def conf(*settings: str) -> list[str]:
+        out = subprocess.run(["bash", str(SLURM_CONF_SH), "slurm.conf", *settings], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    assert not [ln for ln in conf() if "Slurmctld=" in ln], "a path the controller lacks would cancel every job"
+    hooked = conf("notify_hook=/etc/slurm/slurm-bridge-notify.sh")
+    assert "PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
+    assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
+    assert "notify_hook=/etc/slurm/slurm-bridge-notify.sh" in (REPO / "hack" / "cluster" / "slurm.sh").read_text()
+
+
+# ---- the operator's endpoint -----------------------------------------------------------------------
+class Hints:
+    def __init__(self) -> None:
+        self.got: list[tuple[int, str]] = []
+
+    def hint(self, job_id: int, event: str) -> bool:
+        self.got.append((job_id, event))
+        return job_id == 7
+
+
+async def _client(token: HookToken | None, leader: bool, hints: Hints) -> TestClient[Any, Any]:
+    elector = SimpleNamespace(is_leader=asyncio.Event())
+    if leader:
+        elector.is_leader.set()
+    app = web.Application()
+    app.router.add_post("/slurm/hook", slurm_hook(hints, elector, token))  # type: ignore[arg-type]
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+async def test_the_endpoint_acts_only_on_the_leader_with_the_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("s3cret\n")
+    hints, token = Hints(), HookToken(tmp_path / "token")
+    ok = {"Authorization": "Bearer s3cret"}
+    client = await _client(token, True, hints)
+    try:
+        r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=ok)
+        assert r.status == 202 and await r.json() == {"read": True}
+        r = await client.post("/slurm/hook", json={"event": "ended", "jobId": 8}, headers=ok)
+        assert r.status == 200 and await r.json() == {"read": False}, "no news: taken, nothing read"
+        bads: list[object] = [
+            {"event": "started"},
+            {"event": "begun", "jobId": 7},
+            {"event": "started", "jobId": "7"},
+            [],
+        ]
+        for bad in bads:
+            assert (await client.post("/slurm/hook", json=bad, headers=ok)).status == 400
+        start = {"event": "started", "jobId": 7}
+        for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            assert (await client.post("/slurm/hook", json=start, headers=header)).status == 401
+        assert hints.got == [(7, "started"), (8, "ended")]
+        (tmp_path / "token").write_text("rotated-token\n")  # a rotated Secret: read again
+        headers = {"Authorization": "Bearer rotated-token"}
+        assert (await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)).status == 202
+    finally:
+        await client.close()
+    client = await _client(token, False, hints)
+    try:
+        r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)
+        assert r.status == 503 and "standby" in await r.text()
+    finally:
+        await client.close()
+    client = await _client(None, True, hints)
+    try:
+        r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)
+        assert r.status == 404 and "slurmHookTokenFile" in await r.text()
+    finally:
+        await client.close()
