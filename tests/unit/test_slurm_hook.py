@@ -145,7 +145,10 @@ def test_slurm_conf_runs_the_hook_only_when_asked() -> None:
         assert out.returncode == 0, out.stderr
         return out.stdout.splitlines()
 
-    assert not [ln for ln in conf() if "Slurmctld=" in ln], "a path the controller lacks would cancel every job"
+    # The handoff's EpilogSlurmctld (hack/slurm-policy.conf) is always there; the notify hook only when asked.
+    assert not [ln for ln in conf() if "notify" in ln or "PrologSlurmctld=" in ln], (
+        "a path the controller lacks would cancel every job"
+    )
     hooked = conf("notify_hook=/etc/slurm/slurm-bridge-notify.sh")
     assert "PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
     assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
@@ -39,6 +39,7 @@ from slurm_bridge.operator.placeholderjobs.sync.groupconditions import Composite
 from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmRenames
 from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, SlurmJobWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -436,24 +437,3 @@ class PlaceholderJobs:
         if stored is not None and stored["metadata"].get("uid") == answer["metadata"].get("uid"):
             return self.phjs.model_of(stored)
         return PlaceholderJob.parse(answer)  # deleted meanwhile
-
-
-@dataclass(frozen=True)
-class Done:
-    """The plan ran to its end, or stopped: look again after ``requeue`` seconds (None: on the
-    next event)."""
-
-    requeue: float | None
-
-
-@dataclass(frozen=True)
-class Again:
-    """The plan stopped for an input of the next decision: the members read with a GET
-    (``confirm``), or the ``outcome`` of a submit or a release. ``error``: raised once the
-    outcome's plan is applied (Slurm unreachable: the work queue retries with backoff)."""
-
-    phj: PlaceholderJob
-    confirm: bool = False
-    confirmed: Mapping[str, Obj | None] | None = None
-    outcome: pl.Outcome | None = None
-    error: SlurmUnavailable | None = None
