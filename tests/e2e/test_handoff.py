@@ -61,10 +61,11 @@ def workload_image() -> str:
 def handoff_script(slurm_env: SlurmEnv) -> None:
     """The running slurmctld runs the project's EpilogSlurmctld (hack/slurm-policy.conf)."""
     conf = slurm_env.scontrol("show", "config")
-    line = next((ln for ln in conf.splitlines() if ln.startswith("EpilogSlurmctld")), "")
-    assert "slurm-bridge-handoff.sh" in line, (
-        f"slurmctld runs no handoff script ({line.strip() or 'no EpilogSlurmctld'}): it runs a slurm.conf older than "
-        "hack/slurm-policy.conf; restart the cluster (hack/cluster.sh down && hack/cluster.sh up)"
+    # Several EpilogSlurmctld run in turn (EpilogSlurmctld[0], [1], ...: the notify hook's too).
+    lines = [ln.strip() for ln in conf.splitlines() if ln.startswith("EpilogSlurmctld")]
+    assert any("slurm-bridge-handoff.sh" in ln for ln in lines), (
+        f"slurmctld runs no handoff script ({'; '.join(lines) or 'no EpilogSlurmctld'}): it runs a slurm.conf older "
+        "than hack/slurm-policy.conf; restart the cluster (hack/cluster.sh down && hack/cluster.sh up)"
     )
 
 
