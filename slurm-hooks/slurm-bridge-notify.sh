@@ -15,10 +15,10 @@
 #   PARTITIONS=                                     # only these partitions (comma-separated); empty: all
 #   TRIES=3                                         # a standby operator answers 503: try again
 #
-# It always exits 0 at once: slurmctld cancels a job whose PrologSlurmctld fails (external jobs
-# cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is sent
-# by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up of
-# the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
+# It always exits 0 within a second: slurmctld cancels a job whose PrologSlurmctld fails (external
+# jobs cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is
+# sent by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up
+# of the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
 # only time: the operator's polls find the same. The operator reads the job back from Slurm
 # before it acts, so a notice is never trusted. With curl (HTTPS too) the child is curl itself;
 # without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
@@ -41,18 +41,24 @@ if [ -n "$PARTITIONS" ] && [[ ",$PARTITIONS," != *",${SLURM_JOB_PARTITION:-},"* 
 [[ $TRIES =~ ^[1-9]$ ]] || TRIES=3
 body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID}"
 
+# The child says one line once it is in its own session (setsid ran), and the script exits only
+# then (or after 1 s): slurmctld kills the script's process group when the script exits, and a
+# child that had not left it yet died with it (seen on Slurm 26.05.5: most notices were lost).
 if command -v curl > /dev/null; then
   # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
-  { IFS= read -r token < "$TOKEN_FILE"; printf 'Authorization: Bearer %s\n' "$token"; } |
-    setsid curl -s -o /dev/null -m 2 --retry "$((TRIES - 1))" --retry-delay 0 -X POST -H @- \
-      -H 'Content-Type: application/json' --data "$body" "$URL" > /dev/null 2>&1 &
+  read -r -t 1 _ < <(setsid bash -c '
+    echo; exec > /dev/null 2>&1
+    { IFS= read -r token < "$1"; printf "Authorization: Bearer %s\n" "$token"; } |
+      curl -s -o /dev/null -m 2 --retry "$(($2 - 1))" --retry-delay 0 -X POST -H @- \
+        -H "Content-Type: application/json" --data "$3" "$4"' _ "$TOKEN_FILE" "$TRIES" "$body" "$URL" < /dev/null &)
   exit 0
 fi
 
 [[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || exit 0
 # One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong token is not
 # tried again), anything else is tried again after 0.1 s; timeout bounds a connect that hangs.
-setsid timeout 5 bash -c '
+read -r -t 1 _ < <(setsid timeout 5 bash -c '
+  echo; exec > /dev/null 2>&1
   IFS= read -r token < "$6" || exit 0
   for ((i = 1; i <= $5; i++)); do
     status=000
@@ -65,5 +71,5 @@ setsid timeout 5 bash -c '
     case $status in 2??|4??) exit 0 ;; esac
     sleep 0.1
   done' _ "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]:-80}" "${BASH_REMATCH[4]:-/}" "$body" "$TRIES" "$TOKEN_FILE" \
-  < /dev/null > /dev/null 2>&1 &
+  < /dev/null 2> /dev/null &)
 exit 0

@@ -105,6 +105,39 @@ def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: List
     assert listener.got == [("Bearer s3cret", {"event": "ended", "jobId": 42})]
 
 
+def _bash_only_bin(tmp: Path) -> Path:
+    bin_dir = tmp / "bin-bash-only"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("bash", "timeout", "setsid", "sleep"):
+        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        if not (bin_dir / tool).exists():
+            os.symlink(found, bin_dir / tool)
+    return bin_dir
+
+
+@pytest.mark.parametrize("with_curl", [True, False])
+def test_the_notice_outlives_slurmctld_killing_the_scripts_process_group(
+    tmp_path: Path, listener: Listener, with_curl: bool
+) -> None:
+    """slurmctld kills a PrologSlurmctld's process group as soon as the script exits: the child that
+    sends the notice must have left it by then (before, most notices on Slurm 26.05.5 were lost)."""
+    (tmp_path / "token").write_text("s3cret\n")
+    (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
+    path = "/usr/bin:/bin" if with_curl else str(_bash_only_bin(tmp_path))
+    rounds = 10
+    for job in range(rounds):
+        env = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"), "SLURM_JOB_ID": str(job),
+               "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}  # fmt: skip
+        proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, start_new_session=True)
+        proc.wait(timeout=10)
+        try:
+            os.killpg(proc.pid, 9)  # what slurmctld does once the script exited
+        except ProcessLookupError:
+            pass  # nothing was left in it
+    wait_for(lambda: len(listener.got) == rounds, 10, f"all {rounds} notices")
+    assert sorted(b["jobId"] for _, b in listener.got) == list(range(rounds))
+
+
 @pytest.mark.parametrize(
     "env",
     [
