@@ -19,6 +19,7 @@ import re
 import secrets
 import ssl
 from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote
@@ -136,11 +137,21 @@ def resource_version(obj: Mapping[str, Any]) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Accept:
+    """The representation a list and a watch ask for (``Accept``): a watch's events are single
+    objects, and the API server answers a watch that asks for a List form with events it cannot
+    encode ("you requested PartialObjectMetadataList, but the requested object is not a list")."""
+
+    list: str
+    watch: str
+
+
 # Lists and watches that answer each object's metadata only (meta.k8s.io PartialObjectMetadata), as
 # Kubernetes' garbage collector reads every kind: no spec, no status.
-METADATA_ONLY: Final = (
-    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
-    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+METADATA_ONLY: Final = Accept(
+    list="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+    watch="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
 )
 
 

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from slurm_bridge import names
-from slurm_bridge.kube import Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
+from slurm_bridge.kube import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
 from slurm_bridge.tasks import cancel_and_wait
 from slurm_bridge.tenancy import TenantIndex
 
@@ -125,11 +125,13 @@ class Informer:
         page: int = LIST_PAGE,
         watch_seconds: int = WATCH_SECONDS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        accept: str | None = None,
+        accept: Accept | None = None,
     ) -> None:
         self.kube, self.path, self.what = kube, path, what
-        # Another representation of the objects (kube.METADATA_ONLY), asked for by list and watch.
-        self._accept: dict[str, str] = {"accept": accept} if accept else {}
+        # Another representation of the objects (kube.METADATA_ONLY): its List form for lists, its
+        # object form for watches.
+        self._accept_list: dict[str, str] = {"accept": accept.list} if accept else {}
+        self._accept_watch: dict[str, str] = {"accept": accept.watch} if accept else {}
         self._sleep = sleep  # the backoff's (tests pass their own)
         self.handle, self.known = handle, known
         self.params = dict(params or {})
@@ -198,7 +200,7 @@ class Informer:
         snapshot, upto = "", 0  # the list's resourceVersion: its first page's
         while True:
             try:
-                page = await self.kube.request("GET", self.path, params=params, **self._accept)
+                page = await self.kube.request("GET", self.path, params=params, **self._accept_list)
             except NotFound:
                 if not self.missing_ok:
                     raise
@@ -253,7 +255,11 @@ class Informer:
         """Hand on events until the watch ends."""
         self.watches += 1
         events = self.kube.watch(
-            self.path, self.resource_version, timeout_seconds=self.watch_seconds, params=self.params, **self._accept
+            self.path,
+            self.resource_version,
+            timeout_seconds=self.watch_seconds,
+            params=self.params,
+            **self._accept_watch,
         )
         async with contextlib.aclosing(events):  # a 410 or a stop closes the response at once
             await self._consume(events)

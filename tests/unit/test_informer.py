@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from slurm_bridge.kube import Gone, KubeError, NotFound
+from slurm_bridge.kube import METADATA_ONLY, Gone, KubeError, NotFound
 from slurm_bridge.kubecache import Informer, key_of
 from slurm_bridge.operator.runtime.store import ObjectStore
 from tests.builders import make_pod
@@ -55,14 +55,18 @@ class Api:
         self.lists, self.watches = list(lists), list(watches)
         self.list_calls: list[dict[str, str]] = []
         self.watch_calls: list[tuple[str, dict[str, str]]] = []
+        self.accepts: list[tuple[str, str | None]] = []  # (list | watch, the Accept asked for)
         self.cancelled = asyncio.Event()
         self.called = asyncio.Event()  # set at every request: the tests' conditions are checked then
         self._pages: list[Obj] = []
 
-    async def request(self, method: str, path: str, *, params: dict[str, str] | None = None) -> Obj:
+    async def request(
+        self, method: str, path: str, *, params: dict[str, str] | None = None, accept: str | None = None
+    ) -> Obj:
         assert (method, path) == ("GET", PATH)
         params = params or {}
         self.list_calls.append(params)
+        self.accepts.append(("list", accept))
         self.called.set()
         if "continue" not in params:
             if not self.lists:
@@ -73,8 +77,11 @@ class Api:
             self._pages = list(script)
         return self._pages.pop(0)
 
-    async def watch(self, path: str, rv: str, *, timeout_seconds: int, params: dict[str, str]) -> AsyncIterator[Obj]:
+    async def watch(
+        self, path: str, rv: str, *, timeout_seconds: int, params: dict[str, str], accept: str | None = None
+    ) -> AsyncIterator[Obj]:
         self.watch_calls.append((rv, params))
+        self.accepts.append(("watch", accept))
         self.called.set()
         if not self.watches:
             try:
@@ -148,6 +155,19 @@ async def test_lists_in_pages_then_watches_from_the_lists_resource_version() -> 
     assert inf.synced.is_set() and inf.lists == 1
     assert api.watch_calls == [("10", SELECTOR)], "the field selector goes with the watch too"
     assert api.cancelled.is_set(), "stop cancels the watch that was waiting"
+
+
+async def test_a_metadata_only_informer_lists_the_list_form_and_watches_the_object_form() -> None:
+    """A watch's events are single objects: asking a watch for PartialObjectMetadataList makes the
+    API server fail every event (found on Kubernetes 1.37: no workload annotation change arrived)."""
+    api = Api([[listed(rv=10)]], [])
+    inf = informer(api, Consumer(), accept=METADATA_ONLY)
+    await run_until(inf, api, lambda: api.watch_calls, "the watch")
+    (lst, list_accept), (wch, watch_accept) = api.accepts
+    assert (lst, wch) == ("list", "watch")
+    assert list_accept is not None and list_accept.startswith("application/json;as=PartialObjectMetadataList;")
+    assert watch_accept is not None and watch_accept.startswith("application/json;as=PartialObjectMetadata;")
+    assert "PartialObjectMetadataList" not in watch_accept
 
 
 async def test_a_watch_that_ends_goes_on_from_the_last_resource_version_bookmarks_included() -> None:

@@ -6,6 +6,7 @@ recorded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import os
@@ -130,10 +131,8 @@ def test_the_notice_outlives_slurmctld_killing_the_scripts_process_group(
                "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}  # fmt: skip
         proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, start_new_session=True)
         proc.wait(timeout=10)
-        try:
+        with contextlib.suppress(ProcessLookupError):  # nothing was left in it
             os.killpg(proc.pid, 9)  # what slurmctld does once the script exited
-        except ProcessLookupError:
-            pass  # nothing was left in it
     wait_for(lambda: len(listener.got) == rounds, 10, f"all {rounds} notices")
     assert sorted(b["jobId"] for _, b in listener.got) == list(range(rounds))
 
