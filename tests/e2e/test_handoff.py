@@ -75,13 +75,19 @@ def node_cpus(slurm: SlurmEnv, node: str) -> int:
 
 
 def handoff_pod(name: str, image: str, slurm: SlurmEnv, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """A bridge pod for the real node: one CPU, the lingering container, a 20 s grace period."""
+    """A bridge pod for the real node: one CPU, the lingering container, a 20 s grace period;
+    coResident (its limits are Slurm's reservation), so that a native job shares the node and what
+    the handoff holds is the pod's one core (a time-shared or exclusive job's is the whole node)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "annotations": {names.ANN_PARTITION: slurm.real_partition, **(annotations or {})},
+            "annotations": {
+                names.ANN_PARTITION: slurm.real_partition,
+                names.ANN_NODE_SHARING: names.NODE_SHARING_CO_RESIDENT,
+                **(annotations or {}),
+            },
         },
         "spec": {
             "terminationGracePeriodSeconds": GRACE,

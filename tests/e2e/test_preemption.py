@@ -28,6 +28,10 @@ pytestmark = pytest.mark.usefixtures("bridge")
 ALICE = TENANTS["a"]
 HOST = "kubernetes.io/hostname"
 PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+# The pods take whole nodes, as exclusive jobs. Not timeShared (the local default): Slurm's MCS
+# filter (MCSParameters=ondemandselect) keeps a job off a node whose jobs carry another label before
+# preemption is weighed, so time-shared pods and native jobs only take turns (docs/colocation.md).
+EXCLUSIVE = {names.ANN_NODE_SHARING: names.NODE_SHARING_EXCLUSIVE}
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def whole_node_pod(slurm: SlurmEnv, name: str, node: str | None, qos: str, label
     dict[str, Any]
 ):  # fmt: skip
     # A gang member's Slurm options are its PodGroup's (``labels``: it names one).
-    annotations = None if labels else {names.ANN_PARTITION: slurm.hybrid_partition, names.ANN_QOS: qos}
+    annotations = None if labels else {names.ANN_PARTITION: slurm.hybrid_partition, names.ANN_QOS: qos, **EXCLUSIVE}
     body = make_pod(
         name, cpu=str(node_cpus(slurm, node or slurm.hybrid_nodes[0])), annotations=annotations, labels=labels
     )
@@ -178,7 +182,7 @@ def test_a_gang_is_preempted_whole_and_a_gang_preempts_native_jobs_on_every_node
 
     def group(name: str, qos: str) -> dict[str, Any]:
         """A gang of two; its slurmjob annotations are the PodGroup's (docs/workloads.md)."""
-        annotations = {names.ANN_PARTITION: slurm_env.hybrid_partition, names.ANN_QOS: qos}
+        annotations = {names.ANN_PARTITION: slurm_env.hybrid_partition, names.ANN_QOS: qos, **EXCLUSIVE}
         return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                 "metadata": {"name": name, "annotations": annotations}, "spec": {"minMember": 2}}  # fmt: skip
 
