@@ -3,8 +3,8 @@ and a slurmd each, the Slurm node named as the Kubernetes node), the pod network
 workers, and a bridge pod and a native batch job run on one worker at the same time.
 
 Run with SB_CLUSTER=kind (hack/test.sh's kind tier). The co-location tests of the hybrid-nodes
-issue belong here too: they need real slurmd and real containers, which only this cluster has both
-of on every Slurm node."""
+issue are in test_colocation.py, beside this file: they need real slurmd and real containers, which
+only this cluster has both of on every Slurm node."""
 
 from __future__ import annotations
 
