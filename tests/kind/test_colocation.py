@@ -67,6 +67,12 @@ def cpus_of(slurm: SlurmEnv, node: str) -> int:
     return cpus
 
 
+def slurm_says(slurm: SlurmEnv, job_id: int) -> str:
+    """A job's state and Slurm's reason, for a failure's message."""
+    j = slurm_job(slurm, job_id) or {}
+    return f"{j.get('job_state')} {j.get('state_reason')} on {j.get('nodes') or '-'}"
+
+
 def kind_pod(name: str, mode: str | None, node: str, *, image: str | None = None) -> dict[str, Any]:
     """A bridge pod on ``node`` with CPU and memory limits (coResident needs them): one Slurm CPU.
     It asks the kubelet for 100m only: the kubelets count this machine's few cores."""
@@ -92,7 +98,9 @@ def test_co_resident_a_pod_and_a_native_job_fill_a_worker_together_and_each_wait
     pod_job = the_job_of(custom, ns, "co-pod")
     assert job_cpus(slurm_env, pod_job) == 1, "a coResident pod holds its own CPU only"
     # A native job for every other CPU of the worker: it starts beside the pod, and the worker is full.
-    rest = native.submit(ALICE, "-w", node, "-c", str(cpus - 1), "--mem=64", "--chdir=/tmp", name="co-rest")
+    # QOS native: alice's default QOS holds her to a few CPUs at once (hack/accounting.env).
+    rest = native.submit(ALICE, "-w", node, "-c", str(cpus - 1), "--mem=64", "--qos=native", "--chdir=/tmp",
+                         name="co-rest")  # fmt: skip
 
     def together() -> bool:
         return (
@@ -102,7 +110,11 @@ def test_co_resident_a_pod_and_a_native_job_fill_a_worker_together_and_each_wait
             and node_cpus(slurm_env, node) == (cpus, cpus)
         )
 
-    wait_for(together, 60, f"native job {rest} ({cpus - 1} CPUs) running beside the pod's job {pod_job} on {node}")
+    try:
+        wait_for(together, 60, f"native job {rest} ({cpus - 1} CPUs) running beside the pod's job {pod_job} on {node}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: Slurm says {slurm_says(slurm_env, rest)}, and of the pod's job "
+                             f"{slurm_says(slurm_env, pod_job)}") from None  # fmt: skip
     holds_for(together, HOLD, f"the pod's job and native job {rest} filling {node} ({cpus} CPUs) at once")
     fields = "JobID,User,Account,NodeList,AllocCPUS,State"
 
@@ -215,7 +227,8 @@ def test_handoff_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopp
         # alice's job for the whole worker: it waits while the pod's job holds a CPU of it.
         proc = slurm_env.slurm(
             "sbatch", "--parsable", f"--uid={ALICE.uid}", f"--gid={ALICE.gid}", "-A", ALICE.accounts[0],
-            "-J", "handoff-native", "-w", node, "-c", str(cpus), "--mem=64", "--chdir=/tmp", f"--output={marker}",
+            "-J", "handoff-native", "-w", node, "-c", str(cpus), "--mem=64", "--qos=native", "--chdir=/tmp",
+            f"--output={marker}",
             "--wrap", "date +%s.%N; exec sleep 600",
         )  # fmt: skip
         waiting = int(proc.stdout.strip().split(";")[0])
