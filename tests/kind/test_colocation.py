@@ -210,7 +210,8 @@ def test_handoff_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopp
     assert image, "`hack/kind.sh env` names no SB_LINGER_IMAGE: the cluster was made by an older hack/kind.sh up"
     cpus = cpus_of(slurm_env, node)
     name = f"handoff-{secrets.token_hex(3)}"
-    core.create_namespaced_pod(ns, kind_pod(name, None, node, image=image))
+    # coResident: the handoff holds the job's own CPU count (a time-shared job's hold is the whole node).
+    core.create_namespaced_pod(ns, kind_pod(name, "coResident", node, image=image))
 
     def running() -> bool:
         p = read_pod(core, ns, name)
