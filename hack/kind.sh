@@ -4,8 +4,8 @@
 # through the same steps.
 #
 #   hack/kind.sh up          create the cluster (Kubernetes $KUBERNETES_VERSION: one control plane,
-#                            SB_KIND_WORKERS workers), start Slurm in it, load the images; reuses a
-#                            running cluster
+#                            SB_KIND_WORKERS workers), start Slurm in it, load the images (the
+#                            tests' lingering workload into the workers too); reuses a running cluster
 #   hack/kind.sh install     install (or upgrade) the bridge with helm, as docs/quickstart.md shows
 #   hack/kind.sh uninstall   helm uninstall the bridge
 #   hack/kind.sh down        delete the cluster; nothing of it keeps running, its state is removed
@@ -73,8 +73,10 @@ node_image() {
 
 # An image built from one of the project's Dockerfiles, as an archive `kind load image-archive`
 # reads: with buildah on local bases (hack/image.sh), or with the container engine on public bases.
-image_archive() { # bridge|slurm|mariadb
-  if [ "$(image_mode)" = local ]; then bash "$HACK_DIR/image.sh" archive "$1"; return; fi
+# The tests' lingering workload (hack/workload) is a static binary on an empty image: always built
+# here (hack/image.sh), whatever the mode; nothing of it is pulled.
+image_archive() { # bridge|slurm|mariadb|workload
+  if [ "$(image_mode)" = local ] || [ "$1" = workload ]; then bash "$HACK_DIR/image.sh" archive "$1"; return; fi
   local ref out
   ref=$(image_ref "$1"); out="$KIND_CACHE/images/$(echo "${ref#localhost/}" | tr ':/' '--').tar"
   if [ ! -f "$out" ]; then
@@ -88,8 +90,8 @@ image_archive() { # bridge|slurm|mariadb
   echo "$out"
 }
 
-image_ref() { # bridge|slurm|mariadb
-  if [ "$(image_mode)" = local ]; then bash "$HACK_DIR/image.sh" ref "$1"; return; fi
+image_ref() { # bridge|slurm|mariadb|workload
+  if [ "$(image_mode)" = local ] || [ "$1" = workload ]; then bash "$HACK_DIR/image.sh" ref "$1"; return; fi
   local sum
   case $1 in
     bridge) sum=$( { ls Dockerfile .dockerignore constraints.txt pyproject.toml README.md
@@ -314,6 +316,8 @@ cmd_up() {
   wait_nodes_ready
   slurm_up
   load_image bridge "$(control_plane)"
+  # The handoff's tests (tests/kind/test_colocation.py): a container that lingers after SIGTERM.
+  load_image workload $(workers)
   log "kind cluster $SB_KIND_CLUSTER up in $((SECONDS - t0))s (cluster $((t1 - t0))s, Slurm and images $((SECONDS - t1))s)"
   cmd_status
 }
@@ -383,12 +387,12 @@ cmd_status() {
 }
 
 cmd_env() {
-  local workers="" cp="" image=""
+  local workers="" cp="" image="" linger=""
   if [ -s "$KIND_KUBECONFIG" ]; then
     workers=$(kubectl_kind get nodes -l '!node-role.kubernetes.io/control-plane' -o name 2>/dev/null | sed 's|^node/||' | sort | tr '\n' ' ' | sed 's/ $//')
     cp=$(kubectl_kind get nodes -l node-role.kubernetes.io/control-plane -o name 2>/dev/null | sed 's|^node/||')
   fi
-  [ -s "$KIND_STATE/images" ] && image=$(image_ref slurm)
+  [ -s "$KIND_STATE/images" ] && image=$(image_ref slurm) && linger=$(image_ref workload)
   cat <<EOF
 export KUBECONFIG=$KIND_KUBECONFIG
 export SB_CLUSTER=kind
@@ -402,6 +406,7 @@ export SB_NODE_NAMES="$workers"
 export SB_GPU_NODE_NAMES=""
 export SB_BRIDGE_NODE=$cp
 export SB_WORKLOAD_IMAGE=$image
+export SB_LINGER_IMAGE=$linger
 export KIND_EXPERIMENTAL_PROVIDER=$(cat "$KIND_STATE/engine" 2>/dev/null)
 EOF
   [ "$(cat "$KIND_STATE/engine" 2>/dev/null)" != podman ] || echo "export CONTAINERS_CONF=$KIND_CACHE/containers.conf"

@@ -3,8 +3,8 @@ and a slurmd each, the Slurm node named as the Kubernetes node), the pod network
 workers, and a bridge pod and a native batch job run on one worker at the same time.
 
 Run with SB_CLUSTER=kind (hack/test.sh's kind tier). The co-location tests of the hybrid-nodes
-issue belong here too: they need real slurmd and real containers, which only this cluster has both
-of on every Slurm node."""
+issue are in test_colocation.py, beside this file: they need real slurmd and real containers, which
+only this cluster has both of on every Slurm node."""
 
 from __future__ import annotations
 
@@ -18,19 +18,9 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.e2e.util import API, get_phj, make_pod, read_pod, slurm_job
-from tests.harness import KIND_SH, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
+from tests.harness import TENANTS, SlurmEnv, wait_for
 
 KEEP_RUNNING = {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}
-
-
-@pytest.fixture(scope="session")
-def kind_bridge(cluster: dict[str, str]) -> dict[str, str]:
-    """The bridge installed with its chart (hack/kind.sh install: an upgrade when it is there). The
-    deployed tier, which runs after these tests, uninstalls it at its end."""
-    proc = run(["bash", str(KIND_SH), "install"], check=False, timeout=1200)
-    if proc.returncode != 0:
-        raise PrerequisiteMissing(f"`hack/kind.sh install` failed:\n{proc.stderr[-3000:]}")
-    return cluster
 
 
 def worker_names(core: k8s.CoreV1Api) -> list[str]:
