@@ -72,9 +72,10 @@ def policy_problems(policy: SlurmPolicy, config: Config, used: frozenset[str]) -
     ``used``: the QOS the bridge's jobs run in (its jobs seen, its user's default QOS)."""
     out: list[str] = []
     conf = policy.conf
-    if conf is not None and not conf.epilog_slurmctld:
+    if conf is not None and not conf.handoff_epilogs:
         out.append(
-            "slurm.conf has no EpilogSlurmctld: when Slurm ends a bridge job itself (scancel by "
+            "slurm.conf has no EpilogSlurmctld (but slurmctld's hook to the operator): when Slurm ends a "
+            "bridge job itself (scancel by "
             "someone else, a node failure) native work may start under the pods still stopping "
             "(install the handoff script, docs/colocation.md)"
         )

@@ -1,7 +1,6 @@
-"""Every well-known name the bridge reads or writes, split by kind as the Go slurm-bridge's
-``internal/wellknown`` is (annotations, labels, reasons, conditions, finalizers, scheduling, slurm,
-crd, prefixes) and re-exported here as ``names.X``; a new name goes into the module of its kind
-(tests/unit/test_names_by_kind.py). Keys shared with the Go bridge keep its spelling and meaning."""
+"""Every well-known name, split by kind as the Go slurm-bridge's ``internal/wellknown`` is, and
+re-exported here as ``names.X`` (tests/unit/test_names_by_kind.py); a new name goes into the module
+of its kind. Keys shared with the Go bridge keep its spelling and meaning."""
 
 # No `from __future__ import annotations` here: it would bind `annotations`, the name of a kind module.
 from slurm_bridge.names.annotations import (
@@ -228,6 +227,7 @@ from slurm_bridge.names.slurm import (
     HANDOFF_SCOPE_NODE,
     HANDOFF_WORK_DIR,
     NODE_SYNC_OWNER,
+    NOTIFY_HOOK_SCRIPT,
     RELEASED_JOB_NAME_SUFFIX,
     SLURM_NODE_COMMENT_PREFIX,
     SLURM_NODE_REASON_PREFIX,
@@ -306,6 +306,7 @@ __all__ = [
     "NODE_SHARING_MODES",
     "NODE_SHARING_TIME_SHARED",
     "NODE_SYNC_OWNER",
+    "NOTIFY_HOOK_SCRIPT",
     "PHASE_ALLOCATED",
     "PHASE_CANCELLED",
     "PHASE_COMPLETED",

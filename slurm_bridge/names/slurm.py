@@ -31,6 +31,9 @@ HANDOFF_SCOPE_NODE: Final = "node"  # hold every free core of each node (exact c
 # The reservation the script makes when Slurm ends a bridge job: handoff-<job id>-<bridgeId>-<node>,
 # one a node (a reservation's CoreCnt list is refused in 26.05; REST shows no reservation comment).
 HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
+# slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh), also an EpilogSlurmctld:
+# the one the handoff does not need to rename a job for (it reads no job's name).
+NOTIFY_HOOK_SCRIPT: Final = "slurm-bridge-notify.sh"
 # The bridge renames a job it releases itself (its pods' containers stopped) to <name><suffix> just
 # before its DELETE: the script then holds nothing for it (checked on Slurm 26.05: the epilog sees
 # the new name; a running job's working directory cannot be changed).

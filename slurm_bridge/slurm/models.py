@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from slurm_bridge import names
+
 
 class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -290,6 +292,12 @@ class SlurmConf(BaseModel):
     preempt_type: str = ""
     preempt_mode: tuple[str, ...] = ()  # upper case
     over_time_limit_minutes: int | None = 0  # None: UNLIMITED
+
+    @property
+    def handoff_epilogs(self) -> tuple[str, ...]:
+        """The EpilogSlurmctld scripts but slurmctld's hook to the operator, which reads no job's
+        name: a renamed job matters only to the others (the handoff's script, a site's own)."""
+        return tuple(e for e in self.epilog_slurmctld if e.rsplit("/", 1)[-1] != names.NOTIFY_HOOK_SCRIPT)
 
 
 class PartitionInfo(BaseModel):

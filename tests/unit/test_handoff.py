@@ -293,10 +293,22 @@ async def test_the_bridges_own_cancel_renames_each_running_part_first() -> None:
     slurm.calls.clear()
     await jobs.cancel(8, released=False)  # pods may run on it: the script's reservation must hold
     assert slurm.calls == ["cancel 8"]
-    slurm.calls.clear()
-    jobs.policy.current = SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos"))  # no EpilogSlurmctld
+
+
+@pytest.mark.parametrize(
+    ("epilogs", "renamed"),
+    [
+        ((), False),  # no script to skip
+        (("/etc/slurm/slurm-bridge-notify.sh",), False),  # slurmctld's hook to the operator reads no name
+        (("/etc/slurm/slurm-bridge-notify.sh", "/site/handoff.sh"), True),  # another may read it
+    ],
+)
+async def test_the_rename_only_where_an_epilog_may_read_the_name(epilogs: tuple[str, ...], renamed: bool) -> None:
+    slurm = FakeSlurm()
+    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(7, "RUNNING", nodes=("n1",), name="ns/p")])
+    jobs.policy.current = SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos", epilog_slurmctld=epilogs))
     await jobs.cancel(7)
-    assert slurm.calls == ["cancel 7"], "no script to skip: no rename"
+    assert slurm.calls == (["rename 7 ns/p#released"] if renamed else []) + ["cancel 7"]
 
 
 async def test_a_preempted_end_names_the_likely_preemptor_on_the_placeholderjob_and_the_pods() -> None:

@@ -47,9 +47,10 @@ class HandoffWrites:
     async def mark_released(self, job_id: int) -> None:
         """Rename each running part of the job before the bridge's own cancel (its pods' containers
         stopped), so the EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's
-        components each have their own epilog). None where slurm.conf has no EpilogSlurmctld."""
+        components each have their own epilog). None where slurm.conf has no EpilogSlurmctld but
+        slurmctld's hook to the operator."""
         conf = self.policy.current.conf
-        if conf is not None and not conf.epilog_slurmctld:
+        if conf is not None and not conf.handoff_epilogs:
             return
         snap = self.poller.snapshot
         job = snap.by_id.get(job_id) if snap is not None else None
