@@ -11,11 +11,13 @@ import asyncio
 from typing import Any
 
 import kubernetes.client as k8s
+from kubernetes.client.rest import ApiException
 
 from slurm_bridge import kubeconfig
 from slurm_bridge.kube import KubeClient, resource_path
 from slurm_bridge.kubecache import Informer
 from slurm_bridge.operator.runtime.store import ObjectStore
+from tests.harness import wait_for
 
 Obj = dict[str, Any]
 
@@ -33,6 +35,17 @@ class Seen:
         else:
             self.store.upsert(obj)
         self.changed.set()
+
+
+def _compacted(core: k8s.CoreV1Api, namespace: str) -> bool:
+    """Whether revision 1 is compacted: an exact list at it is answered 410 Gone."""
+    try:
+        core.list_namespaced_config_map(namespace, resource_version="1", resource_version_match="Exact", limit=1)
+    except ApiException as e:
+        if e.status == 410:
+            return True
+        raise
+    return False
 
 
 async def until(seen: Seen, check: Any, what: str, seconds: float = 30) -> None:
@@ -76,7 +89,12 @@ def test_the_informer_lists_in_pages_follows_the_watch_and_relists_after_410(
         finally:
             await inf.stop()
         # A restart from a resourceVersion long compacted: the API server answers 410, the
-        # informer lists again and makes up the delete of c it never saw.
+        # informer lists again and makes up the delete of c it never saw. On a cluster younger
+        # than two compaction periods (kube-apiserver compacts every 5 minutes, to the revision
+        # of the period before) revision 1 is not compacted yet: wait until it is.
+        await asyncio.to_thread(
+            wait_for, lambda: _compacted(core, namespace), 700, "the API server to compact revision 1"
+        )
         await asyncio.to_thread(core.delete_namespaced_config_map, "c", namespace)
         seen.events.clear()
         inf = Informer(kube, path, "configmaps", seen.handle, seen.store, page=2)
