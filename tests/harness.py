@@ -206,6 +206,11 @@ class SlurmEnv:
     def scontrol(self, *args: str) -> str:
         return run([*self.slurm_command, "scontrol", *args]).stdout
 
+    def node_cpus(self, node: str) -> int:
+        """The CPUs Slurm counts on ``node`` (CPUTot)."""
+        out = self.scontrol("show", "node", node, "-o")
+        return int(next(t.split("=", 1)[1] for t in out.split() if t.startswith("CPUTot=")))
+
     def headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-TOKEN": self.token}
 

@@ -69,11 +69,6 @@ def handoff_script(slurm_env: SlurmEnv) -> None:
     )
 
 
-def node_cpus(slurm: SlurmEnv, node: str) -> int:
-    out = slurm.scontrol("show", "node", node, "-o")
-    return int(next(t.split("=", 1)[1] for t in out.split() if t.startswith("CPUTot=")))
-
-
 def handoff_pod(name: str, image: str, slurm: SlurmEnv, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A bridge pod for the real node: one CPU, the lingering container, a 20 s grace period;
     coResident (its limits are Slurm's reservation), so that a native job shares the node and what
@@ -234,7 +229,7 @@ def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
     setup: dict[str, Any], cluster: dict[str, str],
 ) -> None:  # fmt: skip
     pod = start_pod(core, custom, ns, slurm_env, workload_image)
-    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node))
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
     setup["natives"].append(native)
     wait_pending(slurm_env, native)
     before = operator_calls(cluster)
@@ -265,7 +260,7 @@ def test_the_time_limit_ends_the_pod_ahead_of_slurm_and_releases_the_job_once_it
     pod = start_pod(core, custom, ns, slurm_env, workload_image, **{names.ANN_TIMELIMIT: "1"})
     job = slurm_job(slurm_env, pod.job_id) or {}
     end_time = float(job["end_time"]["number"])
-    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node))
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
     setup["natives"].append(native)
     wait_pending(slurm_env, native)
     before = operator_calls(cluster)
@@ -295,7 +290,7 @@ def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
     pod = start_pod(core, custom, ns, slurm_env, workload_image, **{names.ANN_QOS: "pods"})
     before = operator_calls(cluster)
     began = time.time()
-    native = native_waiting(slurm_env, node_cpus(slurm_env, slurm_env.real_node), qos="native-urgent")
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node), qos="native-urgent")
     setup["natives"].append(native)
     gap = native_after_container(slurm_env, native, pod)
     exited = pod.watch.exited_at or 0.0

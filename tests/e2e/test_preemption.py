@@ -65,16 +65,11 @@ def natives(slurm_env: SlurmEnv) -> Iterator[list[int]]:
         wait_for(gone, 60, f"native job {job_id} to leave the queue")
 
 
-def node_cpus(slurm: SlurmEnv, node: str) -> int:
-    out = slurm.scontrol("show", "node", node, "-o")
-    return int(next(t.split("=", 1)[1] for t in out.split() if t.startswith("CPUTot=")))
-
-
 def native(slurm: SlurmEnv, node: str, qos: str, *more: str) -> tuple[int, Path]:
     """A native batch job of alice's taking every CPU of ``node``; it notes when it starts."""
     marker = f"/tmp/preempt-native-{secrets.token_hex(4)}.start"
     script = f"#!/bin/sh\ndate +%s.%N >> {marker}\nexec sleep 600\n"
-    options = ["-p", slurm.hybrid_partition, "-w", node, "-A", ALICE.accounts[0], "-c", str(node_cpus(slurm, node))]
+    options = ["-p", slurm.hybrid_partition, "-w", node, "-A", ALICE.accounts[0], "-c", str(slurm.node_cpus(node))]
     options += ["--mem=64", "-o", "/dev/null", "-J", f"native-{qos}", "--qos", qos, *more]
     return sbatch_as(slurm, ALICE.user, script, *options), Path(f"{slurm.root}{marker}")
 
@@ -85,7 +80,7 @@ def whole_node_pod(slurm: SlurmEnv, name: str, node: str | None, qos: str, label
     # A gang member's Slurm options are its PodGroup's (``labels``: it names one).
     annotations = None if labels else {names.ANN_PARTITION: slurm.hybrid_partition, names.ANN_QOS: qos, **EXCLUSIVE}
     body = make_pod(
-        name, cpu=str(node_cpus(slurm, node or slurm.hybrid_nodes[0])), annotations=annotations, labels=labels
+        name, cpu=str(slurm.node_cpus(node or slurm.hybrid_nodes[0])), annotations=annotations, labels=labels
     )
     if node is not None:
         body["spec"]["nodeSelector"] = {HOST: node}
