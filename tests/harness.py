@@ -5,6 +5,7 @@ Fixtures in conftest.py use these helpers; nothing here fakes a server.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import subprocess
@@ -46,6 +47,17 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
             suffix = f" (last error: {last_error!r})" if last_error else ""
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{suffix}")
         time.sleep(interval)
+
+
+async def wait_for_async(check: Callable[[], Any], seconds: float, what: str, interval: float = 0.01) -> Any:
+    """wait_for inside an event loop (the code under test runs in its tasks meanwhile)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not (value := check()):
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+    return value
 
 
 def holds_for(check: Callable[[], Any], seconds: float, what: str, interval: float = 0.2) -> None:

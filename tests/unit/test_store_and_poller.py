@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, ItemsView
+from collections.abc import Hashable, ItemsView
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,15 +19,8 @@ from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import slurm_job
+from tests.harness import wait_for_async
 from tests.unit.fakes import FakeJobReads
-
-
-async def _until(cond: Callable[[], bool], limit: float = 5.0) -> None:
-    """Wait for ``cond`` with a deadline (the queue runs in background tasks)."""
-    deadline = asyncio.get_running_loop().time() + limit
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def _obj(name: str, rv: int, uid: str = "u") -> dict[str, object]:
@@ -74,7 +67,7 @@ async def test_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
     await asyncio.sleep(0.05)
     q.add("k")  # added while processing: must run once more afterwards
     gate.set()
-    await _until(lambda: len(calls) >= 2)
+    await wait_for_async(lambda: len(calls) >= 2, 5, "two calls")
     await asyncio.sleep(0.05)
     await q.stop()
     assert calls == ["k", "k"]
@@ -94,7 +87,7 @@ async def test_queue_retries_failures_with_backoff() -> None:
     q = WorkQueue(handler, workers=1)
     q.start()
     q.add("k")
-    await _until(lambda: attempts >= 3)
+    await wait_for_async(lambda: attempts >= 3, 5, "three attempts")
     await q.stop()
     assert attempts == 3
 

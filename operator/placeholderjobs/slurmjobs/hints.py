@@ -6,6 +6,10 @@ the read the next poll would have made) before the view, and so any decision, ch
 about another user's job, or about what the view already has (a job the bridge allocated at once
 and read back), costs no call. Hints that never arrive (the operator restarting, a standby
 answering, the hook failing) cost time only: the polls find the same, a poll period later.
+
+Each hint's read starts when the hint arrives (at most READS_IN_FLIGHT at once) and is applied
+when its answer comes: a burst of starts read batch after batch made each start wait for the
+slowest read of the batch before it (docs/performance.md, run 17).
 """
 
 from __future__ import annotations
@@ -14,21 +18,27 @@ import asyncio
 import logging
 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import HintEvent, ViewReads
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import GET_CONCURRENCY, HintEvent, ViewReads
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+# Reads of hinted jobs in flight at once (the others wait for a slot, in the order they came).
+READS_IN_FLIGHT = GET_CONCURRENCY
+
 
 class SlurmHints:
-    """Takes hints, reads the jobs they name (a burst of hints is read GET_CONCURRENCY at a time)."""
+    """Takes hints and reads each hinted job on its own, as soon as a slot is free."""
 
-    def __init__(self, view: ViewReads) -> None:
+    def __init__(self, view: ViewReads, reads_in_flight: int = READS_IN_FLIGHT) -> None:
         self._view = view
-        self._queued: dict[int, PhjRef] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(reads_in_flight)
+        self._reading: dict[int, asyncio.Task[None]] = {}
+        # Jobs hinted again while their read was in flight: that read may have been answered
+        # before the newer event, so the job is read once more after it.
+        self._again: dict[int, PhjRef] = {}
         self.received = 0
         self.read = 0  # hints that were news, and their job read
         self.failed = 0  # ... whose read failed (left to the next poll)
@@ -41,21 +51,32 @@ class SlurmHints:
         ref = self._view.news(job_id, event)
         if ref is None:
             return False
-        self._queued[job_id] = ref
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._read(), name="slurm-hints")
+        if job_id in self._reading:
+            self._again[job_id] = ref
+        else:
+            self._reading[job_id] = asyncio.create_task(self._read(job_id, ref), name=f"slurm-hint-{job_id}")
         return True
 
-    async def _read(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, {}
-            try:
-                await self._view.read_now(batch)
-                self.read += len(batch)
-            except SlurmError as e:
-                self.failed += len(batch)
-                log.info("reading hinted Slurm jobs %s failed, the next poll reads them: %s", sorted(batch), e)
-                self._view.poll_soon()
+    async def _read(self, job_id: int, ref: PhjRef) -> None:
+        try:
+            next_ref: PhjRef | None = ref
+            while next_ref is not None:
+                async with self._slots:
+                    try:
+                        await self._view.read_now({job_id: next_ref})
+                        self.read += 1
+                    except SlurmError as e:
+                        self.failed += 1
+                        log.info("reading hinted Slurm job %d failed, the next poll reads it: %s", job_id, e)
+                        self._view.poll_soon()
+                next_ref = self._again.pop(job_id, None)
+        finally:
+            self._reading.pop(job_id, None)
+
+    @property
+    def in_flight(self) -> int:
+        """Hinted jobs being read or waiting for a slot."""
+        return len(self._reading)
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
+        await cancel_and_wait(list(self._reading.values()))
