@@ -128,5 +128,11 @@ async def test_stop_cancels_reads_in_flight() -> None:
     slurm.held[1] = asyncio.Event()
     assert hints.hint(1, "started")
     await wait_for_async(lambda: slurm.calls[-1:] == ["get 1"], 5, "the read asked")
+    assert hints.hint(1, "ended"), "hinted again while its read is out"
     await hints.stop()
     assert hints.in_flight == 0
+    slurm.held.clear()
+    slurm.calls.clear()
+    assert hints.hint(1, "started")
+    await wait_for_async(lambda: hints.in_flight == 0, 5, "the new read done")
+    assert slurm.calls == ["get 1"], "one read: nothing left over from before the stop"

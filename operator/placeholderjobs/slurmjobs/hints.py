@@ -80,3 +80,4 @@ class SlurmHints:
 
     async def stop(self) -> None:
         await cancel_and_wait(list(self._reading.values()))
+        self._again.clear()  # a leader again later reads what it is hinted then, not these
