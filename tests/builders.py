@@ -197,3 +197,13 @@ def slurm_job(
     if het is not None:
         more["het_job_id"], more["het_job_offset"] = het
     return JobInfo(job_id=job_id, states=(state,), nodes=nodes, reason=reason, **more)
+
+
+def phj_ref(uid: str) -> PhjRef:
+    """Bridge ``bridge``'s reference to PlaceholderJob ``ns/phj-<uid>`` (uid ``uid``)."""
+    return PhjRef("bridge", "ns", f"phj-{uid}", uid)
+
+
+def bridge_job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = (), **fields: Any) -> JobInfo:
+    """A job the bridge made for ``phj_ref(uid)``."""
+    return slurm_job(job_id, state, nodes=nodes, ref=phj_ref(uid), **fields)

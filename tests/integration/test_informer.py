@@ -108,7 +108,7 @@ def test_the_informer_lists_in_pages_follows_the_watch_and_relists_after_410(
         creds = await asyncio.to_thread(kubeconfig.load, cluster["KUBECONFIG"])
         kube = KubeClient.from_credentials(creds)
         seen = Seen()
-        inf = Informer(kube, path, "configmaps", seen.handle, seen.store, page=2)
+        inf = Informer(kube, path, probes, seen.handle, seen.store, page=2)
         inf.start()
         try:
             await asyncio.wait_for(inf.synced.wait(), 30)
@@ -131,7 +131,7 @@ def test_the_informer_lists_in_pages_follows_the_watch_and_relists_after_410(
         # never saw.
         await asyncio.to_thread(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, probes, "c")
         seen.events.clear()
-        inf = Informer(kube, path, "configmaps", seen.handle, seen.store, page=2)
+        inf = Informer(kube, path, probes, seen.handle, seen.store, page=2)
         inf.resource_version = "1"
         inf.start()
         try:

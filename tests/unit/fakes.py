@@ -60,6 +60,12 @@ class FakeJobReads(_Jobs):
         self.fail_gets = False
         self.tables: list[dict[int, JobInfo]] = []  # last_update n: the table list n showed
 
+    def add_strangers(self, count: int = 12) -> None:
+        """Other users' running jobs (ids 1001...): with them, reading one job is cheaper than
+        listing them all."""
+        for i in range(1, count + 1):
+            self.set(JobInfo(job_id=1000 + i, states=("RUNNING",), admin_comment="not ours"))
+
     async def list_jobs_since(
         self, since: int | None, *, admin_comment_prefix: str | None = None
     ) -> tuple[list[JobInfo] | None, int | None]:

@@ -9,22 +9,13 @@ import asyncio
 import pytest
 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.hints import SlurmHints
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.slurm.models import JobInfo
-from tests.builders import slurm_job
+from tests.builders import bridge_job
 from tests.harness import wait_for_async
 from tests.unit.fakes import FakeJobReads
 
 pytestmark = pytest.mark.unit
-
-
-def _ref(uid: str) -> PhjRef:
-    return PhjRef("bridge", "ns", f"phj-{uid}", uid)
-
-
-def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = ()) -> JobInfo:
-    return slurm_job(job_id, state, nodes=nodes, ref=_ref(uid))
 
 
 class HeldReads(FakeJobReads):
@@ -42,16 +33,26 @@ class HeldReads(FakeJobReads):
 
 
 async def _started(slurm: FakeJobReads, changed: list[str], jobs: int) -> SlurmPoller:
-    for i in range(1, 13):  # other users' jobs
-        slurm.set(JobInfo(job_id=1000 + i, states=("RUNNING",), admin_comment="not ours"))
+    slurm.add_strangers()
     poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
     for i in range(1, jobs + 1):
-        slurm.set(_job(i, f"u{i}"))
+        slurm.set(bridge_job(i, f"u{i}"))
     await poller.poll_once()
     for i in range(1, jobs + 1):
-        slurm.set(_job(i, f"u{i}", "RUNNING", (f"n{i}",)))
+        slurm.set(bridge_job(i, f"u{i}", "RUNNING", (f"n{i}",)))
     changed.clear()
     return poller
+
+
+async def _read_of_job_1_out() -> tuple[HeldReads, SlurmPoller, SlurmHints]:
+    """Job 1 started; its hint's read is asked and held."""
+    slurm = HeldReads()
+    poller = await _started(slurm, [], 1)
+    hints = SlurmHints(poller)
+    slurm.held[1] = asyncio.Event()
+    assert hints.hint(1, "started")
+    await wait_for_async(lambda: slurm.calls[-1:] == ["get 1"], 5, "the read asked")
+    return slurm, poller, hints
 
 
 async def test_a_hinted_start_is_applied_while_an_earlier_hints_read_is_still_out() -> None:
@@ -92,13 +93,8 @@ async def test_no_more_reads_in_flight_than_the_slots() -> None:
 
 
 async def test_a_job_hinted_again_during_its_read_is_read_once_more() -> None:
-    slurm, changed = HeldReads(), list[str]()
-    poller = await _started(slurm, changed, 1)
-    hints = SlurmHints(poller)
-    slurm.held[1] = asyncio.Event()
-    assert hints.hint(1, "started")
-    await wait_for_async(lambda: slurm.calls[-1:] == ["get 1"], 5, "the first read asked")
-    slurm.set(_job(1, "u1", "COMPLETED", ("n1",)))  # it ended after that read was answered
+    slurm, poller, hints = await _read_of_job_1_out()
+    slurm.set(bridge_job(1, "u1", "COMPLETED", ("n1",)))  # it ended after that read was answered
     assert hints.hint(1, "ended") is True, "the view has not seen the start yet: the end is news"
     slurm.held.pop(1).set()  # the first read's answer (RUNNING) comes back; the next is not held
     await wait_for_async(lambda: hints.in_flight == 0, 5, "both reads done")
@@ -122,12 +118,7 @@ async def test_a_failed_hint_read_asks_for_a_poll_and_counts_as_failed() -> None
 
 
 async def test_stop_cancels_reads_in_flight() -> None:
-    slurm, changed = HeldReads(), list[str]()
-    poller = await _started(slurm, changed, 1)
-    hints = SlurmHints(poller)
-    slurm.held[1] = asyncio.Event()
-    assert hints.hint(1, "started")
-    await wait_for_async(lambda: slurm.calls[-1:] == ["get 1"], 5, "the read asked")
+    slurm, _, hints = await _read_of_job_1_out()
     assert hints.hint(1, "ended"), "hinted again while its read is out"
     await hints.stop()
     assert hints.in_flight == 0

@@ -6,32 +6,21 @@ and a job's CONFIGURING flag going without a read. Pure logic, a fake Slurm."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from slurm_bridge.operator.placeholderjobs.slurmjobs import poller as poller_module
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
-from tests.builders import slurm_job
+from tests.builders import bridge_job, phj_ref
 from tests.unit.fakes import FakeJobReads
 
 pytestmark = pytest.mark.unit
 
 
-def _ref(uid: str) -> PhjRef:
-    return PhjRef("bridge", "ns", f"phj-{uid}", uid)
-
-
-def _job(job_id: int, uid: str, state: str = "PENDING", nodes: tuple[str, ...] = (), **more: Any) -> JobInfo:
-    return slurm_job(job_id, state, nodes=nodes, ref=_ref(uid), **more)
-
-
 def _poller(slurm: FakeJobReads, changed: list[str]) -> SlurmPoller:
-    for i in range(1, 13):  # other users' jobs: reading one job is cheaper than listing them all
-        slurm.set(JobInfo(job_id=1000 + i, states=("RUNNING",), admin_comment="not ours"))
+    slurm.add_strangers()
     return SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
 
 
@@ -52,9 +41,9 @@ async def test_a_poll_begun_before_the_bridges_cancel_does_not_bring_the_job_bac
     the job running; applying it would make the PlaceholderJob decide to cancel again."""
     slurm, changed = CancelDuringRead(), list[str]()
     poller = _poller(slurm, changed)
-    slurm.set(_job(1, "a", "PENDING"))
+    slurm.set(bridge_job(1, "a", "PENDING"))
     await poller.poll_once()
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))  # it started; the poll reads it ...
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))  # it started; the poll reads it ...
     slurm.poller = poller  # ... and the bridge cancels it while that read is on its way
     changed.clear()
     await poller.poll_once()
@@ -65,11 +54,11 @@ async def test_a_poll_begun_before_the_bridges_cancel_does_not_bring_the_job_bac
 async def test_a_list_begun_before_the_bridges_cancel_does_not_bring_the_job_back() -> None:
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
     await poller.poll_once()
     began = asyncio.get_running_loop().time()
     poller.assume_cancelled(1)
-    poller._replace(began - 1.0, [_job(1, "a", "RUNNING", ("n1",))], None)  # a list taken before
+    poller._replace(began - 1.0, [bridge_job(1, "a", "RUNNING", ("n1",))], None)  # a list taken before
     assert poller.snapshot is not None and poller.snapshot.by_id[1].state == "CANCELLED"
 
 
@@ -96,11 +85,11 @@ async def test_the_read_after_a_submit_never_overwrites_a_newer_read_of_the_job(
     slurm, changed = SlowFirstRead(), list[str]()
     poller = _poller(slurm, changed)
     await poller.poll_once()
-    slurm.set(_job(5, "e", "PENDING"))
-    refresh = asyncio.create_task(poller.refresh(5, _ref("e")))
+    slurm.set(bridge_job(5, "e", "PENDING"))
+    refresh = asyncio.create_task(poller.refresh(5, phj_ref("e")))
     await asyncio.sleep(0)
-    slurm.set(_job(5, "e", "RUNNING", ("n1",)))  # it starts; a hint's read sees it
-    await poller.read_now({5: _ref("e")})
+    slurm.set(bridge_job(5, "e", "RUNNING", ("n1",)))  # it starts; a hint's read sees it
+    await poller.read_now({5: phj_ref("e")})
     await refresh
     assert poller.snapshot is not None and poller.snapshot.by_id[5].state == "RUNNING"
 
@@ -108,18 +97,18 @@ async def test_the_read_after_a_submit_never_overwrites_a_newer_read_of_the_job(
 async def test_a_hinted_start_is_read_at_once_and_the_next_poll_reads_nothing_more() -> None:
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
-    slurm.set(_job(1, "a", "PENDING"))
+    slurm.set(bridge_job(1, "a", "PENDING"))
     await poller.poll_once()
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)).model_copy(update={"states": ("RUNNING", "CONFIGURING")}))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)).model_copy(update={"states": ("RUNNING", "CONFIGURING")}))
     ref = poller.news(1, "started")
-    assert ref == _ref("a")
+    assert ref == phj_ref("a")
     slurm.calls.clear()
     changed.clear()
     await poller.read_now({1: ref})
     assert slurm.calls == ["get 1"] and changed == ["phj-a"]
     assert poller.snapshot is not None and poller.snapshot.by_id[1].nodes == ("n1",)
     # The prolog ended: only the CONFIGURING flag went, which needs no read.
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
     slurm.calls.clear()
     changed.clear()
     await poller.poll_once()
@@ -131,27 +120,27 @@ async def test_hints_that_are_no_news_cost_nothing() -> None:
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     assert poller.news(1, "started") is None, "before the first list nothing is known"
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))  # allocated at once: its read had the nodes
-    slurm.set(_job(2, "b", "COMPLETED", ("n1",)))
-    slurm.set(_job(3, "c", "PENDING"))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))  # allocated at once: its read had the nodes
+    slurm.set(bridge_job(2, "b", "COMPLETED", ("n1",)))
+    slurm.set(bridge_job(3, "c", "PENDING"))
     await poller.poll_once()
     assert poller.news(1, "started") is None
     assert poller.news(1001, "started") is None, "another user's job"
     assert poller.news(4242, "ended") is None, "a job Slurm has that is not the bridge's"
     assert poller.news(2, "ended") is None, "already ended in the view"
-    assert poller.news(1, "ended") == _ref("a")
-    assert poller.news(3, "started") == _ref("c")
+    assert poller.news(1, "ended") == phj_ref("a")
+    assert poller.news(3, "started") == phj_ref("c")
 
 
 async def test_a_hinted_job_that_fails_to_read_is_left_to_the_next_poll() -> None:
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
-    slurm.set(_job(1, "a", "PENDING"))
+    slurm.set(bridge_job(1, "a", "PENDING"))
     await poller.poll_once()
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
     slurm.fail_gets = True
     with pytest.raises(SlurmUnavailable):
-        await poller.read_now({1: _ref("a")})
+        await poller.read_now({1: phj_ref("a")})
     slurm.fail_gets = False
     changed.clear()
     await poller.poll_once()
@@ -163,7 +152,7 @@ async def test_no_state_poll_while_slurms_node_table_is_unchanged(monkeypatch: p
     poller = _poller(slurm, changed)
     healthy = [True]
     poller.watch_nodes(lambda: healthy[0])
-    slurm.set(_job(1, "a", "PENDING"))
+    slurm.set(bridge_job(1, "a", "PENDING"))
     await poller.poll_once()  # the first full list
     await poller.poll_once()  # the node table was never read: a state poll
     slurm.calls.clear()
@@ -171,7 +160,7 @@ async def test_no_state_poll_while_slurms_node_table_is_unchanged(monkeypatch: p
         await poller.poll_once()
     assert slurm.calls == [] and poller.states_skipped == 3, "nothing moved: nothing read"
 
-    slurm.set(_job(1, "a", "RUNNING", ("n1",)))
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
     poller.nodes_changed()  # the allocation changed the node table
     changed.clear()
     await poller.poll_once()
@@ -193,7 +182,7 @@ async def test_pending_reasons_are_read_again_only_when_something_moved(monkeypa
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
     poller.watch_nodes(lambda: True)
-    slurm.set(_job(1, "a", "PENDING", reason="Priority"))
+    slurm.set(bridge_job(1, "a", "PENDING", reason="Priority"))
     await poller.poll_once()
     await poller.poll_once()
     slurm.calls.clear()
@@ -213,9 +202,9 @@ async def test_a_submit_the_view_lacks_keeps_state_polls_going() -> None:
     await poller.poll_once()
     await poller.poll_once()
     slurm.fail_gets = True
-    assert await poller.refresh(7, _ref("g")) is None  # the read after the submit failed
+    assert await poller.refresh(7, phj_ref("g")) is None  # the read after the submit failed
     slurm.fail_gets = False
-    slurm.set(_job(7, "g", "PENDING"))
+    slurm.set(bridge_job(7, "g", "PENDING"))
     slurm.calls.clear()
     await poller.poll_once()
     assert slurm.calls == ["states", "get 7"]
