@@ -1,6 +1,10 @@
-"""The code's shape (issue 23): no function over 60 lines and no module over 450 lines in the
-components and the shared package, so that each concern stays small enough to read in one go.
-A new long function is split where it grows, not listed here as an exception."""
+"""The code's shape: no function over 60 lines in the components and the shared package, so that
+each step stays small enough to read in one go (a new long function is split where it grows, not
+listed here as an exception).
+
+The module cap of 450 lines (issue 23) is retired (issue 40): it bent code, by moving concerns
+apart to stay under a number. Modules are split by concern. What is left is a smoke alarm far
+above every module (1,200 lines), for a module that has swallowed several concerns."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("operator", "webhook", "extender", "slurm_bridge")
 MAX_FUNCTION_LINES = 60
-MAX_MODULE_LINES = 450
+MAX_MODULE_LINES = 1200
 
 
 def sources() -> list[Path]:
@@ -26,7 +30,7 @@ def test_the_packages_are_found() -> None:
     assert found == set(PACKAGES), found
 
 
-def test_no_module_is_over_450_lines() -> None:
+def test_no_module_is_near_a_smoke_alarm_size() -> None:
     long = {str(p.relative_to(ROOT)): n for p in sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {long}"
 
