@@ -455,7 +455,7 @@ class ReplaySlurm:
             if request.method == "DELETE":
                 self.jobs.pop(job_id, None)
                 return httpx.Response(200, json=meta | {"status": []})
-            if request.method == "POST":  # the rename before the bridge's own cancel (the handoff)
+            if request.method == "POST":  # the released mark before the bridge's own cancel (the handoff)
                 return httpx.Response(200, json=meta | {"job_id": job_id, "results": []})
         self.unknown.append(kind)
         return httpx.Response(404, text="Unable to find requested URL endpoint.")

@@ -1,71 +1,171 @@
-#!/bin/bash
+#!/bin/bash -p
 # slurm-bridge's EpilogSlurmctld: the handoff (docs/colocation.md, "The handoff").
 #
 # Slurm frees an external job's CPUs the moment it ends the job, but the pod on them may still be
 # shutting down (its grace period). When Slurm ends a bridge job on its own -- scancel by someone
 # else, a node failure, a time limit or a preemption the bridge did not get ahead of -- this
-# script reserves what the job held on each of its nodes, for the bridge's Slurm user only, so no
-# native job starts there under the pod. The bridge deletes the reservation once the pod's
-# containers have stopped, or drains the node if the pod outlives its grace period and a margin;
-# the reservation's EndTime bounds the hold when the bridge is down.
+# script reserves what the job held on each of its nodes, for SlurmUser only, so no native job
+# starts there under the pod. The bridge deletes the reservation once the pod's containers have
+# stopped; MAX_HOLD_SECONDS (below) bounds the hold when the bridge is away.
 #
 # Install on the slurmctld host (it runs there, as SlurmUser, for every job end):
-#   install -m 0755 slurm-bridge-handoff.sh /etc/slurm/slurm-bridge-handoff.sh
+#   install -o root -m 0755 slurm-bridge-handoff.sh   /etc/slurm/slurm-bridge-handoff.sh
+#   install -o root -m 0644 slurm-bridge-handoff.conf /etc/slurm/slurm-bridge-handoff.conf
 #   slurm.conf:  EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
 # SlurmUser must be allowed to create reservations (it is an operator of its own cluster).
 #
-# What it reads (no call to slurmctld to learn it):
-#   SLURM_JOB_WORK_DIR        /slurm-bridge/handoff/<hold seconds>/<cores|node>/<bridgeId>: set by
-#                             the bridge at submit; any other job is left alone
-#   SLURM_JOB_NAME            ends in "#released": the bridge itself released the job after its
-#                             pods stopped (it renames the job before cancelling it): nothing held
-#   SLURM_JOB_NODELIST, SLURM_JOB_CPUS_PER_NODE ("2(x2),1"), SLURM_JOB_EXCLUSIVE (NO, NODE, MCS, USER)
+# What it trusts (anything a job's user can set -- its name, comment, working directory, output
+# paths, its environment -- is never read; `-p` above: no BASH_ENV, no functions from the environment):
+#   the configuration file next to this script (<this script's directory>/slurm-bridge-handoff.conf),
+#     owned by root (or by SlurmUser, who runs this script), a regular file, not writable by group
+#     or others; KEY=VALUE lines, read, never sourced; anything else makes the script do nothing:
+#       BRIDGE_IDS=<id>[,<id>...]   the bridges (their bridgeId) whose jobs it holds for
+#       MAX_HOLD_SECONDS=<n>        how long a hold lasts at most (default 86400): the bridge deletes
+#                                   it as soon as the pod's containers stopped
+#       SLURM_BIN_DIR=<dir>         where scontrol and squeue are when not in /usr/bin, /bin
+#   the job's AdminComment, which only an operator (the bridge's SlurmUser token) can set, read with
+#     one `squeue --Format=AdminComment` (that field alone: no user-set field to confuse it with):
+#       slurm-bridge:{"bridge":"<id>","handoff":"cores"|"node",...[,"released":true]}
+#     "released": the bridge released the job itself after its pods stopped: nothing is held
+#   slurmctld's own description of the allocation: SLURM_JOB_ID, SLURM_JOB_NODELIST,
+#     SLURM_JOB_CPUS_PER_NODE ("2(x2),1"), SLURM_JOB_EXCLUSIVE (NO, NODE, MCS, USER)
 # What it makes, one per node (a reservation's per-node CoreCnt list is refused by Slurm 26.05):
-#   handoff-<job id>-<bridgeId>-<node>   StartTime=now EndTime=now+<hold>  Users=<SlurmUser>
-#     cores scope: CoreCnt=<the job's CPUs on that node> (the lowest free cores: a count, not the
-#                  job's own cores; no memory)
-#     node scope (whole-node, time-shared or exact-core jobs): the whole node (Flags=IGNORE_JOBS:
-#                  jobs running there go on; nothing new starts)
-#     a count that no longer fits (another job took the cores first) falls back to the node scope
+#   handoff-<job id>_<bridge id>_<node>   StartTime=now EndTime=now+MAX_HOLD_SECONDS  Users=<SlurmUser>
+#     cores scope: CoreCnt=<the job's CPUs on that node> (the lowest free cores, not the job's own; no
+#                  memory). On a node with several threads a core that holds more than the job had
+#                  (a count of cores never falls short of the job's), up to the whole node below
+#     node scope (whole-node, time-shared or exact-core jobs, any job Slurm calls exclusive, a
+#                  marker without a scope): the whole node (Flags=IGNORE_JOBS: jobs running there go
+#                  on; nothing new starts)
+#     a count that does not fit (another job took the cores first) falls back to the node scope
 # It always exits 0 (a failing EpilogSlurmctld is logged by slurmctld but changes nothing for an
 # ended job) and returns within milliseconds: slurmctld runs it beside its scheduling.
-# Log: one line per action to /var/log/slurm-bridge/handoff.log when that directory is writable.
-PATH=/usr/bin:/bin:/usr/sbin:/sbin:${PATH:-}
+# Log: one line per action to /var/log/slurm-bridge/handoff.log when that directory is writable,
+# and why it did nothing, when it refused its configuration, to stderr too.
+PATH=/usr/bin:/bin:/usr/sbin:/sbin
+IFS=$' \t\n'
 
 LOG_DIR=/var/log/slurm-bridge
+PREFIX='slurm-bridge:'
 log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB_ID:-?} $*" >> "$LOG_DIR/handoff.log"; }
+refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
 
-dir=${SLURM_JOB_WORK_DIR:-}
-case $dir in /slurm-bridge/handoff/*/*/*) ;; *) exit 0 ;; esac
-case ${SLURM_JOB_NAME:-} in *'#released') log "released by the bridge: nothing held"; exit 0 ;; esac
+# ---- the configuration file ----------------------------------------------------------------------
+read_conf() { # sets bridge_ids (array), max_hold
+  local conf owner mode line key value id
+  case $0 in /*) conf="${0%/*}/slurm-bridge-handoff.conf" ;; *) refuse "started without an absolute path ($0)" ;; esac
+  [ -e "$conf" ] || [ -L "$conf" ] || refuse "no configuration file $conf"
+  [ ! -L "$conf" ] && [ -f "$conf" ] || refuse "$conf is not a regular file"
+  read -r owner mode < <(stat -c '%u %a' -- "$conf" 2>/dev/null)
+  [ "$owner" = 0 ] || [ "$owner" = "$(id -u)" ] || refuse "$conf is owned by uid ${owner:-?}, not root or $(id -un)"
+  case $mode in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) refuse "cannot read the mode of $conf" ;; esac
+  (( (8#$mode & 8#022) == 0 )) || refuse "$conf is writable by group or others (mode $mode)"
+  [ -r "$conf" ] || refuse "cannot read $conf"
+  bridge_ids=() max_hold=86400
+  local seen=" "
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%$'\r'}
+    case $line in '' | '#'*) continue ;; *=*) ;; *) refuse "$conf: a line that is not KEY=VALUE: $line" ;; esac
+    key=${line%%=*} value=${line#*=}
+    case $seen in *" $key "*) refuse "$conf: $key twice" ;; esac
+    seen+="$key "
+    case $key in
+      BRIDGE_IDS)
+        [ -n "$value" ] || refuse "$conf: BRIDGE_IDS is empty"
+        [[ $value =~ ^[^,]+(,[^,]+)*$ ]] || refuse "$conf: BRIDGE_IDS=$value: an empty id is not a bridgeId"
+        IFS=, read -r -a bridge_ids <<< "$value"
+        for id in "${bridge_ids[@]}"; do
+          [[ $id =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || refuse "$conf: BRIDGE_IDS: '$id' is not a bridgeId (a DNS label)"
+        done ;;
+      MAX_HOLD_SECONDS)
+        [[ $value =~ ^[0-9]{1,9}$ ]] && (( 10#$value > 0 )) || refuse "$conf: MAX_HOLD_SECONDS=$value is not a number of seconds (1 to 999999999)"
+        max_hold=$((10#$value)) ;;
+      SLURM_BIN_DIR)
+        [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] && [ -d "$value" ] || refuse "$conf: SLURM_BIN_DIR=$value is not a directory"
+        PATH="$value:$PATH" ;;
+      *) refuse "$conf: unknown key $key (BRIDGE_IDS, MAX_HOLD_SECONDS, SLURM_BIN_DIR)" ;;
+    esac
+  done < "$conf"
+  [ ${#bridge_ids[@]} -gt 0 ] || refuse "$conf: no BRIDGE_IDS"
+}
+
+# ---- the job's AdminComment -----------------------------------------------------------------------
+marker() { # comment -> sets m_bridge, m_scope, m_released; fails for anything but the bridge's marker
+  local c=$1 body pair key value
+  local -a pairs
+  m_bridge='' m_scope='' m_released=''
+  case $c in "$PREFIX{"*'}') ;; *) return 1 ;; esac
+  body=${c#"$PREFIX{"} body=${body%'}'}
+  # JSON of keys and plain values: names of Kubernetes objects, uids, ids, true/false (json.dumps,
+  # separators "," and ":"); anything else (spaces, escapes, nesting) is not the bridge's.
+  [[ $body =~ ^[A-Za-z0-9_.:,\"-]*$ ]] || return 1
+  local -A seen=()
+  IFS=, read -r -a pairs <<< "$body"
+  for pair in "${pairs[@]}"; do
+    [[ $pair =~ ^\"([a-z_]+)\":(\"[A-Za-z0-9_.:-]*\"|true|false|[0-9]+)$ ]] || return 1
+    key=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+    [ -z "${seen[$key]:-}" ] || return 1
+    seen[$key]=1
+    case $key in
+      bridge) m_bridge=${value//\"/} ;;
+      handoff) m_scope=${value//\"/} ;;
+      released) m_released=$value ;;
+    esac
+  done
+  [ -n "$m_bridge" ]
+}
+
+listed() { local id; for id in "${bridge_ids[@]}"; do [ "$id" = "$1" ] && return 0; done; return 1; }
+
+# ---- main -----------------------------------------------------------------------------------------
+job=${SLURM_JOB_ID:-}
+[[ $job =~ ^[0-9]+$ ]] || exit 0
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
-IFS=/ read -r _ _ _ hold scope bridge _ <<< "$dir"
-case $hold in '' | *[!0-9]* | 0) exit 0 ;; esac
-case $bridge in '' | *[!a-z0-9-]*) exit 0 ;; esac
+read_conf
+
+# One read of the job's AdminComment (a heterogeneous job's components each print theirs). Only an
+# operator sets that field, and it is printed alone: nothing else in the line to confuse it with.
+if ! comments=$(squeue --noheader --states=all --jobs="$job" --Format=AdminComment:4096 2>&1); then
+  log "squeue failed, nothing held: $comments"
+  exit 0
+fi
+bridge='' scope=''
+while read -r line; do
+  marker "$line" || continue
+  listed "$m_bridge" || continue
+  [ "$m_released" = true ] && continue
+  [ -n "$bridge" ] || bridge=$m_bridge
+  case $m_scope in cores) scope=${scope:-cores} ;; *) scope=node ;; esac
+done <<< "$comments"
+if [ -z "$bridge" ]; then
+  case $comments in *"$PREFIX"*) log "not held: a bridge's job, released by it or of a bridge not listed" ;; esac
+  exit 0
+fi
 case ${SLURM_JOB_EXCLUSIVE:-NO} in NO | '') ;; *) scope=node ;; esac
-[ "$scope" = node ] || scope=cores
 me=$(id -un)
 
 # SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
 cpus=()
 for item in ${SLURM_JOB_CPUS_PER_NODE//,/ }; do
   n=${item%%(*} r=1
-  case $item in *'(x'*) r=${item#*(x}; r=${r%)} ;; esac
+  case $item in *'(x'*')') r=${item#*(x} r=${r%)} ;; esac
+  [[ $n =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]] || { cpus=(); break; }   # unreadable: the whole nodes
   for ((i = 0; i < r; i++)); do cpus+=("$n"); done
 done
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+[ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
 
 reserve() { # node cpus
-  local name="handoff-$SLURM_JOB_ID-$bridge-$1" what out out2
-  if [ "$scope" = node ] || [ -z "$2" ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
+  local name="handoff-${job}_${bridge}_$1" what out out2
+  if [ "$scope" = node ] || [ -z "$2" ] || [ "$2" = 0 ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
   if out=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" $what StartTime=now \
-    "EndTime=now+${hold}seconds" "Users=$me" 2>&1); then
-    log "node=$1 $what hold=${hold}s: $out"
+    "EndTime=now+${max_hold}seconds" "Users=$me" 2>&1); then
+    log "node=$1 $what hold<=${max_hold}s: $out"
     return
   fi
   if [ "$what" != Flags=IGNORE_JOBS ]; then
     out2=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" Flags=IGNORE_JOBS StartTime=now \
-      "EndTime=now+${hold}seconds" "Users=$me" 2>&1)
+      "EndTime=now+${max_hold}seconds" "Users=$me" 2>&1)
     log "node=$1 $what failed ($out); whole node instead: $out2"
   else
     log "node=$1 $what failed: $out"

@@ -1,15 +1,15 @@
-"""The handoff's shared rules (pure): what the bridge tells the project's EpilogSlurmctld through a
-job's working directory, the reservations and drains it reads back, and the grace periods it can
+"""The handoff's shared rules (pure): the scope the bridge tells the project's EpilogSlurmctld in a
+job's admin_comment, the reservations and drains it reads back, and the grace periods it can
 hold. Used by the webhook (admission of a pod's grace period), the PlaceholderJob controller (the
-submit's working directory, a time limit's ending) and the handoff loop (reservations, drains).
+submit's handoff scope, a time limit's ending) and the handoff loop (reservations, drains).
 
 Why this shape (docs/colocation.md, "The handoff"): Slurm 26.05 frees an external job's cores in
 the job's completion path, so nothing in Slurm holds them for a pod still shutting down. Where the
 end is foreseen (the pods ended, a time limit, a preemption with GraceTime) the bridge ends the
 pods first and releases the job itself, exactly; where it is not (scancel by someone else, a node
-failure) the EpilogSlurmctld script reserves the job's cores for ``hold`` seconds
-(``handoff-<job id>-<node>``), and the bridge deletes the reservation once the pod's containers
-stopped, or drains the node if the pod outlives its grace period and the margin.
+failure) the EpilogSlurmctld script reserves the job's cores (``handoff-<job id>_<bridgeId>_<node>``)
+for at most its configured ceiling, and the bridge deletes the reservation once the pod's
+containers stopped, or drains the node if the pod outlives its grace period and the margin.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from slurm_bridge.slurm.models import JobRequest
 # Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_SECONDS = 30
 
-_RESERVATION = re.compile(rf"^{re.escape(names.HANDOFF_RESERVATION_PREFIX)}(\d+)-(.+)$")
+_RESERVATION = re.compile(rf"^{re.escape(names.HANDOFF_RESERVATION_PREFIX)}(\d+)_([a-z0-9-]+)_(.+)$")
 _DRAIN = re.compile(
     rf"^{re.escape(names.HANDOFF_DRAIN_REASON_PREFIX)} pod (?P<ns>[^/\s]+)/(?P<pod>\S+) of Slurm job (?P<job>\d+) "
 )
@@ -39,28 +39,9 @@ def pod_grace_seconds(pod: dict[str, Any]) -> int:
     return int(value) if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_SECONDS
 
 
-def hold_seconds(grace: int, margin: int) -> int:
-    """How long the script's reservation holds at most: the grace period, the margin after which
-    the node is drained, and once more the margin, so the drain takes effect before the hold ends."""
-    return max(grace, 0) + 2 * margin
-
-
-def work_dir(hold: int, scope: str, bridge_id: str) -> str:
-    """The job's working directory: what the EpilogSlurmctld reads as SLURM_JOB_WORK_DIR
-    (``<HANDOFF_WORK_DIR>/<hold seconds>/<scope>/<bridgeId>``)."""
-    if scope not in (names.HANDOFF_SCOPE_CORES, names.HANDOFF_SCOPE_NODE):
-        raise ValueError(f"unknown handoff scope {scope!r}")
-    return f"{names.HANDOFF_WORK_DIR}/{int(hold)}/{scope}/{bridge_id}"
-
-
-def released_name(name: str) -> str:
-    """The name the bridge gives a job it releases itself, so the script holds nothing for it."""
-    return name if name.endswith(names.RELEASED_JOB_NAME_SUFFIX) else name + names.RELEASED_JOB_NAME_SUFFIX
-
-
 @dataclass(frozen=True)
 class HandoffReservation:
-    """A reservation the script made (``handoff-<job id>-<bridgeId>-<node>``): the ended job's id
+    """A reservation the script made (``handoff-<job id>_<bridgeId>_<node>``): the ended job's id
     and the node it holds cores on; ``start_time``: when the job ended."""
 
     name: str
@@ -72,7 +53,7 @@ class HandoffReservation:
 
 def reservation_name(job_id: int, bridge_id: str, node: str) -> str:
     """What the script names the reservation for a job's node (hack/slurm-hooks/)."""
-    return f"{names.HANDOFF_RESERVATION_PREFIX}{job_id}-{bridge_id}-{node}"
+    return f"{names.HANDOFF_RESERVATION_PREFIX}{job_id}_{bridge_id}_{node}"
 
 
 def reservation_of(
@@ -81,9 +62,9 @@ def reservation_of(
     """The handoff reservation named ``name`` for one of ``bridge_id``'s jobs; None for any other
     reservation (another bridge's too: each bridge releases only its own)."""
     m = _RESERVATION.match(name)
-    if m is None or not m.group(2).startswith(f"{bridge_id}-") or m.group(2) == f"{bridge_id}-":
+    if m is None or m.group(2) != bridge_id:
         return None
-    return HandoffReservation(name, int(m.group(1)), m.group(2)[len(bridge_id) + 1 :], end_time, start_time)
+    return HandoffReservation(name, int(m.group(1)), m.group(3), end_time, start_time)
 
 
 def drain_reason(namespace: str, pod: str, job_id: int, grace: int, margin: int) -> str:
@@ -143,18 +124,14 @@ def ending_starts_at(end_time: datetime, over_time_limit: timedelta, grace: int,
     return min(end_time, end_time + over_time_limit - timedelta(seconds=grace + margin))
 
 
-def job_work_dir(request: JobRequest, pods: Iterable[dict[str, Any]], margin: int, bridge_id: str) -> str:
-    """The working directory a job is submitted with: the hold sized for its pods' longest grace
-    period, and the scope. All of a node's free cores are held (``node``) where the pod's exact
-    cores or the node's exclusivity matter -- a whole-node job, a time-shared (MCS) one, a pod
-    bound to exact ``dra.cpu`` devices -- since a reservation takes the lowest free cores, not the
-    job's; else the job's CPU count (``cores``)."""
-    pods = list(pods)
-    grace = max((pod_grace_seconds(p) for p in pods), default=DEFAULT_GRACE_SECONDS)
-    exact = any(_exact_cores(p) for p in pods)
-    node = bool(request.exclusive) or bool(request.mcs_label) or exact
-    scope = names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES
-    return work_dir(hold_seconds(grace, margin), scope, bridge_id)
+def job_handoff_scope(request: JobRequest, pods: Iterable[dict[str, Any]]) -> str:
+    """The scope the EpilogSlurmctld holds a job's nodes in (its admin_comment's ``handoff``). All
+    of a node's free cores (``node``) where the pod's exact cores or the node's exclusivity
+    matter -- a whole-node job, a time-shared (MCS) one, a pod bound to exact ``dra.cpu`` devices
+    -- since a reservation takes the lowest free cores, not the job's; else the job's CPU count
+    (``cores``)."""
+    node = bool(request.exclusive) or bool(request.mcs_label) or any(_exact_cores(p) for p in pods)
+    return names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES
 
 
 def _exact_cores(pod: dict[str, Any]) -> bool:

@@ -20,24 +20,23 @@ SLURM_NODE_COMMENT_PREFIX: Final = "slurm-bridge:"
 SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 
 # ---- the handoff (docs/colocation.md, "The handoff") ------------------------------------------------
-# The working directory of every bridge job names it for the project's EpilogSlurmctld
-# (hack/slurm-hooks/slurm-bridge-handoff.sh): <HANDOFF_WORK_DIR>/<hold seconds>/<cores|node>. Slurm
-# does not check it for an external job (nothing runs there), and the script reads it as
-# SLURM_JOB_WORK_DIR: it needs no call to know a job is a bridge's, which bridge's, and how long to
-# hold (<HANDOFF_WORK_DIR>/<hold seconds>/<cores|node>/<bridgeId>).
-HANDOFF_WORK_DIR: Final = "/slurm-bridge/handoff"
+# The project's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh) knows a bridge job only from
+# its admin_comment (only an operator can set it): the JSON after ADMIN_COMMENT_PREFIX carries the
+# scope to hold the job's nodes in ("handoff": cores|node) and, once the bridge released the job
+# itself (its pods stopped), "released": true. Which bridges it holds for, and how long at most,
+# come from its root-owned configuration file (HANDOFF_CONF_FILE, next to the script).
+ADMIN_COMMENT_HANDOFF: Final = "handoff"
+ADMIN_COMMENT_RELEASED: Final = "released"
 HANDOFF_SCOPE_CORES: Final = "cores"  # hold the job's CPU count on each node
 HANDOFF_SCOPE_NODE: Final = "node"  # hold every free core of each node (exact cores, exclusivity)
-# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>-<bridgeId>-<node>,
-# one a node (a reservation's CoreCnt list is refused in 26.05; REST shows no reservation comment).
+HANDOFF_CONF_FILE: Final = "slurm-bridge-handoff.conf"
+# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>_<bridgeId>_<node>
+# (a bridgeId is a DNS label: "_" delimits it exactly), one a node (a reservation's CoreCnt list is
+# refused in 26.05; REST shows no reservation comment).
 HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
 # slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh), also an EpilogSlurmctld:
-# the one the handoff does not need to rename a job for (it reads no job's name).
+# the one the handoff does not need to mark a released job for (it reads no job's admin_comment).
 NOTIFY_HOOK_SCRIPT: Final = "slurm-bridge-notify.sh"
-# The bridge renames a job it releases itself (its pods' containers stopped) to <name><suffix> just
-# before its DELETE: the script then holds nothing for it (checked on Slurm 26.05: the epilog sees
-# the new name; a running job's working directory cannot be changed).
-RELEASED_JOB_NAME_SUFFIX: Final = "#released"
 # The Slurm node reason of a drain for a pod that outlived its grace period after its job ended.
 # Not SLURM_NODE_REASON_PREFIX: the node sync mirrors it as an outage (a cordon) and never lifts it;
 # the handoff loop lifts it (UNDRAIN) once the pod it names is gone.

@@ -91,35 +91,28 @@ class RequestBodies:
             return None, None
         return (["none"] if req.exclusive else None), req.mcs_label
 
-    def submit_body(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> dict[str, Any]:
+    def submit_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do).
 
-        ``work_dir``: the job's working directory. Nothing runs there (Slurm does not check it for
-        an external job); the bridge uses it to tell the handoff's EpilogSlurmctld how long to hold
-        the job's cores (slurm_bridge/handoff.py)."""
+        Its working directory is a neutral /tmp: nothing runs there, and nothing reads it (the
+        handoff once did; a job's user can set it, so it tells nothing about the job).
+        ``admin_comment`` is the bridge's mark (only an operator can set it), which the handoff's
+        EpilogSlurmctld also reads (slurm_bridge/handoff.py)."""
         d = self.job_desc(req)
         d.name = name
         d.admin_comment = admin_comment
         d.flags = ["EXTERNAL_JOB"]
-        d.current_working_directory = work_dir or "/tmp"
+        d.current_working_directory = "/tmp"
         return {"job": d.body()}
 
-    def het_submit_body(
-        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> dict[str, Any]:
+    def het_submit_body(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> dict[str, Any]:
         """One heterogeneous external job, a component per request in offset order (``jobs``, a
         list of job descriptions: Slurm 26.05 makes them one job whose leader is component 0,
         checked). Every component carries the name and the admin comment, so each is found as the
         bridge's in Slurm's lists, where each component is a job of its own."""
         if not reqs:
             raise ValueError("a heterogeneous job needs at least one component")
-        return {
-            "jobs": [
-                self.submit_body(r, name=name, admin_comment=admin_comment, work_dir=work_dir)["job"] for r in reqs
-            ]
-        }
+        return {"jobs": [self.submit_body(r, name=name, admin_comment=admin_comment)["job"] for r in reqs]}
 
     def allocate_body(
         self,
@@ -127,7 +120,6 @@ class RequestBodies:
         *,
         name: str,
         admin_comment: str,
-        work_dir: str | None = None,
         as_user: bool = False,
     ) -> dict[str, Any]:
         """The external job of :meth:`submit_body`, allocated now or refused (never queued).
@@ -135,7 +127,7 @@ class RequestBodies:
         ``as_user``: called as another user, who may not set ``admin_comment`` (Slurm 26.05
         answers 2002 "Access/permission denied"): the marker goes into ``comment`` instead, until
         the bridge sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
-        body = self.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
+        body = self.submit_body(req, name=name, admin_comment=admin_comment)
         body["job"]["immediate"] = True
         if as_user:
             body["job"]["comment"] = body["job"].pop("admin_comment")

@@ -1,6 +1,7 @@
 """The handoff's calls of the Slurm REST client (docs/colocation.md, "The handoff"): the
-``handoff-*`` reservations the project's EpilogSlurmctld makes (listed, deleted), a job renamed
-before the bridge's own cancel (so the script holds nothing for it), and what Slurm's
+``handoff-*`` reservations the project's EpilogSlurmctld makes (listed, deleted), a job's
+admin_comment marked released before the bridge's own cancel (so the script holds nothing for
+it), and what Slurm's
 configuration says about preemption and time limits (QOS preempt lists, modes and GraceTime; the
 bridge user's default QOS; partitions' OverTimeLimit; slurm.conf's EpilogSlurmctld and
 PreemptType). A part of :class:`.client.SlurmClient`."""
@@ -83,7 +84,7 @@ def token_user(token: str) -> str:
 
 
 class HandoffCalls(SlurmSession):
-    """Reservations, a job's rename, and the preemption and time-limit settings."""
+    """Reservations, a job's released mark, and the preemption and time-limit settings."""
 
     def jwt_user(self) -> str:
         """The Slurm user the bridge's JWT names (whose default QOS its own jobs get)."""
@@ -118,12 +119,13 @@ class HandoffCalls(SlurmSession):
             return False
         return not any(e.error_number == ESLURM_RESERVATION_INVALID for e in reply.errors)
 
-    async def rename_job(self, job_id: int, name: str) -> None:
-        """Give a job (running or not) a new name: the bridge's mark of a job it releases itself,
-        read by the EpilogSlurmctld as SLURM_JOB_NAME. A job Slurm no longer knows is fine."""
+    async def mark_released(self, job_id: int, admin_comment: str) -> None:
+        """Set a job's admin_comment to ``admin_comment`` (its mark with ``"released": true``):
+        the bridge releases the job itself, and the EpilogSlurmctld, which reads only that field
+        (only an operator can set it), holds nothing. A job Slurm no longer knows is fine."""
         codec = await self._get_codec()
         path = codec.path(f"job/{int(job_id)}")
-        await self._request("POST", path, json_body={"name": name}, not_found_ok=True, ok_errors=_GONE)
+        await self._request("POST", path, json_body=codec.mark_body(admin_comment), not_found_ok=True, ok_errors=_GONE)
 
     async def qos_preemption(self) -> list[QosInfo] | None:
         """Every QOS's preemption settings; None without accounting endpoints."""
@@ -170,5 +172,5 @@ class HandoffCalls(SlurmSession):
         return out
 
 
-# A rename of a job Slurm no longer knows, or that already ended: nothing to mark.
+# A mark of a job Slurm no longer knows, or that already ended: nothing to mark.
 _GONE = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})

@@ -35,9 +35,7 @@ _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUEST
 class JobCalls(SlurmSession):
     """Submit, read, update and cancel Slurm jobs."""
 
-    async def submit_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int:
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
         """Submit ``req`` as an external job and return its id.
 
         On a timeout after the request was sent this raises SlurmUnavailable with
@@ -45,13 +43,11 @@ class JobCalls(SlurmSession):
         (``admin_comment`` identifies the job) whether Slurm made it.
         """
         codec = await self._get_codec()
-        body = codec.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
+        body = codec.submit_body(req, name=name, admin_comment=admin_comment)
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
-    async def submit_het_job(
-        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int:
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
         """Submit one heterogeneous external job, a component per request (in offset order), and
         return its leader's id (component 0's; component ``i`` has its own id, and cancelling the
         leader cancels every component).
@@ -62,12 +58,12 @@ class JobCalls(SlurmSession):
         sent twice, as :meth:`submit_external_job`.
         """
         codec = await self._get_codec()
-        body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment, work_dir=work_dir)
+        body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment)
         reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
         return codec.decode_submit(reply.body)
 
     async def allocate_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None, as_user: str | None = None
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
     ) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
@@ -86,9 +82,7 @@ class JobCalls(SlurmSession):
         checks for that user). A token that may not do so answers with an authentication error.
         """
         codec = await self._get_codec()
-        body = codec.allocate_body(
-            req, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user is not None
-        )
+        body = codec.allocate_body(req, name=name, admin_comment=admin_comment, as_user=as_user is not None)
         reply = await self._request(
             "POST", codec.path("job/allocate"), json_body=body, idempotent=False, as_user=as_user
         )

@@ -11,7 +11,7 @@ A consumer of several (the PlaceholderJob shell and
 its poller) gets ``FakeSlurm``, which is all of the job ones over one job table.
 
 Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "get all 10",
-"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "rename 7 n#released", "settings 7",
+"allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "released 7", "settings 7",
 "partitions", "devices 7"), so a test says which calls a step makes, in order.
 """
 
@@ -111,7 +111,7 @@ class FakeSubmits(_Jobs):
         self.mark_refusal: SlurmError | None = None  # the admin_comment of a job allocated as a tenant
         self.as_users: list[str | None] = []
         self.requests: list[JobRequest] = []
-        self.work_dirs: list[str | None] = []  # each placement's working directory (the handoff's)
+        self.comments: list[str] = []  # each placement's admin_comment (the handoff reads its scope)
 
     def _placed(self, what: str, req: JobRequest, refusal: SlurmError | None) -> int:
         self.calls.append(what + (f" {req.partition}" if req.partition else ""))
@@ -127,22 +127,19 @@ class FakeSubmits(_Jobs):
         *,
         name: str,
         admin_comment: str,
-        work_dir: str | None = None,
         as_user: str | None = None,
     ) -> int:
         if not self.allocates:
             raise AssertionError("an immediate allocation where none may be asked for")
-        self.work_dirs.append(work_dir)
+        self.comments.append(admin_comment)
         self.as_users.append(as_user)
         if as_user is not None and self.as_user_refusal is not None:
             self.calls.append(f"allocate as {as_user}")
             raise self.as_user_refusal
         return self._placed("allocate" + (f" as {as_user}" if as_user else ""), req, self.allocate_refusal)
 
-    async def submit_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int:
-        self.work_dirs.append(work_dir)
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+        self.comments.append(admin_comment)
         return self._placed("submit", req, self.submit_refusal)
 
     async def mark_job(self, job_id: int, admin_comment: str) -> None:
@@ -153,10 +150,8 @@ class FakeSubmits(_Jobs):
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
 
-    async def submit_het_job(
-        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int:
-        self.work_dirs.append(work_dir)
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
+        self.comments.append(admin_comment)
         self.calls.append(f"submit het {len(reqs)} {name}")
         if self.submit_refusal is not None:
             raise self.submit_refusal
@@ -170,8 +165,8 @@ class FakeSubmits(_Jobs):
 
 
 class FakeJobWrites(_Jobs):
-    """A job's update, rename and cancel, recorded (a cancel does not change the table: the
-    poller's view assumes it, and Slurm's answer comes with the next read; a rename does), and what
+    """A job's update, released mark and cancel, recorded (a cancel does not change the table: the
+    poller's view assumes it, and Slurm's answer comes with the next read; a mark does), and what
     an update is decided on: each job's ``settings`` (as Slurm would answer: made from the table's
     job when not given) and the ``partitions``' limits. ``update_refusal``: every update is refused
     with it."""
@@ -214,10 +209,10 @@ class FakeJobWrites(_Jobs):
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
 
-    async def rename_job(self, job_id: int, name: str) -> None:
-        self.calls.append(f"rename {job_id} {name}")
+    async def mark_released(self, job_id: int, admin_comment: str) -> None:
+        self.calls.append(f"released {job_id}")
         if job_id in self.jobs:
-            self.jobs[job_id] = self.jobs[job_id].model_copy(update={"name": name})
+            self.jobs[job_id] = self.jobs[job_id].model_copy(update={"admin_comment": admin_comment})
 
 
 class FakeJobDevices(_Jobs):

@@ -36,8 +36,9 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     assert sum(n for k, n in r.placed_requests.items() if k.startswith("operator ")) == 3 * PODS
     assert r.released == Counter({f"b{i:04d}": 1 for i in range(PODS)}), "every pod released exactly once"
     assert r.phases == Counter({names.PHASE_RUNNING: PODS})
-    # one allocation, one read and one cancel per pod: no resubmit, no second job; and the rename
-    # before the cancel, so the handoff's EpilogSlurmctld holds nothing for a pod that stopped
+    # one allocation, one read and one cancel per pod: no resubmit, no second job; and the released
+    # mark (the job's admin_comment) before the cancel, so the handoff's EpilogSlurmctld holds
+    # nothing for a pod that stopped
     # (docs/colocation.md; skipped where Slurm's configuration has no EpilogSlurmctld)
     assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
     # the watch events until it runs: pod ADDED, released, bound, running; PlaceholderJob ADDED, status

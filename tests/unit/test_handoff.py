@@ -1,7 +1,7 @@
 """The handoff and preemption decisions (docs/colocation.md), with no servers: the shared rules
 (slurm_bridge/handoff.py), the handoff loop's decisions and pass (operator/handoff/), Slurm's
 preemption settings and the placer's rule, the likely preemptor, the shell's released cancel and
-preempted end, the submit's working directory, admission of a grace period, and the client's
+preempted end, the submit's handoff scope, admission of a grace period, and the client's
 reading of reservations and settings. The lifecycle's rows are in test_lifecycle.py."""
 
 from __future__ import annotations
@@ -23,19 +23,22 @@ from slurm_bridge.handoff import (
     drain_reason,
     ending_starts_at,
     grace_refusal,
-    hold_seconds,
-    job_work_dir,
-    released_name,
+    job_handoff_scope,
     reservation_name,
     reservation_of,
-    work_dir,
 )
 from slurm_bridge.operator.handoff import decisions as hd
 from slurm_bridge.operator.handoff.controller import HandoffController, policy_problems
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder, is_likely
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
+    PhjRef,
+    decode_admin_comment,
+    encode_admin_comment,
+    is_released,
+    released_comment,
+)
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.store import ObjectStore
@@ -57,18 +60,37 @@ BRIDGE = "slurm-bridge"
 
 
 # ---- the shared rules ------------------------------------------------------------------------------
-def test_the_work_dir_carries_hold_scope_and_bridge_and_the_script_names_reservations_back() -> None:
-    assert work_dir(50, "cores", BRIDGE) == "/slurm-bridge/handoff/50/cores/slurm-bridge"
-    with pytest.raises(ValueError):
-        work_dir(50, "socket", BRIDGE)
-    name = reservation_name(12, BRIDGE, "real-node-1")
-    assert name == "handoff-12-slurm-bridge-real-node-1"
-    assert reservation_of(name, BRIDGE) == HandoffReservation(name, 12, "real-node-1")
+def test_the_script_names_reservations_back_by_exact_bridge_id() -> None:
+    name = reservation_name(12, BRIDGE, "real_node-1")
+    assert name == "handoff-12_slurm-bridge_real_node-1"
+    assert reservation_of(name, BRIDGE) == HandoffReservation(name, 12, "real_node-1")
     assert reservation_of(name, "other") is None, "another bridge's reservation is left to it"
-    assert reservation_of("handoff-12-slurm-bridge-", BRIDGE) is None
+    assert reservation_of(name, "slurm") is None, "a bridge whose id is a prefix of this one's"
+    assert reservation_of(reservation_name(12, "slurm-bridge-2", "n1"), BRIDGE) is None
+    assert reservation_of("handoff-12_slurm-bridge_", BRIDGE) is None
+    assert reservation_of("handoff-12-slurm-bridge-n1", BRIDGE) is None  # the old format
     assert reservation_of("maintenance", BRIDGE) is None
-    assert released_name("ns/p") == "ns/p#released" and released_name("ns/p#released") == "ns/p#released"
-    assert hold_seconds(20, 10) == 40  # grace, the margin before the drain, the margin for the drain
+
+
+def test_the_admin_comment_carries_the_scope_and_the_released_mark_and_decodes_as_before() -> None:
+    ref = PhjRef(BRIDGE, "team-a", "pj", "uid-1")
+    comment = encode_admin_comment(ref, handoff="cores")
+    assert comment == 'slurm-bridge:{"bridge":"slurm-bridge","handoff":"cores","name":"pj","ns":"team-a","uid":"uid-1"}'
+    assert decode_admin_comment(comment) == ref and not is_released(comment)
+    released = released_comment(comment)
+    assert json.loads(released.removeprefix(names.ADMIN_COMMENT_PREFIX)) == {
+        "bridge": BRIDGE, "handoff": "cores", "name": "pj", "ns": "team-a", "released": True, "uid": "uid-1",
+    }  # fmt: skip
+    assert decode_admin_comment(released) == ref and is_released(released)
+    assert released_comment(released) == released, "marking twice changes nothing"
+    # an older bridge's comment (no scope) and a foreign one with the PlaceholderJob's ref
+    assert released_comment(encode_admin_comment(ref)) == encode_admin_comment(ref, released=True)
+    assert released_comment("set by an admin", ref) == encode_admin_comment(ref, released=True)
+    with pytest.raises(ValueError):
+        released_comment("set by an admin")
+    # keys a later bridge adds are kept and ignored
+    later = comment[:-1] + ',"zone":"b"}'
+    assert decode_admin_comment(later) == ref and '"zone":"b"' in released_comment(later)
 
 
 def test_the_drain_reason_names_the_pod_and_is_read_back_only_when_it_is_the_handoffs() -> None:
@@ -104,13 +126,12 @@ def test_the_pods_are_ended_so_that_they_stopped_before_slurm_may_end_the_job(
     ({"mcs_label": "kubernetes"}, {}, "node"),  # time-shared: no native job beside it
     ({}, {names.ANN_DEVICE_REQUESTS: json.dumps({"dra.cpu": 2})}, "node"),  # exact cores: a count is not enough
 ])  # fmt: skip
-def test_the_submits_work_dir_holds_the_longest_grace_and_the_scope_the_job_needs(
+def test_the_submits_handoff_scope_is_the_one_the_job_needs(
     request_fields: dict[str, Any], annotations: dict[str, str], scope: str
 ) -> None:
     pods = [make_pod("a").obj(), make_pod("b").obj()]
-    pods[0]["spec"]["terminationGracePeriodSeconds"] = 45
     pods[1]["metadata"]["annotations"] = annotations
-    assert job_work_dir(JobRequest(**request_fields), pods, 10, BRIDGE) == work_dir(65, scope, BRIDGE)
+    assert job_handoff_scope(JobRequest(**request_fields), pods) == scope
 
 
 # ---- the handoff loop's decisions -------------------------------------------------------------------
@@ -229,8 +250,8 @@ def test_the_policy_names_preemptors_preemptable_qos_and_over_time_limits() -> N
 async def test_a_job_that_may_preempt_is_queued_never_allocated_at_once() -> None:
     slurm = FakeSubmits(allocates=False)
     placer = Placer(slurm, True, SlurmPolicy(True, CONF, QOS).may_preempt)
-    await placer.place(JobRequest(qos="pods-urgent"), "n", "c", work_dir="/slurm-bridge/handoff/40/cores/b")
-    assert slurm.calls == ["submit"] and slurm.work_dirs == ["/slurm-bridge/handoff/40/cores/b"]
+    await placer.place(JobRequest(qos="pods-urgent"), "n", "c")
+    assert slurm.calls == ["submit"] and slurm.comments == ["c"]
     allowed = FakeSubmits()
     await Placer(allowed, True, SlurmPolicy(True, CONF, QOS).may_preempt).place(JobRequest(qos="pods"), "n", "c")
     assert allowed.calls == ["allocate"]
@@ -281,18 +302,40 @@ async def test_the_preemptor_is_looked_for_among_the_newest_live_jobs() -> None:
     assert "not found among the 1 newest live jobs (QOS that may preempt it: native-urgent)" in await finder(VICTIM)
 
 
-# ---- the shell: released cancels, a preempted end, the submit's work dir ----------------------------
-async def test_the_bridges_own_cancel_renames_each_running_part_first() -> None:
-    leader = slurm_job(7, "RUNNING", nodes=("n1",), het=(7, 0), name="ns/c")
-    part = slurm_job(8, "RUNNING", nodes=("n2",), het=(7, 1), name="ns/c")
-    pending = slurm_job(9, "PENDING", het=(7, 2), name="ns/c")
+# ---- the shell: released cancels, a preempted end, the submit's handoff scope -----------------------
+REF = PhjRef(BRIDGE, "ns", "c", "uid-c")
+
+
+async def test_the_bridges_own_cancel_marks_each_running_part_released_first() -> None:
+    """The released mark is the admin_comment's (only an operator sets it), each running part's
+    own with every key kept; never the job's name, which a tenant can set."""
+    mark = encode_admin_comment(REF, handoff="node")
+    leader = slurm_job(7, "RUNNING", nodes=("n1",), het=(7, 0), name="ns/c#released", admin_comment=mark)
+    part = slurm_job(8, "RUNNING", nodes=("n2",), het=(7, 1), name="ns/c", admin_comment=mark)
+    pending = slurm_job(9, "PENDING", het=(7, 2), name="ns/c", admin_comment=mark)
     slurm = FakeSlurm()
     jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [leader, part, pending])
-    await jobs.cancel(7)
-    assert slurm.calls == ["rename 7 ns/c#released", "rename 8 ns/c#released", "cancel 7"]
+    await jobs.cancel(7, REF)
+    assert slurm.calls == ["released 7", "released 8", "cancel 7"]
+    assert [slurm.jobs[i].admin_comment for i in (7, 8, 9)] == [released_comment(mark)] * 2 + [mark]
+    assert [slurm.jobs[i].name for i in (7, 8)] == ["ns/c#released", "ns/c"], "names are not touched"
     slurm.calls.clear()
-    await jobs.cancel(8, released=False)  # pods may run on it: the script's reservation must hold
+    await jobs.cancel(8, REF, released=False)  # pods may run on it: the script's reservation must hold
     assert slurm.calls == ["cancel 8"]
+
+
+async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_ref() -> None:
+    slurm = FakeSlurm()
+    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(5, "RUNNING", nodes=("n1",))])
+    seen: list[tuple[int, str]] = []
+
+    async def mark(job_id: int, admin_comment: str) -> None:
+        seen.append((job_id, admin_comment))
+
+    slurm.mark_released = mark  # type: ignore[method-assign]
+    await jobs.cancel(12, REF)  # not in the poller's snapshot
+    await jobs.cancel(5, REF)  # read, but its admin_comment is not the bridge's mark
+    assert seen == [(12, encode_admin_comment(REF, released=True)), (5, encode_admin_comment(REF, released=True))]
 
 
 @pytest.mark.parametrize(
@@ -303,12 +346,12 @@ async def test_the_bridges_own_cancel_renames_each_running_part_first() -> None:
         (("/etc/slurm/slurm-bridge-notify.sh", "/site/handoff.sh"), True),  # another may read it
     ],
 )
-async def test_the_rename_only_where_an_epilog_may_read_the_name(epilogs: tuple[str, ...], renamed: bool) -> None:
+async def test_the_released_mark_only_where_an_epilog_may_read_it(epilogs: tuple[str, ...], renamed: bool) -> None:
     slurm = FakeSlurm()
-    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(7, "RUNNING", nodes=("n1",), name="ns/p")])
+    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(7, "RUNNING", nodes=("n1",), ref=REF)])
     jobs.policy.current = SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos", epilog_slurmctld=epilogs))
-    await jobs.cancel(7)
-    assert slurm.calls == (["rename 7 ns/p#released"] if renamed else []) + ["cancel 7"]
+    await jobs.cancel(7, REF)
+    assert slurm.calls == (["released 7"] if renamed else []) + ["cancel 7"]
 
 
 async def test_a_preempted_end_names_the_likely_preemptor_on_the_placeholderjob_and_the_pods() -> None:
@@ -329,13 +372,16 @@ async def test_a_preempted_end_names_the_likely_preemptor_on_the_placeholderjob_
     assert ("delete", "/api/v1/namespaces/ns/pods/p") in kube.calls
 
 
-async def test_the_submit_sends_the_handoffs_work_dir() -> None:
+async def test_the_submit_marks_the_job_with_the_handoffs_scope() -> None:
     pod = make_pod("p").uid("pod-uid").scheduler().gated().phase("Pending").obj()
-    pod["spec"]["terminationGracePeriodSeconds"] = 25
     slurm = FakeSlurm(next_id=6)
     jobs = shell(FakeKube({}), slurm, placeholderjob(), pod, [])
     await jobs.reconcile(("ns", "p"))
-    assert slurm.work_dirs == [work_dir(hold_seconds(25, 15), "cores", BRIDGE)]
+    phj = jobs.phjs.model(("ns", "p"))
+    assert phj is not None and len(slurm.comments) == 1
+    assert json.loads(slurm.comments[0].removeprefix(names.ADMIN_COMMENT_PREFIX)) == {
+        "bridge": BRIDGE, "handoff": "cores", "name": "p", "ns": "ns", "uid": phj.metadata.uid,
+    }  # fmt: skip
 
 
 # ---- the handoff loop's pass -------------------------------------------------------------------------
@@ -463,7 +509,7 @@ def nov(n: int | None, *, infinite: bool = False) -> Obj:
     return {"set": n is not None, "infinite": infinite, "number": n or 0}
 
 
-async def test_the_client_reads_reservations_settings_and_renames_jobs(tmp_path: Path) -> None:
+async def test_the_client_reads_reservations_settings_and_marks_jobs_released(tmp_path: Path) -> None:
     seen: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -476,17 +522,18 @@ async def test_the_client_reads_reservations_settings_and_renames_jobs(tmp_path:
             return httpx.Response(200, json={**ok, "pings": [{"hostname": "c", "responding": True}]})
         if path == "/slurm/v0.0.45/reservations/":
             return httpx.Response(200, json={**ok, "reservations": [
-                {"name": "handoff-12-slurm-bridge-n1", "end_time": nov(1_800_000_040),
+                {"name": "handoff-12_slurm-bridge_n1", "end_time": nov(1_800_000_040),
                  "start_time": nov(1_800_000_000)},
-                {"name": "handoff-13-other-n1"}, {"name": "maint"}]})  # fmt: skip
-        if path == "/slurm/v0.0.45/reservation/handoff-12-slurm-bridge-n1":
+                {"name": "handoff-13_other_n1"}, {"name": "handoff-14_slurm-bridge-2_n1"},
+                {"name": "maint"}]})  # fmt: skip
+        if path == "/slurm/v0.0.45/reservation/handoff-12_slurm-bridge_n1":
             return httpx.Response(200, json=ok)
         if path == "/slurm/v0.0.45/reservation/gone":
             return httpx.Response(
                 422, json={"errors": [{"error_number": 2053, "error": "Requested reservation is invalid"}]}
             )
         if path == "/slurm/v0.0.45/job/12":
-            assert json.loads(request.content) == {"name": "ns/p#released"}
+            assert json.loads(request.content) == {"admin_comment": 'slurm-bridge:{"released":true}'}
             return httpx.Response(200, json=ok)
         if path == "/slurmdb/v0.0.45/qos/":
             return httpx.Response(200, json={**ok, "qos": [
@@ -517,7 +564,7 @@ async def test_the_client_reads_reservations_settings_and_renames_jobs(tmp_path:
         [r] = await client.list_handoff_reservations(BRIDGE)
         assert (r.job_id, r.node, r.start_time) == (12, "n1", datetime.fromtimestamp(1_800_000_000, UTC))
         assert await client.delete_reservation(r.name) and not await client.delete_reservation("gone")
-        await client.rename_job(12, "ns/p#released")
+        await client.mark_released(12, 'slurm-bridge:{"released":true}')
         qos = {q.name: q for q in await client.qos_preemption() or []}
         assert qos["pods"] == QosInfo("pods", (), ("CANCEL",), 90) and qos["urgent"].preempts == ("pods",)
         assert client.jwt_user() == "slurm" and token_user("garbage") == ""

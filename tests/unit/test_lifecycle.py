@@ -724,8 +724,9 @@ def test_an_ended_placeholderjobs_running_job_is_released_only_once_its_pods_sto
 
 
 def test_the_bridges_own_cancels_are_marked_released_but_one_under_possibly_running_pods() -> None:
-    """A Cancel ``released`` is renamed first by the shell, so the EpilogSlurmctld holds nothing;
-    after a refused release of a gang, members released before it may run: the handoff holds."""
+    """A Cancel ``released`` is marked released first by the shell (its admin_comment), so the
+    EpilogSlurmctld holds nothing; after a refused release of a gang, members released before it
+    may run: the handoff holds."""
     ended, _ = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("deleted")}, NOW,
                          {"p": None}, scheduler="s").actions, None  # fmt: skip
     assert [a.released for a in ended if isinstance(a, pl.Cancel)] == [True]

@@ -54,7 +54,7 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
         uid = name.removeprefix("phj-")
         return {"metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "1"}}
 
-    async def cancel(job_id: int) -> None:
+    async def cancel(job_id: int, ref: PhjRef) -> None:
         raise AssertionError("every PlaceholderJob exists")
 
     phjs = ObjectStore()
@@ -93,7 +93,7 @@ async def test_a_job_marked_only_in_its_comment_is_cancelled_once_older_than_the
     slurm.set(marked_since.model_copy(update={"admin_comment": mark}))
     cancelled: list[int] = []
 
-    async def cancel(job_id: int) -> None:
+    async def cancel(job_id: int, ref: PhjRef) -> None:
         cancelled.append(job_id)
 
     sweeper = orphans.OrphanSweeper(Config(), None, ObjectStore(), poller, cancel)  # type: ignore[arg-type]

@@ -231,8 +231,9 @@ async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_u
     del kube.objects[POD_PATH]
     jobs.pods.delete(live)
     await jobs.reconcile(("ns", "p"))
-    # Renamed first (the job is not in the view: a generic name), so the handoff holds nothing.
-    assert slurm.calls == ["rename 7 slurm-bridge#released", "cancel 7"] and kube.events[-1] == "PodsDeleted"
+    # Marked released first (the job's admin_comment, the PlaceholderJob's ref where it is not
+    # the bridge's yet), so the handoff holds nothing.
+    assert slurm.calls == ["released 7", "cancel 7"] and kube.events[-1] == "PodsDeleted"
     assert kube.objects[PHJ_PATH]["status"]["phase"] == "Cancelled"
 
 
@@ -468,8 +469,8 @@ async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_an
     jobs = shell(kube, slurm, phj.obj(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert slurm.calls == [
-        "allocate as alice", "mark 7", "get 7", "rename 7 slurm-bridge#released", "cancel 7", "submit"
-    ], "renamed before the cancel (no handoff hold: no pod used it); a queued job is read later"  # fmt: skip
+        "allocate as alice", "mark 7", "get 7", "released 7", "cancel 7", "submit"
+    ], "marked released before the cancel (no handoff hold: no pod used it); a queued job is read later"  # fmt: skip
     assert ("patch", POD_PATH) not in kube.calls, "the pod never saw the wrong job"
     assert jobs._unwritten["phj-uid"].status.job_id == 8, "the queued job's submit, held for the quiet time"
 

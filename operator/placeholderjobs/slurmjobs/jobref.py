@@ -1,7 +1,13 @@
 """How a Slurm job names its PlaceholderJob, so the bridge can find its jobs after a restart.
 
-The admin_comment carries ``slurm-bridge:{"bridge": ..., "ns": ..., "name": ..., "uid": ...}``;
-the job name is ``<namespace>/<name>`` unless the user chose one.
+The admin_comment carries ``slurm-bridge:{"bridge": ..., "handoff": ..., "name": ..., "ns": ...,
+"uid": ...}`` (and ``"released": true`` once the bridge released the job itself); the job name is
+``<namespace>/<name>`` unless the user chose one.
+
+The admin_comment is the one field of a job only an operator (the bridge's SlurmUser token) can
+set, so it is also what the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh) trusts:
+``handoff`` is the scope it holds a job's node in, ``released`` tells it to hold nothing
+(docs/colocation.md, "The handoff"). Decoders ignore keys they do not know.
 """
 
 from __future__ import annotations
@@ -26,19 +32,55 @@ class PhjRef:
         return (self.namespace, self.name)
 
 
-def encode_admin_comment(ref: PhjRef) -> str:
-    payload = {"bridge": ref.bridge, "ns": ref.namespace, "name": ref.name, "uid": ref.uid}
+def encode_admin_comment(ref: PhjRef, *, handoff: str | None = None, released: bool = False) -> str:
+    """The bridge's mark on a job: ``handoff``, the scope the EpilogSlurmctld holds the job's nodes
+    in should Slurm end it under its pods (``cores``, ``node``); ``released``, the bridge released
+    the job itself (its pods stopped): nothing to hold. Compact JSON without spaces: the script
+    reads it with bash, field by field."""
+    payload: dict[str, object] = {"bridge": ref.bridge, "ns": ref.namespace, "name": ref.name, "uid": ref.uid}
+    if handoff is not None:
+        payload[names.ADMIN_COMMENT_HANDOFF] = handoff
+    if released:
+        payload[names.ADMIN_COMMENT_RELEASED] = True
     return names.ADMIN_COMMENT_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 
-def decode_admin_comment(comment: str) -> PhjRef | None:
-    """The PlaceholderJob a job belongs to, or None for jobs the bridge did not make."""
+def released_comment(comment: str, ref: PhjRef | None = None) -> str:
+    """``comment`` (a job's admin_comment) with the released mark, every other key kept; a comment
+    that is not the bridge's mark is replaced by ``ref``'s (a ValueError without one)."""
+    data = _payload(comment)
+    if data is None:
+        if ref is None:
+            raise ValueError(f"not the bridge's admin_comment: {comment!r}")
+        return encode_admin_comment(ref, released=True)
+    data[names.ADMIN_COMMENT_RELEASED] = True
+    return names.ADMIN_COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def is_released(comment: str) -> bool:
+    """Whether the bridge released the job itself (its admin_comment's released mark)."""
+    data = _payload(comment)
+    return data is not None and data.get(names.ADMIN_COMMENT_RELEASED) is True
+
+
+def _payload(comment: str) -> dict[str, object] | None:
     if not comment.startswith(names.ADMIN_COMMENT_PREFIX):
         return None
     try:
         data = json.loads(comment[len(names.ADMIN_COMMENT_PREFIX) :])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def decode_admin_comment(comment: str) -> PhjRef | None:
+    """The PlaceholderJob a job belongs to, or None for jobs the bridge did not make."""
+    data = _payload(comment)
+    if data is None:
+        return None
+    try:
         return PhjRef(str(data["bridge"]), str(data["ns"]), str(data["name"]), str(data["uid"]))
-    except (ValueError, KeyError, TypeError):
+    except KeyError:
         return None
 
 

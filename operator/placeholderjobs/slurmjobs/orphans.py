@@ -57,7 +57,7 @@ class OrphanSweeper:
         kube: KubeClient,
         phjs: ObjectStore,
         poller: SlurmPoller,
-        cancel: Callable[[int], Awaitable[None]],
+        cancel: Callable[[int, PhjRef], Awaitable[None]],
     ) -> None:
         self.config, self.kube, self.phjs, self.poller = config, kube, phjs, poller
         self._cancel = cancel
@@ -86,7 +86,7 @@ class OrphanSweeper:
                 if live is not None and live["metadata"]["uid"] == ref.uid:
                     self.phjs.upsert(live)
                     continue
-                await self._cancel(job_id)
+                await self._cancel(job_id, ref)
                 metrics.orphan_swept()
                 log.warning(
                     "cancelled orphaned Slurm job %d (PlaceholderJob %s/%s is gone)", job_id, ref.namespace, ref.name
@@ -112,7 +112,7 @@ class OrphanSweeper:
                 if job is None or job.is_finished or job.admin_comment:
                     self.poller.unmarked.pop(job_id, None)
                     continue
-                await self._cancel(job_id)
+                await self._cancel(job_id, ref)
                 self.poller.unmarked.pop(job_id, None)
                 metrics.orphan_swept()
                 log.warning(

@@ -29,15 +29,10 @@ class SlurmSubmits(Protocol):
         *,
         name: str,
         admin_comment: str,
-        work_dir: str | None = None,
         as_user: str | None = None,
     ) -> int: ...
-    async def submit_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int: ...
-    async def submit_het_job(
-        self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int: ...
+    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
+    async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int: ...
     async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
 
@@ -102,7 +97,7 @@ class Placer:
         group = self._groups.get(user)
         return user if group is None or _group_is(request, *group) else None
 
-    async def place(self, request: JobRequest, name: str, admin_comment: str, work_dir: str | None = None) -> int:
+    async def place(self, request: JobRequest, name: str, admin_comment: str) -> int:
         partition, now, sent = request.partition or "", time.monotonic(), time.time()
         until, backoff = self.queue_only.get(partition, (0.0, 0.0))
         as_user = self._as_user(request) if request.names_identity else None
@@ -111,7 +106,7 @@ class Placer:
         if self.immediate and now >= until and (as_user is not None or not request.names_identity) and not preempting:
             try:
                 job_id = await self.slurm.allocate_external_job(
-                    request, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user
+                    request, name=name, admin_comment=admin_comment, as_user=as_user
                 )
             except SlurmUnavailable:
                 raise
@@ -136,9 +131,7 @@ class Placer:
                     self._unverified.add(job_id)
                 self._started(job_id, sent, "allocate")
                 return job_id
-        job_id = await self.slurm.submit_external_job(
-            request, name=name, admin_comment=admin_comment, work_dir=work_dir
-        )
+        job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
         metrics.job_queued()
         self._started(job_id, sent, "queue")
         self._queued.add(job_id)
@@ -228,14 +221,12 @@ class Placer:
         )
         return False
 
-    async def place_het(
-        self, requests: list[JobRequest], name: str, admin_comment: str, work_dir: str | None = None
-    ) -> int:
+    async def place_het(self, requests: list[JobRequest], name: str, admin_comment: str) -> int:
         """A heterogeneous job (a CompositePodGroup's), always queued: Slurm refuses a
         heterogeneous immediate allocation (error 2078) and starts such a job only in a backfill
         pass. Returns the leader's id."""
         sent = time.time()
-        job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment, work_dir=work_dir)
+        job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment)
         metrics.job_queued()
         self._started(job_id, sent, "queue")
         return job_id

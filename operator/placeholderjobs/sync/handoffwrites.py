@@ -1,6 +1,6 @@
 """The shell's handoff writes (docs/colocation.md, "The handoff"): a job the bridge releases itself
-is renamed first, so the project's EpilogSlurmctld holds nothing for it; a preempted job's pods are
-ended with an Event naming the likely preemptor. I/O, applied by :mod:`.phjsync`."""
+is marked released first (its admin_comment), so the project's EpilogSlurmctld holds nothing for
+it; a preempted job's pods are ended with an Event naming the likely preemptor. I/O, applied by :mod:`.phjsync`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from slurm_bridge import names
-from slurm_bridge.handoff import released_name
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.placeholderjob import PlaceholderJob
@@ -25,15 +25,15 @@ log = logging.getLogger(__name__)
 DescribePreemptor = Callable[[JobInfo], Awaitable[str]]
 
 
-class SlurmRenames(Protocol):
-    async def rename_job(self, job_id: int, name: str) -> None: ...
+class SlurmReleaseMarks(Protocol):
+    async def mark_released(self, job_id: int, admin_comment: str) -> None: ...
 
 
 class HandoffWrites:
     def __init__(
         self,
         kube: KubeClient,
-        slurm: SlurmRenames,
+        slurm: SlurmReleaseMarks,
         poller: SlurmPoller,
         member_pods: MemberPods,
         policy: PolicyHolder,
@@ -44,23 +44,25 @@ class HandoffWrites:
         self.policy, self.bridge_id = policy, bridge_id
         self.describe_preemptor = describe_preemptor
 
-    async def mark_released(self, job_id: int) -> None:
-        """Rename each running part of the job before the bridge's own cancel (its pods' containers
-        stopped), so the EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's
-        components each have their own epilog). None where slurm.conf has no EpilogSlurmctld but
-        slurmctld's hook to the operator."""
+    async def mark_released(self, job_id: int, ref: PhjRef) -> None:
+        """Mark each running part of the job released (its admin_comment, which only an operator
+        can set) before the bridge's own cancel (its pods' containers stopped), so the
+        EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's components each have
+        their own epilog). None where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the
+        operator. A job not read yet (or whose admin_comment is not the bridge's mark) gets
+        ``ref``'s, so it stays the PlaceholderJob's."""
         conf = self.policy.current.conf
         if conf is not None and not conf.handoff_epilogs:
             return
         snap = self.poller.snapshot
         job = snap.by_id.get(job_id) if snap is not None else None
         if job is None:
-            await self.slurm.rename_job(job_id, released_name(self.bridge_id))
+            await self.slurm.mark_released(job_id, released_comment("", ref))
             return
         parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
         for part in parts or (job,):
             if part.is_running:
-                await self.slurm.rename_job(part.job_id, released_name(part.name or self.bridge_id))
+                await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref))
 
     async def end_preempted(
         self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None]

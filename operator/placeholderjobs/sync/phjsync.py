@@ -23,7 +23,7 @@ from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
 from slurm_bridge.config import Config
-from slurm_bridge.handoff import job_work_dir
+from slurm_bridge.handoff import job_handoff_scope
 from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
@@ -36,7 +36,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
-from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmRenames
+from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmReleaseMarks
 from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, SlurmJobWrites
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
@@ -63,7 +63,7 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     return members
 
 
-class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmRenames, Protocol):
+class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
 
@@ -198,7 +198,7 @@ class PlaceholderJobs:
             case pl.ReportPending():
                 await self.report_pending(phj, action, members)
             case pl.Cancel(job_id=job_id, released=released):
-                await self.cancel(job_id, released=released)
+                await self.cancel(job_id, self._ref(phj), released=released)
             case pl.EndPods(pods=pods, reason=reason, message=message):
                 for name in pods:
                     if (pod := members.get(name)) is not None:
@@ -254,17 +254,17 @@ class PlaceholderJobs:
     async def _submit(self, phj: PlaceholderJob, action: pl.Submit, members: Mapping[str, Obj | None]) -> Again:
         """Place the job and read it back; the next decision takes it from there (the outcome).
 
-        The job's working directory tells the handoff's EpilogSlurmctld how long to hold its cores
-        should Slurm end it under its pods (slurm_bridge/handoff.py)."""
+        The job's admin_comment tells the handoff's EpilogSlurmctld how to hold its nodes should
+        Slurm end it under its pods (its scope; slurm_bridge/handoff.py)."""
         meta, request = phj.metadata, action.request
-        ref = PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+        ref = self._ref(phj)
         name = request.job_name or default_job_name(meta.namespace, meta.name)
         pods = [p for n in action.present if (p := members.get(n)) is not None]
         exclusive = any(r.exclusive or r.mcs_label for r in action.components)
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
-        work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds, self.config.bridgeId)
+        scope = job_handoff_scope(scope_of, pods)
         try:
-            job_id, job = await self._place(action, ref, name, work_dir)
+            job_id, job = await self._place(action, ref, name, scope)
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -277,18 +277,16 @@ class PlaceholderJobs:
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
-    async def _place(
-        self, action: pl.Submit, ref: PhjRef, name: str, work_dir: str | None
-    ) -> tuple[int, JobInfo | None]:
+    async def _place(self, action: pl.Submit, ref: PhjRef, name: str, scope: str) -> tuple[int, JobInfo | None]:
         """Place the job, note it as made, read it back. A job allocated as a tenant that does
         not run as the request says (``Placer.verify``) is cancelled before anything uses it and
         placed once more (queued then)."""
-        comment = encode_admin_comment(ref)
+        comment = encode_admin_comment(ref, handoff=scope)
         for _ in range(2):
             if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
-                job_id = await self.placer.place_het(list(action.components), name, comment, work_dir=work_dir)
+                job_id = await self.placer.place_het(list(action.components), name, comment)
             else:
-                job_id = await self.placer.place(action.request, name, comment, work_dir=work_dir)
+                job_id = await self.placer.place(action.request, name, comment)
             self.poller.submitted(ref.uid, job_id)
             metrics.job_submitted()
             logs.bind(jobId=job_id)
@@ -300,7 +298,7 @@ class PlaceholderJobs:
             job = await self.poller.refresh(job_id, ref, het=bool(action.components))
             if self.placer.verify(action.request, job_id, job):
                 break
-            await self.cancel(job_id)
+            await self.cancel(job_id, ref)
         return job_id, job
 
     async def _fence(self, phj: PlaceholderJob, status: PlaceholderJobStatus) -> PlaceholderJob | None:
@@ -412,10 +410,16 @@ class PlaceholderJobs:
         return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
     # ---- writes ---------------------------------------------------------------------------------
-    async def cancel(self, job_id: int, *, released: bool = True) -> None:
-        """Cancel the job; ``released`` (no pod runs on it): renamed first, so nothing is held."""
+    def _ref(self, phj: PlaceholderJob) -> PhjRef:
+        """The PlaceholderJob as its jobs' admin_comment names it."""
+        meta = phj.metadata
+        return PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+
+    async def cancel(self, job_id: int, ref: PhjRef, *, released: bool = True) -> None:
+        """Cancel the job; ``released`` (no pod runs on it): marked released first (its
+        admin_comment, ``ref``'s when Slurm's is not read yet), so nothing is held."""
         if released:
-            await self.handoff.mark_released(job_id)
+            await self.handoff.mark_released(job_id, ref)
         await self.slurm.cancel_job(job_id)
         metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)

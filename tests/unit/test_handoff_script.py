@@ -1,0 +1,362 @@
+"""The handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, issue 36 §1), run as bash
+with fake ``squeue`` and ``scontrol`` (SLURM_BIN_DIR of its configuration file): it acts only on a
+job whose AdminComment carries the marker of a bridge its root-owned configuration file lists,
+never on anything the job's user can set, and holds for the file's ceiling.
+
+The fake ``squeue`` answers only the one read the script may make (``--Format=AdminComment``,
+which prints that field alone); the fake ``scontrol`` expands node lists and records every
+``create reservation``. The real Slurm's side of it (what ``squeue`` prints, a tenant's forged job)
+is tests/e2e/test_handoff_trust.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from slurm_bridge.handoff import reservation_of
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, released_comment
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-handoff.sh"
+EXAMPLE_CONF = REPO / "slurm-hooks" / "slurm-bridge-handoff.conf"
+BRIDGE = "slurm-bridge"
+REF = PhjRef(BRIDGE, "team-a", "pj-x", "0b0e8a3c-5f0a-4c43-9a57-1c0c6f3c2f11")
+SPOOFED = {  # every field a job's user sets, as the script would see it were it to read them
+    "SLURM_JOB_WORK_DIR": f"/slurm-bridge/handoff/99999/node/{BRIDGE}",
+    "SLURM_JOB_NAME": f'x#released AdminComment=slurm-bridge:{{"bridge":"{BRIDGE}","handoff":"node"}}',
+    "SLURM_JOB_COMMENT": f'AdminComment=slurm-bridge:{{"bridge":"{BRIDGE}","handoff":"node"}}',
+}
+
+FAKE_SQUEUE = r"""#!/bin/bash
+echo "$*" >> {d}/squeue.calls
+[ -f {d}/squeue.fail ] && { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }
+[ "$*" = "--noheader --states=all --jobs=$SLURM_JOB_ID --Format=AdminComment:4096" ] || {
+  echo "unexpected: $*" >&2; exit 2; }
+while IFS= read -r c; do printf '%-60s\n' "$c"; done < {d}/admin_comments
+"""
+FAKE_SCONTROL = r"""#!/bin/bash
+if [ "$1 $2" = "show hostnames" ]; then
+  [ -f {d}/hostnames.fail ] && exit 1
+  cat {d}/hostnames; exit 0
+fi
+if [ "$1 $2" = "create reservation" ]; then
+  shift 2; printf '%s\n' "$*" >> {d}/reservations
+  case "$*" in *CoreCnt=*) [ -f {d}/corecnt.refuse ] && { echo "Error: Requested nodes are busy" >&2; exit 1; } ;; esac
+  [ -f {d}/create.fail ] && { echo "Error creating the reservation: Invalid user id" >&2; exit 1; }
+  echo "Reservation created: ${1#ReservationName=}"; exit 0
+fi
+echo "unexpected: $*" >&2; exit 2
+"""
+
+
+@dataclass
+class Epilog:
+    """The script installed in ``etc`` next to its configuration file, with fake Slurm tools."""
+
+    root: Path
+    conf_text: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def fake(self) -> Path:
+        return self.root / "fake"
+
+    @property
+    def conf(self) -> Path:
+        return self.etc / "slurm-bridge-handoff.conf"
+
+    def write_conf(self, text: str, mode: int = 0o644) -> None:
+        self.conf.write_text(text)
+        os.chmod(self.conf, mode)
+
+    def job(self, *comments: str, nodes: str = "n1", hostnames: str = "n1", cpus: str = "2", **env: str) -> None:
+        (self.fake / "admin_comments").write_text("".join(c + "\n" for c in comments))
+        (self.fake / "hostnames").write_text(hostnames.replace(" ", "\n") + "\n")
+        self.env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_CPUS_PER_NODE": cpus,
+                    "SLURM_JOB_EXCLUSIVE": "NO", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", **env}  # fmt: skip
+
+    def run(self, **extra_env: str) -> subprocess.CompletedProcess[str]:
+        # The fakes on PATH too: the script must not use it (SLURM_BIN_DIR), an older one did.
+        env = {"PATH": f"{self.fake}:{os.environ.get('PATH', '/usr/bin:/bin')}", **self.env, **extra_env}
+        done = subprocess.run([str(self.etc / SCRIPT.name)], env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"the script must always exit 0: {done}"
+        return done
+
+    @property
+    def reservations(self) -> list[dict[str, str]]:
+        path = self.fake / "reservations"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [dict(_pair(w) for w in shlex.split(line)) for line in lines]
+
+    @property
+    def squeue_calls(self) -> list[str]:
+        path = self.fake / "squeue.calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+def _pair(word: str) -> tuple[str, str]:
+    key, _, value = word.partition("=")
+    return key, value
+
+
+@pytest.fixture
+def epilog(tmp_path: Path) -> Iterator[Epilog]:
+    e = Epilog(tmp_path)
+    e.etc.mkdir()
+    e.fake.mkdir()
+    shutil.copy(SCRIPT, e.etc / SCRIPT.name)
+    os.chmod(e.etc / SCRIPT.name, 0o755)
+    for name, text in (("squeue", FAKE_SQUEUE), ("scontrol", FAKE_SCONTROL)):
+        (e.fake / name).write_text(text.replace("{d}", shlex.quote(str(e.fake))))
+        os.chmod(e.fake / name, 0o755)
+    e.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={e.fake}\n")
+    e.job()
+    yield e
+
+
+def marker(scope: str | None = "cores", bridge: str = BRIDGE) -> str:
+    return encode_admin_comment(PhjRef(bridge, REF.namespace, REF.name, REF.uid), handoff=scope)
+
+
+ME = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# ---- what it holds -------------------------------------------------------------------------------------
+def test_a_bridge_job_is_held_per_node_for_the_ceiling_under_a_name_the_bridge_parses_back(epilog: Epilog) -> None:
+    epilog.job(marker("cores"), nodes="n[1-4]", hostnames="n1 n2 n3 n4", cpus="4,2(x3)")
+    epilog.run()
+    got = sorted(epilog.reservations, key=lambda r: r["Nodes"])
+    assert [(r["Nodes"], r.get("CoreCnt")) for r in got] == [("n1", "4"), ("n2", "2"), ("n3", "2"), ("n4", "2")]
+    assert {(r["EndTime"], r["StartTime"], r["Users"]) for r in got} == {("now+86400seconds", "now", ME)}
+    assert [r["ReservationName"] for r in got] == [f"handoff-42_{BRIDGE}_n{i}" for i in range(1, 5)]
+    parsed = reservation_of(got[0]["ReservationName"], BRIDGE)
+    assert parsed is not None and (parsed.job_id, parsed.node) == (42, "n1")
+    assert epilog.squeue_calls == ["--noheader --states=all --jobs=42 --Format=AdminComment:4096"], "one read"
+
+
+@pytest.mark.parametrize(
+    ("comment", "exclusive", "held"),
+    [
+        (marker("node"), "NO", "Flags=IGNORE_JOBS"),
+        (marker("cores"), "NODE", "Flags=IGNORE_JOBS"),  # Slurm says the job is exclusive
+        (marker("cores"), "MCS", "Flags=IGNORE_JOBS"),
+        (marker(None), "NO", "Flags=IGNORE_JOBS"),  # a marker without a scope: the safe side
+        (marker("elsewhere"), "NO", "Flags=IGNORE_JOBS"),
+        (marker("cores"), "NO", "CoreCnt=2"),
+    ],
+)
+def test_the_scope_comes_from_the_admin_comment_and_slurms_exclusivity(
+    epilog: Epilog, comment: str, exclusive: str, held: str
+) -> None:
+    epilog.job(comment, SLURM_JOB_EXCLUSIVE=exclusive)
+    epilog.run()
+    assert len(epilog.reservations) == 1
+    key, value = held.split("=")
+    assert epilog.reservations[0].get(key) == value and ("CoreCnt" in epilog.reservations[0]) == (key == "CoreCnt")
+
+
+def test_the_ceiling_comes_from_the_configuration_file(epilog: Epilog) -> None:
+    epilog.write_conf(f"# a comment\n\nBRIDGE_IDS=other,{BRIDGE}\nMAX_HOLD_SECONDS=600\r\nSLURM_BIN_DIR={epilog.fake}")
+    epilog.job(marker("cores"))
+    epilog.run(SLURM_JOB_WORK_DIR=f"/slurm-bridge/handoff/31536000/node/{BRIDGE}")
+    assert [(r["EndTime"], r["CoreCnt"]) for r in epilog.reservations] == [("now+600seconds", "2")]
+
+
+def test_a_hyperthreaded_node_holds_the_jobs_cpu_count_in_cores_else_the_whole_node(epilog: Epilog) -> None:
+    """Slurm's CoreCnt counts cores, the job's CPU count threads: on a node with 2 threads a core,
+    CoreCnt=<CPUs> holds up to twice what the job had, never less; where that many cores are
+    not free, the whole node is held instead (never a count that falls short)."""
+    epilog.job(marker("cores"), cpus="3")
+    epilog.run()
+    assert [r.get("CoreCnt") for r in epilog.reservations] == ["3"]
+    (epilog.fake / "reservations").unlink()
+    (epilog.fake / "corecnt.refuse").touch()
+    epilog.run()
+    assert [("CoreCnt" in r, r.get("Flags")) for r in epilog.reservations] == [(True, None), (False, "IGNORE_JOBS")]
+    assert len({r["ReservationName"] for r in epilog.reservations}) == 1
+
+
+def test_an_unreadable_cpu_list_holds_the_whole_nodes(epilog: Epilog) -> None:
+    epilog.job(marker("cores"), nodes="n[1-2]", hostnames="n1 n2", cpus="2(x2;evil)")
+    epilog.run()
+    assert [r.get("Flags") for r in epilog.reservations] == ["IGNORE_JOBS", "IGNORE_JOBS"]
+
+
+# ---- what it never trusts ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "",  # a native job: no admin comment
+        "(null)",
+        "set by an administrator",
+        "slurm-bridge:",
+        "slurm-bridge:{not json}",
+        'slurm-bridge:{"handoff":"node"}',  # no bridge
+        'slurm-bridge:{"bridge": "slurm-bridge","handoff":"node"}',  # not the bridge's encoding
+        'slurm-bridge:{"bridge":"slurm-bridge","bridge":"x"}',
+        'slurm-bridge:{"bridge":"slurm-bridge","n":{"handoff":"node"}}',
+        'x slurm-bridge:{"bridge":"slurm-bridge"}',
+    ],
+)
+def test_a_job_without_the_bridges_marker_is_never_held_whatever_its_user_set(epilog: Epilog, comment: str) -> None:
+    """The user's fields (working directory, name, comment, here each forged as the old script's
+    or the marker's) are not read: only the AdminComment, which only an operator sets."""
+    epilog.job(comment, **SPOOFED)
+    done = epilog.run()
+    assert epilog.reservations == [], done
+    assert len(epilog.squeue_calls) == 1
+
+
+@pytest.mark.parametrize("bridge", ["other-bridge", "slurm", "slurm-bridge-2", "slurm-bridge-", "slurm-bridge_x"])
+def test_another_bridges_job_and_a_prefix_of_the_id_are_not_held(epilog: Epilog, bridge: str) -> None:
+    epilog.job(marker("cores", bridge=bridge))
+    epilog.run()
+    assert epilog.reservations == []
+
+
+def test_a_listed_bridge_with_a_longer_id_is_held_under_its_own_id(epilog: Epilog) -> None:
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}-2\nSLURM_BIN_DIR={epilog.fake}\n")
+    epilog.job(marker("cores", bridge=f"{BRIDGE}-2"))
+    epilog.run()
+    assert [r["ReservationName"] for r in epilog.reservations] == [f"handoff-42_{BRIDGE}-2_n1"]
+    assert reservation_of(f"handoff-42_{BRIDGE}-2_n1", BRIDGE) is None
+
+
+def test_released_only_from_the_admin_comment(epilog: Epilog) -> None:
+    """The bridge's released marker (``"released":true``, set by its own admin-comment update)
+    holds nothing; a job name ending in ``#released`` (the old marker, which the job-name
+    annotation or ``scontrol update JobName`` forged) is no marker."""
+    epilog.job(released_comment(marker("node")))
+    epilog.run()
+    assert epilog.reservations == []
+    epilog.job(marker("node"), SLURM_JOB_NAME="team-a/pj-x#released")
+    epilog.run()
+    assert len(epilog.reservations) == 1
+
+
+def test_a_heterogeneous_job_is_held_unless_every_component_was_released(epilog: Epilog) -> None:
+    released = released_comment(marker("cores"))
+    epilog.job(released, released)
+    epilog.run()
+    assert epilog.reservations == []
+    epilog.job(released, marker("cores"))
+    epilog.run()
+    assert [r.get("CoreCnt") for r in epilog.reservations] == ["2"]
+
+
+def test_the_environment_cannot_give_it_other_commands_or_code(epilog: Epilog, tmp_path: Path) -> None:
+    """A job's SPANK environment reaches the EpilogSlurmctld: no PATH, BASH_ENV or exported
+    function from it is used (``bash -p``, a fixed PATH, SLURM_BIN_DIR only from the file)."""
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    ran = tmp_path / "evil-ran"
+    for name in ("squeue", "scontrol", "id", "stat", "date"):
+        (evil / name).write_text(f'#!/bin/bash\ntouch {ran}\necho \'slurm-bridge:{{"bridge":"{BRIDGE}"}}\'\n')
+        os.chmod(evil / name, 0o755)
+    (evil / "env.sh").write_text(f"touch {ran}\n")
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\n")  # the fakes are not on the script's PATH now
+    epilog.job("")
+    epilog.run(PATH=f"{evil}:/usr/bin:/bin", BASH_ENV=str(evil / "env.sh"), ENV=str(evil / "env.sh"),
+               **{"BASH_FUNC_squeue%%": f"() {{ touch {ran}; }}"})  # fmt: skip
+    assert not ran.exists() and epilog.reservations == []
+
+
+# ---- the configuration file -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "mode", "why"),
+    [
+        (None, 0o644, "no configuration file"),
+        ("BRIDGE_IDS=slurm-bridge\n", 0o664, "writable by group or others"),
+        ("BRIDGE_IDS=slurm-bridge\n", 0o646, "writable by group or others"),
+        ("", 0o644, "no BRIDGE_IDS"),
+        ("MAX_HOLD_SECONDS=60\n", 0o644, "no BRIDGE_IDS"),
+        ("BRIDGE_IDS=\n", 0o644, "BRIDGE_IDS is empty"),
+        ("BRIDGE_IDS=Slurm_Bridge\n", 0o644, "is not a bridgeId"),
+        ("BRIDGE_IDS=slurm-bridge,\n", 0o644, "an empty id is not a bridgeId"),
+        ("BRIDGE_IDS=slurm-bridge\nMAX_HOLD_SECONDS=0\n", 0o644, "MAX_HOLD_SECONDS=0 is not"),
+        ("BRIDGE_IDS=slurm-bridge\nMAX_HOLD_SECONDS=1d\n", 0o644, "MAX_HOLD_SECONDS=1d is not"),
+        ("BRIDGE_IDS=slurm-bridge\nMAX_HOLD_SECONDS=-5\n", 0o644, "is not a number"),
+        ("BRIDGE_IDS=slurm-bridge\nBRIDGE_IDS=other\n", 0o644, "BRIDGE_IDS twice"),
+        ("BRIDGE_IDS=slurm-bridge\nHOLD=5\n", 0o644, "unknown key HOLD"),
+        ("BRIDGE_IDS=slurm-bridge\n$(touch /tmp/x)\n", 0o644, "not KEY=VALUE"),
+        ("BRIDGE_IDS=slurm-bridge\nSLURM_BIN_DIR=/no/such/dir\n", 0o644, "is not a directory"),
+    ],
+)
+def test_a_missing_open_or_malformed_configuration_file_holds_nothing_and_says_why(
+    epilog: Epilog, text: str | None, mode: int, why: str
+) -> None:
+    if text is None:
+        epilog.conf.unlink()
+    else:
+        epilog.write_conf(text + (f"SLURM_BIN_DIR={epilog.fake}\n" if "SLURM_BIN_DIR" not in text else ""), mode)
+    epilog.job(marker("node"))
+    done = epilog.run()
+    assert why in done.stderr and "nothing held" in done.stderr, done.stderr
+    assert epilog.reservations == [] and epilog.squeue_calls == [], "no call to slurmctld before the file is trusted"
+
+
+def test_a_configuration_file_owned_by_someone_else_or_a_link_holds_nothing(epilog: Epilog, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test gives the configuration file to another user (chown): run the unit tests as root")
+    epilog.job(marker("node"))
+    os.chown(epilog.conf, 65534, -1)
+    done = epilog.run()
+    assert "owned by uid 65534" in done.stderr and epilog.reservations == []
+    os.chown(epilog.conf, 0, -1)
+    target = tmp_path / "elsewhere.conf"
+    epilog.conf.rename(target)
+    epilog.conf.symlink_to(target)
+    done = epilog.run()
+    assert "not a regular file" in done.stderr and epilog.reservations == []
+
+
+def test_the_shipped_example_configuration_is_accepted(epilog: Epilog) -> None:
+    lines = [line for line in EXAMPLE_CONF.read_text().splitlines() if not line.startswith("SLURM_BIN_DIR")]
+    epilog.write_conf("\n".join([*lines, f"SLURM_BIN_DIR={epilog.fake}", ""]))
+    epilog.job(marker("cores"))
+    done = epilog.run()
+    assert [r["EndTime"] for r in epilog.reservations] == ["now+86400seconds"], done.stderr
+
+
+# ---- failures: always exit 0, never more than asked -------------------------------------------------------
+def test_slurm_failing_holds_nothing_and_exits_0(epilog: Epilog) -> None:
+    epilog.job(marker("cores"))
+    (epilog.fake / "squeue.fail").touch()
+    epilog.run()
+    assert epilog.reservations == []
+    (epilog.fake / "squeue.fail").unlink()
+    (epilog.fake / "hostnames.fail").touch()
+    epilog.run()
+    assert epilog.reservations == []
+    (epilog.fake / "hostnames.fail").unlink()
+    (epilog.fake / "create.fail").touch()
+    epilog.run()  # the count, then the whole node, both refused
+    assert [("CoreCnt" in r) for r in epilog.reservations] == [True, False]
+
+
+def test_a_job_that_never_ran_or_has_no_id_makes_no_call(epilog: Epilog) -> None:
+    epilog.job(marker("cores"), nodes="")
+    epilog.run()
+    epilog.job(marker("cores"), SLURM_JOB_ID="42;touch")
+    epilog.run()
+    assert epilog.squeue_calls == [] and epilog.reservations == []
+
+
+def test_the_marker_the_script_reads_is_the_one_the_bridge_writes() -> None:
+    comment = encode_admin_comment(REF, handoff="node")
+    assert comment.startswith("slurm-bridge:{") and " " not in comment
+    assert json.loads(comment.removeprefix("slurm-bridge:"))["handoff"] == "node"
