@@ -313,7 +313,7 @@ async def test_the_bridges_own_cancel_marks_each_running_part_released_first() -
     leader = slurm_job(7, "RUNNING", nodes=("n1",), het=(7, 0), name="ns/c#released", admin_comment=mark)
     part = slurm_job(8, "RUNNING", nodes=("n2",), het=(7, 1), name="ns/c", admin_comment=mark)
     pending = slurm_job(9, "PENDING", het=(7, 2), name="ns/c", admin_comment=mark)
-    slurm = FakeSlurm()
+    slurm = FakeSlurm(leader, part, pending)
     jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [leader, part, pending])
     await jobs.cancel(7, REF)
     assert slurm.calls == ["released 7", "released 8", "cancel 7"]
