@@ -3,7 +3,8 @@
 #   slurm_conf        slurm.conf: slurm_conf_common (the lines every Slurm of the project shares,
 #                     hack/old-slurm.sh's too), accounting, the scheduling/priority/preemption
 #                     policy (hack/slurm-policy.conf, verbatim), the nodes and partitions;
-#   gres_conf, cgroup_conf, slurmdbd_conf.
+#   gres_conf, cgroup_conf, slurmdbd_conf, handoff_conf (slurm-bridge-handoff.conf, the handoff
+#   script's: handoff_conf [bridge_ids=slurm-bridge] [max_hold=86400]).
 # They print to stdout and read only their settings and hack/lib.sh's SB_* layout, so a Slurm
 # elsewhere (in a kind cluster) gets the same body with its own hosts and ports:
 #
@@ -167,6 +168,17 @@ CgroupPlugin=disabled
 EOF
 }
 
+# The handoff's EpilogSlurmctld's configuration (slurm-hooks/slurm-bridge-handoff.conf, the example):
+# the bridges whose jobs it holds for (the local bridge's bridgeId, hack/bridge.sh: the default)
+# and the longest hold. Installed root's, mode 0644, next to the script.
+handoff_conf() { # [bridge_ids=ID[,ID...]] [max_hold=SECONDS]
+  local bridge_ids=slurm-bridge max_hold=86400
+  conf_settings "bridge_ids max_hold" "$@"
+  echo "# Written by hack/cluster/slurm-conf.sh: slurm-bridge's handoff (slurm-hooks/slurm-bridge-handoff.conf)."
+  echo "BRIDGE_IDS=$bridge_ids"
+  echo "MAX_HOLD_SECONDS=$max_hold"
+}
+
 slurmdbd_conf() { # storage_pass=... [KEY=VALUE...]
   local dbd_addr=127.0.0.1 dbd_host=localhost dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT
   local storage_host=127.0.0.1 storage_port=$SB_MARIADB_PORT storage_pass=
@@ -201,6 +213,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     gres.conf) gres_conf ;;
     cgroup.conf) cgroup_conf ;;
     slurmdbd.conf) slurmdbd_conf "$@" ;;
-    *) die "usage: hack/cluster/slurm-conf.sh slurm.conf|gres.conf|cgroup.conf|slurmdbd.conf [KEY=VALUE...]" ;;
+    slurm-bridge-handoff.conf) handoff_conf "$@" ;;
+    *) die "usage: hack/cluster/slurm-conf.sh slurm.conf|gres.conf|cgroup.conf|slurmdbd.conf|slurm-bridge-handoff.conf [KEY=VALUE...]" ;;
   esac
 fi

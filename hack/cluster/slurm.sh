@@ -17,9 +17,16 @@ write_slurm_files() {
 }
 
 # The handoff's EpilogSlurmctld (slurm-hooks/, docs/colocation.md) at the path slurm.conf names
-# (hack/slurm-policy.conf), and its log directory, writable by SlurmUser, which runs it.
+# (hack/slurm-policy.conf), its configuration file next to it (root's, mode 0644: the script does
+# nothing otherwise) naming the local bridge (hack/bridge.sh: bridgeId slurm-bridge, the default;
+# hack/cluster/slurm-conf.sh's handoff_conf), and its log directory, writable by SlurmUser, which
+# runs it.
 install_handoff_script() {
-  install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-handoff.sh"
+  local etc="$SLURM_ROOT/etc/slurm"
+  install -o root -g root -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$etc/slurm-bridge-handoff.sh"
+  handoff_conf > "$etc/slurm-bridge-handoff.conf.new"
+  chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644 "$etc/slurm-bridge-handoff.conf.new"
+  mv -f "$etc/slurm-bridge-handoff.conf.new" "$etc/slurm-bridge-handoff.conf"
   mkdir -p "$SLURM_ROOT/var/log/slurm-bridge"
   in_root chown slurm:slurm /var/log/slurm-bridge
 }

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from slurm_bridge.config import Config
 from tests.harness import REPO, TENANTS
 
 HACK = REPO / "hack"
@@ -338,9 +339,28 @@ def test_the_local_preemption_settings_cover_the_bridges_handoff() -> None:
     assert "PreemptType=preempt/qos" in policy and "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in policy
 
 
+def test_the_handoff_conf_names_the_local_bridge_and_is_installed_roots_and_closed() -> None:
+    """The handoff script does nothing without its root-owned, closed configuration file naming the
+    bridges it holds for (issue 36): the one writer gives the local bridge's id (the default of
+    Config and the chart; hack/bridge.sh sets none) and the ceiling, and each cluster installs it."""
+    proc = subprocess.run(
+        ["bash", str(SLURM_CONF_SH), "slurm-bridge-handoff.conf"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert globals_of(proc.stdout) == {"BRIDGE_IDS": Config().bridgeId, "MAX_HOLD_SECONDS": "86400"}
+    assert (
+        "bridgeId" not in (HACK / "bridge.sh").read_text()
+        and "bridgeId" not in (HACK / "kind" / "values.yaml").read_text()
+    )
+    installer = (HACK / "cluster" / "slurm.sh").read_text()
+    assert 'handoff_conf > "$etc/slurm-bridge-handoff.conf.new"' in installer
+    assert 'chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644' in installer
+
+
 def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_settings(tmp_path: Path) -> None:
-    """hack/kind/slurm.sh's ConfigMap carries the handoff's EpilogSlurmctld (sb-slurm installs it at
-    the path slurm.conf names) and accounting.env's preemption settings (sb-slurm applies them)."""
+    """hack/kind/slurm.sh's ConfigMap carries the handoff's EpilogSlurmctld and its configuration
+    file (sb-slurm installs them, root's, at the path slurm.conf names) and accounting.env's
+    preemption settings (sb-slurm applies them)."""
     script = (
         f". {HACK / 'lib.sh'}; . {HACK / 'cluster' / 'slurm-conf.sh'}; . {HACK / 'kind' / 'common.sh'}; "
         f'. {HACK / "kind" / "slurm.sh"}; KIND_STATE={tmp_path}; kubectl_kind() {{ kubectl "$@"; }}; '
@@ -354,4 +374,10 @@ def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_sett
     assert "PreemptType=preempt/qos" in data["slurm.conf"]
     assert 'QOS_MODES="pods:cancel:90' in data["accounting.env"]
     sb_slurm = (HACK / "kind" / "slurm-image" / "sb-slurm").read_text()
-    assert 'install -m 0755 "$CONFIG/slurm-bridge-handoff.sh" /etc/slurm/slurm-bridge-handoff.sh' in sb_slurm
+    assert (
+        'install -o root -g root -m 0755 "$CONFIG/slurm-bridge-handoff.sh" /etc/slurm/slurm-bridge-handoff.sh'
+        in sb_slurm
+    )
+    conf = "/etc/slurm/slurm-bridge-handoff.conf"
+    assert f'install -o root -g root -m 0644 "$CONFIG/slurm-bridge-handoff.conf" {conf}' in sb_slurm
+    assert globals_of(data["slurm-bridge-handoff.conf"]) == {"BRIDGE_IDS": "slurm-bridge", "MAX_HOLD_SECONDS": "86400"}
