@@ -1,0 +1,151 @@
+"""The handoff's EpilogSlurmctld trusts only what an operator set (issue 36 §1; docs/colocation.md,
+"The script").
+
+On a hybrid node (a kwok node served by a real slurmd) a tenant submits an ordinary batch job
+that forges every mark the script once read or might be fooled by: the working directory the
+bridge used to submit with (``/slurm-bridge/handoff/<hold>/node/<bridgeId>``, which Slurm accepts
+from anyone), a job name ending in ``#released``, and a ``AdminComment=slurm-bridge:{...}`` in its
+name and comment. The job ends; no reservation exists, and a native job for the whole node starts
+there. A job whose admin comment an operator set to the bridge's marker is held (the real
+``squeue`` read, the ``_``-delimited name, the ceiling from the root-owned configuration file),
+and one the bridge marked released, or another bridge's, is not.
+
+The script and its configuration file come from this worktree (``hack/cluster/slurm.sh``'s
+``install_handoff_script``, which ``hack/cluster.sh start-slurm`` runs; the ``handoff_installed``
+fixture checks the running one is this worktree's).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from tests.harness import REPO, TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
+
+ALICE = TENANTS["a"]
+BRIDGE = "slurm-bridge"  # the local bridge's (hack/bridge.sh sets no other), in the conf file
+FORGED_MARK = 'AdminComment=slurm-bridge:{"bridge":"slurm-bridge","handoff":"node"}'
+QUIET = 5.0  # seconds after a job's end in which the script's reservation (made ~10 ms after it) would appear
+
+
+@pytest.fixture(scope="module")
+def handoff_installed(slurm_env: SlurmEnv) -> str:
+    """The hybrid node the tests use; the running slurmctld runs this worktree's script, and its
+    configuration file lists the local bridge."""
+    script = slurm_env.root / "etc" / "slurm" / "slurm-bridge-handoff.sh"
+    conf = slurm_env.root / "etc" / "slurm" / "slurm-bridge-handoff.conf"
+    mine = (REPO / "slurm-hooks" / "slurm-bridge-handoff.sh").read_text()
+    assert script.exists() and script.read_text() == mine, (
+        f"{script} is not this worktree's handoff script: install it (hack/cluster.sh start-slurm from "
+        f"{REPO}, which runs install_handoff_script)"
+    )
+    assert conf.exists() and f"BRIDGE_IDS={BRIDGE}" in conf.read_text().splitlines(), f"{conf} lists no {BRIDGE}"
+    assert any("slurm-bridge-handoff.sh" in ln for ln in slurm_env.scontrol("show", "config").splitlines()), (
+        "slurmctld runs no handoff script: restart the cluster (hack/cluster.sh down && hack/cluster.sh up)"
+    )
+    assert slurm_env.hybrid_nodes, "the local cluster has no hybrid node (SB_HYBRID_NODE_NAMES)"
+    return slurm_env.hybrid_nodes[0]
+
+
+class Jobs:
+    """Alice's batch jobs on one hybrid node; each test's jobs and reservations go at its end."""
+
+    def __init__(self, slurm: SlurmEnv, node: str) -> None:
+        self.slurm, self.node, self.ids = slurm, node, list[int]()
+
+    def submit(self, *options: str, script: str = "#!/bin/sh\nexit 0\n", cpus: int = 1) -> int:
+        base = ["-p", self.slurm.hybrid_partition, "-w", self.node, "-A", ALICE.accounts[0], "-c", str(cpus)]
+        job_id = sbatch_as(self.slurm, ALICE.user, script, *base, "--mem=64", "-o", "/dev/null", *options)
+        self.ids.append(job_id)
+        return job_id
+
+    def ended(self, job_id: int, timeout: float = 60) -> float:
+        """Waits until Slurm ended the job; when (wall clock) this saw it."""
+        wait_for(lambda: squeue_state(self.slurm, job_id) in ("", "COMPLETED", "CANCELLED", "FAILED"), timeout,
+                 f"job {job_id} to end")  # fmt: skip
+        return time.time()
+
+    def reservations(self, job_id: int) -> list[str]:
+        out = self.slurm.scontrol("show", "reservation", "-o")
+        return [ln for ln in out.splitlines() if ln.startswith(f"ReservationName=handoff-{job_id}_")]
+
+    def none_held(self, job_id: int, since: float) -> None:
+        """No reservation for the job appears in the QUIET seconds after its end."""
+        while time.time() < since + QUIET:
+            held = self.reservations(job_id)
+            assert held == [], f"the script held Slurm job {job_id}: {held}"
+            time.sleep(0.25)
+
+    def mark(self, job_id: int, comment: str) -> None:
+        """What only an operator may do (here root in the Slurm root; the bridge with its token)."""
+        self.slurm.scontrol("update", f"JobId={job_id}", f"AdminComment={comment}")
+
+    def cleanup(self) -> None:
+        for job_id in self.ids:
+            self.slurm.slurm("scancel", str(job_id), check=False)
+            for line in self.reservations(job_id):
+                name = line.split()[0].split("=", 1)[1]
+                self.slurm.slurm("scontrol", "delete", f"ReservationName={name}", check=False)
+
+
+@pytest.fixture
+def jobs(slurm_env: SlurmEnv, handoff_installed: str) -> Iterator[Jobs]:
+    j = Jobs(slurm_env, handoff_installed)
+    yield j
+    j.cleanup()
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        [f"--chdir=/slurm-bridge/handoff/99999/node/{BRIDGE}", "--job-name=x#released"],
+        [
+            f"--chdir=/slurm-bridge/handoff/31536000/node/{BRIDGE}",
+            f"--job-name=x {FORGED_MARK}",
+            f"--comment={FORGED_MARK}",
+        ],
+    ],
+    ids=["work-dir-and-released-name", "forged-admin-comment-in-name-and-comment"],
+)
+def test_a_tenants_forged_job_reserves_nothing_and_the_node_stays_usable(jobs: Jobs, forged: list[str]) -> None:
+    job_id = jobs.submit(*forged)
+    since = jobs.ended(job_id)
+    jobs.none_held(job_id, since)
+    whole = jobs.slurm.node_cpus(jobs.node)
+    follower = jobs.submit("--job-name=after-forged", script="#!/bin/sh\nexec sleep 60\n", cpus=whole)
+    wait_for(lambda: squeue_state(jobs.slurm, follower) == "RUNNING", 30,
+             f"a native job for all {whole} CPUs of {jobs.node} to start after the forged job")  # fmt: skip
+
+
+def test_an_operator_set_marker_is_held_per_node_for_the_ceiling_under_an_exact_name(jobs: Jobs) -> None:
+    """The positive path on the real Slurm: squeue prints the admin comment alone, `_` is accepted
+    in a reservation's name, and the hold lasts the configuration file's ceiling."""
+    job_id = jobs.submit("--job-name=marked", script="#!/bin/sh\nexec sleep 600\n", cpus=2)
+    wait_for(lambda: squeue_state(jobs.slurm, job_id) == "RUNNING", 30, f"job {job_id} to start")
+    ref = PhjRef(BRIDGE, "e2e", f"trust-{secrets.token_hex(3)}", "uid")
+    jobs.mark(job_id, encode_admin_comment(ref, handoff="cores"))
+    jobs.slurm.slurm("scancel", str(job_id))
+    held = wait_for(lambda: jobs.reservations(job_id) or None, 10, f"the handoff reservation for job {job_id}")
+    assert len(held) == 1 and held[0].startswith(f"ReservationName=handoff-{job_id}_{BRIDGE}_{jobs.node} "), held
+    fields = dict(w.split("=", 1) for w in held[0].split() if "=" in w)
+    assert fields["Nodes"] == jobs.node and fields["CoreCnt"] == "2", fields
+    assert fields["Duration"] == "1-00:00:00", f"the hold lasts the ceiling (MAX_HOLD_SECONDS=86400): {fields}"
+    assert fields["Users"] == "slurm", fields  # SlurmUser, who runs the script
+
+
+@pytest.mark.parametrize("other", ["released", "another-bridge", "a-longer-bridge-id"])
+def test_a_released_job_or_another_bridges_is_not_held(jobs: Jobs, other: str) -> None:
+    job_id = jobs.submit("--job-name=marked", script="#!/bin/sh\nexec sleep 600\n")
+    wait_for(lambda: squeue_state(jobs.slurm, job_id) == "RUNNING", 30, f"job {job_id} to start")
+    bridge = {"released": BRIDGE, "another-bridge": "other", "a-longer-bridge-id": f"{BRIDGE}-2"}[other]
+    comment = encode_admin_comment(PhjRef(bridge, "e2e", "p", "uid"), handoff="node", released=other == "released")
+    jobs.mark(job_id, comment)
+    shown = jobs.slurm.slurm("squeue", "-h", "-j", str(job_id), "--Format=AdminComment:4096").stdout.strip()
+    assert json.loads(shown.removeprefix("slurm-bridge:"))["bridge"] == bridge, shown
+    jobs.slurm.slurm("scancel", str(job_id))
+    jobs.none_held(job_id, jobs.ended(job_id))
