@@ -1,6 +1,7 @@
 """The shell's handoff writes (docs/colocation.md, "The handoff"): a job the bridge releases itself
 is marked released first (its admin_comment), so the project's EpilogSlurmctld holds nothing for
-it; a preempted job's pods are ended with an Event naming the likely preemptor. I/O, applied by :mod:`.phjsync`."""
+it; a preempted job's pods are ended with an Event naming the likely preemptor. I/O, applied by
+:mod:`.phjsync`."""
 
 from __future__ import annotations
 
