@@ -38,11 +38,10 @@ class HandoffWrites:
         poller: SlurmPoller,
         member_pods: MemberPods,
         policy: PolicyHolder,
-        bridge_id: str,
         describe_preemptor: DescribePreemptor | None = None,
     ) -> None:
         self.kube, self.slurm, self.poller, self.member_pods = kube, slurm, poller, member_pods
-        self.policy, self.bridge_id = policy, bridge_id
+        self.policy = policy
         self.describe_preemptor = describe_preemptor
 
     async def mark_released(self, job_id: int, ref: PhjRef) -> None:

@@ -93,9 +93,7 @@ class PlaceholderJobs:
         self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         self.member_pods = MemberPods(kube, pods, self.devices)
-        self.handoff = HandoffWrites(
-            kube, slurm, poller, self.member_pods, self.policy, config.bridgeId, describe_preemptor
-        )
+        self.handoff = HandoffWrites(kube, slurm, poller, self.member_pods, self.policy, describe_preemptor)
         self.updates = JobUpdates(kube, slurm)
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
