@@ -22,9 +22,11 @@
 #       BRIDGE_IDS=<id>[,<id>...]   the bridges (their bridgeId) whose jobs it holds for
 #       MAX_HOLD_SECONDS=<n>        how long a hold lasts at most (default 86400): the bridge deletes
 #                                   it as soon as the pod's containers stopped
-#       SLURM_BIN_DIR=<dir>         where scontrol and squeue are when not in /usr/bin, /bin
+#       SLURM_BIN_DIR=<dir>         where scontrol is when not in /usr/bin, /bin
 #   the job's AdminComment, which only an operator (the bridge's SlurmUser token) can set, read with
-#     one `squeue --Format=AdminComment` (that field alone: no user-set field to confuse it with):
+#     one `scontrol --json show job <id>` (its "admin_comment" key: JSON keeps every user-set string
+#     on its key's line, escaped; in `show job -o` the job's name, submit line and working directory
+#     come before AdminComment= and its comment and output paths after, any of them forged):
 #       slurm-bridge:{"bridge":"<id>","handoff":"cores"|"node",...[,"released":true]}
 #     "released": the bridge released the job itself after its pods stopped: nothing is held
 #   slurmctld's own description of the allocation: SLURM_JOB_ID, SLURM_JOB_NODELIST,
@@ -123,22 +125,31 @@ job=${SLURM_JOB_ID:-}
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
 
-# One read of the job's AdminComment (a heterogeneous job's components each print theirs). Only an
-# operator sets that field, and it is printed alone: nothing else in the line to confuse it with.
-if ! comments=$(squeue --noheader --states=all --jobs="$job" --Format=AdminComment:4096 2>&1); then
-  log "squeue failed, nothing held: $comments"
+# One read of the job (a heterogeneous job's components each have theirs). Its pretty-printed JSON
+# has one key a line, and a string never spans lines (JSON escapes newlines): a line that is the
+# "admin_comment" key is the job's AdminComment, only an operator's to set, whatever its user put
+# into the other fields. Escaped quotes are the marker's; any other escape is not the bridge's.
+if ! json=$(scontrol --json show job "$job" 2>/dev/null); then
+  log "scontrol --json show job $job failed, nothing held (does this Slurm have its JSON plugins, as slurmrestd needs?)"
   exit 0
 fi
+comments=()
+while IFS= read -r line; do
+  [[ $line =~ ^[[:space:]]*\"admin_comment\":\ \"(.*)\",?$ ]] || continue
+  value=${BASH_REMATCH[1]//\\\"/\"}
+  case $value in *\\*) continue ;; esac
+  comments+=("$value")
+done <<< "$json"
 bridge='' scope=''
-while read -r line; do
+for line in "${comments[@]}"; do
   marker "$line" || continue
   listed "$m_bridge" || continue
   [ "$m_released" = true ] && continue
   [ -n "$bridge" ] || bridge=$m_bridge
   case $m_scope in cores) scope=${scope:-cores} ;; *) scope=node ;; esac
-done <<< "$comments"
+done
 if [ -z "$bridge" ]; then
-  case $comments in *"$PREFIX"*) log "not held: a bridge's job, released by it or of a bridge not listed" ;; esac
+  case "${comments[*]}" in *"$PREFIX"*) log "not held: a bridge's job, released by it or of a bridge not listed" ;; esac
   exit 0
 fi
 case ${SLURM_JOB_EXCLUSIVE:-NO} in NO | '') ;; *) scope=node ;; esac

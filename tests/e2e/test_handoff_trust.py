@@ -7,7 +7,7 @@ bridge used to submit with (``/slurm-bridge/handoff/<hold>/node/<bridgeId>``, wh
 from anyone), a job name ending in ``#released``, and a ``AdminComment=slurm-bridge:{...}`` in its
 name and comment. The job ends; no reservation exists, and a native job for the whole node starts
 there. A job whose admin comment an operator set to the bridge's marker is held (the real
-``squeue`` read, the ``_``-delimited name, the ceiling from the root-owned configuration file),
+``scontrol --json`` read, the ``_``-delimited name, the ceiling from the root-owned configuration file),
 and one the bridge marked released, or another bridge's, is not.
 
 The script and its configuration file come from this worktree (``hack/cluster/slurm.sh``'s
@@ -29,7 +29,8 @@ from tests.harness import REPO, TENANTS, SlurmEnv, sbatch_as, squeue_state, wait
 
 ALICE = TENANTS["a"]
 BRIDGE = "slurm-bridge"  # the local bridge's (hack/bridge.sh sets no other), in the conf file
-FORGED_MARK = 'AdminComment=slurm-bridge:{"bridge":"slurm-bridge","handoff":"node"}'
+FORGED = 'slurm-bridge:{"bridge":"slurm-bridge","handoff":"node"}'
+FORGED_MARK = f"AdminComment={FORGED}"
 QUIET = 5.0  # seconds after a job's end in which the script's reservation (made ~10 ms after it) would appear
 
 
@@ -109,8 +110,9 @@ def jobs(slurm_env: SlurmEnv, handoff_installed: str) -> Iterator[Jobs]:
             f"--job-name=x {FORGED_MARK}",
             f"--comment={FORGED_MARK}",
         ],
+        [f'--comment=x\n      "admin_comment": "{FORGED}",', f'--job-name=x\n"admin_comment": "{FORGED}"'],
     ],
-    ids=["work-dir-and-released-name", "forged-admin-comment-in-name-and-comment"],
+    ids=["work-dir-and-released-name", "forged-admin-comment-in-name-and-comment", "a-json-line-in-name-and-comment"],
 )
 def test_a_tenants_forged_job_reserves_nothing_and_the_node_stays_usable(jobs: Jobs, forged: list[str]) -> None:
     job_id = jobs.submit(*forged)
@@ -123,8 +125,8 @@ def test_a_tenants_forged_job_reserves_nothing_and_the_node_stays_usable(jobs: J
 
 
 def test_an_operator_set_marker_is_held_per_node_for_the_ceiling_under_an_exact_name(jobs: Jobs) -> None:
-    """The positive path on the real Slurm: squeue prints the admin comment alone, `_` is accepted
-    in a reservation's name, and the hold lasts the configuration file's ceiling."""
+    """The positive path on the real Slurm: the script reads the admin comment from its JSON, `_`
+    is accepted in a reservation's name, and the hold lasts the configuration file's ceiling."""
     job_id = jobs.submit("--job-name=marked", script="#!/bin/sh\nexec sleep 600\n", cpus=2)
     wait_for(lambda: squeue_state(jobs.slurm, job_id) == "RUNNING", 30, f"job {job_id} to start")
     ref = PhjRef(BRIDGE, "e2e", f"trust-{secrets.token_hex(3)}", "uid")
@@ -145,7 +147,9 @@ def test_a_released_job_or_another_bridges_is_not_held(jobs: Jobs, other: str) -
     bridge = {"released": BRIDGE, "another-bridge": "other", "a-longer-bridge-id": f"{BRIDGE}-2"}[other]
     comment = encode_admin_comment(PhjRef(bridge, "e2e", "p", "uid"), handoff="node", released=other == "released")
     jobs.mark(job_id, comment)
-    shown = jobs.slurm.slurm("squeue", "-h", "-j", str(job_id), "--Format=AdminComment:4096").stdout.strip()
+    [shown] = [
+        j["admin_comment"] for j in json.loads(jobs.slurm.scontrol("--json", "show", "job", str(job_id)))["jobs"]
+    ]
     assert json.loads(shown.removeprefix("slurm-bridge:"))["bridge"] == bridge, shown
     jobs.slurm.slurm("scancel", str(job_id))
     jobs.none_held(job_id, jobs.ended(job_id))

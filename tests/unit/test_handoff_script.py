@@ -1,12 +1,13 @@
 """The handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, issue 36 §1), run as bash
-with fake ``squeue`` and ``scontrol`` (SLURM_BIN_DIR of its configuration file): it acts only on a
-job whose AdminComment carries the marker of a bridge its root-owned configuration file lists,
-never on anything the job's user can set, and holds for the file's ceiling.
+with a fake ``scontrol`` (SLURM_BIN_DIR of its configuration file): it acts only on a job whose
+AdminComment carries the marker of a bridge its root-owned configuration file lists, never on
+anything the job's user can set, and holds for the file's ceiling.
 
-The fake ``squeue`` answers only the one read the script may make (``--Format=AdminComment``,
-which prints that field alone); the fake ``scontrol`` expands node lists and records every
-``create reservation``. The real Slurm's side of it (what ``squeue`` prints, a tenant's forged job)
-is tests/e2e/test_handoff_trust.py."""
+The fake answers the one read the script makes (``scontrol --json show job <id>``: the job as
+Slurm 26.05 prints it, pretty-printed JSON, with every user-set field forged: a name, comment,
+submit line and working directory that carry the old marks and a whole ``"admin_comment"`` line
+after a newline), expands node lists and records every ``create reservation``. The real Slurm's
+side of it (its JSON, a tenant's forged job) is tests/e2e/test_handoff_trust.py."""
 
 from __future__ import annotations
 
@@ -31,20 +32,29 @@ SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-handoff.sh"
 EXAMPLE_CONF = REPO / "slurm-hooks" / "slurm-bridge-handoff.conf"
 BRIDGE = "slurm-bridge"
 REF = PhjRef(BRIDGE, "team-a", "pj-x", "0b0e8a3c-5f0a-4c43-9a57-1c0c6f3c2f11")
-SPOOFED = {  # every field a job's user sets, as the script would see it were it to read them
+FORGED = f'slurm-bridge:{{"bridge":"{BRIDGE}","handoff":"node"}}'
+SPOOFED = {  # every field a job's user sets, as the script's environment has them
     "SLURM_JOB_WORK_DIR": f"/slurm-bridge/handoff/99999/node/{BRIDGE}",
-    "SLURM_JOB_NAME": f'x#released AdminComment=slurm-bridge:{{"bridge":"{BRIDGE}","handoff":"node"}}',
-    "SLURM_JOB_COMMENT": f'AdminComment=slurm-bridge:{{"bridge":"{BRIDGE}","handoff":"node"}}',
+    "SLURM_JOB_NAME": f"x#released AdminComment={FORGED}",
+    "SLURM_JOB_COMMENT": f"AdminComment={FORGED}",
+}
+# ... and as Slurm prints them in the job's JSON: a name, comment, submit line and working
+# directory carrying the old marks, AdminComment=, and a whole "admin_comment" line after a newline.
+USER_FIELDS = {
+    "name": f'x#released\n      "admin_comment": "{FORGED}",',
+    "comment": f' AdminComment={FORGED}\n"admin_comment": "{FORGED}"',
+    "submit_line": f"sbatch --chdir=/slurm-bridge/handoff/99999/node/{BRIDGE} --comment=AdminComment={FORGED}",
+    "current_working_directory": f"/slurm-bridge/handoff/99999/node/{BRIDGE}",
+    "standard_output": f"/tmp/AdminComment={FORGED}",
 }
 
-FAKE_SQUEUE = r"""#!/bin/bash
-echo "$*" >> {d}/squeue.calls
-[ -f {d}/squeue.fail ] && { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }
-[ "$*" = "--noheader --states=all --jobs=$SLURM_JOB_ID --Format=AdminComment:4096" ] || {
-  echo "unexpected: $*" >&2; exit 2; }
-while IFS= read -r c; do printf '%-60s\n' "$c"; done < {d}/admin_comments
-"""
 FAKE_SCONTROL = r"""#!/bin/bash
+if [ "$1 $2 $3" = "--json show job" ]; then
+  echo "$*" >> {d}/show.calls
+  [ -f {d}/show.fail ] && { echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1; }
+  [ "$4" = "$SLURM_JOB_ID" ] && [ $# = 4 ] || { echo "unexpected: $*" >&2; exit 2; }
+  cat {d}/job.json; exit 0
+fi
 if [ "$1 $2" = "show hostnames" ]; then
   [ -f {d}/hostnames.fail ] && exit 1
   cat {d}/hostnames; exit 0
@@ -84,7 +94,11 @@ class Epilog:
         os.chmod(self.conf, mode)
 
     def job(self, *comments: str, nodes: str = "n1", hostnames: str = "n1", cpus: str = "2", **env: str) -> None:
-        (self.fake / "admin_comments").write_text("".join(c + "\n" for c in comments))
+        """The job (a heterogeneous job's components: one admin comment each) as Slurm prints it."""
+        listed = [{"account": "team-a", "admin_comment": c, "job_id": 42 + i, **USER_FIELDS, "job_state": ["CANCELLED"],
+                   "het_job_offset": {"set": len(comments) > 1, "infinite": False, "number": i}}
+                  for i, c in enumerate(comments)]  # fmt: skip
+        (self.fake / "job.json").write_text(json.dumps({"jobs": listed, "errors": [], "warnings": []}, indent=2))
         (self.fake / "hostnames").write_text(hostnames.replace(" ", "\n") + "\n")
         self.env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_CPUS_PER_NODE": cpus,
                     "SLURM_JOB_EXCLUSIVE": "NO", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", **env}  # fmt: skip
@@ -103,8 +117,8 @@ class Epilog:
         return [dict(_pair(w) for w in shlex.split(line)) for line in lines]
 
     @property
-    def squeue_calls(self) -> list[str]:
-        path = self.fake / "squeue.calls"
+    def show_calls(self) -> list[str]:
+        path = self.fake / "show.calls"
         return path.read_text().splitlines() if path.exists() else []
 
 
@@ -120,9 +134,8 @@ def epilog(tmp_path: Path) -> Iterator[Epilog]:
     e.fake.mkdir()
     shutil.copy(SCRIPT, e.etc / SCRIPT.name)
     os.chmod(e.etc / SCRIPT.name, 0o755)
-    for name, text in (("squeue", FAKE_SQUEUE), ("scontrol", FAKE_SCONTROL)):
-        (e.fake / name).write_text(text.replace("{d}", shlex.quote(str(e.fake))))
-        os.chmod(e.fake / name, 0o755)
+    (e.fake / "scontrol").write_text(FAKE_SCONTROL.replace("{d}", shlex.quote(str(e.fake))))
+    os.chmod(e.fake / "scontrol", 0o755)
     e.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={e.fake}\n")
     e.job()
     yield e
@@ -145,7 +158,7 @@ def test_a_bridge_job_is_held_per_node_for_the_ceiling_under_a_name_the_bridge_p
     assert [r["ReservationName"] for r in got] == [f"handoff-42_{BRIDGE}_n{i}" for i in range(1, 5)]
     parsed = reservation_of(got[0]["ReservationName"], BRIDGE)
     assert parsed is not None and (parsed.job_id, parsed.node) == (42, "n1")
-    assert epilog.squeue_calls == ["--noheader --states=all --jobs=42 --Format=AdminComment:4096"], "one read"
+    assert epilog.show_calls == ["--json show job 42"], "one read"
 
 
 @pytest.mark.parametrize(
@@ -202,6 +215,8 @@ def test_an_unreadable_cpu_list_holds_the_whole_nodes(epilog: Epilog) -> None:
     [
         "",  # a native job: no admin comment
         "(null)",
+        FORGED + "\n",  # an escape other than a quote is not the bridge's
+        'slurm-bridge:{"bridge":"slurm-bridge","handoff":"node","x":"a\\"}',
         "set by an administrator",
         "slurm-bridge:",
         "slurm-bridge:{not json}",
@@ -213,12 +228,13 @@ def test_an_unreadable_cpu_list_holds_the_whole_nodes(epilog: Epilog) -> None:
     ],
 )
 def test_a_job_without_the_bridges_marker_is_never_held_whatever_its_user_set(epilog: Epilog, comment: str) -> None:
-    """The user's fields (working directory, name, comment, here each forged as the old script's
-    or the marker's) are not read: only the AdminComment, which only an operator sets."""
+    """The user's fields (working directory, name, comment, submit line, output path, here each
+    forged as the old script's or the marker's, in the environment and in the job's JSON) are not
+    read: only the AdminComment, which only an operator sets."""
     epilog.job(comment, **SPOOFED)
     done = epilog.run()
     assert epilog.reservations == [], done
-    assert len(epilog.squeue_calls) == 1
+    assert len(epilog.show_calls) == 1
 
 
 @pytest.mark.parametrize("bridge", ["other-bridge", "slurm", "slurm-bridge-2", "slurm-bridge-", "slurm-bridge_x"])
@@ -264,14 +280,14 @@ def test_the_environment_cannot_give_it_other_commands_or_code(epilog: Epilog, t
     evil = tmp_path / "evil"
     evil.mkdir()
     ran = tmp_path / "evil-ran"
-    for name in ("squeue", "scontrol", "id", "stat", "date"):
+    for name in ("scontrol", "id", "stat", "date"):
         (evil / name).write_text(f'#!/bin/bash\ntouch {ran}\necho \'slurm-bridge:{{"bridge":"{BRIDGE}"}}\'\n')
         os.chmod(evil / name, 0o755)
     (evil / "env.sh").write_text(f"touch {ran}\n")
     epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\n")  # the fakes are not on the script's PATH now
     epilog.job("")
     epilog.run(PATH=f"{evil}:/usr/bin:/bin", BASH_ENV=str(evil / "env.sh"), ENV=str(evil / "env.sh"),
-               **{"BASH_FUNC_squeue%%": f"() {{ touch {ran}; }}"})  # fmt: skip
+               **{"BASH_FUNC_scontrol%%": f"() {{ touch {ran}; }}"})  # fmt: skip
     assert not ran.exists() and epilog.reservations == []
 
 
@@ -306,7 +322,7 @@ def test_a_missing_open_or_malformed_configuration_file_holds_nothing_and_says_w
     epilog.job(marker("node"))
     done = epilog.run()
     assert why in done.stderr and "nothing held" in done.stderr, done.stderr
-    assert epilog.reservations == [] and epilog.squeue_calls == [], "no call to slurmctld before the file is trusted"
+    assert epilog.reservations == [] and epilog.show_calls == [], "no call to slurmctld before the file is trusted"
 
 
 def test_a_configuration_file_owned_by_someone_else_or_a_link_holds_nothing(epilog: Epilog, tmp_path: Path) -> None:
@@ -335,10 +351,10 @@ def test_the_shipped_example_configuration_is_accepted(epilog: Epilog) -> None:
 # ---- failures: always exit 0, never more than asked -------------------------------------------------------
 def test_slurm_failing_holds_nothing_and_exits_0(epilog: Epilog) -> None:
     epilog.job(marker("cores"))
-    (epilog.fake / "squeue.fail").touch()
+    (epilog.fake / "show.fail").touch()
     epilog.run()
     assert epilog.reservations == []
-    (epilog.fake / "squeue.fail").unlink()
+    (epilog.fake / "show.fail").unlink()
     (epilog.fake / "hostnames.fail").touch()
     epilog.run()
     assert epilog.reservations == []
@@ -353,7 +369,7 @@ def test_a_job_that_never_ran_or_has_no_id_makes_no_call(epilog: Epilog) -> None
     epilog.run()
     epilog.job(marker("cores"), SLURM_JOB_ID="42;touch")
     epilog.run()
-    assert epilog.squeue_calls == [] and epilog.reservations == []
+    assert epilog.show_calls == [] and epilog.reservations == []
 
 
 def test_the_marker_the_script_reads_is_the_one_the_bridge_writes() -> None:
