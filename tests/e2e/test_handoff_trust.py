@@ -18,6 +18,7 @@ fixture checks the running one is this worktree's).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -73,7 +74,8 @@ class Jobs:
 
     def reservations(self, job_id: int) -> list[str]:
         out = self.slurm.scontrol("show", "reservation", "-o")
-        return [ln for ln in out.splitlines() if ln.startswith(f"ReservationName=handoff-{job_id}_")]
+        # handoff-<job>_<bridge>_<node>, and the format before issue 36 (handoff-<job>-<bridge>-<node>)
+        return [ln for ln in out.splitlines() if re.match(rf"ReservationName=handoff-{job_id}[_-]", ln)]
 
     def none_held(self, job_id: int, since: float) -> None:
         """No reservation for the job appears in the QUIET seconds after its end."""
