@@ -276,7 +276,8 @@ def test_a_heterogeneous_job_is_held_unless_every_component_was_released(epilog:
 
 def test_the_environment_cannot_give_it_other_commands_or_code(epilog: Epilog, tmp_path: Path) -> None:
     """A job's SPANK environment (a user's client may fill it) may reach the EpilogSlurmctld's:
-    no PATH, BASH_ENV or exported function from it is used (``bash -p``, a fixed PATH, SLURM_BIN_DIR only from the file)."""
+    no PATH, BASH_ENV or exported function from it is used (``bash -p``, a fixed PATH,
+    SLURM_BIN_DIR only from the file)."""
     evil = tmp_path / "evil"
     evil.mkdir()
     ran = tmp_path / "evil-ran"
