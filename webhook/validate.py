@@ -251,7 +251,9 @@ def tenancy_problems(
     if match.conflict:
         return [tenancy.conflict_message(namespace, match.conflict)]
     if match.policy is None:
-        return [tenancy.no_policy_message(namespace)] if config.tenancy == "strict" else []
+        if config.tenancy == "strict":
+            return [tenancy.no_policy_message(namespace)]
+        return _untenanted_problems(config, asked, whole)
     policy = match.policy
     problems: list[tenancy.Violation] = []
     if whole is not None:
@@ -259,6 +261,17 @@ def tenancy_problems(
     for ann in asked:
         problems += tenancy.check(annotation_values(slurmjob_annotations(ann)), policy, derived=False)
     return list(dict.fromkeys(str(p) for p in problems))
+
+
+def _untenanted_problems(config: Config, asked: Sequence[Mapping[str, str]], whole: JobRequest | None) -> list[str]:
+    """Open mode, a namespace no policy selects: the operator-only fields its annotations set that
+    the config's untenantedOperatorFields does not allow (the bridge's token would make Slurm
+    honour them: docs/security.md)."""
+    values = [annotation_values(slurmjob_annotations(a)) for a in asked]
+    if whole is not None:
+        values.append(whole.model_dump(exclude_none=True))
+    found = [v for vs in values for v in tenancy.operator_field_violations(vs, config.untenantedOperatorFields, None)]
+    return list(dict.fromkeys(tenancy.untenanted_message(v) for v in found))
 
 
 def _pod_tenancy(
