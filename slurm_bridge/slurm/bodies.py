@@ -92,18 +92,31 @@ class RequestBodies:
         return (["none"] if req.exclusive else None), req.mcs_label
 
     def submit_body(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        work_dir: str | None = None,
+        as_user: bool = False,
     ) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do).
 
         ``work_dir``: the job's working directory. Nothing runs there (Slurm does not check it for
         an external job); the bridge uses it to tell the handoff's EpilogSlurmctld how long to hold
-        the job's cores (slurm_bridge/handoff.py)."""
+        the job's cores (slurm_bridge/handoff.py).
+
+        ``as_user``: sent as another user, who may not set ``admin_comment`` (Slurm 26.05 answers
+        2002 "Access/permission denied"): the marker goes into ``comment`` instead, until the bridge
+        sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
         d = self.job_desc(req)
         d.name = name
-        d.admin_comment = admin_comment
         d.flags = ["EXTERNAL_JOB"]
         d.current_working_directory = work_dir or "/tmp"
+        if as_user:
+            d.comment = admin_comment
+        else:
+            d.admin_comment = admin_comment
         return {"job": d.body()}
 
     def het_submit_body(
@@ -130,15 +143,10 @@ class RequestBodies:
         work_dir: str | None = None,
         as_user: bool = False,
     ) -> dict[str, Any]:
-        """The external job of :meth:`submit_body`, allocated now or refused (never queued).
-
-        ``as_user``: called as another user, who may not set ``admin_comment`` (Slurm 26.05
-        answers 2002 "Access/permission denied"): the marker goes into ``comment`` instead, until
-        the bridge sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
-        body = self.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir)
+        """The external job of :meth:`submit_body` (``as_user`` as there), allocated now or
+        refused (never queued)."""
+        body = self.submit_body(req, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user)
         body["job"]["immediate"] = True
-        if as_user:
-            body["job"]["comment"] = body["job"].pop("admin_comment")
         return body
 
     def mark_body(self, admin_comment: str) -> dict[str, Any]:

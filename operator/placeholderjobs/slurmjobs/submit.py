@@ -9,7 +9,7 @@ from typing import Protocol
 
 from slurm_bridge import metrics
 from slurm_bridge.operator.runtime import starts
-from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.errors import ESLURM_GROUP_ID_MISSING, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,13 @@ class SlurmSubmits(Protocol):
         as_user: str | None = None,
     ) -> int: ...
     async def submit_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, work_dir: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        work_dir: str | None = None,
+        as_user: str | None = None,
     ) -> int: ...
     async def submit_het_job(
         self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
@@ -45,6 +51,12 @@ class SlurmSubmits(Protocol):
 def _user(request: JobRequest) -> str | None:
     """The Slurm user a request names (a name, or a uid as Slurm takes it), if any."""
     return request.user_name or (None if request.user_id is None else str(request.user_id))
+
+
+def group_refused(e: SlurmError) -> bool:
+    """Slurm refused the group a job submitted as its user names: a user may submit only in their
+    primary group (slurmctld's "Requested GID=... doesn't match user GID", ESLURM_GROUP_ID_MISSING)."""
+    return ESLURM_GROUP_ID_MISSING in e.error_numbers or any("group id" in t.lower() for t in e.error_texts)
 
 
 def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> bool:
@@ -71,6 +83,13 @@ class Placer:
     request names another group is queued (``job/submit`` honours ``group_id``): what a user's
     primary group is, is learnt from the first job allocated as that user (``verify``). A job
     that names only a group, or a token that may not call as another user, is always queued.
+
+    A queued tenant's job is submitted *as the tenant* too (``_queue``), and marked the same way:
+    submitted by the bridge's token with ``user_id`` set it would be the operator's submission,
+    whose ``priority`` Slurm keeps (docs/security.md). Slurm takes from the user only the user's
+    primary group: a job that names another group (Slurm refuses it, or ``verify`` learnt it) is
+    queued by the bridge, with ``user_id``/``group_id``; the bridge has refused the operator-only
+    fields before (slurm_bridge/tenancy.py).
 
     A job that may preempt others (``may_preempt``: its QOS lists another in ``Preempt=``, from
     Slurm's accounting, docs/colocation.md) is always queued too: an immediate allocation that
@@ -136,9 +155,7 @@ class Placer:
                     self._unverified.add(job_id)
                 self._started(job_id, sent, "allocate")
                 return job_id
-        job_id = await self.slurm.submit_external_job(
-            request, name=name, admin_comment=admin_comment, work_dir=work_dir
-        )
+        job_id = await self._queue(request, name, admin_comment, work_dir)
         metrics.job_queued()
         self._started(job_id, sent, "queue")
         self._queued.add(job_id)
@@ -154,6 +171,36 @@ class Placer:
                 backoff,
             )
         return job_id
+
+    async def _queue(self, request: JobRequest, name: str, admin_comment: str, work_dir: str | None) -> int:
+        """Queue the job (``job/submit``): a tenant's as the tenant, then marked as the bridge's;
+        the bridge's own (or one whose group the user cannot name) with the bridge's token."""
+        as_user = self._as_user(request) if request.names_identity else None
+        if as_user is not None:
+            try:
+                job_id = await self.slurm.submit_external_job(
+                    request, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user
+                )
+            except SlurmUnavailable:
+                raise
+            except SlurmAuthError as e:
+                self.as_tenant = False
+                log.warning(
+                    "slurmrestd refused to submit as user %s: tenants' jobs are queued by the bridge: %s", as_user, e
+                )
+            except SlurmError as e:
+                if not group_refused(e):
+                    raise  # Slurm's verdict on the tenant's own job
+                self._groups[as_user] = (None, "")  # the group named is not the user's primary one
+                log.info(
+                    "Slurm refused group %s from user %s: queued by the bridge",
+                    request.group_name or request.group_id,
+                    as_user,
+                )
+            else:
+                await self._mark(job_id, admin_comment)
+                return job_id
+        return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment, work_dir=work_dir)
 
     async def _mark(self, job_id: int, admin_comment: str) -> None:
         """Make a job allocated as a tenant the bridge's: its ``admin_comment`` (which only the

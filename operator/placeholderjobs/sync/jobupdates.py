@@ -25,7 +25,13 @@ class SlurmJobWrites(Protocol):
     """The Slurm calls the shell changes a job with, and the reads an update is decided on."""
 
     async def update_job(
-        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+        self,
+        job_id: int,
+        req: JobRequest,
+        *,
+        name: str | None = None,
+        unlimited_time: bool = False,
+        as_user: str | None = None,
     ) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
     async def job_settings(self, job_id: int) -> JobSettings | None: ...
@@ -66,7 +72,11 @@ class JobUpdates:
         the generation is decided again, and an update sent twice changes nothing more)."""
         try:
             await self.slurm.update_job(
-                action.job_id, action.request, name=action.name, unlimited_time=action.unlimited_time
+                action.job_id,
+                action.request,
+                name=action.name,
+                unlimited_time=action.unlimited_time,
+                as_user=action.as_user,
             )
         except SlurmUnavailable:
             raise
