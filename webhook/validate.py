@@ -28,6 +28,7 @@ from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slu
 from . import sharing
 from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
+from .resize import resize_problems
 from .review import AdmissionRequest, Decision
 from .templates import pod_templates, spec_of
 
@@ -338,6 +339,9 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
         return Decision(allowed=True, reason="no object")
     old_meta = _metadata(request.old_object if request.operation == "UPDATE" else None)
     if (request.group, request.kind) == workloadkinds.POD.group_kind:
+        if request.sub_resource == "resize":  # in-place resize: only the resources change (webhook/resize.py)
+            pod = request.object or {}
+            return _decide([], resize_problems(pod, request.old_object, config, _own_group(pod)), "ok")
         return _validate_pod(request, config, tenants, new_meta, old_meta)
     return _validate_workload(request, config, tenants, new_meta, old_meta)
 
