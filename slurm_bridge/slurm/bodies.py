@@ -149,6 +149,10 @@ class RequestBodies:
         body["job"]["immediate"] = True
         return body
 
+    def priority_body(self, priority: int) -> dict[str, Any]:
+        """A job update that sets only ``priority`` (a bare job_desc_msg)."""
+        return {"priority": NoVal.of(priority).model_dump(exclude_none=True)}
+
     def mark_body(self, admin_comment: str) -> dict[str, Any]:
         """A job update that sets only ``admin_comment`` (a bare job_desc_msg)."""
         return {"admin_comment": admin_comment}

@@ -119,6 +119,16 @@ class JobCalls(SlurmSession):
         if failed:
             raise refusal(f"POST {path}: Slurm refused to mark the job as the bridge's", reply.status, failed)
 
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        """Set a pending job's ``priority`` as the bridge (an operator): a priority a TenantPolicy
+        delegates to its tenant (``allowedOperatorFields``), whose own update Slurm would refuse."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("POST", path, json_body=codec.priority_body(priority), ok_errors=_UPDATE_OK)
+        failed = codec.decode_update(reply.body)
+        if failed:
+            raise refusal(f"POST {path}: Slurm refused the job's priority", reply.status, failed)
+
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
         """Every job's id and state flags, in one small request (no names, nodes or reasons).
 

@@ -157,6 +157,9 @@ class FakeSubmits(_Jobs):
             raise self.as_user_submit_refusal
         return self._placed("submit" + (f" as {as_user}" if as_user else ""), req, self.submit_refusal)
 
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        self.calls.append(f"priority {job_id} {priority}")
+
     async def mark_job(self, job_id: int, admin_comment: str) -> None:
         self.calls.append(f"mark {job_id}")
         if self.mark_refusal is not None:
@@ -226,6 +229,9 @@ class FakeJobWrites(_Jobs):
             time_limit_minutes=job.time_limit_minutes,
             node_count=max(len(job.nodes), 1),
         )
+
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        self.calls.append(f"priority {job_id} {priority}")
 
     async def partition_limits(self) -> list[PartitionLimits]:
         self.calls.append("partitions")

@@ -266,3 +266,20 @@ def test_the_release_stamps_the_jobs_node_sharing() -> None:
     assert job_node_sharing(phj, None) == "coResident"
     old = PlaceholderJob.parse(make_phj("q").pods("q").spec(slurm={"nodes": 1, "exclusive": True}).obj())
     assert job_node_sharing(old, None) == "exclusive"
+
+
+async def test_a_priority_the_policy_delegates_is_set_by_the_bridge_alone_after_the_tenants_submit(
+    clock: None,
+) -> None:
+    """The tenant may not set a priority in Slurm; its policy lets the bridge set it for it: the
+    tenant's submit goes without it, the bridge's token sets that one field."""
+    slurm = FakeSubmits()
+    await Placer(slurm, False).place(JobRequest(user_name="alice", priority=5), "n", "c")
+    assert slurm.calls == ["submit as alice", "mark 101", "priority 101 5"]
+    assert slurm.requests[-1].priority is None
+
+
+async def test_a_delegated_priority_on_an_update_is_set_by_the_bridge_after_the_tenants_update() -> None:
+    slurm = FakeJobWrites()
+    await JobUpdates(None, slurm).send(pl.UpdateJob(7, JobRequest(priority=9), 2, as_user="alice"))  # type: ignore[arg-type]
+    assert slurm.calls == ["update 7 as alice", "priority 7 9"] and slurm.updates[0][1].priority is None

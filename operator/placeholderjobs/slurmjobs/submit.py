@@ -45,6 +45,7 @@ class SlurmSubmits(Protocol):
         self, reqs: list[JobRequest], *, name: str, admin_comment: str, work_dir: str | None = None
     ) -> int: ...
     async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
+    async def set_priority(self, job_id: int, priority: int) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
 
 
@@ -89,7 +90,9 @@ class Placer:
     whose ``priority`` Slurm keeps (docs/security.md). Slurm takes from the user only the user's
     primary group: a job that names another group (Slurm refuses it, or ``verify`` learnt it) is
     queued by the bridge, with ``user_id``/``group_id``; the bridge has refused the operator-only
-    fields before (slurm_bridge/tenancy.py).
+    fields before (slurm_bridge/tenancy.py). A ``priority`` that reached here for a tenant's job was
+    delegated by its TenantPolicy (``allowedOperatorFields``; the policy refuses it otherwise): the
+    tenant's submit goes without it, and the bridge sets it after, with its token (only that field).
 
     A job that may preempt others (``may_preempt``: its QOS lists another in ``Preempt=``, from
     Slurm's accounting, docs/colocation.md) is always queued too: an immediate allocation that
@@ -130,7 +133,11 @@ class Placer:
         if self.immediate and now >= until and (as_user is not None or not request.names_identity) and not preempting:
             try:
                 job_id = await self.slurm.allocate_external_job(
-                    request, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user
+                    request if as_user is None else request.model_copy(update={"priority": None}),
+                    name=name,
+                    admin_comment=admin_comment,
+                    work_dir=work_dir,
+                    as_user=as_user,
                 )
             except SlurmUnavailable:
                 raise
@@ -179,7 +186,11 @@ class Placer:
         if as_user is not None:
             try:
                 job_id = await self.slurm.submit_external_job(
-                    request, name=name, admin_comment=admin_comment, work_dir=work_dir, as_user=as_user
+                    request.model_copy(update={"priority": None}),
+                    name=name,
+                    admin_comment=admin_comment,
+                    work_dir=work_dir,
+                    as_user=as_user,
                 )
             except SlurmUnavailable:
                 raise
@@ -199,6 +210,8 @@ class Placer:
                 )
             else:
                 await self._mark(job_id, admin_comment)
+                if request.priority is not None:  # delegated by the policy: set as the bridge
+                    await self.slurm.set_priority(job_id, request.priority)
                 return job_id
         return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment, work_dir=work_dir)
 
