@@ -150,7 +150,8 @@ def _resize(core: k8s.CoreV1Api, ns: str, name: str, cpu: str, limits: bool) -> 
     resources: Obj = {"requests": {"cpu": cpu}}
     if limits:
         resources["limits"] = {"cpu": cpu}
-    core.patch_namespaced_pod_resize(name, ns, {"spec": {"containers": [{"name": "main", "resources": resources}]}})
+    body = {"spec": {"containers": [{"name": "main", "resources": resources}]}}
+    core.patch_namespaced_pod_resize(name, ns, body, _content_type="application/strategic-merge-patch+json")
 
 
 def test_a_coresident_pods_resize_is_refused_by_the_api_server(
