@@ -55,7 +55,9 @@ class JobCalls(SlurmSession):
         is the operator's (SlurmUser's) submission: Slurm keeps a ``priority`` only from an operator,
         and a RootOnly partition or a job_submit plugin sees SlurmUser (docs/security.md). The user
         may not set ``admin_comment``: the marker goes into ``comment`` (:meth:`mark_job` after).
-        Slurm refuses a ``group_id`` other than the user's primary group from the user.
+        Slurm refuses a ``group_id`` other than the user's primary group from the user (2113
+        "Invalid group id"), and silently drops a ``priority`` the user may not set (both checked on
+        Slurm 26.05.5).
         """
         codec = await self._get_codec()
         body = codec.submit_body(

@@ -19,7 +19,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import job_node_sharing
 from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.slurm.errors import ESLURM_GROUP_ID_MISSING, SlurmAuthError, SlurmError, SlurmErrorDetail
+from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobRequest, NodeInfo
 from slurm_bridge.slurm.versions import codec_for
 from slurm_bridge.webhook.render import webhook_configurations
@@ -158,7 +158,7 @@ async def test_a_queued_tenants_job_is_submitted_as_the_tenant_and_then_marked(c
 async def test_a_group_slurm_refuses_from_the_user_is_queued_by_the_bridge_and_remembered(clock: None) -> None:
     slurm = FakeSubmits()
     slurm.as_user_submit_refusal = SlurmError(
-        "no", errors=[SlurmErrorDetail("Group ID not found on host", ESLURM_GROUP_ID_MISSING)]
+        "no", errors=[SlurmErrorDetail("Group ID not found on host", ESLURM_INVALID_GROUP_ID)]
     )
     placer = Placer(slurm, False)
     req = JobRequest(partition="p", user_name="alice", group_id=3000)

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from slurm_bridge import metrics
 from slurm_bridge.operator.runtime import starts
-from slurm_bridge.slurm.errors import ESLURM_GROUP_ID_MISSING, SlurmAuthError, SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,9 @@ def _user(request: JobRequest) -> str | None:
 
 def group_refused(e: SlurmError) -> bool:
     """Slurm refused the group a job submitted as its user names: a user may submit only in their
-    primary group (slurmctld's "Requested GID=... doesn't match user GID", ESLURM_GROUP_ID_MISSING)."""
-    return ESLURM_GROUP_ID_MISSING in e.error_numbers or any("group id" in t.lower() for t in e.error_texts)
+    primary group: 2113 "Invalid group id" (Slurm 26.05.5, checked; slurmctld logs "Requested GID=...
+    doesn't match user GID")."""
+    return ESLURM_INVALID_GROUP_ID in e.error_numbers
 
 
 def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> bool:
