@@ -133,6 +133,10 @@ class Config(_Model):
     # What a managed namespace that no TenantPolicy selects may do (docs/tenancy.md): "open" submits
     # its pods as today (annotations pass through, as in the Go slurm-bridge); "strict" refuses them.
     tenancy: Literal["open", "strict"] = "open"
+    # Job fields only a Slurm operator may set (priority) that pods of a namespace no TenantPolicy
+    # selects may still set (open mode). Empty: refused, since the bridge's token is an operator's
+    # and Slurm would honour them (docs/security.md, "Job fields").
+    untenantedOperatorFields: list[Literal["priority"]] = Field(default_factory=list)
     # Native work never starts under a live pod (docs/colocation.md, "The handoff").
     handoff: HandoffConfig = Field(default_factory=HandoffConfig)
 

@@ -11,7 +11,7 @@ feed them are :mod:`slurm_bridge.kubecache`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -19,9 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from slurm_bridge import names
 from slurm_bridge.config import LabelSelector
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobRequest, NodeSharing
 
 Mode = Literal["open", "strict"]
+# A job field that Slurm honours only from an operator (root, SlurmUser, AdminLevel=Operator):
+# the bridge's token is SlurmUser's, so the bridge refuses it for a tenant unless allowed.
+OperatorField = Literal["priority"]
+# The largest CPU count of a node in a job's partitions (a comma list; None: the bridge's default
+# partition), from Slurm's node list; None when the operator cannot tell (not read yet, no node).
+NodeCpus = Callable[[str | None], int | None]
 
 # A Slurm name as the CRD's schema allows it (no whitespace, commas, quotes, backslashes, colons).
 SLURM_NAME: Final = re.compile(r"""^[^\s,'"\\:\x00-\x1f\x7f]{1,64}$""")
@@ -87,6 +93,10 @@ class TenantPolicySpec(_Model):
     reservations: tuple[str, ...] = ()
     wckeys: tuple[str, ...] = ()
     limits: Limits | None = None
+    # The node sharing modes a job may use (empty: any); docs/tenancy.md.
+    nodeSharing: tuple[NodeSharing, ...] = Field(default=(), max_length=3)
+    # Operator-only job fields the namespaces' jobs may set anyway (docs/security.md).
+    allowedOperatorFields: tuple[OperatorField, ...] = Field(default=(), max_length=8)
 
     @model_validator(mode="after")
     def _group_with_user(self) -> TenantPolicySpec:
@@ -185,6 +195,16 @@ FIELD_KEYS: Final[Mapping[str, str]] = {
     "max_nodes": names.ANN_MAX_NODES,
     "time_limit_minutes": names.ANN_TIMELIMIT,
     "gres": names.ANN_GRES,
+    "priority": names.ANN_PRIORITY,
+    "node_sharing": names.ANN_NODE_SHARING,
+    "exclusive": names.ANN_EXCLUSIVE,
+}
+# Why each operator-only field is refused, for the message.
+OPERATOR_FIELD_WHY: Final[Mapping[str, str]] = {
+    "priority": (
+        "Slurm keeps a job's submitted priority only from an operator, which the bridge's token is: it would "
+        "put the job ahead of every other user's fair share"
+    ),
 }
 _GPU = re.compile(r"^(?:gres/)?gpu(?::[^:,]*[^:,\d][^:,]*)?(?::(\d+))?$")
 
@@ -223,13 +243,17 @@ def gpus_per_node(gres: str | None) -> int:
     return total
 
 
-def check(values: Mapping[str, object], policy: TenantPolicy, *, derived: bool = True) -> list[Violation]:
+def check(
+    values: Mapping[str, object], policy: TenantPolicy, *, derived: bool = True, node_cpus: NodeCpus | None = None
+) -> list[Violation]:
     """Every value of a job request (JobRequest field names -> values) outside the policy.
 
     ``values`` holds what was asked for: the annotations' values at admission, the whole request
     (with the defaults applied) at submit. ``derived``: caps on totals (CPUs, GPUs, nodes) are
     checked from ``nodes``, ``tasks_per_node``, ``cpus_per_task`` and ``gres`` only when the whole
-    request is known.
+    request is known. ``node_cpus``: an exclusive job holds whole nodes, so with it (the operator,
+    which reads Slurm's nodes) such a job counts as its nodes' CPUs; without it (admission) only
+    what its pods ask for is counted.
     """
     spec = policy.spec
     if spec is None:
@@ -263,12 +287,53 @@ def check(values: Mapping[str, object], policy: TenantPolicy, *, derived: bool =
     wckey = values.get("wckey")
     if isinstance(wckey, str) and spec.wckeys and wckey not in spec.wckeys:
         add("wckey", wckey, _one_of(spec.wckeys))
+    out += operator_field_violations(values, spec.allowedOperatorFields, policy.name)
+    sharing = job_sharing(values)
+    if sharing is not None and spec.nodeSharing and sharing[1] not in spec.nodeSharing:
+        modes = _one_of(spec.nodeSharing) + " (the annotation, or the bridge's nodeSharing when the job names none)"
+        add(sharing[0], sharing[1], modes)
     if spec.limits is not None:
-        out += _caps(values, spec.limits, policy.name, derived)
+        out += _caps(values, spec.limits, policy.name, derived, node_cpus)
     return out
 
 
-def _caps(values: Mapping[str, object], limits: Limits, policy: str, derived: bool) -> list[Violation]:
+def operator_field_violations(
+    values: Mapping[str, object], allowed: Iterable[str], policy: str | None
+) -> list[Violation]:
+    """The operator-only fields the job sets that ``allowed`` does not list (``policy``: the
+    TenantPolicy's name; None: a namespace no policy selects, ruled by the config)."""
+    where = (
+        "the policy's allowedOperatorFields"
+        if policy is not None
+        else "the bridge's config untenantedOperatorFields (the namespace has no TenantPolicy)"
+    )
+    allow = set(allowed)
+    return [
+        Violation(
+            FIELD_KEYS[f],
+            str(values[f]),
+            f"{why}; {where} does not list {f}: remove the annotation, or ask the cluster administrator to allow it",
+            policy or "(none)",
+        )
+        for f, why in OPERATOR_FIELD_WHY.items()
+        if values.get(f) is not None and f not in allow
+    ]
+
+
+def job_sharing(values: Mapping[str, object]) -> tuple[str, NodeSharing] | None:
+    """(field, mode) of the job's node sharing where its values name one: ``node_sharing`` (the
+    annotation, or the whole request's resolved mode), or ``exclusive: true`` (the Go bridge's key)."""
+    mode = values.get("node_sharing")
+    if mode == "exclusive" or mode == "timeShared" or mode == "coResident":
+        return "node_sharing", mode
+    if values.get("exclusive") is True:
+        return "exclusive", "exclusive"
+    return None
+
+
+def _caps(
+    values: Mapping[str, object], limits: Limits, policy: str, derived: bool, node_cpus: NodeCpus | None
+) -> list[Violation]:
     out: list[Violation] = []
 
     def num(name: str, default: int | None = None) -> int | None:
@@ -295,16 +360,7 @@ def _caps(values: Mapping[str, object], limits: Limits, policy: str, derived: bo
         return out
     job_nodes = most or 1
     if limits.maxCPUs is not None:
-        cpus = job_nodes * (num("tasks_per_node", 1) or 1) * (num("cpus_per_task", 1) or 1)
-        if cpus > limits.maxCPUs:
-            out.append(
-                Violation(
-                    "cpus",
-                    f"{cpus} CPUs",
-                    f"the job's CPUs (nodes x the largest pod's CPUs): at most {limits.maxCPUs}",
-                    policy,
-                )
-            )
+        out += _cpu_cap(values, limits.maxCPUs, job_nodes, policy, node_cpus)
     if limits.maxGPUs is not None:
         gres = values.get("gres")
         gpus = job_nodes * gpus_per_node(gres if isinstance(gres, str) else None)
@@ -315,6 +371,31 @@ def _caps(values: Mapping[str, object], limits: Limits, policy: str, derived: bo
                 )
             )
     return out
+
+
+def _cpu_cap(
+    values: Mapping[str, object], cap: int, job_nodes: int, policy: str, node_cpus: NodeCpus | None
+) -> list[Violation]:
+    """maxCPUs: nodes x the largest pod's CPUs; an exclusive job holds its nodes whole, so (where
+    ``node_cpus`` can tell) nodes x the largest CPU count of a node it may get: Slurm allocates and
+    charges it every CPU of each node, whatever its pods ask."""
+    tasks, per_task = values.get("tasks_per_node", 1), values.get("cpus_per_task", 1)
+    per_node = (tasks if isinstance(tasks, int) else 1) * (per_task if isinstance(per_task, int) else 1)
+    what = "the job's CPUs (nodes x the largest pod's CPUs)"
+    sharing = job_sharing(values)
+    if node_cpus is not None and sharing is not None and sharing[1] == "exclusive":
+        partition = values.get("partition")
+        whole = node_cpus(partition if isinstance(partition, str) else None)
+        if whole is not None and whole > per_node:
+            per_node = whole
+            what = (
+                "an exclusive job holds whole nodes: nodes x the largest node's CPUs in its partitions "
+                f"({whole}); ask for fewer nodes or another node-sharing mode"
+            )
+    cpus = job_nodes * per_node
+    if cpus <= cap:
+        return []
+    return [Violation("cpus", f"{cpus} CPUs", f"{what}: at most {cap}", policy)]
 
 
 def apply_defaults(request: JobRequest, policy: TenantPolicy) -> JobRequest:
@@ -362,6 +443,11 @@ class Verdict:
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
+def untenanted_message(v: Violation) -> str:
+    """A refused operator-only field of a namespace no TenantPolicy selects."""
+    return f"{v.key}: {v.value!r} is not allowed: {v.allowed}"
+
+
 def no_policy_message(namespace: str) -> str:
     return (
         f"namespace {namespace} is selected by no TenantPolicy, and the bridge's tenancy mode is strict; "
@@ -377,8 +463,20 @@ def conflict_message(namespace: str, policies: Iterable[str]) -> str:
     )
 
 
-def verdict(match: Match, namespace: str, request: JobRequest, mode: Mode) -> Verdict:
-    """The policy's verdict on a whole job request (the operator, before each submit)."""
+def verdict(
+    match: Match,
+    namespace: str,
+    request: JobRequest,
+    mode: Mode,
+    *,
+    untenanted_fields: Iterable[str] = (),
+    node_cpus: NodeCpus | None = None,
+) -> Verdict:
+    """The policy's verdict on a whole job request (the operator, before each submit or update).
+
+    ``untenanted_fields``: the operator-only fields a namespace no policy selects may set (open
+    mode; the config's untenantedOperatorFields). ``node_cpus``: see :func:`check`; while it cannot
+    tell for an exclusive job under a CPU cap, the verdict waits (Slurm's nodes not read yet)."""
     if match.conflict:
         return Verdict(
             request, None, names.REASON_TENANT_POLICY_CONFLICT, (conflict_message(namespace, match.conflict),)
@@ -386,10 +484,24 @@ def verdict(match: Match, namespace: str, request: JobRequest, mode: Mode) -> Ve
     if match.policy is None:
         if mode == "strict":
             return Verdict(request, None, names.REASON_NO_TENANT_POLICY, (no_policy_message(namespace),))
+        refused = operator_field_violations(request.model_dump(exclude_none=True), untenanted_fields, None)
+        if refused:
+            return Verdict(
+                request, None, names.REASON_OPERATOR_FIELD_REFUSED, tuple(untenanted_message(v) for v in refused)
+            )
         return Verdict(request)
     policy = match.policy
     full = apply_defaults(request, policy)
-    found = check(full.model_dump(exclude_none=True), policy)
+    values = full.model_dump(exclude_none=True)
+    limits = policy.spec.limits if policy.spec is not None else None
+    sharing = job_sharing(values)
+    if node_cpus is not None and limits is not None and limits.maxCPUs is not None and sharing is not None:
+        partition = full.partition
+        if sharing[1] == "exclusive" and node_cpus(partition) is None:
+            return Verdict(
+                full, policy.name, waiting="Slurm's nodes are not read yet (an exclusive job's CPUs are its nodes')"
+            )
+    found = check(values, policy, node_cpus=node_cpus)
     if found:
         return Verdict(full, policy.name, names.REASON_TENANT_POLICY_VIOLATION, tuple(str(v) for v in found))
     return Verdict(full, policy.name)

@@ -178,12 +178,15 @@ def _mutating_rules() -> list[dict[str, Any]]:
 
 
 def _validating_rules() -> list[dict[str, Any]]:
-    """Pods, and the workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloadkinds.py)."""
+    """Pods (and their in-place resize: webhook/resize.py), and the workload kinds whose
+    annotations configure Slurm jobs (slurm_bridge/workloadkinds.py)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
         for k in workloadkinds.CONFIGURING
     ]
-    return [{"operations": ["CREATE", "UPDATE"], **r} for r in [_POD_RULE, *kinds]]
+    # In-place resize (Kubernetes 1.35) is a subresource, which a rule for pods does not match.
+    pods = {**_POD_RULE, "resources": ["pods", "pods/resize"]}
+    return [{"operations": ["CREATE", "UPDATE"], **r} for r in [pods, *kinds]]
 
 
 def _match_conditions(config: Config) -> list[dict[str, str]]:

@@ -28,6 +28,7 @@ from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slu
 from . import sharing
 from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
+from .resize import resize_problems
 from .review import AdmissionRequest, Decision
 from .templates import pod_templates, spec_of
 
@@ -251,7 +252,9 @@ def tenancy_problems(
     if match.conflict:
         return [tenancy.conflict_message(namespace, match.conflict)]
     if match.policy is None:
-        return [tenancy.no_policy_message(namespace)] if config.tenancy == "strict" else []
+        if config.tenancy == "strict":
+            return [tenancy.no_policy_message(namespace)]
+        return _untenanted_problems(config, asked, whole)
     policy = match.policy
     problems: list[tenancy.Violation] = []
     if whole is not None:
@@ -259,6 +262,17 @@ def tenancy_problems(
     for ann in asked:
         problems += tenancy.check(annotation_values(slurmjob_annotations(ann)), policy, derived=False)
     return list(dict.fromkeys(str(p) for p in problems))
+
+
+def _untenanted_problems(config: Config, asked: Sequence[Mapping[str, str]], whole: JobRequest | None) -> list[str]:
+    """Open mode, a namespace no policy selects: the operator-only fields its annotations set that
+    the config's untenantedOperatorFields does not allow (the bridge's token would make Slurm
+    honour them: docs/security.md)."""
+    values = [annotation_values(slurmjob_annotations(a)) for a in asked]
+    if whole is not None:
+        values.append(whole.model_dump(exclude_none=True))
+    found = [v for vs in values for v in tenancy.operator_field_violations(vs, config.untenantedOperatorFields, None)]
+    return list(dict.fromkeys(tenancy.untenanted_message(v) for v in found))
 
 
 def _pod_tenancy(
@@ -325,6 +339,9 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
         return Decision(allowed=True, reason="no object")
     old_meta = _metadata(request.old_object if request.operation == "UPDATE" else None)
     if (request.group, request.kind) == workloadkinds.POD.group_kind:
+        if request.sub_resource == "resize":  # in-place resize: only the resources change (webhook/resize.py)
+            pod = request.object or {}
+            return _decide([], resize_problems(pod, request.old_object, config, _own_group(pod)), "ok")
         return _validate_pod(request, config, tenants, new_meta, old_meta)
     return _validate_workload(request, config, tenants, new_meta, old_meta)
 

@@ -7,6 +7,7 @@ the write look undone)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from slurm_bridge.operator.nodes.setupcheck import SlurmSetupReads
@@ -89,3 +90,13 @@ class SlurmNodeTable:
     def wrote(self, name: str, info: NodeInfo | None) -> None:
         """The bridge just wrote Slurm node ``name``: ``info`` is what Slurm holds now (None: deleted)."""
         self._written[name] = (info, time.monotonic())
+
+
+def largest_cpus(nodes: Mapping[str, NodeInfo] | None, partitions: str | None, default: str) -> int | None:
+    """The largest CPU count of a Slurm node in ``partitions`` (a comma list; None: ``default``),
+    which an exclusive job may be given whole (a TenantPolicy's maxCPUs counts it so); 0 when no
+    node is in them, None before the first node list."""
+    if nodes is None:
+        return None
+    wanted = {p for p in (partitions or default).split(",") if p}
+    return max((n.cpus for n in nodes.values() if wanted & set(n.partitions)), default=0)

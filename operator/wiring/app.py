@@ -17,6 +17,7 @@ from slurm_bridge.kubecache import TenantCache
 from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder
 from slurm_bridge.operator.nodes.controller import NodeController
+from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.runtime import heap
@@ -85,6 +86,8 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     ctrl = Controller(cfg, kube, slurm, tenants, policy=policy, describe_preemptor=PreemptorFinder(slurm, policy))
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     nodes = NodeController(cfg, kube, slurm)
+    # An exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md).
+    ctrl.jobs.node_cpus = lambda partitions: largest_cpus(nodes.slurm_nodes, partitions, cfg.partition)
     handoff = HandoffController(
         cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, lambda: nodes.slurm_nodes, slurm.jwt_user
     )

@@ -71,8 +71,18 @@ ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 # leader's) and the component's offset. The pod's LABEL_SLURM_JOB_ID is the component's own job id.
 ANN_SLURM_HET_JOB_ID: Final = SLINKY_PREFIX + "slurm-het-job-id"
 ANN_SLURM_HET_OFFSET: Final = SLINKY_PREFIX + "slurm-het-offset"
+# On a released pod: its Slurm job's node sharing (one of NODE_SHARING_MODES), so that admission can
+# refuse a resize of a pod whose limits are its job's size (coResident; docs/colocation.md).
+ANN_JOB_NODE_SHARING: Final = SCHEDULER_PREFIX + "job-node-sharing"
 RESERVED_POD_ANNOTATIONS: Final = frozenset(
-    {ANN_SLURM_NODE, ANN_SLURM_DEVICES, ANN_PLACEHOLDER_JOB, ANN_SLURM_HET_JOB_ID, ANN_SLURM_HET_OFFSET}
+    {
+        ANN_SLURM_NODE,
+        ANN_SLURM_DEVICES,
+        ANN_PLACEHOLDER_JOB,
+        ANN_SLURM_HET_JOB_ID,
+        ANN_SLURM_HET_OFFSET,
+        ANN_JOB_NODE_SHARING,
+    }
 )
 # Slurm's reason for the state in TAINT_SLURM_STATE, verbatim.
 ANN_SLURM_REASON: Final = SLINKY_PREFIX + "slurm-reason"

@@ -26,6 +26,9 @@ REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
 REASON_TENANT_POLICY_VIOLATION: Final = "TenantPolicyViolation"
 REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"
 REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
+# A job field only a Slurm operator may set (priority), asked for in a namespace no TenantPolicy
+# selects while the config's untenantedOperatorFields does not list it (docs/security.md).
+REASON_OPERATOR_FIELD_REFUSED: Final = "OperatorFieldRefused"
 # A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
 REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
 # The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey

@@ -91,18 +91,25 @@ class RequestBodies:
             return None, None
         return (["none"] if req.exclusive else None), req.mcs_label
 
-    def submit_body(self, req: JobRequest, *, name: str, admin_comment: str) -> dict[str, Any]:
+    def submit_body(self, req: JobRequest, *, name: str, admin_comment: str, as_user: bool = False) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do).
 
         Its working directory is a neutral /tmp: nothing runs there, and nothing reads it (the
         handoff once did; a job's user can set it, so it tells nothing about the job).
         ``admin_comment`` is the bridge's mark (only an operator can set it), which the handoff's
-        EpilogSlurmctld also reads (slurm_bridge/handoff.py)."""
+        EpilogSlurmctld also reads (slurm_bridge/handoff.py).
+
+        ``as_user``: sent as another user, who may not set ``admin_comment`` (Slurm 26.05 answers
+        2002 "Access/permission denied"): the marker goes into ``comment`` instead, until the bridge
+        sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
         d = self.job_desc(req)
         d.name = name
-        d.admin_comment = admin_comment
         d.flags = ["EXTERNAL_JOB"]
         d.current_working_directory = "/tmp"
+        if as_user:
+            d.comment = admin_comment
+        else:
+            d.admin_comment = admin_comment
         return {"job": d.body()}
 
     def het_submit_body(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> dict[str, Any]:
@@ -122,16 +129,15 @@ class RequestBodies:
         admin_comment: str,
         as_user: bool = False,
     ) -> dict[str, Any]:
-        """The external job of :meth:`submit_body`, allocated now or refused (never queued).
-
-        ``as_user``: called as another user, who may not set ``admin_comment`` (Slurm 26.05
-        answers 2002 "Access/permission denied"): the marker goes into ``comment`` instead, until
-        the bridge sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
-        body = self.submit_body(req, name=name, admin_comment=admin_comment)
+        """The external job of :meth:`submit_body` (``as_user`` as there), allocated now or
+        refused (never queued)."""
+        body = self.submit_body(req, name=name, admin_comment=admin_comment, as_user=as_user)
         body["job"]["immediate"] = True
-        if as_user:
-            body["job"]["comment"] = body["job"].pop("admin_comment")
         return body
+
+    def priority_body(self, priority: int) -> dict[str, Any]:
+        """A job update that sets only ``priority`` (a bare job_desc_msg)."""
+        return {"priority": NoVal.of(priority).model_dump(exclude_none=True)}
 
     def mark_body(self, admin_comment: str) -> dict[str, Any]:
         """A job update that sets only ``admin_comment`` (a bare job_desc_msg)."""

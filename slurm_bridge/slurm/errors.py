@@ -49,6 +49,9 @@ ESLURM_RESERVATION_ACCESS = 2052
 ESLURM_INVALID_WCKEY = 2057
 ESLURM_INVALID_QOS = 2066
 ESLURM_USER_ID_UNKNOWN = 2166
+# "Invalid group id": a job submitted as its user names a group other than the user's primary one
+# (slurmctld: "Requested GID=... doesn't match user GID"; Slurm 26.05.5, checked).
+ESLURM_INVALID_GROUP_ID = 2113
 ESLURM_DB_CONNECTION = 7000
 ESLURM_REST_AUTH_FAIL = 9008
 EAGAIN = 11

@@ -35,16 +35,27 @@ _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUEST
 class JobCalls(SlurmSession):
     """Submit, read, update and cancel Slurm jobs."""
 
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def submit_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int:
         """Submit ``req`` as an external job and return its id.
 
         On a timeout after the request was sent this raises SlurmUnavailable with
         ``maybe_applied=True`` instead of sending it again: the caller finds out by listing jobs
         (``admin_comment`` identifies the job) whether Slurm made it.
+
+        ``as_user``: submit as this user (``X-SLURM-USER-NAME``), a tenant's job: Slurm then checks
+        it as that user's own submission. Submitted by the bridge's token with ``user_id`` set, it
+        is the operator's (SlurmUser's) submission: Slurm keeps a ``priority`` only from an operator,
+        and a RootOnly partition or a job_submit plugin sees SlurmUser (docs/security.md). The user
+        may not set ``admin_comment``: the marker goes into ``comment`` (:meth:`mark_job` after).
+        Slurm refuses a ``group_id`` other than the user's primary group from the user (2113
+        "Invalid group id"), and silently drops a ``priority`` the user may not set (both checked on
+        Slurm 26.05.5).
         """
         codec = await self._get_codec()
-        body = codec.submit_body(req, name=name, admin_comment=admin_comment)
-        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
+        body = codec.submit_body(req, name=name, admin_comment=admin_comment, as_user=as_user is not None)
+        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False, as_user=as_user)
         return codec.decode_submit(reply.body)
 
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
@@ -98,6 +109,16 @@ class JobCalls(SlurmSession):
         if failed:
             raise refusal(f"POST {path}: Slurm refused to mark the job as the bridge's", reply.status, failed)
 
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        """Set a pending job's ``priority`` as the bridge (an operator): a priority a TenantPolicy
+        delegates to its tenant (``allowedOperatorFields``), whose own update Slurm would refuse."""
+        codec = await self._get_codec()
+        path = codec.path(f"job/{int(job_id)}")
+        reply = await self._request("POST", path, json_body=codec.priority_body(priority), ok_errors=_UPDATE_OK)
+        failed = codec.decode_update(reply.body)
+        if failed:
+            raise refusal(f"POST {path}: Slurm refused the job's priority", reply.status, failed)
+
     async def job_states(self, previous: JobStates | None = None) -> JobStates:
         """Every job's id and state flags, in one small request (no names, nodes or reasons).
 
@@ -113,10 +134,21 @@ class JobCalls(SlurmSession):
         return states
 
     async def update_job(
-        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+        self,
+        job_id: int,
+        req: JobRequest,
+        *,
+        name: str | None = None,
+        unlimited_time: bool = False,
+        as_user: str | None = None,
     ) -> None:
         """Change a pending job to match ``req`` (see :meth:`.versions.Codec.update_body`); all or
         nothing: a refused update changes nothing (Slurm 26.05, checked).
+
+        ``as_user``: send it as this user (``X-SLURM-USER-NAME``), the job's owner, so that Slurm
+        checks it as that user's own update (QOS access, MaxWall, MaxTRESPerJob, priority): sent with
+        the bridge's token alone, Slurm applies it with an operator's rights, skips those checks and
+        marks the limits administrator-set (docs/security.md).
 
         Slurm applies the change and still answers "Requested partition/node configuration not
         available now" when the job cannot run even after it; that is not a failure here (the job
@@ -127,7 +159,7 @@ class JobCalls(SlurmSession):
         codec = await self._get_codec()
         path = codec.path(f"job/{int(job_id)}")
         body = codec.update_body(req, name=name, unlimited_time=unlimited_time)
-        reply = await self._request("POST", path, json_body=body, ok_errors=_UPDATE_OK)
+        reply = await self._request("POST", path, json_body=body, ok_errors=_UPDATE_OK, as_user=as_user)
         if reply.errors:
             log.info("job %d updated but still cannot run: %s", job_id, "; ".join(map(str, reply.errors)))
         failed = codec.decode_update(reply.body)

@@ -110,6 +110,8 @@ class FakeSubmits(_Jobs):
         self.as_user_refusal: SlurmError | None = None
         self.mark_refusal: SlurmError | None = None  # the admin_comment of a job allocated as a tenant
         self.as_users: list[str | None] = []
+        self.submit_users: list[str | None] = []  # each queued submit's as_user (None: the bridge's)
+        self.as_user_submit_refusal: SlurmError | None = None  # a queued submit as a tenant refused
         self.requests: list[JobRequest] = []
         self.comments: list[str] = []  # each placement's admin_comment (the handoff reads its scope)
 
@@ -138,9 +140,18 @@ class FakeSubmits(_Jobs):
             raise self.as_user_refusal
         return self._placed("allocate" + (f" as {as_user}" if as_user else ""), req, self.allocate_refusal)
 
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int:
+    async def submit_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int:
         self.comments.append(admin_comment)
-        return self._placed("submit", req, self.submit_refusal)
+        self.submit_users.append(as_user)
+        if as_user is not None and self.as_user_submit_refusal is not None:
+            self.calls.append(f"submit as {as_user}")
+            raise self.as_user_submit_refusal
+        return self._placed("submit" + (f" as {as_user}" if as_user else ""), req, self.submit_refusal)
+
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        self.calls.append(f"priority {job_id} {priority}")
 
     async def mark_job(self, job_id: int, admin_comment: str) -> None:
         self.calls.append(f"mark {job_id}")
@@ -174,17 +185,25 @@ class FakeJobWrites(_Jobs):
     def __init__(self, *jobs: JobInfo, **more: Any) -> None:
         super().__init__(*jobs, **more)
         self.updates: list[tuple[int, JobRequest, str | None, bool]] = []
+        self.update_users: list[str | None] = []  # each update's as_user (None: the bridge's token)
         self.update_refusal: SlurmError | None = None
         self.settings: dict[int, JobSettings] = {}
         self.partitions: list[PartitionLimits] = []
 
     async def update_job(
-        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+        self,
+        job_id: int,
+        req: JobRequest,
+        *,
+        name: str | None = None,
+        unlimited_time: bool = False,
+        as_user: str | None = None,
     ) -> None:
-        self.calls.append(f"update {job_id}")
+        self.calls.append(f"update {job_id}" + (f" as {as_user}" if as_user else ""))
         if self.update_refusal is not None:
             raise self.update_refusal
         self.updates.append((job_id, req, name, unlimited_time))
+        self.update_users.append(as_user)
 
     async def job_settings(self, job_id: int) -> JobSettings | None:
         self.calls.append(f"settings {job_id}")
@@ -201,6 +220,9 @@ class FakeJobWrites(_Jobs):
             time_limit_minutes=job.time_limit_minutes,
             node_count=max(len(job.nodes), 1),
         )
+
+    async def set_priority(self, job_id: int, priority: int) -> None:
+        self.calls.append(f"priority {job_id} {priority}")
 
     async def partition_limits(self) -> list[PartitionLimits]:
         self.calls.append("partitions")

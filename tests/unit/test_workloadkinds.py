@@ -65,7 +65,7 @@ def test_the_webhook_registers_exactly_the_configuring_kinds_in_table_order() ->
     assert [(r["apiGroups"][0], r["resources"][0]) for r in rules[1:]] == [
         (k.group, k.plural) for k in workloadkinds.CONFIGURING
     ]
-    assert rules[0]["resources"] == ["pods"]
+    assert rules[0]["resources"] == ["pods", "pods/resize"]  # in-place resize: webhook/resize.py
 
 
 def _request(group: str, kind: str, obj: dict[str, Any]) -> AdmissionRequest:

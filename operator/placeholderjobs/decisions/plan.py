@@ -110,13 +110,16 @@ class UpdateJob:
     """Send the spec of ``generation`` to the pending job (the whole request: Slurm applies an
     update all or nothing), with its ``name``; ``unlimited_time``: no time limit (the partition's
     default when the spec names none). Last in a plan: the shell decides again with the outcome
-    (Updated, UpdateRefused)."""
+    (Updated, UpdateRefused). ``as_user``: the job's owner when it is a tenant's (the update is
+    sent as that user, so Slurm checks it with that user's rights: docs/security.md); None: the
+    bridge's own job."""
 
     job_id: int
     request: JobRequest
     generation: int = 0
     name: str | None = None
     unlimited_time: bool = False
+    as_user: str | None = None
 
 
 @dataclass(frozen=True)

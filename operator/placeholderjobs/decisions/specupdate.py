@@ -13,7 +13,10 @@ generation is decided again (an update sent twice changes nothing the first did 
 Slurm applies an update sent with the bridge's token (SlurmUser's, an operator) without checking a
 partition's MaxTime, AllowAccounts or AllowQos (checked on Slurm 26.05): a job moved where its
 account may not run waits for ever with reason "None", and one given more than MaxTime runs that
-long. So the bridge checks those itself and sends nothing that fails them.
+long. So the bridge checks those itself and sends nothing that fails them. A tenant's job (one
+that runs as another user) is updated *as its owner* (:func:`update_as`): Slurm then checks the
+update exactly as that user's own (QOS access, MaxWall, MaxTRESPerJob, priority) and says no with
+its reason (issue 36, docs/security.md).
 """
 
 from __future__ import annotations
@@ -166,6 +169,15 @@ def _settle(
     return Step(tuple(actions), status.merged(write))
 
 
+def update_as(request: JobRequest, job: JobInfo) -> str | None:
+    """Whom a job update is sent as: the job's owner as Slurm records it when the job is a
+    tenant's (its request names a user), else None (the bridge's own job, updated with its token)."""
+    named = request.user_name or (None if request.user_id is None else str(request.user_id))
+    if named is None:
+        return None
+    return job.user_name or (None if job.user_id is None else str(job.user_id)) or named
+
+
 def spec_update(
     phj: PlaceholderJob, status: PlaceholderJobStatus, job: JobInfo, members: Members, follow: Follow
 ) -> Step:
@@ -205,7 +217,7 @@ def spec_update(
         return _settle(phj, status, members, False, names.REASON_UPDATE_NOT_APPLIED, message, tell=True)
     # Sent even when nothing differs that the job's record shows (a QOS left unset goes back to
     # the association's default): an update that changes nothing is harmless.
-    update = UpdateJob(job_id, want.request, gen, want.name, want.unlimited)
+    update = UpdateJob(job_id, want.request, gen, want.name, want.unlimited, update_as(want.request, job))
     return Step((), status, Plan((update,)))
 
 

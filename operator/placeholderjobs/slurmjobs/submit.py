@@ -9,7 +9,7 @@ from typing import Protocol
 
 from slurm_bridge import metrics
 from slurm_bridge.operator.runtime import starts
-from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
+from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
@@ -31,15 +31,25 @@ class SlurmSubmits(Protocol):
         admin_comment: str,
         as_user: str | None = None,
     ) -> int: ...
-    async def submit_external_job(self, req: JobRequest, *, name: str, admin_comment: str) -> int: ...
+    async def submit_external_job(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+    ) -> int: ...
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int: ...
     async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
+    async def set_priority(self, job_id: int, priority: int) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
 
 
 def _user(request: JobRequest) -> str | None:
     """The Slurm user a request names (a name, or a uid as Slurm takes it), if any."""
     return request.user_name or (None if request.user_id is None else str(request.user_id))
+
+
+def group_refused(e: SlurmError) -> bool:
+    """Slurm refused the group a job submitted as its user names: a user may submit only in their
+    primary group: 2113 "Invalid group id" (Slurm 26.05.5, checked; slurmctld logs "Requested GID=...
+    doesn't match user GID")."""
+    return ESLURM_INVALID_GROUP_ID in e.error_numbers
 
 
 def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> bool:
@@ -66,6 +76,15 @@ class Placer:
     request names another group is queued (``job/submit`` honours ``group_id``): what a user's
     primary group is, is learnt from the first job allocated as that user (``verify``). A job
     that names only a group, or a token that may not call as another user, is always queued.
+
+    A queued tenant's job is submitted *as the tenant* too (``_queue``), and marked the same way:
+    submitted by the bridge's token with ``user_id`` set it would be the operator's submission,
+    whose ``priority`` Slurm keeps (docs/security.md). Slurm takes from the user only the user's
+    primary group: a job that names another group (Slurm refuses it, or ``verify`` learnt it) is
+    queued by the bridge, with ``user_id``/``group_id``; the bridge has refused the operator-only
+    fields before (slurm_bridge/tenancy.py). A ``priority`` that reached here for a tenant's job was
+    delegated by its TenantPolicy (``allowedOperatorFields``; the policy refuses it otherwise): the
+    tenant's submit goes without it, and the bridge sets it after, with its token (only that field).
 
     A job that may preempt others (``may_preempt``: its QOS lists another in ``Preempt=``, from
     Slurm's accounting, docs/colocation.md) is always queued too: an immediate allocation that
@@ -106,7 +125,10 @@ class Placer:
         if self.immediate and now >= until and (as_user is not None or not request.names_identity) and not preempting:
             try:
                 job_id = await self.slurm.allocate_external_job(
-                    request, name=name, admin_comment=admin_comment, as_user=as_user
+                    request if as_user is None else request.model_copy(update={"priority": None}),
+                    name=name,
+                    admin_comment=admin_comment,
+                    as_user=as_user,
                 )
             except SlurmUnavailable:
                 raise
@@ -131,7 +153,7 @@ class Placer:
                     self._unverified.add(job_id)
                 self._started(job_id, sent, "allocate")
                 return job_id
-        job_id = await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+        job_id = await self._queue(request, name, admin_comment)
         metrics.job_queued()
         self._started(job_id, sent, "queue")
         self._queued.add(job_id)
@@ -147,6 +169,41 @@ class Placer:
                 backoff,
             )
         return job_id
+
+    async def _queue(self, request: JobRequest, name: str, admin_comment: str) -> int:
+        """Queue the job (``job/submit``): a tenant's as the tenant, then marked as the bridge's;
+        the bridge's own (or one whose group the user cannot name) with the bridge's token."""
+        as_user = self._as_user(request) if request.names_identity else None
+        if as_user is not None:
+            try:
+                job_id = await self.slurm.submit_external_job(
+                    request.model_copy(update={"priority": None}),
+                    name=name,
+                    admin_comment=admin_comment,
+                    as_user=as_user,
+                )
+            except SlurmUnavailable:
+                raise
+            except SlurmAuthError as e:
+                self.as_tenant = False
+                log.warning(
+                    "slurmrestd refused to submit as user %s: tenants' jobs are queued by the bridge: %s", as_user, e
+                )
+            except SlurmError as e:
+                if not group_refused(e):
+                    raise  # Slurm's verdict on the tenant's own job
+                self._groups[as_user] = (None, "")  # the group named is not the user's primary one
+                log.info(
+                    "Slurm refused group %s from user %s: queued by the bridge",
+                    request.group_name or request.group_id,
+                    as_user,
+                )
+            else:
+                await self._mark(job_id, admin_comment)
+                if request.priority is not None:  # delegated by the policy: set as the bridge
+                    await self.slurm.set_priority(job_id, request.priority)
+                return job_id
+        return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
 
     async def _mark(self, job_id: int, admin_comment: str) -> None:
         """Make a job allocated as a tenant the bridge's: its ``admin_comment`` (which only the

@@ -25,9 +25,16 @@ class SlurmJobWrites(Protocol):
     """The Slurm calls the shell changes a job with, and the reads an update is decided on."""
 
     async def update_job(
-        self, job_id: int, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False
+        self,
+        job_id: int,
+        req: JobRequest,
+        *,
+        name: str | None = None,
+        unlimited_time: bool = False,
+        as_user: str | None = None,
     ) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
+    async def set_priority(self, job_id: int, priority: int) -> None: ...
     async def job_settings(self, job_id: int) -> JobSettings | None: ...
     async def partition_limits(self) -> list[PartitionLimits]: ...
 
@@ -65,9 +72,18 @@ class JobUpdates:
         """Send the update; Slurm's refusal is an outcome, an outage is raised (retried with backoff:
         the generation is decided again, and an update sent twice changes nothing more)."""
         try:
+            # A tenant's update goes as the tenant; a priority in it was delegated by the policy
+            # (which refuses it otherwise): the bridge sets it after, with its token (only it).
+            delegated = action.request.priority if action.as_user is not None else None
             await self.slurm.update_job(
-                action.job_id, action.request, name=action.name, unlimited_time=action.unlimited_time
+                action.job_id,
+                action.request if delegated is None else action.request.model_copy(update={"priority": None}),
+                name=action.name,
+                unlimited_time=action.unlimited_time,
+                as_user=action.as_user,
             )
+            if delegated is not None:
+                await self.slurm.set_priority(action.job_id, delegated)
         except SlurmUnavailable:
             raise
         except SlurmError as e:

@@ -85,6 +85,10 @@ class PlaceholderJobs:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
+        # The largest CPU count of a Slurm node in given partitions (the node controller's table):
+        # an exclusive job's CPUs under a TenantPolicy's maxCPUs. None: such jobs are counted as their
+        # pods ask (wired in operator/wiring/app.py).
+        self.node_cpus: tenancy.NodeCpus | None = None
         # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
         # name a preempted job's likely preemptor (docs/colocation.md).
         self.policy = policy or PolicyHolder()
@@ -244,7 +248,14 @@ class PlaceholderJobs:
         def verdict(request: JobRequest) -> tenancy.Verdict:
             if not cache.synced:
                 return tenancy.Verdict(request, waiting=cache.problem)
-            return tenancy.verdict(cache.index().match(namespace), namespace, request, mode)
+            return tenancy.verdict(
+                cache.index().match(namespace),
+                namespace,
+                request,
+                mode,
+                untenanted_fields=self.config.untenantedOperatorFields,
+                node_cpus=self.node_cpus,
+            )
 
         return verdict
 

@@ -19,6 +19,13 @@ from slurm_bridge.placeholderjob import PlaceholderJob
 log = logging.getLogger(__name__)
 
 
+def job_node_sharing(phj: PlaceholderJob, offset: int | None) -> str | None:
+    """The node sharing of the pod's Slurm job (``offset``: its heterogeneous component's)."""
+    components = phj.spec.components or []
+    req = components[offset].slurm if offset is not None and offset < len(components) else phj.spec.slurm
+    return req.node_sharing or ("exclusive" if req.exclusive else None)
+
+
 class MemberPods:
     """Releases and ends member pods; each write is stored from the API's answer at once."""
 
@@ -62,6 +69,9 @@ class MemberPods:
             if name in part:
                 extra[names.ANN_SLURM_HET_JOB_ID] = str(job_id)
                 extra[names.ANN_SLURM_HET_OFFSET] = str(part[name][1])
+            mode = job_node_sharing(phj, part[name][1] if name in part else None)
+            if mode is not None:  # what admission refuses a resize by (webhook/resize.py)
+                extra[names.ANN_JOB_NODE_SHARING] = mode
             return extra or None
 
         refusals = await asyncio.gather(
