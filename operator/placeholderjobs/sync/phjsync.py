@@ -141,6 +141,7 @@ class PlaceholderJobs:
                 handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
                 settings=settings,
                 partitions=partitions,
+                bind_timeout=self.config.bindTimeoutSeconds,
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
