@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -45,6 +45,7 @@ from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.translate import exclude_unfit
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -97,6 +98,9 @@ class PlaceholderJobs:
             kube, slurm, poller, self.member_pods, self.policy, config.bridgeId, describe_preemptor
         )
         self.updates = JobUpdates(kube, slurm)
+        # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (the node
+        # controller's, set by the wiring; none without it).
+        self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -265,7 +269,11 @@ class PlaceholderJobs:
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         work_dir = job_work_dir(scope_of, pods, self.config.handoff.marginSeconds, self.config.bridgeId)
         try:
-            job_id, job = await self._place(action, ref, name, work_dir)
+            sent = self._without_unfit(action)
+        except ValueError as e:  # it requires a node kube-scheduler would refuse: not sent to Slurm
+            return Again(phj, outcome=pl.Refused(str(e), False, action.present))
+        try:
+            job_id, job = await self._place(sent, ref, name, work_dir)
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -277,6 +285,15 @@ class PlaceholderJobs:
         parts = snap.components(job_id) if action.components and snap is not None else ()
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
+
+    def _without_unfit(self, action: pl.Submit) -> pl.Submit:
+        """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit),
+        for each component of a heterogeneous job too. Raises ValueError when a request requires one."""
+        unfit = self.unfit_nodes()
+        if not unfit:
+            return action
+        request = exclude_unfit(action.request, unfit)
+        return replace(action, request=request, components=tuple(exclude_unfit(c, unfit) for c in action.components))
 
     async def _place(
         self, action: pl.Submit, ref: PhjRef, name: str, work_dir: str | None
