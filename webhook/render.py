@@ -178,10 +178,12 @@ def _mutating_rules() -> list[dict[str, Any]]:
 
 
 def _validating_rules() -> list[dict[str, Any]]:
-    """Pods, and the workload kinds whose annotations configure Slurm jobs (slurm_bridge/workloadkinds.py)."""
+    """Pods, the workload kinds whose annotations configure Slurm jobs, and the controllers that
+    make pods from a template for ever (a Deployment's ReplicaSet would otherwise make refused pods
+    in a loop: refused at the object instead; slurm_bridge/workloadkinds.py)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
-        for k in workloadkinds.CONFIGURING
+        for k in workloadkinds.VALIDATED
     ]
     return [{"operations": ["CREATE", "UPDATE"], **r} for r in [_POD_RULE, *kinds]]
 
