@@ -352,7 +352,8 @@ def _with_job(
     at = ending_at(parts, members, follow.handoff) if follow.handoff is not None and holding else None
     if at is not None and now.wall >= at:
         return time_limit_reached(phj, job_id, at, members, now)
-    bind_by = bind_deadline(parts, members, follow.bind_timeout)
+    # Not while the allocation's status is held back (its Allocated condition not written yet).
+    bind_by = bind_deadline(phj, parts, members, follow.bind_timeout) if follow.held is None else None
     if bind_by is not None and now.wall >= bind_by:
         return not_bound(phj, job_id, parts, members, now)
     plan = shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)

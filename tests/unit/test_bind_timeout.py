@@ -89,3 +89,24 @@ def test_the_timeout_is_a_key_of_the_one_config() -> None:
     assert parse_config({"bindTimeoutSeconds": 20}).bindTimeoutSeconds == 20.0
     with pytest.raises(Exception, match="bindTimeoutSeconds"):
         parse_config({"bindTimeoutSeconds": 1})
+
+
+def test_the_wait_counts_from_the_allocated_condition_when_slurms_clock_says_earlier() -> None:
+    """A slurmctld clock behind the operator's (or an old job adopted): start_time an hour ago, the
+    Allocated condition written 10 s ago by the operator: 50 s are left, nothing is released."""
+    written = (NOW.wall - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    allocated = {"type": names.COND_ALLOCATED, "status": "True", "reason": names.REASON_ALLOCATED,
+                 "message": "m", "lastTransitionTime": written, "observedGeneration": 1}  # fmt: skip
+    obj = phj("Allocated", conditions=[allocated])
+    plan = lc.decide(PlaceholderJob.parse(obj), side(3600), {"p": released()}, NOW, scheduler="s", bind_timeout=TIMEOUT)
+    assert not any(isinstance(a, pl.EndPods) for a in plan.actions)
+    assert plan.requeue == pytest.approx(50.0)
+
+
+def test_nothing_is_released_while_the_allocations_status_is_held_back() -> None:
+    held = pl.Held(PlaceholderJob.parse(phj("Pending")).status, NOW.mono + 10)
+    plan = lc.decide(
+        PlaceholderJob.parse(phj("Pending", job_id=None)), side(TIMEOUT * 10), {"p": released()}, NOW,
+        scheduler="s", held=held, bind_timeout=TIMEOUT,
+    )  # fmt: skip
+    assert not any(isinstance(a, pl.EndPods) for a in plan.actions)
