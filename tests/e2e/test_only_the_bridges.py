@@ -194,7 +194,7 @@ def test_a_deployment_whose_pods_would_be_refused_is_refused_at_its_create(
         apps.create_namespaced_deployment(ns, deployment({names.ANN_TIMELIMIT: "soon"}))
     assert refused.value.status == 422, refused.value
     assert "spec.template.metadata" in refused.value.body and names.ANN_TIMELIMIT in refused.value.body
-    name = policy(tenant_spec(TENANTS[0], ns))
+    name = policy(tenant_spec(TENANTS["a"], ns))
     wait_selected(custom, name, ns)
     with pytest.raises(ApiException) as forbidden:
         apps.create_namespaced_deployment(ns, deployment({}, {names.ANN_ACCOUNT: "not-the-tenants"}))
