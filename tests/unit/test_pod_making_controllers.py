@@ -97,3 +97,16 @@ def test_the_webhook_configuration_sends_those_kinds_to_validation() -> None:
     assert set(KINDS.values()) <= rules
     assert ("batch", "cronjobs") not in rules, "a CronJob's Jobs are reviewed one by one"
     assert {k.kind for k in workloadkinds.KINDS if k.makes_pods} == set(KINDS)
+
+
+def test_an_owned_controller_is_not_judged_as_its_pods_own_job() -> None:
+    """A LeaderWorkerSet's StatefulSet: its pods are the gang's members (their job is the LWS's),
+    so the whole-job checks are the owner's; its annotations are still validated."""
+    obj = controller("StatefulSet", cpu="6")
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "l", "uid": "u",
+         "controller": True}
+    ]  # fmt: skip
+    assert decide(obj, FakeTenants()).allowed
+    obj["spec"]["template"]["metadata"]["annotations"] = {names.ANN_MIN_NODES: "many"}
+    assert not decide(obj, FakeTenants()).allowed
