@@ -599,7 +599,7 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
         slurm = SlurmClient("http://slurmrestd.invalid:6820", token, api_version=SLURM_API,
                             transport=httpx.MockTransport(slurm_api))  # fmt: skip
         kube = ReplayKube(server)
-        ctrl = Controller(Config(), kube, slurm)
+        ctrl = Controller(Config(managedNamespaces=[NAMESPACE]), kube, slurm)
         # The poller's first full list is done (an empty Slurm); it is not started: polls cost
         # per second, not per pod.
         ctrl.poller.snapshot = JobSnapshot({}, {}, time.monotonic())

@@ -12,15 +12,19 @@ def _node_name(node: dict[str, Any]) -> str:
     return str(node.get("metadata", {}).get("name", ""))
 
 
-def filter_nodes(args: ExtenderArgs) -> ExtenderFilterResult:
+def filter_nodes(args: ExtenderArgs, *, managed: bool = True, why: str = "") -> ExtenderFilterResult:
     """Keep the allocated node; every other candidate fails with a reason the scheduler reports.
 
     A pod without an allocation fails on every node as *unresolvable*: no amount of preemption
-    on the Kubernetes side can help until Slurm allocates.
+    on the Kubernetes side can help until Slurm allocates. So does a pod of a namespace the bridge
+    does not manage (``managed`` False, ``why`` the message; slurm_bridge/namespaces.py): the
+    webhook never checked it, so even a node annotation its author wrote is not honoured.
     """
     annotations = args.Pod.get("metadata", {}).get("annotations") or {}
     allocated = annotations.get(names.ANN_SLURM_NODE, "")
     candidates = [_node_name(n) for n in args.Nodes.items] if args.Nodes else list(args.NodeNames or [])
+    if not managed:
+        return _result(args, [], {}, dict.fromkeys(candidates, why or "the pod's namespace is not managed"))
     if not allocated:
         msg = "waiting for Slurm to allocate a node (see the pod's PlaceholderJob)"
         return _result(args, [], {}, dict.fromkeys(candidates, msg))

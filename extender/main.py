@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import signal
+from functools import partial
 
 from aiohttp import web
 
@@ -13,6 +14,8 @@ from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.extender.server import make_app, make_health_app
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.kubecache import namespace_labels, namespaces_cache
+from slurm_bridge.namespaces import ManagedNamespaces, uses_labels
 
 log = logging.getLogger("slurm_bridge.extender")
 
@@ -31,12 +34,11 @@ def main(argv: list[str] | None = None) -> None:
 
 async def serve(cfg: Config, kubeconfig: str | None) -> None:
     """Serve until SIGTERM or SIGINT: the extender, and health alone on extenderHealthListen."""
-    sites = [
-        (
-            make_app(KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")),
-            split_listen(cfg.extenderListen),
-        )
-    ]
+    kube = KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")
+    # Only pods of managed namespaces are placed; a selector needs the namespaces' labels.
+    cache = namespaces_cache(kube) if uses_labels(cfg) else None
+    labels = None if cache is None else partial(namespace_labels, cache)
+    sites = [(make_app(kube, ManagedNamespaces(cfg, labels), cache), split_listen(cfg.extenderListen))]
     if cfg.extenderHealthListen:
         sites.append((make_health_app(), split_listen(cfg.extenderHealthListen)))
     runners = []

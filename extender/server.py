@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -17,8 +19,12 @@ from slurm_bridge.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
+    ExtenderFilterResult,
 )
 from slurm_bridge.kube import KubeClient, KubeError
+from slurm_bridge.kubecache import WatchCache
+from slurm_bridge.namespaces import ManagedNamespaces
+from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 KUBE_KEY = web.AppKey("kube", KubeClient)
@@ -48,6 +54,7 @@ class JobIds:
 
 
 JOB_IDS_KEY = web.AppKey("job_ids", JobIds)
+NAMESPACES_KEY = web.AppKey("namespaces", ManagedNamespaces)
 
 
 async def _json(request: web.Request) -> Any:
@@ -72,7 +79,13 @@ async def handle_filter(request: web.Request) -> web.Response:
     logs.bind(namespace=meta.get("namespace"), name=meta.get("name"), jobId=job_id)
     if job_id is not None and meta.get("uid"):
         request.app[JOB_IDS_KEY].put(str(meta["uid"]), job_id)
-    result = filter_nodes(args)
+    namespace = str(meta.get("namespace") or "")
+    managed = await request.app[NAMESPACES_KEY].judge(namespace)
+    if managed is None:  # the namespaces' labels are not read yet: the scheduler tries again
+        metrics.extender_call("filter", "error", time.monotonic() - started)
+        error = f"namespace {namespace}: its labels are not read yet (managedNamespaceSelector); try again"
+        return web.json_response(ExtenderFilterResult(Error=error).model_dump(exclude_none=True))
+    result = filter_nodes(args, managed=managed, why=request.app[NAMESPACES_KEY].message(namespace))
     log.debug("filter %s/%s -> %s", meta.get("namespace"), meta.get("name"), result.NodeNames or result.Nodes)
     response = web.json_response(result.model_dump(exclude_none=True))
     passed = bool(result.NodeNames) or bool(result.Nodes and result.Nodes.items)
@@ -91,6 +104,11 @@ async def handle_bind(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text=f"not ExtenderBindingArgs: {e}") from None
     logs.bind(namespace=args.PodNamespace, name=args.PodName, jobId=request.app[JOB_IDS_KEY].pop(args.PodUID))
     kube = request.app[KUBE_KEY]
+    if await request.app[NAMESPACES_KEY].judge(args.PodNamespace) is not True:
+        # Never reached through the filter; a bind the filter did not pass is refused all the same.
+        metrics.extender_call("bind", "error", time.monotonic() - started)
+        error = request.app[NAMESPACES_KEY].message(args.PodNamespace)
+        return web.json_response(ExtenderBindingResult(Error=error).model_dump())
     try:
         # The uid precondition binds only the pod incarnation the scheduler filtered.
         await kube.bind_pod(args.PodNamespace, args.PodName, args.PodUID, args.Node)
@@ -117,10 +135,21 @@ def make_health_app() -> web.Application:
     return app
 
 
-def make_app(kube: KubeClient) -> web.Application:
+def make_app(kube: KubeClient, namespaces: ManagedNamespaces, cache: WatchCache | None = None) -> web.Application:
+    """``namespaces``: which pods the extender may place (slurm_bridge/namespaces.py); ``cache``:
+    the namespaces' labels it reads them from (managedNamespaceSelector), run with the app."""
     # Nodes lists can be large; each request's log lines name its own pod only.
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[logs.request_scope])
     app[KUBE_KEY] = kube
+    app[NAMESPACES_KEY] = namespaces
+    if cache is not None:
+
+        async def _watch(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.create_task(cache.run(), name="watch-namespaces")
+            yield
+            await cancel_and_wait([task])
+
+        app.cleanup_ctx.append(_watch)
     app[JOB_IDS_KEY] = JobIds()
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/bind", handle_bind)

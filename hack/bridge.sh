@@ -24,6 +24,8 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 # slurmctld's hook tells this operator of job starts and ends (false: the operator learns them
 # from its polls alone, as before issue 31; benchmarks compare the two).
 : "${SB_SLURM_HOOKS:=true}"
+# bindTimeoutSeconds, shortened (default 300) so that tests/e2e see an unbindable allocation released.
+: "${SB_BIND_TIMEOUT:=30}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -47,6 +49,8 @@ operatorWorkers: $SB_OPERATOR_WORKERS
 # The handoff (docs/colocation.md): the pods' QOS GraceTime in hack/accounting.env (QOS_MODES) covers these.
 handoff: {maxGracePeriodSeconds: 60, marginSeconds: 10}
 immediateAllocation: $SB_IMMEDIATE_ALLOCATION
+# Shortened for the tests: an allocation kube-scheduler cannot bind is released after this.
+bindTimeoutSeconds: $SB_BIND_TIMEOUT
 CFG
   # slurmctld's hook tells this operator of job starts and ends (docs/configuration.md#slurm-hooks).
   if [ "$SB_SLURM_HOOKS" = true ] && [ -f "$HOOK_TOKEN_FILE" ]; then

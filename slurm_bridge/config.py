@@ -127,6 +127,10 @@ class Config(_Model):
     operatorWorkers: int = Field(default=64, ge=1, le=256)
     # Bridge-made Slurm jobs whose PlaceholderJob is gone are cancelled once older than this.
     orphanGraceSeconds: float = Field(default=30.0, ge=0)
+    # An allocation whose released pods kube-scheduler has not bound this long after Slurm started
+    # the job (a node whose kubelet offers less than Slurm counts, a taint, ...) is released: the
+    # PlaceholderJob ends Failed AllocationNotBound and its pods are ended (docs/architecture.md).
+    bindTimeoutSeconds: float = Field(default=300.0, ge=5, le=86400)
     # The shared secret of slurmctld's hooks (slurm-hooks/slurm-bridge-notify.sh): when set, the
     # operator takes their notices of job starts and ends at POST /slurm/hook (docs/configuration.md).
     slurmHookTokenFile: Path | None = None

@@ -334,6 +334,26 @@ class WatchCache:
             self.on_change(name, obj)
 
 
+def namespaces_cache(kube: KubeClient) -> WatchCache:
+    """Every namespace's labels (the extender's, for ``managedNamespaceSelector``)."""
+    return WatchCache(kube, NAMESPACES_PATH, "namespaces", project=project_namespace)
+
+
+async def namespace_labels(cache: WatchCache, namespace: str) -> dict[str, str] | None:
+    """A namespace's labels from a namespaces cache, read with a GET when the watch has not
+    delivered it yet (created a moment ago); None while the cache is not synced, or when the
+    namespace does not exist."""
+    if not cache.synced.is_set():
+        return None
+    obj = cache.objects.get(namespace)
+    if obj is None:
+        got = await cache.kube.get(resource_path("v1", "namespaces", None, namespace))
+        if got is None:
+            return None
+        obj = cache.objects.setdefault(namespace, project_namespace(got))
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
 class TenantCache:
     """Every TenantPolicy and every namespace's labels, and the index built from them."""
 
@@ -393,6 +413,14 @@ class TenantCache:
         if obj is not None and namespace not in self.namespaces.objects:
             self.namespaces.objects[namespace] = project_namespace(obj)
             self.namespaces.version += 1
+
+    async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """A namespace's labels (slurm_bridge/namespaces.py); None while the namespaces are not
+        read yet, or when it does not exist."""
+        if self._unavailable:
+            return None
+        await self.ensure_namespace(namespace)
+        return await namespace_labels(self.namespaces, namespace)
 
     def start(self) -> None:
         if self._unavailable:

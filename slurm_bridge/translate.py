@@ -23,6 +23,7 @@ from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.slurmconstraints import check_constraint, combine_constraints
 
 __all__ = [
+    "exclude_unfit",
     "job_request",
     "placement_request_problems",
     "time_limit_from_deadline",
@@ -228,3 +229,32 @@ def job_request(
         _placement_fields(placement, holds=holds, constraints=constraints if isinstance(constraints, str) else None)
     )
     return JobRequest.model_validate(fields)
+
+
+def exclude_unfit(request: JobRequest, unfit: Iterable[str]) -> JobRequest:
+    """The request as submitted: without the Slurm nodes whose ``SlurmResourcesFit`` is False
+    (``unfit``: a kubelet that offers less than Slurm counts, operator/nodes/resourcesfit.py), where
+    kube-scheduler would refuse the pod Slurm placed, so the job would hold its cores for ever.
+
+    Added to ``excluded_nodes`` (sbatch's ``--exclude``) at each submit, never to the
+    PlaceholderJob's spec: the condition changes with the nodes. Raises ValueError, naming the
+    nodes and what to do, when the job *requires* such a node (Slurm allocates every node of a
+    required list): the submit is then refused before Slurm sees it, and tried again later.
+    """
+    bad = set(unfit)
+    if not bad:
+        return request
+    if request.required_nodes:
+        blocked = sorted(bad.intersection(request.required_nodes))
+        if blocked:
+            listed = ", ".join(blocked)
+            raise ValueError(
+                f"{names.REASON_NODES_DO_NOT_FIT}: the job requires node(s) {listed}, whose kubelet offers less than "
+                f"Slurm counts (node condition {names.NODE_COND_SLURM_RESOURCES_FIT}=False; kubectl describe node "
+                f"{blocked[0]}): kube-scheduler could not bind a pod Slurm placed there, so the job is not "
+                "submitted (tried again while the pod waits); fix the node's size in slurm.conf or its kubelet's "
+                "allocatable, or select other nodes"
+            )
+        return request  # every node is named: nothing else could be allocated
+    excluded = sorted(bad.union(request.excluded_nodes or ()))
+    return request.model_copy(update={"excluded_nodes": excluded})

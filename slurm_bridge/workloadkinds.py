@@ -37,6 +37,11 @@ class WorkloadKind:
     decides_group: bool = False
     # The PlaceholderJob of a group it roots is a gang (spec.group.kind names it).
     gang: bool = False
+    # A controller that makes pods from its template for ever (a ReplicaSet replaces every pod
+    # refused or failed): each pod is its own Slurm job, with this object's slurmjob annotations as
+    # its options when it is the highest controller (operator/placeholderjobs/grouping/groups.py).
+    # The webhook reviews it like a workload, so what would refuse its pods refuses it instead.
+    makes_pods: bool = False
 
     @property
     def group_kind(self) -> GroupKind:
@@ -95,6 +100,8 @@ COMPOSITE_PODGROUP: Final = WorkloadKind(
     "scheduling.k8s.io", "CompositePodGroup", "compositepodgroups", versions=("v1alpha3",), configures=True, gang=True
 )
 
+_TEMPLATE: Final[tuple[TemplatePath, ...]] = (("spec", "template"),)
+
 # Every kind, in the order the webhook registers them; the last ones commonly own pods and are
 # listed so that the operator's owner walk needs no discovery call for them.
 KINDS: Final[tuple[WorkloadKind, ...]] = (
@@ -106,12 +113,12 @@ KINDS: Final[tuple[WorkloadKind, ...]] = (
     SCHED_PODGROUP,
     POD,
     COMPOSITE_PODGROUP,
-    WorkloadKind("", "ReplicationController", "replicationcontrollers"),
+    WorkloadKind("", "ReplicationController", "replicationcontrollers", pod_templates=_TEMPLATE, makes_pods=True),
     WorkloadKind("batch", "CronJob", "cronjobs"),
-    WorkloadKind("apps", "ReplicaSet", "replicasets"),
-    WorkloadKind("apps", "StatefulSet", "statefulsets"),
-    WorkloadKind("apps", "Deployment", "deployments"),
-    WorkloadKind("apps", "DaemonSet", "daemonsets"),
+    WorkloadKind("apps", "ReplicaSet", "replicasets", pod_templates=_TEMPLATE, makes_pods=True),
+    WorkloadKind("apps", "StatefulSet", "statefulsets", pod_templates=_TEMPLATE, makes_pods=True),
+    WorkloadKind("apps", "Deployment", "deployments", pod_templates=_TEMPLATE, makes_pods=True),
+    WorkloadKind("apps", "DaemonSet", "daemonsets", pod_templates=_TEMPLATE, makes_pods=True),
 )
 
 # Derived views: what each component asks of the table.
@@ -119,6 +126,13 @@ CONFIGURING: Final[tuple[WorkloadKind, ...]] = tuple(k for k in KINDS if k.confi
 POD_TEMPLATES: Final[Mapping[GroupKind, tuple[TemplatePath, ...]]] = {
     k.group_kind: k.pod_templates for k in CONFIGURING
 }
+# What the validating webhook reviews: the configuring kinds and the pod-making controllers, with
+# the pod templates of each (webhook/render.py, webhook/validate.py).
+VALIDATED: Final[tuple[WorkloadKind, ...]] = tuple(k for k in KINDS if k.configures or k.makes_pods)
+VALIDATED_TEMPLATES: Final[Mapping[GroupKind, tuple[TemplatePath, ...]]] = {
+    k.group_kind: k.pod_templates for k in VALIDATED
+}
+MAKES_PODS: Final[frozenset[GroupKind]] = frozenset(k.group_kind for k in KINDS if k.makes_pods)
 PLURALS: Final[Mapping[GroupKind, str]] = {k.group_kind: k.plural for k in KINDS}
 DECIDES_GROUP: Final[frozenset[GroupKind]] = frozenset(k.group_kind for k in KINDS if k.decides_group)
 GANG_KINDS: Final[frozenset[str]] = frozenset(k.kind for k in KINDS if k.gang)

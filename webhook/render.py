@@ -178,11 +178,13 @@ def _mutating_rules() -> list[dict[str, Any]]:
 
 
 def _validating_rules() -> list[dict[str, Any]]:
-    """Pods (and their in-place resize: webhook/resize.py), and the workload kinds whose
-    annotations configure Slurm jobs (slurm_bridge/workloadkinds.py)."""
+    """Pods (and their in-place resize: webhook/resize.py), the workload kinds whose annotations
+    configure Slurm jobs, and the controllers that make pods from a template for ever (a
+    Deployment's ReplicaSet would otherwise make refused pods in a loop: refused at the object
+    instead; slurm_bridge/workloadkinds.py)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
-        for k in workloadkinds.CONFIGURING
+        for k in workloadkinds.VALIDATED
     ]
     # In-place resize (Kubernetes 1.35) is a subresource, which a rule for pods does not match.
     pods = {**_POD_RULE, "resources": ["pods", "pods/resize"]}

@@ -373,7 +373,7 @@ def _validate_workload(
     request: AdmissionRequest, config: Config, tenants: Tenants | None, new_meta: Meta, old_meta: Meta | None
 ) -> Decision:
     gk = (request.group, request.kind)
-    paths = workloadkinds.POD_TEMPLATES.get(gk)
+    paths = workloadkinds.VALIDATED_TEMPLATES.get(gk)
     if paths is None:
         return Decision(allowed=True, reason=f"kind {request.group}/{request.kind} is not checked")
     invalid = annotation_problems(new_meta[1], None if old_meta is None else old_meta[1])
@@ -388,16 +388,56 @@ def _validate_workload(
         grouped = any(_in_podgroup(spec) for spec in managed.values())
         job_gang = gk == workloadkinds.JOB.group_kind and schedulingapi.job_gang(spec_of(request.object))
         annotations = None if invalid or grouped or job_gang else slurmjob_annotations(new_meta[1])
-        single = gk == workloadkinds.JOB.group_kind and not job_gang
+        makes_pods = _root_pod_maker(request) and not grouped
+        single = (gk == workloadkinds.JOB.group_kind and not job_gang) or makes_pods
         invalid += placement_check(managed, annotations, 1 if single else None)
     if managed and (changed or any(_template_annotations_changed(request, paths, w) for w in managed)):
         templates = pod_templates(request.object, paths)
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
+        if _root_pod_maker(request) and not invalid:
+            reserved += _each_pod_as_its_job(request, config, tenants, managed, templates, new_meta[1])
     found, warnings = sharing.workload_problems(request, managed, pod_templates(request.old_object, paths), config)
-    if managed and old_meta:
+    if managed and old_meta and gk not in workloadkinds.MAKES_PODS:
+        # (a pod-making controller's change reaches only the pods it makes afterwards)
         warnings += workload_change_warnings(request.object, request.old_object)
     return _decide(reserved, invalid + found, "ok", warnings)
+
+
+def _root_pod_maker(request: AdmissionRequest) -> bool:
+    """A pod-making controller no other controller owns (a Deployment, a ReplicaSet made by hand;
+    not a Deployment's ReplicaSet, not a LeaderWorkerSet's StatefulSet): its pods' jobs are judged
+    whole here only then, since an owner's rules (a gang's size, its options) are not known here and
+    the owner was judged at its own admission."""
+    gk = (request.group, request.kind)
+    return gk in workloadkinds.MAKES_PODS and controller_of(request.object or {}) is None
+
+
+def _each_pod_as_its_job(
+    request: AdmissionRequest,
+    config: Config,
+    tenants: Tenants | None,
+    managed: Mapping[str, Mapping[str, Any]],
+    templates: Mapping[str, Any],
+    annotations: Mapping[str, str],
+) -> list[str]:
+    """The TenantPolicy's verdict on the whole job of each pod a pod-making controller (a
+    Deployment, StatefulSet, ReplicaSet, DaemonSet) will make, as the operator judges it before its
+    submit (caps on CPUs and GPUs, the default partition): a refusal there would fail every pod the
+    controller makes again, so it is said here, once, at the object."""
+    problems: list[str] = []
+    for where, spec in managed.items():
+        if _in_podgroup(spec):
+            continue  # its group and options are known only in the operator
+        meta = (_metadata(templates.get(where[: -len(".spec")])) or ({}, {}))[1]
+        pod = {"metadata": {"annotations": dict(meta)}, "spec": {**spec, "schedulerName": config.schedulerName}}
+        try:
+            whole = job_request([pod], config=config, annotations=slurmjob_annotations(annotations))
+        except ValueError:
+            continue  # reported by the other checks
+        found = tenancy_problems(request.namespace, config, tenants, [], whole)
+        problems += [f"{where}: {p}" for p in found]
+    return problems
 
 
 def _check_templates(

@@ -30,7 +30,7 @@ from typing import Any
 from slurm_bridge import metrics, names
 from slurm_bridge.config import Config
 from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
-from slurm_bridge.operator.nodes import nodesync
+from slurm_bridge.operator.nodes import nodesync, resourcesfit
 from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit
 from slurm_bridge.operator.nodes.setupcheck import SetupCheck
@@ -170,6 +170,16 @@ class NodeController:
         if not mapped:
             return None
         return slurm_name if slurm_name in mapped else min(mapped)
+
+    def unfit_slurm_nodes(self) -> frozenset[str]:
+        """The Slurm nodes whose Kubernetes node says ``SlurmResourcesFit=False`` (its kubelet offers
+        less than Slurm counts): new jobs are submitted without them (``translate.exclude_unfit``).
+        Read from the node store, which keeps that one condition; no call."""
+        return frozenset(
+            nodesync.slurm_name_of(node)
+            for node in self.nodes.values()
+            if (resourcesfit.current(node) or {}).get("status") == "False"
+        )
 
     # ---- Slurm side --------------------------------------------------------------------------
     @property

@@ -21,6 +21,7 @@ from slurm_bridge import logs, metrics
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.namespaces import ManagedNamespaces
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
@@ -85,7 +86,8 @@ class Controller:
         self.jobs = PlaceholderJobs(
             config, kube, slurm, self.pods, self.phjs, self.poller, tenants, self.policy, describe_preemptor
         )
-        self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller)
+        managed = ManagedNamespaces(config, tenants.namespace_labels if tenants is not None else None)
+        self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller, managed)
         self.reconfigure = Reconfigure(
             config, kube, self.pods, self.phjs, self.poller, self.members.groups, self.queue, tenants
         )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
+from slurm_bridge.operator.placeholderjobs.decisions.bindtimeout import bind_deadline, not_bound
 from slurm_bridge.operator.placeholderjobs.decisions.handoff import (
     ending_at,
     preempted,
@@ -122,6 +123,7 @@ def decide(
     handoff: Handoff | None = None,
     settings: JobSettings | None = None,
     partitions: Mapping[str, PartitionLimits] | None = None,
+    bind_timeout: float | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -134,7 +136,8 @@ def decide(
     applies, as before tenancy); ``outcome``: the result of the action that ended the last plan;
     ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row);
     ``settings``, ``partitions``: what the job asks Slurm for and the partitions' limits, read by
-    the shell when the spec changed (:mod:`.decisions.specupdate`).
+    the shell when the spec changed (:mod:`.decisions.specupdate`); ``bind_timeout``: config
+    ``bindTimeoutSeconds`` (:mod:`.decisions.bindtimeout`; None: an unbound allocation is kept).
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
@@ -142,7 +145,7 @@ def decide(
         held = None  # written meanwhile (e.g. by a previous leader)
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
         phj = phj.with_status(phj.status.merged(held.status))
-    inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff)
+    inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff, bind_timeout)
     return _hold(_decide(phj, slurm, members, now, confirmed, inputs), held)
 
 
@@ -171,6 +174,7 @@ class _Inputs:
     settings: JobSettings | None
     partitions: Mapping[str, PartitionLimits] | None
     handoff: Handoff | None
+    bind_timeout: float | None = None
 
 
 def _decide(
@@ -217,6 +221,7 @@ def _decide(
         settings=inputs.settings,
         partitions=inputs.partitions,
         updated=outcome if isinstance(outcome, Updated | UpdateRefused) else None,
+        bind_timeout=inputs.bind_timeout,
     )
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
 
@@ -334,7 +339,9 @@ def _with_job(
     """A job exists (or existed): its shape follows it, or ends it when every member pod ended.
 
     Before the shape, the handoff's rows (every shape alike, :mod:`.decisions.handoff`): a running
-    job Slurm preempts, or whose time limit comes, has its pods ended by the bridge first."""
+    job Slurm preempts, or whose time limit comes, has its pods ended by the bridge first; then an
+    allocation kube-scheduler did not bind within ``bindTimeoutSeconds`` is released
+    (:mod:`.decisions.bindtimeout`)."""
     job_id = slurm.job_id
     assert job_id is not None
     parts = slurm.components or ((slurm.job,) if slurm.job is not None else ())
@@ -345,11 +352,16 @@ def _with_job(
     at = ending_at(parts, members, follow.handoff) if follow.handoff is not None and holding else None
     if at is not None and now.wall >= at:
         return time_limit_reached(phj, job_id, at, members, now)
+    # Not while the allocation's status is held back (its Allocated condition not written yet).
+    bind_by = bind_deadline(phj, parts, members, follow.bind_timeout) if follow.held is None else None
+    if bind_by is not None and now.wall >= bind_by:
+        return not_bound(phj, job_id, parts, members, now)
     plan = shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
-    if at is not None:
-        wait = (at - now.wall).total_seconds()
-        if plan.requeue is None or wait < plan.requeue:
-            return Plan(plan.actions, wait, plan.held)
+    for when in (at, bind_by):
+        if when is not None:
+            wait = max((when - now.wall).total_seconds(), 0.0)
+            if plan.requeue is None or wait < plan.requeue:
+                plan = Plan(plan.actions, wait, plan.held)
     return plan
 
 

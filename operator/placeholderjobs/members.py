@@ -14,9 +14,10 @@ import logging
 from collections.abc import Hashable
 from typing import Final
 
-from slurm_bridge import workloadkinds
+from slurm_bridge import names, workloadkinds
 from slurm_bridge.config import Config
 from slurm_bridge.kube import KubeClient
+from slurm_bridge.namespaces import ManagedNamespaces
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
@@ -29,6 +30,8 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 
 log = logging.getLogger(__name__)
+# A pod whose namespace's labels are not read yet (managedNamespaceSelector) is looked at again.
+NAMESPACES_WAIT_SECONDS: Final = 2.0
 
 
 def member_pods(phj: Obj) -> list[Key]:
@@ -88,8 +91,12 @@ class Membership:
         phjs: ParsedStore[PlaceholderJob],
         queue: WorkQueue[WorkItem],
         poller: SlurmPoller,
+        namespaces: ManagedNamespaces | None = None,
     ) -> None:
         self.pods, self.phjs, self.queue = pods, phjs, queue
+        # Only pods of managed namespaces get a PlaceholderJob (slurm_bridge/namespaces.py). None:
+        # the config's rule, with no labels known (a selector then waits).
+        self.namespaces = namespaces or ManagedNamespaces(config)
         self.groups = GroupResolver(kube.get)
         self.joins = Joins(config, kube, pods, phjs, queue, poller)
 
@@ -114,6 +121,14 @@ class Membership:
                 self.queue.add(
                     OptionsItem.of(known)
                 )  # its annotations changed: operator/placeholderjobs/reconfigure.py
+            return None
+        managed = await self.namespaces.judge(pod["metadata"]["namespace"])
+        if managed is None:
+            return NAMESPACES_WAIT_SECONDS  # the namespaces' labels are not read yet
+        if not managed:
+            # The webhook never saw this pod: no PlaceholderJob, no Slurm job; one Event says why.
+            message = self.namespaces.message(pod["metadata"]["namespace"])
+            await self.joins.tell(pod, names.REASON_NAMESPACE_NOT_MANAGED, message)
             return None
         try:
             group = await self.groups.resolve(pod)

@@ -102,6 +102,18 @@ REASON_HANDOFF_HELD: Final = "SlurmHandoffHeld"
 REASON_HANDOFF_NODE_DRAINED: Final = "HandoffNodeDrained"
 REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
 
+# --- Only what is the bridge's (issue 36, section 6) --------------------------------------------------
+# Event on a pod that names the bridge's scheduler in a namespace the bridge does not manage: the
+# webhook never admitted it, so no PlaceholderJob and no Slurm job is made for it (and the extender
+# never binds it). Once per pod.
+REASON_NAMESPACE_NOT_MANAGED: Final = "NamespaceNotManaged"
+# A job not submitted because every node it requires has SlurmResourcesFit=False (status reason
+# SubmitRejected with this in the message; retried as a refusal is).
+REASON_NODES_DO_NOT_FIT: Final = "SlurmNodesDoNotFit"
+# Slurm allocated the job, but kube-scheduler did not bind its released pods within
+# bindTimeoutSeconds: the PlaceholderJob ends Failed, its pods are ended, the job is released.
+REASON_ALLOCATION_NOT_BOUND: Final = "AllocationNotBound"
+
 
 def slurm_job_ended(state: str) -> str:
     """The reason for a job Slurm ended in ``state``: SlurmJob<State>, also for a state Slurm adds."""

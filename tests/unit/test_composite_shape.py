@@ -106,7 +106,7 @@ def cluster() -> tuple[Kube, FakeSlurm, Membership, PlaceholderJobs, ObjectStore
         Kube(workload(), composite(), podgroup("small", min_count=1), podgroup("large")),
         FakeSlurm(next_id=LEADER - 1, allocates=False),
     )
-    config = Config()
+    config = Config(managedNamespaces=[NS])
     poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)
     poller.snapshot = JobSnapshot({}, {}, 0.0)
     poller.synced.set()

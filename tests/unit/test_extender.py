@@ -20,6 +20,7 @@ from slurm_bridge.extender.main import serve
 from slurm_bridge.extender.protocol import ExtenderArgs
 from slurm_bridge.extender.server import make_app
 from slurm_bridge.logs import JsonFormatter
+from slurm_bridge.namespaces import ManagedNamespaces
 
 
 def _args(annotations: dict[str, str], node_names: list[str] | None = None, nodes: bool = False) -> ExtenderArgs:
@@ -114,7 +115,8 @@ async def test_the_bind_log_line_names_the_slurm_job_the_filter_saw() -> None:
     logger.setLevel(logging.INFO)
     pod = {"metadata": {"name": "p", "namespace": "n", "uid": "uid-1", "labels": {names.LABEL_SLURM_JOB_ID: "4242"},
                         "annotations": {names.ANN_SLURM_NODE: "node-1"}}}  # fmt: skip
-    client = TestClient(TestServer(make_app(_BindingKube())))  # type: ignore[arg-type]
+    managed = ManagedNamespaces(Config(managedNamespaces=["n"]))
+    client = TestClient(TestServer(make_app(_BindingKube(), managed)))  # type: ignore[arg-type]
     await client.start_server()
     try:
         assert (await client.post("/filter", json={"Pod": pod, "NodeNames": ["node-1"]})).status == 200

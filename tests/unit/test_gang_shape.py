@@ -49,7 +49,7 @@ class Gang:
     """One coscheduling PodGroup ``g`` and the operator's membership side (pods cache, queue)."""
 
     def __init__(self, min_member: int = 2, kube: Kube | None = None) -> None:
-        self.config = Config()
+        self.config = Config(managedNamespaces=[NS])
         self.kube = kube or Kube()
         self.kube.objects[PODGROUP] = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                                        "metadata": {"name": "g", "namespace": NS, "uid": "uid-pg"},

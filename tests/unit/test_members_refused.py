@@ -41,7 +41,7 @@ async def _noop(_: Any) -> None:
 
 
 async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried() -> None:
-    config, kube = Config(), RefusingKube()
+    config, kube = Config(managedNamespaces=["ns"]), RefusingKube()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     built = make_pod("p").uid("u1").rv(1).meta(annotations={}).scheduler(config.schedulerName).gated()
     pod = built.container("c", requests={"cpu": "1"}).phase("Pending").obj()

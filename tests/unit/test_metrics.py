@@ -237,7 +237,8 @@ async def test_extender_serves_metrics_on_its_health_listener_only(tmp_path: Pat
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
         "current-context: c\n"
     )
-    cfg = Config(extenderListen=f"127.0.0.1:{main_port}", extenderHealthListen=f"127.0.0.1:{health_port}")
+    listen, health = f"127.0.0.1:{main_port}", f"127.0.0.1:{health_port}"
+    cfg = Config(managedNamespaces=["n"], extenderListen=listen, extenderHealthListen=health)
     task = asyncio.create_task(serve_extender(cfg, str(kubeconfig)))
     r = metrics.EXTENDER
     filters = value(r, "slurm_bridge_extender_requests_total", verb="filter", result="passed")

@@ -355,7 +355,7 @@ def test_jobchanges_classifies_every_key_of_the_annotation_table() -> None:
 
 async def test_a_bare_pods_annotation_change_queues_its_placeholderjob_and_its_options() -> None:
     """The pod watch brings the change: the pod's PlaceholderJob is decided, and its options looked at."""
-    config = Config()
+    config = Config(managedNamespaces=["ns"])
     poller = SlurmPoller(FakeSlurm(), config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=phj_index)
     phjs.upsert(placeholderjob({P + "timelimit": "5"}))

@@ -363,9 +363,15 @@ VALIDATE_CASES: list[tuple[str, JSON, int | None, list[str]]] = [
     ("connect", {"obj": None, "operation": "CONNECT"}, None, []),
     (
         "other kinds",
-        {"obj": {"metadata": {"annotations": {ANN_TIME: "soon"}}}, "group": "apps", "kind": "Deployment"},
+        {"obj": {"metadata": {"annotations": {ANN_TIME: "soon"}}}, "group": "batch", "kind": "CronJob"},
         None,
         [],
+    ),
+    (
+        "a pod-making controller (its pods' options)",
+        {"obj": {"metadata": {"annotations": {ANN_TIME: "soon"}}}, "group": "apps", "kind": "Deployment"},
+        422,
+        [ANN_TIME, '"soon"'],
     ),
 ]
 
@@ -970,6 +976,11 @@ def test_render_url(certs: Path) -> None:
         ("scheduling.k8s.io", "workloads"),
         ("scheduling.k8s.io", "podgroups"),
         ("scheduling.k8s.io", "compositepodgroups"),
+        ("", "replicationcontrollers"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("apps", "deployments"),
+        ("apps", "daemonsets"),
     }
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in validating["rules"])
 

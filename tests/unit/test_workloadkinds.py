@@ -59,12 +59,13 @@ def test_the_operator_reads_the_same_table() -> None:
     assert workloadkinds.SCHED_PODGROUP.group_kind == (groups.WORKLOAD_API_GROUP, "PodGroup")
 
 
-def test_the_webhook_registers_exactly_the_configuring_kinds_in_table_order() -> None:
+def test_the_webhook_registers_exactly_the_configuring_and_pod_making_kinds_in_table_order() -> None:
     _, validating = webhook_configurations(Config(), bundle="Y2E=", url="https://127.0.0.1:9443")
     rules = validating["webhooks"][0]["rules"]
     assert [(r["apiGroups"][0], r["resources"][0]) for r in rules[1:]] == [
-        (k.group, k.plural) for k in workloadkinds.CONFIGURING
+        (k.group, k.plural) for k in workloadkinds.VALIDATED
     ]
+    assert (*workloadkinds.CONFIGURING, *(k for k in workloadkinds.KINDS if k.makes_pods)) == workloadkinds.VALIDATED
     assert rules[0]["resources"] == ["pods", "pods/resize"]  # in-place resize: webhook/resize.py
 
 
@@ -82,7 +83,7 @@ def test_every_configuring_kind_has_its_annotations_validated(kind: workloadkind
 
 def test_a_kind_outside_the_table_is_not_checked() -> None:
     bad = {"metadata": {"name": "w", "annotations": {P + "partiton": "a"}}}
-    assert validate(_request("apps", "Deployment", bad), Config()).allowed
+    assert validate(_request("batch", "CronJob", bad), Config()).allowed
 
 
 def test_slurmjob_annotations_keeps_only_the_prefix_and_strings_values() -> None:

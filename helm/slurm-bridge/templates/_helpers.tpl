@@ -190,6 +190,7 @@ matchExpressions:
   "operatorHealthListen" (printf "0.0.0.0:%d" (int .Values.operator.healthPort))
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
+  "bindTimeoutSeconds" (float64 ($c.bindTimeoutSeconds | default 300))
   "tenancy" ($c.tenancy | default "open")
   "untenantedOperatorFields" ($c.untenantedOperatorFields | default list)
   "slurmHookTokenFile" (ternary (printf "/var/run/secrets/slurm-bridge-hook/%s" .Values.slurmHooks.secretKey) nil .Values.slurmHooks.enabled)

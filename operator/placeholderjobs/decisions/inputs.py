@@ -70,6 +70,9 @@ class Follow:
     settings: JobSettings | None = None
     partitions: Mapping[str, PartitionLimits] | None = None
     updated: Updated | UpdateRefused | None = None
+    # Config bindTimeoutSeconds: an allocation whose released pods are not bound this long after
+    # the job's start is released (decisions/bindtimeout.py). None: never.
+    bind_timeout: float | None = None
 
 
 @dataclass(frozen=True)

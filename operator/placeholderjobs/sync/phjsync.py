@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -45,6 +45,7 @@ from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.translate import exclude_unfit
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -99,6 +100,9 @@ class PlaceholderJobs:
         self.member_pods = MemberPods(kube, pods, self.devices)
         self.handoff = HandoffWrites(kube, slurm, poller, self.member_pods, self.policy, describe_preemptor)
         self.updates = JobUpdates(kube, slurm)
+        # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (the node
+        # controller's, set by the wiring; none without it).
+        self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -143,6 +147,7 @@ class PlaceholderJobs:
                 handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
                 settings=settings,
                 partitions=partitions,
+                bind_timeout=self.config.bindTimeoutSeconds,
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
@@ -273,7 +278,11 @@ class PlaceholderJobs:
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         scope = job_handoff_scope(scope_of, pods)
         try:
-            job_id, job = await self._place(action, ref, name, scope)
+            sent = self._without_unfit(action)
+        except ValueError as e:  # it requires a node kube-scheduler would refuse: not sent to Slurm
+            return Again(phj, outcome=pl.Refused(str(e), False, action.present))
+        try:
+            job_id, job = await self._place(sent, ref, name, scope)
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
@@ -286,7 +295,18 @@ class PlaceholderJobs:
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
-    async def _place(self, action: pl.Submit, ref: PhjRef, name: str, scope: str) -> tuple[int, JobInfo | None]:
+    def _without_unfit(self, action: pl.Submit) -> pl.Submit:
+        """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit),
+        for each component of a heterogeneous job too. Raises ValueError when a request requires one."""
+        unfit = self.unfit_nodes()
+        if not unfit:
+            return action
+        request = exclude_unfit(action.request, unfit)
+        return replace(action, request=request, components=tuple(exclude_unfit(c, unfit) for c in action.components))
+
+    async def _place(
+        self, action: pl.Submit, ref: PhjRef, name: str, scope: str
+    ) -> tuple[int, JobInfo | None]:
         """Place the job, note it as made, read it back. A job allocated as a tenant that does
         not run as the request says (``Placer.verify``) is cancelled before anything uses it and
         placed once more (queued then)."""
