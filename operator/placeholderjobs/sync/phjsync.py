@@ -304,9 +304,7 @@ class PlaceholderJobs:
         request = exclude_unfit(action.request, unfit)
         return replace(action, request=request, components=tuple(exclude_unfit(c, unfit) for c in action.components))
 
-    async def _place(
-        self, action: pl.Submit, ref: PhjRef, name: str, scope: str
-    ) -> tuple[int, JobInfo | None]:
+    async def _place(self, action: pl.Submit, ref: PhjRef, name: str, scope: str) -> tuple[int, JobInfo | None]:
         """Place the job, note it as made, read it back. A job allocated as a tenant that does
         not run as the request says (``Placer.verify``) is cancelled before anything uses it and
         placed once more (queued then)."""
