@@ -85,6 +85,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     live_members,
     pod_terminating,
 )
+from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, hold_release
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -122,6 +123,7 @@ def decide(
     handoff: Handoff | None = None,
     settings: JobSettings | None = None,
     partitions: Mapping[str, PartitionLimits] | None = None,
+    departed: Departed | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -134,7 +136,9 @@ def decide(
     applies, as before tenancy); ``outcome``: the result of the action that ended the last plan;
     ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row);
     ``settings``, ``partitions``: what the job asks Slurm for and the partitions' limits, read by
-    the shell when the spec changed (:mod:`.decisions.specupdate`).
+    the shell when the spec changed (:mod:`.decisions.specupdate`); ``departed``: what the shell
+    knows of the members that are gone (:mod:`.decisions.vanished`: a job is not released under a
+    member that vanished while it ran; a member gone and not in it is taken to have vanished).
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
@@ -143,7 +147,10 @@ def decide(
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
         phj = phj.with_status(phj.status.merged(held.status))
     inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff)
-    return _hold(_decide(phj, slurm, members, now, confirmed, inputs), held)
+    plan = _decide(phj, slurm, members, now, confirmed, inputs)
+    seen = confirmed if confirmed is not None else members
+    plan = hold_release(plan, phj, slurm, seen, departed or {}, handoff or Handoff(), now)
+    return _hold(plan, held)
 
 
 def _hold(plan: Plan, held: Held | None) -> Plan:

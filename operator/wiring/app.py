@@ -86,7 +86,15 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     nodes = NodeController(cfg, kube, slurm)
     handoff = HandoffController(
-        cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, lambda: nodes.slurm_nodes, slurm.jwt_user
+        cfg,
+        kube,
+        slurm,
+        ctrl.pods,
+        ctrl.poller,
+        policy,
+        lambda: nodes.slurm_nodes,
+        slurm.jwt_user,
+        departures=ctrl.departures,
     )
     # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
     # the node controller reads each period anyway: the job poller reads job states only then.

@@ -98,6 +98,8 @@ REASON_SLURM_TIME_LIMIT_REACHED: Final = "SlurmTimeLimitReached"
 REASON_HANDOFF_HELD: Final = "SlurmHandoffHeld"
 REASON_HANDOFF_NODE_DRAINED: Final = "HandoffNodeDrained"
 REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
+# Member pods vanished while they ran: their job is held until their grace period passed.
+REASON_PODS_VANISHED: Final = "PodsVanished"
 
 
 def slurm_job_ended(state: str) -> str:

@@ -7,6 +7,7 @@ normalised across REST API versions by the client.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -234,6 +235,16 @@ class NodeDevices(BaseModel):
     gres: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     gres_counts: dict[str, int] = Field(default_factory=dict)
     cpus: tuple[int, ...] = ()  # allocated CPUs, numbered in Slurm's core order on the node
+
+
+@dataclass(frozen=True)
+class ReservationRecord:
+    """A Slurm reservation as the client lists it (plain data: which ones are the handoff's, and
+    whose, is the bridge's rule, slurm_bridge/handoff.py)."""
+
+    name: str
+    start_time: datetime | None = None
+    end_time: datetime | None = None
 
 
 class NodeInfo(BaseModel):

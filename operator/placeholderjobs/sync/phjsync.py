@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
@@ -30,6 +31,7 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
@@ -41,6 +43,7 @@ from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, Sl
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
+from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
@@ -63,6 +66,20 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     return members
 
 
+def departed_of(
+    phj: PlaceholderJob, members: Mapping[str, Obj | None], departures: Departures, margin: int
+) -> dict[str, datetime | None]:
+    """What the pod watch saw of the members missing from the cache (:mod:`.decisions.vanished`):
+    until when each one's containers may run (None: they had stopped)."""
+    ns = phj.metadata.namespace
+    out: dict[str, datetime | None] = {}
+    for name, pod in members.items():
+        d = departures.of(ns, name) if pod is None else None
+        if d is not None and phj.is_member(d.pod):
+            out[name] = d.runs_until(margin)
+    return out
+
+
 class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmRenames, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
@@ -81,8 +98,11 @@ class PlaceholderJobs:
         tenants: TenantCache | None = None,
         policy: PolicyHolder | None = None,
         describe_preemptor: DescribePreemptor | None = None,
+        *,
+        departures: Departures | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
+        self.departures = departures or Departures()
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
         # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
@@ -122,6 +142,7 @@ class PlaceholderJobs:
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
+        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds)
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
         settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
@@ -138,9 +159,12 @@ class PlaceholderJobs:
                 told=self._told.get(uid),
                 tenancy=policy,
                 outcome=step.outcome,
-                handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
+                handoff=self.policy.current.handoff(
+                    self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
+                ),
                 settings=settings,
                 partitions=partitions,
+                departed=departed,
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
@@ -227,6 +251,8 @@ class PlaceholderJobs:
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj.raw, scheduled, reason, message)
                 await self.composites.report(phj.raw, scheduled, reason, message)
+            case pl.RecordVanished(until=until, message=message):
+                return await self._record_vanished(phj, dict(until), message), None
             case pl.RequestFullList():
                 self.poller.poll_soon(full=True)
             case pl.ForgetUncertain():
@@ -412,6 +438,19 @@ class PlaceholderJobs:
         return self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), [op], "json"))
 
     # ---- writes ---------------------------------------------------------------------------------
+    async def _record_vanished(self, phj: PlaceholderJob, until: dict[str, datetime], message: str) -> PlaceholderJob:
+        """Record the vanished members' times on the PlaceholderJob (they survive a restart), and
+        say so once: a Warning Event (the job is held past its pods' end)."""
+        meta = phj.metadata
+        patch = {"metadata": {"annotations": {names.ANN_VANISHED_PODS: record_value(until)}}}
+        try:
+            written = self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), patch))
+        except NotFound:
+            return phj
+        log.warning("%s/%s: %s", meta.namespace, meta.name, message)
+        await self.kube.event(phj.raw, names.REASON_PODS_VANISHED, message, warning=True)
+        return written
+
     async def cancel(self, job_id: int, *, released: bool = True) -> None:
         """Cancel the job; ``released`` (no pod runs on it): renamed first, so nothing is held."""
         if released:
