@@ -136,7 +136,7 @@ class HandoffController:
         self.policy = policy
         self.slurm_nodes = slurm_nodes
         self.user = user
-        self.departures = departures or Departures()
+        self.departures = departures if departures is not None else Departures()
         self.rules = Rules(config.bridgeId, config.handoff.marginSeconds, config.handoff.maxGracePeriodSeconds)
         # When this process first saw each reservation (by name) and each of its drains
         # (decisions.drain_key): what it knows nothing of is held from then (fail safe).

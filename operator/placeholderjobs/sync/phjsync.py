@@ -102,7 +102,7 @@ class PlaceholderJobs:
         departures: Departures | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
-        self.departures = departures or Departures()
+        self.departures = departures if departures is not None else Departures()
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
         # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
