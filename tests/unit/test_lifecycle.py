@@ -113,6 +113,8 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
             return ("told", pods, reason)
         case pl.EndPreempted(pods=pods):
             return ("end-preempted", pods)
+        case pl.RecordVanished(until=until):
+            return ("vanished", tuple(n for n, _ in until))
     return ({
         pl.AddFinalizer: "finalizer", pl.ConfirmMembers: "confirm", pl.Fence: "fence", pl.Submit: "submit",
         pl.RequestFullList: "full-list", pl.ForgetUncertain: "forget-uncertain", pl.Finalize: "finalize",
@@ -129,13 +131,20 @@ def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
     operator/placeholderjobs/sync/phjsync.py does. The actions' summaries, the re-queue."""
-    plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge", departed=gone(members))
+    parsed = PlaceholderJob.parse(obj)
+    plan = lc.decide(parsed, slurm, members, NOW, scheduler="slurm-bridge", departed=gone(members))
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
         written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
         obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
         plan = lc.decide(
-            PlaceholderJob.parse(obj), slurm, members, NOW, dict(members), scheduler="slurm-bridge", departed=gone(members)
+            PlaceholderJob.parse(obj),
+            slurm,
+            members,
+            NOW,
+            dict(members),
+            scheduler="slurm-bridge",
+            departed=gone(members),
         )
         out += [summary(a) for a in plan.actions]
     assert all(not isinstance(a, pl.ConfirmMembers) for a in plan.actions[:-1]), "ConfirmMembers ends a plan"
