@@ -56,7 +56,7 @@ done
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
 
 reserve() { # node cpus
-  local name="handoff-$SLURM_JOB_ID-$bridge-$1" what out out2
+  local name="handoff-${SLURM_JOB_ID}_${bridge}_$1" what out out2
   if [ "$scope" = node ] || [ -z "$2" ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
   if out=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" $what StartTime=now \
     "EndTime=now+${hold}seconds" "Users=$me" 2>&1); then

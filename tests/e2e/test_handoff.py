@@ -237,7 +237,7 @@ def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
     slurm_env.slurm("scancel", str(pod.job_id))  # an administrator ends the pod's job
     reservation = wait_for(
         lambda: next((ln for ln in slurm_env.scontrol("show", "res", "-o").splitlines()
-                      if ln.startswith(f"ReservationName=handoff-{pod.job_id}-")), None),
+                      if ln.startswith(f"ReservationName=handoff-{pod.job_id}_")), None),
         10, f"the handoff reservation for Slurm job {pod.job_id}",
     )  # fmt: skip
     assert f"Nodes={slurm_env.real_node}" in reservation and "CoreCnt=1" in reservation, reservation
@@ -245,7 +245,7 @@ def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
     assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it was really held
     events = [e.reason for e in pod_events(core, ns, pod.name)]
     assert names.REASON_HANDOFF_HELD in events and names.REASON_SLURM_JOB_CANCELLED in events, events
-    wait_for(lambda: f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res"), 30, "the reservation gone")
+    wait_for(lambda: f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res"), 30, "the reservation gone")
     calls = calls_between(before, operator_calls(cluster))
     print(
         f"\nscancel: container exited {pod.watch.exited_at - ended:.2f}s after the scancel; native job "
@@ -275,7 +275,7 @@ def test_the_time_limit_ends_the_pod_ahead_of_slurm_and_releases_the_job_once_it
     # (the PlaceholderJob went with its pod: garbage collection; the pod's Events stay)
     events = [e.reason for e in pod_events(core, ns, pod.name)]
     assert names.REASON_SLURM_TIME_LIMIT_REACHED in events, events
-    assert f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res")  # nothing held: exact
+    assert f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res")  # nothing held: exact
     calls = calls_between(before, operator_calls(cluster))
     print(
         f"\ntime limit: container exited {end_time - exited:.2f}s before the job's time limit; native job "
@@ -302,7 +302,7 @@ def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
     assert f"likely preempted by Slurm job {native.job_id}" in event.message, event.message
     final = slurm_job(slurm_env, pod.job_id) or {}
     assert final.get("job_state") == ["CANCELLED"], final.get("job_state")  # released by the bridge, in grace
-    assert f"handoff-{pod.job_id}-" not in slurm_env.scontrol("show", "res")
+    assert f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res")
     calls = calls_between(before, operator_calls(cluster))
     print(
         f"\npreemption: container exited {exited - began:.2f}s after the preemptor's submit; native job "

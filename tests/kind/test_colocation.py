@@ -238,7 +238,7 @@ def test_handoff_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopp
         slurm_env.slurm("scancel", str(pod_job))  # an administrator ends the pod's job
         reservation = wait_for(
             lambda: next((ln for ln in slurm_env.scontrol("show", "res", "-o").splitlines()
-                          if ln.startswith(f"ReservationName=handoff-{pod_job}-")), None),
+                          if ln.startswith(f"ReservationName=handoff-{pod_job}_")), None),
             15, f"the handoff reservation for Slurm job {pod_job}",
         )  # fmt: skip
         assert f"Nodes={node}" in reservation and "CoreCnt=1" in reservation, reservation
@@ -265,7 +265,7 @@ def test_handoff_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopp
     assert gap > 0, f"native job {waiting} started {-gap:.3f}s before pod {name}'s container stopped"
     events = [e.reason for e in pod_events(core, ns, name)]
     assert names.REASON_HANDOFF_HELD in events and names.REASON_SLURM_JOB_CANCELLED in events, events
-    wait_for(lambda: f"handoff-{pod_job}-" not in slurm_env.scontrol("show", "res"), 30, "the reservation gone")
+    wait_for(lambda: f"handoff-{pod_job}_" not in slurm_env.scontrol("show", "res"), 30, "the reservation gone")
     final = slurm_job(slurm_env, waiting) or {}
     assert final.get("job_state") == ["RUNNING"] and final.get("nodes") == node, final.get("job_state")
     print(

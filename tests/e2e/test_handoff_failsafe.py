@@ -1,0 +1,139 @@
+"""The handoff fails safe (issue 36 §2 and §3; docs/colocation.md, "The handoff").
+
+On ``real-node-1`` a real kubelet runs the pod's lingering container (hack/workload: it goes on
+LINGER seconds after SIGTERM, inside its grace period) and a real slurmd a tenant's native batch
+job that waits for the whole node. Each test checks, timed from the container's cgroup, that the
+native job starts only after the container's last process exited:
+
+- the pod is force-deleted (``grace_period_seconds=0``): its object is gone at once while the
+  kubelet still stops the container; the bridge keeps the pod's Slurm job until the deletion plus
+  the pod's grace period and the margin;
+- the operator is stopped for longer than the old hold (grace + 2 x margin) while an administrator
+  ``scancel``s the pod's job; it is started again afterwards;
+- the script's reservation is gone (deleted by hand, as when the script could not reserve): the
+  handoff loop drains the node at once with a reason naming the pod, and lifts the drain once the
+  container stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from tests.e2e.test_handoff import (
+    GRACE,
+    LINGER,
+    Running,
+    handoff_script,
+    native_after_container,
+    native_waiting,
+    setup,
+    start_pod,
+    wait_pending,
+    workload_image,
+)
+from tests.e2e.util import slurm_job
+from tests.harness import BRIDGE_SH, SlurmEnv, run, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+__all__ = ["handoff_script", "setup", "workload_image"]  # the fixtures, used by name
+MARGIN = 10  # handoff.marginSeconds of the local bridge (hack/bridge.sh)
+OLD_HOLD = GRACE + 2 * MARGIN  # what the script's reservation held before it lasted until released
+
+
+def reservation_of(slurm: SlurmEnv, job_id: int) -> str | None:
+    prefix = f"ReservationName=handoff-{job_id}_"
+    return next((ln for ln in slurm.scontrol("show", "res", "-o").splitlines() if ln.startswith(prefix)), None)
+
+
+def node_reason(slurm: SlurmEnv) -> tuple[str, str]:
+    """The real node's Slurm state and reason."""
+    line = slurm.scontrol("show", "node", slurm.real_node, "-o")
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    reason = line.split("Reason=", 1)[1].rsplit(" [", 1)[0] if "Reason=" in line else ""
+    return fields.get("State", ""), reason
+
+
+def test_a_force_deleted_pods_job_is_held_until_its_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any],
+) -> None:  # fmt: skip
+    pod = start_pod(core, custom, ns, slurm_env, workload_image)
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
+    setup["natives"].append(native)
+    wait_pending(slurm_env, native)
+    deleted = time.time()
+    core.delete_namespaced_pod(
+        pod.name, ns, body=k8s.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
+    )
+    wait_for(lambda: not any(p.metadata.name == pod.name for p in core.list_namespaced_pod(ns).items), 10,
+             f"pod {pod.name}'s object gone")  # fmt: skip
+    gap = native_after_container(slurm_env, native, pod, timeout=120)
+    exited = pod.watch.exited_at or 0.0
+    assert exited - deleted >= LINGER - 1, f"the container exited {exited - deleted:.1f}s after the delete: no linger"
+    final = slurm_job(slurm_env, pod.job_id) or {}
+    assert final.get("job_state") == ["CANCELLED"], final.get("job_state")
+    assert str(final.get("name", "")).endswith(names.RELEASED_JOB_NAME_SUFFIX), "released by the bridge, exactly"
+    assert reservation_of(slurm_env, pod.job_id) is None
+    print(
+        f"\nforce delete: container exited {exited - deleted:.2f}s after the delete; native job {native.job_id} "
+        f"started {gap:.3f}s after the container exited"
+    )
+
+
+def test_a_job_slurm_ends_while_the_operator_is_away_holds_until_the_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any],
+) -> None:  # fmt: skip
+    pod = start_pod(core, custom, ns, slurm_env, workload_image)
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
+    setup["natives"].append(native)
+    wait_pending(slurm_env, native)
+    run(["bash", str(BRIDGE_SH), "stop", "operator"], timeout=60)
+    try:
+        slurm_env.slurm("scancel", str(pod.job_id))  # an administrator ends the pod's job
+        away = time.time()
+        wait_for(lambda: time.time() - away > OLD_HOLD + 5 or native.started_at() is not None, OLD_HOLD + 30,
+                 "the old hold to pass")  # fmt: skip
+        assert native.started_at() is None, (
+            f"native job {native.job_id} started {native.started_at() - away:.1f}s after the scancel, while pod "  # type: ignore[operator]
+            f"{pod.name}'s container still runs (the operator is away)"
+        )
+    finally:
+        run(["bash", str(BRIDGE_SH), "restart", "operator"], timeout=120)
+    gap = native_after_container(slurm_env, native, pod, timeout=150)
+    wait_for(lambda: reservation_of(slurm_env, pod.job_id) is None, 30, "the reservation released")
+    wait_for(lambda: "DRAIN" not in node_reason(slurm_env)[0], 30, f"{slurm_env.real_node} not drained")
+    print(f"\noperator away {OLD_HOLD + 5}s: native job {native.job_id} started {gap:.3f}s after the container exited")
+
+
+def test_a_pod_running_with_no_hold_drains_its_node_at_once_until_its_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any],
+) -> None:  # fmt: skip
+    pod: Running = start_pod(core, custom, ns, slurm_env, workload_image)
+    slurm_env.slurm("scancel", str(pod.job_id))  # Slurm ends the pod's job...
+    reservation = wait_for(lambda: reservation_of(slurm_env, pod.job_id), 10, f"Slurm job {pod.job_id}'s reservation")
+    name = reservation.split()[0].split("=", 1)[1]
+    slurm_env.slurm("scontrol", "delete", f"ReservationName={name}")  # ...and the script's hold is gone
+    gone = time.time()
+
+    def drained() -> str | None:
+        state, reason = node_reason(slurm_env)
+        return reason if "DRAIN" in state and f"pod {ns}/{pod.name} of Slurm job {pod.job_id}" in reason else None
+
+    reason = wait_for(drained, 10, f"{slurm_env.real_node} drained for pod {pod.name}")
+    drained_after = time.time() - gone
+    assert reason.startswith("slurm-bridge-handoff[") and "nothing holds its CPUs" in reason, reason
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
+    setup["natives"].append(native)
+    gap = native_after_container(slurm_env, native, pod, timeout=120)
+    wait_for(lambda: "DRAIN" not in node_reason(slurm_env)[0], 30, f"{slurm_env.real_node}'s drain lifted")
+    print(
+        f"\nno hold: {slurm_env.real_node} drained {drained_after:.2f}s after the reservation went; native job "
+        f"{native.job_id} started {gap:.3f}s after the container exited"
+    )
