@@ -14,6 +14,7 @@ from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value, recorded
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import departed_of
 from slurm_bridge.operator.runtime.departures import Departure, Departures, by_job, pod_job_index, running_in
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.placeholderjob import PlaceholderJob
@@ -147,3 +148,19 @@ async def test_the_shell_records_a_vanished_member_and_cancels_nothing_then_rele
     done = shell(FakeKube({}), slurm, recorded_phj, None, [running])
     await done.reconcile(("ns", "p"))
     assert slurm.calls == ["rename 7 slurm-bridge#released", "cancel 7"]
+
+
+def test_a_vanished_pod_holds_its_job_only_where_native_work_may_run() -> None:
+    obj = placeholderjob(jobId=7, phase="Running", assignments=[{"pod": "p", "node": "n1"}])
+    parsed = PlaceholderJob.parse(obj)
+    departures = Departures(clock=lambda: NOW.wall)
+    vanished = last_state("Running")
+    vanished["metadata"]["uid"] = "pod-uid"
+    departures.note(vanished)
+    until = NOW.wall + timedelta(seconds=20 + MARGIN)
+    assert departed_of(parsed, {"p": None}, departures, MARGIN, lambda _: True) == {"p": until}
+    assert departed_of(parsed, {"p": None}, departures, MARGIN, lambda _: None) == {"p": until}, "not known: held"
+    assert departed_of(parsed, {"p": None}, departures, MARGIN, lambda _: False) == {"p": None}, "an EXTERNAL node"
+    unseen = Departures()
+    assert departed_of(parsed, {"p": None}, unseen, MARGIN, lambda _: True) == {}, "gone unseen: held fail safe"
+    assert departed_of(parsed, {"p": None}, unseen, MARGIN, lambda _: False) == {"p": None}

@@ -13,9 +13,11 @@ the operator was away) is taken to run until now plus ``handoff.maxGracePeriodSe
 margin: fail safe. The times are recorded on the PlaceholderJob (``ANN_VANISHED_PODS``), so a
 restart keeps them.
 
-The hold applies on every node, also where no native work runs (EXTERNAL nodes): Slurm would
-otherwise allocate those cores to the next bridge job at once, whose pod would then share them
-with the vanished one's containers; the cost is a bounded wait for a pod that was force-deleted.
+The hold applies where native work may run: a node with a slurmd (not Slurm state EXTERNAL), or
+one whose state is not known. On an EXTERNAL node nothing native starts, and Kubernetes' own
+scheduler frees a force-deleted pod's requests at once whatever the bridge holds; the shell passes
+such a member as stopped (``sync.phjsync.departed_of``), so a forced delete there releases as
+before.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -67,16 +67,27 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
 
 
 def departed_of(
-    phj: PlaceholderJob, members: Mapping[str, Obj | None], departures: Departures, margin: int
+    phj: PlaceholderJob,
+    members: Mapping[str, Obj | None],
+    departures: Departures,
+    margin: int,
+    runs_native: Callable[[str], bool | None] = lambda _: None,
 ) -> dict[str, datetime | None]:
     """What the pod watch saw of the members missing from the cache (:mod:`.decisions.vanished`):
-    until when each one's containers may run (None: they had stopped)."""
+    until when each one's containers may run (None: they had stopped, or they ran on a node where
+    no native work runs: ``runs_native`` False, Slurm state EXTERNAL; None there: not known, held)."""
     ns = phj.metadata.namespace
+    assigned = {a.pod: a.node for a in phj.status.assignments or []}
     out: dict[str, datetime | None] = {}
     for name, pod in members.items():
-        d = departures.of(ns, name) if pod is None else None
+        if pod is not None:
+            continue
+        d = departures.of(ns, name)
         if d is not None and phj.is_member(d.pod):
-            out[name] = d.runs_until(margin)
+            node = (d.pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE) or d.node
+            out[name] = None if node and runs_native(node) is False else d.runs_until(margin)
+        elif name in assigned and runs_native(assigned[name]) is False:
+            out[name] = None  # gone unseen, from a node where nothing native runs
     return out
 
 
@@ -103,6 +114,9 @@ class PlaceholderJobs:
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.departures = departures if departures is not None else Departures()
+        # Whether a Slurm node runs native work (a slurmd, not EXTERNAL; None: not known): a
+        # vanished pod holds its job only there (decisions/vanished.py). Set by the wiring.
+        self.runs_native: Callable[[str], bool | None] = lambda _: None
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
         # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
@@ -142,7 +156,7 @@ class PlaceholderJobs:
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
-        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds)
+        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds, self.runs_native)
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
         settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
