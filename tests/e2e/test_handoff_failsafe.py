@@ -17,6 +17,7 @@ native job starts only after the container's last process exited:
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -27,7 +28,10 @@ from slurm_bridge import names
 from tests.e2e.test_handoff import (
     GRACE,
     LINGER,
+    ExitWatch,
     Running,
+    container_pids,
+    handoff_pod,
     handoff_script,
     native_after_container,
     native_waiting,
@@ -36,7 +40,7 @@ from tests.e2e.test_handoff import (
     wait_pending,
     workload_image,
 )
-from tests.e2e.util import slurm_job
+from tests.e2e.util import get_phj, read_pod, slurm_job
 from tests.harness import BRIDGE_SH, SlurmEnv, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
@@ -48,6 +52,27 @@ OLD_HOLD = GRACE + 2 * MARGIN  # what the script's reservation held before it la
 def reservation_of(slurm: SlurmEnv, job_id: int) -> str | None:
     prefix = f"ReservationName=handoff-{job_id}_"
     return next((ln for ln in slurm.scontrol("show", "res", "-o").splitlines() if ln.startswith(prefix)), None)
+
+
+def start_lingering(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, slurm: SlurmEnv, image: str, linger: int, grace: int
+) -> Running:
+    """The handoff tests' pod (tests/e2e/test_handoff.py), lingering ``linger`` s after SIGTERM
+    within a ``grace`` s grace period: long enough that a drain is seen while it runs."""
+    name = f"failsafe-{secrets.token_hex(3)}"
+    body = handoff_pod(name, image, slurm)
+    body["spec"]["terminationGracePeriodSeconds"] = grace
+    body["spec"]["containers"][0]["args"] = [str(linger)]
+    core.create_namespaced_pod(ns, body)
+
+    def running() -> tuple[int, list[int]] | None:
+        pod = read_pod(core, ns, name)
+        job_id = ((get_phj(custom, ns, name) or {}).get("status") or {}).get("jobId")
+        pids = container_pids(pod) if pod is not None and pod.status.phase == "Running" else []
+        return (int(job_id), pids) if job_id and pids else None
+
+    job_id, pids = wait_for(running, 120, f"pod {name}'s container running on {slurm.real_node}")
+    return Running(name, job_id, ExitWatch(pids))
 
 
 def node_reason(slurm: SlurmEnv) -> tuple[str, str]:
@@ -115,7 +140,7 @@ def test_a_pod_running_with_no_hold_drains_its_node_at_once_until_its_container_
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
     setup: dict[str, Any],
 ) -> None:  # fmt: skip
-    pod: Running = start_pod(core, custom, ns, slurm_env, workload_image)
+    pod = start_lingering(core, custom, ns, slurm_env, workload_image, linger=25, grace=40)
     slurm_env.slurm("scancel", str(pod.job_id))  # Slurm ends the pod's job...
     reservation = wait_for(lambda: reservation_of(slurm_env, pod.job_id), 10, f"Slurm job {pod.job_id}'s reservation")
     name = reservation.split()[0].split("=", 1)[1]
