@@ -25,10 +25,13 @@ from slurm_bridge import names
 from slurm_bridge.handoff import pod_grace_seconds
 
 Obj = dict[str, Any]
-# A departure is kept this long after it was noticed: longer than the longest grace period the
-# webhook admits by default (300 s) and the margin, so a decision late by a poll period or a retry
-# still finds it. A reader that misses one fails safe (it takes the longest grace from then).
+# A vanished pod's departure is kept this long after it was noticed: longer than the longest grace
+# period the webhook admits by default (300 s) and the margin. A reader that misses one fails safe
+# (it takes the longest grace from then).
 KEEP_SECONDS = 900.0
+# An ended pod's departure only needs to outlive the decisions right after its delete (a reconcile,
+# a pass of the handoff loop, their retries).
+KEEP_ENDED_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -87,46 +90,62 @@ def pod_job_index(pod: Obj) -> list[Hashable]:
     return [by_job(job_id), running_in(job_id)] if running else [by_job(job_id)]
 
 
+def _slim(pod: Obj) -> Obj:
+    """What a departure's readers need of the pod: who it was (membership: uid, owners), its job,
+    node and grace period, and its last phase."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    kept = ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
+    return {
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "spec": {k: spec[k] for k in ("nodeName", "terminationGracePeriodSeconds") if k in spec},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
 class Departures:
     """The departures of the pod watch (its DELETED events), by (namespace, name) and by job id."""
 
     def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._clock = clock
-        self._by_key: dict[tuple[str, str], tuple[Departure, float]] = {}
+        # Ordered by time each (re-inserted last): ended pods', kept briefly; the others'.
+        self._ended: dict[tuple[str, str], tuple[Departure, float]] = {}
+        self._vanished: dict[tuple[str, str], tuple[Departure, float]] = {}
 
     def note(self, pod: Obj) -> Departure:
         """A DELETED event's pod (its last state)."""
         meta = pod["metadata"]
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        d = Departure(pod, self._clock())
-        self._by_key.pop(key, None)  # re-inserted last: the dict stays ordered by time
-        self._by_key[key] = (d, time.monotonic())
+        d = Departure(_slim(pod), self._clock())
+        self._ended.pop(key, None)
+        self._vanished.pop(key, None)
+        (self._ended if d.runs_until(0) is None else self._vanished)[key] = (d, time.monotonic())
         self._expire()
         return d
 
     def of(self, namespace: str, name: str) -> Departure | None:
-        found = self._by_key.get((namespace, name))
+        found = self._ended.get((namespace, name)) or self._vanished.get((namespace, name))
         return found[0] if found is not None else None
 
     def by_job(self, job_ids: Collection[int]) -> dict[int, list[Departure]]:
         """The departed pods of these Slurm jobs (the ``slurm-jobid`` label the release gave them)."""
         out: dict[int, list[Departure]] = {}
         if job_ids:
-            for d, _ in self._by_key.values():
+            for d in self.values():
                 if d.job_id is not None and d.job_id in job_ids:
                     out.setdefault(d.job_id, []).append(d)
         return out
 
     def _expire(self) -> None:
         now = time.monotonic()
-        while self._by_key:
-            key, (_, at) = next(iter(self._by_key.items()))
-            if now - at <= KEEP_SECONDS:
-                return
-            del self._by_key[key]
+        for kept, keep in ((self._ended, KEEP_ENDED_SECONDS), (self._vanished, KEEP_SECONDS)):
+            while kept:
+                key, (_, at) = next(iter(kept.items()))
+                if now - at <= keep:
+                    break
+                del kept[key]
 
     def values(self) -> list[Departure]:
-        return [d for d, _ in self._by_key.values()]
+        return [d for d, _ in (*self._ended.values(), *self._vanished.values())]
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        return len(self._ended) + len(self._vanished)

@@ -5,6 +5,7 @@ departures the pod watch records, the lifecycle's release held for a vanished me
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value, recorded
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import departed_of
+from slurm_bridge.operator.runtime import departures as departures_module
 from slurm_bridge.operator.runtime.departures import Departure, Departures, by_job, pod_job_index, running_in
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.placeholderjob import PlaceholderJob
@@ -164,3 +166,24 @@ def test_a_vanished_pod_holds_its_job_only_where_native_work_may_run() -> None:
     unseen = Departures()
     assert departed_of(parsed, {"p": None}, unseen, MARGIN, lambda _: True) == {}, "gone unseen: held fail safe"
     assert departed_of(parsed, {"p": None}, unseen, MARGIN, lambda _: False) == {"p": None}
+
+
+def test_an_ended_pods_departure_is_kept_briefly_a_vanished_ones_past_the_longest_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    d = Departures(clock=lambda: NOW.wall)
+    ended = last_state("Failed")
+    vanished = last_state("Running")
+    vanished["metadata"]["name"] = "q"
+    d.note(ended)
+    d.note(vanished)
+    kept = d.of("ns", "q")
+    assert kept is not None and set(kept.pod) == {"metadata", "spec", "status"}, "a slim copy"
+    clock[0] += departures_module.KEEP_ENDED_SECONDS + 1
+    d.note(last_state("Succeeded") | {"metadata": {"name": "r", "namespace": "ns"}})
+    assert d.of("ns", "p") is None and d.of("ns", "q") is not None
+    clock[0] += departures_module.KEEP_SECONDS
+    d.note(last_state("Succeeded") | {"metadata": {"name": "s", "namespace": "ns"}})
+    assert d.of("ns", "q") is None and len(d) == 1
