@@ -41,12 +41,15 @@ from tests.e2e.test_handoff import (
     workload_image,
 )
 from tests.e2e.util import get_phj, read_pod, slurm_job
-from tests.harness import BRIDGE_SH, SlurmEnv, run, wait_for
+from tests.harness import BRIDGE_SH, CLUSTER_SH, REPO, SlurmEnv, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 __all__ = ["handoff_script", "setup", "workload_image"]  # the fixtures, used by name
+NODE_SH = REPO / "hack" / "node.sh"
 MARGIN = 10  # handoff.marginSeconds of the local bridge (hack/bridge.sh)
 OLD_HOLD = GRACE + 2 * MARGIN  # what the script's reservation held before it lasted until released
+KUBELET_AWAY = 15  # seconds the real node's kubelet is stopped across a forced delete
+VANISHED_GRACE = 60  # the force-deleted pod's grace period (handoff.maxGracePeriodSeconds): held 70 s
 
 
 def reservation_of(slurm: SlurmEnv, job_id: int) -> str | None:
@@ -87,19 +90,29 @@ def test_a_force_deleted_pods_job_is_held_until_its_container_stopped(
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
     setup: dict[str, Any],
 ) -> None:  # fmt: skip
-    pod = start_pod(core, custom, ns, slurm_env, workload_image)
+    """A kubelet that hears of a forced delete stops the containers within its 2 s minimum grace
+    (checked on real-node-1); one that does not hear of it (its node partitioned, the kubelet down:
+    PodGC of a NotReady node, a deleted Node) goes on until it is back. The kubelet is stopped
+    KUBELET_AWAY seconds across the delete: the pod object is gone at once, its container runs on."""
+    pod = start_lingering(core, custom, ns, slurm_env, workload_image, linger=LINGER, grace=VANISHED_GRACE)
     native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
     setup["natives"].append(native)
     wait_pending(slurm_env, native)
-    deleted = time.time()
-    core.delete_namespaced_pod(
-        pod.name, ns, body=k8s.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
-    )
-    wait_for(lambda: not any(p.metadata.name == pod.name for p in core.list_namespaced_pod(ns).items), 10,
-             f"pod {pod.name}'s object gone")  # fmt: skip
-    gap = native_after_container(slurm_env, native, pod, timeout=120)
+    run(["bash", str(CLUSTER_SH), "stop", "kubelet"], timeout=60)
+    try:
+        deleted = time.time()
+        core.delete_namespaced_pod(
+            pod.name, ns, body=k8s.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
+        )
+        wait_for(lambda: not any(p.metadata.name == pod.name for p in core.list_namespaced_pod(ns).items), 10,
+                 f"pod {pod.name}'s object gone")  # fmt: skip
+        wait_for(lambda: time.time() - deleted > KUBELET_AWAY or native.started_at() is not None, KUBELET_AWAY + 10,
+                 "the kubelet's absence")  # fmt: skip
+    finally:
+        run(["bash", str(NODE_SH), "up"], timeout=300)
+    gap = native_after_container(slurm_env, native, pod, timeout=150)
     exited = pod.watch.exited_at or 0.0
-    assert exited - deleted >= LINGER - 1, f"the container exited {exited - deleted:.1f}s after the delete: no linger"
+    assert exited - deleted >= KUBELET_AWAY, f"the container exited {exited - deleted:.1f}s after the delete"
     final = slurm_job(slurm_env, pod.job_id) or {}
     assert final.get("job_state") == ["CANCELLED"], final.get("job_state")
     assert str(final.get("name", "")).endswith(names.RELEASED_JOB_NAME_SUFFIX), "released by the bridge, exactly"
