@@ -5,9 +5,9 @@ LINGER seconds after SIGTERM, inside its grace period) and a real slurmd a tenan
 job that waits for the whole node. Each test checks, timed from the container's cgroup, that the
 native job starts only after the container's last process exited:
 
-- the pod is force-deleted (``grace_period_seconds=0``): its object is gone at once while the
-  kubelet still stops the container; the bridge keeps the pod's Slurm job until the deletion plus
-  the pod's grace period and the margin;
+- the pod is force-deleted (``grace_period_seconds=0``) while the node's kubelet is stopped: its
+  object is gone at once while the container runs on; the bridge keeps the pod's Slurm job until
+  the deletion plus the pod's grace period and the margin;
 - the operator is stopped for longer than the old hold (grace + 2 x margin) while an administrator
   ``scancel``s the pod's job; it is started again afterwards;
 - the script's reservation is gone (deleted by hand, as when the script could not reserve): the
