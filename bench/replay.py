@@ -296,8 +296,8 @@ class ApiServer:
 
     @StandIn.timed
     def delete_pod(self, name: str) -> None:
-        """A user's delete: graceful (deletionTimestamp), then the kubelet's final delete; then the
-        garbage collector deletes the pod's PlaceholderJob (its finalizer holds it)."""
+        """A user's delete: graceful (deletionTimestamp), then the kubelet's terminal phase and final
+        delete; then the garbage collector deletes the pod's PlaceholderJob (its finalizer holds it)."""
         path = f"{POD_PREFIX}/{name}"
         self.requests[("user", "DELETE", "pods")] += 1
         pod = copy.deepcopy(self.objects[path])
@@ -307,6 +307,12 @@ class ApiServer:
         self._emit("pods", "MODIFIED", pod)
 
         def gone() -> None:
+            # As a kubelet (>= 1.27) ends a deleted pod: the terminal phase first, then the delete.
+            self.requests[("kubelet", "PATCH", "pods/status")] += 1
+            ended = copy.deepcopy(self.objects[path])
+            ended["status"] = {**ended.get("status", {}), "phase": "Failed"}
+            self.objects[path] = self._stamp(ended)
+            self._emit("pods", "MODIFIED", ended)
             self.requests[("kubelet", "DELETE", "pods")] += 1
             dead = self._stamp(copy.deepcopy(self.objects.pop(path)))
             self._emit("pods", "DELETED", dead)

@@ -10,6 +10,10 @@ pods first and releases the job itself, exactly; where it is not (scancel by som
 failure) the EpilogSlurmctld script reserves the job's cores (``handoff-<job id>_<bridgeId>_<node>``)
 for at most its configured ceiling, and the bridge deletes the reservation once the pod's
 containers stopped, or drains the node if the pod outlives its grace period and the margin.
+
+Names and reasons are matched by the EXACT bridge id (``_`` and ``[...]`` delimit it: bridge ids
+are DNS labels, slurm_bridge/config.py): two bridges on one Slurm cluster never take each other's
+reservations or lift each other's drains, even where one id is a prefix of the other.
 """
 
 from __future__ import annotations
@@ -22,14 +26,17 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.dra import recorded_requests
-from slurm_bridge.slurm.models import JobRequest
+from slurm_bridge.slurm.models import JobRequest, ReservationRecord
 
 # Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_SECONDS = 30
 
-_RESERVATION = re.compile(rf"^{re.escape(names.HANDOFF_RESERVATION_PREFIX)}(\d+)_([a-z0-9-]+)_(.+)$")
+_RESERVATION = re.compile(
+    rf"^{re.escape(names.HANDOFF_RESERVATION_PREFIX)}(?P<job>\d+)_(?P<bridge>[a-z0-9-]+)_(?P<node>[^\s_][^\s]*)$"
+)
 _DRAIN = re.compile(
-    rf"^{re.escape(names.HANDOFF_DRAIN_REASON_PREFIX)} pod (?P<ns>[^/\s]+)/(?P<pod>\S+) of Slurm job (?P<job>\d+) "
+    rf"^{re.escape(names.HANDOFF_DRAIN_REASON_PREFIX)}(?P<bridge>[a-z0-9-]+)\]: "
+    r"pod (?P<ns>[^/\s]+)/(?P<pod>\S+) of Slurm job (?P<job>\d+) "
 )
 
 
@@ -41,7 +48,7 @@ def pod_grace_seconds(pod: dict[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class HandoffReservation:
-    """A reservation the script made (``handoff-<job id>_<bridgeId>_<node>``): the ended job's id
+    """A reservation the script made (``handoff-<job id>_<bridge id>_<node>``): the ended job's id
     and the node it holds cores on; ``start_time``: when the job ended."""
 
     name: str
@@ -52,7 +59,7 @@ class HandoffReservation:
 
 
 def reservation_name(job_id: int, bridge_id: str, node: str) -> str:
-    """What the script names the reservation for a job's node (hack/slurm-hooks/)."""
+    """What the script names the reservation for a job's node (slurm-hooks/)."""
     return f"{names.HANDOFF_RESERVATION_PREFIX}{job_id}_{bridge_id}_{node}"
 
 
@@ -60,19 +67,45 @@ def reservation_of(
     name: str, bridge_id: str, *, end_time: datetime | None = None, start_time: datetime | None = None
 ) -> HandoffReservation | None:
     """The handoff reservation named ``name`` for one of ``bridge_id``'s jobs; None for any other
-    reservation (another bridge's too: each bridge releases only its own)."""
+    reservation (another bridge's too, whatever its id shares with this one: each bridge releases
+    only its own)."""
     m = _RESERVATION.match(name)
-    if m is None or m.group(2) != bridge_id:
+    if m is None or m.group("bridge") != bridge_id:
         return None
-    return HandoffReservation(name, int(m.group(1)), m.group(3), end_time, start_time)
+    return HandoffReservation(name, int(m.group("job")), m.group("node"), end_time, start_time)
 
 
-def drain_reason(namespace: str, pod: str, job_id: int, grace: int, margin: int) -> str:
-    """The Slurm node reason of a handoff drain: it names the pod (an administrator reads it in
-    ``sinfo -R``) and is the bridge's record of the drain (it lifts only a drain with this prefix)."""
+def reservations_of(found: Iterable[ReservationRecord], bridge_id: str) -> list[HandoffReservation]:
+    """This bridge's handoff reservations among Slurm's (the client lists them all, as plain data)."""
+    out = []
+    for r in found:
+        mine = reservation_of(r.name, bridge_id, end_time=r.end_time, start_time=r.start_time)
+        if mine is not None:
+            out.append(mine)
+    return out
+
+
+def drain_prefix(bridge_id: str) -> str:
+    """The start of every handoff drain reason of ``bridge_id`` (``slurm-bridge-handoff[<id>]:``)."""
+    return f"{names.HANDOFF_DRAIN_REASON_PREFIX}{bridge_id}]:"
+
+
+def drain_reason(bridge_id: str, namespace: str, pod: str, job_id: int, grace: int, margin: int) -> str:
+    """The Slurm node reason of a handoff drain for a pod that outlived its hold: it names the pod
+    (an administrator reads it in ``sinfo -R``) and the bridge, and is the bridge's record of the
+    drain (it lifts only a drain of its own, :func:`drain_of`)."""
     return (
-        f"{names.HANDOFF_DRAIN_REASON_PREFIX} pod {namespace}/{pod} of Slurm job {job_id} still runs "
+        f"{drain_prefix(bridge_id)} pod {namespace}/{pod} of Slurm job {job_id} still runs "
         f"{grace}s+{margin}s after the job ended"
+    )
+
+
+def unheld_drain_reason(bridge_id: str, namespace: str, pod: str, job_id: int) -> str:
+    """The reason of the fail-safe drain: the pod runs, its job ended, and no reservation holds its
+    cores (the script could not reserve, or the hold ended while the operator was away)."""
+    return (
+        f"{drain_prefix(bridge_id)} pod {namespace}/{pod} of Slurm job {job_id} still runs "
+        "after the job ended, and nothing holds its CPUs"
     )
 
 
@@ -83,10 +116,11 @@ class HandoffDrain:
     job_id: int
 
 
-def drain_of(reason: str) -> HandoffDrain | None:
-    """The pod and job a handoff drain's reason names; None for any other reason."""
+def drain_of(reason: str, bridge_id: str) -> HandoffDrain | None:
+    """The pod and job a handoff drain of ``bridge_id`` names; None for any other reason (another
+    bridge's drain too)."""
     m = _DRAIN.match(reason or "")
-    if m is None:
+    if m is None or m.group("bridge") != bridge_id:
         return None
     return HandoffDrain(m.group("ns"), m.group("pod"), int(m.group("job")))
 

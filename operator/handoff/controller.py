@@ -1,12 +1,19 @@
 """The handoff loop (leader only; docs/colocation.md, "The handoff"): one pass per poll period.
 
-- **Reservations.** Lists the ``handoff-<job>-<node>`` reservations the project's EpilogSlurmctld
-  made when Slurm ended a bridge job under its pods (one small ``GET reservations``), deletes each
-  once its job's pods stopped on its node, tells the pods (once) that their cores are held, drains
-  a node whose pod outlives its grace period and the margin, and undrains it when that pod is gone
+- **Reservations.** Lists the ``handoff-<job>_<bridge>_<node>`` reservations the project's
+  EpilogSlurmctld made when Slurm ended a bridge job under its pods (one small ``GET
+  reservations``; the client returns them all, :func:`slurm_bridge.handoff.reservations_of` keeps
+  this bridge's), deletes each once its job's containers stopped on its node (a vanished pod's
+  after its grace period), tells the pods (once) that their cores are held, drains a node whose
+  pod outlives its grace period and the margin, and undrains it when that pod stopped
   (:mod:`.decisions`). State lives in Slurm (the reservation's name, the drain's reason): a
-  restart loses nothing, and a bridge that is down holds nothing longer than the reservation's
-  EndTime.
+  restart loses nothing (what it cannot know, it waits out: the longest grace).
+- **Fail safe.** On start-up and every pass, a bridge pod that still runs on a node with a slurmd
+  while its Slurm job ended, and no reservation of that job holds the node, gets the node drained
+  at once, and undrained once its containers stopped. "Ended" is what the poller's snapshot shows
+  twice, UNSETTLED_SECONDS apart (the script's reservation is made moments after the job ends),
+  or a job a full list started after the loop missed it no longer has: a failed read changes no
+  snapshot, so it is never taken for an end.
 - **Preemption.** Reads again, a few per pass, the running bridge jobs of a QOS that another may
   preempt: a preempted job stays RUNNING, and only its ``preempt_time`` says so, which the state
   polls do not see (the 30 s full list would, later). A change queues its PlaceholderJob, whose
@@ -27,17 +34,29 @@ from typing import Any, Protocol
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.handoff import HandoffReservation, drain_of, pod_grace_seconds
+from slurm_bridge.handoff import drain_of, drain_prefix, pod_grace_seconds, reservations_of
 from slurm_bridge.kube import KubeClient
-from slurm_bridge.operator.handoff.decisions import Drain, Held, Release, Undrain, decide, preemption_checks
+from slurm_bridge.operator.handoff.decisions import (
+    Drain,
+    Held,
+    Release,
+    Rules,
+    Undrain,
+    Unheld,
+    decide,
+    drain_key,
+    preemption_checks,
+    unheld,
+)
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.runtime.departures import Departures, by_job, running_in
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.handoffcalls import QosInfo
-from slurm_bridge.slurm.models import NodeInfo, SlurmConf
+from slurm_bridge.slurm.models import NodeInfo, ReservationRecord, SlurmConf
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +70,15 @@ PREEMPTION_CHECKS_PER_PASS = 4
 # The loop's own DRAIN or UNDRAIN stands for Slurm's node state this long (the node controller's
 # next lists show it within a few poll periods).
 OWN_WRITE_SECONDS = 10.0
+# A pod counts as running with no hold only once it was seen so on passes this far apart: the
+# script reserves moments after the job ends, which the job poll may see first.
+UNSETTLED_SECONDS = 3.0
 
 
 class SlurmHandoff(Protocol):
     """The Slurm calls the handoff loop makes."""
 
-    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]: ...
+    async def list_reservations(self) -> list[ReservationRecord]: ...
     async def delete_reservation(self, name: str) -> bool: ...
     async def update_node(
         self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
@@ -104,6 +126,7 @@ class HandoffController:
         policy: PolicyHolder,
         slurm_nodes: Callable[[], dict[str, NodeInfo] | None],
         user: Callable[[], str] = lambda: "",
+        departures: Departures | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
@@ -113,6 +136,15 @@ class HandoffController:
         self.policy = policy
         self.slurm_nodes = slurm_nodes
         self.user = user
+        self.departures = departures if departures is not None else Departures()
+        self.rules = Rules(config.bridgeId, config.handoff.marginSeconds, config.handoff.maxGracePeriodSeconds)
+        # When this process first saw each reservation (by name) and each of its drains
+        # (decisions.drain_key): what it knows nothing of is held from then (fail safe).
+        self._first_seen: dict[str, datetime] = {}
+        # Fail safe: (pod uid, node) -> when first seen running with no hold (monotonic); job id ->
+        # when first missing from the snapshot while its pods run.
+        self._suspects: dict[tuple[str, str], float] = {}
+        self._absent_since: dict[int, float] = {}
         self._policy_at = 0.0
         self._problems: list[str] = []
         self._checked: dict[int, float] = {}  # job id -> when last read for preempt_time
@@ -122,6 +154,7 @@ class HandoffController:
         self._written: dict[str, tuple[NodeInfo, float]] = {}
         self.reservations_released = 0
         self.nodes_drained = 0
+        self.unheld_drained = 0
         self._loop = PollLoop(
             "handoff",
             config.pollPeriodSeconds,
@@ -191,18 +224,15 @@ class HandoffController:
 
     # ---- reservations and drains ----------------------------------------------------------------
     def _pods_by_job(self, job_ids: Iterable[int]) -> dict[int, list[Obj]]:
-        wanted = {str(j) for j in job_ids}
         out: dict[int, list[Obj]] = {}
-        if not wanted:
-            return out
-        for pod in self.pods.values():
-            label = (pod["metadata"].get("labels") or {}).get(names.LABEL_SLURM_JOB_ID)
-            if label in wanted:
-                out.setdefault(int(label), []).append(pod)
+        for job_id in job_ids:
+            pods = self.pods.indexed(by_job(job_id))
+            if pods:
+                out[job_id] = pods
         return out
 
-    async def reservations(self) -> None:
-        found = await self.slurm.list_handoff_reservations(self.config.bridgeId)
+    def _nodes(self) -> dict[str, NodeInfo]:
+        """Slurm's nodes as the node controller last listed them, with the loop's own writes since."""
         nodes = dict(self.slurm_nodes() or {})
         at = time.monotonic()
         for name, (info, written) in list(self._written.items()):
@@ -210,19 +240,84 @@ class HandoffController:
                 del self._written[name]  # the node lists show it by now
             else:
                 nodes[name] = info
-        drained = {n: i for n, i in nodes.items() if i.reason.startswith(names.HANDOFF_DRAIN_REASON_PREFIX)}
-        if not found and not drained:
+        return nodes
+
+    async def reservations(self) -> None:
+        snap = self.poller.snapshot  # taken before the reservations are: a job it shows ended was reserved for
+        found = reservations_of(await self.slurm.list_reservations(), self.config.bridgeId)
+        nodes = self._nodes()
+        now = datetime.now(UTC)
+        prefix = drain_prefix(self.config.bridgeId)
+        drained = {n: i for n, i in nodes.items() if i.reason.startswith(prefix)}
+        seen = {r.name for r in found} | {drain_key(n) for n in drained}
+        self._first_seen = {k: self._first_seen.get(k, now) for k in seen}
+        late = self._unheld(snap, {(r.job_id, r.node) for r in found}, nodes, now)
+        if not found and not drained and not late:
             self._told.clear()
             return
-        jobs = {r.job_id for r in found}
+        jobs = {r.job_id for r in found} | {u.job_id for u in late}
         for info in drained.values():
-            d = drain_of(info.reason)
+            d = drain_of(info.reason, self.config.bridgeId)
             if d is not None:
                 jobs.add(d.job_id)
-        steps = decide(found, self._pods_by_job(jobs), drained, datetime.now(UTC), self.config.handoff.marginSeconds)
+        steps = decide(
+            found,
+            self._pods_by_job(jobs),
+            nodes,
+            now,
+            self.rules,
+            departed=self.departures.by_job(jobs),
+            first_seen=self._first_seen,
+            unheld=late,
+        )
         for step in steps:
             await self._apply(step)
         self._told &= {r.name for r in found}
+
+    def _unheld(
+        self, snap: JobSnapshot | None, held: set[tuple[int, str]], nodes: dict[str, NodeInfo], now: datetime
+    ) -> list[Unheld]:
+        """The fail safe's pods: running with no hold on a node with a slurmd while their job
+        ended, seen so on two passes UNSETTLED_SECONDS apart (:func:`.decisions.unheld`)."""
+        if snap is None or not self.poller.synced.is_set():
+            return []  # nothing is known of the jobs yet: nothing is taken for ended
+        ended = self._ended_jobs(snap)
+        if not ended:
+            self._suspects.clear()
+            return []
+        native = {n for n, i in nodes.items() if "EXTERNAL" not in i.states}
+        pods = [p for j in ended for p in self.pods.indexed(running_in(j))]
+        gone = [d for ds in self.departures.by_job(ended).values() for d in ds]
+        found = unheld(pods, gone, ended, held, native, now, self.rules.margin)
+        at = time.monotonic()
+        keys = {(u.pod["metadata"].get("uid", ""), u.node) for u in found}
+        self._suspects = {k: self._suspects.get(k, at) for k in keys}
+        return [
+            u for u in found if at - self._suspects[(u.pod["metadata"].get("uid", ""), u.node)] >= UNSETTLED_SECONDS
+        ]
+
+    def _ended_jobs(self, snap: JobSnapshot) -> set[int]:
+        """The jobs of bridge pods that ended for sure: finished in the snapshot, or missing from
+        it and from a full list that started after the loop first missed them (asked for)."""
+        ended: set[int] = set()
+        absent: dict[int, float] = {}
+        at = time.monotonic()
+        for key in self.pods.index_values():
+            if not (isinstance(key, tuple) and key[0] == "running"):
+                continue
+            value = int(key[1])
+            job = snap.by_id.get(value)
+            if job is not None:
+                if job.is_finished:
+                    ended.add(value)
+                continue
+            absent[value] = self._absent_since.get(value, at)
+            if self.poller.last_full_at > absent[value]:
+                ended.add(value)
+        if any(v not in self._absent_since for v in absent):
+            self.poller.poll_soon(full=True)
+        self._absent_since = absent
+        return ended
 
     async def _apply(self, step: Release | Held | Drain | Undrain) -> None:
         match step:
@@ -244,15 +339,21 @@ class HandoffController:
                         f"Slurm job {r.job_id} ended under this pod: its CPUs on {r.node} are held by reservation "
                         f"{r.name}{until} at the latest, and released once its containers stop",
                     )
-            case Drain(node=node, pod=pod, job_id=job_id, reason=reason):
+            case Drain(node=node, pod=pod, job_id=job_id, reason=reason, unheld=no_hold):
                 await self.slurm.update_node(node, state="DRAIN", reason=reason)
                 self._written[node] = (NodeInfo(name=node, states=("IDLE", "DRAIN"), reason=reason), time.monotonic())
+                self._first_seen.setdefault(drain_key(node), datetime.now(UTC))
                 self.nodes_drained += 1
+                self.unheld_drained += int(no_hold)
                 meta = pod["metadata"]
+                why = (
+                    "and nothing holds its CPUs (no handoff reservation)"
+                    if no_hold
+                    else f"{pod_grace_seconds(pod)}s + {self.config.handoff.marginSeconds}s after it"
+                )
                 message = (
-                    f"pod {meta['namespace']}/{meta['name']} still runs {pod_grace_seconds(pod)}s + "
-                    f"{self.config.handoff.marginSeconds}s after Slurm job {job_id} ended: Slurm node {node} "
-                    "is drained until it is gone"
+                    f"pod {meta['namespace']}/{meta['name']} still runs after Slurm job {job_id} ended, {why}: "
+                    f"Slurm node {node} is drained until its containers stopped"
                 )
                 log.warning("handoff: %s", message)
                 await self.kube.event(pod, names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)

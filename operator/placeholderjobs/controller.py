@@ -32,7 +32,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweepe
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import DescribePreemptor, PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, PodItem, WorkItem
-from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.runtime.departures import Departures, pod_job_index
+from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, project
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.client import SlurmClient
@@ -73,7 +74,10 @@ class Controller:
         self.tenants = tenants
         self.kube = kube
         self.slurm = slurm
-        self.pods = ObjectStore()
+        self.pods = ObjectStore(index=pod_job_index)
+        # How each bridge pod was last seen before its object went (a pod that vanished while it
+        # ran holds its cores until its grace period passed: docs/colocation.md).
+        self.departures = Departures()
         self.phjs = ParsedStore(PlaceholderJob.parse, index=phj_index)
         self.queue: WorkQueue[WorkItem] = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.events = EventHandlers(config.schedulerName, self.pods, self.phjs, self.queue, self._pod_gone)
@@ -84,7 +88,16 @@ class Controller:
         # Slurm's preemption and time-limit settings, kept current by the handoff loop.
         self.policy = policy or PolicyHolder()
         self.jobs = PlaceholderJobs(
-            config, kube, slurm, self.pods, self.phjs, self.poller, tenants, self.policy, describe_preemptor
+            config,
+            kube,
+            slurm,
+            self.pods,
+            self.phjs,
+            self.poller,
+            tenants,
+            self.policy,
+            describe_preemptor,
+            departures=self.departures,
         )
         managed = ManagedNamespaces(config, tenants.namespace_labels if tenants is not None else None)
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller, managed)
@@ -153,6 +166,8 @@ class Controller:
 
     # ---- watch events (operator/wiring/watches.py), mapped to work items by :mod:`.events` ----
     def on_pod_event(self, etype: str, pod: Obj) -> None:
+        if etype == "DELETED" and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
+            self.departures.note(project(pod))
         self.events.on_pod_event(etype, pod)
 
     def on_phj_event(self, etype: str, phj: Obj) -> None:

@@ -86,6 +86,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     live_members,
     pod_terminating,
 )
+from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, hold_release
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -124,6 +125,7 @@ def decide(
     settings: JobSettings | None = None,
     partitions: Mapping[str, PartitionLimits] | None = None,
     bind_timeout: float | None = None,
+    departed: Departed | None = None,
 ) -> Plan:
     """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
 
@@ -137,7 +139,10 @@ def decide(
     ``handoff``: the margin and OverTimeLimits the time-limit rows need (None: no such row);
     ``settings``, ``partitions``: what the job asks Slurm for and the partitions' limits, read by
     the shell when the spec changed (:mod:`.decisions.specupdate`); ``bind_timeout``: config
-    ``bindTimeoutSeconds`` (:mod:`.decisions.bindtimeout`; None: an unbound allocation is kept).
+    ``bindTimeoutSeconds`` (:mod:`.decisions.bindtimeout`; None: an unbound allocation is kept);
+    ``departed``: what the shell knows of the members that are gone (:mod:`.decisions.vanished`:
+    a job is not released under a member that vanished while it ran; a member gone and not in it
+    is taken to have vanished).
     """
     if isinstance(outcome, Placed):
         return after_submit(phj, outcome, members, now, scheduler)
@@ -146,7 +151,10 @@ def decide(
     if held is not None:  # decided on as the PlaceholderJob will be once it is written
         phj = phj.with_status(phj.status.merged(held.status))
     inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff, bind_timeout)
-    return _hold(_decide(phj, slurm, members, now, confirmed, inputs), held)
+    plan = _decide(phj, slurm, members, now, confirmed, inputs)
+    seen = confirmed if confirmed is not None else members
+    plan = hold_release(plan, phj, slurm, seen, departed or {}, handoff or Handoff(), now)
+    return _hold(plan, held)
 
 
 def _hold(plan: Plan, held: Held | None) -> Plan:

@@ -211,6 +211,10 @@ class ObjectStore:
         """The stored objects the index finds by ``value`` (none without an index)."""
         return [self._objs[k] for k in self._index.get(value, ())]
 
+    def index_values(self) -> list[Hashable]:
+        """Every value the index finds some stored object by."""
+        return list(self._index)
+
     def _reindex(self, key: Key, old: Obj | None, new: Obj | None) -> None:
         if self._index_by is None:
             return

@@ -27,6 +27,7 @@ from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
 from slurm_bridge.operator.wiring.kopfsetup import build_registry
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.models import NodeInfo
 
 
 @dataclass
@@ -74,6 +75,13 @@ class Operator:
         await self.lease_kube.aclose()
 
 
+def runs_native(table: dict[str, NodeInfo] | None, name: str) -> bool | None:
+    """Whether Slurm node ``name`` runs native work (it has a slurmd: not EXTERNAL); None when the
+    node table is not read yet or lacks it."""
+    info = (table or {}).get(name)
+    return None if info is None else "EXTERNAL" not in info.states
+
+
 def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: str) -> Operator:
     kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator")
     slurm = SlurmClient.from_config(cfg)
@@ -89,8 +97,18 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # An exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md).
     ctrl.jobs.node_cpus = lambda partitions: largest_cpus(nodes.slurm_nodes, partitions, cfg.partition)
     handoff = HandoffController(
-        cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, lambda: nodes.slurm_nodes, slurm.jwt_user
+        cfg,
+        kube,
+        slurm,
+        ctrl.pods,
+        ctrl.poller,
+        policy,
+        lambda: nodes.slurm_nodes,
+        slurm.jwt_user,
+        departures=ctrl.departures,
     )
+    # A vanished pod holds its job only where native work runs (docs/colocation.md).
+    ctrl.jobs.runs_native = lambda name: runs_native(nodes.slurm_nodes, name)
     # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
     # the node controller reads each period anyway: the job poller reads job states only then.
     nodes.on_slurm_change = ctrl.poller.nodes_changed

@@ -65,6 +65,10 @@ ANN_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
 # CompositePodGroup's: by component PodGroup), so a later change of them is found and said once
 # (operator/placeholderjobs/reconfigure.py, docs/annotations.md "Changing annotations").
 ANN_JOB_OPTIONS: Final = SCHEDULER_PREFIX + "job-options"
+# On a PlaceholderJob: its member pods that vanished while they ran (their objects removed before a
+# terminal phase), each with the time its containers have stopped at the latest (JSON {pod: RFC
+# 3339}); its Slurm job is released only after them (docs/colocation.md, "A pod that vanishes").
+ANN_VANISHED_PODS: Final = SCHEDULER_PREFIX + "vanished-pods"
 # The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/dra.py).
 ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 # A pod of a CompositePodGroup runs in one component of a heterogeneous Slurm job: the job's id (its

@@ -101,6 +101,8 @@ REASON_SLURM_TIME_LIMIT_REACHED: Final = "SlurmTimeLimitReached"
 REASON_HANDOFF_HELD: Final = "SlurmHandoffHeld"
 REASON_HANDOFF_NODE_DRAINED: Final = "HandoffNodeDrained"
 REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
+# Member pods vanished while they ran: their job is held until their grace period passed.
+REASON_PODS_VANISHED: Final = "PodsVanished"
 
 # --- Only what is the bridge's (issue 36, section 6) --------------------------------------------------
 # Event on a pod that names the bridge's scheduler in a namespace the bridge does not manage: the

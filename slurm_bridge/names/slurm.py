@@ -30,14 +30,15 @@ ADMIN_COMMENT_RELEASED: Final = "released"
 HANDOFF_SCOPE_CORES: Final = "cores"  # hold the job's CPU count on each node
 HANDOFF_SCOPE_NODE: Final = "node"  # hold every free core of each node (exact cores, exclusivity)
 HANDOFF_CONF_FILE: Final = "slurm-bridge-handoff.conf"
-# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>_<bridgeId>_<node>
-# (a bridgeId is a DNS label: "_" delimits it exactly), one a node (a reservation's CoreCnt list is
-# refused in 26.05; REST shows no reservation comment).
+# The reservation the script makes when Slurm ends a bridge job: handoff-<job id>_<bridgeId>_<node>,
+# matched by the exact bridgeId (a DNS label: "_" delimits it), one a node (a reservation's CoreCnt
+# list is refused in 26.05; REST shows no reservation comment).
 HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
 # slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh), also an EpilogSlurmctld:
 # the one the handoff does not need to mark a released job for (it reads no job's admin_comment).
 NOTIFY_HOOK_SCRIPT: Final = "slurm-bridge-notify.sh"
-# The Slurm node reason of a drain for a pod that outlived its grace period after its job ended.
-# Not SLURM_NODE_REASON_PREFIX: the node sync mirrors it as an outage (a cordon) and never lifts it;
-# the handoff loop lifts it (UNDRAIN) once the pod it names is gone.
-HANDOFF_DRAIN_REASON_PREFIX: Final = "slurm-bridge-handoff:"
+# The Slurm node reason of a handoff drain (a pod that outlived its hold, or runs with no hold after
+# its job ended): slurm-bridge-handoff[<bridgeId>]: pod <ns>/<pod> of Slurm job <id> ..., matched by
+# the exact bridgeId. Not SLURM_NODE_REASON_PREFIX: the node sync mirrors it as an outage (a cordon)
+# and never lifts it; the handoff loop of that bridge lifts it (UNDRAIN) once the pod it names stopped.
+HANDOFF_DRAIN_REASON_PREFIX: Final = "slurm-bridge-handoff["

@@ -1,7 +1,7 @@
-"""The handoff's calls of the Slurm REST client (docs/colocation.md, "The handoff"): the
-``handoff-*`` reservations the project's EpilogSlurmctld makes (listed, deleted), a job's
-admin_comment marked released before the bridge's own cancel (so the script holds nothing for
-it), and what Slurm's
+"""The handoff's calls of the Slurm REST client (docs/colocation.md, "The handoff"): Slurm's
+reservations (listed as plain records; which are the handoff's is the bridge's rule,
+slurm_bridge/handoff.py; deleted), a job's admin_comment marked released before the bridge's own
+cancel (so the script holds nothing for it), and what Slurm's
 configuration says about preemption and time limits (QOS preempt lists, modes and GraceTime; the
 bridge user's default QOS; partitions' OverTimeLimit; slurm.conf's EpilogSlurmctld and
 PreemptType). A part of :class:`.client.SlurmClient`."""
@@ -16,10 +16,9 @@ from typing import Any
 
 from pydantic import Field
 
-from slurm_bridge.handoff import HandoffReservation, reservation_of
-
 from .errors import ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID, ESLURM_JOB_FINISHED, SlurmError
 from .formats import time_of
+from .models import ReservationRecord
 from .session import SlurmSession
 from .wire import NoVal, PartitionWire, _Wire, listed, validate
 
@@ -93,17 +92,14 @@ class HandoffCalls(SlurmSession):
         except SlurmError:
             return ""
 
-    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
-        """Every ``handoff-<job>-<bridge_id>-<node>`` reservation (one small request; other
-        reservations, other bridges' too, left out)."""
+    async def list_reservations(self) -> list[ReservationRecord]:
+        """Every reservation: its name, start and end (one small request)."""
         codec = await self._get_codec()
         reply = await self._request("GET", codec.path("reservations/"))
-        out: list[HandoffReservation] = []
+        out: list[ReservationRecord] = []
         for raw in listed(reply.body, "reservations", "reservations"):
             w = validate(_ResvWire, raw, "reservation")
-            r = reservation_of(w.name, bridge_id, end_time=time_of(w.end_time), start_time=time_of(w.start_time))
-            if r is not None:
-                out.append(r)
+            out.append(ReservationRecord(w.name, time_of(w.start_time), time_of(w.end_time)))
         return out
 
     async def delete_reservation(self, name: str) -> bool:

@@ -7,6 +7,7 @@ normalised across REST API versions by the client.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -236,6 +237,16 @@ class NodeDevices(BaseModel):
     cpus: tuple[int, ...] = ()  # allocated CPUs, numbered in Slurm's core order on the node
 
 
+@dataclass(frozen=True)
+class ReservationRecord:
+    """A Slurm reservation as the client lists it (plain data: which ones are the handoff's, and
+    whose, is the bridge's rule, slurm_bridge/handoff.py)."""
+
+    name: str
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
 class NodeInfo(BaseModel):
     """A Slurm node as one node list call reports it."""
 
@@ -296,7 +307,7 @@ class SlurmConf(BaseModel):
     @property
     def handoff_epilogs(self) -> tuple[str, ...]:
         """The EpilogSlurmctld scripts but slurmctld's hook to the operator, which reads no job's
-        name: a renamed job matters only to the others (the handoff's script, a site's own)."""
+        admin_comment: the released mark matters only to the others (the handoff's script, a site's own)."""
         return tuple(e for e in self.epilog_slurmctld if e.rsplit("/", 1)[-1] != names.NOTIFY_HOOK_SCRIPT)
 
 

@@ -33,6 +33,7 @@ from slurm_bridge.slurm.models import (
     NodeInfo,
     PartitionInfo,
     PartitionLimits,
+    ReservationRecord,
     SlurmConf,
 )
 from slurm_bridge.slurm.wire import ControllerPing
@@ -355,9 +356,9 @@ class FakeHandoff:
         self.over_time = over_time or {}
         self.calls: list[str] = []
 
-    async def list_handoff_reservations(self, bridge_id: str) -> list[HandoffReservation]:
+    async def list_reservations(self) -> list[ReservationRecord]:
         self.calls.append("reservations")
-        return list(self.reservations.values())
+        return [ReservationRecord(r.name, r.start_time, r.end_time) for r in self.reservations.values()]
 
     async def delete_reservation(self, name: str) -> bool:
         self.calls.append(f"delete {name}")

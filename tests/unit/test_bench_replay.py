@@ -43,8 +43,9 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
     # the watch events until it runs: pod ADDED, released, bound, running; PlaceholderJob ADDED, status
     assert r.placed_events == {"pods": 4 * PODS, names.PLURAL: 2 * PODS}
-    # then the pod terminating and deleted (the PlaceholderJob's depend on when its reconciles run)
-    assert r.events["pods"] == 6 * PODS
+    # then the pod terminating, Failed (the kubelet's terminal phase) and deleted (the
+    # PlaceholderJob's depend on when its reconciles run)
+    assert r.events["pods"] == 7 * PODS
     assert r.left == [], "every PlaceholderJob finalized and gone"
     assert r.cpu_ms["place"] > 0 and r.cpu_ms["end"] > 0
 

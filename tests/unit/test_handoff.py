@@ -26,6 +26,7 @@ from slurm_bridge.handoff import (
     job_handoff_scope,
     reservation_name,
     reservation_of,
+    reservations_of,
 )
 from slurm_bridge.operator.handoff import decisions as hd
 from slurm_bridge.operator.handoff.controller import HandoffController, policy_problems
@@ -41,6 +42,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
 )
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
+from slurm_bridge.operator.runtime.departures import pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
@@ -57,6 +59,7 @@ pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 BRIDGE = "slurm-bridge"
+RULES = hd.Rules(BRIDGE, 10, 60)  # handoff.marginSeconds, handoff.maxGracePeriodSeconds
 
 
 # ---- the shared rules ------------------------------------------------------------------------------
@@ -94,12 +97,12 @@ def test_the_admin_comment_carries_the_scope_and_the_released_mark_and_decodes_a
 
 
 def test_the_drain_reason_names_the_pod_and_is_read_back_only_when_it_is_the_handoffs() -> None:
-    reason = drain_reason("team-a", "trainer-0", 42, 20, 10)
-    assert reason.startswith(names.HANDOFF_DRAIN_REASON_PREFIX) and "team-a/trainer-0" in reason
-    d = drain_of(reason)
+    reason = drain_reason(BRIDGE, "team-a", "trainer-0", 42, 20, 10)
+    assert reason.startswith(f"slurm-bridge-handoff[{BRIDGE}]: ") and "team-a/trainer-0" in reason
+    d = drain_of(reason, BRIDGE)
     assert d is not None and (d.namespace, d.pod, d.job_id) == ("team-a", "trainer-0", 42)
-    assert drain_of("slurm-bridge: Kubernetes node n1 is unschedulable") is None
-    assert drain_of("") is None
+    assert drain_of("slurm-bridge: Kubernetes node n1 is unschedulable", BRIDGE) is None
+    assert drain_of("", BRIDGE) is None
 
 
 def test_a_grace_period_above_the_limit_is_refused_naming_the_limit() -> None:
@@ -145,8 +148,8 @@ def bound(name: str, node: str, *, grace: int = 20, phase: str = "Running", ns: 
     return pod
 
 
-def drained(node: str, pod: str, job_id: int) -> NodeInfo:
-    return NodeInfo(name=node, states=("IDLE", "DRAIN"), reason=drain_reason("ns", pod, job_id, 20, 10))
+def drained(node: str, pod: str, job_id: int, bridge: str = BRIDGE) -> NodeInfo:
+    return NodeInfo(name=node, states=("IDLE", "DRAIN"), reason=drain_reason(bridge, "ns", pod, job_id, 20, 10))
 
 
 def kinds(steps: list[hd.Step]) -> list[tuple[str, str]]:
@@ -164,36 +167,36 @@ def kinds(steps: list[hd.Step]) -> list[tuple[str, str]]:
 
 def test_a_reservation_is_released_once_its_jobs_pods_stopped_on_its_node() -> None:
     r = resv(7, "n1")
-    assert kinds(hd.decide([r], {}, {}, T0, 10)) == [("Release", r.name)]  # no pod (gone, or never bound)
+    assert kinds(hd.decide([r], {}, {}, T0, RULES)) == [("Release", r.name)]  # no pod (gone, or never bound)
     elsewhere = {7: [bound("p", "n2")]}  # the job's pod on another node holds nothing here
-    assert kinds(hd.decide([r], elsewhere, {}, T0, 10)) == [("Release", r.name)]
+    assert kinds(hd.decide([r], elsewhere, {}, T0, RULES)) == [("Release", r.name)]
     stopped = {7: [bound("p", "n1", phase="Failed")]}  # terminal: its containers stopped
-    assert kinds(hd.decide([r], stopped, {}, T0, 10)) == [("Release", r.name)]
+    assert kinds(hd.decide([r], stopped, {}, T0, RULES)) == [("Release", r.name)]
     running = {7: [bound("p", "n1")]}
-    assert kinds(hd.decide([r], running, {}, T0 + timedelta(seconds=5), 10)) == [("Held", r.name)]
+    assert kinds(hd.decide([r], running, {}, T0 + timedelta(seconds=5), RULES)) == [("Held", r.name)]
 
 
 def test_a_pod_that_outlives_grace_and_margin_drains_its_node_once() -> None:
     r = resv(7, "n1")
     pods = {7: [bound("p", "n1", grace=20)]}
-    assert kinds(hd.decide([r], pods, {}, T0 + timedelta(seconds=29), 10)) == [("Held", r.name)]
+    assert kinds(hd.decide([r], pods, {}, T0 + timedelta(seconds=29), RULES)) == [("Held", r.name)]
     late = T0 + timedelta(seconds=30)
-    assert kinds(hd.decide([r], pods, {}, late, 10)) == [("Held", r.name), ("Drain", "n1 p")]
+    assert kinds(hd.decide([r], pods, {}, late, RULES)) == [("Held", r.name), ("Drain", "n1 p")]
     already = {"n1": drained("n1", "p", 7)}
-    assert kinds(hd.decide([r], pods, already, late, 10)) == [("Held", r.name)], "drained for it: nothing more"
+    assert kinds(hd.decide([r], pods, already, late, RULES)) == [("Held", r.name)], "drained for it: nothing more"
 
 
 def test_the_drain_is_lifted_once_its_pod_is_gone_and_passed_to_another_late_pod_otherwise() -> None:
     node = {"n1": drained("n1", "p", 7)}
-    assert kinds(hd.decide([], {}, node, T0, 10)) == [("Undrain", "n1 p")]  # the reservation ended too
+    assert kinds(hd.decide([], {}, node, T0, RULES)) == [("Undrain", "n1 p")]  # the reservation ended too
     still = {7: [bound("p", "n1")]}
-    assert kinds(hd.decide([], still, node, T0, 10)) == [], "the pod it names still runs there"
+    assert kinds(hd.decide([], still, node, T0, RULES)) == [], "the pod it names still runs there"
     other = resv(8, "n1")
     late = {8: [bound("q", "n1")], 7: []}
-    steps = hd.decide([other], late, node, T0 + timedelta(seconds=31), 10)
+    steps = hd.decide([other], late, node, T0 + timedelta(seconds=31), RULES)
     assert kinds(steps) == [("Held", other.name), ("Drain", "n1 q")], "the drain names the pod still late"
     foreign = {"n1": NodeInfo(name="n1", states=("IDLE", "DRAIN"), reason="admin: disk")}
-    assert kinds(hd.decide([], {}, foreign, T0, 10)) == [], "another drain is never lifted"
+    assert kinds(hd.decide([], {}, foreign, T0, RULES)) == [], "another drain is never lifted"
 
 
 def test_running_preemptable_jobs_are_read_again_the_longest_unread_first() -> None:
@@ -401,7 +404,7 @@ def loop(
     poller = SlurmPoller(reads, cfg.bridgeId, 1.0, lambda _: None)
     ref = PhjRef(cfg.bridgeId, "ns", "p", "phj-uid")
     poller.snapshot = JobSnapshot({j.job_id: j for j in jobs or []}, {j.job_id: ref for j in jobs or []}, 0.0)
-    store = ObjectStore()
+    store = ObjectStore(index=pod_job_index)
     for p in pods:
         store.upsert(p)
     kube = Kube()
@@ -436,6 +439,7 @@ async def test_a_pass_holds_while_the_pod_runs_then_releases_and_reads_slurms_se
     await ctrl.pass_once()
     assert kube.events == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
     ctrl.pods.delete(pod)
+    ctrl.departures.note(dict(pod, status={"phase": "Failed"}))  # the kubelet ended it, then it went
     slurm.calls.clear()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", f"delete {r.name}"] and ctrl.reservations_released == 1
@@ -455,6 +459,7 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     await ctrl.pass_once()
     assert slurm.calls == ["reservations"], "its own drain stands for the node's state until the lists show it"
     ctrl.pods.delete(pod)
+    ctrl.departures.note(dict(pod, status={"phase": "Failed"}))
     slurm.reservations.clear()  # the reservation ended meanwhile
     slurm.calls.clear()
     await ctrl.pass_once()
@@ -522,10 +527,10 @@ async def test_the_client_reads_reservations_settings_and_marks_jobs_released(tm
             return httpx.Response(200, json={**ok, "pings": [{"hostname": "c", "responding": True}]})
         if path == "/slurm/v0.0.45/reservations/":
             return httpx.Response(200, json={**ok, "reservations": [
+                {"name": "maint"},
                 {"name": "handoff-12_slurm-bridge_n1", "end_time": nov(1_800_000_040),
                  "start_time": nov(1_800_000_000)},
-                {"name": "handoff-13_other_n1"}, {"name": "handoff-14_slurm-bridge-2_n1"},
-                {"name": "maint"}]})  # fmt: skip
+                {"name": "handoff-13_slurm-bridge-b_n1"}]})  # fmt: skip
         if path == "/slurm/v0.0.45/reservation/handoff-12_slurm-bridge_n1":
             return httpx.Response(200, json=ok)
         if path == "/slurm/v0.0.45/reservation/gone":
@@ -561,7 +566,9 @@ async def test_the_client_reads_reservations_settings_and_marks_jobs_released(tm
     token.write_text(f"h.{payload}.s\n")
     client = SlurmClient("http://slurm.test:6820", token, transport=httpx.MockTransport(answer), backoff_base=0.0)
     async with client:
-        [r] = await client.list_handoff_reservations(BRIDGE)
+        found = await client.list_reservations()
+        assert [x.name for x in found] == ["maint", "handoff-12_slurm-bridge_n1", "handoff-13_slurm-bridge-b_n1"]
+        [r] = reservations_of(found, BRIDGE)
         assert (r.job_id, r.node, r.start_time) == (12, "n1", datetime.fromtimestamp(1_800_000_000, UTC))
         assert await client.delete_reservation(r.name) and not await client.delete_reservation("gone")
         await client.mark_released(12, 'slurm-bridge:{"released":true}')
@@ -588,6 +595,6 @@ async def test_a_pass_goes_on_with_the_reservations_when_the_settings_cannot_be_
 
     r = resv(7, "n1")
     slurm = Broken([r])
-    ctrl, _, _ = loop(slurm, [])
+    ctrl, _, _ = loop(slurm, [labelled(bound("p", "n1", phase="Failed"), 7)])  # its pod stopped
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", f"delete {r.name}"] and not ctrl.policy.current.known

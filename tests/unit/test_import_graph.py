@@ -143,3 +143,18 @@ def test_a_circle_is_found() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
     assert circles(rooms({"p.x.a": {"p.y.b"}, "p.y.b": {"p.x.c"}, "p.x.c": set()}, "p")) == [["p.x", "p.y"]]
+
+
+def test_the_slurm_client_reaches_up_to_no_bridge_rule() -> None:
+    """The Slurm client (``slurm_bridge.slurm``) returns plain data: the bridge's rules are applied
+    above it (issue 40 §1: ``handoffcalls`` parsed the handoff's reservation names with
+    ``slurm_bridge.handoff``, and through it imported ``dra``)."""
+    client = "slurm_bridge.slurm"
+    rules = {"slurm_bridge.handoff", "slurm_bridge.dra"}
+    up = {
+        f"{m} -> {i}"
+        for m, imports in import_graph().items()
+        if m == client or m.startswith(client + ".")
+        for i in imports & rules
+    }
+    assert not up, f"the Slurm client imports the bridge's rules: {sorted(up)}"

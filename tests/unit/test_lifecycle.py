@@ -113,22 +113,39 @@ def summary(action: pl.Action) -> tuple[Any, ...]:
             return ("told", pods, reason)
         case pl.EndPreempted(pods=pods):
             return ("end-preempted", pods)
+        case pl.RecordVanished(until=until):
+            return ("vanished", tuple(n for n, _ in until))
     return ({
         pl.AddFinalizer: "finalizer", pl.ConfirmMembers: "confirm", pl.Fence: "fence", pl.Submit: "submit",
         pl.RequestFullList: "full-list", pl.ForgetUncertain: "forget-uncertain", pl.Finalize: "finalize",
     }[type(action)],)  # fmt: skip
 
 
+def gone(members: dict[str, Obj | None]) -> dict[str, datetime | None]:
+    """The departures of the members that are gone, as the pod watch saw them: each after a
+    terminal phase (a kubelet's end; a vanished one: test_vanished_pods.py)."""
+    return {n: None for n, p in members.items() if p is None}
+
+
 def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[list[tuple[Any, ...]], float | None]:
     """decide; after ConfirmMembers decide again (the GET agrees with the cache, and the status
     written before it is in place), as
     operator/placeholderjobs/sync/phjsync.py does. The actions' summaries, the re-queue."""
-    plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, scheduler="slurm-bridge")
+    parsed = PlaceholderJob.parse(obj)
+    plan = lc.decide(parsed, slurm, members, NOW, scheduler="slurm-bridge", departed=gone(members))
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
         written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
         obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
-        plan = lc.decide(PlaceholderJob.parse(obj), slurm, members, NOW, dict(members), scheduler="slurm-bridge")
+        plan = lc.decide(
+            PlaceholderJob.parse(obj),
+            slurm,
+            members,
+            NOW,
+            dict(members),
+            scheduler="slurm-bridge",
+            departed=gone(members),
+        )
         out += [summary(a) for a in plan.actions]
     assert all(not isinstance(a, pl.ConfirmMembers) for a in plan.actions[:-1]), "ConfirmMembers ends a plan"
     return out, plan.requeue
@@ -728,7 +745,7 @@ def test_the_bridges_own_cancels_are_marked_released_but_one_under_possibly_runn
     EpilogSlurmctld holds nothing; after a refused release of a gang, members released before it
     may run: the handoff holds."""
     ended, _ = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("deleted")}, NOW,
-                         {"p": None}, scheduler="s").actions, None  # fmt: skip
+                         {"p": None}, scheduler="s", departed={"p": None}).actions, None  # fmt: skip
     assert [a.released for a in ended if isinstance(a, pl.Cancel)] == [True]
     refusal = pl.ReleaseRefused(JOB, "p", "refused")
     refused = lc.decide(PlaceholderJob.parse(phj("Allocated")), slurm_side("RUNNING"), {"p": pod("gated")}, NOW,

@@ -230,6 +230,7 @@ async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_u
     assert ("get", POD_PATH) in kube.calls and slurm.calls == [] and "PodsDeleted" not in kube.events
     del kube.objects[POD_PATH]
     jobs.pods.delete(live)
+    jobs.departures.note(dict(live, status={"phase": "Failed"}))  # the kubelet ended it, then it went
     await jobs.reconcile(("ns", "p"))
     # Marked released first (the job's admin_comment, the PlaceholderJob's ref where it is not
     # the bridge's yet), so the handoff holds nothing.

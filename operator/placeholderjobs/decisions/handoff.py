@@ -1,7 +1,7 @@
 """The handoff's rows of the decision table (docs/architecture.md; docs/colocation.md, "The
 handoff"), for every job shape: a running job whose end Slurm announces -- a preemption with its
-QOS GraceTime, a time limit -- has its pods ended by the bridge first, and is released (renamed,
-then cancelled) only once their containers stopped, so native work never starts under them. Pure.
+QOS GraceTime, a time limit -- has its pods ended by the bridge first, and is released (marked
+released, then cancelled) only once their containers stopped, so native work never starts under them. Pure.
 
 - **Preempted**: Slurm set the job's ``preempt_time`` (any component of a heterogeneous job: Slurm
   preempts the whole job) and keeps it RUNNING until ``end_time`` = preempt_time + GraceTime.

@@ -78,13 +78,15 @@ class Follow:
 @dataclass(frozen=True)
 class Handoff:
     """What the handoff's rows need besides the job (docs/colocation.md, "The handoff"): the margin
-    (config ``handoff.marginSeconds``), and how long past its time limit Slurm lets a job of each
+    (config ``handoff.marginSeconds``), how long past its time limit Slurm lets a job of each
     partition run (its OverTimeLimit; ``default``: the cluster's; None: UNLIMITED), read from
-    Slurm by the handoff loop."""
+    Slurm by the handoff loop, and the longest grace period (``handoff.maxGracePeriodSeconds``:
+    how long a member that went unseen may still run)."""
 
     margin: int = 15
     over_time: Mapping[str, timedelta | None] = field(default_factory=dict)
     default_over_time: timedelta | None = timedelta(0)
+    max_grace: int = 300
 
     def over_time_of(self, partition: str) -> timedelta | None:
         return self.over_time.get(partition, self.default_over_time)

@@ -6,6 +6,7 @@ idempotent when applied."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from slurm_bridge.placeholderjob import PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -48,7 +49,7 @@ class ReportPending:
 class Cancel:
     """Cancel the job (a heterogeneous job through its leader). ``released``: no member pod runs
     on its allocation any more, so the handoff's EpilogSlurmctld must hold nothing: the shell
-    renames the job first (slurm_bridge/handoff.py). False where pods may still run (a refused
+    marks the job's admin_comment released first (slurmjobs/jobref.py). False where pods may still run (a refused
     release of a gang): the script's reservation then holds their cores until they stop."""
 
     job_id: int
@@ -180,6 +181,16 @@ class TellGroup:
 
 
 @dataclass(frozen=True)
+class RecordVanished:
+    """Record on the PlaceholderJob (annotation ``ANN_VANISHED_PODS``, merged) these member pods
+    that vanished while they ran, each with the time its containers have stopped at the latest: its
+    job's release waits for them, across a restart too (:mod:`.vanished`)."""
+
+    until: tuple[tuple[str, datetime], ...]
+    message: str
+
+
+@dataclass(frozen=True)
 class SubmitFailed:
     """Slurm could not be reached for a submit: the poller forgets it, and when the submit may
     still have made a job (``maybe_applied``), nothing is submitted again before a full list says."""
@@ -207,6 +218,7 @@ Action = (
     | Finalize
     | TellPods
     | TellGroup
+    | RecordVanished
     | SubmitFailed
 )
 

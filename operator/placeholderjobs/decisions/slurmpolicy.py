@@ -69,14 +69,14 @@ class SlurmPolicy:
         """Whether jobs of ``qos`` can be preempted (some QOS lists it in Preempt=)."""
         return self.preemption_on and any(qos in q.preempts for q in self.qos.values())
 
-    def handoff(self, margin: int) -> Handoff:
-        """The time-limit rows' input: the margin and every partition's OverTimeLimit."""
+    def handoff(self, margin: int, max_grace: int = 300) -> Handoff:
+        """The handoff rows' input: the margin, the longest grace, every partition's OverTimeLimit."""
 
         def td(minutes: int | None) -> timedelta | None:
             return None if minutes is None else timedelta(minutes=minutes)
 
         default = td(self.conf.over_time_limit_minutes) if self.conf is not None else timedelta(0)
-        return Handoff(margin, {p: td(m) for p, m in self.over_time_minutes.items()}, default)
+        return Handoff(margin, {p: td(m) for p, m in self.over_time_minutes.items()}, default, max_grace)
 
 
 class PolicyHolder:

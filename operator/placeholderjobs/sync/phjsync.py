@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
 from slurm_bridge import logs, metrics, names, tenancy
@@ -30,6 +31,7 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
@@ -41,6 +43,7 @@ from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates, Sl
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
+from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
@@ -64,6 +67,31 @@ def members_of(phj: PlaceholderJob, pods: ObjectStore) -> dict[str, Obj | None]:
     return members
 
 
+def departed_of(
+    phj: PlaceholderJob,
+    members: Mapping[str, Obj | None],
+    departures: Departures,
+    margin: int,
+    runs_native: Callable[[str], bool | None] = lambda _: None,
+) -> dict[str, datetime | None]:
+    """What the pod watch saw of the members missing from the cache (:mod:`.decisions.vanished`):
+    until when each one's containers may run (None: they had stopped, or they ran on a node where
+    no native work runs: ``runs_native`` False, Slurm state EXTERNAL; None there: not known, held)."""
+    ns = phj.metadata.namespace
+    assigned = {a.pod: a.node for a in phj.status.assignments or []}
+    out: dict[str, datetime | None] = {}
+    for name, pod in members.items():
+        if pod is not None:
+            continue
+        d = departures.of(ns, name)
+        if d is not None and phj.is_member(d.pod):
+            node = (d.pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE) or d.node
+            out[name] = None if node and runs_native(node) is False else d.runs_until(margin)
+        elif name in assigned and runs_native(assigned[name]) is False:
+            out[name] = None  # gone unseen, from a node where nothing native runs
+    return out
+
+
 class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
@@ -82,8 +110,14 @@ class PlaceholderJobs:
         tenants: TenantCache | None = None,
         policy: PolicyHolder | None = None,
         describe_preemptor: DescribePreemptor | None = None,
+        *,
+        departures: Departures | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
+        self.departures = departures if departures is not None else Departures()
+        # Whether a Slurm node runs native work (a slurmd, not EXTERNAL; None: not known): a
+        # vanished pod holds its job only there (decisions/vanished.py). Set by the wiring.
+        self.runs_native: Callable[[str], bool | None] = lambda _: None
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
         # The largest CPU count of a Slurm node in given partitions (the node controller's table):
@@ -128,6 +162,7 @@ class PlaceholderJobs:
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
+        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds, self.runs_native)
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
         settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
@@ -144,10 +179,13 @@ class PlaceholderJobs:
                 told=self._told.get(uid),
                 tenancy=policy,
                 outcome=step.outcome,
-                handoff=self.policy.current.handoff(self.config.handoff.marginSeconds),
+                handoff=self.policy.current.handoff(
+                    self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
+                ),
                 settings=settings,
                 partitions=partitions,
                 bind_timeout=self.config.bindTimeoutSeconds,
+                departed=departed,
             )
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
@@ -234,6 +272,8 @@ class PlaceholderJobs:
             case pl.ReportPodGroup(scheduled=scheduled, reason=reason, message=message):
                 await self.podgroups.report(phj.raw, scheduled, reason, message)
                 await self.composites.report(phj.raw, scheduled, reason, message)
+            case pl.RecordVanished(until=until, message=message):
+                return await self._record_vanished(phj, dict(until), message), None
             case pl.RequestFullList():
                 self.poller.poll_soon(full=True)
             case pl.ForgetUncertain():
@@ -441,6 +481,19 @@ class PlaceholderJobs:
         """The PlaceholderJob as its jobs' admin_comment names it."""
         meta = phj.metadata
         return PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+
+    async def _record_vanished(self, phj: PlaceholderJob, until: dict[str, datetime], message: str) -> PlaceholderJob:
+        """Record the vanished members' times on the PlaceholderJob (they survive a restart), and
+        say so once: a Warning Event (the job is held past its pods' end)."""
+        meta = phj.metadata
+        patch = {"metadata": {"annotations": {names.ANN_VANISHED_PODS: record_value(until)}}}
+        try:
+            written = self._stored(await self.kube.patch(phj_path(meta.namespace, meta.name), patch))
+        except NotFound:
+            return phj
+        log.warning("%s/%s: %s", meta.namespace, meta.name, message)
+        await self.kube.event(phj.raw, names.REASON_PODS_VANISHED, message, warning=True)
+        return written
 
     async def cancel(self, job_id: int, ref: PhjRef, *, released: bool = True) -> None:
         """Cancel the job; ``released`` (no pod runs on it): marked released first (its
