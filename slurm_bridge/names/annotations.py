@@ -2,8 +2,6 @@
 slurm-bridge's keys), those only the bridge writes (reserved: users may not set them), and its
 markers on nodes."""
 
-from __future__ import annotations
-
 from typing import Final
 
 from slurm_bridge.names.prefixes import SCHEDULER_PREFIX, SLINKY_PREFIX, SLURMJOB_PREFIX

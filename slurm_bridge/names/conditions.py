@@ -1,8 +1,6 @@
 """Condition types: the PlaceholderJob's, the TenantPolicy's, the one set on pods the bridge ends,
 and the scheduled conditions of PodGroups and CompositePodGroups."""
 
-from __future__ import annotations
-
 from typing import Final
 
 # Conditions on a TenantPolicy: Ready (it selects namespaces no other policy selects and is valid),

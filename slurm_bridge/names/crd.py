@@ -1,8 +1,6 @@
 """The bridge's CRDs: the PlaceholderJob's and TenantPolicy's identity, and the PlaceholderJob's
 phases (its status vocabulary)."""
 
-from __future__ import annotations
-
 from typing import Final
 
 GROUP: Final = "slinky.slurm.net"

@@ -1,7 +1,5 @@
 """Finalizers the bridge sets."""
 
-from __future__ import annotations
-
 from typing import Final
 
 from slurm_bridge.names.prefixes import SCHEDULER_PREFIX

@@ -1,8 +1,6 @@
 """Labels the bridge writes (reserved ones on pods, app.kubernetes.io) and reads (Slurm node names,
 node features, PodGroups, LeaderWorkerSet groups, dynamic nodes)."""
 
-from __future__ import annotations
-
 from typing import Final
 
 from slurm_bridge.names.prefixes import SCHEDULER_PREFIX, SLINKY_PREFIX

@@ -1,8 +1,6 @@
 """The key prefixes every other name is built from, shared with the Go slurm-bridge (Slinky), and
 the bridge's own name."""
 
-from __future__ import annotations
-
 from typing import Final
 
 SLINKY_PREFIX: Final = "slinky.slurm.net/"

@@ -5,8 +5,6 @@ tests/unit/test_names_by_kind.py checks every call that carries a reason, and th
 written anywhere else.
 """
 
-from __future__ import annotations
-
 from typing import Final
 
 # --- TenantPolicy conditions (Ready, AccountsValid) and Events --------------------------------------

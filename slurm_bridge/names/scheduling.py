@@ -1,8 +1,6 @@
 """The scheduling gate, taints and ResourceClaim entry the bridge puts on pods and nodes, and the
 field selector of a node's name."""
 
-from __future__ import annotations
-
 from typing import Final
 
 from slurm_bridge.names.prefixes import SLINKY_PREFIX

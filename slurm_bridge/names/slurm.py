@@ -1,8 +1,6 @@
 """Names the bridge writes into Slurm: the admin_comment that names a job's PlaceholderJob, and the
 markers of its node drains, registrations and comments."""
 
-from __future__ import annotations
-
 from typing import Final
 
 from slurm_bridge.names.prefixes import APP_NAME
