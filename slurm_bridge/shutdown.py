@@ -32,6 +32,8 @@ log = logging.getLogger("slurm_bridge.shutdown")
 # A stop request cut off after this long: well inside the chart's terminationGracePeriodSeconds.
 STOP_DEADLINE_SECONDS = 10.0
 EXIT_STOP_TIMEOUT = 1
+# What an HTTP server's stop gives the requests in flight (aiohttp's default is 60 s).
+HTTP_SHUTDOWN_SECONDS = 2.0
 
 
 class Stop:
