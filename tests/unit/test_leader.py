@@ -208,6 +208,7 @@ async def test_a_stop_that_cuts_an_acquisition_short_still_releases_what_it_took
     if existing:
         other = elector(store, "gone", Clocks())
         assert await other.try_acquire()
+        other.is_leader.set()
         await other.release()
     store.lost_answers = True
     e = running_elector(store, lost)
