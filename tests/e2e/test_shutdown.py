@@ -16,6 +16,7 @@ import functools
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -278,7 +279,9 @@ def test_the_webhook_stops_at_once_at_every_moment(
         return p
 
     def serving(p: Process) -> bool:
-        r = _get(f"https://127.0.0.1:{ports[p.proc.pid]}/readyz", verify=str(tls / "ca.crt"))
+        r = _get(
+            f"https://127.0.0.1:{ports[p.proc.pid]}/readyz", verify=ssl.create_default_context(cafile=tls / "ca.crt")
+        )
         return r is not None and r.status_code == 200
 
     _component_stops(start, serving)
