@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import signal
-from functools import partial
+from slurm_bridge.signals import exit_on_signal
 
-from aiohttp import web
+# Before the imports below: from here on a SIGTERM ends the process with status 0.
+exit_on_signal()
 
-from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging
-from slurm_bridge.config import Config, split_listen
-from slurm_bridge.extender.server import make_app, make_health_app
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import namespace_labels, namespaces_cache
-from slurm_bridge.namespaces import ManagedNamespaces, uses_labels
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+from functools import partial  # noqa: E402
+
+from aiohttp import web  # noqa: E402
+
+from slurm_bridge import shutdown  # noqa: E402
+from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging  # noqa: E402
+from slurm_bridge.config import Config, split_listen  # noqa: E402
+from slurm_bridge.extender.server import make_app, make_health_app  # noqa: E402
+from slurm_bridge.kube import KubeClient  # noqa: E402
+from slurm_bridge.kubecache import namespace_labels, namespaces_cache  # noqa: E402
+from slurm_bridge.namespaces import ManagedNamespaces, uses_labels  # noqa: E402
 
 log = logging.getLogger("slurm_bridge.extender")
 
@@ -29,11 +34,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = config_or_exit(args.config)
     setup_logging(args.log_level, args.log_format)
-    asyncio.run(serve(cfg, args.kubeconfig))
+    shutdown.run(lambda _: serve(cfg, args.kubeconfig))
 
 
 async def serve(cfg: Config, kubeconfig: str | None) -> None:
-    """Serve until SIGTERM or SIGINT: the extender, and health alone on extenderHealthListen."""
+    """Serve until the process's stop cancels this (slurm_bridge/shutdown.py): the extender, and
+    health alone on extenderHealthListen; requests in flight get HTTP_SHUTDOWN_SECONDS."""
     kube = KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")
     # Only pods of managed namespaces are placed; a selector needs the namespaces' labels.
     cache = namespaces_cache(kube) if uses_labels(cfg) else None
@@ -44,16 +50,12 @@ async def serve(cfg: Config, kubeconfig: str | None) -> None:
     runners = []
     try:
         for app, (host, port) in sites:
-            runner = web.AppRunner(app, access_log=None)
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown.HTTP_SHUTDOWN_SECONDS)
             await runner.setup()
             runners.append(runner)
             await web.TCPSite(runner, host, port).start()
         log.info("extender listening on %s (health also on %s)", cfg.extenderListen, cfg.extenderHealthListen or "-")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await asyncio.Event().wait()  # until the stop's cancel
     finally:
         for runner in reversed(runners):
             await runner.cleanup()

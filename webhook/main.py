@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import signal
-import ssl
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+from slurm_bridge.signals import exit_on_signal
 
-from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import TenantCache
+# Before the imports below: from here on a SIGTERM ends the process with status 0.
+exit_on_signal()
 
-from .certs import DEFAULT_HOSTS, CertError, write_certs
-from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations
-from .server import WebhookServer
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import ssl  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from slurm_bridge import kubeconfig as kubeconfig_loader  # noqa: E402
+from slurm_bridge import shutdown  # noqa: E402
+from slurm_bridge.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging  # noqa: E402
+from slurm_bridge.clusterapis import Discovery  # noqa: E402
+from slurm_bridge.config import Config  # noqa: E402
+from slurm_bridge.kube import KubeClient  # noqa: E402
+from slurm_bridge.kubecache import TenantCache  # noqa: E402
+
+from .certs import DEFAULT_HOSTS, CertError, write_certs  # noqa: E402
+from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations  # noqa: E402
+from .server import WebhookServer  # noqa: E402
 
 log = logging.getLogger("slurm_bridge.webhook")
 
@@ -86,6 +91,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -> None:
+    """Serve until the process's stop cancels this (slurm_bridge/shutdown.py), at whatever step
+    of start-up; then drain (a second signal cuts the drain short) and stop."""
+    server, kube = await _start(config, kubeconfig)
+    try:
+        await asyncio.Event().wait()  # until the stop's cancel
+    finally:
+        try:
+            await server.stop(drain_seconds)
+        finally:
+            if kube is not None:
+                await kube.aclose()
+
+
+async def _start(config: Config, kubeconfig: str | None) -> tuple[WebhookServer, KubeClient | None]:
     kube: KubeClient | None = None
     apis: Discovery | None = None
     try:
@@ -102,26 +121,18 @@ async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -
     server = WebhookServer(config, tenants=tenants, apis=apis)
     try:
         await server.start()
-    except BaseException:
+    except BaseException:  # the start failed or was cancelled by a stop: close the client, re-raise
         if kube is not None:
             await kube.aclose()
         raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop(drain_seconds)
-        if kube is not None:
-            await kube.aclose()
+    return server, kube
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     setup_logging(args.log_level, args.log_format)
+    drain = getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS)
     try:
-        asyncio.run(_serve(config, getattr(args, "drain_seconds", DEFAULT_DRAIN_SECONDS), args.kubeconfig))
+        shutdown.run(lambda _: _serve(config, drain, args.kubeconfig), drain + shutdown.STOP_DEADLINE_SECONDS)
     except (OSError, ssl.SSLError) as e:
         fail(
             f"cannot serve on {config.webhookListen} with certificate {config.webhookCertFile} "

@@ -28,6 +28,7 @@ from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config, split_listen
 from slurm_bridge.kube import KubeError
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.shutdown import HTTP_SHUTDOWN_SECONDS
 from slurm_bridge.tasks import cancel_and_wait
 
 from . import apis as api_checks
@@ -303,7 +304,7 @@ class WebhookServer:
         """Raises OSError or ssl.SSLError when the certificate cannot be loaded or the port bound."""
         self.ssl_context = ReloadingSSLContext(self.config.webhookCertFile, self.config.webhookKeyFile)
         app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self.ssl_context)
         try:

@@ -11,7 +11,8 @@ clock skew between nodes can neither steal a live lease nor keep a dead one.
 The leader gives up (ends the process) when it has not renewed for ``renew_deadline`` seconds,
 shorter than the lease, as client-go's RenewDeadline: every attempt is cut off at that deadline,
 so a renewal hanging on a dead connection cannot keep a leader working after a standby may have
-taken over. At shutdown (SIGTERM) ``release`` empties the holder so a rollout hands over at once.
+taken over. At shutdown (SIGTERM) ``release`` empties the holder so a rollout hands over at once,
+also when the stop cut off an acquisition whose write may have reached the API server.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 from slurm_bridge.kube import Conflict, KubeClient
 
 log = logging.getLogger(__name__)
+# The release at shutdown waits no longer for the API server: a stop must end within seconds.
+RELEASE_SECONDS = 2.0
 
 
 def _micro(ts: datetime) -> str:
@@ -80,6 +83,8 @@ class LeaderElector:
         self._observed: _Record | None = None
         self._observed_at = 0.0
         self._stopping = False  # set by release(): never acquire or renew again
+        # An acquisition was sent: a stop that cancels it cannot tell whether the API server took it.
+        self._sent = False
 
     def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         return {
@@ -117,6 +122,7 @@ class LeaderElector:
                 "spec": self._spec(_micro(self._wall()), 0),
             }
             try:
+                self._sent = True
                 await self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
                 return True
             except Conflict:
@@ -130,41 +136,51 @@ class LeaderElector:
         acquire = (spec.get("acquireTime") or _micro(self._wall())) if ours else _micro(self._wall())
         lease["spec"] = self._spec(acquire, transitions)
         try:
+            self._sent = True
             await self.kube.request("PUT", self.path, body=lease)  # resourceVersion guards the race
         except Conflict:
             return False
         self._observe(lease["spec"])
         return True
 
-    async def release(self) -> None:
+    async def release(self, seconds: float = RELEASE_SECONDS) -> None:
         """Give the Lease up at shutdown, so a standby takes over at once rather than after expiry.
 
         Called only after this replica has stopped working; from then on it neither acquires nor
         renews. Like client-go, it empties the holder and shortens the duration to one second; a
-        failure just leaves the Lease to expire.
+        failure, or no answer within ``seconds``, just leaves the Lease to expire. A replica that
+        is not leader reads the Lease only if a stop may have cut its acquisition short.
         """
         self._stopping = True
-        if not self.is_leader.is_set():
-            return
+        was_leader = self.is_leader.is_set()
         self.is_leader.clear()
+        if not (was_leader or self._sent):
+            return
         try:
-            lease = await self.kube.get(self.path)
-            if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
-                return
-            now = _micro(self._wall())
-            lease["spec"] = {
-                "holderIdentity": None,
-                "leaseDurationSeconds": 1,
-                "acquireTime": now,
-                "renewTime": now,
-                "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0),
-            }
-            await self.kube.request("PUT", self.path, body=lease)
-            log.info("released the leader lease %s/%s", self.namespace, self.name)
+            async with asyncio.timeout(seconds):
+                await self._release()
         except Exception as e:
             log.warning(
-                "could not release the leader lease %s/%s (it expires by itself): %s", self.namespace, self.name, e
+                "could not release the leader lease %s/%s (it expires by itself): %s",
+                self.namespace,
+                self.name,
+                str(e) or type(e).__name__,
             )
+
+    async def _release(self) -> None:
+        lease = await self.kube.get(self.path)
+        if lease is None or lease.get("spec", {}).get("holderIdentity") != self.identity:
+            return
+        now = _micro(self._wall())
+        lease["spec"] = {
+            "holderIdentity": None,
+            "leaseDurationSeconds": 1,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0),
+        }
+        await self.kube.request("PUT", self.path, body=lease)
+        log.info("released the leader lease %s/%s", self.namespace, self.name)
 
     async def run(self) -> None:
         """Acquire, then renew until the process ends; exits the process if the lease is lost."""

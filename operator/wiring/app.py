@@ -1,13 +1,15 @@
 """The operator process: builds the controllers, connects them to their watches (the operator's own
 informers for pods and PlaceholderJobs, kopf for nodes: :mod:`.kopfsetup`), to leader election and
-to the health endpoints (:mod:`.health`), leads when elected, and hands over on SIGTERM."""
+to the health endpoints (:mod:`.health`), leads when elected, and hands over on SIGTERM: the
+process's stop (slurm_bridge/shutdown.py) cancels :func:`run` wherever it is, and its ``finally``
+blocks stop what had started, the Lease's release last (docs/architecture.md, "Stopping")."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-
-import kopf
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import metrics
@@ -24,10 +26,14 @@ from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
 from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
-from slurm_bridge.operator.wiring.kopfsetup import build_registry
+from slurm_bridge.operator.wiring.kopfsetup import build_registry, run_kopf
 from slurm_bridge.operator.wiring.watches import HotWatches
+from slurm_bridge.shutdown import Stop
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import NodeInfo
+from slurm_bridge.tasks import cancel_and_wait
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,6 +51,7 @@ class Operator:
     elector: LeaderElector
     standby: StandbyProbe
     watches: HotWatches
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def lead(self) -> None:
         """Once elected: the node controller, the Slurm job poller, and the PlaceholderJob and
@@ -59,18 +66,36 @@ class Operator:
         self.handoff.start()  # reads the pods' store: its first list is in
         self.tenant_status.start()
 
+    def start(self) -> None:
+        """Every replica's work from start-up: the caches, leader election and the standby probe."""
+        self.tenants.start()
+        self.watches.start()
+        self.tasks = [
+            asyncio.create_task(self.elector.run(), name="leader"),
+            asyncio.create_task(self.lead(), name="lead"),
+            asyncio.create_task(self.standby.run(), name="standby-probe"),
+            asyncio.create_task(heap.release_periodically(), name="heap-trim"),
+        ]
+
     async def stop(self) -> None:
-        """Stop working, then give the Lease up: a rollout's new leader takes over at once."""
-        await self.tenant_status.stop()
-        await self.handoff.stop()
-        await self.nodes.stop()
-        await self.ctrl.stop()
-        await self.watches.stop()
-        await self.tenants.stop()
-        await self.elector.release()
+        """Stop working, then give the Lease up: a rollout's new leader takes over at once. Each
+        part stops even if one before it fails, and the Lease is released last, once no part can
+        write any more."""
+        await _each(
+            ("election", lambda: cancel_and_wait(self.tasks)),
+            ("TenantPolicy status", self.tenant_status.stop),
+            ("handoff", self.handoff.stop),
+            ("nodes", self.nodes.stop),
+            ("PlaceholderJobs", self.ctrl.stop),
+            ("watches", self.watches.stop),
+            ("tenant cache", self.tenants.stop),
+            ("lease", self.elector.release),
+        )
 
     async def close(self) -> None:
-        await self.slurm.aclose()
+        await _each(("Slurm client", self.slurm.aclose), ("Kubernetes clients", self._close_kube))
+
+    async def _close_kube(self) -> None:
         await self.kube.aclose()
         await self.lease_kube.aclose()
 
@@ -80,6 +105,15 @@ def runs_native(table: dict[str, NodeInfo] | None, name: str) -> bool | None:
     node table is not read yet or lacks it."""
     info = (table or {}).get(name)
     return None if info is None else "EXTERNAL" not in info.states
+
+
+async def _each(*steps: tuple[str, Callable[[], Awaitable[None]]]) -> None:
+    """Run every step of a stop in order; one that fails is logged and the next still runs."""
+    for what, step in steps:
+        try:
+            await step()
+        except Exception:
+            log.exception("stopping: %s failed", what)
 
 
 def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: str) -> Operator:
@@ -125,29 +159,21 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     return Operator(kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, elector, standby, watches)
 
 
-async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str) -> None:
+async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: Stop) -> None:
+    """The operator until ``stop`` cancels it (slurm_bridge/shutdown.py), at whatever step: every
+    part started so far is stopped in order on the way out, the Lease released last."""
     creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
     op = build(cfg, creds, lease_namespace)
-    metrics.register_operator(op.ctrl.phjs, {"controller": op.ctrl.queue, "nodes": op.nodes.queue}, op.elector)
-    runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches)
-    op.tenants.start()
-    op.watches.start()
-    tasks = [
-        asyncio.create_task(op.elector.run(), name="leader"),
-        asyncio.create_task(op.lead(), name="lead"),
-        asyncio.create_task(op.standby.run(), name="standby-probe"),
-        asyncio.create_task(heap.release_periodically(), name="heap-trim"),
-    ]
-
-    async def hand_over() -> None:
-        for t in tasks:
-            t.cancel()
-        await op.stop()
-
-    registry = build_registry(op.nodes, hand_over, creds)
     try:
-        await kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=asyncio.Event())
+        metrics.register_operator(op.ctrl.phjs, {"controller": op.ctrl.queue, "nodes": op.nodes.queue}, op.elector)
+        runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches)
+        try:
+            op.start()
+            try:
+                await run_kopf(build_registry(op.nodes, creds), stop.install)
+            finally:
+                await op.stop()
+        finally:
+            await runner.cleanup()
     finally:
-        await hand_over()
-        await runner.cleanup()
         await op.close()

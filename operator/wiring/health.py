@@ -20,6 +20,7 @@ from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
+from slurm_bridge.shutdown import HTTP_SHUTDOWN_SECONDS
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.wire import ControllerPing
 
@@ -128,7 +129,7 @@ async def health_server(
     app.router.add_get("/stats/starts", started_jobs)
     app.router.add_post("/slurm/hook", slurm_hook(ctrl.hints, elector, token))
     app.router.add_get("/metrics", metrics.handler(metrics.OPERATOR))
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
     await runner.setup()
     host, port = split_listen(cfg.operatorHealthListen)
     await web.TCPSite(runner, host, port).start()

@@ -1,11 +1,14 @@
-"""kopf's share of the operator: start-up and cleanup (the Lease's hand-over runs in its cleanup
-handler), its login from the bridge's own credentials, and the one watch kopf still runs, the
-nodes'. Pods and PlaceholderJobs, which carry every per-pod event, are the operator's own
-informers (:mod:`.watches`; docs/architecture.md, "The hot watches go around kopf")."""
+"""kopf's share of the operator: its settings, its login from the bridge's own credentials, and
+the one watch kopf still runs, the nodes'; and how kopf runs inside the operator's process, whose
+start and stop are the bridge's own (:func:`run_kopf`). Pods and PlaceholderJobs, which carry
+every per-pod event, are the operator's own informers (:mod:`.watches`; docs/architecture.md,
+"The hot watches go around kopf")."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -15,8 +18,11 @@ from slurm_bridge.kubecache import LIST_PAGE
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.runtime.login import login as kopf_login
 
+log = logging.getLogger(__name__)
 # Objects per page of kopf's node list (the informers' pages are as big).
 LIST_CHUNK_SIZE = LIST_PAGE
+# How long a stop waits for kopf's cancelled tasks to end.
+KOPF_STOP_SECONDS = 2.0
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -54,20 +60,11 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
 
 def build_registry(
     nodes: NodeController | None = None,
-    hand_over: Callable[[], Awaitable[None]] | None = None,
     creds: kubeconfig_loader.Credentials | None = None,
 ) -> kopf.OperatorRegistry:
     """The kopf handlers; ``creds`` (the operator's own client's) log kopf in. Pods and
     PlaceholderJobs are not kopf's: ``HotWatches`` (operator/wiring/watches.py) watches them."""
     registry = kopf.OperatorRegistry()
-
-    if hand_over is not None:
-
-        @kopf.on.cleanup(registry=registry)
-        async def stop_and_release(**_: Any) -> None:
-            # kopf runs this as soon as its watches stop (SIGTERM), then waits up to 5 s for tasks
-            # it did not start: the bridge's must be done by then, and the Lease handed over.
-            await hand_over()
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -87,3 +84,30 @@ def build_registry(
                 nodes.on_node_event(event.get("type") or "ADDED", dict(event["object"]))
 
     return registry
+
+
+async def run_kopf(registry: kopf.OperatorRegistry, take_signals: Callable[[], None]) -> None:
+    """kopf's tasks, until kopf ends by itself (an error) or this is cancelled (the process stops).
+
+    kopf is not let to stop the process its own way. It takes SIGTERM for itself (``take_signals``
+    takes it back: the process's stop cancels the operator's whole start-up or run, not kopf
+    alone), and its own stop waits 5 s for every task it did not start (the bridge's loops among
+    them) and runs cleanup handlers that a SIGTERM during its start-up skips. Cancelled, kopf
+    cancels its tasks at once; waited for at most KOPF_STOP_SECONDS.
+    """
+    ignored = asyncio.all_tasks()
+    flag = asyncio.Event()  # set before the cancel: kopf then arms no SIGKILL of its own
+    tasks = await kopf.spawn_tasks(registry=registry, clusterwide=True, standalone=True, stop_flag=flag)
+    take_signals()
+    runner = asyncio.create_task(kopf.run_tasks(tasks, ignored=ignored), name="kopf")
+    try:
+        await asyncio.wait([runner])
+    except asyncio.CancelledError:
+        flag.set()
+        runner.cancel()
+        _, pending = await asyncio.wait([runner], timeout=KOPF_STOP_SECONDS)
+        if pending:
+            log.warning("kopf has not stopped within %.0f s; stopping the rest anyway", KOPF_STOP_SECONDS)
+        raise
+    runner.result()  # kopf's own error ends the operator
+    log.error("kopf stopped by itself; the operator stops too")

@@ -9,7 +9,6 @@ import asyncio
 import secrets
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,22 +18,7 @@ from kubernetes import client as k8s
 
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmUnsupportedVersion
-from tests.harness import REPO, PrerequisiteMissing, run, wait_for
-
-OLD_SLURM_SH = REPO / "hack" / "old-slurm.sh"
-
-
-@pytest.fixture(scope="module")
-def old_slurm(cluster: dict[str, str]) -> Iterator[dict[str, str]]:
-    """Slurm 24.11's slurmctld and slurmrestd (the root is built once, then reused)."""
-    proc = run(["bash", str(OLD_SLURM_SH), "up"], check=False, timeout=900)
-    if proc.returncode != 0:
-        raise PrerequisiteMissing(
-            f"`hack/old-slurm.sh up` failed (it needs Debian trixie's Slurm):\n{proc.stderr[-3000:]}"
-        )
-    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    yield env
-    run(["bash", str(OLD_SLURM_SH), "down"], check=False, timeout=120)
+from tests.harness import REPO, wait_for
 
 
 def test_the_slurm_client_names_the_old_release_and_the_one_it_needs(old_slurm: dict[str, str]) -> None:

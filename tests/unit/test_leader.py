@@ -13,6 +13,7 @@ import pytest
 
 from slurm_bridge.kube import Conflict
 from slurm_bridge.operator.runtime.leader import LeaderElector
+from tests.harness import wait_for_async
 
 PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/bridge-operator"
 
@@ -27,6 +28,7 @@ class FakeLeases:
         self.fail_puts = 0  # the next PUTs that fail as a broken connection would
         self.hang = asyncio.Event()  # set: PUTs never answer (a dead connection without RST)
         self.target_puts, self.reached = 0, asyncio.Event()  # set once puts >= target_puts
+        self.lost_answers = False  # writes are applied, but their answers never come back
 
     async def get(self, path: str) -> dict[str, Any] | None:
         assert path == PATH
@@ -37,6 +39,8 @@ class FakeLeases:
             raise Conflict(409, "AlreadyExists", "exists")
         self.version += 1
         self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        if self.lost_answers:
+            await asyncio.Event().wait()
         return copy.deepcopy(self.lease)
 
     async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +57,8 @@ class FakeLeases:
         if self.target_puts and self.puts >= self.target_puts:
             self.reached.set()
         self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        if self.lost_answers:
+            await asyncio.Event().wait()
         return copy.deepcopy(self.lease)
 
     def holder(self) -> str | None:
@@ -192,6 +198,40 @@ async def test_an_unchanged_renew_time_expires_after_the_duration_even_far_in_th
         candidate_clock.mono += 5
     candidate_clock.mono += 0.1  # 15.1 s of local time since it first saw the record
     assert await candidate.try_acquire()
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["create", "put"])
+async def test_a_stop_that_cuts_an_acquisition_short_still_releases_what_it_took(existing: bool) -> None:
+    # SIGTERM while the acquiring write is in flight: the API server applied it, the answer never
+    # came. The replica never knew it led, but the Lease names it: release must empty it.
+    store, lost = FakeLeases(), asyncio.Event()
+    if existing:
+        other = elector(store, "gone", Clocks())
+        assert await other.try_acquire()
+        other.is_leader.set()
+        await other.release()
+    store.lost_answers = True
+    e = running_elector(store, lost)
+    task = asyncio.create_task(e.run())
+    await wait_for_async(lambda: store.lease is not None and store.holder() == "leader", 5, "the write to land")
+    task.cancel()
+    await asyncio.wait([task])
+    store.lost_answers = False
+    assert not e.is_leader.is_set()
+    await e.release()
+    assert store.holder() is None, "the Lease is free at once, not after its 15 s"
+
+
+async def test_a_release_the_api_server_does_not_answer_gives_up_within_its_time() -> None:
+    store, lost = FakeLeases(), asyncio.Event()
+    e = running_elector(store, lost)
+    assert await e.try_acquire()
+    e.is_leader.set()
+    store.lost_answers = True
+    started = time.monotonic()
+    await asyncio.wait_for(e.release(seconds=0.2), 5)
+    assert time.monotonic() - started < 1.0, "a stop must not wait on an API server that does not answer"
+    assert not e.is_leader.is_set()
 
 
 def running_elector(store: FakeLeases, lost: asyncio.Event, **kw: Any) -> LeaderElector:

@@ -1,0 +1,26 @@
+"""The first thing each component's entry module does: own SIGTERM and SIGINT.
+
+Python's default for SIGTERM kills the process by the signal (status 143). Until a component's
+event loop takes the signals over (slurm_bridge/shutdown.py), and again after it closed, nothing
+has started that needs stopping, so the signal ends the process at once with status 0. This
+module imports nothing but :mod:`signal`: it runs before the second the entry points spend on
+imports.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import NoReturn
+
+SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+
+def _exit_now(signum: int, _frame: FrameType | None) -> NoReturn:
+    raise SystemExit(0)
+
+
+def exit_on_signal() -> None:
+    """From now until an event loop takes them: SIGTERM and SIGINT exit with status 0."""
+    for sig in SIGNALS:
+        signal.signal(sig, _exit_now)
