@@ -52,6 +52,7 @@ from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod, slurm_job
 from tests.unit.fakes import FakeHandoff, FakeSlurm, FakeSubmits
+from tests.unit.kubefakes import FakeKube
 from tests.unit.test_phjsync import placeholderjob, shell, shell_kube
 from tests.unit.test_webhook import make_request
 
@@ -388,17 +389,11 @@ async def test_the_submit_marks_the_job_with_the_handoffs_scope() -> None:
 
 
 # ---- the handoff loop's pass -------------------------------------------------------------------------
-class Kube:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((obj.get("kind", ""), obj["metadata"]["name"], reason))
 
 
 def loop(
     slurm: FakeHandoff, pods: list[Obj], nodes: dict[str, NodeInfo] | None = None, jobs: list[JobInfo] | None = None
-) -> tuple[HandoffController, Kube, FakeSlurm]:
+) -> tuple[HandoffController, FakeKube, FakeSlurm]:
     cfg = Config(handoff=HandoffConfig(maxGracePeriodSeconds=60, marginSeconds=10))
     reads = FakeSlurm(*(jobs or []))
     poller = SlurmPoller(reads, cfg.bridgeId, 1.0, lambda _: None)
@@ -407,7 +402,7 @@ def loop(
     store = ObjectStore(index=pod_job_index)
     for p in pods:
         store.upsert(p)
-    kube = Kube()
+    kube = FakeKube()
     ctrl = HandoffController(
         cfg,
         kube,  # type: ignore[arg-type]  # Events only
@@ -435,9 +430,9 @@ async def test_a_pass_holds_while_the_pod_runs_then_releases_and_reads_slurms_se
     await ctrl.pass_once()
     assert slurm.calls == ["conf", "qos", "defaults slurm", "partitions", "reservations"]
     assert ctrl.policy.current.known and ctrl.policy.current.over_time_minutes == {"long": 5}
-    assert kube.events == [("Pod", "p", names.REASON_HANDOFF_HELD)]
+    assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)]
     await ctrl.pass_once()
-    assert kube.events == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
+    assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
     ctrl.pods.delete(pod)
     ctrl.departures.note(dict(pod, status={"phase": "Failed"}))  # the kubelet ended it, then it went
     slurm.calls.clear()
@@ -453,8 +448,8 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     ctrl._policy_at = 1e12  # settings read already
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "node n1 DRAIN"]
-    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.events
-    assert ("Node", "n1", names.REASON_HANDOFF_NODE_DRAINED) in kube.events
+    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
+    assert ("Node", "n1", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
     slurm.calls.clear()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations"], "its own drain stands for the node's state until the lists show it"
@@ -464,7 +459,7 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     slurm.calls.clear()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "node n1 UNDRAIN"]
-    assert ("Node", "n1", names.REASON_HANDOFF_NODE_UNDRAINED) in kube.events
+    assert ("Node", "n1", names.REASON_HANDOFF_NODE_UNDRAINED) in kube.told("kind", "name", "reason")
 
 
 async def test_a_pass_reads_running_jobs_slurm_may_preempt_again() -> None:
