@@ -23,6 +23,7 @@ from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeSlurm
+from tests.unit.situations import decide_in
 from tests.unit.test_lifecycle import JOB, NOW, phj, slurm_side, summary
 from tests.unit.test_phjsync import placeholderjob, shell, shell_kube
 
@@ -71,7 +72,7 @@ def test_the_pod_store_finds_a_jobs_pods_and_those_that_run() -> None:
 def decided(obj: Obj, departed: dict[str, datetime | None], state: str = "RUNNING") -> pl.Plan:
     parsed = PlaceholderJob.parse(obj)
     gone = {"p": None}
-    return lc.decide(parsed, slurm_side(state), gone, NOW, gone, scheduler="s", handoff=HANDOFF, departed=departed)
+    return decide_in(parsed, slurm_side(state), gone, NOW, gone, scheduler="s", handoff=HANDOFF, departed=departed)
 
 
 def test_a_running_jobs_release_waits_for_a_vanished_members_grace_and_is_recorded() -> None:
