@@ -88,6 +88,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
 )
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, hold_release
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
+from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobSettings, PartitionLimits
@@ -217,6 +218,22 @@ def _decide(s: Situation) -> Plan:
         bind_timeout=s.bind_timeout,
     )
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
+
+
+def _members_ended(
+    phj: PlaceholderJob, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None
+) -> Plan | None:
+    """The rows every shape shares: a member the cache lacks is read first; once every member
+    ended (Kubernetes -> Slurm), the PlaceholderJob ends and the shape's cancels end its job.
+    None: some member lives, the shape follows the job."""
+    ended = all_ended(members, confirmed)
+    if ended is None:
+        return Plan((ConfirmMembers(),))
+    if not ended:
+        return None
+    phase, reason, message = pods_end_phase(end_phases(members))
+    ending = terminal_status(phj, phase, reason, message, now.wall)
+    return Plan((ending, *shape_of(phj).cancels(slurm), Event(reason, message)))
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -349,7 +366,9 @@ def _with_job(
     bind_by = bind_deadline(phj, parts, members, follow.bind_timeout) if follow.held is None else None
     if bind_by is not None and now.wall >= bind_by:
         return not_bound(phj, job_id, parts, members, now)
-    plan = shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
+    plan = _members_ended(phj, slurm, members, now, confirmed)
+    if plan is None:
+        plan = shape_of(phj).follow(Followed(phj, status, slurm, members, now, follow))
     for when in (at, bind_by):
         if when is not None:
             wait = max((when - now.wall).total_seconds(), 0.0)
