@@ -109,6 +109,7 @@ class FakeReads(_Table):
     async def get(self, path: str, params: dict[str, str] | None = None) -> Obj | None:
         self.calls.append(("get", path))
         self.reads.append(path)
+        await asyncio.sleep(0)  # a real request yields to the loop: concurrent readers interleave
         if path in self.fail:
             code = self.fail[path]
             raise KubeError(code, "Forbidden" if code == 403 else "Error", f"GET {path}")
@@ -127,12 +128,14 @@ class FakeWrites(_Table):
     ``metadata.resourceVersion`` (merge) or a ``test`` op (json) no longer holds, and a 404 for an
     absent object unless ``stub_absent`` (then it patches an empty object of that name).
     ``conflicts``: that many next writes find the object changed just before them;
-    ``require_rv``: every merge patch must name the resourceVersion it was computed from."""
+    ``require_rv``: every merge patch must name the resourceVersion it was computed from;
+    ``refuse``: every create and patch is refused with this error (a create still counts in
+    ``creates``, a refused patch is not in ``patches``)."""
 
     def __init__(self, objects: dict[str, Obj] | None = None, *, stub_absent: bool = False,
-                 require_rv: bool = False, **more: Any) -> None:  # fmt: skip
+                 require_rv: bool = False, refuse: KubeError | None = None, **more: Any) -> None:  # fmt: skip
         super().__init__(objects, **more)
-        self.stub_absent, self.require_rv = stub_absent, require_rv
+        self.stub_absent, self.require_rv, self.refuse = stub_absent, require_rv, refuse
         self.conflicts = 0
         self.creates = 0
         self.patches: list[str] = []
@@ -142,6 +145,8 @@ class FakeWrites(_Table):
     async def create(self, path: str, obj: Obj) -> Obj:
         self.calls.append(("create", path))
         self.creates += 1
+        if self.refuse is not None:
+            raise self.refuse
         key = f"{path}/{obj['metadata']['name']}"
         if key in self.objects:
             raise Conflict(409, "AlreadyExists", "exists")
@@ -154,6 +159,8 @@ class FakeWrites(_Table):
 
     async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
         self.calls.append(("patch", path))
+        if self.refuse is not None:
+            raise self.refuse
         self.patches.append(path)
         self.bodies.append(body)
         self.patch_types.append(patch_type)
