@@ -1,9 +1,9 @@
 """One fake per Kubernetes seam, composed once into ``FakeKube`` (the Slurm side's
 ``tests/unit/fakes.py`` does the same for Slurm).
 
-Each consumer of the API server takes a narrow Protocol of the calls it makes
-(``slurm_bridge.kube``'s ``KubeReads``, ``KubeWrites``, ``KubeEvents``, ``KubeListWatch``), and each
-has one fake here over one object table: ``FakeReads`` (GETs by path, lists by field selector,
+A consumer of the API server declares the calls it makes (``slurm_bridge.kubeseams``:
+``KubeReads``, ``KubeWrites``, ``KubeEvents``; the caches' list and watch are ``KubeClient``'s own),
+and each seam has one fake here over one object table: ``FakeReads`` (GETs by path, lists by field selector,
 chosen paths refused), ``FakeWrites`` (create, delete and the three patch types with the API
 server's resourceVersion rules), ``FakeEvents`` (every Event as a ``Said``), ``FakeListWatch``
 (the caches' scripted list pages and watch events). ``FakeKube`` is all of them.
