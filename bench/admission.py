@@ -35,7 +35,8 @@ from kubernetes import config as k8s_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
-from pipeline_latency import cluster_env, delete_and_wait, make_namespace, pod_body
+from clusterenv import cluster_env
+from pipeline_latency import delete_and_wait, make_namespace, pod_body
 
 _APISERVER_WEBHOOK = re.compile(
     r"^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$"

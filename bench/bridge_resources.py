@@ -111,8 +111,8 @@ def print_rows(title: str, rows: dict[str, dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    from clusterenv import cluster_env, deploy_env  # the bench's own helpers (bench/ is not a package)
     from kubernetes import config as k8s_config
-    from pipeline_latency import cluster_env, deploy_env  # the bench's own helpers
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60, help="how long to sample (default: %(default)s)")

@@ -40,7 +40,8 @@ from kubernetes import watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
-from pipeline_latency import cluster_env, delete_and_wait, make_namespace, operator_stats
+from clusterenv import cluster_env
+from pipeline_latency import delete_and_wait, make_namespace, operator_stats
 
 MODE_ANNOTATION = "slurmjob.slinky.slurm.net/node-sharing"
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"

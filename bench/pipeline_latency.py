@@ -44,7 +44,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -65,9 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import profiles  # bench/ is not a package
 import starts
 import sysstats
+from clusterenv import cluster_env, deploy_env
 from sysstats import RequestKey
 
-REPO = Path(__file__).resolve().parent.parent
 MANAGED_LABEL = "slurm-bridge.local/managed"
 JOB_ID_LABEL = "scheduler.slinky.slurm.net/slurm-jobid"
 TIME_LIMIT = "slurmjob.slinky.slurm.net/timelimit"
@@ -83,20 +82,6 @@ class Run:
     job_of: dict[str, int] = field(default_factory=dict)  # pod -> its Slurm job (the release's label)
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Event = field(default_factory=threading.Event)
-
-
-def cluster_env() -> dict[str, str]:
-    out = subprocess.run(["bash", str(REPO / "hack" / "cluster.sh"), "env"], check=True, capture_output=True, text=True)
-    env = {}
-    for line in out.stdout.splitlines():
-        k, _, v = line.removeprefix("export ").partition("=")
-        env[k] = v.strip('"')
-    return env
-
-
-def deploy_env() -> dict[str, str]:
-    out = subprocess.run(["bash", str(REPO / "hack" / "deploy.sh"), "env"], check=True, capture_output=True, text=True)
-    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
 
 def operator_stats(url: str) -> dict[str, Any]:

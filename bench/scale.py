@@ -46,7 +46,8 @@ from kubernetes import watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
-from pipeline_latency import cluster_env, make_namespace, pod_body
+from clusterenv import cluster_env
+from pipeline_latency import make_namespace, pod_body
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"

@@ -33,7 +33,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_latency import cluster_env  # bench/ is not a package
+from clusterenv import cluster_env  # bench/ is not a package
 from sysstats import cpu_seconds, rss_mib
 
 

@@ -32,7 +32,8 @@ from kubernetes import config as k8s_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
-from pipeline_latency import cluster_env, delete_and_wait, make_namespace, pod_body, settle
+from clusterenv import cluster_env
+from pipeline_latency import delete_and_wait, make_namespace, pod_body, settle
 
 PARTITION = "slurmjob.slinky.slurm.net/partition"
 PENDING_EVENT = "SlurmJobPending"  # slurm_bridge.names.EVENT_SLURM_JOB_PENDING

@@ -25,7 +25,7 @@ pieces: ``decisions.pending`` (a job in Slurm's queue), ``decisions.allocation``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
@@ -88,11 +88,12 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
 )
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, hold_release
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
+from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobSettings, PartitionLimits
 
-__all__ = ["Clock", "Handoff", "SlurmSide", "Tenancy", "Told", "decide"]
+__all__ = ["Clock", "Handoff", "Situation", "SlurmSide", "Tenancy", "Told", "decide"]
 
 # A spec Slurm refused is submitted again this long after the refusal (or at once when it changes).
 SUBMIT_RETRY_SECONDS = 30.0
@@ -109,25 +110,11 @@ QUEUED_QUIET_SECONDS = QUIET_QUEUE_SECONDS
 
 
 # ---- the decision -----------------------------------------------------------------------------
-def decide(
-    phj: PlaceholderJob,
-    slurm: SlurmSide,
-    members: Members,
-    now: Clock,
-    confirmed: Members | None = None,
-    *,
-    scheduler: str,
-    held: Held | None = None,
-    told: Told | None = None,
-    tenancy: Tenancy | None = None,
-    outcome: Outcome | None = None,
-    handoff: Handoff | None = None,
-    settings: JobSettings | None = None,
-    partitions: Mapping[str, PartitionLimits] | None = None,
-    bind_timeout: float | None = None,
-    departed: Departed | None = None,
-) -> Plan:
-    """The PlaceholderJob's next steps (docs/architecture.md, "The PlaceholderJob decision table").
+@dataclass(frozen=True)
+class Situation:
+    """Everything :func:`decide` decides on, gathered once by the shell (``sync.phjsync``); each
+    round of one reconcile is the same situation with the PlaceholderJob as written, the members
+    as confirmed and the last action's outcome replaced.
 
     ``members``: each member's pod from the watch cache (None: not there, or another incarnation);
     ``confirmed``: the same after a GET of the missing ones (see ConfirmMembers); ``scheduler``:
@@ -144,17 +131,37 @@ def decide(
     a job is not released under a member that vanished while it ran; a member gone and not in it
     is taken to have vanished).
     """
-    if isinstance(outcome, Placed):
-        return after_submit(phj, outcome, members, now, scheduler)
-    if held is not None and phj.status.job_id is not None:
-        held = None  # written meanwhile (e.g. by a previous leader)
-    if held is not None:  # decided on as the PlaceholderJob will be once it is written
-        phj = phj.with_status(phj.status.merged(held.status))
-    inputs = _Inputs(scheduler, told, tenancy, outcome, held, settings, partitions, handoff, bind_timeout)
-    plan = _decide(phj, slurm, members, now, confirmed, inputs)
-    seen = confirmed if confirmed is not None else members
-    plan = hold_release(plan, phj, slurm, seen, departed or {}, handoff or Handoff(), now)
-    return _hold(plan, held)
+
+    phj: PlaceholderJob
+    slurm: SlurmSide
+    members: Members
+    now: Clock
+    scheduler: str
+    confirmed: Members | None = None
+    held: Held | None = None
+    told: Told | None = None
+    tenancy: Tenancy | None = None
+    outcome: Outcome | None = None
+    handoff: Handoff | None = None
+    settings: JobSettings | None = None
+    partitions: Mapping[str, PartitionLimits] | None = None
+    bind_timeout: float | None = None
+    departed: Departed | None = None
+
+
+def decide(s: Situation) -> Plan:
+    """The PlaceholderJob's next steps in situation ``s`` (docs/architecture.md, "The
+    PlaceholderJob decision table")."""
+    if isinstance(s.outcome, Placed):
+        return after_submit(s.phj, s.outcome, s.members, s.now, s.scheduler)
+    if s.held is not None and s.phj.status.job_id is not None:
+        s = replace(s, held=None)  # written meanwhile (e.g. by a previous leader)
+    if s.held is not None:  # decided on as the PlaceholderJob will be once it is written
+        s = replace(s, phj=s.phj.with_status(s.phj.status.merged(s.held.status)))
+    plan = _decide(s)
+    seen = s.confirmed if s.confirmed is not None else s.members
+    plan = hold_release(plan, s.phj, s.slurm, seen, s.departed or {}, s.handoff or Handoff(), s.now)
+    return _hold(plan, s.held)
 
 
 def _hold(plan: Plan, held: Held | None) -> Plan:
@@ -170,30 +177,9 @@ def _hold(plan: Plan, held: Held | None) -> Plan:
     return Plan(plan.actions, plan.requeue, held=None if any(isinstance(a, Finalize) for a in actions) else kept)
 
 
-@dataclass(frozen=True)
-class _Inputs:
-    """What :func:`decide` was given besides the two sides and the members."""
-
-    scheduler: str
-    told: Told | None
-    tenancy: Tenancy | None
-    outcome: Outcome | None
-    held: Held | None
-    settings: JobSettings | None
-    partitions: Mapping[str, PartitionLimits] | None
-    handoff: Handoff | None
-    bind_timeout: float | None = None
-
-
-def _decide(
-    phj: PlaceholderJob,
-    slurm: SlurmSide,
-    members: Members,
-    now: Clock,
-    confirmed: Members | None,
-    inputs: _Inputs,
-) -> Plan:
-    scheduler, told, tenancy, outcome, held = inputs.scheduler, inputs.told, inputs.tenancy, inputs.outcome, inputs.held
+def _decide(s: Situation) -> Plan:
+    phj, slurm, members, now, confirmed = s.phj, s.slurm, s.members, s.now, s.confirmed
+    scheduler, told, tenancy, outcome, held = s.scheduler, s.told, s.tenancy, s.outcome, s.held
     if not slurm.synced:
         return Plan(requeue=slurm.poll_period)  # adopt, never resubmit, after a restart
     match outcome:
@@ -225,13 +211,29 @@ def _decide(
         tenancy,
         held,
         isinstance(outcome, DevicesMissing),
-        handoff=inputs.handoff,
-        settings=inputs.settings,
-        partitions=inputs.partitions,
+        handoff=s.handoff,
+        settings=s.settings,
+        partitions=s.partitions,
         updated=outcome if isinstance(outcome, Updated | UpdateRefused) else None,
-        bind_timeout=inputs.bind_timeout,
+        bind_timeout=s.bind_timeout,
     )
     return _chain(pre, _with_job(phj, status, slurm, members, now, confirmed, follow))
+
+
+def _members_ended(
+    phj: PlaceholderJob, slurm: SlurmSide, members: Members, now: Clock, confirmed: Members | None
+) -> Plan | None:
+    """The rows every shape shares: a member the cache lacks is read first; once every member
+    ended (Kubernetes -> Slurm), the PlaceholderJob ends and the shape's cancels end its job.
+    None: some member lives, the shape follows the job."""
+    ended = all_ended(members, confirmed)
+    if ended is None:
+        return Plan((ConfirmMembers(),))
+    if not ended:
+        return None
+    phase, reason, message = pods_end_phase(end_phases(members))
+    ending = terminal_status(phj, phase, reason, message, now.wall)
+    return Plan((ending, *shape_of(phj).cancels(slurm), Event(reason, message)))
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -364,7 +366,9 @@ def _with_job(
     bind_by = bind_deadline(phj, parts, members, follow.bind_timeout) if follow.held is None else None
     if bind_by is not None and now.wall >= bind_by:
         return not_bound(phj, job_id, parts, members, now)
-    plan = shape_of(phj).follow(phj, status, slurm, members, now, confirmed, follow)
+    plan = _members_ended(phj, slurm, members, now, confirmed)
+    if plan is None:
+        plan = shape_of(phj).follow(Followed(phj, status, slurm, members, now, follow))
     for when in (at, bind_by):
         if when is not None:
             wait = max((when - now.wall).total_seconds(), 0.0)

@@ -27,8 +27,9 @@ from typing import Any
 from slurm_bridge import jobchanges, names
 from slurm_bridge.config import Config
 from slurm_bridge.jobannotations import ANNOTATION_FIELDS
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path
+from slurm_bridge.kube import Conflict, KubeError, NotFound, phj_path
 from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.kubeseams import ReconfigureKube
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
@@ -57,7 +58,7 @@ class Reconfigure:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: ReconfigureKube,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],
         poller: SlurmPoller,

@@ -15,6 +15,7 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.placeholderjob import PlaceholderJob
 from tests.builders import make_pod, slurm_job
+from tests.unit.situations import decide_in
 from tests.unit.test_lifecycle import JOB, NODE, NOW, PERIOD, phj, summary
 
 Obj = dict[str, Any]
@@ -35,7 +36,7 @@ def side(started_ago: float) -> lc.SlurmSide:
 
 
 def decide(started_ago: float, member: Obj, timeout: float | None = TIMEOUT, phase: str = "Allocated") -> pl.Plan:
-    return lc.decide(
+    return decide_in(
         PlaceholderJob.parse(phj(phase)), side(started_ago), {"p": member}, NOW, scheduler="s", bind_timeout=timeout
     )
 
@@ -80,7 +81,7 @@ def test_the_released_phj_then_cancels_its_job_once_the_pod_ended() -> None:
     """The terminal rows take over: the unbound pod turned Failed, so the job is cancelled."""
     failed = make_pod("p").uid("p-uid").scheduler().phase("Failed").obj()
     obj = phj("Failed", reason=names.REASON_ALLOCATION_NOT_BOUND)
-    plan = lc.decide(PlaceholderJob.parse(obj), side(TIMEOUT * 2), {"p": failed}, NOW, {"p": failed}, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(obj), side(TIMEOUT * 2), {"p": failed}, NOW, {"p": failed}, scheduler="s")
     assert ("cancel", JOB) in [summary(a) for a in plan.actions]
 
 
@@ -98,14 +99,14 @@ def test_the_wait_counts_from_the_allocated_condition_when_slurms_clock_says_ear
     allocated = {"type": names.COND_ALLOCATED, "status": "True", "reason": names.REASON_ALLOCATED,
                  "message": "m", "lastTransitionTime": written, "observedGeneration": 1}  # fmt: skip
     obj = phj("Allocated", conditions=[allocated])
-    plan = lc.decide(PlaceholderJob.parse(obj), side(3600), {"p": released()}, NOW, scheduler="s", bind_timeout=TIMEOUT)
+    plan = decide_in(PlaceholderJob.parse(obj), side(3600), {"p": released()}, NOW, scheduler="s", bind_timeout=TIMEOUT)
     assert not any(isinstance(a, pl.EndPods) for a in plan.actions)
     assert plan.requeue == pytest.approx(50.0)
 
 
 def test_nothing_is_released_while_the_allocations_status_is_held_back() -> None:
     held = pl.Held(PlaceholderJob.parse(phj("Pending")).status, NOW.mono + 10)
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(phj("Pending", job_id=None)), side(TIMEOUT * 10), {"p": released()}, NOW,
         scheduler="s", held=held, bind_timeout=TIMEOUT,
     )  # fmt: skip

@@ -13,9 +13,8 @@ import pytest
 
 from slurm_bridge import dra, names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict
 from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
-from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, wants_devices
+from slurm_bridge.operator.placeholderjobs.sync.devices import SLICES_PATH, DeviceBinder, wants_devices
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
 from slurm_bridge.slurm.versions import CodecV0044
@@ -25,6 +24,7 @@ from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod as build_pod
 
 from .fakes import FakeJobDevices
+from .kubefakes import FakeKube
 from .test_webhook import CONFIG, JOB, SCHED, _job_with, apply, make_pod, make_request, managed_pod
 
 pytestmark = pytest.mark.unit
@@ -303,38 +303,6 @@ def test_release_patch_carries_the_device_annotation() -> None:
 # --- the claim before release -------------------------------------------------------------------
 
 
-class FakeKube:
-    def __init__(self, objects: dict[str, Obj] | None = None) -> None:
-        self.objects = objects or {}
-        self.events: list[tuple[str, str, str]] = []
-        self.patches: list[str] = []
-        self.creates = 0
-
-    async def get(self, path: str, params: dict[str, str] | None = None) -> Obj | None:
-        if path.endswith("/resourceslices"):
-            node = (params or {})["fieldSelector"].removeprefix("spec.nodeName=")
-            return {"items": [s for s in self.objects.get("slices", {}).get("items", [])
-                              if s["spec"]["nodeName"] == node]}  # fmt: skip
-        return self.objects.get(path)
-
-    async def create(self, path: str, obj: Obj) -> Obj:
-        self.creates += 1
-        key = f"{path}/{obj['metadata']['name']}"
-        if key in self.objects:
-            raise Conflict(409, "AlreadyExists", "exists")
-        self.objects[key] = obj
-        return obj
-
-    async def patch(self, path: str, body: Obj, patch_type: str = "merge") -> Obj:
-        self.patches.append(path)
-        key = path.removesuffix("/status")
-        self.objects[key] = {**self.objects[key], "status": body["status"]}
-        return self.objects[key]
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((obj["metadata"]["name"], reason, message))
-
-
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
 PHJ = {"metadata": {"name": "phj", "namespace": "ns"}}
 
@@ -349,15 +317,15 @@ def dpod(name: str, counts: Obj | None = None) -> Obj:
 
 
 def binder(kube: FakeKube, slurm: FakeJobDevices) -> DeviceBinder:
-    return DeviceBinder(kube, slurm)  # type: ignore[arg-type]  # FakeKube stands in for KubeClient
+    return DeviceBinder(kube, slurm)
 
 
-SLICES = {"items": [rslice("n1", [dev("g0", 0), dev("g1", 1)]), rslice("n2", [dev("h0", 0), dev("h1", 1)])]}
+SLICES = [rslice("n1", [dev("g0", 0), dev("g1", 1)]), rslice("n2", [dev("h0", 0), dev("h1", 1)])]
 
 
 async def test_claims_made_allocated_and_reserved_then_annotated() -> None:
-    kube, slurm = FakeKube({"slices": SLICES}), FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (1,)}),
-                                                          "n2": NodeDevices(gres={"gpu": (0, 1)})})  # fmt: skip
+    kube = FakeKube(collections={SLICES_PATH: SLICES})
+    slurm = FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (1,)}), "n2": NodeDevices(gres={"gpu": (0, 1)})})
     pods = {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1"), "b": (dpod("b", {"gpu.nvidia.com": 2}), "n2"),
             "c": (dpod("c"), "n3")}  # fmt: skip
     out = await binder(kube, slurm).prepare(PHJ, 5, pods)
@@ -380,14 +348,14 @@ async def test_pods_without_devices_cost_no_slurm_call() -> None:
 
 
 async def test_a_missing_device_releases_no_member_and_is_told_once() -> None:
-    kube = FakeKube({"slices": SLICES})
+    kube = FakeKube(collections={SLICES_PATH: SLICES})
     slurm = FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (0,)}), "n2": NodeDevices(gres={"gpu": (5,)})})
     b = binder(kube, slurm)
     pods = {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1"), "b": (dpod("b", {"gpu.nvidia.com": 1}), "n2")}
     for _ in range(2):
         out = await b.prepare(PHJ, 5, pods)
         assert "publish no device with Slurm index 5" in out.problem
-    reasons = [(who, reason) for who, reason, _ in kube.events]
+    reasons = [(who, reason) for who, reason, _ in kube.told("name", "reason", "message")]
     assert reasons == [("b", "SlurmDevicesNotFound"), ("phj", "SlurmDevicesNotFound")], "one Event each, once"
     assert not [k for k in kube.objects if k.startswith(CLAIMS)], "no claim is made while any member lacks devices"
 
@@ -402,12 +370,12 @@ async def test_a_missing_device_releases_no_member_and_is_told_once() -> None:
       "already allocated to other devices (['g0'])")],
 )  # fmt: skip
 async def test_an_existing_claim_that_does_not_fit_stops_the_release(existing: Obj, words: str) -> None:
-    kube = FakeKube({"slices": SLICES, f"{CLAIMS}/a-claim": existing})
+    kube = FakeKube({f"{CLAIMS}/a-claim": existing}, collections={SLICES_PATH: SLICES})
     out = await binder(kube, FakeJobDevices(devices={"n1": NodeDevices(gres={"gpu": (1,)})})).prepare(
         PHJ, 5, {"a": (dpod("a", {"gpu.nvidia.com": 1}), "n1")}
     )
     assert words in out.problem
-    assert kube.events and kube.events[0][1] == "SlurmDevicesNotBound"
+    assert kube.reasons and kube.reasons[0] == "SlurmDevicesNotBound"
 
 
 async def test_a_job_slurm_forgot_releases_nothing() -> None:

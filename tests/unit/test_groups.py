@@ -12,7 +12,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
+from slurm_bridge.kube import MAX_NAME_LENGTH
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, plan_join
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,
@@ -26,6 +26,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.translate import job_request
+from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit
 
@@ -91,23 +92,9 @@ def path_of(o: Obj) -> str:
     return _PATHS[(o["apiVersion"], o["kind"])] + str(o["metadata"]["name"])
 
 
-class FakeAPI:
-    """GETs answered from stored objects; chosen paths fail with an HTTP status."""
-
-    def __init__(self, *objs: Obj, fail: dict[str, int] | None = None, docs: dict[str, Obj] | None = None) -> None:
-        self.objects = {path_of(o): o for o in objs}
-        self.fail = fail or {}
-        self.docs = docs or {}
-        self.calls: list[str] = []
-
-    async def get(self, path: str) -> Obj | None:
-        self.calls.append(path)
-        if path in self.fail:
-            raise KubeError(self.fail[path], "Forbidden" if self.fail[path] == 403 else "Error", f"GET {path}")
-        if path in self.docs:
-            return self.docs[path]
-        found = self.objects.get(path)
-        return None if found is None else dict(found)
+def api_of(*objs: Obj, fail: dict[str, int] | None = None, docs: dict[str, Obj] | None = None) -> FakeKube:
+    """The API server holding ``objs`` at their paths."""
+    return FakeKube({path_of(o): o for o in objs}, fail=fail, docs=docs)
 
 
 def pod(name: str = "p", **kw: Any) -> Obj:
@@ -147,47 +134,47 @@ TRAINER_DOC = {"/apis/example.com/v1": {"resources": [
 ]}}  # fmt: skip
 
 # (case, the pod, the API, expected: (name, min_member, gang, source kind/name, annotations, derived))
-RESOLVE_CASES: list[tuple[str, Obj, Callable[[], FakeAPI], tuple[Any, ...]]] = [
+RESOLVE_CASES: list[tuple[str, Obj, Callable[[], FakeKube], tuple[Any, ...]]] = [
     ("bare pod: its own group and its own annotations",
-     pod("p", annotations={P + "qos": "mine", "x/y": "z"}), FakeAPI,
+     pod("p", annotations={P + "qos": "mine", "x/y": "z"}), api_of,
      ("p", 1, False, ("Pod", "p"), {P + "qos": "mine"}, {})),
     ("batch Job pod: one group per pod, options from the Job, deadline rounded up to minutes",
-     pod("train-abc", owner=JOB, annotations={P + "timelimit": "5"}), lambda: FakeAPI(JOB),
+     pod("train-abc", owner=JOB, annotations={P + "timelimit": "5"}), lambda: api_of(JOB),
      ("train-abc", 1, False, ("Job", "train"), {P + "timelimit": "90"}, {"time_limit_minutes": 61})),
     ("Job under an unrecognised CronJob: the Job stays the root",
-     pod("n-1", owner=CRON_JOB), lambda: FakeAPI(CRON_JOB, CRON),
+     pod("n-1", owner=CRON_JOB), lambda: api_of(CRON_JOB, CRON),
      ("n-1", 1, False, ("Job", "nightly-1"), {P + "account": "job"}, {})),
     ("no recognised workload: options from the highest readable controller",
-     pod("web-1-x", owner=RS, annotations={P + "qos": "pod"}), lambda: FakeAPI(RS, DEPLOY),
+     pod("web-1-x", owner=RS, annotations={P + "qos": "pod"}), lambda: api_of(RS, DEPLOY),
      ("web-1-x", 1, False, ("Deployment", "web"), {P + "qos": "deploy"}, {})),
     ("forbidden unsupported owner above a readable one: the walk stops below it",
-     pod("web-1-x", owner=RS), lambda: FakeAPI(RS, DEPLOY, fail={path_of(DEPLOY): 403}),
+     pod("web-1-x", owner=RS), lambda: api_of(RS, DEPLOY, fail={path_of(DEPLOY): 403}),
      ("web-1-x", 1, False, ("ReplicaSet", "web-1"), {P + "qos": "rs"}, {})),
     ("unknown owner kind: its resource found by discovery",
-     pod("t1-0", owner=TRAINER), lambda: FakeAPI(TRAINER, docs=TRAINER_DOC),
+     pod("t1-0", owner=TRAINER), lambda: api_of(TRAINER, docs=TRAINER_DOC),
      ("t1-0", 1, False, ("Trainer", "t1"), {P + "wckey": "trainer"}, {})),
     ("JobSet: one gang named after it, sized over every replicated Job, options from the JobSet only",
      pod("js-a-0-0-x", owner=JOBSET_JOB, annotations={P + "partition": "pod-level"}),
-     lambda: FakeAPI(JOBSET_JOB, JOBSET),
+     lambda: api_of(JOBSET_JOB, JOBSET),
      ("jobset-js", 4, True, ("JobSet", "js"), {P + "partition": "gpu", P + "timelimit": "30"}, {})),
     ("LeaderWorkerSet leader: one gang per group index",
-     LEADER, lambda: FakeAPI(LEADER_STS, LWS_OBJ),
+     LEADER, lambda: api_of(LEADER_STS, LWS_OBJ),
      ("lws-lws-1", 3, True, ("LeaderWorkerSet", "lws"), {P + "qos": "high"}, {})),
     ("LeaderWorkerSet worker: owned through its leader pod, same gang as the leader",
-     pod("lws-1-1", owner=WORKER_STS, labels=LWS_LABELS), lambda: FakeAPI(WORKER_STS, LEADER, LEADER_STS, LWS_OBJ),
+     pod("lws-1-1", owner=WORKER_STS, labels=LWS_LABELS), lambda: api_of(WORKER_STS, LEADER, LEADER_STS, LWS_OBJ),
      ("lws-lws-1", 3, True, ("LeaderWorkerSet", "lws"), {P + "qos": "high"}, {})),
     ("coscheduling PodGroup label: the PodGroup is the gang, whatever owns the pod",
      pod("w0", owner=JOB, labels={names.LABEL_POD_GROUP: "pg"}, annotations={P + "account": "pod"}),
-     lambda: FakeAPI(PODGROUP),
+     lambda: api_of(PODGROUP),
      ("podgroup-pg", 2, True, ("PodGroup", "pg"), {P + "account": "pg"}, {})),
     ("a non-controller ownerReference is not followed",
-     pod("p", extra_owners=[ref(JOB, controller=False)]), FakeAPI,
+     pod("p", extra_owners=[ref(JOB, controller=False)]), api_of,
      ("p", 1, False, ("Pod", "p"), {}, {})),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "the_pod", "api", "expected"), RESOLVE_CASES, ids=[c[0] for c in RESOLVE_CASES])
-async def test_resolve(case: str, the_pod: Obj, api: Callable[[], FakeAPI], expected: tuple[Any, ...]) -> None:
+async def test_resolve(case: str, the_pod: Obj, api: Callable[[], FakeKube], expected: tuple[Any, ...]) -> None:
     name, min_member, gang, (kind, source_name), annotations, derived = expected
     group = await GroupResolver(api().get).resolve(the_pod)
     assert (group.name, group.min_member, group.gang) == (name, min_member, gang)
@@ -222,34 +209,34 @@ LOOP_A = obj("apps/v1", "ReplicaSet", "a", uid="uid-a",
                             "controller": True}])  # fmt: skip
 LOOP_B = obj("apps/v1", "ReplicaSet", "b", uid="uid-b", owner=LOOP_A)
 
-ERROR_CASES: list[tuple[str, Obj, Callable[[], FakeAPI], str, str]] = [
+ERROR_CASES: list[tuple[str, Obj, Callable[[], FakeKube], str, str]] = [
     ("the pod's own controller is forbidden: no fallback (its direct owner must be readable)",
-     pod("web-1-x", owner=RS), lambda: FakeAPI(RS, fail={path_of(RS): 403}), "OwnerForbidden", "ReplicaSet ns/web-1"),
+     pod("web-1-x", owner=RS), lambda: api_of(RS, fail={path_of(RS): 403}), "OwnerForbidden", "ReplicaSet ns/web-1"),
     ("a forbidden recognised workload is missing RBAC, not a reason to fall back",
-     pod("js-a-0-0-x", owner=JOBSET_JOB), lambda: FakeAPI(JOBSET_JOB, fail={path_of(JOBSET): 403}),
+     pod("js-a-0-0-x", owner=JOBSET_JOB), lambda: api_of(JOBSET_JOB, fail={path_of(JOBSET): 403}),
      "OwnerForbidden", "JobSet ns/js"),
     ("a missing owner fails (the garbage collector is about to remove the pod)",
-     pod("train-abc", owner=JOB), FakeAPI, "OwnerNotFound", "Job ns/train"),
+     pod("train-abc", owner=JOB), api_of, "OwnerNotFound", "Job ns/train"),
     ("an owner recreated under the same name is not the pod's owner",
-     pod("train-abc", owner=JOB), lambda: FakeAPI(obj("batch/v1", "Job", "train", uid="other")),
+     pod("train-abc", owner=JOB), lambda: api_of(obj("batch/v1", "Job", "train", uid="other")),
      "OwnerNotFound", "Job ns/train"),
     ("another API error fails the resolution for now",
-     pod("train-abc", owner=JOB), lambda: FakeAPI(JOB, fail={path_of(JOB): 500}), "OwnerUnreadable", "500"),
+     pod("train-abc", owner=JOB), lambda: api_of(JOB, fail={path_of(JOB): 500}), "OwnerUnreadable", "500"),
     ("an owner kind the API server does not serve",
-     pod("t1-0", owner=TRAINER), lambda: FakeAPI(TRAINER), "OwnerKindNotServed", "Trainer (example.com/v1)"),
-    ("an owner loop", pod("x", owner=LOOP_B), lambda: FakeAPI(LOOP_A, LOOP_B), "OwnerChainLoop", "ReplicaSet ns/b"),
+     pod("t1-0", owner=TRAINER), lambda: api_of(TRAINER), "OwnerKindNotServed", "Trainer (example.com/v1)"),
+    ("an owner loop", pod("x", owner=LOOP_B), lambda: api_of(LOOP_A, LOOP_B), "OwnerChainLoop", "ReplicaSet ns/b"),
     ("PodGroup not (yet) created: the pod waits for it",
-     pod("w0", labels={names.LABEL_POD_GROUP: "pg"}), FakeAPI, "PodGroupNotFound", "PodGroup pg"),
+     pod("w0", labels={names.LABEL_POD_GROUP: "pg"}), api_of, "PodGroupNotFound", "PodGroup pg"),
     ("PodGroup unreadable", pod("w0", labels={names.LABEL_POD_GROUP: "pg"}),
-     lambda: FakeAPI(fail={path_of(PODGROUP): 403}), "PodGroupUnreadable", "403"),
+     lambda: api_of(fail={path_of(PODGROUP): 403}), "PodGroupUnreadable", "403"),
     ("LeaderWorkerSet pod without its group index label",
-     pod("lws-1", owner=LEADER_STS, labels={names.LABEL_LWS_NAME: "lws"}), lambda: FakeAPI(LEADER_STS, LWS_OBJ),
+     pod("lws-1", owner=LEADER_STS, labels={names.LABEL_LWS_NAME: "lws"}), lambda: api_of(LEADER_STS, LWS_OBJ),
      "LeaderWorkerSetGroupUnknown", names.LABEL_LWS_GROUP_INDEX),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "the_pod", "api", "reason", "detail"), ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
-async def test_resolve_errors(case: str, the_pod: Obj, api: Callable[[], FakeAPI], reason: str, detail: str) -> None:
+async def test_resolve_errors(case: str, the_pod: Obj, api: Callable[[], FakeKube], reason: str, detail: str) -> None:
     with pytest.raises(GroupError) as err:
         await GroupResolver(api().get).resolve(the_pod)
     assert err.value.reason == reason
@@ -260,38 +247,38 @@ async def test_resolve_errors(case: str, the_pod: Obj, api: Callable[[], FakeAPI
 @pytest.mark.parametrize(("length", "max_depth", "ok"), [(3, 3, True), (4, 3, False), (1, 1, True), (2, 1, False)])
 async def test_owner_depth_limit(length: int, max_depth: int, ok: bool) -> None:
     the_pod, owners = _chain(length)
-    api = FakeAPI(*owners)
+    api = api_of(*owners)
     resolver = GroupResolver(api.get, max_depth=max_depth)
     if ok:
         group = await resolver.resolve(the_pod)
         assert group.source["name"] == f"rs{length - 1}"  # the top of the chain
-        assert len(api.calls) == length
+        assert len(api.reads) == length
     else:
         with pytest.raises(GroupError) as err:
             await resolver.resolve(the_pod)
         assert err.value.reason == "OwnerChainTooDeep"
         assert f"longer than {max_depth}" in err.value.message
-        assert len(api.calls) == max_depth  # never reads past the limit
+        assert len(api.reads) == max_depth  # never reads past the limit
 
 
 async def test_default_depth_limit_matches_go_bridge() -> None:
     the_pod, owners = _chain(33)
     with pytest.raises(GroupError, match="longer than 32"):
-        await GroupResolver(FakeAPI(*owners).get).resolve(the_pod)
+        await GroupResolver(api_of(*owners).get).resolve(the_pod)
 
 
 async def test_discovery_is_cached() -> None:
-    api = FakeAPI(TRAINER, docs=TRAINER_DOC)
+    api = api_of(TRAINER, docs=TRAINER_DOC)
     resolver = GroupResolver(api.get)
     await resolver.resolve(pod("t1-0", owner=TRAINER))
     await resolver.resolve(pod("t1-1", owner=TRAINER))
-    assert api.calls.count("/apis/example.com/v1") == 1
+    assert api.reads.count("/apis/example.com/v1") == 1
 
 
 async def test_podgroup_pod_needs_no_owner_walk() -> None:
-    api = FakeAPI(PODGROUP, JOB)
+    api = api_of(PODGROUP, JOB)
     await GroupResolver(api.get).resolve(pod("w0", owner=JOB, labels={names.LABEL_POD_GROUP: "pg"}))
-    assert api.calls == [path_of(PODGROUP)]
+    assert api.reads == [path_of(PODGROUP)]
 
 
 # --- gang sizes, names, warnings --------------------------------------------------------------
@@ -367,24 +354,24 @@ async def test_workload_settings_that_defeat_a_gang_are_reported() -> None:
     spec = {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [_rjob(1, 1), after]}
     js = obj("jobset.x-k8s.io/v1alpha2", "JobSet", "ordered", spec=spec)
     job = obj("batch/v1", "Job", "ordered-r-0", owner=js)
-    group = await GroupResolver(FakeAPI(js, job).get).resolve(pod("x", owner=job))
+    group = await GroupResolver(api_of(js, job).get).resolve(pod("x", owner=job))
     assert len(group.warnings) == 2
     assert "InOrder" in group.warnings[0] and "dependsOn" in group.warnings[1]
     exclusive_key = "alpha.jobset.sigs.k8s.io/exclusive-topology"
     marked = {**_rjob(1, 2), "template": {"metadata": {"annotations": {exclusive_key: "z"}}}}
     exclusive = obj("jobset.x-k8s.io/v1alpha2", "JobSet", "x", spec={"replicatedJobs": [marked]})
     job = obj("batch/v1", "Job", "x-r-0", owner=exclusive)
-    group = await GroupResolver(FakeAPI(exclusive, job).get).resolve(pod("y", owner=job))
+    group = await GroupResolver(api_of(exclusive, job).get).resolve(pod("y", owner=job))
     assert len(group.warnings) == 1 and "exclusive-topology" in group.warnings[0]
     lws = obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "lr", spec={"startupPolicy": "LeaderReady"})
     sts = obj("apps/v1", "StatefulSet", "lr", owner=lws)
     leader = pod("lr-0", owner=sts, labels={names.LABEL_LWS_GROUP_INDEX: "0"})
-    group = await GroupResolver(FakeAPI(sts, lws).get).resolve(leader)
+    group = await GroupResolver(api_of(sts, lws).get).resolve(leader)
     assert group.warnings and "LeaderReady" in group.warnings[0]
     lws["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}
-    group = await GroupResolver(FakeAPI(sts, lws).get).resolve(leader)
+    group = await GroupResolver(api_of(sts, lws).get).resolve(leader)
     assert len(group.warnings) == 2 and "exclusive-topology" in group.warnings[1]
-    assert (await GroupResolver(FakeAPI(LEADER_STS, LWS_OBJ).get).resolve(LEADER)).warnings == ()
+    assert (await GroupResolver(api_of(LEADER_STS, LWS_OBJ).get).resolve(LEADER)).warnings == ()
 
 
 def test_derived_for_sizes_a_gang_for_every_member() -> None:

@@ -52,7 +52,8 @@ from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod, slurm_job
 from tests.unit.fakes import FakeHandoff, FakeSlurm, FakeSubmits
-from tests.unit.test_phjsync import FakeKube, placeholderjob, shell
+from tests.unit.kubefakes import FakeKube
+from tests.unit.test_phjsync import placeholderjob, shell, shell_kube
 from tests.unit.test_webhook import make_request
 
 pytestmark = pytest.mark.unit
@@ -317,7 +318,7 @@ async def test_the_bridges_own_cancel_marks_each_running_part_released_first() -
     part = slurm_job(8, "RUNNING", nodes=("n2",), het=(7, 1), name="ns/c", admin_comment=mark)
     pending = slurm_job(9, "PENDING", het=(7, 2), name="ns/c", admin_comment=mark)
     slurm = FakeSlurm(leader, part, pending)
-    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [leader, part, pending])
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [leader, part, pending])
     await jobs.cancel(7, REF)
     assert slurm.calls == ["released 7", "released 8", "cancel 7"]
     assert [slurm.jobs[i].admin_comment for i in (7, 8, 9)] == [released_comment(mark)] * 2 + [mark]
@@ -329,7 +330,7 @@ async def test_the_bridges_own_cancel_marks_each_running_part_released_first() -
 
 async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_ref() -> None:
     slurm = FakeSlurm()
-    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(5, "RUNNING", nodes=("n1",))])
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [slurm_job(5, "RUNNING", nodes=("n1",))])
     seen: list[tuple[int, str]] = []
 
     async def mark(job_id: int, admin_comment: str) -> None:
@@ -351,7 +352,7 @@ async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_re
 )
 async def test_the_released_mark_only_where_an_epilog_may_read_it(epilogs: tuple[str, ...], renamed: bool) -> None:
     slurm = FakeSlurm()
-    jobs = shell(FakeKube({}), slurm, placeholderjob(), None, [slurm_job(7, "RUNNING", nodes=("n1",), ref=REF)])
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [slurm_job(7, "RUNNING", nodes=("n1",), ref=REF)])
     jobs.policy.current = SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos", epilog_slurmctld=epilogs))
     await jobs.cancel(7, REF)
     assert slurm.calls == (["released 7"] if renamed else []) + ["cancel 7"]
@@ -359,7 +360,7 @@ async def test_the_released_mark_only_where_an_epilog_may_read_it(epilogs: tuple
 
 async def test_a_preempted_end_names_the_likely_preemptor_on_the_placeholderjob_and_the_pods() -> None:
     pod = make_pod("p").uid("pod-uid").scheduler().node("n1").phase("Running").obj()
-    kube, slurm = FakeKube({}), FakeSlurm()
+    kube, slurm = shell_kube({}), FakeSlurm()
     jobs = shell(kube, slurm, placeholderjob(jobId=7, phase="Running"), pod, [VICTIM])
 
     async def preemptor(job: JobInfo) -> str:
@@ -378,7 +379,7 @@ async def test_a_preempted_end_names_the_likely_preemptor_on_the_placeholderjob_
 async def test_the_submit_marks_the_job_with_the_handoffs_scope() -> None:
     pod = make_pod("p").uid("pod-uid").scheduler().gated().phase("Pending").obj()
     slurm = FakeSlurm(next_id=6)
-    jobs = shell(FakeKube({}), slurm, placeholderjob(), pod, [])
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), pod, [])
     await jobs.reconcile(("ns", "p"))
     phj = jobs.phjs.model(("ns", "p"))
     assert phj is not None and len(slurm.comments) == 1
@@ -388,17 +389,11 @@ async def test_the_submit_marks_the_job_with_the_handoffs_scope() -> None:
 
 
 # ---- the handoff loop's pass -------------------------------------------------------------------------
-class Kube:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((obj.get("kind", ""), obj["metadata"]["name"], reason))
 
 
 def loop(
     slurm: FakeHandoff, pods: list[Obj], nodes: dict[str, NodeInfo] | None = None, jobs: list[JobInfo] | None = None
-) -> tuple[HandoffController, Kube, FakeSlurm]:
+) -> tuple[HandoffController, FakeKube, FakeSlurm]:
     cfg = Config(handoff=HandoffConfig(maxGracePeriodSeconds=60, marginSeconds=10))
     reads = FakeSlurm(*(jobs or []))
     poller = SlurmPoller(reads, cfg.bridgeId, 1.0, lambda _: None)
@@ -407,7 +402,7 @@ def loop(
     store = ObjectStore(index=pod_job_index)
     for p in pods:
         store.upsert(p)
-    kube = Kube()
+    kube = FakeKube()
     ctrl = HandoffController(
         cfg,
         kube,  # type: ignore[arg-type]  # Events only
@@ -435,9 +430,9 @@ async def test_a_pass_holds_while_the_pod_runs_then_releases_and_reads_slurms_se
     await ctrl.pass_once()
     assert slurm.calls == ["conf", "qos", "defaults slurm", "partitions", "reservations"]
     assert ctrl.policy.current.known and ctrl.policy.current.over_time_minutes == {"long": 5}
-    assert kube.events == [("Pod", "p", names.REASON_HANDOFF_HELD)]
+    assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)]
     await ctrl.pass_once()
-    assert kube.events == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
+    assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
     ctrl.pods.delete(pod)
     ctrl.departures.note(dict(pod, status={"phase": "Failed"}))  # the kubelet ended it, then it went
     slurm.calls.clear()
@@ -453,8 +448,8 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     ctrl._policy_at = 1e12  # settings read already
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "node n1 DRAIN"]
-    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.events
-    assert ("Node", "n1", names.REASON_HANDOFF_NODE_DRAINED) in kube.events
+    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
+    assert ("Node", "n1", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
     slurm.calls.clear()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations"], "its own drain stands for the node's state until the lists show it"
@@ -464,7 +459,7 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     slurm.calls.clear()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "node n1 UNDRAIN"]
-    assert ("Node", "n1", names.REASON_HANDOFF_NODE_UNDRAINED) in kube.events
+    assert ("Node", "n1", names.REASON_HANDOFF_NODE_UNDRAINED) in kube.told("kind", "name", "reason")
 
 
 async def test_a_pass_reads_running_jobs_slurm_may_preempt_again() -> None:

@@ -138,7 +138,7 @@ async def test_a_pass_drains_for_a_pod_whose_job_ended_with_no_hold_and_undrains
     monkeypatch.setattr(hc, "UNSETTLED_SECONDS", 0.0)
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "reservations", "node n1 DRAIN"] and ctrl.unheld_drained == 1
-    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.events
+    assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
     ctrl.pods.upsert(dict(pod, status={"phase": "Failed"}, metadata={**pod["metadata"], "resourceVersion": "99"}))
     slurm.calls.clear()
     await ctrl.pass_once()

@@ -26,6 +26,7 @@ from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.tenancy import Verdict
 from tests.builders import make_phj, slurm_job
+from tests.unit.situations import decide_in
 
 from .test_lifecycle import NOW, PERIOD, PODS_END, SLURM_END, pod, run, summary
 
@@ -152,7 +153,7 @@ def test_decision_table(phase: str, s0: str, s1: str, member: str) -> None:
 
 # ---- the release: labels, offsets, status ---------------------------------------------------------
 def test_every_pod_gets_a_node_of_its_own_component_and_its_offset() -> None:
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(composite_phj("Pending")), side("RUNNING", "RUNNING"), members("gated"), NOW, scheduler="s"
     )
     write, release, report = plan.actions
@@ -172,7 +173,7 @@ def test_components_may_share_a_node() -> None:
     both = side("RUNNING", "RUNNING")
     shared = both.components[1].model_copy(update={"nodes": ("na", "nb1")})
     slurm = dataclasses.replace(both, components=(both.components[0], shared))
-    plan = lc.decide(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
     release = next(a for a in plan.actions if isinstance(a, pl.Release))
     assert dict(release.pods) == {"a0": "na", "b0": "na", "b1": "nb1"}
 
@@ -181,7 +182,7 @@ def test_a_component_short_of_nodes_fails_the_composite_and_cancels_the_job() ->
     both = side("RUNNING", "RUNNING")
     short = both.components[1].model_copy(update={"nodes": ("nb1",)})
     slurm = dataclasses.replace(both, components=(both.components[0], short))
-    got = lc.decide(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
+    got = decide_in(PlaceholderJob.parse(composite_phj("Pending")), slurm, members("gated"), NOW, scheduler="s")
     assert [summary(a) for a in got.actions] == [("status", "Failed", "AllocationMismatch"), ("cancel", LEADER)]
     failed = got.actions[0]
     assert isinstance(failed, pl.WriteStatus) and "component 1 (PodGroup b)" in (failed.status.message or "")
@@ -197,7 +198,7 @@ def test_a_component_the_view_lacks_is_looked_for_at_most_every_full_list_period
 
 
 def test_a_component_that_ended_names_itself_in_the_message() -> None:
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(composite_phj("Running")),
         side("RUNNING", "CANCELLED"),
         members("running"),
@@ -229,14 +230,14 @@ def unsubmitted(**changes: Any) -> Obj:
 def test_the_composite_waits_for_every_component_then_is_fenced_and_submitted_as_one_job() -> None:
     nothing = lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono)
     short = {**members("gated"), "b1": None}
-    plan = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, short, NOW, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(unsubmitted()), nothing, short, NOW, scheduler="s")
     [write] = plan.actions
     assert isinstance(write, pl.WriteStatus) and write.status.reason == names.REASON_WAITING_FOR_PODS
     assert write.status.message == (
         "PodGroup b has 1 of 2 member pods; the heterogeneous Slurm job is submitted once at least 2 PodGroups "
         "have pods and every one has all its member pods"
     )
-    plan = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s")
     fence, submit = plan.actions
     assert isinstance(fence, pl.Fence) and isinstance(submit, pl.Submit)
     assert [r.nodes for r in submit.components] == [1, 2] and submit.request == submit.components[0]
@@ -245,7 +246,7 @@ def test_the_composite_waits_for_every_component_then_is_fenced_and_submitted_as
 
 def test_fewer_components_than_min_group_count_wait() -> None:
     obj = unsubmitted(minComponents=3)
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(obj),
         lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono),
         members("gated"),
@@ -263,13 +264,13 @@ def test_the_tenant_policy_judges_every_component() -> None:
         return Verdict(request.model_copy(update={"account": "team"}))
 
     nothing = lc.SlurmSide(poll_period=PERIOD, taken_at=NOW.mono)
-    got = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=policy)
+    got = decide_in(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=policy)
     assert [summary(a)[:2] for a in got.actions][:2] == [("status", "Failed"), ("event", "TenantPolicyViolation")]
 
     def allow(request: JobRequest) -> Verdict:
         return Verdict(request.model_copy(update={"account": "team"}))
 
-    got = lc.decide(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=allow)
+    got = decide_in(PlaceholderJob.parse(unsubmitted()), nothing, members("gated"), NOW, scheduler="s", tenancy=allow)
     submit = got.actions[-1]
     assert isinstance(submit, pl.Submit) and all(r.account == "team" for r in submit.components)
 
@@ -303,7 +304,7 @@ def test_component_status_without_a_record_keeps_offset_and_podgroup() -> None:
 
 def test_a_heterogeneous_job_status_does_not_name_is_adopted_with_its_het_job_id() -> None:
     obj = composite_phj(None, job_id=None)
-    plan = lc.decide(PlaceholderJob.parse(obj), side("PENDING", "PENDING"), members("gated"), NOW, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(obj), side("PENDING", "PENDING"), members("gated"), NOW, scheduler="s")
     adopt = plan.actions[0]
     assert isinstance(adopt, pl.WriteStatus) and adopt.status.job_id == adopt.status.het_job_id == LEADER
     assert not any(isinstance(a, pl.Submit) for a in plan.actions), "adopted, never submitted again"

@@ -28,8 +28,9 @@ from slurm_bridge.operator.runtime.login import login as kopf_login
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-class FakeAPI:
-    """Accepts one bearer token at a time (``valid``); records what each request sent."""
+class TokenServer:
+    """The API server over HTTPS, for the client's transport (not a KubeClient fake): accepts one bearer token
+    at a time (``valid``); records what each request sent."""
 
     def __init__(self) -> None:
         self.valid: set[str] = set()
@@ -46,10 +47,10 @@ class FakeAPI:
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[FakeAPI, ssl.SSLContext | None], Awaitable[int]]]:
+async def serve() -> AsyncIterator[Callable[[TokenServer, ssl.SSLContext | None], Awaitable[int]]]:
     runners: list[web.AppRunner] = []
 
-    async def start(api: FakeAPI, tls: ssl.SSLContext | None = None) -> int:
+    async def start(api: TokenServer, tls: ssl.SSLContext | None = None) -> int:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", api.handler)
         runner = web.AppRunner(app)
@@ -105,7 +106,7 @@ def plugin_kubeconfig(tmp_path: Path, server: str, ttl: float) -> Path:
 
 
 async def test_an_exec_plugin_token_is_cached_until_it_expires(tmp_path: Path, serve: Any) -> None:
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api)
     server = f"http://127.0.0.1:{port}"
     # The command is relative to the kubeconfig's directory, as client-go resolves it.
@@ -125,7 +126,7 @@ async def test_an_exec_plugin_token_is_cached_until_it_expires(tmp_path: Path, s
 
 
 async def test_an_expiring_exec_token_is_renewed_before_use(tmp_path: Path, serve: Any) -> None:
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api)
     # Each token expires within the renewal margin, so every request runs the plugin again.
     creds = kubeconfig.load(str(plugin_kubeconfig(tmp_path, f"http://127.0.0.1:{port}", ttl=2)))
@@ -141,7 +142,7 @@ async def test_an_expiring_exec_token_is_renewed_before_use(tmp_path: Path, serv
 
 
 async def test_a_refused_exec_token_is_fetched_anew_and_the_request_retried(tmp_path: Path, serve: Any) -> None:
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api)
     creds = kubeconfig.load(str(plugin_kubeconfig(tmp_path, f"http://127.0.0.1:{port}", ttl=3600)))
     kube = KubeClient(creds.server, None, creds.auth)
@@ -167,7 +168,7 @@ async def test_a_failing_exec_plugin_names_the_command_and_its_error(tmp_path: P
 
 
 async def test_a_rewritten_token_file_is_read_again_after_a_401(tmp_path: Path, serve: Any) -> None:
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api)
     token_file = tmp_path / "token"
     token_file.write_text("first\n")
@@ -212,7 +213,7 @@ async def test_in_cluster_uses_the_service_env_the_ca_and_the_rotating_token(
     tmp_path: Path, serve: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ca = trustme.CA()
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api, tls_server(ca))
     sa = tmp_path / "sa"
     sa.mkdir()
@@ -248,7 +249,7 @@ def test_in_cluster_server_brackets_ipv6_and_needs_the_env(monkeypatch: pytest.M
 
 async def test_kubeconfig_ca_data_and_client_certificate_data_are_used(tmp_path: Path, serve: Any) -> None:
     ca, users_ca = trustme.CA(), trustme.CA()
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api, tls_server(ca, client_ca=users_ca))
     user_cert = users_ca.issue_cert("alice@example.test")
     path = write_kubeconfig(
@@ -270,7 +271,7 @@ async def test_kubeconfig_ca_data_and_client_certificate_data_are_used(tmp_path:
 
 
 async def test_kopf_login_carries_the_exec_token_and_its_expiry(tmp_path: Path, serve: Any) -> None:
-    api = FakeAPI()
+    api = TokenServer()
     port = await serve(api)
     path = plugin_kubeconfig(tmp_path, f"http://127.0.0.1:{port}", ttl=600)
     creds = kubeconfig.load(str(path))
@@ -314,7 +315,7 @@ def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
 
 async def test_a_server_certificate_from_another_ca_is_refused(tmp_path: Path, serve: Any) -> None:
     server_ca, other_ca = trustme.CA(), trustme.CA()
-    port = await serve(FakeAPI(), tls_server(server_ca))
+    port = await serve(TokenServer(), tls_server(server_ca))
     path = write_kubeconfig(
         tmp_path / "kc", f"https://127.0.0.1:{port}", {"token": "t"},
         {"certificate-authority-data": b64encode(other_ca.cert_pem.bytes()).decode()},

@@ -24,6 +24,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_s
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings
 from tests.builders import make_phj, make_pod, slurm_job
+from tests.unit.situations import decide_in
 
 Obj = dict[str, Any]
 JOB = 7
@@ -132,12 +133,12 @@ def run(obj: Obj, slurm: lc.SlurmSide, members: dict[str, Obj | None]) -> tuple[
     written before it is in place), as
     operator/placeholderjobs/sync/phjsync.py does. The actions' summaries, the re-queue."""
     parsed = PlaceholderJob.parse(obj)
-    plan = lc.decide(parsed, slurm, members, NOW, scheduler="slurm-bridge", departed=gone(members))
+    plan = decide_in(parsed, slurm, members, NOW, scheduler="slurm-bridge", departed=gone(members))
     out = [summary(a) for a in plan.actions]
     if plan.actions and isinstance(plan.actions[-1], pl.ConfirmMembers):
         written = [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)]
         obj = dict(obj, status={k: v for d in [obj.get("status", {}), *written] for k, v in d.items()})
-        plan = lc.decide(
+        plan = decide_in(
             PlaceholderJob.parse(obj),
             slurm,
             members,
@@ -216,7 +217,7 @@ def test_the_table_covers_every_phase_and_terminal_state() -> None:
 # ---- crash recovery and the steps around a submit --------------------------------------------------
 def test_nothing_is_decided_before_the_first_full_job_list() -> None:
     obj = PlaceholderJob.parse(phj(None, job_id=None))
-    plan = lc.decide(obj, lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")}, NOW, scheduler="s")
+    plan = decide_in(obj, lc.SlurmSide(synced=False, poll_period=PERIOD), {"p": pod("running")}, NOW, scheduler="s")
     assert plan == pl.Plan(requeue=PERIOD)
 
 
@@ -227,7 +228,7 @@ def test_a_job_status_does_not_name_is_adopted_not_submitted_again() -> None:
     got, _ = run(obj, slurm_side("RUNNING"), {"p": pod("gated")})
     assert got == [("status", "Pending", None), ("status", "Allocated", ""), ("release", (("p", NODE),)),
                    ("podgroup", True)]  # fmt: skip
-    first = lc.decide(
+    first = decide_in(
         PlaceholderJob.parse(obj), slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s"
     ).actions[0]
     assert isinstance(first, pl.WriteStatus) and first.status.job_id == JOB
@@ -266,7 +267,7 @@ def test_a_submit_the_view_does_not_show_yet_is_not_taken_for_vanished(
 def test_a_refused_spec_is_not_submitted_again_before_the_retry_time() -> None:
     refused_at = (NOW.wall - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     obj = phj(None, job_id=None, reason="SubmitRejected", submitTime=refused_at)
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
     )
     assert plan == pl.Plan(requeue=lc.SUBMIT_RETRY_SECONDS - 10)
@@ -293,7 +294,7 @@ def test_a_gang_waits_for_its_members_then_is_fenced_before_its_submit() -> None
     side = slurm_side("vanished", job_id=None)
     got = run(obj, side, {"a": pod("gated", "a"), "b": None})
     assert got == ([("status", "Pending", names.REASON_WAITING_FOR_PODS)], None)
-    written = lc.decide(
+    written = decide_in(
         PlaceholderJob.parse(obj), side, {"a": pod("gated", "a"), "b": None}, NOW, scheduler="s"
     ).actions[0]
     assert isinstance(written, pl.WriteStatus)
@@ -325,7 +326,7 @@ def test_a_changed_spec_updates_the_pending_job() -> None:
 
     def decide(outcome: pl.Outcome | None = None) -> list[tuple[Any, ...]]:
         parsed = PlaceholderJob.parse(obj)
-        plan = lc.decide(parsed, side, members, NOW, scheduler="s", outcome=outcome, settings=settings, partitions={})
+        plan = decide_in(parsed, side, members, NOW, scheduler="s", outcome=outcome, settings=settings, partitions={})
         return [summary(a) for a in plan.actions]
 
     assert decide() == [("update", JOB)]
@@ -338,9 +339,9 @@ def test_a_changed_spec_updates_the_pending_job() -> None:
 def test_a_missing_member_is_confirmed_before_the_job_is_given_up() -> None:
     """The cache says the pod is gone but a GET finds it: nothing ends."""
     members: dict[str, Obj | None] = {"p": None}
-    first = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, scheduler="s")
+    first = decide_in(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, scheduler="s")
     assert first.actions == (pl.ConfirmMembers(),)
-    again = lc.decide(
+    again = decide_in(
         PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), members, NOW, {"p": pod("running")}, scheduler="s"
     )
     assert not any(isinstance(a, (pl.Cancel, pl.EndPods)) for a in again.actions)
@@ -354,7 +355,7 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
         held = None if at_once is None else pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), at_once)
         if held is not None:
             obj = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "jobId"}}
-        p = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod(member)}, NOW, scheduler="s", held=held)
+        p = decide_in(PlaceholderJob.parse(obj), side, {"p": pod(member)}, NOW, scheduler="s", held=held)
         return [summary(a) for a in p.actions], p.requeue
 
     released = [("release", (("p", NODE),)), ("podgroup", True)]
@@ -365,7 +366,7 @@ def test_an_allocation_at_submit_releases_a_single_pod_before_writing_and_writes
     assert plan(phj("Pending"), "running", until) == (bound, None), "allocation and Running in one write"
     gang = phj("Pending", pods=("a", "b"))
     gang["spec"]["group"] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u"}
-    two = lc.decide(
+    two = decide_in(
         PlaceholderJob.parse(gang),
         lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job("RUNNING", nodes=("n1", "n2")), taken_at=NOW.mono),
         {"a": pod("gated", "a"), "b": pod("gated", "b")},
@@ -439,10 +440,10 @@ def test_the_expected_start_goes_into_status_only_when_it_moves_and_leaves_with_
     for moved, writes in ((timedelta(seconds=50), []), (HOUR, [{"expectedStart": iso(start + HOUR)}])):
         job = JobInfo(job_id=JOB, states=("PENDING",), reason="Resources", start_time=start + moved)
         side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=job, found=job, taken_at=NOW.mono)
-        plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
+        plan = decide_in(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
         assert [a.status.dump() for a in plan.actions if isinstance(a, pl.WriteStatus)] == writes
     side = slurm_side("RUNNING")  # allocated: the estimate of a wait that is over is removed
-    plan = lc.decide(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
+    plan = decide_in(PlaceholderJob.parse(obj), side, {"p": pod("gated")}, NOW, scheduler="s")
     [write] = [a for a in plan.actions if isinstance(a, pl.WriteStatus)]
     assert write.status.dump()["expectedStart"] is None and write.status.phase == "Allocated"
 
@@ -485,7 +486,7 @@ def test_a_refused_submit_is_told_and_retried_later() -> None:
     obj = PlaceholderJob.parse(phj(None, job_id=None))
     side = slurm_side("vanished", job_id=None)
     refused = pl.Refused("Slurm refused the job: busy", association=False, present=("p",))
-    plan = lc.decide(obj, side, {"p": pod("gated")}, NOW, scheduler="s", outcome=refused)
+    plan = decide_in(obj, side, {"p": pod("gated")}, NOW, scheduler="s", outcome=refused)
     write, event, tell = plan.actions
     assert isinstance(write, pl.WriteStatus) and write.status.reason == names.REASON_SUBMIT_REJECTED
     assert isinstance(event, pl.Event) and event.warning and event.message == "Slurm refused the job: busy"
@@ -496,12 +497,12 @@ def test_a_refused_submit_is_told_and_retried_later() -> None:
 def test_a_second_association_refusal_fails_the_placeholderjob_and_asks_no_retry() -> None:
     first = phj(None, job_id=None)
     refused = pl.Refused("Slurm refused the job: Invalid account", association=True, present=())
-    plan = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+    plan = decide_in(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
                      scheduler="s", outcome=refused)  # fmt: skip
     write = plan.actions[0]
     assert isinstance(write, pl.WriteStatus) and plan.requeue == lc.SUBMIT_RETRY_SECONDS
     first["status"] = {**first.get("status", {}), **write.status.dump()}
-    again = lc.decide(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
+    again = decide_in(PlaceholderJob.parse(first), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW,
                       scheduler="s", outcome=refused)  # fmt: skip
     failed = again.actions[0]
     assert isinstance(failed, pl.WriteStatus) and failed.status.phase == names.PHASE_FAILED
@@ -512,7 +513,7 @@ def test_a_second_association_refusal_fails_the_placeholderjob_and_asks_no_retry
 @pytest.mark.parametrize("maybe_applied", [True, False])
 def test_an_unreachable_slurm_is_reported_to_the_poller(maybe_applied: bool) -> None:
     obj = PlaceholderJob.parse(phj(None, job_id=None))
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+    plan = decide_in(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
                      outcome=pl.Unavailable(maybe_applied))  # fmt: skip
     assert plan == pl.Plan((pl.SubmitFailed(maybe_applied),))
 
@@ -523,16 +524,16 @@ def test_a_placed_job_queued_is_announced_and_recorded_only_if_it_still_waits() 
     obj = PlaceholderJob.parse(phj(None, job_id=None))
     pending = JobInfo(job_id=JOB, states=("PENDING",), reason="Priority")
     placed = pl.Placed(JOB, pending, JobRequest())
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s", outcome=placed)
+    plan = decide_in(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s", outcome=placed)
     assert plan.actions == () and plan.requeue == pytest.approx(lc.QUEUED_QUIET_SECONDS)
     held = plan.held
     assert held is not None and held.queued and held.status.job_id == JOB
     side = lc.SlurmSide(poll_period=PERIOD, job_id=JOB, job=pending, found=pending, taken_at=NOW.mono)
     soon = lc.Clock(NOW.mono + 1.0, NOW.wall)
-    early = lc.decide(obj, side, {"p": pod("gated")}, soon, scheduler="s", held=held)
+    early = decide_in(obj, side, {"p": pod("gated")}, soon, scheduler="s", held=held)
     assert early.actions == () and early.held == held and early.requeue == pytest.approx(lc.QUEUED_QUIET_SECONDS - 1)
     late = lc.Clock(NOW.mono + lc.QUEUED_QUIET_SECONDS, NOW.wall)
-    waiting = lc.decide(obj, side, {"p": pod("gated")}, late, scheduler="s", held=held)
+    waiting = decide_in(obj, side, {"p": pod("gated")}, late, scheduler="s", held=held)
     assert [summary(a) for a in waiting.actions] == [("event", "Submitted"), ("told", ("p",), "Priority"),
                                                      ("status", "Pending", "Priority")]  # fmt: skip
     write = waiting.actions[-1]
@@ -545,17 +546,17 @@ def test_a_queued_job_that_starts_in_the_quiet_time_costs_what_one_allocated_at_
     SlurmAllocated Event of a pod that waited), then one status write once bound."""
     obj = PlaceholderJob.parse(phj(None, job_id=None))
     placed = pl.Placed(JOB, job("PENDING"), JobRequest())
-    held = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+    held = decide_in(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
                      outcome=placed).held  # fmt: skip
     assert held is not None and held.queued
     soon = lc.Clock(NOW.mono + 0.2, NOW.wall)
-    started = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, soon, scheduler="s", held=held)
+    started = decide_in(obj, slurm_side("RUNNING"), {"p": pod("gated")}, soon, scheduler="s", held=held)
     assert [summary(a) for a in started.actions] == [("release", (("p", NODE),)), ("podgroup", True)]
     release = started.actions[0]
     assert isinstance(release, pl.Release) and not release.announce
     assert started.held is not None and not started.held.queued, "now held as an allocation at once"
     assert started.requeue == pytest.approx(lc.UNWRITTEN_SECONDS)
-    bound = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("running")}, soon, scheduler="s", held=started.held)
+    bound = decide_in(obj, slurm_side("RUNNING"), {"p": pod("running")}, soon, scheduler="s", held=started.held)
     [write] = [a for a in bound.actions if isinstance(a, pl.WriteStatus)]
     assert write.status.job_id == JOB and write.status.phase == "Running"
     assert not any(isinstance(a, pl.Event | pl.ReportPending) for a in bound.actions), "nothing said about a wait"
@@ -566,14 +567,14 @@ def test_a_placed_job_allocated_at_once_holds_its_status_until_the_pod_is_bound(
     obj = PlaceholderJob.parse(phj(None, job_id=None))
     running = job("RUNNING")
     assert running is not None
-    plan = lc.decide(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
+    plan = decide_in(obj, slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s",
                      outcome=pl.Placed(JOB, running, JobRequest()))  # fmt: skip
     assert [summary(a) for a in plan.actions] == [("release", (("p", NODE),)), ("podgroup", True)]
     assert plan.held is not None and plan.held.status.job_id == JOB
     assert plan.requeue == pytest.approx(lc.UNWRITTEN_SECONDS)
     # The next decision writes it with the first status write, here the release refused for good.
     refusal = pl.ReleaseRefused(JOB, "p", "metadata.labels: Invalid value")
-    after = lc.decide(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s", held=plan.held,
+    after = decide_in(obj, slurm_side("RUNNING"), {"p": pod("gated")}, NOW, scheduler="s", held=plan.held,
                       outcome=refusal)  # fmt: skip
     write = after.actions[0]
     assert isinstance(write, pl.WriteStatus) and write.status.job_id == JOB and write.status.phase == "Failed"
@@ -583,13 +584,13 @@ def test_a_placed_job_allocated_at_once_holds_its_status_until_the_pod_is_bound(
 
 def test_a_held_status_is_kept_without_a_write_and_dropped_once_status_has_the_job() -> None:
     held = pl.Held(PlaceholderJobStatus(job_id=JOB, phase="Pending"), NOW.mono + 5)
-    missing = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), lc.SlurmSide(synced=False), {}, NOW,
+    missing = decide_in(PlaceholderJob.parse(phj(None, job_id=None)), lc.SlurmSide(synced=False), {}, NOW,
                         scheduler="s", held=held)  # fmt: skip
     assert missing.held == held, "nothing written: still held"
-    written = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("running")}, NOW,
+    written = decide_in(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("running")}, NOW,
                         scheduler="s", held=held)  # fmt: skip
     assert written.held is None, "status has the job (another leader wrote it): nothing held"
-    devices = lc.decide(PlaceholderJob.parse(phj(None, job_id=None)), slurm_side("RUNNING"), {"p": pod("gated")},
+    devices = decide_in(PlaceholderJob.parse(phj(None, job_id=None)), slurm_side("RUNNING"), {"p": pod("gated")},
                         NOW, scheduler="s", held=held, outcome=pl.DevicesMissing())  # fmt: skip
     assert [summary(a) for a in devices.actions] == [("status", "Allocated", "")], "written at once, no release"
     assert isinstance(devices.actions[0], pl.WriteStatus) and devices.actions[0].status.job_id == JOB
@@ -608,25 +609,25 @@ def test_the_times_a_decision_writes_are_its_clocks() -> None:
 
     placed = pl.Placed(JOB, job("PENDING"), JobRequest())
     unsubmitted = PlaceholderJob.parse(phj(None, job_id=None))
-    held = lc.decide(
+    held = decide_in(
         unsubmitted, slurm_side("vanished", None), {"p": pod("gated")}, then, scheduler="s", outcome=placed
     )
     later = lc.Clock(then.mono + lc.QUEUED_QUIET_SECONDS, datetime(2001, 2, 3, 4, 5, 9, tzinfo=UTC))
     [submitted] = written(
-        lc.decide(unsubmitted, slurm_side("PENDING"), {"p": pod("gated")}, later, scheduler="s", held=held.held)
+        decide_in(unsubmitted, slurm_side("PENDING"), {"p": pod("gated")}, later, scheduler="s", held=held.held)
     )
     assert submitted.submit_time == stamp
     [allocated] = written(
-        lc.decide(PlaceholderJob.parse(phj("Pending")), slurm_side("RUNNING"), {"p": pod("gated")}, then, scheduler="s")
+        decide_in(PlaceholderJob.parse(phj("Pending")), slurm_side("RUNNING"), {"p": pod("gated")}, then, scheduler="s")
     )
     assert allocated.start_time == stamp
     [ended] = written(
-        lc.decide(
+        decide_in(
             PlaceholderJob.parse(phj("Running")), slurm_side("TIMEOUT"), {"p": pod("running")}, then, scheduler="s"
         )
     )
     assert ended.end_time == stamp
-    refused = lc.decide(
+    refused = decide_in(
         unsubmitted,
         slurm_side("vanished", None),
         {"p": pod("gated")},
@@ -659,7 +660,7 @@ def handoff(over_time: timedelta | None = timedelta(0), **partitions: timedelta 
 
 def decided(slurm: lc.SlurmSide, members: dict[str, Obj | None], *, phase: str = "Running",
             handoff_in: lc.Handoff | None = None) -> pl.Plan:  # fmt: skip
-    return lc.decide(PlaceholderJob.parse(phj(phase)), slurm, members, NOW, scheduler="s", handoff=handoff_in)
+    return decide_in(PlaceholderJob.parse(phj(phase)), slurm, members, NOW, scheduler="s", handoff=handoff_in)
 
 
 @pytest.mark.parametrize(("member", "ended"), [("running", ("p",)), ("terminating", ())])
@@ -744,10 +745,10 @@ def test_the_bridges_own_cancels_are_marked_released_but_one_under_possibly_runn
     """A Cancel ``released`` is marked released first by the shell (its admin_comment), so the
     EpilogSlurmctld holds nothing; after a refused release of a gang, members released before it
     may run: the handoff holds."""
-    ended, _ = lc.decide(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("deleted")}, NOW,
+    ended, _ = decide_in(PlaceholderJob.parse(phj("Running")), slurm_side("RUNNING"), {"p": pod("deleted")}, NOW,
                          {"p": None}, scheduler="s", departed={"p": None}).actions, None  # fmt: skip
     assert [a.released for a in ended if isinstance(a, pl.Cancel)] == [True]
     refusal = pl.ReleaseRefused(JOB, "p", "refused")
-    refused = lc.decide(PlaceholderJob.parse(phj("Allocated")), slurm_side("RUNNING"), {"p": pod("gated")}, NOW,
+    refused = decide_in(PlaceholderJob.parse(phj("Allocated")), slurm_side("RUNNING"), {"p": pod("gated")}, NOW,
                         scheduler="s", outcome=refusal)  # fmt: skip
     assert [a.released for a in refused.actions if isinstance(a, pl.Cancel)] == [False]

@@ -16,24 +16,15 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads
+from tests.unit.kubefakes import FakeKube
 
 Obj = dict[str, Any]
 
 
-class RefusingKube:
-    def __init__(self) -> None:
-        self.creates = 0
-        self.events: list[tuple[str, str]] = []
-
-    async def get(self, path: str, params: Any = None) -> Obj | None:
-        return None
-
-    async def create(self, path: str, obj: Obj) -> Obj:
-        self.creates += 1
-        raise Invalid(422, "Invalid", 'PlaceholderJob.slinky.slurm.net "p" is invalid: spec.slurm.jobName: Too long')
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((reason, message))
+def refusing_kube() -> FakeKube:
+    """An API server that refuses the PlaceholderJob the bridge makes (its name too long)."""
+    refusal = Invalid(422, "Invalid", 'PlaceholderJob.slinky.slurm.net "p" is invalid: spec.slurm.jobName: Too long')
+    return FakeKube(refuse=refusal)
 
 
 async def _noop(_: Any) -> None:
@@ -41,7 +32,7 @@ async def _noop(_: Any) -> None:
 
 
 async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried() -> None:
-    config, kube = Config(managedNamespaces=["ns"]), RefusingKube()
+    config, kube = Config(managedNamespaces=["ns"]), refusing_kube()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     built = make_pod("p").uid("u1").rv(1).meta(annotations={}).scheduler(config.schedulerName).gated()
     pod = built.container("c", requests={"cpu": "1"}).phase("Pending").obj()
@@ -51,7 +42,7 @@ async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried()
     members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)  # type: ignore[arg-type]
     assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"
     assert kube.creates == 1
-    [(reason, message)] = kube.events
+    [(reason, message)] = kube.told("reason", "message")
     assert reason == names.REASON_PHJ_REFUSED and "spec.slurm.jobName: Too long" in message
     await members.reconcile(("ns", "p"))  # the pod changes again: the same refusal is not told twice
-    assert len(kube.events) == 1
+    assert len(kube.told("reason", "message")) == 1

@@ -20,7 +20,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound
+from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.nodesync import (
     KubeView,
@@ -39,6 +39,7 @@ from slurm_bridge.operator.nodes.nodesync import (
 from slurm_bridge.operator.nodes.workitems import NodeItem
 from slurm_bridge.slurm.models import NodeInfo
 from tests.unit.fakes import FakeNodes
+from tests.unit.kubefakes import FakeKube, merge_patch
 
 N = "kwok-node-2"
 SCHED = "slurm-bridge"
@@ -373,7 +374,7 @@ def test_node_patch_keeps_other_taints_and_guards_with_resource_version() -> Non
             "taints": [other, managed, {"key": names.TAINT_SLURM_STATE, "value": "drain", "effect": "NoSchedule"}],
         },
     }
-    assert node_patch(_merge(node, patch), want, SCHED) is None
+    assert node_patch(merge_patch(node, patch), want, SCHED) is None
 
 
 def test_node_patch_removes_foreign_and_duplicate_bridge_taints() -> None:
@@ -389,56 +390,12 @@ def test_node_patch_removes_foreign_and_duplicate_bridge_taints() -> None:
     assert patch["metadata"] == {"resourceVersion": "7"}
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
-
-
 # ---- the controller, with fake APIs --------------------------------------------------------------
 
 
-class FakeKube:
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
-        self.nodes = {n["metadata"]["name"]: n for n in nodes}
-        self.events: list[tuple[str, str]] = []
-        self.conflicts = 0
-
-    async def patch(self, path: str, patch: Any, patch_type: str = "merge") -> dict[str, Any]:
-        name = path.rsplit("/", 1)[1]
-        if name not in self.nodes:
-            raise NotFound(404, "NotFound", name)
-        cur = self.nodes[name]
-        if self.conflicts:
-            self.conflicts -= 1
-            cur["metadata"]["resourceVersion"] = str(int(cur["metadata"]["resourceVersion"]) + 1)
-        if patch["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        new = _merge(cur, patch)
-        new["metadata"]["resourceVersion"] = str(int(cur["metadata"]["resourceVersion"]) + 1)
-        self.nodes[name] = new
-        return copy.deepcopy(new)
-
-    async def get(self, path: str) -> dict[str, Any] | None:
-        n = self.nodes.get(path.rsplit("/", 1)[1])
-        return copy.deepcopy(n) if n else None
-
-    async def event(self, obj: dict[str, Any], reason: str, message: str, **_: Any) -> None:
-        self.events.append((obj["metadata"]["name"], reason))
-
-    def edit(self, name: str, change: Any) -> dict[str, Any]:
-        """An administrator's write: a new resourceVersion, as the watch then delivers it."""
-        node = self.nodes[name]
-        change(node)
-        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
-        return copy.deepcopy(node)
+def fake_kube(nodes: list[dict[str, Any]]) -> FakeKube:
+    """The API server holding ``nodes``; the controller writes a node only at the version it read."""
+    return FakeKube({f"/api/v1/nodes/{n['metadata']['name']}": n for n in nodes}, require_rv=True)
 
 
 def controller(kube: FakeKube, slurm: FakeNodes, period: float = 1.0) -> NodeController:
@@ -455,19 +412,19 @@ def named(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
-    kube = FakeKube([named("plain-1", unschedulable=True), named("plain-2")])
+    kube = fake_kube([named("plain-1", unschedulable=True), named("plain-2")])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
     for name in ("plain-1", "plain-2"):
         assert await ctrl._reconcile(NodeItem(name)) is None
     assert (slurm.lists, slurm.updates) == (1, [])
-    assert kube.events == []
+    assert kube.told("name", "reason") == []
     assert kube.nodes["plain-1"]["metadata"]["resourceVersion"] == "7", "a plain node is not written"
 
 
 async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
-    kube = FakeKube([named(N, unschedulable=True)])
+    kube = fake_kube([named(N, unschedulable=True)])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
@@ -481,7 +438,7 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
     await ctrl._reconcile(NodeItem(N))
     assert slurm.updates == [(N, "DRAIN", OURS)]
     assert kube.nodes[N]["metadata"]["annotations"][names.ANN_SLURM_DRAINED_BY] == "slurm-bridge"
-    assert (N, "SlurmNodeDrained") in kube.events
+    assert (N, "SlurmNodeDrained") in kube.told("name", "reason")
     # The next list shows the drain. Uncordon lifts it, once a list newer than the uncordon came.
     slurm.gate = None
     await ctrl.poll_once()
@@ -496,7 +453,7 @@ async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:
 
 
 async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
-    kube = FakeKube([named(N)])
+    kube = fake_kube([named(N)])
     slurm = FakeNodes([info("DRAIN", reason="maintenance")])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
@@ -509,11 +466,11 @@ async def test_slurm_outage_cordons_and_conflict_is_decided_again() -> None:
     assert node["metadata"]["annotations"][names.ANN_SLURM_REASON] == "maintenance"
     assert {"key": names.TAINT_SLURM_STATE, "value": "drain", "effect": "NoSchedule"} in node["spec"]["taints"]
     assert slurm.updates == []
-    assert [r for _, r in kube.events] == ["ManagedTaintAdded", "SlurmNodeOutOfService", "CordonedForSlurm"]
+    assert kube.reasons == ["ManagedTaintAdded", "SlurmNodeOutOfService", "CordonedForSlurm"]
 
 
 async def test_one_node_list_per_poll_period_whatever_the_node_count() -> None:
-    kube = FakeKube([named(f"n{i}") for i in range(50)])
+    kube = fake_kube([named(f"n{i}") for i in range(50)])
     slurm = FakeNodes([NodeInfo(name=f"n{i}", states=("IDLE",)) for i in range(50)])
     ctrl = controller(kube, slurm, period=0.1)
     ctrl.start()
@@ -529,7 +486,7 @@ async def test_one_node_list_per_poll_period_whatever_the_node_count() -> None:
 async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_next_poll() -> None:
     """Idle, each poll asks for the nodes changed since the last list (slurmrestd answers 304): no
     node list to decode and no node queued. A change in Slurm is in the next poll's answer."""
-    kube = FakeKube([named(N)])
+    kube = fake_kube([named(N)])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
@@ -552,7 +509,7 @@ async def test_an_unchanged_node_table_is_not_sent_again_and_a_change_is_seen_ne
 async def test_the_whole_node_list_is_read_again_every_full_list_period(monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_bridge.operator.nodes import slurmnodes as nodes_module
 
-    kube = FakeKube([named(N)])
+    kube = fake_kube([named(N)])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
@@ -566,7 +523,7 @@ async def test_a_write_answered_unchanged_by_a_list_in_flight_is_kept_until_a_li
     """A list that Slurm answered "unchanged" before the bridge's drain arrives after it: the
     drain stays what the controller decides on (not the list's older state), and the next list
     (the table changed) shows it."""
-    kube = FakeKube([named(N, unschedulable=True)])
+    kube = fake_kube([named(N, unschedulable=True)])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()
@@ -592,7 +549,7 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
     """A status heartbeat (kubelet or kwok: conditions only, which the store does not keep) is a
     new resourceVersion and nothing else: nothing to decide, so nothing is queued; any change the
     bridge reads is."""
-    kube = FakeKube([named(N)])
+    kube = fake_kube([named(N)])
     ctrl = controller(kube, FakeNodes([info()]))
     ctrl.queue._queued.clear()
     beat = kube.edit(N, lambda n: n.setdefault("status", {}).update(conditions=[{"type": "Ready", "status": "True"}]))
@@ -612,7 +569,7 @@ def test_a_node_heartbeat_queues_no_reconcile() -> None:
 async def test_two_nodes_mapped_to_one_slurm_node_only_one_is_synced() -> None:
     alias = named("alias", unschedulable=True)
     alias["metadata"]["labels"][names.LABEL_SLURM_NODENAME] = N
-    kube = FakeKube([named(N), alias])
+    kube = fake_kube([named(N), alias])
     slurm = FakeNodes([info()])
     ctrl = controller(kube, slurm)
     await ctrl.poll_once()

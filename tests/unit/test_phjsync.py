@@ -26,40 +26,14 @@ from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavail
 from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
+from tests.unit.kubefakes import FakeKube
 
 Obj = dict[str, Any]
 
 
-class FakeKube:
-    def __init__(self, objects: dict[str, Obj]) -> None:
-        self.objects = objects
-        self.calls: list[tuple[str, str]] = []
-        self.bodies: list[Any] = []
-        self.events: list[str] = []
-        self.said: list[tuple[str, str, str]] = []  # (kind, reason, message) of each Event
-
-    async def get(self, path: str) -> Obj | None:
-        self.calls.append(("get", path))
-        return copy.deepcopy(self.objects.get(path))
-
-    async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
-        self.calls.append(("patch", path))
-        self.bodies.append(body)
-        base = path.removesuffix("/status")
-        obj = copy.deepcopy(self.objects.get(base) or {"metadata": {"name": "x", "namespace": "ns", "uid": "u"}})
-        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion", "1")) + 1)
-        if path.endswith("/status") and isinstance(body, dict) and "status" in body and obj.get("kind") != "Pod":
-            obj["status"] = {**(obj.get("status") or {}), **body["status"]}
-        self.objects[base] = obj
-        return copy.deepcopy(obj)
-
-    async def delete(self, path: str, *, uid: str | None = None) -> Obj | None:
-        self.calls.append(("delete", path))
-        return None
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append(reason)
-        self.said.append((obj.get("kind", "PlaceholderJob"), reason, message))
+def shell_kube(objects: dict[str, Obj]) -> FakeKube:
+    """The API server the shell writes to; a patch of an object the test did not store patches a stub."""
+    return FakeKube(objects, stub_absent=True)
 
 
 PHJ_PATH = "/apis/slinky.slurm.net/v1alpha1/namespaces/ns/placeholderjobs/p"
@@ -109,14 +83,14 @@ def bind(jobs: PlaceholderJobs, node: str) -> None:
 
 async def test_an_immediate_allocation_releases_the_pod_first_and_writes_status_once_when_bound() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     wait = await jobs.reconcile(("ns", "p"))
     assert wait is not None and 0 < wait <= lc.UNWRITTEN_SECONDS, "looked at again by then, bound or not"
     assert slurm.calls == ["allocate", "get 7"]
     assert status_writes(kube) == [], "nothing written before the pod is bound"
     assert kube.calls == [("patch", POD_PATH)], "the pod is released at once"
-    assert kube.events == [], "routine steps post no Event (the scheduler's Scheduled says it)"
+    assert kube.reasons == [], "routine steps post no Event (the scheduler's Scheduled says it)"
     assert jobs.poller.side("phj-uid").submitting, "remembered until a poll shows it"
 
     assert jobs.poller.snapshot is not None
@@ -144,7 +118,7 @@ async def test_a_pod_held_for_a_missing_device_gets_its_allocation_written_at_on
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
 
     async def missing(*_: Any) -> Prepared:
@@ -164,7 +138,7 @@ async def test_a_pod_held_for_a_missing_device_gets_its_allocation_written_at_on
 async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lc, "UNWRITTEN_SECONDS", 0.0)
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     assert await jobs.reconcile(("ns", "p")) is None
     [written] = status_writes(kube)
@@ -179,14 +153,14 @@ async def test_a_slow_bind_gets_the_allocation_written_when_the_wait_ends(monkey
 
 async def test_a_restart_before_the_status_is_written_adopts_the_job_and_submits_nothing() -> None:
     running = JobInfo(job_id=7, name="ns/p", states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(running, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(running, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     pod = jobs.pods.get(("ns", "p"))
     assert pod is not None and status_writes(kube) == []
     bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
     # A new process: nothing in memory, the job found by the PlaceholderJob's uid in Slurm's list.
-    kube2, slurm2 = FakeKube({}), FakeSlurm(running, next_id=6)
+    kube2, slurm2 = shell_kube({}), FakeSlurm(running, next_id=6)
     jobs2 = shell(kube2, slurm2, placeholderjob(), bound, [running])
     assert await jobs2.reconcile(("ns", "p")) is None
     # Which spec the job was made with is not recorded yet: what it asks Slurm for is read (and
@@ -205,36 +179,36 @@ def announce_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("announce_at_once")
 async def test_a_queued_job_says_so_and_its_pods_hear_when_slurm_allocates() -> None:
     pending = JobInfo(job_id=7, states=("PENDING",), reason="Resources")
-    kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(pending, next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     # Waiting in Slurm's queue is worth an Event, and the pod hears why (SlurmJobPending).
-    assert kube.events == ["Submitted", names.EVENT_SLURM_JOB_PENDING, names.EVENT_SLURM_JOB_PENDING]
+    assert kube.reasons == ["Submitted", names.EVENT_SLURM_JOB_PENDING, names.EVENT_SLURM_JOB_PENDING]
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     slurm.set(running)
     assert jobs.poller.snapshot is not None
     jobs.poller.snapshot.put(running, jobs.poller.snapshot.refs[7])
     await jobs.reconcile(("ns", "p"))
-    assert ("patch", POD_PATH) in kube.calls and kube.events[3:] == ["SlurmAllocated"]
+    assert ("patch", POD_PATH) in kube.calls and kube.reasons[3:] == ["SlurmAllocated"]
     assert jobs._told == {}, "forgotten once the wait is over"
 
 
 async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_up() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     phj = placeholderjob(jobId=7, phase="Running", assignments=[{"pod": "p", "node": "n1"}])
-    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(next_id=6)
     live = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
     jobs = shell(kube, slurm, phj, None, [running])
     kube.objects[POD_PATH] = live  # the watch has not delivered it; a GET finds it
     await jobs.reconcile(("ns", "p"))
-    assert ("get", POD_PATH) in kube.calls and slurm.calls == [] and "PodsDeleted" not in kube.events
+    assert ("get", POD_PATH) in kube.calls and slurm.calls == [] and "PodsDeleted" not in kube.reasons
     del kube.objects[POD_PATH]
     jobs.pods.delete(live)
     jobs.departures.note(dict(live, status={"phase": "Failed"}))  # the kubelet ended it, then it went
     await jobs.reconcile(("ns", "p"))
     # Marked released first (the job's admin_comment, the PlaceholderJob's ref where it is not
     # the bridge's yet), so the handoff holds nothing.
-    assert slurm.calls == ["released 7", "cancel 7"] and kube.events[-1] == "PodsDeleted"
+    assert slurm.calls == ["released 7", "cancel 7"] and kube.reasons[-1] == "PodsDeleted"
     assert kube.objects[PHJ_PATH]["status"]["phase"] == "Cancelled"
 
 
@@ -243,13 +217,13 @@ async def test_a_deleted_placeholderjob_ends_its_running_pod_and_keeps_the_job()
     phj = placeholderjob(jobId=7, phase="Running")
     phj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     pod = dict(gated_pod(), spec={"schedulerName": "slurm-bridge", "nodeName": "n1"}, status={"phase": "Running"})
-    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(next_id=6)
     jobs = shell(kube, slurm, phj, pod, [running])
     assert await jobs.reconcile(("ns", "p")) == 5.0
     assert ("delete", POD_PATH) in kube.calls and slurm.calls == []
-    assert kube.events == ["PlaceholderJobDeleted", "WaitingForPods"]
+    assert kube.reasons == ["PlaceholderJobDeleted", "WaitingForPods"]
     await jobs.reconcile(("ns", "p"))
-    assert kube.events.count("WaitingForPods") == 1, "said once"
+    assert kube.reasons.count("WaitingForPods") == 1, "said once"
 
 
 class RefusingKube(FakeKube):
@@ -267,7 +241,7 @@ class RefusingKube(FakeKube):
             raise Invalid(422, "Invalid", 'Pod "p" is invalid: metadata.labels: Invalid value: must be no more than 63')
         return await super().patch(path, body, patch_type)
 
-    async def get(self, path: str) -> Obj | None:
+    async def get(self, path: str, params: dict[str, str] | None = None) -> Obj | None:
         obj = copy.deepcopy(self.objects.get(path))  # not recorded: status_writes pairs calls with bodies
         if obj is not None and path == POD_PATH and self.new_uid:
             obj["metadata"]["uid"] = self.new_uid
@@ -285,7 +259,7 @@ async def test_a_release_the_api_server_refuses_fails_the_placeholderjob_and_can
     assert written["phase"] == names.PHASE_FAILED and written["reason"] == names.REASON_RELEASE_REJECTED
     assert written["jobId"] == 7, "the job id, still unwritten until then, is recorded with the failure"
     assert "metadata.labels" in written["message"], "the API server's own message"
-    assert kube.events.count(names.REASON_RELEASE_REJECTED) == 2, "a Warning Event on the pod and the PlaceholderJob"
+    assert kube.reasons.count(names.REASON_RELEASE_REJECTED) == 2, "a Warning Event on the pod and the PlaceholderJob"
 
     # The next look ends the still-gated pod with the recorded reason and submits nothing.
     jobs.phjs.upsert(kube.objects[PHJ_PATH])
@@ -300,7 +274,7 @@ async def test_a_422_for_a_new_pod_of_the_same_name_is_not_a_refusal() -> None:
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert kube.calls.count(("patch", POD_PATH)) == 1
-    assert "cancel 7" not in slurm.calls and names.REASON_RELEASE_REJECTED not in kube.events
+    assert "cancel 7" not in slurm.calls and names.REASON_RELEASE_REJECTED not in kube.reasons
 
 
 # ---- "why is my pod pending?": SlurmJobPending on the pod --------------------------------------------
@@ -320,7 +294,7 @@ def put(jobs: PlaceholderJobs, job: JobInfo) -> None:
 @pytest.mark.usefixtures("announce_at_once")
 async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() -> None:
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
-    kube, slurm = FakeKube({}), FakeSlurm(pending_job("Resources", start), next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(pending_job("Resources", start), next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     iso = start.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -337,7 +311,7 @@ async def test_a_waiting_pod_hears_slurms_reason_and_expected_start_on_submit() 
 async def test_a_new_reason_is_told_at_once_a_reason_told_before_and_a_moved_start_not_within_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kube, slurm = FakeKube({}), FakeSlurm(pending_job(""), next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(pending_job(""), next_id=6)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert pending_events(kube) == [], "Slurm has not said why yet: the PlaceholderJob's Submitted says it waits"
@@ -369,7 +343,7 @@ async def test_a_restarted_operator_does_not_tell_the_same_wait_again() -> None:
     phj = placeholderjob(
         jobId=7, phase="Pending", slurmState="PENDING", reason="Resources", expectedStart=iso, observedGeneration=1
     )
-    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(next_id=6)
     jobs = shell(kube, slurm, phj, gated_pod(), [pending_job("Resources", start + timedelta(seconds=30))])
     assert await jobs.reconcile(("ns", "p")) is None
     assert pending_events(kube) == [] and status_writes(kube) == [], "status says what was told; 30 s is no news"
@@ -388,7 +362,7 @@ def changed_spec(**slurm: Any) -> Obj:
 
 async def test_a_changed_spec_is_sent_once_and_said_on_the_phj_its_pod_and_its_workload() -> None:
     pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), time_limit_minutes=5)
-    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    kube, slurm = shell_kube({}), FakeSlurm(pending)
     jobs = shell(kube, slurm, changed_spec(timeLimitMinutes=7), gated_pod(), [pending])
     await jobs.reconcile(("ns", "p"))
     assert slurm.calls == ["settings 7", "partitions", "update 7"]
@@ -412,7 +386,7 @@ async def test_a_changed_spec_is_sent_once_and_said_on_the_phj_its_pod_and_its_w
 
 async def test_slurms_refusal_of_a_changed_spec_is_said_with_its_words() -> None:
     pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), partition="main")
-    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    kube, slurm = shell_kube({}), FakeSlurm(pending)
     slurm.update_refusal = SlurmError("POST job/7: Slurm refused the job update", status=422,
                                       errors=[SlurmErrorDetail("Invalid partition name specified", 2000)])  # fmt: skip
     jobs = shell(kube, slurm, changed_spec(partition="nope"), gated_pod(), [pending])
@@ -425,7 +399,7 @@ async def test_slurms_refusal_of_a_changed_spec_is_said_with_its_words() -> None
 
 async def test_an_update_slurm_could_not_be_asked_is_retried_with_backoff() -> None:
     pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",))
-    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    kube, slurm = shell_kube({}), FakeSlurm(pending)
     slurm.update_refusal = SlurmUnavailable("slurmrestd down")
     jobs = shell(kube, slurm, changed_spec(timeLimitMinutes=7), gated_pod(), [pending])
     with pytest.raises(SlurmUnavailable):
@@ -437,7 +411,7 @@ async def test_the_partitions_limits_are_read_again_for_a_partition_made_since()
     """The limits are kept 30 s; a spec naming a partition they do not list reads them again, so
     its MaxTime is checked (a partition made a moment ago, scontrol create partition)."""
     pending = JobInfo(job_id=7, name="ns/p", states=("PENDING",), partition="main", time_limit_minutes=5)
-    kube, slurm = FakeKube({}), FakeSlurm(pending)
+    kube, slurm = shell_kube({}), FakeSlurm(pending)
     slurm.partitions = [PartitionLimits(name="main")]
     jobs = shell(kube, slurm, changed_spec(partition="main", timeLimitMinutes=7), gated_pod(), [pending])
     await jobs.reconcile(("ns", "p"))
@@ -466,7 +440,7 @@ async def test_a_tenants_job_allocated_in_the_wrong_group_is_cancelled_unused_an
         group_name="team-a",
         group_id=2001,
     )
-    kube, slurm = FakeKube({}), FakeSlurm(alice, JobInfo(job_id=8, states=("PENDING",)), next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(alice, JobInfo(job_id=8, states=("PENDING",)), next_id=6)
     jobs = shell(kube, slurm, phj.obj(), gated_pod(), [])
     await jobs.reconcile(("ns", "p"))
     assert slurm.calls == [
@@ -480,11 +454,11 @@ async def test_a_queued_job_slurm_starts_at_once_costs_no_event_and_one_status_w
     """Issue 31: a queued job that starts within lifecycle.QUEUED_QUIET_SECONDS is not announced as
     waiting; its pod is released first and the status written once, when the pod is bound."""
     pending = JobInfo(job_id=7, states=("PENDING",), reason="Priority")
-    kube, slurm = FakeKube({}), FakeSlurm(pending, next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(pending, next_id=6)
     slurm.allocate_refusal = SlurmError("busy", errors=[SlurmErrorDetail("Requested nodes are busy", 2016)])
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     wait = await jobs.reconcile(("ns", "p"))
-    assert wait == pytest.approx(lc.QUEUED_QUIET_SECONDS, abs=0.5) and kube.events == [] and kube.calls == []
+    assert wait == pytest.approx(lc.QUEUED_QUIET_SECONDS, abs=0.5) and kube.reasons == [] and kube.calls == []
     assert slurm.calls == ["allocate", "submit"], "a queued job is not read back: nothing is said yet"
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
     slurm.set(running)
@@ -493,8 +467,8 @@ async def test_a_queued_job_slurm_starts_at_once_costs_no_event_and_one_status_w
     await jobs.poller.read_now({7: ref})
     assert slurm.calls[-1] == "get 7"
     await jobs.reconcile(("ns", "p"))
-    assert kube.calls == [("patch", POD_PATH)] and kube.events == [], "released at once, nothing said"
+    assert kube.calls == [("patch", POD_PATH)] and kube.reasons == [], "released at once, nothing said"
     bind(jobs, "n1")
     assert await jobs.reconcile(("ns", "p")) is None
     [written] = status_writes(kube)
-    assert written["jobId"] == 7 and written["phase"] == "Running" and kube.events == []
+    assert written["jobId"] == 7 and written["phase"] == "Running" and kube.reasons == []

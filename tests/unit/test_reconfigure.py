@@ -13,7 +13,6 @@ import pytest
 
 from slurm_bridge import jobchanges, names, tenancy
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict
 from slurm_bridge.operator.placeholderjobs.grouping.groups import options_value, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.members import Membership, own_options_changed, phj_index
@@ -28,6 +27,7 @@ from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
+from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit
 
@@ -35,48 +35,6 @@ Obj = dict[str, Any]
 PHJ_PATH = "/apis/slinky.slurm.net/v1alpha1/namespaces/ns/placeholderjobs/p"
 JOB_PATH = "/apis/batch/v1/namespaces/ns/jobs/train"
 P = names.SLURMJOB_PREFIX
-
-
-def json_patch(obj: Obj, ops: list[Obj]) -> Obj | None:
-    """``obj`` with the ops (test, add, replace on objects) applied; None when a test fails."""
-    out = copy.deepcopy(obj)
-    for op in ops:
-        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        target: Any = out
-        for t in parents:
-            target = target[t]
-        if op["op"] == "test":
-            if target.get(last) != op["value"]:
-                return None
-        else:
-            target[last] = op["value"]
-    return out
-
-
-class FakeKube:
-    """Objects by path; JSON patches applied as the API server does (a failed test is a 409)."""
-
-    def __init__(self, objects: dict[str, Obj]) -> None:
-        self.objects = objects
-        self.patches: list[list[Obj]] = []
-        self.said: list[tuple[str, str, str]] = []  # (kind, reason, message)
-
-    async def get(self, path: str) -> Obj | None:
-        return copy.deepcopy(self.objects.get(path))
-
-    async def patch(self, path: str, ops: list[Obj], patch_type: str = "merge") -> Obj:
-        self.patches.append(ops)
-        new = json_patch(self.objects[path], ops)
-        if new is None:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        new["metadata"]["resourceVersion"] = str(int(new["metadata"]["resourceVersion"]) + 1)
-        if new.get("spec") != self.objects[path].get("spec"):
-            new["metadata"]["generation"] += 1
-        self.objects[path] = new
-        return copy.deepcopy(new)
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.said.append((obj.get("kind", ""), reason, message))
 
 
 class Queue:

@@ -5,7 +5,6 @@ condition changes; Events on the way to False and back."""
 
 from __future__ import annotations
 
-import copy
 import time
 from fractions import Fraction
 from typing import Any, cast
@@ -20,6 +19,7 @@ from slurm_bridge.operator.runtime.store import project_node
 from slurm_bridge.podresources import pod_requests
 from slurm_bridge.slurm.models import NodeInfo
 from tests.builders import make_pod
+from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -33,7 +33,8 @@ def slurm(cpus: int = 4, mem: int = 8192, effective: int | None = None, spec_mem
 
 
 def other(cpu: str, memory: str, name: str = "ds") -> Obj:
-    return make_pod(name, "kube-system").container("c", image="x", requests={"cpu": cpu, "memory": memory}).obj()
+    pod = make_pod(name, "kube-system").node("hyb-1")
+    return pod.container("c", image="x", requests={"cpu": cpu, "memory": memory}).obj()
 
 
 def test_a_node_sized_alike_on_both_sides_fits() -> None:
@@ -103,70 +104,74 @@ def test_the_node_projection_keeps_only_the_bridges_condition() -> None:
     assert project_node(node) == projected, "a kubelet heartbeat is no change"
 
 
-class FakeKube:
-    """Pod lists by field selector and strategic-merge status patches of the node's conditions."""
+PODS = "/api/v1/pods"
+NODE_STATUS = "/api/v1/nodes/hyb-1/status"
 
-    def __init__(self, pods: list[Obj]) -> None:
-        self.pods = pods
-        self.lists: list[str] = []
-        self.patches: list[Obj] = []
-        self.events: list[tuple[str, str, bool]] = []
-        self.node: Obj = {"metadata": {"name": "hyb-1", "resourceVersion": "1"}, "status": {"allocatable": ALLOC}}
 
-    async def get(self, path: str, params: dict[str, str] | None = None) -> Obj:
-        assert path == "/api/v1/pods" and params is not None and params["resourceVersion"] == "0"
-        self.lists.append(params["fieldSelector"])
-        return {"items": copy.deepcopy(self.pods)}
+def fit_kube(pods: list[Obj]) -> FakeKube:
+    """The API server with node hyb-1 and ``pods`` on it."""
+    node: Obj = {"metadata": {"name": "hyb-1", "resourceVersion": "1"}, "status": {"allocatable": ALLOC}}
+    return FakeKube({"/api/v1/nodes/hyb-1": node}, collections={PODS: pods})
 
-    async def patch(self, path: str, patch: Obj, patch_type: str = "merge") -> Obj:
-        assert (path, patch_type) == ("/api/v1/nodes/hyb-1/status", "strategic")
-        (cond,) = patch["status"]["conditions"]
-        self.patches.append(cond)
-        self.node["status"]["conditions"] = [cond]
-        self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
-        return copy.deepcopy(self.node)
 
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((obj["metadata"]["name"], reason, warning))
+def selectors(kube: FakeKube) -> list[str]:
+    """The field selector of each pod list; every read is a list of pods from the cache."""
+    assert set(kube.reads) <= {PODS} and all(p["resourceVersion"] == "0" for p in kube.lists)
+    return [p["fieldSelector"] for p in kube.lists]
+
+
+def conditions(kube: FakeKube) -> list[Obj]:
+    """The one condition each write sets, by a strategic patch of the node's status."""
+    assert set(zip(kube.patches, kube.patch_types, strict=True)) <= {(NODE_STATUS, "strategic")}
+    out = []
+    for body in kube.bodies:
+        (cond,) = body["status"]["conditions"]
+        out.append(cond)
+    return out
 
 
 async def test_one_list_per_period_and_a_write_only_on_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    kube = FakeKube([])
+    kube = fit_kube([])
     fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    written = await fit.reconcile("hyb-1", kube.node, slurm())
+    written = await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm())
     assert written is not None and current(written) is not None
-    assert kube.lists == ["spec.nodeName=hyb-1,spec.schedulerName!=slurm-bridge,status.phase!=Succeeded,"
+    assert selectors(kube) == ["spec.nodeName=hyb-1,spec.schedulerName!=slurm-bridge,status.phase!=Succeeded,"
                           "status.phase!=Failed"]  # fmt: skip
-    assert kube.events == [], "a first True is routine"
-    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 1, "within the period"
+    assert kube.told("name", "reason", "warning") == [], "a first True is routine"
+    assert await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm()) is None and len(selectors(kube)) == 1, (
+        "within the period"
+    )
     clock[0] += resourcesfit.FIT_SECONDS
-    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 2, "same condition"
-    assert len(kube.patches) == 1
+    assert await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm()) is None and len(selectors(kube)) == 2, (
+        "same condition"
+    )
+    assert len(conditions(kube)) == 1
     # a DaemonSet pod arrives: only the period (or a size change) looks again
-    kube.pods = [other("1", "1Gi")]
-    assert await fit.reconcile("hyb-1", kube.node, slurm()) is None and len(kube.lists) == 2
-    written = await fit.reconcile("hyb-1", kube.node, slurm(mem=8000))  # a size change: at once
-    assert written is not None and kube.patches[-1]["status"] == "False"
-    assert kube.events == [("hyb-1", names.REASON_SLURM_SIZE_EXCEEDS, True)]
-    first_false = kube.patches[-1]["lastTransitionTime"]
-    kube.pods = []
-    written = await fit.reconcile("hyb-1", kube.node, slurm(mem=8191))
-    assert written is not None and kube.patches[-1]["status"] == "True"
-    assert kube.events[-1] == ("hyb-1", names.REASON_SLURM_SIZE_FITS, False)
-    assert kube.patches[-1]["lastTransitionTime"] >= first_false
+    kube.collections[PODS] = [other("1", "1Gi")]
+    assert await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm()) is None and len(selectors(kube)) == 2
+    written = await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm(mem=8000))  # a size change: at once
+    assert written is not None and conditions(kube)[-1]["status"] == "False"
+    assert kube.told("name", "reason", "warning") == [("hyb-1", names.REASON_SLURM_SIZE_EXCEEDS, True)]
+    first_false = conditions(kube)[-1]["lastTransitionTime"]
+    kube.collections[PODS] = []
+    written = await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm(mem=8191))
+    assert written is not None and conditions(kube)[-1]["status"] == "True"
+    assert kube.told("name", "reason", "warning")[-1] == ("hyb-1", names.REASON_SLURM_SIZE_FITS, False)
+    assert conditions(kube)[-1]["lastTransitionTime"] >= first_false
 
 
 async def test_a_changed_message_keeps_the_transition_time() -> None:
-    kube = FakeKube([other("1", "1Gi")])
+    kube = fit_kube([other("1", "1Gi")])
     fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")
-    await fit.reconcile("hyb-1", kube.node, slurm())
-    kube.node["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
-    kube.pods.append(other("1", "1Gi", "another"))
+    await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm())
+    kube.nodes["hyb-1"]["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    kube.collections[PODS].append(other("1", "1Gi", "another"))
     fit.forget("hyb-1")
-    await fit.reconcile("hyb-1", kube.node, slurm())
+    await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm())
     assert (
-        kube.patches[-1]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and "2 pod(s)" in kube.patches[-1]["message"]
+        conditions(kube)[-1]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+        and "2 pod(s)" in conditions(kube)[-1]["message"]
     )
-    assert len(kube.events) == 1, "no second Event while it stays False"
+    assert len(kube.told("name", "reason", "warning")) == 1, "no second Event while it stays False"

@@ -13,6 +13,7 @@ from slurm_bridge.clusterapis import MISSING_TTL, Discovery
 from slurm_bridge.kube import KubeError
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import condition_change
 from slurm_bridge.schedulingapi import KubeVersion, PodGroupView, kube_version, read_podgroup
+from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -206,18 +207,9 @@ def test_condition_change(
 # --- discovery, cached ---------------------------------------------------------------------------
 
 
-class Docs:
-    def __init__(self, docs: dict[str, Obj], fail: dict[str, int] | None = None) -> None:
-        self.docs = docs
-        self.fail = fail or {}
-        self.calls: list[str] = []
-
-    async def get(self, path: str) -> Obj | None:
-        self.calls.append(path)
-        await asyncio.sleep(0)
-        if path in self.fail:
-            raise KubeError(self.fail[path], "Error", path)
-        return self.docs.get(path)
+def discovery(docs: dict[str, Obj], fail: dict[str, int] | None = None) -> FakeKube:
+    """Discovery documents by path; chosen paths fail with an HTTP status."""
+    return FakeKube(docs=docs, fail=fail)
 
 
 BOTH: dict[str, Obj] = {
@@ -230,25 +222,25 @@ BOTH: dict[str, Obj] = {
 
 
 async def test_discovery_answers_and_caches() -> None:
-    docs = Docs(BOTH)
+    docs = discovery(BOTH)
     now = [0.0]
     apis = Discovery(docs.get, ttl=60, clock=lambda: now[0])
     answers = await asyncio.gather(*(apis.workload_version() for _ in range(5)))
     assert answers == ["v1beta1"] * 5
-    assert docs.calls.count("/apis/scheduling.k8s.io") == 1, "concurrent askers share one read"
-    assert "/apis/scheduling.k8s.io/v1" not in docs.calls, "v1 holds only PriorityClasses"
+    assert docs.reads.count("/apis/scheduling.k8s.io") == 1, "concurrent askers share one read"
+    assert "/apis/scheduling.k8s.io/v1" not in docs.reads, "v1 holds only PriorityClasses"
     assert await apis.serves_resource_claims() is True
     assert (await apis.kube_version()).minor == 37
     assert await apis.workload_api_missing("x") is None
     now[0] = 59
     await apis.workload_version()
-    assert docs.calls.count("/apis/scheduling.k8s.io") == 1
+    assert docs.reads.count("/apis/scheduling.k8s.io") == 1
     now[0] = 61
     await apis.workload_version()
-    assert docs.calls.count("/apis/scheduling.k8s.io") == 2
+    assert docs.reads.count("/apis/scheduling.k8s.io") == 2
     apis.forget()
     await apis.workload_version()
-    assert docs.calls.count("/apis/scheduling.k8s.io") == 3
+    assert docs.reads.count("/apis/scheduling.k8s.io") == 3
 
 
 async def test_a_missing_api_is_looked_for_again_sooner() -> None:
@@ -256,7 +248,7 @@ async def test_a_missing_api_is_looked_for_again_sooner() -> None:
         "/version": BOTH["/version"],
         "/apis/scheduling.k8s.io": {"versions": [{"version": "v1"}]},
     }
-    docs = Docs(missing)
+    docs = discovery(missing)
     now = [0.0]
     apis = Discovery(docs.get, ttl=60, clock=lambda: now[0])
     message = await apis.workload_api_missing("a pod names a PodGroup")
@@ -269,7 +261,7 @@ async def test_a_missing_api_is_looked_for_again_sooner() -> None:
 
 
 async def test_discovery_errors_are_raised_and_not_remembered() -> None:
-    docs = Docs(BOTH, fail={"/apis/scheduling.k8s.io": 503, "/version": 403})
+    docs = discovery(BOTH, fail={"/apis/scheduling.k8s.io": 503, "/version": 403})
     apis = Discovery(docs.get)
     with pytest.raises(KubeError):
         await apis.workload_version()

@@ -16,6 +16,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.specupdate import differenc
 from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
+from tests.unit.situations import decide_in
 
 pytestmark = pytest.mark.unit
 
@@ -63,7 +64,7 @@ def decide(
     job = slurm_job(JOB, state, nodes=nodes, reason="Resources" if state == "PENDING" else "")
     side = lc.SlurmSide(poll_period=1.0, job_id=JOB, job=job, found=job, taken_at=NOW.mono)
     members = {"p": running() if state == "RUNNING" else gated()}
-    return lc.decide(
+    return decide_in(
         PlaceholderJob.parse(obj), side, members, NOW, scheduler="s", tenancy=policy, outcome=outcome,
         settings=settings, partitions=PARTITIONS if partitions is None else partitions,
     )  # fmt: skip

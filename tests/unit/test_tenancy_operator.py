@@ -20,6 +20,7 @@ from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings
 from slurm_bridge.slurm.versions import codec_for
+from tests.unit.situations import decide_in
 
 from .test_lifecycle import NOW, phj, pod, slurm_side
 
@@ -39,7 +40,7 @@ def decide(obj: Obj, members: dict[str, Obj | None], policy: lc.Tenancy | None, 
     job_id = None if state == "vanished" else 7
     # What the shell reads when the spec changed (what the job asks for now, the partitions).
     settings = JobSettings(job_id=7) if job_id is not None else None
-    return lc.decide(
+    return decide_in(
         PlaceholderJob.parse(obj),
         slurm_side(state, job_id=job_id),
         members,
@@ -160,7 +161,7 @@ def test_an_association_refusal_is_retried_once_then_fails_with_slurms_message()
     obj["status"] = first.dump()
     # The first refusal waits SUBMIT_RETRY_SECONDS, as any refusal (one retry).
     assert (
-        lc.decide(
+        decide_in(
             PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
         ).actions
         == ()
@@ -170,7 +171,7 @@ def test_an_association_refusal_is_retried_once_then_fails_with_slurms_message()
     assert "Invalid account or account/partition combination specified" in (second.message or "")
     obj["status"] = second.dump()
     # Failed: the next reconcile ends the pods with that reason and submits nothing.
-    plan = lc.decide(
+    plan = decide_in(
         PlaceholderJob.parse(obj), slurm_side("vanished", job_id=None), {"p": pod("gated")}, NOW, scheduler="s"
     )
     assert plan.actions == (pl.EndPods(("p",), names.REASON_SLURM_ASSOCIATION_REJECTED, second.message or ""),)

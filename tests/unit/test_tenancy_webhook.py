@@ -11,11 +11,11 @@ import pytest
 
 from slurm_bridge import names, tenancy
 from slurm_bridge.config import Config
-from slurm_bridge.kube import NotFound
 from slurm_bridge.kubecache import TenantCache, WatchCache
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 
+from .kubefakes import FakeKube
 from .test_webhook import CONFIG, SCHED, make_pod, make_request
 
 Obj = dict[str, Any]
@@ -133,29 +133,6 @@ def test_the_tenancy_key_is_validated() -> None:
 
 
 # ---- the watch cache ---------------------------------------------------------------------------
-class FakeKube:
-    """Answers the cache's list and watch from scripted pages and events."""
-
-    def __init__(self, pages: list[Obj] | None = None, events: list[Obj] | None = None, missing: bool = False) -> None:
-        self.pages, self.events, self.missing = pages or [], events or [], missing
-        self.lists = 0
-
-    async def request(self, method: str, path: str, *, params: dict[str, str] | None = None) -> Obj:
-        self.lists += 1
-        if self.missing:
-            raise NotFound(404, "NotFound", "the server could not find the requested resource")
-        page = self.pages[0] if not params or "continue" not in params else self.pages[1]
-        return page
-
-    async def watch(self, path: str, rv: str, **_: Any) -> Any:
-        for e in self.events:
-            yield e
-        self.events = []
-        await asyncio.sleep(3600)
-        yield {}
-
-    async def get(self, path: str, params: Any = None) -> Obj | None:
-        return {"metadata": {"name": path.rsplit("/", 1)[-1], "labels": {"team": "a"}}}
 
 
 async def _run_until_synced(cache: WatchCache) -> asyncio.Task[None]:
@@ -174,7 +151,7 @@ async def test_the_cache_lists_in_pages_then_follows_the_watch() -> None:
         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}},
     ]
     changes: list[str] = []
-    cache = WatchCache(FakeKube([page1, page2], events), "/x", "things",  # type: ignore[arg-type]
+    cache = WatchCache(FakeKube(pages=[page1, page2], watch_events=events), "/x", "things",  # type: ignore[arg-type]
                        on_change=lambda name, _: changes.append(name))  # fmt: skip
     task = await _run_until_synced(cache)
     try:
@@ -202,7 +179,8 @@ async def test_without_credentials_the_tenant_cache_never_syncs_and_says_why() -
 
 
 async def test_a_namespace_created_a_moment_ago_is_read_once() -> None:
-    cache = TenantCache(FakeKube())  # type: ignore[arg-type]
+    fresh = {"metadata": {"name": "fresh", "labels": {"team": "a"}}}
+    cache = TenantCache(FakeKube({"/api/v1/namespaces/fresh": fresh}))  # type: ignore[arg-type]
     cache.namespaces.synced.set()
     await cache.ensure_namespace("fresh")
     assert cache.index().labels("fresh") == {"team": "a"}

@@ -16,7 +16,7 @@ from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.translate import exclude_unfit
 from tests.unit.fakes import FakeNodes, FakeSlurm
-from tests.unit.test_phjsync import FakeKube, gated_pod, placeholderjob, shell, status_writes
+from tests.unit.test_phjsync import gated_pod, placeholderjob, shell, shell_kube, status_writes
 
 Obj = dict[str, Any]
 
@@ -57,7 +57,7 @@ def test_the_node_controller_names_the_slurm_nodes_whose_condition_is_false() ->
 
 
 async def test_the_submit_leaves_the_unfit_nodes_out() -> None:
-    kube, slurm = FakeKube({}), FakeSlurm(next_id=7)
+    kube, slurm = shell_kube({}), FakeSlurm(next_id=7)
     jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
     jobs.unfit_nodes = lambda: frozenset({"bad-1"})
     await jobs.reconcile(("ns", "p"))
@@ -65,7 +65,7 @@ async def test_the_submit_leaves_the_unfit_nodes_out() -> None:
 
 
 async def test_a_pod_pinned_to_an_unfit_node_is_told_why_and_nothing_is_sent() -> None:
-    kube, slurm = FakeKube({}), FakeSlurm(JobInfo(job_id=7, states=("RUNNING",), nodes=("bad-1",)), next_id=7)
+    kube, slurm = shell_kube({}), FakeSlurm(JobInfo(job_id=7, states=("RUNNING",), nodes=("bad-1",)), next_id=7)
     phj = placeholderjob()
     phj["spec"]["slurm"]["requiredNodes"] = ["bad-1"]
     jobs = shell(kube, slurm, phj, gated_pod(), [])

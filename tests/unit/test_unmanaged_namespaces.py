@@ -22,7 +22,8 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.placeholderjob import PlaceholderJob
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads
-from tests.unit.test_members_refused import RefusingKube, _noop
+from tests.unit.kubefakes import FakeKube
+from tests.unit.test_members_refused import _noop, refusing_kube
 
 Obj = dict[str, Any]
 SELECTOR = {"managedNamespaceSelector": {"matchLabels": {"hpc": "yes"}}}
@@ -44,8 +45,8 @@ def test_the_message_says_why_and_what_to_do() -> None:
     assert "another schedulerName than 'slurm-bridge'" in message
 
 
-def membership(config: Config, labels: Mapping[str, str] | None) -> tuple[Membership, RefusingKube]:
-    kube = RefusingKube()
+def membership(config: Config, labels: Mapping[str, str] | None) -> tuple[Membership, FakeKube]:
+    kube = refusing_kube()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse)
     pod = make_pod("p").uid("u1").rv(1).scheduler(config.schedulerName).container("c", requests={"cpu": "1"})
     pods.upsert(pod.phase("Pending").obj())
@@ -67,16 +68,16 @@ async def test_a_pod_of_an_unmanaged_namespace_gets_no_placeholderjob_and_one_ev
     members, kube = membership(config, labels)
     assert await members.reconcile(("ns", "p")) is None
     assert kube.creates == 0, "no PlaceholderJob, so no Slurm job"
-    [(reason, message)] = kube.events
+    [(reason, message)] = kube.told("reason", "message")
     assert reason == names.REASON_NAMESPACE_NOT_MANAGED and "namespace ns is not managed" in message
     await members.reconcile(("ns", "p"))  # the pod changes again: told once
-    assert len(kube.events) == 1 and kube.creates == 0
+    assert len(kube.told("reason", "message")) == 1 and kube.creates == 0
 
 
 async def test_a_pod_waits_while_the_namespaces_labels_are_not_read() -> None:
     members, kube = membership(parse_config(SELECTOR), None)
     assert await members.reconcile(("ns", "p")) == NAMESPACES_WAIT_SECONDS
-    assert kube.creates == 0 and kube.events == []
+    assert kube.creates == 0 and kube.told("reason", "message") == []
 
 
 async def test_a_pod_of_a_managed_namespace_goes_on_to_its_placeholderjob() -> None:

@@ -23,8 +23,9 @@ from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeSlurm
+from tests.unit.situations import decide_in
 from tests.unit.test_lifecycle import JOB, NOW, phj, slurm_side, summary
-from tests.unit.test_phjsync import FakeKube, placeholderjob, shell
+from tests.unit.test_phjsync import placeholderjob, shell, shell_kube
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -71,7 +72,7 @@ def test_the_pod_store_finds_a_jobs_pods_and_those_that_run() -> None:
 def decided(obj: Obj, departed: dict[str, datetime | None], state: str = "RUNNING") -> pl.Plan:
     parsed = PlaceholderJob.parse(obj)
     gone = {"p": None}
-    return lc.decide(parsed, slurm_side(state), gone, NOW, gone, scheduler="s", handoff=HANDOFF, departed=departed)
+    return decide_in(parsed, slurm_side(state), gone, NOW, gone, scheduler="s", handoff=HANDOFF, departed=departed)
 
 
 def test_a_running_jobs_release_waits_for_a_vanished_members_grace_and_is_recorded() -> None:
@@ -129,7 +130,7 @@ def test_an_unreadable_record_counts_as_none() -> None:
 # ---- the shell ------------------------------------------------------------------------------------------
 async def test_the_shell_records_a_vanished_member_and_cancels_nothing_then_releases_after_its_time() -> None:
     running = JobInfo(job_id=7, states=("RUNNING",), nodes=("n1",))
-    kube, slurm = FakeKube({}), FakeSlurm(next_id=6)
+    kube, slurm = shell_kube({}), FakeSlurm(next_id=6)
     jobs = shell(kube, slurm, placeholderjob(jobId=7, phase="Running"), None, [running])
     vanished = last_state("Running")
     vanished["metadata"]["uid"] = "pod-uid"
@@ -139,15 +140,15 @@ async def test_the_shell_records_a_vanished_member_and_cancels_nothing_then_rele
     [body] = [b for b in kube.bodies if isinstance(b, dict) and "metadata" in b]
     until = json.loads(body["metadata"]["annotations"][names.ANN_VANISHED_PODS])["p"]
     assert datetime.fromisoformat(until) > datetime.now(datetime.fromisoformat(until).tzinfo)
-    assert names.REASON_PODS_VANISHED in kube.events
+    assert names.REASON_PODS_VANISHED in kube.reasons
     # A restarted shell (no departures) with the record: still nothing; once it passed: released.
     recorded_phj = placeholderjob(jobId=7, phase="Running")
     recorded_phj["metadata"]["annotations"] = body["metadata"]["annotations"]
-    again = shell(FakeKube({}), slurm, recorded_phj, None, [running])
+    again = shell(shell_kube({}), slurm, recorded_phj, None, [running])
     await again.reconcile(("ns", "p"))
     assert slurm.calls == []
     recorded_phj["metadata"]["annotations"] = {names.ANN_VANISHED_PODS: record_value({"p": NOW.wall})}
-    done = shell(FakeKube({}), slurm, recorded_phj, None, [running])
+    done = shell(shell_kube({}), slurm, recorded_phj, None, [running])
     await done.reconcile(("ns", "p"))
     assert slurm.calls == ["released 7", "cancel 7"]
 

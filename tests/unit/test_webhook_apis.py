@@ -21,7 +21,8 @@ from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.server import WebhookServer
 
-from .test_schedulingapi import BOTH, Docs
+from .kubefakes import FakeKube
+from .test_schedulingapi import BOTH, discovery
 from .test_webhook import CONFIG, SCHED, _client_context, make_pod, make_review
 
 pytestmark = pytest.mark.unit
@@ -83,7 +84,7 @@ def test_needs(req: AdmissionRequest, workload: list[str], devices: list[str], v
 
 async def test_a_pod_naming_a_podgroup_without_the_workload_api_is_refused_naming_version_and_gate() -> None:
     need = checks.needs(request(make_pod(GROUPED)), CONFIG)
-    problems = checks.problems(need, await checks.facts(need, Discovery(Docs(NO_WORKLOAD_API).get)))
+    problems = checks.problems(need, await checks.facts(need, Discovery(discovery(NO_WORKLOAD_API).get)))
     (message,) = problems
     for part in (
         "spec.schedulingGroup asks for the Kubernetes Workload API",
@@ -93,24 +94,24 @@ async def test_a_pod_naming_a_podgroup_without_the_workload_api_is_refused_namin
         "--runtime-config=scheduling.k8s.io/v1alpha2=true",
     ):
         assert part in message
-    assert checks.problems(need, await checks.facts(need, Discovery(Docs(BOTH).get))) == []
+    assert checks.problems(need, await checks.facts(need, Discovery(discovery(BOTH).get))) == []
 
 
 async def test_a_job_asking_for_a_podgroup_also_needs_workload_with_job() -> None:
     need = checks.needs(request(job({}, scheduling={}), group="batch", kind="Job"), CONFIG)
-    (message,) = checks.problems(need, await checks.facts(need, Discovery(Docs(NO_WORKLOAD_API).get)))
+    (message,) = checks.problems(need, await checks.facts(need, Discovery(discovery(NO_WORKLOAD_API).get)))
     assert "spec.scheduling asks" in message and "WorkloadWithJob=true" in message
 
 
 async def test_dra_requests_need_resource_claims() -> None:
     need = checks.needs(request(make_pod({"containers": [{"name": "c", "resources": GPU}]})), CONFIG)
-    (message,) = checks.problems(need, await checks.facts(need, Discovery(Docs(NO_DRA).get)))
+    (message,) = checks.problems(need, await checks.facts(need, Discovery(discovery(NO_DRA).get)))
     assert "asks for DRA devices" in message and "Kubernetes v1.33.4" in message and "1.34" in message
-    assert checks.problems(need, await checks.facts(need, Discovery(Docs(BOTH).get))) == []
+    assert checks.problems(need, await checks.facts(need, Discovery(discovery(BOTH).get))) == []
 
 
 async def test_unreadable_discovery_refuses_what_needs_it() -> None:
-    docs = Docs(BOTH, fail={"/apis/scheduling.k8s.io": 503})
+    docs = discovery(BOTH, fail={"/apis/scheduling.k8s.io": 503})
     need = checks.needs(request(make_pod(GROUPED)), CONFIG)
     (message,) = checks.problems(need, await checks.facts(need, Discovery(docs.get)))
     assert "cannot read the API server's discovery" in message and "try again" in message
@@ -130,11 +131,11 @@ def test_mutate_refuses_with_the_problems_and_changes_nothing() -> None:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[WebhookServer, Path, Docs]]:
+async def served(tmp_path: Path) -> AsyncIterator[tuple[WebhookServer, Path, FakeKube]]:
     d = tmp_path / "tls"
     write_certs(d, ["127.0.0.1"])
     config = CONFIG.model_copy(update={"webhookCertFile": d / "tls.crt", "webhookKeyFile": d / "tls.key"})
-    docs = Docs(NO_WORKLOAD_API)
+    docs = discovery(NO_WORKLOAD_API)
     srv = WebhookServer(config, listen="127.0.0.1:0", apis=Discovery(docs.get))
     await srv.start()
     try:
@@ -144,14 +145,14 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[WebhookServer, Path, Doc
 
 
 async def test_the_server_asks_discovery_only_for_creates_that_need_it(
-    served: tuple[WebhookServer, Path, Docs],
+    served: tuple[WebhookServer, Path, FakeKube],
 ) -> None:
     srv, d, docs = served
     url = f"https://127.0.0.1:{srv.port}/mutate"
     async with httpx.AsyncClient(verify=_client_context(d / "ca.crt"), timeout=5) as client:
         plain = (await client.post(url, json=make_review(make_pod()))).json()["response"]
         assert plain["allowed"] is True and "patch" in plain
-        assert docs.calls == [], "a plain pod costs no discovery"
+        assert docs.reads == [], "a plain pod costs no discovery"
         grouped = (await client.post(url, json=make_review(make_pod(GROUPED)))).json()["response"]
         assert grouped["allowed"] is False and grouped["status"]["code"] == 422
         assert "Kubernetes v1.36.3" in grouped["status"]["message"]

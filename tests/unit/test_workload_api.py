@@ -24,7 +24,8 @@ from slurm_bridge.translate import job_request
 from slurm_bridge.webhook.review import AdmissionRequest, Decision
 from slurm_bridge.webhook.validate import validate
 
-from .test_groups import JOB, JOBSET, JOBSET_JOB, NS, FakeAPI, P, obj, pod, ref
+from .kubefakes import FakeKube
+from .test_groups import JOB, JOBSET, JOBSET_JOB, NS, P, obj, path_of, pod, ref
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -89,7 +90,7 @@ def podgroup(s: Shape, name: str = "train-workers", *, policy: Obj | None = None
     return obj(s.api, "PodGroup", name, annotations=annotations, spec={**spec, **(extra or {})}, **kw)
 
 
-class API(FakeAPI):
+class API(FakeKube):
     def __init__(self, s: Shape, *objs: Obj, docs: dict[str, Obj] | None = None,
                  fail: dict[str, int] | None = None) -> None:  # fmt: skip
         super().__init__(fail=fail, docs=s.docs() if docs is None else docs)
@@ -98,7 +99,7 @@ class API(FakeAPI):
             if plural and o["apiVersion"].startswith(GROUP + "/"):
                 self.objects[f"/apis/{o['apiVersion']}/namespaces/{NS}/{plural}/{o['metadata']['name']}"] = o
             else:
-                self.objects.update(FakeAPI(o).objects)
+                self.objects[path_of(o)] = o
 
 
 def member(name: str = "train-0", group: str = "train-workers", **kw: Any) -> Obj:
@@ -127,7 +128,7 @@ async def test_gang_from_podgroup_with_merged_options(shape: Shape) -> None:
                                  P + "partition": "debug"}  # fmt: skip
     assert group.derived == {"time_limit_minutes": 10, "job_name": "train-workers"}
     assert group.derived_for(1)["nodes"] == 2  # the gang holds a node for each member it waits for
-    assert f"{shape.base}/workloads/train" in api.calls
+    assert f"{shape.base}/workloads/train" in api.reads
 
 
 async def test_the_slurm_job_is_named_after_the_podgroup_unless_an_annotation_says(shape: Shape) -> None:
@@ -170,7 +171,7 @@ async def test_basic_policy_leaves_the_usual_rules_to_decide(shape: Shape) -> No
     assert group.annotations == {P + "timelimit": "90"}
     bare = await GroupResolver(api.get).resolve(member("solo", annotations={P + "qos": "mine"}))
     assert (bare.name, bare.annotations, bare.gang) == ("solo", {P + "qos": "mine"}, False)
-    assert f"{shape.base}/workloads/train" not in api.calls, "a basic PodGroup's Workload is not read"
+    assert f"{shape.base}/workloads/train" not in api.reads, "a basic PodGroup's Workload is not read"
 
 
 async def test_discovery_is_done_once(shape: Shape) -> None:
@@ -178,9 +179,9 @@ async def test_discovery_is_done_once(shape: Shape) -> None:
     resolver = GroupResolver(api.get)
     for i in range(3):
         await resolver.resolve(member(f"p{i}"))
-    assert api.calls.count(f"/apis/{GROUP}") == 1
-    assert api.calls.count(f"/apis/{shape.api}") == 1
-    assert "/version" not in api.calls, "the version is read only to explain an API that is not served"
+    assert api.reads.count(f"/apis/{GROUP}") == 1
+    assert api.reads.count(f"/apis/{shape.api}") == 1
+    assert "/version" not in api.reads, "the version is read only to explain an API that is not served"
 
 
 async def test_v1beta1_is_preferred_when_both_are_served() -> None:
@@ -190,7 +191,7 @@ async def test_v1beta1_is_preferred_when_both_are_served() -> None:
     api = API(beta, podgroup(beta, wl=None), podgroup(alpha, wl=None), docs=docs)
     group = await GroupResolver(api.get).resolve(member())
     assert group.source["apiVersion"] == beta.api
-    assert f"{alpha.base}/podgroups/train-workers" not in api.calls
+    assert f"{alpha.base}/podgroups/train-workers" not in api.reads
 
 
 async def test_discovery_is_asked_again_after_a_while(shape: Shape) -> None:
@@ -252,7 +253,7 @@ async def test_a_job_controller_podgroup_is_a_gang_configured_by_the_job(shape: 
         "PodGroup", pg["metadata"]["name"], pg["metadata"]["uid"])  # fmt: skip
     assert group.annotations == {P + "account": "physics", P + "partition": "batch"}
     assert group.derived == {"time_limit_minutes": 2, "job_name": pg["metadata"]["name"]}
-    assert f"{shape.base}/workloads/{wl['metadata']['name']}" in api.calls
+    assert f"{shape.base}/workloads/{wl['metadata']['name']}" in api.reads
 
 
 async def test_a_job_controller_basic_podgroup_leaves_each_pod_its_own_job(shape: Shape) -> None:

@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
-from slurm_bridge.operator.placeholderjobs.decisions.plan import Placed, Plan
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members, Tenancy
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     CompositeGroup,
     CompositeJoin,
@@ -28,6 +28,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import JoinState
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, options_ops, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
 from slurm_bridge.operator.placeholderjobs.shapes import hetjob
+from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import Component, PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
@@ -74,17 +75,11 @@ class Composite:
             submitted.components = hetjob.component_status(spec_parts, [parts.get(i) for i in range(len(spec_parts))])
         return submitted
 
-    def follow(
-        self,
-        phj: PlaceholderJob,
-        status: PlaceholderJobStatus,
-        slurm: SlurmSide,
-        members: Members,
-        now: Clock,
-        confirmed: Members | None,
-        follow: Follow,
-    ) -> Plan:
-        return hetjob.follow(phj, status, slurm, members, now, confirmed, follow)
+    def follow(self, job: Followed) -> Plan:
+        return hetjob.follow(job)
+
+    def cancels(self, slurm: SlurmSide) -> tuple[Action, ...]:
+        return hetjob.cancels(slurm)
 
     # ---- joins -----------------------------------------------------------------------------------
     async def join(self, pod: Obj, group: Group, joins: Joins) -> float | None:

@@ -38,18 +38,15 @@ from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     SUBMIT_VISIBILITY_GRACE,
     TENANCY_WAIT_SECONDS,
     Clock,
-    Follow,
     Members,
     Tenancy,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
-    end_phases,
     fencing,
     identity,
     job_ended,
-    pods_end_phase,
     refused_by_policy,
     terminal_status,
     waiting_for_pods,
@@ -57,8 +54,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     Cancel,
-    ConfirmMembers,
-    Event,
     Plan,
     Release,
     ReportPodGroup,
@@ -66,7 +61,8 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, all_ended, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation
+from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
 from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
@@ -109,24 +105,12 @@ def waiting_message(parts: Sequence[Component], short: Sequence[tuple[Component,
     )
 
 
-def follow(
-    phj: PlaceholderJob,
-    status: PlaceholderJobStatus,
-    slurm: SlurmSide,
-    members: Members,
-    now: Clock,
-    confirmed: Members | None,
-    follow: Follow,
-) -> Plan:
-    """The job exists (or existed): follow every component, or end it all."""
+def follow(followed: Followed) -> Plan:
+    """The job exists (or existed) and some member lives: follow every component."""
+    phj, status, slurm, now, follow = followed.phj, followed.status, followed.slurm, followed.now, followed.follow
+    members = followed.members
     job_id, leader = slurm.job_id, slurm.job
     assert job_id is not None
-    ended = all_ended(members, confirmed)
-    if ended is None:
-        return Plan((ConfirmMembers(),))
-    if ended:  # Kubernetes -> Slurm: the leader's cancel ends every component
-        phase, reason, message = pods_end_phase(end_phases(members))
-        return Plan((terminal_status(phj, phase, reason, message, now.wall), *cancels(slurm), Event(reason, message)))
     spec = phj.spec
     count = len(spec.components or [])
     soon = slurm.submitted_at is not None and (

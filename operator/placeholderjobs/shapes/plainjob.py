@@ -25,18 +25,14 @@ from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
 from slurm_bridge.operator.placeholderjobs.decisions.pending import follow_pending, mirror, pending_report
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_of_job,
-    end_phases,
     fencing,
     job_ended,
-    pods_end_phase,
     refused_by_policy,
-    terminal_status,
     waiting_for_pods,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     Cancel,
-    ConfirmMembers,
     Event,
     Held,
     Placed,
@@ -45,8 +41,9 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import all_ended, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_after_allocation
+from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
@@ -83,25 +80,15 @@ class PlainJob:
     def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
         return submitted
 
-    def follow(
-        self,
-        phj: PlaceholderJob,
-        status: PlaceholderJobStatus,
-        slurm: SlurmSide,
-        members: Members,
-        now: Clock,
-        confirmed: Members | None,
-        follow: Follow,
-    ) -> Plan:
+    def cancels(self, slurm: SlurmSide) -> tuple[Action, ...]:
+        job = slurm.job
+        return (Cancel(slurm.job_id),) if slurm.job_id is not None and (job is None or not job.is_finished) else ()
+
+    def follow(self, followed: Followed) -> Plan:
+        phj, status, slurm, now, follow = followed.phj, followed.status, followed.slurm, followed.now, followed.follow
+        members = followed.members
         job_id, job = slurm.job_id, slurm.job
         assert job_id is not None
-        ended = all_ended(members, confirmed)
-        if ended is None:
-            return Plan((ConfirmMembers(),))
-        if ended:  # Kubernetes -> Slurm
-            phase, reason, message = pods_end_phase(end_phases(members))
-            cancel: tuple[Action, ...] = (Cancel(job_id),) if job is None or not job.is_finished else ()
-            return Plan((terminal_status(phj, phase, reason, message, now.wall), *cancel, Event(reason, message)))
         if job is None:
             if slurm.submitted_at is not None and now.mono - slurm.submitted_at < SUBMIT_VISIBILITY_GRACE:
                 return Plan(requeue=slurm.poll_period)

@@ -11,16 +11,31 @@ A new shape (job arrays, elastic jobs) is a new class here and a line in :mod:`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
-from slurm_bridge.operator.placeholderjobs.decisions.plan import Placed, Plan
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A job that exists (or existed) and lives on with some member: what a shape follows it by.
+    ``status``: the PlaceholderJob's status as the lifecycle reads it (adopted when the job was
+    found by its uid); ``follow``: the rest the rows need (:class:`.decisions.inputs.Follow`)."""
+
+    phj: PlaceholderJob
+    status: PlaceholderJobStatus
+    slurm: SlurmSide
+    members: Members
+    now: Clock
+    follow: Follow
 
 
 class JobShape(Protocol):
@@ -44,16 +59,12 @@ class JobShape(Protocol):
         of the job Slurm made."""
         ...
 
-    def follow(
-        self,
-        phj: PlaceholderJob,
-        status: PlaceholderJobStatus,
-        slurm: SlurmSide,
-        members: Members,
-        now: Clock,
-        confirmed: Members | None,
-        follow: Follow,
-    ) -> Plan:
-        """The job exists (or existed): follow it (mirror Slurm's state, release the pods once it
-        runs), or end it when every member pod ended, or the pods when it ended."""
+    def follow(self, job: Followed) -> Plan:
+        """The job exists (or existed) and some member lives: follow it (mirror Slurm's state,
+        release the pods once it runs), or end the pods when it ended. (Every member ended: the
+        lifecycle ends the job, with this shape's :meth:`cancels`.)"""
+        ...
+
+    def cancels(self, slurm: SlurmSide) -> tuple[Action, ...]:
+        """The cancels that end this shape's job once every member pod ended."""
         ...

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from slurm_bridge import dra, names
-from slurm_bridge.kube import Conflict, KubeClient, KubeError
+from slurm_bridge.kube import Conflict, KubeError
+from slurm_bridge.kubeseams import DeviceKube
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
 from slurm_bridge.slurm.models import NodeDevices
 
@@ -54,7 +55,7 @@ class SlurmJobDevices(Protocol):
 
 
 class DeviceBinder:
-    def __init__(self, kube: KubeClient, slurm: SlurmJobDevices) -> None:
+    def __init__(self, kube: DeviceKube, slurm: SlurmJobDevices) -> None:
         self.kube = kube
         self.slurm = slurm
         # pod uid -> the last problem reported (dropped once the pod's claim is made)

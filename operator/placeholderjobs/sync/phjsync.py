@@ -166,27 +166,33 @@ class PlaceholderJobs:
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
         settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
+        situation = lc.Situation(
+            phj,
+            slurm,
+            members,
+            now,
+            scheduler=self.config.schedulerName,
+            tenancy=policy,
+            settings=settings,
+            partitions=partitions,
+            bind_timeout=self.config.bindTimeoutSeconds,
+            departed=departed,
+        )
         step = Again(phj)
         for _ in range(MAX_DECISIONS):
-            plan = lc.decide(
-                step.phj,
-                slurm,
-                members,
-                now,
-                step.confirmed,
-                scheduler=self.config.schedulerName,
+            # what a round's actions change: the status written or held, what the pods were told
+            situation = replace(
+                situation,
+                phj=step.phj,
+                confirmed=step.confirmed,
+                outcome=step.outcome,
                 held=self._unwritten.get(uid),
                 told=self._told.get(uid),
-                tenancy=policy,
-                outcome=step.outcome,
                 handoff=self.policy.current.handoff(
                     self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
                 ),
-                settings=settings,
-                partitions=partitions,
-                bind_timeout=self.config.bindTimeoutSeconds,
-                departed=departed,
             )
+            plan = lc.decide(situation)
             applied = await self.apply(step.phj, plan, members, step.confirmed)
             if isinstance(applied, Done):
                 if step.error is not None:
@@ -195,7 +201,7 @@ class PlaceholderJobs:
             if applied.confirm:
                 applied = replace(applied, confirmed=await self.confirmed_members(applied.phj, members))
             if isinstance(applied.outcome, pl.Placed):  # the job is in the view now, or known as made
-                slurm, now = self.observe(applied.phj), lc.Clock(time.monotonic())
+                situation = replace(situation, slurm=self.observe(applied.phj), now=lc.Clock(time.monotonic()))
             step = replace(applied, confirmed=applied.confirmed or step.confirmed)
         raise RuntimeError(f"no decision settled after {MAX_DECISIONS} rounds for PlaceholderJob {key}")
 
