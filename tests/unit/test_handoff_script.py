@@ -399,7 +399,8 @@ def test_a_candidate_held_by_count_where_the_whole_node_is_meant_gets_the_whole_
     epilog.job(marker("node"), **CANDIDATE)
     epilog.run()
     assert [(r.get("CoreCnt"), r.get("Flags"), r["EndTime"]) for r in epilog.reservations] == [
-        ("2", None, "now+30seconds"), (None, "IGNORE_JOBS", "now+86400seconds")
+        ("2", None, "now+30seconds"),
+        (None, "IGNORE_JOBS", "now+86400seconds"),
     ]
     assert epilog.changes == [f"delete {NAME}"]
     epilog.job(marker("node"), SLURM_JOB_EXCLUSIVE="NODE", **CANDIDATE)  # Slurm says so: the node at once
