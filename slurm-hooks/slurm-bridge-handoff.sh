@@ -171,7 +171,10 @@ for item in ${SLURM_JOB_CPUS_PER_NODE//,/ }; do
   [[ $n =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]] || { cpus=(); break; }   # unreadable: the whole nodes
   for ((i = 0; i < r; i++)); do cpus+=("$n"); done
 done
-mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+case $SLURM_JOB_NODELIST in   # one plain node name: no call (the provisional hold's time)
+  *[][,\ ]*) mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) ;;
+  *) nodes=("$SLURM_JOB_NODELIST") ;;
+esac
 [ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
 
 # The provisional hold, before the job is read: Slurm frees the job's CPUs as it ends it and

@@ -431,10 +431,12 @@ def test_slurm_failing_holds_nothing_and_exits_0(epilog: Epilog) -> None:
     epilog.run()
     assert epilog.reservations == []
     (epilog.fake / "show.fail").unlink()
+    epilog.job(marker("cores"), nodes="n[1-2]", hostnames="n1 n2")  # a list to expand (one name: no call)
     (epilog.fake / "hostnames.fail").touch()
     epilog.run()
     assert epilog.reservations == []
     (epilog.fake / "hostnames.fail").unlink()
+    epilog.job(marker("cores"))
     (epilog.fake / "create.fail").touch()
     epilog.run()  # the count, then the whole node, both refused
     assert [("CoreCnt" in r) for r in epilog.reservations] == [True, False]
