@@ -144,7 +144,11 @@ make() {
 # drop NODE BRIDGE: delete a provisional hold
 drop() {
   local out
-  out=$(scontrol delete "ReservationName=handoff-${job}_$2_$1" 2>&1) || log "node=$1 deleting the provisional hold failed: $out"
+  if out=$(scontrol delete "ReservationName=handoff-${job}_$2_$1" 2>&1); then
+    log "node=$1 provisional hold deleted"
+  else
+    log "node=$1 deleting the provisional hold failed ($out): it ends after ${PROVISIONAL_SECONDS}s"
+  fi
 }
 # extend NODE BRIDGE: the provisional hold of a verified bridge job lasts up to the ceiling
 extend() {
