@@ -15,7 +15,9 @@
 # SlurmUser must be allowed to create reservations (it is an operator of its own cluster).
 #
 # What it trusts (anything a job's user can set -- its name, comment, working directory, output
-# paths, its environment -- is never read; `-p` above: no BASH_ENV, no functions from the environment):
+# paths, its environment -- is never trusted; `-p` above: no BASH_ENV, no functions from the
+# environment; the working directory /tmp only makes a job a candidate for a provisional hold of
+# PROVISIONAL_SECONDS at most, deleted once the job is read, milliseconds: "The provisional hold"):
 #   the configuration file next to this script (<this script's directory>/slurm-bridge-handoff.conf),
 #     owned by root (or by SlurmUser, who runs this script), a regular file, not writable by group
 #     or others; KEY=VALUE lines, read, never sourced; anything else makes the script do nothing:
