@@ -15,7 +15,9 @@
 # SlurmUser must be allowed to create reservations (it is an operator of its own cluster).
 #
 # What it trusts (anything a job's user can set -- its name, comment, working directory, output
-# paths, its environment -- is never read; `-p` above: no BASH_ENV, no functions from the environment):
+# paths, its environment -- is never trusted; `-p` above: no BASH_ENV, no functions from the
+# environment; the working directory /tmp only makes a job a candidate for a provisional hold of
+# PROVISIONAL_SECONDS at most, deleted once the job is read, milliseconds: "The provisional hold"):
 #   the configuration file next to this script (<this script's directory>/slurm-bridge-handoff.conf),
 #     owned by root (or by SlurmUser, who runs this script), a regular file, not writable by group
 #     or others; KEY=VALUE lines, read, never sourced; anything else makes the script do nothing:
@@ -48,6 +50,7 @@ PATH=/usr/bin:/bin:/usr/sbin:/sbin
 IFS=$' \t\n'
 
 LOG_DIR=/var/log/slurm-bridge
+PROVISIONAL_SECONDS=30   # a candidate's hold until its AdminComment is read (see "The provisional hold")
 PREFIX='slurm-bridge:'
 log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB_ID:-?} $*" >> "$LOG_DIR/handoff.log"; }
 refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
@@ -119,18 +122,91 @@ marker() { # comment -> sets m_bridge, m_scope, m_released; fails for anything b
 
 listed() { local id; for id in "${bridge_ids[@]}"; do [ "$id" = "$1" ] && return 0; done; return 1; }
 
+# ---- the reservations -----------------------------------------------------------------------------
+# make NODE CPUS BRIDGE SCOPE SECONDS: one node's hold; sets made (the scope it got: a count that does
+# not fit falls back to the whole node, "" when Slurm refused both)
+make() {
+  local name="handoff-${job}_$3_$1" what out out2
+  made=''
+  if [ "$4" = node ] || [ -z "$2" ] || [ "$2" = 0 ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
+  if out=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" $what StartTime=now \
+    "EndTime=now+$5seconds" "Users=$me" 2>&1); then
+    log "node=$1 $what hold<=$5s: $out"
+    [ "$what" = Flags=IGNORE_JOBS ] && made=node || made=cores
+    return
+  fi
+  if [ "$what" != Flags=IGNORE_JOBS ]; then
+    if out2=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" Flags=IGNORE_JOBS StartTime=now \
+      "EndTime=now+$5seconds" "Users=$me" 2>&1); then made=node; fi
+    log "node=$1 $what failed ($out); whole node instead: $out2"
+  else
+    log "node=$1 $what failed: $out"
+  fi
+}
+# drop NODE BRIDGE: delete a provisional hold
+drop() {
+  local out
+  if out=$(scontrol delete "ReservationName=handoff-${job}_$2_$1" 2>&1); then
+    log "node=$1 provisional hold deleted"
+  else
+    log "node=$1 deleting the provisional hold failed ($out): it ends after ${PROVISIONAL_SECONDS}s"
+  fi
+}
+# extend NODE BRIDGE: the provisional hold of a verified bridge job lasts up to the ceiling
+extend() {
+  local out
+  if out=$(scontrol update "ReservationName=handoff-${job}_$2_$1" "EndTime=now+${max_hold}seconds" 2>&1); then
+    log "node=$1 held, hold<=${max_hold}s"
+  else
+    log "node=$1 extending the provisional hold failed ($out): it ends after ${PROVISIONAL_SECONDS}s"
+  fi
+}
+
 # ---- main -----------------------------------------------------------------------------------------
 job=${SLURM_JOB_ID:-}
 [[ $job =~ ^[0-9]+$ ]] || exit 0
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
+me=$(id -un)
+
+# SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
+cpus=()
+for item in ${SLURM_JOB_CPUS_PER_NODE//,/ }; do
+  n=${item%%(*} r=1
+  case $item in *'(x'*')') r=${item#*(x} r=${r%)} ;; esac
+  [[ $n =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]] || { cpus=(); break; }   # unreadable: the whole nodes
+  for ((i = 0; i < r; i++)); do cpus+=("$n"); done
+done
+case $SLURM_JOB_NODELIST in   # one plain node name: no call (the provisional hold's time)
+  *[][,\ ]*) mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) ;;
+  *) nodes=("$SLURM_JOB_NODELIST") ;;
+esac
+[ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
+
+# The provisional hold, before the job is read: Slurm frees the job's CPUs as it ends it and
+# schedules at once, and a read of the job (tens of ms) loses that race. A candidate -- a job with
+# the bridge's working directory (/tmp, slurm_bridge/slurm/bodies.py), which its user can set, so
+# it says only "perhaps" -- is held at once for PROVISIONAL_SECONDS, under the first listed
+# bridge's name, then kept (up to the ceiling) or deleted once its AdminComment is read: a forged
+# candidate is held for milliseconds (the script's run), PROVISIONAL_SECONDS at most.
+held=()
+candidate() { [ "${SLURM_JOB_WORK_DIR:-}" = /tmp ]; }
+if candidate; then
+  pscope=cores
+  case ${SLURM_JOB_EXCLUSIVE:-NO} in NO | '') ;; *) pscope=node ;; esac
+  while read -r i got; do [ -z "$got" ] || held[i]=$got; done < <(
+    for i in "${!nodes[@]}"; do
+      { make "${nodes[$i]}" "${cpus[$i]:-}" "${bridge_ids[0]}" "$pscope" "$PROVISIONAL_SECONDS"; echo "$i $made"; } &
+    done
+    wait)
+fi
 
 # One read of the job (a heterogeneous job's components each have theirs). Its pretty-printed JSON
 # has one key a line, and a string never spans lines (JSON escapes newlines): a line that is the
 # "admin_comment" key is the job's AdminComment, only an operator's to set, whatever its user put
 # into the other fields. Escaped quotes are the marker's; any other escape is not the bridge's.
 if ! json=$(scontrol --json show job "$job" 2>/dev/null); then
-  log "scontrol --json show job $job failed, nothing held (does this Slurm have its JSON plugins, as slurmrestd needs?)"
+  log "scontrol --json show job $job failed, nothing held${held[*]:+ but the provisional hold, ${PROVISIONAL_SECONDS}s} (does this Slurm have its JSON plugins, as slurmrestd needs?)"
   exit 0
 fi
 comments=()
@@ -150,41 +226,26 @@ for line in "${comments[@]}"; do
 done
 if [ -z "$bridge" ]; then
   case "${comments[*]}" in *"$PREFIX"*) log "not held: a bridge's job, released by it or of a bridge not listed" ;; esac
+  for i in "${!held[@]}"; do drop "${nodes[$i]}" "${bridge_ids[0]}" & done
+  wait
   exit 0
 fi
 case ${SLURM_JOB_EXCLUSIVE:-NO} in NO | '') ;; *) scope=node ;; esac
-me=$(id -un)
 
-# SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
-cpus=()
-for item in ${SLURM_JOB_CPUS_PER_NODE//,/ }; do
-  n=${item%%(*} r=1
-  case $item in *'(x'*')') r=${item#*(x} r=${r%)} ;; esac
-  [[ $n =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]] || { cpus=(); break; }   # unreadable: the whole nodes
-  for ((i = 0; i < r; i++)); do cpus+=("$n"); done
-done
-mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
-[ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
-
-reserve() { # node cpus
-  local name="handoff-${job}_${bridge}_$1" what out out2
-  if [ "$scope" = node ] || [ -z "$2" ] || [ "$2" = 0 ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
-  if out=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" $what StartTime=now \
-    "EndTime=now+${max_hold}seconds" "Users=$me" 2>&1); then
-    log "node=$1 $what hold<=${max_hold}s: $out"
-    return
-  fi
-  if [ "$what" != Flags=IGNORE_JOBS ]; then
-    out2=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" Flags=IGNORE_JOBS StartTime=now \
-      "EndTime=now+${max_hold}seconds" "Users=$me" 2>&1)
-    log "node=$1 $what failed ($out); whole node instead: $out2"
-  else
-    log "node=$1 $what failed: $out"
-  fi
-}
-
+# A provisional hold of the right bridge and scope is kept (a whole node where cores were meant is
+# kept too: the safe side). Another bridge's name: the new hold is made before the old one goes;
+# cores where the whole node is meant (a job the bridge marked "node" that Slurm does not call
+# exclusive): the same name, so the count goes first, milliseconds before the node is held.
 for i in "${!nodes[@]}"; do
-  reserve "${nodes[$i]}" "${cpus[$i]:-}" &
+  got=${held[$i]:-}
+  if [ "$bridge" = "${bridge_ids[0]}" ] && { [ "$got" = node ] || [ "$got" = "$scope" ]; }; then
+    extend "${nodes[$i]}" "$bridge" &
+  elif [ "$bridge" = "${bridge_ids[0]}" ] && [ -n "$got" ]; then
+    { drop "${nodes[$i]}" "$bridge"; make "${nodes[$i]}" "${cpus[$i]:-}" "$bridge" "$scope" "$max_hold"; } &
+  else
+    { make "${nodes[$i]}" "${cpus[$i]:-}" "$bridge" "$scope" "$max_hold"
+      [ -z "$got" ] || drop "${nodes[$i]}" "${bridge_ids[0]}"; } &
+  fi
 done
 wait
 exit 0

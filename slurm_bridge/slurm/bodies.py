@@ -94,8 +94,10 @@ class RequestBodies:
     def submit_body(self, req: JobRequest, *, name: str, admin_comment: str, as_user: bool = False) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do).
 
-        Its working directory is a neutral /tmp: nothing runs there, and nothing reads it (the
-        handoff once did; a job's user can set it, so it tells nothing about the job).
+        Its working directory is /tmp: nothing runs there. A job's user can set it, so it proves
+        nothing; the handoff's EpilogSlurmctld only takes it as "perhaps the bridge's" and holds
+        such a job provisionally, for milliseconds, until it has read the admin comment
+        (docs/colocation.md, "The provisional hold"): keep the two in step.
         ``admin_comment`` is the bridge's mark (only an operator can set it), which the handoff's
         EpilogSlurmctld also reads (slurm_bridge/handoff.py).
 

@@ -78,7 +78,10 @@ class Jobs:
         return [ln for ln in out.splitlines() if re.match(rf"ReservationName=handoff-{job_id}[_-]", ln)]
 
     def none_held(self, job_id: int, since: float) -> None:
-        """No reservation for the job appears in the QUIET seconds after its end."""
+        """No reservation for the job lasts: a provisional hold (a job run from /tmp, the bridge's
+        working directory, is a candidate) is gone within milliseconds of the script's read, so
+        none is left a second after the end, and none appears in the QUIET seconds after."""
+        wait_for(lambda: not self.reservations(job_id), 1, f"job {job_id}'s provisional hold to go")
         while time.time() < since + QUIET:
             held = self.reservations(job_id)
             assert held == [], f"the script held Slurm job {job_id}: {held}"
@@ -126,6 +129,34 @@ def test_a_tenants_forged_job_reserves_nothing_and_the_node_stays_usable(jobs: J
              f"a native job for all {whole} CPUs of {jobs.node} to start after the forged job")  # fmt: skip
 
 
+def test_a_tenants_job_from_the_bridges_working_directory_is_held_for_milliseconds_only(jobs: Jobs) -> None:
+    """A candidate (its working directory is /tmp, the bridge's) is held before it is read, so the
+    script wins Slurm's scheduler (docs/colocation.md, "The provisional hold"); a tenant's forged
+    one is let go once its admin comment is read: the provisional reservation was made and
+    deleted, within a second, and a native job for the whole node starts."""
+    log = jobs.slurm.root / "var" / "log" / "slurm-bridge" / "handoff.log"
+    job_id = jobs.submit("--chdir=/tmp", f"--job-name=x {FORGED_MARK}", f"--comment={FORGED_MARK}")
+    jobs.none_held(job_id, jobs.ended(job_id))
+    lines = [ln for ln in log.read_text().splitlines() if f" job={job_id} " in ln]
+    made = [ln for ln in lines if "hold<=30s: Reservation created" in ln]
+    gone = [ln for ln in lines if "provisional hold deleted" in ln]
+    assert made and gone, f"job {job_id}: no provisional hold made and deleted in {log}: {lines}"
+    held_for = _stamp(gone[0]) - _stamp(made[0])
+    assert 0 <= held_for < 1, f"job {job_id} was held provisionally for {held_for:.3f}s"
+    whole = jobs.slurm.node_cpus(jobs.node)
+    follower = jobs.submit("--job-name=after-candidate", script="#!/bin/sh\nexec sleep 60\n", cpus=whole)
+    wait_for(lambda: squeue_state(jobs.slurm, follower) == "RUNNING", 30,
+             f"a native job for all {whole} CPUs of {jobs.node} to start after the forged candidate")  # fmt: skip
+    print(f"\nforged candidate {job_id}: held provisionally for {held_for * 1000:.0f} ms")
+
+
+def _stamp(line: str) -> float:
+    """The handoff log's timestamp (2026-11-28T05:14:52.498942535): seconds of the day."""
+    clock = line.split()[0].split("T")[1]
+    h, m, sec = clock.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(sec)
+
+
 def test_an_operator_set_marker_is_held_per_node_for_the_ceiling_under_an_exact_name(jobs: Jobs) -> None:
     """The positive path on the real Slurm: the script reads the admin comment from its JSON, `_`
     is accepted in a reservation's name, and the hold lasts the configuration file's ceiling."""
@@ -134,11 +165,15 @@ def test_an_operator_set_marker_is_held_per_node_for_the_ceiling_under_an_exact_
     ref = PhjRef(BRIDGE, "e2e", f"trust-{secrets.token_hex(3)}", "uid")
     jobs.mark(job_id, encode_admin_comment(ref, handoff="cores"))
     jobs.slurm.slurm("scancel", str(job_id))
-    held = wait_for(lambda: jobs.reservations(job_id) or None, 10, f"the handoff reservation for job {job_id}")
+    # a job run from /tmp: held provisionally (30 s) first, then extended to the ceiling once read
+    held = wait_for(lambda: [h for h in jobs.reservations(job_id) if "Duration=1-" in h] or None, 10,
+                    f"the handoff reservation for job {job_id}, extended to the ceiling")  # fmt: skip
     assert len(held) == 1 and held[0].startswith(f"ReservationName=handoff-{job_id}_{BRIDGE}_{jobs.node} "), held
     fields = dict(w.split("=", 1) for w in held[0].split() if "=" in w)
     assert fields["Nodes"] == jobs.node and fields["CoreCnt"] == "2", fields
-    assert fields["Duration"] == "1-00:00:00", f"the hold lasts the ceiling (MAX_HOLD_SECONDS=86400): {fields}"
+    assert fields["Duration"] in ("1-00:00:00", "1-00:00:01"), (
+        f"the hold lasts the ceiling (MAX_HOLD_SECONDS=86400): {fields}"
+    )
     assert fields["Users"] == "slurm", fields  # SlurmUser, who runs the script
 
 

@@ -49,6 +49,10 @@ USER_FIELDS = {
 }
 
 FAKE_SCONTROL = r"""#!/bin/bash
+echo "$1 $2" >> {d}/calls
+if [ "$1" = update ] || [ "$1" = delete ]; then
+  printf '%s\n' "$*" >> {d}/changes; exit 0
+fi
 if [ "$1 $2 $3" = "--json show job" ]; then
   echo "$*" >> {d}/show.calls
   [ -f {d}/show.fail ] && { echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1; }
@@ -115,6 +119,18 @@ class Epilog:
         path = self.fake / "reservations"
         lines = path.read_text().splitlines() if path.exists() else []
         return [dict(_pair(w) for w in shlex.split(line)) for line in lines]
+
+    @property
+    def calls(self) -> list[str]:
+        """Every call, in order, by its first two words (``create reservation``, ``--json show``)."""
+        path = self.fake / "calls"
+        return [c for c in (path.read_text().splitlines() if path.exists() else []) if c != "show hostnames"]
+
+    @property
+    def changes(self) -> list[str]:
+        """The ``scontrol update`` and ``scontrol delete`` calls, whole."""
+        path = self.fake / "changes"
+        return path.read_text().splitlines() if path.exists() else []
 
     @property
     def show_calls(self) -> list[str]:
@@ -349,6 +365,65 @@ def test_the_shipped_example_configuration_is_accepted(epilog: Epilog) -> None:
     assert [r["EndTime"] for r in epilog.reservations] == ["now+86400seconds"], done.stderr
 
 
+# ---- the provisional hold: ahead of Slurm's scheduler -------------------------------------------------
+# Slurm frees an ended job's CPUs and schedules at once; the read of the job takes tens of ms, which a
+# waiting native job won (tests/e2e/test_handoff_failsafe.py). A candidate (the bridge's working
+# directory, /tmp: anyone can set it) is held first, for seconds, and kept or deleted once read.
+CANDIDATE = {"SLURM_JOB_WORK_DIR": "/tmp"}
+NAME = f"ReservationName=handoff-42_{BRIDGE}_n1"
+
+
+def test_a_candidate_is_held_before_its_job_is_read_and_kept_to_the_ceiling_once_it_is_the_bridges(
+    epilog: Epilog,
+) -> None:
+    epilog.job(marker("cores"), **CANDIDATE)
+    epilog.run()
+    assert epilog.calls == ["create reservation", "--json show", "update ReservationName=handoff-42_slurm-bridge_n1"]
+    assert [(r["ReservationName"], r["CoreCnt"], r["EndTime"]) for r in epilog.reservations] == [
+        (NAME.split("=")[1], "2", "now+30seconds")
+    ]
+    assert epilog.changes == [f"update {NAME} EndTime=now+86400seconds"]
+
+
+@pytest.mark.parametrize("comment", ["", FORGED.replace(BRIDGE, "other"), released_comment(marker("cores"))])
+def test_a_candidate_that_is_not_a_held_bridge_job_is_let_go_once_read(epilog: Epilog, comment: str) -> None:
+    """A native job with the bridge's working directory, another bridge's job, a job the bridge
+    released: held for the script's run (milliseconds), then the reservation is deleted."""
+    epilog.job(comment, **CANDIDATE)
+    epilog.run()
+    assert epilog.calls == ["create reservation", "--json show", "delete ReservationName=handoff-42_slurm-bridge_n1"]
+    assert [r["EndTime"] for r in epilog.reservations] == ["now+30seconds"]
+
+
+def test_a_candidate_held_by_count_where_the_whole_node_is_meant_gets_the_whole_node(epilog: Epilog) -> None:
+    epilog.job(marker("node"), **CANDIDATE)
+    epilog.run()
+    assert [(r.get("CoreCnt"), r.get("Flags"), r["EndTime"]) for r in epilog.reservations] == [
+        ("2", None, "now+30seconds"),
+        (None, "IGNORE_JOBS", "now+86400seconds"),
+    ]
+    assert epilog.changes == [f"delete {NAME}"]
+    epilog.job(marker("node"), SLURM_JOB_EXCLUSIVE="NODE", **CANDIDATE)  # Slurm says so: the node at once
+    (epilog.fake / "reservations").unlink()
+    epilog.run()
+    assert [r.get("Flags") for r in epilog.reservations] == ["IGNORE_JOBS"]
+
+
+def test_a_candidate_whose_job_cannot_be_read_keeps_its_provisional_hold(epilog: Epilog) -> None:
+    """Fail safe: Slurm not answering the read leaves the seconds-long hold (the bridge's
+    fail-safe drain takes over for its own pods), never the ceiling."""
+    epilog.job(marker("cores"), **CANDIDATE)
+    (epilog.fake / "show.fail").touch()
+    epilog.run()
+    assert [r["EndTime"] for r in epilog.reservations] == ["now+30seconds"] and epilog.changes == []
+
+
+def test_a_job_that_is_no_candidate_is_read_before_anything_is_held(epilog: Epilog) -> None:
+    epilog.job(marker("cores"), SLURM_JOB_WORK_DIR="/home/alice")
+    epilog.run()
+    assert epilog.calls == ["--json show", "create reservation"] and epilog.changes == []
+
+
 # ---- failures: always exit 0, never more than asked -------------------------------------------------------
 def test_slurm_failing_holds_nothing_and_exits_0(epilog: Epilog) -> None:
     epilog.job(marker("cores"))
@@ -356,10 +431,12 @@ def test_slurm_failing_holds_nothing_and_exits_0(epilog: Epilog) -> None:
     epilog.run()
     assert epilog.reservations == []
     (epilog.fake / "show.fail").unlink()
+    epilog.job(marker("cores"), nodes="n[1-2]", hostnames="n1 n2")  # a list to expand (one name: no call)
     (epilog.fake / "hostnames.fail").touch()
     epilog.run()
     assert epilog.reservations == []
     (epilog.fake / "hostnames.fail").unlink()
+    epilog.job(marker("cores"))
     (epilog.fake / "create.fail").touch()
     epilog.run()  # the count, then the whole node, both refused
     assert [("CoreCnt" in r) for r in epilog.reservations] == [True, False]
