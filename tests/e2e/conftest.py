@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
+from slurm_bridge import names
 from tests.e2e.util import end_workloads
 from tests.harness import REPO, PrerequisiteMissing, SlurmEnv, run
 
@@ -41,3 +45,24 @@ def old_slurm(cluster: dict[str, str]) -> Iterator[dict[str, str]]:
     env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     yield env
     run(["bash", str(OLD_SLURM_SH), "down"], check=False, timeout=120)
+
+
+@pytest.fixture
+def policy(custom: k8s.CustomObjectsApi) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Create TenantPolicies with unique names; every one is deleted after the test."""
+    made: list[str] = []
+
+    def create(spec: dict[str, Any]) -> str:
+        name = f"e2e-{secrets.token_hex(4)}"
+        body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
+        custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
+        made.append(name)
+        return name
+
+    yield create
+    for name in made:
+        try:
+            custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise

@@ -30,6 +30,7 @@ from tests.e2e.test_handoff import (
     GRACE,
     LINGER,
     ExitWatch,
+    Native,
     Running,
     container_pids,
     handoff_pod,
@@ -102,6 +103,13 @@ def node_reason(slurm: SlurmEnv) -> tuple[str, str]:
     return fields.get("State", ""), reason
 
 
+def whole_node_native(slurm_env: SlurmEnv, setup: dict[str, Any]) -> Native:
+    """A tenant's native job for every CPU of the real node, ended with the test."""
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
+    setup["natives"].append(native)
+    return native
+
+
 def test_a_force_deleted_pods_job_is_held_until_its_container_stopped(
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
     setup: dict[str, Any], pod_jobs: list[int],
@@ -112,8 +120,7 @@ def test_a_force_deleted_pods_job_is_held_until_its_container_stopped(
     KUBELET_AWAY seconds across the delete: the pod object is gone at once, its container runs on."""
     pod = start_lingering(core, custom, ns, slurm_env, workload_image, linger=LINGER, grace=VANISHED_GRACE)
     pod_jobs.append(pod.job_id)
-    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
-    setup["natives"].append(native)
+    native = whole_node_native(slurm_env, setup)
     wait_pending(slurm_env, native)
     run(["bash", str(CLUSTER_SH), "stop", "kubelet"], timeout=60)
     try:
@@ -146,8 +153,7 @@ def test_a_job_slurm_ends_while_the_operator_is_away_holds_until_the_container_s
 ) -> None:  # fmt: skip
     pod = start_pod(core, custom, ns, slurm_env, workload_image)
     pod_jobs.append(pod.job_id)
-    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
-    setup["natives"].append(native)
+    native = whole_node_native(slurm_env, setup)
     wait_pending(slurm_env, native)
     run(["bash", str(BRIDGE_SH), "stop", "operator"], timeout=60)
     try:
@@ -186,8 +192,7 @@ def test_a_pod_running_with_no_hold_drains_its_node_at_once_until_its_container_
     reason = wait_for(drained, 10, f"{slurm_env.real_node} drained for pod {pod.name}")
     drained_after = time.time() - gone
     assert reason.startswith("slurm-bridge-handoff[") and "nothing holds its CPUs" in reason, reason
-    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
-    setup["natives"].append(native)
+    native = whole_node_native(slurm_env, setup)
     gap = native_after_container(slurm_env, native, pod, timeout=120)
     wait_for(lambda: "DRAIN" not in node_reason(slurm_env)[0], 30, f"{slurm_env.real_node}'s drain lifted")
     print(

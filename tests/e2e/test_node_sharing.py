@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from slurm_bridge import names
 from tests.builders import make_pod as build_pod
 from tests.e2e.test_hybrid_real_node import container_pids, node_image, uid_of  # noqa: F401
-from tests.e2e.test_tenancy import policy, tenant_spec, wait_selected  # noqa: F401
+from tests.e2e.test_tenancy import tenant_spec, wait_selected
 from tests.e2e.util import API, get_phj, pod_events, read_pod, slurm_job, wait_for_idle_nodes
 from tests.harness import TENANTS, SlurmEnv, Tenant, holds_for, run, wait_for
 
@@ -421,7 +421,7 @@ def raw_usage(slurm: SlurmEnv) -> dict[tuple[str, str], int]:
 
 def test_sacct_lists_native_jobs_and_pods_side_by_side_and_fair_share_counts_both(
     ns: str, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv, native: Native,
-    hybrid: list[str], policy: Callable[[Obj], str],  # noqa: F811
+    hybrid: list[str], policy: Callable[[Obj], str],
 ) -> None:  # fmt: skip
     """The pods of a namespace run as its tenant (alice, TenantPolicy); bob's native job beside them.
     RawUsage grows once per PriorityCalcPeriod (1 minute, hack/slurm-policy.conf): this waits up to 3."""
@@ -471,7 +471,7 @@ def top_priority(slurm: SlurmEnv, job_id: int) -> None:
 
 def test_backfill_a_short_pod_starts_ahead_of_a_wide_native_job_a_long_one_does_not(
     ns: str, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv, native: Native,
-    hybrid: list[str], policy: Callable[[Obj], str],  # noqa: F811
+    hybrid: list[str], policy: Callable[[Obj], str],
 ) -> None:  # fmt: skip
     """The pods are a tenant's (alice, TenantPolicy), so their jobs are queued (job/submit) and
     Slurm's priority and backfill order them. An immediate allocation (the bridge's default path

@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
-from tests.e2e.test_tenancy import policy, tenant_spec, wait_selected  # noqa: F401
+from tests.e2e.test_tenancy import tenant_spec, wait_selected
 from tests.e2e.util import bridge_jobs_in, get_phj, list_phjs, make_pod, pod_events, read_pod, slurm_job
 from tests.harness import TENANTS, SlurmEnv, holds_for, wait_for
 
@@ -187,7 +187,7 @@ def deployment(template_annotations: Obj, annotations: Obj | None = None) -> k8s
 
 def test_a_deployment_whose_pods_would_be_refused_is_refused_at_its_create(
     api_client: k8s.ApiClient, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str,
-    policy: Callable[[Obj], str],  # noqa: F811
+    policy: Callable[[Obj], str],
 ) -> None:  # fmt: skip
     apps = k8s.AppsV1Api(api_client)
     with pytest.raises(ApiException) as refused:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,27 +37,6 @@ def tenant_spec(tenant: Any, namespace: str) -> Obj:
         "accounts": {"default": tenant.accounts[0], "allowed": list(tenant.accounts)},
         "qos": {"default": tenant.qos, "allowed": [tenant.qos, "normal"] if tenant is A else [tenant.qos]},
     }
-
-
-@pytest.fixture
-def policy(custom: k8s.CustomObjectsApi) -> Iterator[Callable[[Obj], str]]:
-    """Create TenantPolicies with unique names; every one is deleted after the test."""
-    made: list[str] = []
-
-    def create(spec: Obj) -> str:
-        name = f"e2e-{secrets.token_hex(4)}"
-        body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
-        custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
-        made.append(name)
-        return name
-
-    yield create
-    for name in made:
-        try:
-            custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
 
 
 def policy_status(custom: k8s.CustomObjectsApi, name: str) -> Obj:

@@ -38,27 +38,6 @@ def alice(ns: str, **more: Any) -> Obj:
 
 
 @pytest.fixture
-def policy(custom: k8s.CustomObjectsApi) -> Iterator[Callable[[Obj], str]]:
-    """Create TenantPolicies with unique names; every one is deleted after the test."""
-    made: list[str] = []
-
-    def create(spec: Obj) -> str:
-        name = f"e2e-{secrets.token_hex(4)}"
-        body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
-        custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
-        made.append(name)
-        return name
-
-    yield create
-    for name in made:
-        try:
-            custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-
-@pytest.fixture
 def down_partition(slurm_env: SlurmEnv) -> Iterator[str]:
     """A DOWN partition over the kwok nodes, where jobs wait (reason PartitionDown)."""
     name = f"rights-{secrets.token_hex(3)}"

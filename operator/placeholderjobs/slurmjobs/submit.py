@@ -45,6 +45,12 @@ def _user(request: JobRequest) -> str | None:
     return request.user_name or (None if request.user_id is None else str(request.user_id))
 
 
+def tenants_own(request: JobRequest) -> JobRequest:
+    """The request as its tenant sends it: without the operator-only fields (``priority``), which
+    Slurm drops from a user or refuses; one a policy delegates is set by the bridge after."""
+    return request.model_copy(update={"priority": None})
+
+
 def group_refused(e: SlurmError) -> bool:
     """Slurm refused the group a job submitted as its user names: a user may submit only in their
     primary group: 2113 "Invalid group id" (Slurm 26.05.5, checked; slurmctld logs "Requested GID=...
@@ -125,7 +131,7 @@ class Placer:
         if self.immediate and now >= until and (as_user is not None or not request.names_identity) and not preempting:
             try:
                 job_id = await self.slurm.allocate_external_job(
-                    request if as_user is None else request.model_copy(update={"priority": None}),
+                    request if as_user is None else tenants_own(request),
                     name=name,
                     admin_comment=admin_comment,
                     as_user=as_user,
@@ -177,7 +183,7 @@ class Placer:
         if as_user is not None:
             try:
                 job_id = await self.slurm.submit_external_job(
-                    request.model_copy(update={"priority": None}),
+                    tenants_own(request),
                     name=name,
                     admin_comment=admin_comment,
                     as_user=as_user,
