@@ -131,6 +131,10 @@ class Config(_Model):
     # the job (a node whose kubelet offers less than Slurm counts, a taint, ...) is released: the
     # PlaceholderJob ends Failed AllocationNotBound and its pods are ended (docs/architecture.md).
     bindTimeoutSeconds: float = Field(default=300.0, ge=5, le=86400)
+    # New jobs leave out the nodes whose SlurmResourcesFit is False (translate.exclude_unfit). False
+    # for a cluster whose Slurm counts more than its kubelets on purpose (a test bed, pods that
+    # request less than their Slurm allocation); bindTimeoutSeconds still releases what cannot bind.
+    excludeUnfitNodes: bool = True
     # The shared secret of slurmctld's hooks (slurm-hooks/slurm-bridge-notify.sh): when set, the
     # operator takes their notices of job starts and ends at POST /slurm/hook (docs/configuration.md).
     slurmHookTokenFile: Path | None = None

@@ -147,7 +147,8 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # the node controller reads each period anyway: the job poller reads job states only then.
     nodes.on_slurm_change = ctrl.poller.nodes_changed
     # New jobs are submitted without the nodes whose kubelet offers less than Slurm counts.
-    ctrl.jobs.unfit_nodes = nodes.unfit_slurm_nodes
+    if cfg.excludeUnfitNodes:
+        ctrl.jobs.unfit_nodes = nodes.unfit_slurm_nodes
     ctrl.poller.watch_nodes(lambda: nodes.healthy)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).

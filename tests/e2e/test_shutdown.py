@@ -13,6 +13,7 @@ standby takes over at once, not after the Lease's 15 s.
 from __future__ import annotations
 
 import functools
+import os
 import secrets
 import signal
 import socket
@@ -30,7 +31,10 @@ from kubernetes import client as k8s
 from tests.harness import BRIDGE_SH, REPO, holds_for, run, wait_for
 
 STOP_WITHIN = 5.0  # seconds from SIGTERM to the process's exit
-DELAYS = (0.1, 0.3, 0.6, 1.0, 2.0, 4.0)  # seconds after the start
+# Seconds after the start. 0: the first moment the process's Python owns SIGTERM (its entry
+# module's first line; before that the interpreter is still starting, and the kernel's default
+# applies), seen in /proc/<pid>/status, so a slow start-up on a loaded machine does not move it.
+DELAYS = (0.0, 0.3, 0.6, 1.0, 2.0, 4.0)
 LEASE_SECONDS = 15  # the operator's leaseDurationSeconds: a takeover faster than this was handed over
 BIN = REPO / ".venv" / "bin"
 
@@ -48,7 +52,9 @@ class Process:
     def __init__(self, argv: list[str], log: Path) -> None:
         self.log_path = log
         with log.open("w") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            # PYTHONFAULTHANDLER: a process that does not stop is sent SIGABRT, so its log shows where.
+            env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.identity = f"{socket.gethostname()}_{self.proc.pid}"  # the operator's Lease identity
 
     def log(self) -> str:
@@ -64,14 +70,34 @@ class Process:
     def alive_for(self, seconds: float) -> None:
         holds_for(self.running, seconds, f"{self.log_path.name} running", interval=min(0.05, seconds / 2))
 
+    def owns_sigterm(self) -> bool:
+        """Whether the process catches SIGTERM (its SigCgt mask), that is, its Python took it."""
+        assert self.running(), f"{self.log_path.name} exited ({self.proc.returncode}):\n{self.log()[-3000:]}"
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+        return False
+
+    def at(self, delay: float) -> str:
+        """Wait until ``delay`` seconds after the start (0: until it owns SIGTERM); says when."""
+        if delay:
+            self.alive_for(delay)
+            return f"{delay} s after its start"
+        wait_for(self.owns_sigterm, 30, f"{self.log_path.name} to take SIGTERM", interval=0.002)
+        return "at its first line"
+
     def stop(self, when: str) -> None:
         """SIGTERM; the process must exit with status 0 within STOP_WITHIN seconds."""
         self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=STOP_WITHIN)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.send_signal(signal.SIGABRT)  # the faulthandler's stacks into the log
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
             raise AssertionError(
                 f"{self.log_path.name}, SIGTERM {when}: still running {STOP_WITHIN} s later:\n{self.log()[-4000:]}"
             ) from None
@@ -162,9 +188,9 @@ def _own_config(slurm_url: str, jwt: str, namespace: str) -> dict[str, Any]:
 def _stops_at_every_delay(ops: Operators, coordination: k8s.CoordinationV1Api, name: str) -> None:
     for delay in DELAYS:
         p = ops.start(f"{name}-after-{delay}s")
-        p.alive_for(delay)
-        p.stop(f"{delay} s after its start")
-        assert ops.holder(coordination) != p.identity, f"{delay} s: the Lease is left held by the stopped operator"
+        when = p.at(delay)
+        p.stop(when)
+        assert ops.holder(coordination) != p.identity, f"{when}: the Lease is left held by the stopped operator"
 
 
 def _stops_at_each_phase(
@@ -250,8 +276,7 @@ def test_an_operator_whose_slurm_is_unreachable_or_too_old_stops_at_once_at_ever
 def _component_stops(start: Callable[[str], Process], serving: Callable[[Process], bool], within: float = 0) -> None:
     for delay in DELAYS:
         p = start(f"after-{delay}s")
-        p.alive_for(delay)
-        p.stop(f"{delay} s after its start")
+        p.stop(p.at(delay))
     p = start("serving")
     wait_for(lambda: p.running() and serving(p), 60, "the component to serve", interval=0.05)
     p.stop("once serving")

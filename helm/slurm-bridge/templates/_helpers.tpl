@@ -191,6 +191,7 @@ matchExpressions:
   "operatorWorkers" $c.operatorWorkers
   "orphanGraceSeconds" (float64 $c.orphanGraceSeconds)
   "bindTimeoutSeconds" (float64 ($c.bindTimeoutSeconds | default 300))
+  "excludeUnfitNodes" (ternary true $c.excludeUnfitNodes (kindIs "invalid" $c.excludeUnfitNodes))
   "tenancy" ($c.tenancy | default "open")
   "untenantedOperatorFields" ($c.untenantedOperatorFields | default list)
   "slurmHookTokenFile" (ternary (printf "/var/run/secrets/slurm-bridge-hook/%s" .Values.slurmHooks.secretKey) nil .Values.slurmHooks.enabled)
