@@ -6,12 +6,13 @@ has started that needs stopping, so the signal ends the process at once with sta
 so with ``os._exit`` after flushing the standard streams, not by raising SystemExit: an exception
 raised wherever the main thread happens to be (inside an import, a library's ``except
 BaseException``) could be caught, and the signal lost. This module imports nothing but the
-builtin :mod:`os`, :mod:`sys` and :mod:`signal`: it runs before the second the entry points spend
+small :mod:`contextlib`, :mod:`os`, :mod:`sys` and :mod:`signal`: it runs before the second the entry points spend
 on imports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -23,10 +24,8 @@ SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 
 def _exit_now(signum: int, _frame: FrameType | None) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # closed or broken: nothing more to keep
             stream.flush()
-        except (OSError, ValueError):  # closed or broken: nothing more to keep
-            pass
     os._exit(0)
 
 
