@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
+from slurm_bridge.config import Config, parse_config
 from slurm_bridge.kube import KubeClient
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -78,3 +78,10 @@ async def test_a_pod_pinned_to_an_unfit_node_is_told_why_and_nothing_is_sent() -
     told = [(kind, reason) for kind, reason, message in kube.said if names.REASON_NODES_DO_NOT_FIT in message]
     assert ("Pod", names.REASON_SLURM_SUBMIT_REJECTED) in told, kube.said
     assert requeue is not None and requeue > 0, "tried again later: the node may be fixed"
+
+
+def test_the_exclusion_is_on_by_default_and_config_turns_it_off_by_name() -> None:
+    assert parse_config({}).excludeUnfitNodes is True
+    assert parse_config({"excludeUnfitNodes": False}).excludeUnfitNodes is False
+    with pytest.raises(Exception, match="excludeUnfitNodes"):
+        parse_config({"excludeUnfitNodes": "sometimes"})
