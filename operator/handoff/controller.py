@@ -18,17 +18,17 @@
   preempt: a preempted job stays RUNNING, and only its ``preempt_time`` says so, which the state
   polls do not see (the 30 s full list would, later). A change queues its PlaceholderJob, whose
   decision ends the pods gracefully (lifecycle, ``decisions/handoff.py``).
-- **Slurm's settings.** Every POLICY_SECONDS: slurm.conf (EpilogSlurmctld, PreemptType), the QOS
-  preemption settings, the bridge user's default QOS and the partitions' OverTimeLimit, into the
-  :class:`.slurmpolicy.PolicyHolder` the PlaceholderJob controller decides with; what the handoff
-  needs and lacks is logged as a warning, once per reading that changed it.
+
+Slurm's settings (which QOS may be preempted) come from the :class:`PolicyHolder` that
+operator/slurmsettings/ keeps current. The node drains are written by the node controller, the one
+writer of Slurm node states (:class:`NodeDrains`): its table shows them at once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -49,70 +49,39 @@ from slurm_bridge.operator.handoff.decisions import (
     unheld,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.departures import Departures, by_job, running_in
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.handoffcalls import QosInfo
-from slurm_bridge.slurm.models import NodeInfo, ReservationRecord, SlurmConf
+from slurm_bridge.slurm.models import NodeInfo, ReservationRecord
 
 log = logging.getLogger(__name__)
 
-# Slurm's preemption and time-limit settings are read again this often.
-POLICY_SECONDS = 60.0
 # A running job of a preemptable QOS is read again at least this often, at most
 # PREEMPTION_CHECKS_PER_PASS jobs a pass (the longest unread first): a preemption is seen within
 # this many seconds while few such jobs run, and within the full list's 30 s at worst.
 PREEMPTION_CHECK_SECONDS = 5.0
 PREEMPTION_CHECKS_PER_PASS = 4
-# The loop's own DRAIN or UNDRAIN stands for Slurm's node state this long (the node controller's
-# next lists show it within a few poll periods).
-OWN_WRITE_SECONDS = 10.0
 # A pod counts as running with no hold only once it was seen so on passes this far apart: the
 # script reserves moments after the job ends, which the job poll may see first.
 UNSETTLED_SECONDS = 3.0
 
 
 class SlurmHandoff(Protocol):
-    """The Slurm calls the handoff loop makes."""
+    """The Slurm calls the handoff loop makes itself."""
 
     async def list_reservations(self) -> list[ReservationRecord]: ...
     async def delete_reservation(self, name: str) -> bool: ...
-    async def update_node(
-        self, name: str, *, state: str | None = None, reason: str | None = None, comment: str | None = None
-    ) -> None: ...
-    async def slurm_conf(self) -> SlurmConf | None: ...
-    async def qos_preemption(self) -> list[QosInfo] | None: ...
-    async def default_qos(self, user: str) -> dict[str, str] | None: ...
-    async def partition_over_time(self) -> dict[str, int | None]: ...
 
 
-def policy_problems(policy: SlurmPolicy, config: Config, used: frozenset[str]) -> list[str]:
-    """What the handoff needs from Slurm and does not find there (pure; logged as warnings).
-    ``used``: the QOS the bridge's jobs run in (its jobs seen, its user's default QOS)."""
-    out: list[str] = []
-    conf = policy.conf
-    if conf is not None and not conf.handoff_epilogs:
-        out.append(
-            "slurm.conf has no EpilogSlurmctld (but slurmctld's hook to the operator): when Slurm ends a "
-            "bridge job itself (scancel by "
-            "someone else, a node failure) native work may start under the pods still stopping "
-            "(install the handoff script, docs/colocation.md)"
-        )
-    need = config.handoff.maxGracePeriodSeconds + config.handoff.marginSeconds
-    for q in sorted(policy.qos.values(), key=lambda q: q.name):
-        if q.name not in used or not policy.preemptable(q.name):
-            continue
-        if "SUSPEND" in q.mode:
-            out.append(f"QOS {q.name} may be preempted with PreemptMode=SUSPEND, which cannot stop a pod: use CANCEL")
-        elif q.grace_seconds < need:
-            out.append(
-                f"QOS {q.name} may be preempted with GraceTime {q.grace_seconds}s, shorter than "
-                f"handoff.maxGracePeriodSeconds + marginSeconds ({need}s): a preempted pod may be cut short"
-            )
-    return out
+class NodeDrains(Protocol):
+    """Slurm's nodes as the node controller knows them now (its last list and its own writes
+    since), and its drain and undrain: the node controller is the one writer of node states."""
+
+    def slurm_nodes_now(self) -> dict[str, NodeInfo] | None: ...
+    async def set_drain(self, slurm_name: str, reason: str | None) -> None: ...
 
 
 class HandoffController:
@@ -124,8 +93,7 @@ class HandoffController:
         pods: ObjectStore,
         poller: SlurmPoller,
         policy: PolicyHolder,
-        slurm_nodes: Callable[[], dict[str, NodeInfo] | None],
-        user: Callable[[], str] = lambda: "",
+        drains: NodeDrains,
         departures: Departures | None = None,
     ) -> None:
         self.config = config
@@ -134,8 +102,7 @@ class HandoffController:
         self.pods = pods
         self.poller = poller
         self.policy = policy
-        self.slurm_nodes = slurm_nodes
-        self.user = user
+        self.drains = drains
         self.departures = departures if departures is not None else Departures()
         self.rules = Rules(config.bridgeId, config.handoff.marginSeconds, config.handoff.maxGracePeriodSeconds)
         # When this process first saw each reservation (by name) and each of its drains
@@ -145,13 +112,8 @@ class HandoffController:
         # when first missing from the snapshot while its pods run.
         self._suspects: dict[tuple[str, str], float] = {}
         self._absent_since: dict[int, float] = {}
-        self._policy_at = 0.0
-        self._problems: list[str] = []
         self._checked: dict[int, float] = {}  # job id -> when last read for preempt_time
         self._told: set[str] = set()  # reservations whose pods were told they are held
-        # node -> the loop's own write (DRAIN or UNDRAIN) as Slurm has it now, and when: the node
-        # controller's table shows it only after its next list.
-        self._written: dict[str, tuple[NodeInfo, float]] = {}
         self.reservations_released = 0
         self.nodes_drained = 0
         self.unheld_drained = 0
@@ -176,32 +138,8 @@ class HandoffController:
         await self._loop.stop()
 
     async def pass_once(self) -> None:
-        now = time.monotonic()
-        if now - self._policy_at >= POLICY_SECONDS:
-            self._policy_at = now
-            try:
-                await self.read_policy()
-            except SlurmError as e:  # the reservations must not wait for the settings
-                log.warning("handoff: reading Slurm's settings failed, again in %.0fs: %s", POLICY_SECONDS, e)
-        await self.check_preemption(now)
+        await self.check_preemption(time.monotonic())
         await self.reservations()
-
-    # ---- Slurm's settings ---------------------------------------------------------------------
-    async def read_policy(self) -> None:
-        conf = await self.slurm.slurm_conf()
-        qos = await self.slurm.qos_preemption()
-        user = self.config.slurmUser or self.user()
-        defaults = await self.slurm.default_qos(user) if user else None
-        over = await self.slurm.partition_over_time()
-        policy = SlurmPolicy(True, conf, {q.name: q for q in qos or []}, defaults, over)
-        self.policy.current = policy
-        snap = self.poller.snapshot
-        used = {j.qos for j in snap.by_id.values()} if snap is not None else set()
-        problems = policy_problems(policy, self.config, frozenset(used | set((defaults or {}).values())))
-        if problems != self._problems:
-            for p in problems:
-                log.warning("handoff: %s", p)
-        self._problems = problems
 
     # ---- preemption -----------------------------------------------------------------------------
     async def check_preemption(self, now: float) -> None:
@@ -231,21 +169,10 @@ class HandoffController:
                 out[job_id] = pods
         return out
 
-    def _nodes(self) -> dict[str, NodeInfo]:
-        """Slurm's nodes as the node controller last listed them, with the loop's own writes since."""
-        nodes = dict(self.slurm_nodes() or {})
-        at = time.monotonic()
-        for name, (info, written) in list(self._written.items()):
-            if at - written > OWN_WRITE_SECONDS:
-                del self._written[name]  # the node lists show it by now
-            else:
-                nodes[name] = info
-        return nodes
-
     async def reservations(self) -> None:
         snap = self.poller.snapshot  # taken before the reservations are: a job it shows ended was reserved for
         found = reservations_of(await self.slurm.list_reservations(), self.config.bridgeId)
-        nodes = self._nodes()
+        nodes = self.drains.slurm_nodes_now() or {}
         now = datetime.now(UTC)
         prefix = drain_prefix(self.config.bridgeId)
         drained = {n: i for n, i in nodes.items() if i.reason.startswith(prefix)}
@@ -340,8 +267,7 @@ class HandoffController:
                         f"{r.name}{until} at the latest, and released once its containers stop",
                     )
             case Drain(node=node, pod=pod, job_id=job_id, reason=reason, unheld=no_hold):
-                await self.slurm.update_node(node, state="DRAIN", reason=reason)
-                self._written[node] = (NodeInfo(name=node, states=("IDLE", "DRAIN"), reason=reason), time.monotonic())
+                await self.drains.set_drain(node, reason)
                 self._first_seen.setdefault(drain_key(node), datetime.now(UTC))
                 self.nodes_drained += 1
                 self.unheld_drained += int(no_hold)
@@ -359,8 +285,7 @@ class HandoffController:
                 await self.kube.event(pod, names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)
                 await self.kube.event(_node_ref(node), names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)
             case Undrain(node=node, drain=d):
-                await self.slurm.update_node(node, state="UNDRAIN")
-                self._written[node] = (NodeInfo(name=node, states=("IDLE",)), time.monotonic())
+                await self.drains.set_drain(node, None)
                 message = f"pod {d.namespace}/{d.pod} of Slurm job {d.job_id} is gone: the handoff's drain is lifted"
                 log.info("handoff: %s", message)
                 await self.kube.event(_node_ref(node), names.REASON_HANDOFF_NODE_UNDRAINED, message)

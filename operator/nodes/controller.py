@@ -197,6 +197,15 @@ class NodeController:
     def slurm_node(self, name: str) -> NodeInfo | None:
         return self.table.node(name)
 
+    def slurm_nodes_now(self) -> dict[str, NodeInfo] | None:
+        """Slurm's nodes with the bridge's own writes since the last list (None before it)."""
+        return self.table.current()
+
+    async def set_drain(self, slurm_name: str, reason: str | None) -> None:
+        """Drain Slurm node ``slurm_name`` with ``reason`` (None: undrain) for another controller
+        (the handoff loop): the node controller is the one writer of Slurm node states."""
+        await self.table.set_drain(slurm_name, reason)
+
     async def poll_once(self) -> None:
         """One node list; queue the Kubernetes nodes whose Slurm node changed, and those waiting
         for a list newer than their change."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
+from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
 from slurm_bridge.operator.nodes.setupcheck import SlurmSetupReads
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -86,6 +87,26 @@ class SlurmNodeTable:
         if written is not None:
             return written[0]
         return (self.listed or {}).get(name)
+
+    def current(self) -> dict[str, NodeInfo] | None:
+        """Every Slurm node as the bridge knows it now: the last list with the bridge's own writes
+        since; None before the first list."""
+        if self.listed is None:
+            return None
+        out = dict(self.listed)
+        for name, (info, _) in self._written.items():
+            if info is None:
+                out.pop(name, None)
+            else:
+                out[name] = info
+        return out
+
+    async def set_drain(self, name: str, reason: str | None) -> None:
+        """DRAIN node ``name`` with ``reason`` (None: UNDRAIN); the table shows the write at once, so
+        no reader takes a list from before it for the node's state."""
+        action = SlurmAction.DRAIN if reason is not None else SlurmAction.UNDRAIN
+        await self.slurm.update_node(name, state=action.value, reason=reason)
+        self.wrote(name, after_slurm_action(self.node(name) or NodeInfo(name=name, states=("IDLE",)), action, reason))
 
     def wrote(self, name: str, info: NodeInfo | None) -> None:
         """The bridge just wrote Slurm node ``name``: ``info`` is what Slurm holds now (None: deleted)."""

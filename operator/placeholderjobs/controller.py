@@ -85,7 +85,7 @@ class Controller:
             slurm, config.bridgeId, config.pollPeriodSeconds, self.events.on_job_change, self._on_poll
         )
         self.hints = SlurmHints(self.poller)
-        # Slurm's preemption and time-limit settings, kept current by the handoff loop.
+        # Slurm's preemption and time-limit settings, kept current by operator/slurmsettings.
         self.policy = policy or PolicyHolder()
         self.jobs = PlaceholderJobs(
             config,

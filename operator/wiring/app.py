@@ -22,8 +22,10 @@ from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.slurmsettings.reader import SlurmSettings
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
 from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
 from slurm_bridge.operator.wiring.kopfsetup import build_registry, run_kopf
@@ -48,6 +50,7 @@ class Operator:
     tenant_status: TenantStatusController
     nodes: NodeController
     handoff: HandoffController
+    settings: SlurmSettings
     elector: LeaderElector
     standby: StandbyProbe
     watches: HotWatches
@@ -57,6 +60,7 @@ class Operator:
         """Once elected: the node controller, the Slurm job poller, and the PlaceholderJob and
         TenantPolicy controllers once the watches' first lists are in."""
         await self.elector.is_leader.wait()
+        self.settings.start()  # the first submits decide with Slurm's settings read
         self.nodes.start()
         self.ctrl.start_polling()  # the first Slurm job list, beside the watches' first lists
         # The first reconciles see every pod and PlaceholderJob: none is created twice, none
@@ -85,6 +89,7 @@ class Operator:
             ("election", lambda: cancel_and_wait(self.tasks)),
             ("TenantPolicy status", self.tenant_status.stop),
             ("handoff", self.handoff.stop),
+            ("Slurm settings", self.settings.stop),
             ("nodes", self.nodes.stop),
             ("PlaceholderJobs", self.ctrl.stop),
             ("watches", self.watches.stop),
@@ -98,6 +103,11 @@ class Operator:
     async def _close_kube(self) -> None:
         await self.kube.aclose()
         await self.lease_kube.aclose()
+
+
+def used_qos(snapshot: JobSnapshot | None) -> set[str]:
+    """The QOS the bridge's jobs run in, as the job poller last saw them."""
+    return {j.qos for j in snapshot.by_id.values()} if snapshot is not None else set()
 
 
 def runs_native(table: dict[str, NodeInfo] | None, name: str) -> bool | None:
@@ -122,25 +132,17 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # TenantPolicies and namespaces, read by every replica (a standby's cache is warm when it leads).
     tenant_status: TenantStatusController | None = None
     tenants = TenantCache(kube, on_change=lambda *_: tenant_status.wake() if tenant_status else None)
-    # Slurm's preemption and time-limit settings: read by the handoff loop, decided with by the
-    # PlaceholderJob controller (docs/colocation.md).
+    # Slurm's preemption and time-limit settings: read in one place (operator/slurmsettings/),
+    # decided with by the PlaceholderJob controller and the handoff loop (docs/colocation.md).
     policy = PolicyHolder()
     ctrl = Controller(cfg, kube, slurm, tenants, policy=policy, describe_preemptor=PreemptorFinder(slurm, policy))
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     nodes = NodeController(cfg, kube, slurm)
     # An exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md).
     ctrl.jobs.node_cpus = lambda partitions: largest_cpus(nodes.slurm_nodes, partitions, cfg.partition)
-    handoff = HandoffController(
-        cfg,
-        kube,
-        slurm,
-        ctrl.pods,
-        ctrl.poller,
-        policy,
-        lambda: nodes.slurm_nodes,
-        slurm.jwt_user,
-        departures=ctrl.departures,
-    )
+    # The handoff's drains are written by the node controller, the one writer of node states.
+    handoff = HandoffController(cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, nodes, departures=ctrl.departures)
+    settings = SlurmSettings(cfg, slurm, policy, lambda: used_qos(ctrl.poller.snapshot), slurm.jwt_user)
     # A vanished pod holds its job only where native work runs (docs/colocation.md).
     ctrl.jobs.runs_native = lambda name: runs_native(nodes.slurm_nodes, name)
     # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
@@ -157,7 +159,9 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # Pods and PlaceholderJobs, listed and watched by every replica from start-up.
     watches = HotWatches(kube, ctrl)
     standby = StandbyProbe(slurm, elector)
-    return Operator(kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, elector, standby, watches)
+    return Operator(
+        kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, settings, elector, standby, watches
+    )
 
 
 async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: Stop) -> None:

@@ -337,7 +337,8 @@ class FakePing:
 
 
 class FakeHandoff:
-    """The handoff loop's Slurm: ``handoff-*`` reservations (a deleted one is gone), node updates
+    """The handoff loop's Slurm, the settings reader's and the node table's drains: ``handoff-*``
+    reservations (a deleted one is gone), node updates
     (recorded), and the preemption and time-limit settings it reads (``conf``, ``qos``,
     ``defaults``, ``over_time``). Every call is in ``calls`` ("reservations", "delete NAME",
     "node NAME STATE", "conf", "qos", "defaults USER", "partitions")."""

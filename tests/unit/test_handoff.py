@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ from slurm_bridge.handoff import (
     reservations_of,
 )
 from slurm_bridge.operator.handoff import decisions as hd
-from slurm_bridge.operator.handoff.controller import HandoffController, policy_problems
+from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder, is_likely
+from slurm_bridge.operator.nodes.slurmnodes import SlurmNodeTable
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
@@ -44,6 +46,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.departures import pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.slurmsettings.reader import SlurmSettings, policy_problems, queueing
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.handoffcalls import QosInfo, token_user
@@ -410,10 +413,23 @@ def loop(
         store,
         poller,
         PolicyHolder(),
-        lambda: nodes or {},
-        lambda: "slurm",
+        NodeDrains(slurm, nodes or {}),
     )
     return ctrl, kube, reads
+
+
+class NodeDrains:
+    """The node controller's side of the handoff's drains, on its real node table."""
+
+    def __init__(self, slurm: FakeHandoff, nodes: dict[str, NodeInfo]) -> None:
+        self.table = SlurmNodeTable(slurm)  # type: ignore[arg-type]  # update_node only
+        self.table.listed = dict(nodes)
+
+    def slurm_nodes_now(self) -> dict[str, NodeInfo] | None:
+        return self.table.current()
+
+    async def set_drain(self, slurm_name: str, reason: str | None) -> None:
+        await self.table.set_drain(slurm_name, reason)
 
 
 def labelled(pod: Obj, job_id: int) -> Obj:
@@ -421,15 +437,36 @@ def labelled(pod: Obj, job_id: int) -> Obj:
     return pod
 
 
-async def test_a_pass_holds_while_the_pod_runs_then_releases_and_reads_slurms_settings() -> None:
+async def test_slurms_settings_are_read_in_one_place_into_the_holder_and_the_queueing_is_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    slurm = FakeHandoff(conf=CONF, qos=list(QOS.values()), defaults={"": "normal"}, over_time={"long": 5})
+    holder = PolicyHolder()
+    settings = SlurmSettings(Config(), slurm, holder, lambda: {"pods"}, lambda: "slurm")
+    with caplog.at_level(logging.INFO, logger="slurm_bridge.operator.slurmsettings.reader"):
+        await settings.read()
+        await settings.read()
+    assert slurm.calls == ["conf", "qos", "defaults slurm", "partitions"] * 2
+    assert holder.current.known and holder.current.over_time_minutes == {"long": 5}
+    said = [r.getMessage() for r in caplog.records if "queued" in r.getMessage()]
+    assert said == [f"Slurm's settings: {queueing(holder.current)}"], "said once, while it does not change"
+    assert "native-urgent" in said[0] and "never allocated at once" in said[0]
+
+
+def test_the_queueing_in_words_follows_preempt_type_and_the_qos() -> None:
+    assert "preempts nothing" in queueing(SlurmPolicy())
+    assert "every job is queued" in queueing(SlurmPolicy(True, SlurmConf(preempt_type="preempt/partition_prio")))
+    assert "no QOS may preempt" in queueing(SlurmPolicy(True, SlurmConf(preempt_type="preempt/qos"), {}))
+
+
+async def test_a_pass_holds_while_the_pod_runs_then_releases() -> None:
     now = datetime.now(UTC)
     r = resv(7, "n1", ended=now)
-    slurm = FakeHandoff([r], conf=CONF, qos=list(QOS.values()), defaults={"": "normal"}, over_time={"long": 5})
+    slurm = FakeHandoff([r])
     pod = labelled(bound("p", "n1"), 7)
     ctrl, kube, _ = loop(slurm, [pod])
     await ctrl.pass_once()
-    assert slurm.calls == ["conf", "qos", "defaults slurm", "partitions", "reservations"]
-    assert ctrl.policy.current.known and ctrl.policy.current.over_time_minutes == {"long": 5}
+    assert slurm.calls == ["reservations"], "the handoff loop reads no settings: operator/slurmsettings does"
     assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)]
     await ctrl.pass_once()
     assert kube.told("kind", "name", "reason") == [("Pod", "p", names.REASON_HANDOFF_HELD)], "told once"
@@ -445,14 +482,13 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
     slurm = FakeHandoff([r])
     pod = labelled(bound("p", "n1"), 7)
     ctrl, kube, _ = loop(slurm, [pod])
-    ctrl._policy_at = 1e12  # settings read already
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", "node n1 DRAIN"]
     assert ("Pod", "p", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
     assert ("Node", "n1", names.REASON_HANDOFF_NODE_DRAINED) in kube.told("kind", "name", "reason")
     slurm.calls.clear()
     await ctrl.pass_once()
-    assert slurm.calls == ["reservations"], "its own drain stands for the node's state until the lists show it"
+    assert slurm.calls == ["reservations"], "the node table shows the drain until the lists show it"
     ctrl.pods.delete(pod)
     ctrl.departures.note(dict(pod, status={"phase": "Failed"}))
     slurm.reservations.clear()  # the reservation ended meanwhile
@@ -465,7 +501,9 @@ async def test_a_pass_drains_for_a_late_pod_and_undrains_once_it_is_gone() -> No
 async def test_a_pass_reads_running_jobs_slurm_may_preempt_again() -> None:
     running = slurm_job(7, "RUNNING", nodes=("n1",), qos="pods")
     other = slurm_job(8, "RUNNING", nodes=("n2",), qos="normal")
-    ctrl, _, reads = loop(FakeHandoff(conf=CONF, qos=list(QOS.values())), [], jobs=[running, other])
+    slurm = FakeHandoff(conf=CONF, qos=list(QOS.values()))
+    ctrl, _, reads = loop(slurm, [], jobs=[running, other])
+    await SlurmSettings(Config(), slurm, ctrl.policy).read()  # what the handoff loop decides with
     await ctrl.pass_once()
     assert reads.calls == ["get 7"], "only the preemptable QOS's running job"
     reads.calls.clear()
@@ -591,5 +629,8 @@ async def test_a_pass_goes_on_with_the_reservations_when_the_settings_cannot_be_
     r = resv(7, "n1")
     slurm = Broken([r])
     ctrl, _, _ = loop(slurm, [labelled(bound("p", "n1", phase="Failed"), 7)])  # its pod stopped
+    settings = SlurmSettings(Config(), slurm, ctrl.policy)
+    with pytest.raises(SlurmError):  # its own loop retries it
+        await settings.read()
     await ctrl.pass_once()
     assert slurm.calls == ["reservations", f"delete {r.name}"] and not ctrl.policy.current.known

@@ -132,7 +132,6 @@ async def test_a_pass_drains_for_a_pod_whose_job_ended_with_no_hold_and_undrains
     pod = labelled(bound("p", "n1"), 7)
     ctrl, kube, _ = loop(slurm, [pod], nodes=NATIVE, jobs=[slurm_job(7, "CANCELLED", nodes=("n1",))])
     ctrl.poller.synced.set()
-    ctrl._policy_at = 1e12
     await ctrl.pass_once()
     assert slurm.calls == ["reservations"], "seen once: the script's reservation may be moments away"
     monkeypatch.setattr(hc, "UNSETTLED_SECONDS", 0.0)
@@ -155,7 +154,6 @@ async def test_a_pass_never_drains_in_normal_flows(case: str, monkeypatch: pytes
     ctrl, _, _ = loop(slurm, [labelled(bound("p", node), 7)], nodes=NATIVE, jobs=[slurm_job(7, state, nodes=(node,))])
     if case != "not synced":
         ctrl.poller.synced.set()
-    ctrl._policy_at = 1e12
     await ctrl.pass_once()
     await ctrl.pass_once()
     assert not [c for c in slurm.calls if c.startswith("node")], case
@@ -169,7 +167,6 @@ async def test_a_job_gone_from_slurm_counts_as_ended_only_once_a_full_list_after
     ctrl, _, _ = loop(slurm, [labelled(bound("p", "n1"), 7)], nodes=NATIVE, jobs=[])
     ctrl.poller.synced.set()
     ctrl.poller.last_full_at = time.monotonic()
-    ctrl._policy_at = 1e12
     await ctrl.pass_once()
     assert slurm.calls == ["reservations"], "missing from a view taken before: not known to be gone"
     ctrl.poller.last_full_at = time.monotonic() + 1.0  # a full list started since lacks it too

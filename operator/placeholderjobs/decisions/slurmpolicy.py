@@ -1,7 +1,7 @@
 """What Slurm's configuration says about preemption and time limits, as the PlaceholderJob
 controller needs it (docs/colocation.md): which QOS may preempt which (the submit's rule, the likely
 preemptor, which running jobs can be preempted), and each partition's OverTimeLimit (the time-limit
-ending). Read by the handoff loop (operator/handoff/), which keeps :class:`PolicyHolder` current;
+ending). Read by operator/slurmsettings/, which keeps :class:`PolicyHolder` current;
 pure data here, so the lifecycle's inputs and the placer's rule (slurmjobs/submit.py, given
 ``may_preempt``) are decided without I/O."""
 
@@ -81,7 +81,7 @@ class SlurmPolicy:
 
 class PolicyHolder:
     """The current :class:`SlurmPolicy`, shared by the placer, the shell and the handoff loop
-    (which replaces it when it reads Slurm again)."""
+    (operator/slurmsettings replaces it at each reading)."""
 
     def __init__(self, policy: SlurmPolicy | None = None) -> None:
         self.current = policy or SlurmPolicy()

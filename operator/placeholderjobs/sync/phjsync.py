@@ -124,7 +124,7 @@ class PlaceholderJobs:
         # an exclusive job's CPUs under a TenantPolicy's maxCPUs. None: such jobs are counted as their
         # pods ask (wired in operator/wiring/app.py).
         self.node_cpus: tenancy.NodeCpus | None = None
-        # Slurm's preemption and time-limit settings (kept current by the handoff loop), and how to
+        # Slurm's preemption and time-limit settings (kept current by operator/slurmsettings), and how to
         # name a preempted job's likely preemptor (docs/colocation.md).
         self.policy = policy or PolicyHolder()
         self.placer = Placer(slurm, config.immediateAllocation, lambda r: self.policy.current.may_preempt(r))

@@ -1,0 +1,1 @@
+"""Slurm's settings the bridge decides with (preemption, time limits), read in one place."""
