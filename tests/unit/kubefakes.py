@@ -138,6 +138,7 @@ class FakeWrites(_Table):
         self.stub_absent, self.require_rv, self.refuse = stub_absent, require_rv, refuse
         self.conflicts = 0
         self.creates = 0
+        self.refused = 0  # patches refused as stale (a resourceVersion or a ``test`` op no longer held)
         self.patches: list[str] = []
         self.bodies: list[Any] = []
         self.patch_types: list[str] = []
@@ -150,6 +151,11 @@ class FakeWrites(_Table):
         key = f"{path}/{obj['metadata']['name']}"
         if key in self.objects:
             raise Conflict(409, "AlreadyExists", "exists")
+        # What the API server assigns: a uid, the first resourceVersion and generation.
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("resourceVersion", "1")
+        meta.setdefault("generation", 1)
         self.objects[key] = obj
         return obj
 
@@ -159,6 +165,7 @@ class FakeWrites(_Table):
 
     async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
         self.calls.append(("patch", path))
+        await asyncio.sleep(0)  # a real request yields to the loop: concurrent writers interleave
         if self.refuse is not None:
             raise self.refuse
         self.patches.append(path)
@@ -176,6 +183,7 @@ class FakeWrites(_Table):
             stale = want is not None and want != cur["metadata"].get("resourceVersion")
             new = None if stale else merge_patch(cur, body)
         if new is None:
+            self.refused += 1
             raise Conflict(409, "Conflict", "the object has been modified")
         new["metadata"]["resourceVersion"] = str(int(cur["metadata"].get("resourceVersion", "1")) + 1)
         if "generation" in cur["metadata"] and new.get("spec") != cur.get("spec"):
@@ -279,3 +287,32 @@ class FakeListWatch:
 class FakeKube(FakeReads, FakeWrites, FakeEvents, FakeListWatch):
     """The API server for a consumer of several seams (the PlaceholderJob shell): all the fakes over
     one object table."""
+
+
+class FakeStatusAPI:
+    """GET and status PATCH of one object (a PodGroup, a CompositePodGroup): the seam of the group
+    condition reporters. A PATCH answers Conflict (``conflict``) or another error (``error``)
+    when told to, else replaces the status; ``gets``, ``paths`` and ``patches`` record the calls."""
+
+    def __init__(self, obj: Obj | None, conflict: bool = False, error: int | None = None) -> None:
+        self.obj = obj
+        self.patches: list[tuple[str, Obj]] = []
+        self.paths: list[str] = []
+        self.gets = 0
+        self.conflict = conflict
+        self.error = error
+
+    async def get(self, path: str) -> Obj | None:
+        self.gets += 1
+        self.paths.append(path)
+        return self.obj
+
+    async def patch(self, path: str, body: Obj, patch_type: str = "merge") -> Obj:
+        if self.conflict:
+            raise Conflict(409, "Conflict", "changed")
+        if self.error:
+            raise KubeError(self.error, "Forbidden", "no")
+        self.patches.append((path, body))
+        assert self.obj is not None
+        self.obj = {**self.obj, "status": body["status"]}
+        return self.obj

@@ -13,7 +13,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, phj_path, pod_path
+from slurm_bridge.kube import phj_path, pod_path
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
@@ -32,65 +32,16 @@ LEADER = 30
 PHJ = phj_path(NS, "cpg-c")
 
 
-class Kube(API):
-    """The fake API of test_compositepodgroups, writable: create, JSON and merge patches, Events."""
-
-    def __init__(self, *objs: Obj) -> None:
-        self.rv = 10
-        super().__init__(*(self._stamp(copy.deepcopy(o)) for o in objs))
-        self.events: list[tuple[str, str, str]] = []  # (object name, reason, message)
-        self.writes: list[tuple[str, Any]] = []
-        self.refused = 0  # JSON patches whose test failed
-
-    def _stamp(self, obj: Obj) -> Obj:
-        self.rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
-        obj["metadata"].setdefault("uid", f"uid-{obj['metadata'].get('name')}")
-        obj["metadata"].setdefault("generation", 1)
-        return obj
-
-    async def create(self, path: str, obj: Obj) -> Obj:
-        full = f"{path}/{obj['metadata']['name']}"
-        if full in self.objects:
-            raise Conflict(409, "AlreadyExists", "exists")
-        self.objects[full] = self._stamp(copy.deepcopy(obj))
-        self.writes.append(("create", full))
-        return copy.deepcopy(self.objects[full])
-
-    async def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
-        await asyncio.sleep(0)  # let concurrent reconciles interleave, as real calls do
-        base = path.removesuffix("/status")
-        obj = copy.deepcopy(self.objects[base])
-        self.writes.append((path, body))
-        if patch_type == "json":
-            for op in body:
-                keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].strip("/").split("/")]
-                parent = obj
-                for k in keys[:-1]:
-                    parent = parent.setdefault(k, {})
-                if op["op"] == "test":
-                    if parent.get(keys[-1]) != op["value"]:
-                        self.refused += 1
-                        raise Conflict(422, "Invalid", "test failed")
-                elif op["op"] in ("add", "replace"):
-                    parent[keys[-1]] = copy.deepcopy(op["value"])
-                elif op["op"] == "remove":
-                    parent.pop(keys[-1], None)
-        else:
-            for k, v in body.items():
-                if isinstance(v, dict):
-                    obj.setdefault(k, {}).update(v)
-                else:
-                    obj[k] = v
-        self.objects[base] = self._stamp(obj)
-        return copy.deepcopy(obj)
-
-    async def delete(self, path: str, *, uid: str | None = None) -> Obj | None:
-        self.writes.append(("delete", path))
-        return self.objects.pop(path, None)
-
-    async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((obj["metadata"]["name"], reason, message))
+def cluster_objects(*objs: Obj) -> API:
+    """The fake API server with the composite's objects as the API server stores them."""
+    stored = []
+    for i, o in enumerate(objs):
+        o = copy.deepcopy(o)
+        meta = o.setdefault("metadata", {})
+        meta.update(resourceVersion=str(i + 1), generation=meta.get("generation", 1))
+        meta.setdefault("uid", f"uid-{meta.get('name')}")
+        stored.append(o)
+    return API(*stored)
 
 
 class Queue:
@@ -101,9 +52,9 @@ class Queue:
         self.keys.append(key)
 
 
-def cluster() -> tuple[Kube, FakeSlurm, Membership, PlaceholderJobs, ObjectStore]:
+def cluster() -> tuple[API, FakeSlurm, Membership, PlaceholderJobs, ObjectStore]:
     kube, slurm = (
-        Kube(workload(), composite(), podgroup("small", min_count=1), podgroup("large")),
+        cluster_objects(workload(), composite(), podgroup("small", min_count=1), podgroup("large")),
         FakeSlurm(next_id=LEADER - 1, allocates=False),
     )
     config = Config(managedNamespaces=[NS])
@@ -116,7 +67,7 @@ def cluster() -> tuple[Kube, FakeSlurm, Membership, PlaceholderJobs, ObjectStore
     return kube, slurm, m, jobs, pods
 
 
-def add_pod(kube: Kube, pods: ObjectStore, name: str, group: str) -> Obj:
+def add_pod(kube: API, pods: ObjectStore, name: str, group: str) -> Obj:
     p = member(name, group)
     cpu = "2" if group == "large" else "1"
     p["spec"].update(schedulerName="slurm-bridge", schedulingGates=[{"name": names.SCHEDULING_GATE}],
@@ -166,8 +117,8 @@ async def test_the_composite_is_one_heterogeneous_job_released_all_at_once() -> 
     assert [(c["offset"], c["podGroup"], c["jobId"]) for c in status["components"]] == [
         (0, "large", LEADER), (1, "small", LEADER + 1)]  # fmt: skip
     assert "submitted heterogeneous Slurm job 30" in status["message"]
-    assert [e[1] for e in kube.events] == ["Submitted"]
-    released = [w for w in kube.writes if w[0].startswith(pod_path(NS, ""))]
+    assert kube.reasons == ["Submitted"]
+    released = [p for p in kube.patches if p.startswith(pod_path(NS, ""))]
     assert released == [], "nothing released while the job waits"
 
     # Slurm's backfill starts every component at once.
@@ -179,9 +130,9 @@ async def test_the_composite_is_one_heterogeneous_job_released_all_at_once() -> 
         snap.put(j.model_copy(update={"states": ("RUNNING",), "nodes": nodes[j.het_job_offset],
                                       "admin_comment": encode_admin_comment(ref)}), ref)  # fmt: skip
     jobs.phjs.upsert(kube.objects[PHJ])
-    before = len(kube.writes)
+    before = len(kube.patches)
     await jobs.reconcile((NS, "cpg-c"))
-    order = [w[0] for w in kube.writes[before:]]
+    order = kube.patches[before:]
     assert order[0] == PHJ + "/status", "the assignments are recorded before any pod is touched"
     assert sorted(order[1:4]) == [pod_path(NS, n) for n in ("large-0", "large-1", "small-0")]
     cpg_status = f"/apis/scheduling.k8s.io/v1alpha3/namespaces/{NS}/compositepodgroups/c/status"
@@ -213,7 +164,7 @@ async def test_a_podgroup_that_had_no_pods_at_submission_waits_for_the_job_to_en
     m.phjs.upsert(kube.objects[PHJ])
     add_pod(kube, pods, "extra-0", "extra")
     assert await m.reconcile((NS, "extra-0")) == 5.0
-    [(name, reason, message)] = [e for e in kube.events if e[1] != "Submitted"]
+    [(name, reason, message)] = [e for e in kube.told("name", "reason", "message") if e[1] != "Submitted"]
     assert (name, reason) == ("extra-0", "CompositeFull") and "submitted without PodGroup extra" in message
     assert "extra-0" not in kube.objects[PHJ]["spec"]["pods"]
 

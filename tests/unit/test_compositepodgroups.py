@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError
+from slurm_bridge.kube import MAX_NAME_LENGTH
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     MAX_COMPONENTS,
     CompositeGroup,
@@ -31,6 +31,7 @@ from slurm_bridge.operator.placeholderjobs.shapes.composite import composite_spe
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter
 from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
+from .kubefakes import FakeKube, FakeStatusAPI
 from .test_groups import JOB, NS, P, obj, pod
 
 pytestmark = pytest.mark.unit
@@ -73,20 +74,18 @@ def member(name: str, group: str, **kw: Any) -> Obj:
     return p
 
 
-class API:
+class API(FakeKube):
     """GETs answered from stored objects (and discovery documents); chosen paths fail."""
 
     def __init__(self, *objs: Obj, served: tuple[str, ...] = ("v1", *PG_VERSIONS, "v1alpha3"),
                  fail: dict[str, int] | None = None) -> None:  # fmt: skip
-        self.objects: dict[str, Obj] = {}
-        self.fail = fail or {}
-        self.calls: list[str] = []
-        self.docs: dict[str, Obj] = {f"/apis/{G}": {"versions": [{"version": v} for v in served]}}
+        docs: dict[str, Obj] = {f"/apis/{G}": {"versions": [{"version": v} for v in served]}}
         for v in served:
             resources = ["workloads", "podgroups", "podgroups/status"] if v in PG_VERSIONS else []
             if v == "v1alpha3":
                 resources += ["workloads", "podgroups", "compositepodgroups", "compositepodgroups/status"]
-            self.docs[f"/apis/{G}/{v}"] = {"resources": [{"name": r} for r in resources]}
+            docs[f"/apis/{G}/{v}"] = {"resources": [{"name": r} for r in resources]}
+        super().__init__(fail=fail, docs=docs)
         for o in objs:
             self.put(o)
 
@@ -97,15 +96,6 @@ class API:
         group = "batch" if o["kind"] == "Job" else G
         for v in versions:
             self.objects[f"/apis/{group}/{v}/namespaces/{NS}/{plural}/{o['metadata']['name']}"] = o
-
-    async def get(self, path: str) -> Obj | None:
-        self.calls.append(path)
-        if path in self.fail:
-            raise KubeError(self.fail[path], "Forbidden" if self.fail[path] == 403 else "Error", f"GET {path}")
-        if path in self.docs:
-            return self.docs[path]
-        found = self.objects.get(path)
-        return None if found is None else dict(found)
 
 
 # --- the pure rules -------------------------------------------------------------------------------
@@ -238,7 +228,7 @@ async def test_pods_of_every_child_resolve_to_the_composite_each_in_its_componen
     assert (small.component, small.min_member, large.component, large.min_member) == ("small", 1, "large", 2)
     assert small.source["apiVersion"] == CPG_V
     # Discovery once; the CompositePodGroup is read per pod (a pod that is a member needs no read).
-    assert api.calls.count(f"/apis/{G}/v1alpha3") == 1
+    assert api.reads.count(f"/apis/{G}/v1alpha3") == 1
 
 
 async def test_a_basic_parent_leaves_each_podgroup_a_gang_of_its_own() -> None:
@@ -292,23 +282,6 @@ async def test_the_api_not_served_names_runtime_config() -> None:
 # --- the composite's condition ------------------------------------------------------------------
 
 
-class StatusAPI:
-    def __init__(self, cpg: Obj, error: int | None = None) -> None:
-        self.cpg = cpg
-        self.patches: list[tuple[str, Obj]] = []
-        self.error = error
-
-    async def get(self, path: str) -> Obj | None:
-        return self.cpg
-
-    async def patch(self, path: str, body: Obj, patch_type: str = "merge") -> Obj:
-        if self.error:
-            raise KubeError(self.error, "Forbidden", "no")
-        self.patches.append((path, body))
-        self.cpg = {**self.cpg, "status": body["status"]}
-        return self.cpg
-
-
 def phj_for(cpg: Obj) -> Obj:
     m = cpg["metadata"]
     return {
@@ -320,7 +293,7 @@ def phj_for(cpg: Obj) -> Obj:
 async def test_the_composite_reports_scheduled_once_and_never_back() -> None:
     cpg = composite()
     cpg["metadata"].update(resourceVersion="4", generation=2)
-    api = StatusAPI(cpg)
+    api = FakeStatusAPI(cpg)
     reporter = CompositeReporter(api)  # type: ignore[arg-type]
     await reporter.report(phj_for(cpg), False, "Unschedulable", "Slurm job 5 is pending")
     await reporter.report(phj_for(cpg), True, "Scheduled", "Slurm heterogeneous job 5 allocated n[1-3]")
@@ -337,7 +310,7 @@ async def test_the_composite_reports_scheduled_once_and_never_back() -> None:
 
 
 async def test_other_placeholderjobs_are_not_reported() -> None:
-    api = StatusAPI(composite())
+    api = FakeStatusAPI(composite())
     pg = {"metadata": {"namespace": NS, "name": "pg-x"},
           "spec": {"group": {"apiVersion": f"{G}/v1beta1", "kind": "PodGroup", "name": "x", "uid": "u"}}}  # fmt: skip
     await CompositeReporter(api).report(pg, True, "Scheduled", "m")  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.clusterapis import Discovery
 from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH, Conflict, KubeError
+from slurm_bridge.kube import MAX_NAME_LENGTH
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, gang_min_count, workload_name
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import PodGroupReporter, podgroup_of
@@ -24,7 +24,7 @@ from slurm_bridge.translate import job_request
 from slurm_bridge.webhook.review import AdmissionRequest, Decision
 from slurm_bridge.webhook.validate import validate
 
-from .kubefakes import FakeKube
+from .kubefakes import FakeKube, FakeStatusAPI
 from .test_groups import JOB, JOBSET, JOBSET_JOB, NS, P, obj, path_of, pod, ref
 
 pytestmark = pytest.mark.unit
@@ -352,34 +352,7 @@ def test_workload_name(shape: Shape) -> None:
 # --- the PodGroup's condition -------------------------------------------------------------------
 
 
-class StatusAPI:
-    """GET and PATCH of one PodGroup; PATCH answers Conflict when told to."""
-
-    def __init__(self, pg: Obj | None, conflict: bool = False, error: int | None = None) -> None:
-        self.pg = pg
-        self.patches: list[tuple[str, Obj]] = []
-        self.paths: list[str] = []
-        self.gets = 0
-        self.conflict = conflict
-        self.error = error
-
-    async def get(self, path: str) -> Obj | None:
-        self.gets += 1
-        self.paths.append(path)
-        return self.pg
-
-    async def patch(self, path: str, body: Obj, patch_type: str = "merge") -> Obj:
-        if self.conflict:
-            raise Conflict(409, "Conflict", "changed")
-        if self.error:
-            raise KubeError(self.error, "Forbidden", "no")
-        self.patches.append((path, body))
-        assert self.pg is not None
-        self.pg = {**self.pg, "status": body["status"]}
-        return self.pg
-
-
-def reporter(api: StatusAPI, served: Shape) -> PodGroupReporter:
+def reporter(api: FakeStatusAPI, served: Shape) -> PodGroupReporter:
     docs = served.docs()
 
     async def discover(path: str) -> Obj | None:
@@ -404,7 +377,7 @@ def _pg(s: Shape) -> Obj:
 
 async def test_condition_written_once_per_change_and_keeps_others(shape: Shape) -> None:
     pg = _pg(shape)
-    api = StatusAPI(pg)
+    api = FakeStatusAPI(pg)
     rep = reporter(api, shape)
     await rep.report(phj_for(pg), False, "Unschedulable", "Slurm job 5 is pending: Resources")
     await rep.report(phj_for(pg), False, "Unschedulable", "Slurm job 5 is pending: Resources")
@@ -424,7 +397,7 @@ async def test_condition_already_there_after_a_restart_is_not_written(shape: Sha
     pg = _pg(shape)
     pg["status"]["conditions"].append({"type": shape.condition, "status": "True",
                                        "reason": "Scheduled", "message": "m"})  # fmt: skip
-    api = StatusAPI(pg)
+    api = FakeStatusAPI(pg)
     rep = reporter(api, shape)
     await rep.report(phj_for(pg), True, "Scheduled", "m")
     await rep.report(phj_for(pg), True, "Scheduled", "m")
@@ -435,11 +408,11 @@ async def test_v1beta1_initially_scheduled_stays_true_and_v1alpha2_follows_the_g
     """A later run of the gang waits in Slurm: v1alpha2's PodGroupScheduled says so, v1beta1's
     PodGroupInitiallyScheduled stays True, as kube-scheduler leaves it."""
     pg = _pg(shape)
-    api = StatusAPI(pg)
+    api = FakeStatusAPI(pg)
     rep = reporter(api, shape)
     await rep.report(phj_for(pg), True, "Scheduled", "Slurm job 5 allocated n[1-2]")
     await rep.report(phj_for(pg), False, "Unschedulable", "Slurm job 6 is pending: Resources")
-    now = {c["type"]: c for c in (api.pg or {})["status"]["conditions"]}[shape.condition]
+    now = {c["type"]: c for c in (api.obj or {})["status"]["conditions"]}[shape.condition]
     assert now["status"] == ("True" if shape.version == "v1beta1" else "False")
     assert len(api.patches) == (1 if shape.version == "v1beta1" else 2)
 
@@ -448,7 +421,7 @@ async def test_the_condition_is_written_at_the_version_served_now() -> None:
     """A PlaceholderJob made on 1.36 (v1alpha2) whose cluster now serves v1beta1 (an upgrade)."""
     beta, alpha = SHAPES
     pg = _pg(alpha)
-    api = StatusAPI(pg)
+    api = FakeStatusAPI(pg)
     await reporter(api, beta).report(phj_for(pg), True, "Scheduled", "m")
     path, body = api.patches[0]
     assert path == f"{beta.base}/podgroups/train-workers/status"
@@ -461,7 +434,7 @@ async def test_failed_or_stale_writes_are_tried_again(shape: Shape, failure: str
     stale = phj_for(pg)
     if failure == "recreated":
         stale["spec"]["group"]["uid"] = "an-older-podgroup"
-    api = StatusAPI(pg, conflict=failure == "conflict", error=500 if failure == "server error" else None)
+    api = FakeStatusAPI(pg, conflict=failure == "conflict", error=500 if failure == "server error" else None)
     rep = reporter(api, shape)
     await rep.report(stale, True, "Scheduled", "m")
     await rep.report(stale, True, "Scheduled", "m")
@@ -479,7 +452,7 @@ def test_only_builtin_podgroups_are_reported(shape: Shape) -> None:
 
 async def test_a_forbidden_write_is_reported_once_per_condition(shape: Shape, caplog: pytest.LogCaptureFixture) -> None:
     pg = _pg(shape)
-    rep = reporter(StatusAPI(pg, error=403), shape)
+    rep = reporter(FakeStatusAPI(pg, error=403), shape)
     for _ in range(3):
         await rep.report(phj_for(pg), True, "Scheduled", "m")
     assert len([r for r in caplog.records if "cannot set" in r.getMessage()]) == 1
