@@ -30,8 +30,9 @@ from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads, FakeSlurm
 
+from .kubefakes import FakeKube
 from .test_composite_shape import PHJ as CPG_PHJ
-from .test_composite_shape import Kube, Queue
+from .test_composite_shape import Queue
 from .test_composite_shape import add_pod as add_composite_pod
 from .test_composite_shape import cluster as composite_cluster
 
@@ -45,12 +46,18 @@ JOB_ID = 7
 DELETED_AT = "2026-11-24T03:00:00Z"
 
 
+def writes(kube: FakeKube) -> list[tuple[str, str]]:
+    """The writes made, in order: (verb, path)."""
+    return [c for c in kube.calls if c[0] != "get"]
+
+
 class Gang:
     """One coscheduling PodGroup ``g`` and the operator's membership side (pods cache, queue)."""
 
-    def __init__(self, min_member: int = 2, kube: Kube | None = None) -> None:
+    def __init__(self, min_member: int = 2, kube: FakeKube | None = None) -> None:
         self.config = Config(managedNamespaces=[NS])
-        self.kube = kube or Kube()
+        self.kube = kube or FakeKube()
+        self.rv = 100
         self.kube.objects[PODGROUP] = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                                        "metadata": {"name": "g", "namespace": NS, "uid": "uid-pg"},
                                        "spec": {"minMember": min_member}}  # fmt: skip
@@ -68,9 +75,15 @@ class Gang:
         self.put(pod)
         return pod
 
+    def stamp(self, obj: Obj) -> None:
+        """Someone else's write, as the API server stores it: the next resourceVersion."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj["metadata"].setdefault("generation", 1)
+
     def put(self, pod: Obj) -> None:
         """A pod event: the API server and the watch cache agree."""
-        self.kube._stamp(pod)  # a newer resourceVersion, or the cache keeps what it has
+        self.stamp(pod)  # a newer resourceVersion, or the cache keeps what it has
         self.kube.objects[pod_path(NS, pod["metadata"]["name"])] = copy.deepcopy(pod)
         self.pods.upsert(copy.deepcopy(pod))
 
@@ -113,7 +126,7 @@ class Gang:
             for p, n in assignments.items():
                 self.bind(p, n)
         phj["status"] = status
-        self.kube._stamp(phj)
+        self.stamp(phj)
         self.phjs.upsert(copy.deepcopy(phj))
 
     async def join(self, *names_: str) -> list[float | None]:
@@ -124,10 +137,10 @@ class Gang:
         return spec
 
     def phj_writes(self) -> list[Any]:
-        return [body for path, body in self.kube.writes if path == PHJ]
+        return [body for path, body in zip(self.kube.patches, self.kube.bodies, strict=True) if path == PHJ]
 
     def events(self, reason: str) -> list[tuple[str, str]]:
-        return [(obj, message) for obj, r, message in self.kube.events if r == reason]
+        return [(obj, message) for obj, r, message in self.kube.told("name", "reason", "message") if r == reason]
 
     def woken(self) -> list[str]:
         return [k.name for k in self.queue.keys if isinstance(k, PodItem)]
@@ -140,7 +153,7 @@ async def test_the_first_member_makes_the_placeholderjob_and_the_next_joins_with
     g = Gang()
     g.add("g-0")
     assert await g.join("g-0") == [None]
-    assert g.kube.writes == [("create", PHJ)]
+    assert writes(g.kube) == [("create", PHJ.rsplit("/", 1)[0])], "one create of the PlaceholderJob"
     phj = g.kube.objects[PHJ]
     assert phj["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
     assert (g.spec()["pods"], g.spec()["podUIDs"], g.spec()["minMember"]) == (["g-0"], {"g-0": "uid-g-0"}, 2)
@@ -203,11 +216,11 @@ async def test_a_full_gang_makes_one_more_pod_wait() -> None:
         g.add(name)
     await g.join("g-0", "g-1")
     g.submit(("n1", "n2"))
-    writes = len(g.kube.writes)
+    before = len(writes(g.kube))
     g.add("g-2")
     assert await g.join("g-2") == [WAIT_SECONDS]
     assert g.spec()["pods"] == ["g-0", "g-1"]
-    assert len(g.kube.writes) == writes, "nothing written"
+    assert len(writes(g.kube)) == before, "nothing written"
     [(pod, message)] = g.events("GangFull")
     assert pod == "g-2"
     assert message == ("the gang's Slurm job was submitted for 2 other pods and none of them has ended; "
@@ -299,8 +312,8 @@ async def test_a_member_that_ends_while_the_newcomer_decides_wakes_it_again() ->
     g.pods.delete(g.pod("g-1"))  # not in the cache: the newcomer GETs it
     read = g.kube.get
 
-    async def get_then_end(path: str) -> Obj | None:
-        found = await read(path)
+    async def get_then_end(path: str, params: dict[str, str] | None = None) -> Obj | None:
+        found = await read(path, params)
         if path == pod_path(NS, "g-1") and found is not None:
             g.remove("g-1")
             await g.m.reconcile((NS, "g-1"))  # its DELETED event, handled by another worker
@@ -326,14 +339,14 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
     uid = g.kube.objects[PHJ]["metadata"]["uid"]
     job = JobInfo(job_id=JOB_ID, states=("RUNNING",), nodes=("n1", "n2"))
     g.poller.snapshot = JobSnapshot({JOB_ID: job}, {JOB_ID: PhjRef(g.config.bridgeId, NS, GANG, uid)}, 0.0)
-    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller)  # type: ignore[arg-type]  # Kube
+    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller)  # type: ignore[arg-type]
 
     g.terminate("g-1")
     g.add("g-2")
     assert await g.join("g-2") == [WAIT_SECONDS]
     await jobs.reconcile((NS, GANG))
     assert [a["pod"] for a in g.kube.objects[PHJ]["status"]["assignments"]] == ["g-0", "g-1"]
-    assert not [w for w in g.kube.writes if w[0] == pod_path(NS, "g-2")], "the newcomer stays gated"
+    assert pod_path(NS, "g-2") not in g.kube.patches, "the newcomer stays gated"
 
     g.remove("g-1")
     await g.join("g-1", "g-2")
@@ -360,13 +373,15 @@ async def test_a_terminating_member_of_a_composite_keeps_its_place_until_it_is_g
     m.phjs.upsert(kube.objects[CPG_PHJ])
 
     old = copy.deepcopy(kube.objects[pod_path(NS, "large-1")])
-    kube._stamp(old)
+    old["metadata"]["resourceVersion"] = str(int(old["metadata"]["resourceVersion"]) + 1)
     old["metadata"]["deletionTimestamp"] = DELETED_AT
     kube.objects[pod_path(NS, "large-1")] = old
     pods.upsert(copy.deepcopy(old))
     add_composite_pod(kube, pods, "large-2", "large")
     assert await m.reconcile((NS, "large-2")) == WAIT_SECONDS
-    [(_, message)] = [(n, msg) for n, r, msg in kube.events if r == names.REASON_COMPOSITE_FULL]
+    [(_, message)] = [
+        (n, msg) for n, r, msg in kube.told("name", "reason", "message") if r == names.REASON_COMPOSITE_FULL
+    ]
     assert "(terminating, keeping its place and node until it is gone: large-1)" in message
     assert kube.objects[CPG_PHJ]["spec"]["pods"] == ["large-0", "large-1", "small-0"]
 
