@@ -200,10 +200,8 @@ def _decide(s: Situation) -> Plan:
     if slurm.job_id is None:
         return _chain(pre, _no_job(phj, slurm, members, now, confirmed, tenancy))
     if status.job_id != slurm.job_id:  # found by its uid: a crash between submit and status
-        adopt = WriteStatus(PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job)))
-        if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
-            adopt.status.het_job_id = slurm.job_id  # a CompositePodGroup's heterogeneous job
-        pre = (*pre, adopt)
+        found = PlaceholderJobStatus(job_id=slurm.job_id, phase=names.PHASE_PENDING, **identity(slurm.job))
+        pre = (*pre, WriteStatus(shape_of(phj).adopted(found, slurm)))
         status = status.model_copy(update={"job_id": slurm.job_id, "phase": names.PHASE_PENDING})
     follow = Follow(
         scheduler,
@@ -297,14 +295,14 @@ def after_submit(phj: PlaceholderJob, placed: Placed, members: Members, now: Clo
     Events are for what is unusual, such as waiting in Slurm's queue: then the pods also hear why,
     when Slurm already said (status records the reason, so the next decision does not tell it again).
     """
-    job = placed.job
+    job, shape = placed.job, shape_of(phj)
     submitted = submitted_status(phj, placed.job_id, job, placed.request, now.wall, components=placed.components)
-    submitted = shape_of(phj).placed(phj, placed, submitted)
-    if job is not None and job.is_running and job.nodes and not placed.components:
+    submitted = shape.placed(phj, placed, submitted)
+    if job is not None and job.is_running and job.nodes and shape.plain:
         held = Held(submitted, now.mono + UNWRITTEN_SECONDS)
         view = phj.with_status(phj.status.merged(submitted))
         return _hold(allocation(view, members, job, scheduler=scheduler, now=now, held=held), held)
-    if not placed.components and (job is None or job.is_pending) and QUEUED_QUIET_SECONDS > 0:
+    if shape.plain and (job is None or job.is_pending) and QUEUED_QUIET_SECONDS > 0:
         # Queued: said only if it waits (QUEUED_QUIET_SECONDS; the shape's follow decides then).
         return Plan(requeue=QUEUED_QUIET_SECONDS, held=Held(submitted, now.mono + QUEUED_QUIET_SECONDS, queued=True))
     report = (pending_report(job, members, now.wall),) if job is not None and job.is_pending and job.reason else ()

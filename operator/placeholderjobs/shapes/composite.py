@@ -12,7 +12,7 @@ is computed from its own pods and options (``CompositeGroup``); ``spec.slurm`` r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members, Tenancy
@@ -61,10 +61,17 @@ class Composite:
     """:class:`.shape.JobShape` for a CompositePodGroup: one component per child PodGroup."""
 
     name = "composite"
+    plain: ClassVar[bool] = False
 
     # ---- decisions (pure: :mod:`.hetjob`) --------------------------------------------------------
     def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
         return hetjob.submit(phj, members, tenancy, now)
+
+    def adopted(self, status: PlaceholderJobStatus, slurm: SlurmSide) -> PlaceholderJobStatus:
+        """The heterogeneous job's id, when the job found is its leader."""
+        if slurm.job is not None and slurm.job.het_job_id == slurm.job_id:
+            status.het_job_id = slurm.job_id
+        return status
 
     def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
         """Each component's own job id, at once."""

@@ -54,6 +54,7 @@ class PlainJob:
 
     # A group's members join while its submit is decided: its PlaceholderJob is fenced first.
     fenced: ClassVar[bool] = False
+    plain: ClassVar[bool] = True
 
     def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
         spec, status = phj.spec, phj.status
@@ -76,6 +77,9 @@ class PlainJob:
         if self.fenced and status.reason != names.REASON_SUBMITTING:
             fence = (fencing(phj, "gang's Slurm job"),)
         return Plan((*fence, Submit(request, present)))
+
+    def adopted(self, status: PlaceholderJobStatus, slurm: SlurmSide) -> PlaceholderJobStatus:
+        return status
 
     def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
         return submitted

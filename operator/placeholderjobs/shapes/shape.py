@@ -12,7 +12,7 @@ A new shape (job arrays, elastic jobs) is a new class here and a line in :mod:`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
@@ -43,6 +43,10 @@ class JobShape(Protocol):
     how the job is followed, and what the status records right after the submit."""
 
     name: str  # for logs and docs: "single pod", "gang", "composite"
+    # Whether its job is one plain Slurm job: one the placer may allocate at the submit (the pods
+    # released with the submit's status), and that waits quietly in Slurm's queue at first.
+    # False: a heterogeneous job, always queued, its components' ids recorded at once.
+    plain: ClassVar[bool]
 
     async def join(self, pod: Obj, group: Group, joins: Joins) -> float | None:
         """Make ``pod`` a member of its group's PlaceholderJob (made if there is none); when to
@@ -52,6 +56,11 @@ class JobShape(Protocol):
     def submit(self, phj: PlaceholderJob, members: Members, tenancy: Tenancy | None, now: Clock) -> Plan:
         """No job yet, and some member lives: wait for the members the job needs, or (the
         TenantPolicy allowing) fence and submit it."""
+        ...
+
+    def adopted(self, status: PlaceholderJobStatus, slurm: SlurmSide) -> PlaceholderJobStatus:
+        """The status written for a job found by its uid (a crash between the submit and the
+        status write: ``status`` has the job's id), with what this shape records of it."""
         ...
 
     def placed(self, phj: PlaceholderJob, placed: Placed, submitted: PlaceholderJobStatus) -> PlaceholderJobStatus:
