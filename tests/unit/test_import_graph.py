@@ -148,9 +148,9 @@ def test_a_circle_is_found() -> None:
 def test_the_slurm_client_reaches_up_to_no_bridge_rule() -> None:
     """The Slurm client (``slurm_bridge.slurm``) returns plain data: the bridge's rules are applied
     above it (issue 40 §1: ``handoffcalls`` parsed the handoff's reservation names with
-    ``slurm_bridge.handoff``, and through it imported ``dra``)."""
+    ``slurm_bridge.rules.handoff``, and through it imported ``dra``)."""
     client = "slurm_bridge.slurm"
-    rules = {"slurm_bridge.handoff", "slurm_bridge.dra"}
+    rules = {"slurm_bridge.rules.handoff", "slurm_bridge.rules.dra"}
     up = {
         f"{m} -> {i}"
         for m, imports in import_graph().items()
