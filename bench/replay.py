@@ -59,9 +59,10 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 import httpx
 
-from slurm_bridge import logs, names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
+from slurm_bridge import names
+from slurm_bridge.core import logs
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.placeholderjobs import lifecycle
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot

@@ -17,7 +17,7 @@ def filter_nodes(args: ExtenderArgs, *, managed: bool = True, why: str = "") -> 
 
     A pod without an allocation fails on every node as *unresolvable*: no amount of preemption
     on the Kubernetes side can help until Slurm allocates. So does a pod of a namespace the bridge
-    does not manage (``managed`` False, ``why`` the message; slurm_bridge/namespaces.py): the
+    does not manage (``managed`` False, ``why`` the message; slurm_bridge/rules/namespaces.py): the
     webhook never checked it, so even a node annotation its author wrote is not honoured.
     """
     annotations = args.Pod.get("metadata", {}).get("annotations") or {}

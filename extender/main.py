@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_bridge.signals import exit_on_signal
+from slurm_bridge.core.signals import exit_on_signal
 
 # Before the imports below: from here on a SIGTERM ends the process with status 0.
 exit_on_signal()
@@ -14,13 +14,13 @@ from functools import partial  # noqa: E402
 
 from aiohttp import web  # noqa: E402
 
-from slurm_bridge import shutdown  # noqa: E402
-from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging  # noqa: E402
-from slurm_bridge.config import Config, split_listen  # noqa: E402
+from slurm_bridge.core import shutdown  # noqa: E402
+from slurm_bridge.core.cli import add_common_args, config_or_exit, setup_logging  # noqa: E402
+from slurm_bridge.core.config import Config, split_listen  # noqa: E402
 from slurm_bridge.extender.server import make_app, make_health_app  # noqa: E402
-from slurm_bridge.kube import KubeClient  # noqa: E402
-from slurm_bridge.kubecache import namespace_labels, namespaces_cache  # noqa: E402
-from slurm_bridge.namespaces import ManagedNamespaces, uses_labels  # noqa: E402
+from slurm_bridge.kube.cache import namespace_labels, namespaces_cache  # noqa: E402
+from slurm_bridge.kube.client import KubeClient  # noqa: E402
+from slurm_bridge.rules.namespaces import ManagedNamespaces, uses_labels  # noqa: E402
 
 log = logging.getLogger("slurm_bridge.extender")
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(cfg: Config, kubeconfig: str | None) -> None:
-    """Serve until the process's stop cancels this (slurm_bridge/shutdown.py): the extender, and
+    """Serve until the process's stop cancels this (slurm_bridge/core/shutdown.py): the extender, and
     health alone on extenderHealthListen; requests in flight get HTTP_SHUTDOWN_SECONDS."""
     kube = KubeClient.from_environment(kubeconfig, component="slurm-bridge-extender")
     # Only pods of managed namespaces are placed; a selector needs the namespaces' labels.

@@ -13,7 +13,9 @@ import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
-from slurm_bridge import logs, metrics, names
+from slurm_bridge import names
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.protocol import (
     ExtenderArgs,
@@ -21,10 +23,9 @@ from slurm_bridge.extender.protocol import (
     ExtenderBindingResult,
     ExtenderFilterResult,
 )
-from slurm_bridge.kube import KubeClient, KubeError
-from slurm_bridge.kubecache import WatchCache
-from slurm_bridge.namespaces import ManagedNamespaces
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.kube.cache import WatchCache
+from slurm_bridge.kube.client import KubeClient, KubeError
+from slurm_bridge.rules.namespaces import ManagedNamespaces
 
 log = logging.getLogger(__name__)
 KUBE_KEY = web.AppKey("kube", KubeClient)
@@ -136,7 +137,7 @@ def make_health_app() -> web.Application:
 
 
 def make_app(kube: KubeClient, namespaces: ManagedNamespaces, cache: WatchCache | None = None) -> web.Application:
-    """``namespaces``: which pods the extender may place (slurm_bridge/namespaces.py); ``cache``:
+    """``namespaces``: which pods the extender may place (slurm_bridge/rules/namespaces.py); ``cache``:
     the namespaces' labels it reads them from (managedNamespaceSelector), run with the app."""
     # Nodes lists can be large; each request's log lines name its own pod only.
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[logs.request_scope])

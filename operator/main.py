@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_bridge.signals import exit_on_signal
+from slurm_bridge.core.signals import exit_on_signal
 
 # Before the second of imports below: from here on a SIGTERM ends the process with status 0.
 exit_on_signal()
@@ -10,8 +10,8 @@ exit_on_signal()
 import argparse  # noqa: E402
 import os  # noqa: E402
 
-from slurm_bridge import shutdown  # noqa: E402
-from slurm_bridge.cli import add_common_args, config_or_exit, setup_logging  # noqa: E402
+from slurm_bridge.core import shutdown  # noqa: E402
+from slurm_bridge.core.cli import add_common_args, config_or_exit, setup_logging  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level, args.log_format)
     from slurm_bridge.operator.wiring.app import run  # kopf is heavy: import after the arguments are valid
 
-    # Until run returns, SIGTERM cancels it wherever it is (slurm_bridge/shutdown.py).
+    # Until run returns, SIGTERM cancels it wherever it is (slurm_bridge/core/shutdown.py).
     shutdown.run(lambda stop: run(cfg, args.kubeconfig, args.lease_namespace, stop))
 
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Self
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 
 Obj = dict[str, Any]

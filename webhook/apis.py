@@ -7,11 +7,11 @@ gang, or without its devices. Only a mutating webhook still sees such a field (t
 is called after the drop), so the mutating webhook asks here, for pods and for the pod templates of
 Jobs, JobSets and LeaderWorkerSets (and a Job's ``spec.scheduling``), and refuses with a message
 naming the Kubernetes version it found and the feature gate and runtime-config it lacks
-(slurm_bridge/schedulingapi.py). Kubernetes 1.35's ``spec.workloadRef`` is refused on any cluster:
+(slurm_bridge/kube/schedulingapi.py). Kubernetes 1.35's ``spec.workloadRef`` is refused on any cluster:
 the bridge does not read that API.
 
 :func:`needs` and :func:`problems` are pure; :func:`facts` asks discovery (cached,
-slurm_bridge/clusterapis.py) only what the request needs.
+slurm_bridge/kube/clusterapis.py) only what the request needs.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any
 
 import aiohttp
 
-from slurm_bridge import dra, schedulingapi, workloadkinds
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeError
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.clusterapis import Discovery
+from slurm_bridge.rules import dra, workloadkinds
 
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from slurm_bridge.kube import MAX_NAME_LENGTH, is_dns_label
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, is_dns_label
 
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"

@@ -1,5 +1,5 @@
 """A change of slurmjob annotations at admission (UPDATE): what it reaches, said before it is stored
-(docs/annotations.md, "Changing annotations"; the rules are slurm_bridge/jobchanges.py's).
+(docs/annotations.md, "Changing annotations"; the rules are slurm_bridge/rules/jobchanges.py's).
 
 A pod the bridge manages shows where its Slurm job is: gated while the job waits, released
 (``names.ANN_SLURM_NODE``, its job id label) once Slurm allocated it. So a change of its own
@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge import jobchanges, names, tenancy
-from slurm_bridge.config import Config
-from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules import jobchanges, tenancy
+from slurm_bridge.rules.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
 
 def _annotations(obj: Mapping[str, Any] | None) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_bridge.signals import exit_on_signal
+from slurm_bridge.core.signals import exit_on_signal
 
 # Before the imports below: from here on a SIGTERM ends the process with status 0.
 exit_on_signal()
@@ -15,13 +15,13 @@ import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from slurm_bridge import kubeconfig as kubeconfig_loader  # noqa: E402
-from slurm_bridge import shutdown  # noqa: E402
-from slurm_bridge.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging  # noqa: E402
-from slurm_bridge.clusterapis import Discovery  # noqa: E402
-from slurm_bridge.config import Config  # noqa: E402
-from slurm_bridge.kube import KubeClient  # noqa: E402
-from slurm_bridge.kubecache import TenantCache  # noqa: E402
+from slurm_bridge.core import shutdown  # noqa: E402
+from slurm_bridge.core.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging  # noqa: E402
+from slurm_bridge.core.config import Config  # noqa: E402
+from slurm_bridge.kube import kubeconfig as kubeconfig_loader  # noqa: E402
+from slurm_bridge.kube.cache import TenantCache  # noqa: E402
+from slurm_bridge.kube.client import KubeClient  # noqa: E402
+from slurm_bridge.kube.clusterapis import Discovery  # noqa: E402
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs  # noqa: E402
 from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations  # noqa: E402
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         "and rejects invalid slurmjob annotations and reserved labels.",
         epilog="--kubeconfig is for reading TenantPolicies, namespaces and API discovery (serve only).",
     )
-    # The operator's and extender's flags (slurm_bridge/cli.py): the chart passes them to all three.
+    # The operator's and extender's flags (slurm_bridge/core/cli.py): the chart passes them to all three.
     add_common_args(p)
     sub = p.add_subparsers(dest="command", metavar="{serve,render-config,gen-certs}")
 
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -> None:
-    """Serve until the process's stop cancels this (slurm_bridge/shutdown.py), at whatever step
+    """Serve until the process's stop cancels this (slurm_bridge/core/shutdown.py), at whatever step
     of start-up; then drain (a second signal cuts the drain short) and stop."""
     server, kube = await _start(config, kubeconfig)
     try:
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except SystemExit as e:  # slurm_bridge.cli's exits print the problem first; returned as a status
+    except SystemExit as e:  # slurm_bridge.core.cli's exits print the problem first; returned as a status
         return e.code if isinstance(e.code, int) else EXIT_BAD_CONFIG
     except KeyboardInterrupt:
         return 130

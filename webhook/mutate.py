@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import pointer
-from slurm_bridge.taints import managed_toleration, tolerates_managed
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.kubeformats import pointer
+from slurm_bridge.kube.taints import managed_toleration, tolerates_managed
+from slurm_bridge.rules import dra
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
 
@@ -90,7 +91,7 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
         result.patch.append({"op": "add", "path": pointer("spec", "tolerations", "-"), "value": toleration})
         result.changes.append("tolerations")
 
-    # DRA device requests become a claim of the devices Slurm allocates (slurm_bridge/dra.py).
+    # DRA device requests become a claim of the devices Slurm allocates (slurm_bridge/rules/dra.py).
     dra_patch, result.problems = dra.rewrite(pod)
     if dra_patch:
         result.patch.extend(dra_patch)

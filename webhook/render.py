@@ -16,9 +16,10 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from slurm_bridge import dra, names, workloadkinds
-from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
+from slurm_bridge.rules import dra, workloadkinds
 
 from .validate import PLACEMENT_FIELDS
 
@@ -123,7 +124,7 @@ def _lacks_limits(containers: str) -> str:
 
 # With nodeSharing coResident, a pod create must also be reviewed when a container lacks a memory
 # or cpu limit, or when the pod has pod-level resources: what validate() then checks
-# (slurm_bridge/nodesharing.py). A pod whose containers all have both limits still skips it.
+# (slurm_bridge/rules/nodesharing.py). A pod whose containers all have both limits still skips it.
 CO_RESIDENT_CHECK: Final = " || ".join(
     ["has(object.spec.resources)", f"({_lacks_limits('initContainers')})", f"({_lacks_limits('containers')})"]
 )
@@ -181,7 +182,7 @@ def _validating_rules() -> list[dict[str, Any]]:
     """Pods (and their in-place resize: webhook/resize.py), the workload kinds whose annotations
     configure Slurm jobs, and the controllers that make pods from a template for ever (a
     Deployment's ReplicaSet would otherwise make refused pods in a loop: refused at the object
-    instead; slurm_bridge/workloadkinds.py)."""
+    instead; slurm_bridge/rules/workloadkinds.py)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
         for k in workloadkinds.VALIDATED

@@ -9,7 +9,7 @@ native jobs while it runs).
 
 The job's mode: stamped on the pod at its release (``ANN_JOB_NODE_SHARING``: what the operator
 submitted); before that, a pod that is its own job has it from its annotations and the config, as
-the operator will (slurm_bridge/nodesharing.py), while a workload's pod has its group's, which only
+the operator will (slurm_bridge/rules/nodesharing.py), while a workload's pod has its group's, which only
 the operator merges: such a pod's resize is refused until it is released (fail safe).
 """
 
@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge import names, nodesharing
-from slurm_bridge.config import Config
-from slurm_bridge.jobannotations import annotation_values
-from slurm_bridge.workloadkinds import slurmjob_annotations
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules import nodesharing
+from slurm_bridge.rules.jobannotations import annotation_values
+from slurm_bridge.rules.workloadkinds import slurmjob_annotations
 
 from .templates import spec_of
 

@@ -2,7 +2,7 @@
 
 The webhook configurations' namespaceSelector limits calls to managed namespaces, so a decision is
 a pure function of the AdmissionReview, of the TenantPolicies and namespaces the webhook keeps in a
-watch cache (slurm_bridge/kubecache.py) and, for the few creates that need an API the cluster may
+watch cache (slurm_bridge/kube/cache.py) and, for the few creates that need an API the cluster may
 not serve, of API discovery (webhook/apis.py, cached): its only Kubernetes API calls are that
 cache's list and watch, a GET of a namespace created a moment ago, and those discovery reads.
 """
@@ -23,13 +23,13 @@ from typing import Any, Final
 from aiohttp import web
 from cryptography import x509
 
-from slurm_bridge import logs, metrics
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.config import Config, split_listen
-from slurm_bridge.kube import KubeError
-from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.shutdown import HTTP_SHUTDOWN_SECONDS
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.config import Config, split_listen
+from slurm_bridge.core.shutdown import HTTP_SHUTDOWN_SECONDS
+from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.clusterapis import Discovery
 
 from . import apis as api_checks
 from .mutate import mutate

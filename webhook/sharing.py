@@ -1,7 +1,7 @@
 """Admission of node sharing (docs/colocation.md): a job that shares its nodes core by core with
 native Slurm jobs (``coResident``) must be held by what Slurm reserves for it, so its pods need
 limits on every container and its objects no sizing annotation (the rules:
-slurm_bridge/nodesharing.py). A pod that is its own job, and a workload with pod templates, is
+slurm_bridge/rules/nodesharing.py). A pod that is its own job, and a workload with pod templates, is
 judged with the mode its own annotations and the config give; an object without pod templates
 (PodGroups, Workloads, CompositePodGroups) for its annotations. A pod or template whose group is
 rooted elsewhere (a workload's member, a template whose pods join a built-in PodGroup) is
@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_bridge import names, nodesharing, schedulingapi, workloadkinds
-from slurm_bridge.config import Config
-from slurm_bridge.jobannotations import annotation_values, validate_annotations
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.rules import nodesharing, workloadkinds
+from slurm_bridge.rules.jobannotations import annotation_values, validate_annotations
+from slurm_bridge.rules.workloadkinds import scheduling_group_name, slurmjob_annotations
 from slurm_bridge.slurm.models import NodeSharing
-from slurm_bridge.workloadkinds import scheduling_group_name, slurmjob_annotations
 
 from .review import AdmissionRequest
 from .templates import spec_of

@@ -4,11 +4,11 @@ Five rules: the labels and annotations through which the bridge records a pod's 
 are only written by the bridge itself (a user copying them would make the bridge believe a pod
 was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typo is reported at
 ``kubectl apply`` instead of as a Slurm submission error later; a managed pod's placement
-(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/nodeplacement.py),
+(nodeSelector, affinity, topology spread) must be one Slurm can honour (slurm_bridge/rules/nodeplacement.py),
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
-(slurm_bridge/schedulingapi.py, docs/workloadkinds.md); and node sharing (webhook/sharing.py).
+(slurm_bridge/kube/schedulingapi.py, docs/workloadkinds.md); and node sharing (webhook/sharing.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from slurm_bridge import dra, names, schedulingapi, tenancy, workloadkinds
-from slurm_bridge.config import Config
-from slurm_bridge.handoff import grace_problems
-from slurm_bridge.jobannotations import annotation_values, validate_annotations
-from slurm_bridge.nodeplacement import Placement, parse_placement
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.rules import dra, tenancy, workloadkinds
+from slurm_bridge.rules.handoff import grace_problems
+from slurm_bridge.rules.jobannotations import annotation_values, validate_annotations
+from slurm_bridge.rules.nodeplacement import Placement, parse_placement
+from slurm_bridge.rules.translate import job_request, placement_request_problems
+from slurm_bridge.rules.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import job_request, placement_request_problems
-from slurm_bridge.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
 from . import sharing
 from .changes import pod_change_problems, workload_change_warnings
@@ -187,7 +189,7 @@ def _pod_placement(
 
 
 def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
-    """DRA requests of a bridge pod (slurm_bridge/dra.py): the mutating webhook turned them into
+    """DRA requests of a bridge pod (slurm_bridge/rules/dra.py): the mutating webhook turned them into
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
     that still requests DRA extended resources missed that rewrite: kube-scheduler would pick its
     devices, not Slurm."""
@@ -215,7 +217,7 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
 
 
 class Tenants(Protocol):
-    """The webhook's view of the TenantPolicies and namespaces (slurm_bridge/kubecache.py)."""
+    """The webhook's view of the TenantPolicies and namespaces (slurm_bridge/kube/cache.py)."""
 
     @property
     def synced(self) -> bool: ...
@@ -298,7 +300,7 @@ def _pod_tenancy(
 
 def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str]:
     """What a built-in PodGroup, a Workload or a Job's ``spec.scheduling`` asks that the bridge
-    cannot give (slurm_bridge/schedulingapi.py). Checked on create: the fields are immutable."""
+    cannot give (slurm_bridge/kube/schedulingapi.py). Checked on create: the fields are immutable."""
     if request.operation != "CREATE" or not isinstance(request.object, Mapping):
         return []
     gk, obj = (request.group, request.kind), request.object
@@ -329,7 +331,7 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
 
 def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None = None) -> Decision:
     """Validating webhook decision for pods and the workload kinds whose annotations configure
-    Slurm jobs (slurm_bridge/workloadkinds.py); their pod templates are checked like pods, so errors
+    Slurm jobs (slurm_bridge/rules/workloadkinds.py); their pod templates are checked like pods, so errors
     show early. ``tenants``: the TenantPolicies (None: no tenancy check, as before it existed);
     what a policy refuses is Forbidden (403), like a reserved key."""
     if request.operation not in ("CREATE", "UPDATE"):

@@ -2,7 +2,7 @@
 
 - **Reservations.** Lists the ``handoff-<job>_<bridge>_<node>`` reservations the project's
   EpilogSlurmctld made when Slurm ended a bridge job under its pods (one small ``GET
-  reservations``; the client returns them all, :func:`slurm_bridge.handoff.reservations_of` keeps
+  reservations``; the client returns them all, :func:`slurm_bridge.rules.handoff.reservations_of` keeps
   this bridge's), deletes each once its job's containers stopped on its node (a vanished pod's
   after its grace period), tells the pods (once) that their cores are held, drains a node whose
   pod outlives its grace period and the margin, and undrains it when that pod stopped
@@ -33,9 +33,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.handoff import drain_of, drain_prefix, pod_grace_seconds, reservations_of
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.handoff.decisions import (
     Drain,
     Held,
@@ -54,6 +53,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, 
 from slurm_bridge.operator.runtime.departures import Departures, by_job, running_in
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.rules.handoff import drain_of, drain_prefix, pod_grace_seconds, reservations_of
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import NodeInfo, ReservationRecord
 

@@ -11,10 +11,10 @@ bridge pod that runs on while its job ended, what to do now (docs/colocation.md,
   longest grace (``handoff.maxGracePeriodSeconds``) and the margin: fail safe.
 - A pod that still runs there once its grace period and the margin have passed since the job
   ended gets its node drained in Slurm, with a reason that names it
-  (:func:`slurm_bridge.handoff.drain_reason`): never silently shared.
+  (:func:`slurm_bridge.rules.handoff.drain_reason`): never silently shared.
 - **Fail safe**: a bridge pod that runs (bound, not terminal; or vanished within its grace) on a
   node where native work can run while its Slurm job ended, with no reservation of that job on
-  that node, gets its node drained at once (:func:`slurm_bridge.handoff.unheld_drain_reason`): the
+  that node, gets its node drained at once (:func:`slurm_bridge.rules.handoff.unheld_drain_reason`): the
   script could not reserve, or the hold ended while the operator was away. Which pods those are is
   decided by :func:`unheld`, from a job state the loop has seen twice (:class:`Unheld`).
 - A node drained by this bridge's loop whose named pod's containers stopped is undrained (UNDRAIN),
@@ -30,7 +30,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slurm_bridge.handoff import (
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
+from slurm_bridge.operator.runtime.departures import Departure, slurm_job_of
+from slurm_bridge.rules.handoff import (
     HandoffDrain,
     HandoffReservation,
     drain_of,
@@ -38,8 +40,6 @@ from slurm_bridge.handoff import (
     pod_grace_seconds,
     unheld_drain_reason,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
-from slurm_bridge.operator.runtime.departures import Departure, slurm_job_of
 from slurm_bridge.slurm.models import NodeInfo
 
 

@@ -27,9 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurm_bridge import metrics, names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Conflict, KubeClient, NotFound, escape_pointer, node_path
+from slurm_bridge import names
+from slurm_bridge.core import metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
 from slurm_bridge.operator.nodes import nodesync, resourcesfit
 from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from slurm_bridge import names
+from slurm_bridge.kube.taints import managed_taint, same_taint
 from slurm_bridge.slurm.models import NodeInfo
-from slurm_bridge.taints import managed_taint, same_taint
 
 Obj = dict[str, Any]
 Outage = Literal["drain", "down", "fail"]

@@ -29,7 +29,7 @@ from fractions import Fraction
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
+from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
 
 Obj = dict[str, Any]

@@ -22,9 +22,9 @@ from fractions import Fraction
 from typing import Any, Final
 
 from slurm_bridge import names
-from slurm_bridge.kube import KubeClient, KubeError, node_path, now_iso, resource_path
-from slurm_bridge.podresources import pod_requests
-from slurm_bridge.resources import parse_quantity
+from slurm_bridge.kube.client import KubeClient, KubeError, node_path, now_iso, resource_path
+from slurm_bridge.rules.podresources import pod_requests
+from slurm_bridge.rules.resources import parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)

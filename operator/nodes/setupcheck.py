@@ -1,4 +1,4 @@
-"""The operator's check of Slurm's side of node sharing (slurm_bridge/slurmsetup.py): run by the
+"""The operator's check of Slurm's side of node sharing (slurm_bridge/rules/slurmsetup.py): run by the
 leader's node controller after its first node list and every CHECK_SECONDS, so a slurm.conf fixed
 later clears without a restart.
 
@@ -14,11 +14,11 @@ import logging
 import time
 from typing import Final, Protocol
 
-from slurm_bridge import metrics
-from slurm_bridge.config import Config
+from slurm_bridge.core import metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules.slurmsetup import Finding, SiteView, findings
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import PartitionInfo, SlurmConf
-from slurm_bridge.slurmsetup import Finding, SiteView, findings
 
 log = logging.getLogger(__name__)
 CHECK_SECONDS: Final = 600.0

@@ -17,11 +17,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_bridge import logs, metrics
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.namespaces import ManagedNamespaces
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
@@ -35,9 +36,8 @@ from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem
 from slurm_bridge.operator.runtime.departures import Departures, pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, project
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules.namespaces import ManagedNamespaces
 from slurm_bridge.slurm.client import SlurmClient
-from slurm_bridge.tasks import cancel_and_wait
 
 Obj = dict[str, Any]
 

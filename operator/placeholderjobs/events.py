@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from slurm_bridge import metrics
-from slurm_bridge.kube import resource_version
+from slurm_bridge.core import metrics
+from slurm_bridge.kube.client import resource_version
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, release_rejected
 from slurm_bridge.operator.placeholderjobs.decisions.bindtimeout import bind_deadline, not_bound
 from slurm_bridge.operator.placeholderjobs.decisions.handoff import (
@@ -90,7 +91,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, h
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobSettings, PartitionLimits
 
 __all__ = ["Clock", "Handoff", "Situation", "SlurmSide", "Tenancy", "Told", "decide"]

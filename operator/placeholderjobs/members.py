@@ -14,10 +14,10 @@ import logging
 from collections.abc import Hashable
 from typing import Final
 
-from slurm_bridge import names, workloadkinds
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.namespaces import ManagedNamespaces
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
@@ -27,7 +27,8 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.namespaces import ManagedNamespaces
 
 log = logging.getLogger(__name__)
 # A pod whose namespace's labels are not read yet (managedNamespaceSelector) is looked at again.
@@ -94,7 +95,7 @@ class Membership:
         namespaces: ManagedNamespaces | None = None,
     ) -> None:
         self.pods, self.phjs, self.queue = pods, phjs, queue
-        # Only pods of managed namespaces get a PlaceholderJob (slurm_bridge/namespaces.py). None:
+        # Only pods of managed namespaces get a PlaceholderJob (slurm_bridge/rules/namespaces.py). None:
         # the config's rule, with no labels known (a selector then waits).
         self.namespaces = namespaces or ManagedNamespaces(config)
         self.groups = GroupResolver(kube.get)

@@ -1,7 +1,7 @@
 """Which workload event queues which PlaceholderJob's options (the slurmjob annotations its spec is
 made from) to be looked at again (:class:`.workitems.OptionsItem`, :mod:`.reconfigure`).
 
-The workloads whose annotations configure Slurm jobs (``slurm_bridge/workloadkinds.py``: Jobs,
+The workloads whose annotations configure Slurm jobs (``slurm_bridge/rules/workloadkinds.py``: Jobs,
 JobSets, LeaderWorkerSets, both PodGroups, Workloads, CompositePodGroups) are listed and watched
 for their metadata only (PartialObjectMetadata, as Kubernetes' garbage collector reads every kind:
 no spec or status is sent), and only their slurmjob annotations are kept. A kind the API server
@@ -20,16 +20,17 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from slurm_bridge import names, workloadkinds
-from slurm_bridge.kube import METADATA_ONLY, KubeClient, resource_path
-from slurm_bridge.kubecache import Informer, key_of
+from slurm_bridge import names
+from slurm_bridge.kube.cache import Informer, key_of
+from slurm_bridge.kube.client import METADATA_ONLY, KubeClient, resource_path
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.groups import recorded_options
 from slurm_bridge.operator.placeholderjobs.members import MERGED_OPTIONS, by_group, merged_in
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.workloadkinds import GroupKind, WorkloadKind
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.workloadkinds import GroupKind, WorkloadKind
 
 Obj = dict[str, Any]
 # The versions watched of the kinds the bridge otherwise reads only as owners (any version an

@@ -1,6 +1,6 @@
 """A PlaceholderJob's options (the ``slurmjob.slinky.slurm.net/*`` annotations its spec is made
 from) -> its spec, when they changed after it was made (I/O; the rules are
-``slurm_bridge/jobchanges.py``'s, docs/annotations.md "Changing annotations").
+``slurm_bridge/rules/jobchanges.py``'s, docs/annotations.md "Changing annotations").
 
 A PlaceholderJob records the options its ``spec.slurm`` was made from (``names.ANN_JOB_OPTIONS``).
 When its group's annotations differ from them (a pod's own, or its workload's: a Job, a JobSet, a
@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slurm_bridge import jobchanges, names
-from slurm_bridge.config import Config
-from slurm_bridge.jobannotations import ANNOTATION_FIELDS
-from slurm_bridge.kube import Conflict, KubeError, NotFound, phj_path
-from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.kubeseams import ReconfigureKube
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import Conflict, KubeError, NotFound, phj_path
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import ReconfigureKube
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
@@ -45,9 +45,10 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import jobchanges
+from slurm_bridge.rules.jobannotations import ANNOTATION_FIELDS
+from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import job_request
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.handoff import pod_grace_seconds
+from slurm_bridge.rules.handoff import pod_grace_seconds
 
 Obj = dict[str, Any]
 # A vanished pod's departure is kept this long after it was noticed: longer than the longest grace

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slurm_bridge.kube import Conflict, KubeClient
+from slurm_bridge.kube.client import Conflict, KubeClient
 
 log = logging.getLogger(__name__)
 # The release at shutdown waits no longer for the API server: a stop must end within seconds.

@@ -1,4 +1,4 @@
-"""kopf's login from the bridge's own credential loader (slurm_bridge.kubeconfig).
+"""kopf's login from the bridge's own credential loader (slurm_bridge.kube.kubeconfig).
 
 kopf's built-in logins either need the ``kubernetes``/``pykube-ng`` packages or, in its minimal
 ones, know neither exec plugins nor the in-cluster Service address (its service-account login
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import kopf
 
-from slurm_bridge import kubeconfig
+from slurm_bridge.kube import kubeconfig
 
 
 async def login(creds: kubeconfig.Credentials) -> kopf.ConnectionInfo:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.core.tasks import cancel_and_wait
 
 MAX_BACKOFF_SECONDS = 10.0
 

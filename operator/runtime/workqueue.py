@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.core.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

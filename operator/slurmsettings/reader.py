@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.slurm.errors import SlurmError

@@ -18,14 +18,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from slurm_bridge import names, tenancy
-from slurm_bridge.conditions import set_condition_dicts
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient, KubeError, resource_path
-from slurm_bridge.kubecache import TenantCache
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import KubeClient, KubeError, resource_path
+from slurm_bridge.kube.conditions import set_condition_dicts
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -1,7 +1,7 @@
 """The operator process: builds the controllers, connects them to their watches (the operator's own
 informers for pods and PlaceholderJobs, kopf for nodes: :mod:`.kopfsetup`), to leader election and
 to the health endpoints (:mod:`.health`), leads when elected, and hands over on SIGTERM: the
-process's stop (slurm_bridge/shutdown.py) cancels :func:`run` wherever it is, and its ``finally``
+process's stop (slurm_bridge/core/shutdown.py) cancels :func:`run` wherever it is, and its ``finally``
 blocks stop what had started, the Lease's release last (docs/architecture.md, "Stopping")."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge import metrics
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
-from slurm_bridge.kubecache import TenantCache
+from slurm_bridge.core import metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.shutdown import Stop
+from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube import kubeconfig as kubeconfig_loader
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder
 from slurm_bridge.operator.nodes.controller import NodeController
@@ -30,10 +32,8 @@ from slurm_bridge.operator.tenantpolicies.controller import TenantStatusControll
 from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
 from slurm_bridge.operator.wiring.kopfsetup import build_registry, run_kopf
 from slurm_bridge.operator.wiring.watches import HotWatches
-from slurm_bridge.shutdown import Stop
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.models import NodeInfo
-from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
 
 
 async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: Stop) -> None:
-    """The operator until ``stop`` cancels it (slurm_bridge/shutdown.py), at whatever step: every
+    """The operator until ``stop`` cancels it (slurm_bridge/core/shutdown.py), at whatever step: every
     part started so far is stopped in order on the way out, the Lease released last."""
     creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
     op = build(cfg, creds, lease_namespace)

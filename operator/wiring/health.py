@@ -12,15 +12,15 @@ from typing import Protocol
 
 from aiohttp import web
 
-from slurm_bridge import metrics
-from slurm_bridge.config import Config, split_listen
+from slurm_bridge.core import metrics
+from slurm_bridge.core.config import Config, split_listen
+from slurm_bridge.core.shutdown import HTTP_SHUTDOWN_SECONDS
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
-from slurm_bridge.shutdown import HTTP_SHUTDOWN_SECONDS
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.wire import ControllerPing
 

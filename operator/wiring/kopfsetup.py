@@ -13,8 +13,8 @@ from typing import Any
 
 import kopf
 
-from slurm_bridge import kubeconfig as kubeconfig_loader
-from slurm_bridge.kubecache import LIST_PAGE
+from slurm_bridge.kube import kubeconfig as kubeconfig_loader
+from slurm_bridge.kube.cache import LIST_PAGE
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.runtime.login import login as kopf_login
 

@@ -4,7 +4,7 @@ The bridge's pods (a field selector on ``spec.schedulerName``: no other pod is s
 PlaceholderJobs carry every per-pod event, about 11 in a pod's life. kopf's per-event machinery (a
 worker per object, ``process_resource_event``, field paths resolved per event) cost as much CPU
 as the operator's own work on them (docs/architecture.md, "Watches"), so these two are watched by
-:class:`~slurm_bridge.kubecache.Informer` and their events handed to ``Controller.on_pod_event`` and
+:class:`~slurm_bridge.kube.cache.Informer` and their events handed to ``Controller.on_pod_event`` and
 ``Controller.on_phj_event`` as they are decoded. kopf keeps everything else (start-up and
 cleanup, its login, the node watch).
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from slurm_bridge.kube import KubeClient, phj_path, resource_path
-from slurm_bridge.kubecache import Informer
+from slurm_bridge.kube.cache import Informer
+from slurm_bridge.kube.client import KubeClient, phj_path, resource_path
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 
 

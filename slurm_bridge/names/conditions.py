@@ -20,7 +20,7 @@ POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
 # spec.schedulingGroup.podGroupName) reports its gang scheduled with; kube-scheduler sets it for
 # the gangs it places, the bridge for those Slurm placed (operator/placeholderjobs/sync/groupconditions.py). v1alpha2
 # (Kubernetes 1.36) calls it PodGroupScheduled; v1beta1 (1.37) PodGroupInitiallyScheduled, which
-# stays True once True (slurm_bridge/schedulingapi.py). The reasons are kube-scheduler's.
+# stays True once True (slurm_bridge/kube/schedulingapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
 PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 # The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its

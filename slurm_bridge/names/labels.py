@@ -8,7 +8,7 @@ from slurm_bridge.names.prefixes import SCHEDULER_PREFIX, SLINKY_PREFIX
 # The Slurm job id of a pod's allocation (label, same key as the Go slurm-bridge).
 LABEL_SLURM_JOB_ID: Final = SCHEDULER_PREFIX + "slurm-jobid"
 # The PlaceholderJob a pod belongs to: the label holds its name, or for a name longer than a label
-# value may be (63) a bounded form of it (kube.label_value); the annotation always the full name.
+# value may be (63) a bounded form of it (kubeformats.label_value); the annotation always the full name.
 LABEL_PLACEHOLDER_JOB: Final = SCHEDULER_PREFIX + "placeholderjob"
 RESERVED_POD_LABELS: Final = frozenset({LABEL_SLURM_JOB_ID, LABEL_PLACEHOLDER_JOB})
 # Kubernetes node <-> Slurm node mapping when the names differ (Go slurm-bridge key).

@@ -8,7 +8,7 @@ from slurm_bridge.names.prefixes import SLINKY_PREFIX
 FIELD_NODE_NAME: Final = "metadata.name"
 SCHEDULING_GATE: Final = SLINKY_PREFIX + "slurm-allocation"
 TAINT_MANAGED_NODE: Final = SLINKY_PREFIX + "managed-node"
-# Effect of TAINT_MANAGED_NODE (slurm_bridge/taints.py builds the taint and its matching toleration).
+# Effect of TAINT_MANAGED_NODE (slurm_bridge/kube/taints.py builds the taint and its matching toleration).
 TAINT_MANAGED_NODE_EFFECT: Final = "NoExecute"
 # Taint naming the state ("drain", "down" or "fail") in which Slurm or an administrator holds the
 # node out of service; it is also the bridge's record that it has mirrored that outage.

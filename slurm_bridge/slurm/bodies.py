@@ -99,7 +99,7 @@ class RequestBodies:
         such a job provisionally, for milliseconds, until it has read the admin comment
         (docs/colocation.md, "The provisional hold"): keep the two in step.
         ``admin_comment`` is the bridge's mark (only an operator can set it), which the handoff's
-        EpilogSlurmctld also reads (slurm_bridge/handoff.py).
+        EpilogSlurmctld also reads (slurm_bridge/rules/handoff.py).
 
         ``as_user``: sent as another user, who may not set ``admin_comment`` (Slurm 26.05 answers
         2002 "Access/permission denied"): the marker goes into ``comment`` instead, until the bridge

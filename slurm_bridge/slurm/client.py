@@ -21,7 +21,7 @@ from .jobcalls import JobCalls
 from .nodecalls import NodeCalls
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..core.config import Config
 
 
 class SlurmClient(JobCalls, NodeCalls, ClusterCalls, HandoffCalls):

@@ -1,6 +1,6 @@
 """The handoff's calls of the Slurm REST client (docs/colocation.md, "The handoff"): Slurm's
 reservations (listed as plain records; which are the handoff's is the bridge's rule,
-slurm_bridge/handoff.py; deleted), a job's admin_comment marked released before the bridge's own
+slurm_bridge/rules/handoff.py; deleted), a job's admin_comment marked released before the bridge's own
 cancel (so the script holds nothing for it), and what Slurm's
 configuration says about preemption and time limits (QOS preempt lists, modes and GraceTime; the
 bridge user's default QOS; partitions' OverTimeLimit; slurm.conf's EpilogSlurmctld and

@@ -240,7 +240,7 @@ class NodeDevices(BaseModel):
 @dataclass(frozen=True)
 class ReservationRecord:
     """A Slurm reservation as the client lists it (plain data: which ones are the handoff's, and
-    whose, is the bridge's rule, slurm_bridge/handoff.py)."""
+    whose, is the bridge's rule, slurm_bridge/rules/handoff.py)."""
 
     name: str
     start_time: datetime | None = None

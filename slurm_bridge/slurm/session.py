@@ -23,7 +23,7 @@ from typing import Any, Self
 
 import httpx
 
-from .. import metrics
+from ..core import metrics
 from .errors import SlurmAuthError, SlurmError, SlurmUnsupportedVersion
 from .jwtfile import JwtFile
 from .outcomes import (

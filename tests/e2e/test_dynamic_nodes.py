@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 
 from slurm_bridge import names
-from slurm_bridge.resources import parse_quantity
+from slurm_bridge.rules.resources import parse_quantity
 from tests.e2e.util import API, get_phj, make_pod, read_pod, slurm_job
 from tests.harness import BRIDGE_SH, SlurmEnv, holds_for, run, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from slurm_bridge import names
-from slurm_bridge.kube import label_value
+from slurm_bridge.core.kubeformats import label_value
 from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import default_job_name
 from tests.e2e.test_pipeline import _running_phj

@@ -1,5 +1,5 @@
 """A pod's required placement reaches Slurm, and what Slurm cannot honour is refused at admission
-(slurm_bridge/nodeplacement.py, docs/annotations.md). The local cluster's Slurm nodes carry
+(slurm_bridge/rules/nodeplacement.py, docs/annotations.md). The local cluster's Slurm nodes carry
 Features=kwok (and gpu on the GPU nodes), and their kwok nodes the matching labels
 feature.slinky.slurm.net/<feature>: "true" (hack/cluster.sh)."""
 

@@ -28,9 +28,10 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from slurm_bridge import names, schedulingapi
+from slurm_bridge import names
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.schedulingapi import KubeVersion
 from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
-from slurm_bridge.schedulingapi import KubeVersion
 from tests.e2e.test_workloads import (
     KEEP_RUNNING,
     _assert_unreleased_for,

@@ -1,4 +1,4 @@
-"""The operator's list+watch (slurm_bridge/kubecache.py ``Informer``) against the local cluster's
+"""The operator's list+watch (slurm_bridge/kube/cache.py ``Informer``) against the local cluster's
 API server: pages, the watch's events, and a resourceVersion the API server no longer keeps
 (410 Gone: a list again, and DELETED made up for an object that vanished meanwhile).
 
@@ -20,9 +20,9 @@ import kubernetes.client as k8s
 import pytest
 from kubernetes.client.rest import ApiException
 
-from slurm_bridge import kubeconfig
-from slurm_bridge.kube import KubeClient, resource_path
-from slurm_bridge.kubecache import Informer
+from slurm_bridge.kube import kubeconfig
+from slurm_bridge.kube.cache import Informer
+from slurm_bridge.kube.client import KubeClient, resource_path
 from slurm_bridge.operator.runtime.store import ObjectStore
 from tests.harness import wait_for
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from slurm_bridge.handoff import HandoffReservation
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
+from slurm_bridge.rules.handoff import HandoffReservation
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.handoffcalls import QosInfo
 from slurm_bridge.slurm.models import (

@@ -1,7 +1,7 @@
 """One fake per Kubernetes seam, composed once into ``FakeKube`` (the Slurm side's
 ``tests/unit/fakes.py`` does the same for Slurm).
 
-A consumer of the API server declares the calls it makes (``slurm_bridge.kubeseams``:
+A consumer of the API server declares the calls it makes (``slurm_bridge.kube.seams``:
 ``KubeReads``, ``KubeWrites``, ``KubeEvents``; the caches' list and watch are ``KubeClient``'s own),
 and each seam has one fake here over one object table: ``FakeReads`` (GETs by path, lists by field selector,
 chosen paths refused), ``FakeWrites`` (create, delete and the three patch types with the API
@@ -18,7 +18,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
-from slurm_bridge.kube import Conflict, KubeError, NotFound
+from slurm_bridge.kube.client import Conflict, KubeError, NotFound
 
 Obj = dict[str, Any]
 

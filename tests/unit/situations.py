@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Plan
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import PlaceholderJob
 
 
 def decide_in(

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import parse_config
+from slurm_bridge.core.config import parse_config
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.placeholderjob import PlaceholderJob
 from tests.builders import make_pod, slurm_job
 from tests.unit.situations import decide_in
 from tests.unit.test_lifecycle import JOB, NODE, NOW, PERIOD, phj, summary

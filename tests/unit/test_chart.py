@@ -22,8 +22,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from pydantic import BaseModel
 
-from slurm_bridge.cli import LOG_LEVELS
-from slurm_bridge.config import Config, parse_config
+from slurm_bridge.core.cli import LOG_LEVELS
+from slurm_bridge.core.config import Config, parse_config
 from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,7 +290,9 @@ def test_rendered_config_is_valid_for_every_component() -> None:
 def test_every_config_key_is_emitted_or_settable() -> None:
     fields = set(Config.model_fields)
     values_config = set(_values()["config"])
-    assert values_config <= fields, f"values.config keys unknown to slurm_bridge/config.py: {values_config - fields}"
+    assert values_config <= fields, (
+        f"values.config keys unknown to slurm_bridge/core/config.py: {values_config - fields}"
+    )
     selector = {"managedNamespaceSelector": {"matchLabels": {"team": "hpc"}}}
     emitted = set(rendered_config(render({"config": selector})))
     assert emitted == fields, f"config.yaml misses {fields - emitted}, has unknown {emitted - fields}"
@@ -489,7 +491,7 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("slinky.slurm.net", "tenantpolicies/status", "patch")
     )
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-operator")) == operator
-    # The webhook reads policies and namespaces (their cache, slurm_bridge/kubecache.py), nothing more.
+    # The webhook reads policies and namespaces (their cache, slurm_bridge/kube/cache.py), nothing more.
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-webhook")) == (
         _grant("", "namespaces", "get", "list", "watch") | _grant("slinky.slurm.net", "tenantpolicies", "list", "watch")
     )
@@ -608,7 +610,7 @@ def test_each_component_runs_its_own_entry_point_of_one_image() -> None:
 def test_each_entry_point_accepts_the_charts_arguments(
     component: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The chart's args parse (the shared flags of slurm_bridge/cli.py and each component's own):
+    """The chart's args parse (the shared flags of slurm_bridge/core/cli.py and each component's own):
     with a bad config in place of the chart's, each component stops at its config, exit 2, before
     it starts anything."""
     from slurm_bridge.extender.main import main as extender_main
@@ -897,7 +899,7 @@ def test_dashboard_configmap_carries_the_repositorys_dashboard_only_when_asked()
 def test_dashboard_queries_only_metrics_the_code_defines() -> None:
     """Every slurm_bridge_* series a panel queries is one metrics.py defines (a renamed metric
     would leave an empty panel)."""
-    from slurm_bridge import metrics
+    from slurm_bridge.core import metrics
 
     defined: set[str] = set()
     for registry in (metrics.OPERATOR, metrics.WEBHOOK, metrics.EXTENDER):

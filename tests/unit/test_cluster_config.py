@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from tests.harness import REPO, TENANTS
 
 HACK = REPO / "hack"

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.kube import MAX_NAME_LENGTH
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     MAX_COMPONENTS,
     CompositeGroup,
@@ -29,7 +30,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.shapes.composite import composite_spec
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec
 
 from .kubefakes import FakeKube, FakeStatusAPI
 from .test_groups import JOB, NS, P, obj, pod

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.config import Config, ConfigError, LabelSelector, load_config, parse_config, split_listen
+from slurm_bridge.core.config import Config, ConfigError, LabelSelector, load_config, parse_config, split_listen
 
 
 def test_go_slurm_bridge_keys_are_accepted() -> None:

@@ -7,8 +7,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from slurm_bridge import conditions, names
-from slurm_bridge.kube import label_value
+from slurm_bridge import names
+from slurm_bridge.core.kubeformats import label_value
+from slurm_bridge.kube import conditions
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import allocation, phjstatus, pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     PhjRef,
@@ -16,7 +18,6 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     default_job_name,
     encode_admin_comment,
 )
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 

@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
 from slurm_bridge.operator.placeholderjobs.sync.devices import SLICES_PATH, DeviceBinder, wants_devices
+from slurm_bridge.rules import dra
+from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
 from slurm_bridge.slurm.versions import CodecV0044
-from slurm_bridge.translate import job_request
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod as build_pod

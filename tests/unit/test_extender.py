@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.logs import JsonFormatter
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.main import serve
 from slurm_bridge.extender.protocol import ExtenderArgs
 from slurm_bridge.extender.server import make_app
-from slurm_bridge.logs import JsonFormatter
-from slurm_bridge.namespaces import ManagedNamespaces
+from slurm_bridge.rules.namespaces import ManagedNamespaces
 
 
 def _args(annotations: dict[str, str], node_names: list[str] | None = None, nodes: bool = False) -> ExtenderArgs:

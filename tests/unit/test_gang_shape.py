@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import phj_path, pod_path
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import phj_path, pod_path
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
@@ -25,7 +26,6 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, 
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads, FakeSlurm

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.operator.nodes import registration as reg
-from slurm_bridge.resources import GPU_RESOURCES
+from slurm_bridge.rules.resources import GPU_RESOURCES
 
 pytestmark = pytest.mark.unit
 

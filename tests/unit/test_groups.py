@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, plan_join
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,
@@ -24,8 +25,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     same_group,
 )
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
-from slurm_bridge.placeholderjob import PlaceholderJob
-from slurm_bridge.translate import job_request
+from slurm_bridge.rules.translate import job_request
 from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit

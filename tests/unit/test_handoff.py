@@ -1,5 +1,5 @@
 """The handoff and preemption decisions (docs/colocation.md), with no servers: the shared rules
-(slurm_bridge/handoff.py), the handoff loop's decisions and pass (operator/handoff/), Slurm's
+(slurm_bridge/rules/handoff.py), the handoff loop's decisions and pass (operator/handoff/), Slurm's
 preemption settings and the placer's rule, the likely preemptor, the shell's released cancel and
 preempted end, the submit's handoff scope, admission of a grace period, and the client's
 reading of reservations and settings. The lifecycle's rows are in test_lifecycle.py."""
@@ -17,18 +17,7 @@ import httpx
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config, HandoffConfig
-from slurm_bridge.handoff import (
-    HandoffReservation,
-    drain_of,
-    drain_reason,
-    ending_starts_at,
-    grace_refusal,
-    job_handoff_scope,
-    reservation_name,
-    reservation_of,
-    reservations_of,
-)
+from slurm_bridge.core.config import Config, HandoffConfig
 from slurm_bridge.operator.handoff import decisions as hd
 from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder, is_likely
@@ -47,6 +36,17 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.departures import pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.slurmsettings.reader import SlurmSettings, policy_problems, queueing
+from slurm_bridge.rules.handoff import (
+    HandoffReservation,
+    drain_of,
+    drain_reason,
+    ending_starts_at,
+    grace_refusal,
+    job_handoff_scope,
+    reservation_name,
+    reservation_of,
+    reservations_of,
+)
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.handoffcalls import QosInfo, token_user

@@ -11,16 +11,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.handoff import (
+from slurm_bridge.operator.handoff import controller as hc
+from slurm_bridge.operator.handoff import decisions as hd
+from slurm_bridge.operator.runtime.departures import Departure
+from slurm_bridge.rules.handoff import (
     drain_of,
     drain_reason,
     reservation_name,
     reservation_of,
     unheld_drain_reason,
 )
-from slurm_bridge.operator.handoff import controller as hc
-from slurm_bridge.operator.handoff import decisions as hd
-from slurm_bridge.operator.runtime.departures import Departure
 from slurm_bridge.slurm.models import NodeInfo
 from tests.builders import slurm_job
 from tests.unit.fakes import FakeHandoff

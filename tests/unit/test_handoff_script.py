@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.handoff import reservation_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, released_comment
+from slurm_bridge.rules.handoff import reservation_of
 
 pytestmark = pytest.mark.unit
 

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import submitted_status
 from slurm_bridge.operator.placeholderjobs.shapes import hetjob
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-from slurm_bridge.tenancy import Verdict
 from tests.builders import make_phj, slurm_job
 from tests.unit.situations import decide_in
 

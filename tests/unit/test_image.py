@@ -194,7 +194,7 @@ def test_the_lock_covers_exactly_what_is_declared() -> None:
 
 def test_the_image_installs_no_test_only_package() -> None:
     """The image installs the wheel's run-time dependencies only: the official Kubernetes client
-    (~126 MB; credentials come from slurm_bridge/kubeconfig.py) and the test tools stay out."""
+    (~126 MB; credentials come from slurm_bridge/kube/kubeconfig.py) and the test tools stay out."""
     runtime, _ = _declared()
     installed = _closure(runtime)
     for heavy in ("kubernetes", "pykube-ng", "jsonschema", "trustme", "pytest", "mypy", "ruff"):

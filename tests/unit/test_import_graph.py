@@ -5,7 +5,9 @@ top shows), the folders named as the runtime names them (pyproject.toml's mappin
 - no module takes part in an import circle;
 - the operator's ground floor, ``runtime/``, imports no controller (nor the wiring above them);
 - the rooms of the PlaceholderJob controller (its sub-packages) are layered: taken each as one
-  node, with the modules beside them, they form no circle either.
+  node, with the modules beside them, they form no circle either;
+- the shared core stands in floors (issue 40 §4), each a sub-package of ``slurm_bridge``: a module
+  imports its own floor and those below, never one above, and every module stands on a floor.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ ROOT_PACKAGE = "slurm_bridge"
 OPERATOR = "slurm_bridge.operator"
 RUNTIME = "slurm_bridge.operator.runtime"
 PHJ_CONTROLLER = "slurm_bridge.operator.placeholderjobs"
+# The shared core's floors, lowest first (docs/architecture.md, "Layout"): the well-known names; the
+# configuration, logs, metrics and process plumbing; the Slurm client; the pure rules between
+# Kubernetes and Slurm; Kubernetes access. The components (operator, webhook, extender) stand on top.
+FLOORS = (
+    "slurm_bridge.names",
+    "slurm_bridge.core",
+    "slurm_bridge.slurm",
+    "slurm_bridge.rules",
+    "slurm_bridge.kube",
+    ("slurm_bridge.operator", "slurm_bridge.webhook", "slurm_bridge.extender"),
+)
 
 Graph = dict[str, set[str]]
 
@@ -110,6 +123,25 @@ def rooms(graph: Mapping[str, set[str]], package: str) -> Graph:
     return out
 
 
+def floor_of(module: str, floors: Iterable[str | tuple[str, ...]]) -> int | None:
+    """The index of the floor ``module`` stands on (a floor is one package or several side by side)."""
+    for i, floor in enumerate(floors):
+        packages = (floor,) if isinstance(floor, str) else floor
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return i
+    return None
+
+
+def upward(graph: Mapping[str, set[str]], floors: Iterable[str | tuple[str, ...]]) -> list[str]:
+    """Each import from a floor into a higher one, as ``importer -> imported``."""
+    order = list(floors)
+    found: list[str] = []
+    for m, imports in sorted(graph.items()):
+        low = floor_of(m, order)
+        found += [f"{m} -> {i}" for i in sorted(imports) if low is not None and (floor_of(i, order) or 0) > low]
+    return found
+
+
 def test_the_graph_is_read() -> None:
     graph = import_graph()
     assert f"{RUNTIME}.store" in graph[f"{PHJ_CONTROLLER}.controller"]
@@ -148,9 +180,9 @@ def test_a_circle_is_found() -> None:
 def test_the_slurm_client_reaches_up_to_no_bridge_rule() -> None:
     """The Slurm client (``slurm_bridge.slurm``) returns plain data: the bridge's rules are applied
     above it (issue 40 §1: ``handoffcalls`` parsed the handoff's reservation names with
-    ``slurm_bridge.handoff``, and through it imported ``dra``)."""
+    ``slurm_bridge.rules.handoff``, and through it imported ``dra``)."""
     client = "slurm_bridge.slurm"
-    rules = {"slurm_bridge.handoff", "slurm_bridge.dra"}
+    rules = {"slurm_bridge.rules.handoff", "slurm_bridge.rules.dra"}
     up = {
         f"{m} -> {i}"
         for m, imports in import_graph().items()
@@ -158,3 +190,20 @@ def test_the_slurm_client_reaches_up_to_no_bridge_rule() -> None:
         for i in imports & rules
     }
     assert not up, f"the Slurm client imports the bridge's rules: {sorted(up)}"
+
+
+def test_every_module_stands_on_a_floor() -> None:
+    """A new module of the shared core goes into the floor of its concern, not beside the floors."""
+    loose = sorted(m for m in import_graph() if m != ROOT_PACKAGE and floor_of(m, FLOORS) is None)
+    assert not loose, f"modules on no floor (move each into one of {FLOORS}): {loose}"
+
+
+def test_no_floor_imports_a_floor_above_it() -> None:
+    found = upward(import_graph(), FLOORS)
+    assert not found, f"imports from a floor up into a higher one (floors, lowest first: {FLOORS}): {found}"
+
+
+def test_an_upward_import_is_found() -> None:
+    floors = ("p.low", ("p.a", "p.b"), "p.top")
+    graph = {"p.low.x": {"p.a.y"}, "p.a.y": {"p.b.z", "p.low.x"}, "p.b.z": set(), "p.top.w": {"p.a.y"}}
+    assert upward(graph, floors) == ["p.low.x -> p.a.y"]

@@ -1,4 +1,4 @@
-"""The operator's list+watch (slurm_bridge/kubecache.py ``Informer``) against a scripted API server:
+"""The operator's list+watch (slurm_bridge/kube/cache.py ``Informer``) against a scripted API server:
 pages, resuming from the last resourceVersion, bookmarks, a 410 Gone and the DELETED events it
 must make up for what vanished meanwhile (a missed delete leaks a Slurm job), backoff, stop.
 
@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from slurm_bridge.kube import METADATA_ONLY, Gone, KubeError, NotFound
-from slurm_bridge.kubecache import Informer, key_of
+from slurm_bridge.kube.cache import Informer, key_of
+from slurm_bridge.kube.client import METADATA_ONLY, Gone, KubeError, NotFound
 from slurm_bridge.operator.runtime.store import ObjectStore
 from tests.builders import make_pod
 

@@ -1,4 +1,4 @@
-"""The slurmjob annotations -> JobRequest field values (slurm_bridge/jobannotations.py): every form,
+"""The slurmjob annotations -> JobRequest field values (slurm_bridge/rules/jobannotations.py): every form,
 valid and invalid, and the error texts."""
 
 from __future__ import annotations
@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.jobannotations import ANNOTATION_FIELDS, AnnotationError, parse_annotations, validate_annotations
+from slurm_bridge.rules.jobannotations import (
+    ANNOTATION_FIELDS,
+    AnnotationError,
+    parse_annotations,
+    validate_annotations,
+)
 from slurm_bridge.slurm.models import JobRequest
 
 pytestmark = pytest.mark.unit

@@ -12,23 +12,17 @@ import pytest
 from aiohttp import web
 
 from slurm_bridge import names
-from slurm_bridge.kube import (
+from slurm_bridge.core.kubeformats import (
     MAX_LABEL_VALUE_LENGTH,
     MAX_NAME_LENGTH,
-    Conflict,
-    Gone,
-    KubeClient,
-    KubeError,
-    NotFound,
-    _load_credentials,
     bounded,
     escape_pointer,
     is_dns_label,
     is_dns_subdomain,
     label_value,
-    object_path,
 )
-from slurm_bridge.kubeconfig import TokenSource
+from slurm_bridge.kube.client import Conflict, Gone, KubeClient, KubeError, NotFound, _load_credentials, object_path
+from slurm_bridge.kube.kubeconfig import TokenSource
 
 KUBECONFIG = """
 apiVersion: v1
@@ -215,7 +209,7 @@ async def test_an_event_refused_by_a_terminating_namespace_is_not_a_warning(
         return web.json_response({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                                   "message": message}, status=403)  # fmt: skip
 
-    caplog.set_level("DEBUG", logger="slurm_bridge.kube")
+    caplog.set_level("DEBUG", logger="slurm_bridge.kube.client")
     async with posting_to(handler) as kube:
         await kube.event({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}, "PodsDeleted", "x")
         await kube.drain_events()

@@ -1,11 +1,12 @@
-"""The one home of JSON pointers and API paths (slurm_bridge/kube.py) and who uses it."""
+"""The one home of JSON pointers (slurm_bridge/core/kubeformats.py) and of API paths
+(slurm_bridge/kube/client.py), and who uses them."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurm_bridge import kube
-from slurm_bridge.kube import escape_pointer, pointer
+from slurm_bridge.core.kubeformats import escape_pointer, pointer
+from slurm_bridge.kube import client as kube
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +25,7 @@ def test_the_webhook_uses_the_shared_pointer() -> None:
     from slurm_bridge.webhook import mutate
 
     # Read from the module's namespace: mutate uses pointer, it does not re-export it.
-    assert vars(mutate)["pointer"] is kube.pointer
+    assert vars(mutate)["pointer"] is pointer
 
 
 def test_resource_path_core_group_and_cluster_scope() -> None:

@@ -1,4 +1,4 @@
-"""The credential loader that replaces the ``kubernetes`` package at run time (slurm_bridge.kubeconfig):
+"""The credential loader that replaces the ``kubernetes`` package at run time (slurm_bridge.kube.kubeconfig):
 exec plugins run again when their token expires or is refused, token files are read again when
 they change, the in-cluster path uses KUBERNETES_SERVICE_HOST (no DNS), and TLS material from a
 kubeconfig or a service account is used as given. The API servers are aiohttp fakes on loopback;
@@ -21,8 +21,8 @@ import trustme
 import yaml
 from aiohttp import web
 
-from slurm_bridge import kubeconfig
-from slurm_bridge.kube import KubeClient, _load_credentials
+from slurm_bridge.kube import kubeconfig
+from slurm_bridge.kube.client import KubeClient, _load_credentials
 from slurm_bridge.operator.runtime.login import login as kopf_login
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]

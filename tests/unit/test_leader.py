@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.kube import Conflict
+from slurm_bridge.kube.client import Conflict
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from tests.harness import wait_for_async
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, SUBMIT_VISIBILITY_GRACE
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.situations import decide_in

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Invalid
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import Invalid
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.members import Membership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads
 from tests.unit.kubefakes import FakeKube

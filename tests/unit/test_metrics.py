@@ -22,10 +22,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_bridge import logs, metrics, names
-from slurm_bridge.config import Config
+from slurm_bridge import names
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.config import Config
 from slurm_bridge.extender.main import serve as serve_extender
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.wiring.kopfsetup import build_registry

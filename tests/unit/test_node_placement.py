@@ -1,5 +1,5 @@
 """A pod's nodeSelector and node affinity -> Slurm required/excluded nodes and feature constraints,
-and the refusal of every placement rule Slurm cannot honour (slurm_bridge/nodeplacement.py)."""
+and the refusal of every placement rule Slurm cannot honour (slurm_bridge/rules/nodeplacement.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.nodeplacement import Placement, parse_placement, placement_problems, pod_placement
-from slurm_bridge.slurmconstraints import combine_constraints
+from slurm_bridge.rules.nodeplacement import Placement, parse_placement, placement_problems, pod_placement
+from slurm_bridge.rules.slurmconstraints import combine_constraints
 
 pytestmark = pytest.mark.unit
 

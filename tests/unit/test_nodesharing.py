@@ -1,6 +1,6 @@
 """Node sharing (docs/colocation.md): the mode a job gets (config, the node-sharing and exclusive
 annotations), the Slurm request of each mode in every REST API version, and the coResident rules
-at admission (pods, every workload kind) and at submit (slurm_bridge/nodesharing.py, translate.py,
+at admission (pods, every workload kind) and at submit (slurm_bridge/rules/nodesharing.py, translate.py,
 webhook/validate.py)."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config, ConfigError, parse_config
-from slurm_bridge.jobannotations import validate_annotations
-from slurm_bridge.nodesharing import limit_problems, sharing_mode
+from slurm_bridge import names
+from slurm_bridge.core.config import Config, ConfigError, parse_config
+from slurm_bridge.rules import dra
+from slurm_bridge.rules.jobannotations import validate_annotations
+from slurm_bridge.rules.nodesharing import limit_problems, sharing_mode
+from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest
 from slurm_bridge.slurm.versions import CODECS
-from slurm_bridge.translate import job_request
 from slurm_bridge.webhook.mutate import mutate
 from slurm_bridge.webhook.render import CO_RESIDENT_CHECK, webhook_configurations
 from slurm_bridge.webhook.validate import validate

@@ -19,8 +19,8 @@ from typing import Any, cast
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.nodesync import (
     KubeView,

@@ -40,8 +40,8 @@ async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from slurm_bridge.config import Config
-    from slurm_bridge.kube import KubeClient
+    from slurm_bridge.core.config import Config
+    from slurm_bridge.kube.client import KubeClient
     from slurm_bridge.operator.placeholderjobs.slurmjobs import orphans
     from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 
@@ -74,7 +74,7 @@ async def test_a_job_marked_only_in_its_comment_is_cancelled_once_older_than_the
     so; one marked meanwhile is left alone; it is never adopted."""
     from datetime import UTC, datetime, timedelta
 
-    from slurm_bridge.config import Config
+    from slurm_bridge.core.config import Config
     from slurm_bridge.operator.placeholderjobs.slurmjobs import orphans
     from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
     from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.kube import Invalid
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import Invalid
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
@@ -21,7 +22,6 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, 
 from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job

@@ -1,4 +1,4 @@
-"""The PlaceholderJob models (slurm_bridge/placeholderjob.py) against the CRD's OpenAPI schema.
+"""The PlaceholderJob models (slurm_bridge/kube/placeholderjob.py) against the CRD's OpenAPI schema.
 
 Both ways: every schema property has a model field and every field a schema property, with the
 same type, the same required set and the same lower bounds; and objects the models dump are valid
@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobRequest
 
 Obj = dict[str, Any]

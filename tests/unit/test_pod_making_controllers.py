@@ -1,7 +1,7 @@
 """A Deployment, StatefulSet, ReplicaSet, DaemonSet or ReplicationController makes pods from its
 template for ever: what would refuse those pods (annotation validation, reserved keys, the
 TenantPolicy) refuses the object itself, at its create, so no ReplicaSet makes refused pods in a loop
-(webhook/validate.py; slurm_bridge/workloadkinds.py ``makes_pods``; docs/workloads.md)."""
+(webhook/validate.py; slurm_bridge/rules/workloadkinds.py ``makes_pods``; docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, workloadkinds
+from slurm_bridge import names
+from slurm_bridge.rules import workloadkinds
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 

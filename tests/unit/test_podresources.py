@@ -1,4 +1,4 @@
-"""A pod's cpus, memory and GPUs, as kube-scheduler counts them (slurm_bridge/podresources.py)."""
+"""A pod's cpus, memory and GPUs, as kube-scheduler counts them (slurm_bridge/rules/podresources.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.podresources import PodResources, pod_resources
+from slurm_bridge.rules.podresources import PodResources, pod_resources
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """A group's changed slurmjob annotations -> its PlaceholderJob's spec (operator/placeholderjobs/
-reconfigure.py, the rules of slurm_bridge/jobchanges.py), with a fake API server: every key, before
+reconfigure.py, the rules of slurm_bridge/rules/jobchanges.py), with a fake API server: every key, before
 the submit, while the job waits, once it is allocated; a workload's annotations; the record that
 makes each change decided once; and the workload watch that queues them (optionwatch.py)."""
 
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import jobchanges, names, tenancy
-from slurm_bridge.config import Config
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.groups import options_value, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.members import Membership, own_options_changed, phj_index
@@ -23,7 +24,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import jobchanges, tenancy
 from slurm_bridge.slurm.models import JobRequest
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.fakes import FakeSlurm
@@ -302,7 +303,7 @@ def test_a_change_made_while_no_operator_watched_is_found_at_the_list() -> None:
 
 
 def test_jobchanges_classifies_every_key_of_the_annotation_table() -> None:
-    from slurm_bridge.jobannotations import ANNOTATION_FIELDS
+    from slurm_bridge.rules.jobannotations import ANNOTATION_FIELDS
 
     assert set(ANNOTATION_FIELDS) >= jobchanges.UPDATABLE
     for key in ANNOTATION_FIELDS:

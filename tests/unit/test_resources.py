@@ -1,4 +1,4 @@
-"""Kubernetes quantities, read exactly as the apiserver accepts them (slurm_bridge/resources.py)."""
+"""Kubernetes quantities, read exactly as the apiserver accepts them (slurm_bridge/rules/resources.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from slurm_bridge.resources import parse_quantity
+from slurm_bridge.rules.resources import parse_quantity
 
 pytestmark = pytest.mark.unit
 

@@ -12,11 +12,11 @@ from typing import Any, cast
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes import resourcesfit
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit, current, decide
 from slurm_bridge.operator.runtime.store import project_node
-from slurm_bridge.podresources import pod_requests
+from slurm_bridge.rules.podresources import pod_requests
 from slurm_bridge.slurm.models import NodeInfo
 from tests.builders import make_pod
 from tests.unit.kubefakes import FakeKube

@@ -1,5 +1,5 @@
-"""The neutral reader of the Workload API (slurm_bridge/schedulingapi.py) on both shapes, the
-version and gate messages, and the cached discovery around them (slurm_bridge/clusterapis.py)."""
+"""The neutral reader of the Workload API (slurm_bridge/kube/schedulingapi.py) on both shapes, the
+version and gate messages, and the cached discovery around them (slurm_bridge/kube/clusterapis.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, schedulingapi, workloadkinds
-from slurm_bridge.clusterapis import MISSING_TTL, Discovery
-from slurm_bridge.kube import KubeError
+from slurm_bridge import names
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.clusterapis import MISSING_TTL, Discovery
+from slurm_bridge.kube.schedulingapi import KubeVersion, PodGroupView, kube_version, read_podgroup
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import condition_change
-from slurm_bridge.schedulingapi import KubeVersion, PodGroupView, kube_version, read_podgroup
+from slurm_bridge.rules import workloadkinds
 from tests.unit.kubefakes import FakeKube
 
 pytestmark = pytest.mark.unit

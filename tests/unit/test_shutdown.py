@@ -1,4 +1,4 @@
-"""The process's stop (slurm_bridge/shutdown.py, signals.py): a stop request cancels the main
+"""The process's stop (slurm_bridge/core/shutdown.py, signals.py): a stop request cancels the main
 coroutine wherever it is and waits for its cleanup; what does not stop is cut off by the watchdog;
 a signal before the event loop exits with status 0."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from slurm_bridge.shutdown import EXIT_STOP_TIMEOUT, Stop
+from slurm_bridge.core.shutdown import EXIT_STOP_TIMEOUT, Stop
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_a_signal_before_the_event_loop_exits_with_status_0() -> None:
     done = _python(
         """
         import os, signal, time
-        from slurm_bridge.signals import exit_on_signal
+        from slurm_bridge.core.signals import exit_on_signal
         exit_on_signal()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10)
@@ -133,7 +133,7 @@ def test_a_signal_in_the_event_loop_stops_main_with_its_cleanup_and_status_0(sig
     done = _python(
         f"""
         import asyncio, os, signal
-        from slurm_bridge import shutdown
+        from slurm_bridge.core import shutdown
 
         async def main(stop):
             asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.{sig})

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import (
     SlurmAuthError,

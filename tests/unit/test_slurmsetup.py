@@ -1,6 +1,6 @@
 """The check of Slurm's side of node sharing: slurm.conf from ``GET conf`` (v0.0.45 only) and a
 partition's OverSubscribe in every REST version (the codecs), the findings per mode
-(slurm_bridge/slurmsetup.py), and how the operator reports them (operator/nodes/setupcheck.py)."""
+(slurm_bridge/rules/slurmsetup.py), and how the operator reports them (operator/nodes/setupcheck.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import metrics
-from slurm_bridge.config import Config
+from slurm_bridge.core import metrics
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.nodes import setupcheck
 from slurm_bridge.operator.nodes.setupcheck import SetupCheck
+from slurm_bridge.rules.slurmsetup import SiteView, findings
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import PartitionInfo, SlurmConf
 from slurm_bridge.slurm.versions import CODECS
-from slurm_bridge.slurmsetup import SiteView, findings
 
 from .fakes import FakeNodes
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, tenancy
+from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import differences, partition_problems, wanted
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.unit.situations import decide_in

@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config
-from slurm_bridge.nodeplacement import pod_placement
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.nodes import nodesync, registration
 from slurm_bridge.operator.placeholderjobs.decisions import pods as st
 from slurm_bridge.operator.runtime.store import ObjectStore, project, project_node, project_pod
-from slurm_bridge.podresources import pod_resources
-from slurm_bridge.translate import job_request
+from slurm_bridge.rules import dra
+from slurm_bridge.rules.nodeplacement import pod_placement
+from slurm_bridge.rules.podresources import pod_resources
+from slurm_bridge.rules.translate import job_request
 from tests.unit.test_podresources import RESOURCE_CASES
 
 MANAGED_FIELDS = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmErrorDetail, SlurmUnavailable

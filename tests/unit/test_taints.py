@@ -1,4 +1,4 @@
-"""The managed-node taint and its toleration (slurm_bridge/taints.py): the operator's taint is
+"""The managed-node taint and its toleration (slurm_bridge/kube/taints.py): the operator's taint is
 exactly what the webhook's toleration tolerates."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, taints
+from slurm_bridge import names
+from slurm_bridge.kube import taints
 from slurm_bridge.operator.nodes import nodesync
 from slurm_bridge.webhook.mutate import mutate_pod
 

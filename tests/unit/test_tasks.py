@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from slurm_bridge.tasks import cancel_and_wait
+from slurm_bridge.core.tasks import cancel_and_wait
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The tenancy rules (slurm_bridge/tenancy.py) as decision tables: policy x request -> verdict."""
+"""The tenancy rules (slurm_bridge/rules/tenancy.py) as decision tables: policy x request -> verdict."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from slurm_bridge import names
-from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.tenancy import (
+from slurm_bridge.rules.tenancy import (
     Match,
     TenantIndex,
     TenantPolicy,
@@ -21,6 +20,7 @@ from slurm_bridge.tenancy import (
     policy_for,
     verdict,
 )
+from slurm_bridge.slurm.models import JobRequest
 
 REPO = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]

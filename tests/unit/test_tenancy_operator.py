@@ -8,14 +8,16 @@ from typing import Any
 import httpx
 import pytest
 
-from slurm_bridge import metrics, names, tenancy
+from slurm_bridge import names
+from slurm_bridge.core import metrics
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import rejected_status, submitted_status
 from slurm_bridge.operator.tenantpolicies import controller as tn
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, tenancy
-from slurm_bridge.config import Config
-from slurm_bridge.kubecache import TenantCache, WatchCache
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.cache import TenantCache, WatchCache
+from slurm_bridge.rules import tenancy
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 
@@ -124,7 +125,7 @@ def test_plain_pods_skip_validation_only_while_tenancy_is_open(mode: str, skips_
 
 
 def test_the_tenancy_key_is_validated() -> None:
-    from slurm_bridge.config import ConfigError, parse_config
+    from slurm_bridge.core.config import ConfigError, parse_config
 
     assert parse_config({"tenancy": "strict"}).tenancy == "strict"
     assert parse_config({}).tenancy == "open"

@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, tenancy
-from slurm_bridge.config import Config
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import update_as
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.placeholderjobs.sync.jobupdates import JobUpdates
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import job_node_sharing
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmErrorDetail
 from slurm_bridge.slurm.models import JobRequest, NodeInfo
 from slurm_bridge.slurm.versions import codec_for

@@ -1,4 +1,5 @@
-"""Pods and annotations -> one JobRequest: deadlines, precedence, node counts, placement (slurm_bridge/translate.py)."""
+"""Pods and annotations -> one JobRequest: deadlines, precedence, node counts, placement
+(slurm_bridge/rules/translate.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
-from slurm_bridge.nodeplacement import Placement
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules.nodeplacement import Placement
+from slurm_bridge.rules.translate import job_request, placement_request_problems, time_limit_from_deadline
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import job_request, placement_request_problems, time_limit_from_deadline
 from tests.unit.test_podresources import _c, _pod
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """Nodes whose kubelet offers less than Slurm counts (``SlurmResourcesFit=False``) are left out of
-every new job's submit (slurm_bridge/translate.py ``exclude_unfit``; the node controller's
+every new job's submit (slurm_bridge/rules/translate.py ``exclude_unfit``; the node controller's
 ``unfit_slurm_nodes``; the shell's submit), and a job that requires such a node is not sent to
 Slurm at all but refused with a reason that names the node and the condition."""
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config, parse_config
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.core.config import Config, parse_config
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.controller import NodeController
+from slurm_bridge.rules.translate import exclude_unfit
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-from slurm_bridge.translate import exclude_unfit
 from tests.unit.fakes import FakeNodes, FakeSlurm
 from tests.unit.test_phjsync import gated_pod, placeholderjob, shell, shell_kube, status_writes
 

@@ -1,6 +1,6 @@
 """A pod that names the bridge's scheduler in a namespace the bridge does not manage never passed
 the webhook's checks: the operator makes no PlaceholderJob for it (one Warning Event says why), and
-the extender never lets it bind (slurm_bridge/namespaces.py; docs/architecture.md, "Only the
+the extender never lets it bind (slurm_bridge/rules/namespaces.py; docs/architecture.md, "Only the
 bridge's pods, and nodes kube-scheduler can use")."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.config import Config, parse_config
+from slurm_bridge.core.config import Config, parse_config
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.protocol import ExtenderArgs
-from slurm_bridge.namespaces import ManagedNamespaces, is_managed, not_managed_message
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.members import NAMESPACES_WAIT_SECONDS, Membership
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules.namespaces import ManagedNamespaces, is_managed, not_managed_message
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads
 from tests.unit.kubefakes import FakeKube

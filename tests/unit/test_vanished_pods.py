@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value, recorded
@@ -19,7 +20,6 @@ from slurm_bridge.operator.placeholderjobs.sync.phjsync import departed_of
 from slurm_bridge.operator.runtime import departures as departures_module
 from slurm_bridge.operator.runtime.departures import Departure, Departures, by_job, pod_job_index, running_in
 from slurm_bridge.operator.runtime.store import ObjectStore
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeSlurm

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore

@@ -25,11 +25,12 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from slurm_bridge import dra, names
-from slurm_bridge.config import Config, LabelSelector
-from slurm_bridge.kube import is_dns_subdomain, pointer
-from slurm_bridge.logs import JsonFormatter
-from slurm_bridge.taints import managed_toleration, tolerates
+from slurm_bridge import names
+from slurm_bridge.core.config import Config, LabelSelector
+from slurm_bridge.core.kubeformats import is_dns_subdomain, pointer
+from slurm_bridge.core.logs import JsonFormatter
+from slurm_bridge.kube.taints import managed_toleration, tolerates
+from slurm_bridge.rules import dra
 from slurm_bridge.webhook import server as server_mod
 from slurm_bridge.webhook.certs import CertError, is_host_name, subject_alt_names, write_certs
 from slurm_bridge.webhook.main import main
@@ -457,7 +458,7 @@ VALIDATE_CASES += [
 ]
 
 
-# --- placement: what Slurm cannot honour is refused (slurm_bridge/nodeplacement.py) -----------------
+# --- placement: what Slurm cannot honour is refused (slurm_bridge/rules/nodeplacement.py) -----------------
 
 HOST = names.LABEL_HOSTNAME
 FEATURE = names.LABEL_NODE_FEATURE_PREFIX
@@ -1102,7 +1103,7 @@ def test_cli_errors_exit_2(
 
 
 def test_cli_reports_a_bad_config_like_the_other_components(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """slurm_bridge/cli.py's config_or_exit: the same message and status as the operator and extender."""
+    """slurm_bridge/core/cli.py's config_or_exit: the same message and status as the operator and extender."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("pollPeriodSeconds: 5\n")
     assert main(["--config", str(bad), "serve"]) == 2

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from slurm_bridge.clusterapis import Discovery
+from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.webhook import apis as checks
 from slurm_bridge.webhook.certs import write_certs
 from slurm_bridge.webhook.mutate import mutate

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, tenancy
+from slurm_bridge import names
+from slurm_bridge.rules import tenancy
 from slurm_bridge.webhook.validate import validate
 
 from .test_webhook import CONFIG, _job_with, make_request, managed_pod

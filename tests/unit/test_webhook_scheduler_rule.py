@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from slurm_bridge.webhook.mutate import DEFAULT_SCHEDULER, goes_to_bridge, mutate_pod
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.config import Config
-from slurm_bridge.kube import MAX_NAME_LENGTH
+from slurm_bridge.core.config import Config
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
+from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, gang_min_count, workload_name
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import PodGroupReporter, podgroup_of
-from slurm_bridge.translate import job_request
+from slurm_bridge.rules.translate import job_request
 from slurm_bridge.webhook.review import AdmissionRequest, Decision
 from slurm_bridge.webhook.validate import validate
 

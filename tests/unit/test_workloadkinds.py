@@ -1,4 +1,4 @@
-"""The workload-kind table (slurm_bridge/workloadkinds.py) and the rules derived from it: the
+"""The workload-kind table (slurm_bridge/rules/workloadkinds.py) and the rules derived from it: the
 webhook's rules and template checks and the operator's owner walk all read the same rows."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge import names, workloadkinds
-from slurm_bridge.config import Config
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.grouping import groups
+from slurm_bridge.rules import workloadkinds
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.review import AdmissionRequest
 from slurm_bridge.webhook.validate import validate

@@ -152,7 +152,7 @@ matchExpressions:
 {{- end }}
 {{- end }}
 
-{{/* config.yaml: only keys slurm_bridge/config.py knows (an unknown key stops every component). */}}
+{{/* config.yaml: only keys slurm_bridge/core/config.py knows (an unknown key stops every component). */}}
 {{- define "slurm-bridge.configYaml" -}}
 {{- $c := .Values.config }}
 {{- if has (include "slurm-bridge.namespace" .) ($c.managedNamespaces | default list) }}

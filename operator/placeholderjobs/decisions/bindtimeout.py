@@ -12,7 +12,7 @@ from this process's memory, so a restart neither restarts the clock nor forgets 
 Failed ``AllocationNotBound`` with an Event, its pods are ended (a pod that never started turns
 Failed), and the terminal rows cancel the job once no member holds it. A pod's controller (a
 ReplicaSet, a Job) makes a new pod, whose job is submitted without the nodes whose
-``SlurmResourcesFit`` is False (``slurm_bridge/translate.py``, ``exclude_unfit``): a retry goes
+``SlurmResourcesFit`` is False (``slurm_bridge/rules/translate.py``, ``exclude_unfit``): a retry goes
 elsewhere instead of looping on the same node. A bare pod stays Failed with the reason.
 """
 
@@ -21,12 +21,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from slurm_bridge import names
-from slurm_bridge.kube import iso
+from slurm_bridge.kube.client import iso
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Plan
 from slurm_bridge.operator.placeholderjobs.decisions.pods import live_members
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.models import JobInfo
 
 

@@ -8,7 +8,7 @@ released, then cancelled) only once their containers stopped, so native work nev
   The PlaceholderJob ends Failed ``SlurmJobPreempted``; its live pods are ended gracefully with an
   Event naming the likely preemptor (:class:`.plan.EndPreempted`).
 - **Time limit**: Slurm never ends a job before ``end_time``, and at the earliest the partition's
-  OverTimeLimit after it. The pods are ended at :func:`slurm_bridge.handoff.ending_starts_at`
+  OverTimeLimit after it. The pods are ended at :func:`slurm_bridge.rules.handoff.ending_starts_at`
   (their grace period and the margin before Slurm may end the job, or ``end_time`` when the
   OverTimeLimit covers that): Failed ``SlurmTimeLimitReached``.
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurm_bridge import names
-from slurm_bridge.handoff import ending_starts_at, pod_grace_seconds
-from slurm_bridge.kube import iso
+from slurm_bridge.kube.client import iso
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Handoff, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, EndPreempted, Event, Plan
 from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, live_members
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.rules.handoff import ending_starts_at, pod_grace_seconds
 from slurm_bridge.slurm.models import JobInfo
 
 

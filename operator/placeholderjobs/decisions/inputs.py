@@ -11,11 +11,11 @@ from typing import Final
 
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held, Updated, UpdateRefused
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
-from slurm_bridge.tenancy import Verdict
 
 Members = Mapping[str, Obj | None]
-# The namespace's TenantPolicy verdict on a request (slurm_bridge/tenancy.py), asked only right
+# The namespace's TenantPolicy verdict on a request (slurm_bridge/rules/tenancy.py), asked only right
 # before a submit or a job update: the policy as it is then applies (docs/tenancy.md).
 Tenancy = Callable[[JobRequest], Verdict]
 # While the TenantPolicies are not read yet, a submit waits this long.

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
+from slurm_bridge.kube.conditions import set_condition
+from slurm_bridge.kube.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Told
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start, identity
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
@@ -19,7 +20,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, pod_terminating
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_update
-from slurm_bridge.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 from slurm_bridge.slurm.reasons import explain
 

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from slurm_bridge import names
-from slurm_bridge.conditions import Condition, set_condition
-from slurm_bridge.kube import iso
+from slurm_bridge.kube.client import iso
+from slurm_bridge.kube.conditions import Condition, set_condition
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Fence, Plan, WriteStatus
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     Obj,
@@ -18,9 +19,8 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     pod_phase,
     pod_terminating,
 )
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-from slurm_bridge.tenancy import Verdict
 
 # Slurm end states -> (PlaceholderJob phase, what to tell the user).
 _END_STATES: dict[str, tuple[str, str]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from slurm_bridge.placeholderjob import PlaceholderJobStatus
+from slurm_bridge.kube.placeholderjob import PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 

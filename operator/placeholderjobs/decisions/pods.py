@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.kube import escape_pointer, label_value
+from slurm_bridge.core.kubeformats import escape_pointer, label_value
 
 Obj = dict[str, Any]
 

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
+from slurm_bridge.kube.conditions import set_condition
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import TENANCY_WAIT_SECONDS, Follow, Members
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
@@ -40,7 +41,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocation, pod_terminating
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import default_job_name
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobSettings, PartitionLimits
 
 

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Handoff, Members
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Cancel, Event, Finalize, Plan, RecordVanished
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import PlaceholderJob
 
 # What the shell knows of a member that is gone: member name -> the time its containers have
 # stopped at the latest (from the pod's departure: noticed + grace + margin), None when they had

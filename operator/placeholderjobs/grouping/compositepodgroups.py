@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from slurm_bridge import names, workloadkinds
+from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
@@ -36,8 +36,9 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     phj_name,
     slurmjob_annotations,
 )
-from slurm_bridge.translate import time_limit_from_deadline
-from slurm_bridge.workloadkinds import GroupKind, group_kind
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.translate import time_limit_from_deadline
+from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
 
 Obj = dict[str, Any]
 

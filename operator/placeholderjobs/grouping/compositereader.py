@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import KubeError
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     API_GROUP,
     PLURAL,
@@ -34,7 +34,7 @@ class CompositeReader:
 
     def __init__(self, get: Getter, apis: Discovery) -> None:
         self._get = get
-        self._apis = apis  # the discovery the resolver shares (slurm_bridge/clusterapis.py)
+        self._apis = apis  # the discovery the resolver shares (slurm_bridge/kube/clusterapis.py)
 
     async def group(self, pod: Obj, podgroup: Obj, controller: Obj | None, workload: Obj | None) -> Group | None:
         """The composite's group for a pod of gang PodGroup ``podgroup``, which names a parent;

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from slurm_bridge import names
-from slurm_bridge.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 
 # A pod waiting for a place in a submitted gang looks again this often (a member's end wakes it).
 WAIT_SECONDS = 5.0

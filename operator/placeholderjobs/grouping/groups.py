@@ -4,7 +4,7 @@ The rules (docs/workloadkinds.md) follow the Go slurm-bridge where it has them:
 
 - A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (the Kubernetes
   Workload API, ``scheduling.k8s.io`` v1beta1 or v1alpha2, read through
-  :mod:`slurm_bridge.schedulingapi`) with a ``gang`` policy belongs to that gang. Its options merge
+  :mod:`slurm_bridge.kube.schedulingapi`) with a ``gang`` policy belongs to that gang. Its options merge
   the PodGroup's, the selected controller's (the JobSet or Job above the pod) and the Workload's
   annotations, later winning. A ``basic`` policy asks for no gang: the rules below decide.
 - A pod labelled ``scheduling.x-k8s.io/pod-group`` belongs to that coscheduling PodGroup: a gang.
@@ -30,12 +30,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from slurm_bridge import names, schedulingapi, workloadkinds
-from slurm_bridge.kube import MAX_NAME_LENGTH, KubeError, bounded, escape_pointer, resource_path
-from slurm_bridge.placeholderjob import Component, GroupSource, PlaceholderJobSpec
+from slurm_bridge import names
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, bounded, escape_pointer
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.client import KubeError, resource_path
+from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJobSpec
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.translate import time_limit_from_deadline
+from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.translate import time_limit_from_deadline
-from slurm_bridge.workloadkinds import GroupKind, group_kind
 
 Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
@@ -44,14 +47,14 @@ Getter = Callable[[str], Awaitable[Obj | None]]
 # As the Go slurm-bridge: a longer chain is a loop or a mistake, not a workload.
 MAX_OWNER_DEPTH: Final = 32
 
-# The kinds (slurm_bridge/workloadkinds.py has the table) by (API group, kind).
+# The kinds (slurm_bridge/rules/workloadkinds.py has the table) by (API group, kind).
 POD: Final[GroupKind] = workloadkinds.POD.group_kind
 JOB: Final[GroupKind] = workloadkinds.JOB.group_kind
 JOBSET: Final[GroupKind] = workloadkinds.JOBSET.group_kind
 LWS: Final[GroupKind] = workloadkinds.LWS.group_kind
 PODGROUP: Final[GroupKind] = workloadkinds.PODGROUP.group_kind
 PODGROUP_API_VERSION: Final = workloadkinds.PODGROUP.api_version
-# The built-in Workload API (feature gate GenericWorkload; slurm_bridge/schedulingapi.py).
+# The built-in Workload API (feature gate GenericWorkload; slurm_bridge/kube/schedulingapi.py).
 WORKLOAD_API_GROUP: Final = workloadkinds.WORKLOAD.group
 SCHED_PODGROUP: Final[GroupKind] = workloadkinds.SCHED_PODGROUP.group_kind
 WORKLOAD: Final[GroupKind] = workloadkinds.WORKLOAD.group_kind
@@ -165,7 +168,7 @@ def options_ops(phj: Mapping[str, Any], options: Mapping[str, Any]) -> list[Obj]
 
 
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    """The object's own slurmjob annotations (the filter is slurm_bridge/workloadkinds.py's)."""
+    """The object's own slurmjob annotations (the filter is slurm_bridge/rules/workloadkinds.py's)."""
     return workloadkinds.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
 
 
@@ -304,7 +307,7 @@ def workload_name(podgroup: Mapping[str, Any]) -> str | None:
 
 def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
     """Why the bridge cannot place a PodGroup's pods, whatever its policy (claims its pods share,
-    topology constraints; slurm_bridge/schedulingapi.py): the webhook refuses such PodGroups, and one
+    topology constraints; slurm_bridge/kube/schedulingapi.py): the webhook refuses such PodGroups, and one
     made before it looked (or with the webhook bypassed) gets this on its pods. The fields are
     immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
     problems = schedulingapi.group_problems(podgroup.get("spec") or {}, "spec")

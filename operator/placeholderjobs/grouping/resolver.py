@@ -1,6 +1,6 @@
 """Pod -> group resolution with API reads: the owner walk (depth-limited, discovery cached), the
 PodGroup and Workload reads at the Workload API version the cluster serves. The rules it applies
-are pure and live in :mod:`.groups` (and :mod:`slurm_bridge.schedulingapi` for the Workload API's
+are pure and live in :mod:`.groups` (and :mod:`slurm_bridge.kube.schedulingapi` for the Workload API's
 shapes); this module is the I/O around them.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_bridge import names, workloadkinds
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.kube import KubeError, api_prefix, resource_path
+from slurm_bridge import names
+from slurm_bridge.kube.client import KubeError, api_prefix, resource_path
+from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import parent_name
 from slurm_bridge.operator.placeholderjobs.grouping.compositereader import CompositeReader
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
@@ -37,7 +37,8 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     workload_name,
     workload_podgroup_group,
 )
-from slurm_bridge.workloadkinds import api_group, controller_of, group_kind, scheduling_group_name
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.workloadkinds import api_group, controller_of, group_kind, scheduling_group_name
 
 
 class GroupResolver:
@@ -94,7 +95,7 @@ class GroupResolver:
 
     async def workload_api_version(self) -> str:
         """The served Workload API version the bridge reads (v1beta1 preferred, then v1alpha2),
-        found by discovery and remembered for a while (slurm_bridge/clusterapis.py)."""
+        found by discovery and remembered for a while (slurm_bridge/kube/clusterapis.py)."""
         try:
             version = await self.apis.workload_version()
             if version:

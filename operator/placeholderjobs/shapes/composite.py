@@ -15,6 +15,7 @@ import logging
 from typing import Any, ClassVar
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import Component, PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
@@ -30,7 +31,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Join
 from slurm_bridge.operator.placeholderjobs.shapes import hetjob
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import Component, PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from slurm_bridge import names
-from slurm_bridge.conditions import set_condition
-from slurm_bridge.kube import iso
+from slurm_bridge.kube.client import iso
+from slurm_bridge.kube.conditions import set_condition
+from slurm_bridge.kube.placeholderjob import (
+    Assignment,
+    Component,
+    ComponentStatus,
+    PlaceholderJob,
+    PlaceholderJobStatus,
+)
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
@@ -65,7 +72,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, hold
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
-from slurm_bridge.placeholderjob import Assignment, Component, ComponentStatus, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 

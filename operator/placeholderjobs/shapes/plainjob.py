@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from slurm_bridge import names
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     SUBMIT_VISIBILITY_GRACE,
@@ -45,7 +46,6 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocat
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_after_allocation
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.slurm.models import JobInfo
 
 

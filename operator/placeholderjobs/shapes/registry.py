@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
 from slurm_bridge.operator.placeholderjobs.shapes.composite import Composite
 from slurm_bridge.operator.placeholderjobs.shapes.gang import Gang
 from slurm_bridge.operator.placeholderjobs.shapes.shape import JobShape
 from slurm_bridge.operator.placeholderjobs.shapes.single import SinglePod
-from slurm_bridge.placeholderjob import PlaceholderJob
 
 SINGLE: JobShape = SinglePod()
 GANG: JobShape = Gang()

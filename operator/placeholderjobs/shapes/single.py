@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.kube import Conflict, Invalid, phj_path
+from slurm_bridge.kube.client import Conflict, Invalid, phj_path
+from slurm_bridge.kube.placeholderjob import GroupSource
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
-from slurm_bridge.placeholderjob import GroupSource
-from slurm_bridge.translate import job_request
+from slurm_bridge.rules.translate import job_request
 
 Obj = dict[str, Any]
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import GET_CONCURRENCY, HintEvent, ViewReads
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from slurm_bridge import names
-from slurm_bridge.kube import bounded
+from slurm_bridge.core.kubeformats import bounded
 
 
 @dataclass(frozen=True)

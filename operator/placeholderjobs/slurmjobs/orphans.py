@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
 
-from slurm_bridge import logs, metrics
-from slurm_bridge.config import Config
-from slurm_bridge.kube import KubeClient, KubeError, phj_path
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient, KubeError, phj_path
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from slurm_bridge import names
+from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot as JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
@@ -28,7 +29,6 @@ from slurm_bridge.operator.runtime import heap, starts
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
-from slurm_bridge.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

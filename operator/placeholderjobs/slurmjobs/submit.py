@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from slurm_bridge import metrics
+from slurm_bridge.core import metrics
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -88,7 +88,7 @@ class Placer:
     whose ``priority`` Slurm keeps (docs/security.md). Slurm takes from the user only the user's
     primary group: a job that names another group (Slurm refuses it, or ``verify`` learnt it) is
     queued by the bridge, with ``user_id``/``group_id``; the bridge has refused the operator-only
-    fields before (slurm_bridge/tenancy.py). A ``priority`` that reached here for a tenant's job was
+    fields before (slurm_bridge/rules/tenancy.py). A ``priority`` that reached here for a tenant's job was
     delegated by its TenantPolicy (``allowedOperatorFields``; the policy refuses it otherwise): the
     tenant's submit goes without it, and the bridge sets it after, with its token (only that field).
 

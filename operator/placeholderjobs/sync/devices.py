@@ -1,7 +1,7 @@
 """Exact DRA devices at release: each pod's ResourceClaim names the devices Slurm allocated.
 
 Called by the controller after Slurm allocated a job and before it releases the job's pods
-(slurm_bridge/dra.py says why and how devices are mapped). For every member pod that asked for
+(slurm_bridge/rules/dra.py says why and how devices are mapped). For every member pod that asked for
 DRA devices: read which indices the job holds on the pod's node (one fresh job read), find them
 in that node's ResourceSlices, and make the pod's claim allocated to exactly those and reserved
 for the pod. A device that cannot be found stops the release of the whole group (a gang starts
@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from slurm_bridge import dra, names
-from slurm_bridge.kube import Conflict, KubeError
-from slurm_bridge.kubeseams import DeviceKube
+from slurm_bridge import names
+from slurm_bridge.kube.client import Conflict, KubeError
+from slurm_bridge.kube.seams import DeviceKube
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
+from slurm_bridge.rules import dra
 from slurm_bridge.slurm.models import NodeDevices
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ The condition is written at the version the API server serves now (the PodGroup 
 object at every version; the one recorded in the PlaceholderJob may be gone after an upgrade),
 with that version's type: ``PodGroupScheduled`` at v1alpha2, ``PodGroupInitiallyScheduled`` at
 v1beta1, which stays True once True (a later run of the gang waiting in Slurm does not turn it
-back to False), as kube-scheduler does it (slurm_bridge/schedulingapi.py).
+back to False), as kube-scheduler does it (slurm_bridge/kube/schedulingapi.py).
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_bridge import names, schedulingapi
-from slurm_bridge.clusterapis import Discovery
-from slurm_bridge.conditions import set_condition_dicts
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge import names
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.kube.clusterapis import Discovery
+from slurm_bridge.kube.conditions import set_condition_dicts
+from slurm_bridge.kube.schedulingapi import APIVersion
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import PLURAL as COMPOSITE_PLURAL
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import is_composite
 from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
-from slurm_bridge.schedulingapi import APIVersion
-from slurm_bridge.workloadkinds import group_kind
+from slurm_bridge.rules.workloadkinds import group_kind
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -9,10 +9,10 @@ import logging
 import time
 from typing import Protocol
 
-from slurm_bridge.kube import KubeClient
+from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.placeholderjob import PlaceholderJob
 from slurm_bridge.slurm.errors import ESLURM_JOB_NOT_PENDING, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 

@@ -22,11 +22,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
-from slurm_bridge import logs, metrics, names, tenancy
-from slurm_bridge.config import Config
-from slurm_bridge.handoff import job_handoff_scope
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
-from slurm_bridge.kubecache import TenantCache
+from slurm_bridge import names
+from slurm_bridge.core import logs, metrics
+from slurm_bridge.core.config import Config
+from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
+from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
@@ -45,10 +46,11 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.rules import tenancy
+from slurm_bridge.rules.handoff import job_handoff_scope
+from slurm_bridge.rules.translate import exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-from slurm_bridge.translate import exclude_unfit
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -315,7 +317,7 @@ class PlaceholderJobs:
         """Place the job and read it back; the next decision takes it from there (the outcome).
 
         The job's admin_comment tells the handoff's EpilogSlurmctld how to hold its nodes should
-        Slurm end it under its pods (its scope; slurm_bridge/handoff.py)."""
+        Slurm end it under its pods (its scope; slurm_bridge/rules/handoff.py)."""
         meta, request = phj.metadata, action.request
         ref = self._ref(phj)
         name = request.job_name or default_job_name(meta.namespace, meta.name)

@@ -8,13 +8,14 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from slurm_bridge import metrics, names
-from slurm_bridge.kube import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
+from slurm_bridge import names
+from slurm_bridge.core import metrics
+from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, now_iso, pod_path
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, release_pod_patch
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, Prepared
 from slurm_bridge.operator.runtime.store import ObjectStore
-from slurm_bridge.placeholderjob import PlaceholderJob
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Pods and workloads -> one Slurm job request, as pure functions.
 
-The parts have homes of their own: the slurmjob annotations in :mod:`slurm_bridge.jobannotations`,
-a pod's cpus, memory and GPUs in :mod:`slurm_bridge.podresources`, its required placement in
-:mod:`slurm_bridge.nodeplacement`. Here they become one ``JobRequest``: each node sized for the
+The parts have homes of their own: the slurmjob annotations in :mod:`slurm_bridge.rules.jobannotations`,
+a pod's cpus, memory and GPUs in :mod:`slurm_bridge.rules.podresources`, its required placement in
+:mod:`slurm_bridge.rules.nodeplacement`. Here they become one ``JobRequest``: each node sized for the
 largest pod, every node suiting every pod, annotations over defaults. Nothing here does I/O:
 callers pass pods and workloads as the plain dicts the Kubernetes API returns, and get back values
 or errors that name the offending key or pod, so the webhook can reject a manifest with a useful
@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from slurm_bridge import names, nodesharing
-from slurm_bridge.config import Config
-from slurm_bridge.jobannotations import parse_annotations, read_annotations
-from slurm_bridge.nodeplacement import Placement, pod_placement
-from slurm_bridge.podresources import pod_label, pod_resources
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules import nodesharing
+from slurm_bridge.rules.jobannotations import parse_annotations, read_annotations
+from slurm_bridge.rules.nodeplacement import Placement, pod_placement
+from slurm_bridge.rules.podresources import pod_label, pod_resources
+from slurm_bridge.rules.slurmconstraints import check_constraint, combine_constraints
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.slurmconstraints import check_constraint, combine_constraints
 
 __all__ = [
     "exclude_unfit",
@@ -105,7 +106,7 @@ def placement_request_problems(
 
     The placements must intersect, combine with the constraints annotation and, when the group's
     pod count is known (``pods``; None for a gang), name as many nodes as the job holds. Invalid
-    annotations are left to :func:`~slurm_bridge.jobannotations.validate_annotations` and give no
+    annotations are left to :func:`~slurm_bridge.rules.jobannotations.validate_annotations` and give no
     problem here.
     """
     values, errors = read_annotations(annotations)
@@ -208,7 +209,7 @@ def job_request(
     workload's; a bare pod passes its own). Each node is sized for the largest pod because Slurm
     gives every node of a job the same per-node request; likewise every node must suit every
     pod's required placement (nodeSelector, node affinity), which is ANDed with the constraints
-    annotation. The node sharing comes from the annotations or the config (slurm_bridge/nodesharing.py).
+    annotation. The node sharing comes from the annotations or the config (slurm_bridge/rules/nodesharing.py).
     Raises ValueError for invalid annotations, a node count that cannot hold every pod, a placement
     Slurm cannot honour, or a coResident job whose pods lack the limits it is sized from.
     """

@@ -12,7 +12,7 @@ The webhook and the operator both need every TenantPolicy and every namespace's 
 policies' namespace selectors) at hand: the webhook answers the API server in milliseconds, and the
 operator checks each job again before it submits it. :class:`WatchCache` keeps one collection by
 name; :class:`TenantCache` pairs the two and rebuilds the pure
-:class:`~slurm_bridge.tenancy.TenantIndex` only when something changed. Nothing here decides
+:class:`~slurm_bridge.rules.tenancy.TenantIndex` only when something changed. Nothing here decides
 anything: until both lists are in, ``synced`` is False and callers fail closed (docs/tenancy.md).
 """
 
@@ -28,9 +28,9 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from slurm_bridge import names
-from slurm_bridge.kube import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
-from slurm_bridge.tasks import cancel_and_wait
-from slurm_bridge.tenancy import TenantIndex
+from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube.client import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
+from slurm_bridge.rules.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
 
@@ -415,7 +415,7 @@ class TenantCache:
             self.namespaces.version += 1
 
     async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
-        """A namespace's labels (slurm_bridge/namespaces.py); None while the namespaces are not
+        """A namespace's labels (slurm_bridge/rules/namespaces.py); None while the namespaces are not
         read yet, or when it does not exist."""
         if self._unavailable:
             return None

@@ -1,6 +1,6 @@
 """metav1.Condition: the model (every field, as the CRDs require) and setting one in a list, with
 lastTransitionTime moved only when the status flips. The PlaceholderJob's conditions are typed
-(slurm_bridge/placeholderjob.py); PodGroups' and TenantPolicies' are set as the API's dicts
+(slurm_bridge/kube/placeholderjob.py); PodGroups' and TenantPolicies' are set as the API's dicts
 (``set_condition_dicts``)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the Kubernetes version (``GET /version``), the served Workload API version, and 
 ``resource.k8s.io/v1`` serves ResourceClaims. Each answer is one or two discovery GETs, kept for
 ``ttl`` seconds (an administrator who turns a feature gate on restarts the API server; the bridge
 notices within that time, without a restart of its own). Concurrent askers share one read. The
-decisions themselves are pure, in :mod:`slurm_bridge.schedulingapi`.
+decisions themselves are pure, in :mod:`slurm_bridge.kube.schedulingapi`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from slurm_bridge import schedulingapi
-from slurm_bridge.kube import KubeError
-from slurm_bridge.schedulingapi import KubeVersion
+from slurm_bridge.kube import schedulingapi
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.schedulingapi import KubeVersion
 
 Obj = dict[str, Any]
 # GET an API path: the document, None when the server answers 404; other errors raise KubeError.

@@ -1,6 +1,6 @@
 """How a job shares its nodes with other Slurm jobs, native ones included (docs/colocation.md), and
 what the ``coResident`` mode asks of pods and annotations. Pure: the job request
-(:mod:`slurm_bridge.translate`) and admission (webhook/validate.py) read the same rules.
+(:mod:`slurm_bridge.rules.translate`) and admission (webhook/validate.py) read the same rules.
 
 The mode of a job: the ``node-sharing`` annotation, else the Go bridge's ``exclusive`` annotation
 (``"true"``: whole nodes; ``"false"``: not whole nodes, i.e. the configured mode, or ``timeShared``
@@ -9,7 +9,7 @@ the config's ``nodeSharing``.
 
 ``coResident`` shares a node core by core with native jobs, so Slurm's reservation must be what
 holds the pod: every container (init and sidecar containers too) has a memory limit, and a CPU
-limit or the pod's ``dra.cpu`` devices (which every container of the pod is given: slurm_bridge/dra.py),
+limit or the pod's ``dra.cpu`` devices (which every container of the pod is given: slurm_bridge/rules/dra.py),
 and the job is sized from them; the ``cpu-per-task`` and ``mem-per-node`` annotations, which could
 only restate or contradict the limits, are refused.
 """
@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from slurm_bridge import dra, names
+from slurm_bridge import names
+from slurm_bridge.rules import dra
 from slurm_bridge.slurm.models import NodeSharing
 
 __all__ = [
@@ -43,7 +44,7 @@ _WHY: Final = (
 
 def sharing_mode(configured: NodeSharing, values: Mapping[str, object]) -> NodeSharing:
     """The job's mode from its annotations' values (JobRequest field names, as
-    :func:`slurm_bridge.jobannotations.read_annotations` gives them) and the configured mode."""
+    :func:`slurm_bridge.rules.jobannotations.read_annotations` gives them) and the configured mode."""
     mode = values.get("node_sharing")
     if mode == "exclusive" or mode == "timeShared" or mode == "coResident":
         return mode

@@ -23,11 +23,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from slurm_bridge import names, workloadkinds
+from slurm_bridge import names
+from slurm_bridge.rules import workloadkinds
 
 GROUP: Final = workloadkinds.SCHED_PODGROUP.group
 PODGROUPS: Final = workloadkinds.SCHED_PODGROUP.plural
-# resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/dra.py).
+# resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/rules/dra.py).
 RESOURCE_GROUP: Final = "resource.k8s.io"
 RESOURCE_VERSION: Final = "v1"
 RESOURCE_CLAIMS: Final = "resourceclaims"
@@ -58,7 +59,7 @@ VERSIONS: Final[Mapping[str, APIVersion]] = {
         APIVersion("v1alpha2", 36, names.PODGROUP_COND_SCHEDULED, sticky=False),
     )
 }
-# Preferred first; the table (slurm_bridge/workloadkinds.py) holds the order.
+# Preferred first; the table (slurm_bridge/rules/workloadkinds.py) holds the order.
 PREFERRED: Final[tuple[str, ...]] = workloadkinds.WORKLOAD_API_VERSIONS
 # The first Kubernetes release whose Workload API the bridge reads.
 FIRST_MINOR: Final = min(v.kubernetes for v in VERSIONS.values())

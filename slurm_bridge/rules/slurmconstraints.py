@@ -2,7 +2,7 @@
 them, and two of them combined with AND.
 
 The constraints annotation is checked here at admission, and the job request ANDs it with the
-node features the pods' placement requires (:mod:`slurm_bridge.nodeplacement`). Pure: no I/O.
+node features the pods' placement requires (:mod:`slurm_bridge.rules.nodeplacement`). Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ worded for the user for each bad one.
 Annotation keys and their meanings are those of the Go slurm-bridge (Slinky), so manifests move
 between the two unchanged; where this bridge accepts more forms (Slurm time and size syntax), or
 checks more strictly, docs/annotations.md says so. The webhook reports every error at admission;
-the job request (:mod:`slurm_bridge.translate`) applies the values. Pure: no I/O.
+the job request (:mod:`slurm_bridge.rules.translate`) applies the values. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from fractions import Fraction
 from typing import Final
 
 from slurm_bridge import names
-from slurm_bridge.resources import parse_quantity
-from slurm_bridge.slurmconstraints import check_constraint
+from slurm_bridge.rules.resources import parse_quantity
+from slurm_bridge.rules.slurmconstraints import check_constraint
 
 __all__ = [
     "ANNOTATION_FIELDS",

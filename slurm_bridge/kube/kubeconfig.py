@@ -1,6 +1,6 @@
 """Kubernetes credentials without the official client: kubeconfig, exec plugins, in-cluster.
 
-The bridge's clients (slurm_bridge.kube for writes, kopf for watches) both get their server, TLS
+The bridge's clients (slurm_bridge.kube.client for writes, kopf for watches) both get their server, TLS
 material and bearer token here, so the image does not carry the ``kubernetes`` package (~126 MB)
 only to read a kubeconfig. What client-go's loaders do that matters to a long-running process is
 kept: tokens that change under it (the kubelet's projected service-account token file,

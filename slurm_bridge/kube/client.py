@@ -1,8 +1,8 @@
 """A small async Kubernetes client (aiohttp) for the calls the bridge makes.
 
-It writes, and lists and watches what the bridge keeps in memory (slurm_bridge/kubecache.py);
+It writes, and lists and watches what the bridge keeps in memory (slurm_bridge/kube/cache.py);
 kopf watches only the rest (nodes). Credentials (kubeconfig, exec plugins, in-cluster) come from
-slurm_bridge.kubeconfig, without the official ``kubernetes`` package (blocking, and large).
+slurm_bridge.kube.kubeconfig, without the official ``kubernetes`` package (blocking, and large).
 aiohttp is kopf's own HTTP stack; per request it costs a fraction of what httpx does, which
 matters on the operator's hot path (several writes per pod).
 """
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import os
-import re
 import secrets
 import ssl
 from collections.abc import AsyncGenerator, Mapping
@@ -27,9 +25,10 @@ from urllib.parse import quote
 import aiohttp
 import pydantic_core
 
-from slurm_bridge import kubeconfig as kubeconfig_loader
 from slurm_bridge import names
-from slurm_bridge.kubeconfig import TokenSource
+from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
+from slurm_bridge.kube import kubeconfig as kubeconfig_loader
+from slurm_bridge.kube.kubeconfig import TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -70,53 +69,10 @@ class Invalid(KubeError):
 
 
 def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, TokenSource | None]:
-    """Server URL, TLS context and token source (slurm_bridge.kubeconfig: kubeconfig, exec
+    """Server URL, TLS context and token source (slurm_bridge.kube.kubeconfig: kubeconfig, exec
     plugin or the pod's service account)."""
     creds = kubeconfig_loader.load(kubeconfig)
     return creds.server, creds.ssl_context(), creds.auth
-
-
-# Kubernetes' limits: object names (DNS subdomains) and label values.
-MAX_NAME_LENGTH = 253
-MAX_LABEL_VALUE_LENGTH = 63
-MAX_DNS_LABEL_LENGTH = 63
-# RFC 1123 as Kubernetes applies it: a label is lowercase alphanumerics and '-', alphanumeric at
-# both ends; a subdomain is labels joined by '.'. The one pattern of the project; fullmatch, as
-# '$' would let a trailing newline through.
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL_RE = re.compile(_DNS_LABEL)
-_DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-
-
-def is_dns_label(value: str) -> bool:
-    """An RFC 1123 label (at most 63 characters): namespace and Service names, the scheduler name."""
-    return len(value) <= MAX_DNS_LABEL_LENGTH and _DNS_LABEL_RE.fullmatch(value) is not None
-
-
-def is_dns_subdomain(value: str, limit: int = MAX_NAME_LENGTH) -> bool:
-    """An RFC 1123 subdomain of at most ``limit`` characters, as most object names must be.
-
-    Like Kubernetes, this bounds the whole name only, not each label (a host name bounds each
-    label too: check its labels with ``is_dns_label``)."""
-    return len(value) <= limit and _DNS_SUBDOMAIN_RE.fullmatch(value) is not None
-
-
-def bounded(name: str, limit: int) -> str:
-    """``name``, or when longer than ``limit`` its head and a hash of the whole (10 hex digits).
-
-    Two different names never share a bounded form in practice (40 bits of hash), and the head
-    keeps it readable. A DNS subdomain or label value stays one: the head loses any trailing
-    ``-``/``.``/``_`` and the hash ends it with an alphanumeric character.
-    """
-    if len(name) <= limit:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return name[: limit - len(digest) - 1].rstrip("-._") + "-" + digest
-
-
-def label_value(name: str) -> str:
-    """An object name as a label value (at most 63 characters; the full name goes in an annotation)."""
-    return bounded(name, MAX_LABEL_VALUE_LENGTH)
 
 
 def iso(when: datetime) -> str:
@@ -153,16 +109,6 @@ METADATA_ONLY: Final = Accept(
     list="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
     watch="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
 )
-
-
-def escape_pointer(key: str) -> str:
-    """JSON-pointer escaping for label/annotation keys in JSON patches."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def pointer(*parts: str | int) -> str:
-    """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
-    return "".join("/" + escape_pointer(str(p)) for p in parts)
 
 
 def api_prefix(api_version: str) -> str:

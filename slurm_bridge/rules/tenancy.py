@@ -5,7 +5,7 @@ selects namespaces by name or label and says whom their jobs run as, what they a
 what they may ask for. The webhook refuses what is outside it, the operator checks again before
 every submit and fills in the tenant's defaults. Everything here is a pure function of the
 policies, the namespace and the request, so both apply exactly the same rules; the caches that
-feed them are :mod:`slurm_bridge.kubecache`.
+feed them are :mod:`slurm_bridge.kube.cache`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from slurm_bridge import names
-from slurm_bridge.config import LabelSelector
+from slurm_bridge.core.config import LabelSelector
 from slurm_bridge.slurm.models import JobRequest, NodeSharing
 
 Mode = Literal["open", "strict"]

@@ -84,7 +84,7 @@ PODGROUP: Final = WorkloadKind(
 # The Kubernetes Workload API (feature gate GenericWorkload): a pod names its built-in PodGroup in
 # spec.schedulingGroup; operator/placeholderjobs/grouping/groups.py merges the PodGroup's, its controller's and the
 # Workload's annotations. v1beta1 is Kubernetes 1.37's, v1alpha2 1.36's; the bridge reads whichever
-# the API server serves, preferring the first, and slurm_bridge/schedulingapi.py hides their shapes.
+# the API server serves, preferring the first, and slurm_bridge/kube/schedulingapi.py hides their shapes.
 WORKLOAD_API_VERSIONS: Final = ("v1beta1", "v1alpha2")
 WORKLOAD: Final = WorkloadKind(
     "scheduling.k8s.io", "Workload", "workloads", versions=WORKLOAD_API_VERSIONS, configures=True

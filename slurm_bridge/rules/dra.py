@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from slurm_bridge import names
-from slurm_bridge.kube import pointer
-from slurm_bridge.resources import GPU_RESOURCES, parse_quantity
+from slurm_bridge.core.kubeformats import pointer
+from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeDevices
 
 Obj = dict[str, Any]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from slurm_bridge.kube import PatchType
+from slurm_bridge.kube.client import PatchType
 
 Obj = dict[str, Any]
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from slurm_bridge import names
-from slurm_bridge.jobannotations import ANNOTATION_FIELDS
+from slurm_bridge.rules.jobannotations import ANNOTATION_FIELDS
+from slurm_bridge.rules.tenancy import TenantPolicy
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.tenancy import TenantPolicy
 
 # The keys whose change is sent to a pending job: Slurm changes these fields of a waiting job
 # (checked on Slurm 26.05, REST API v0.0.43 to v0.0.45).

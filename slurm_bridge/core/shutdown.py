@@ -5,7 +5,7 @@ SIGKILL; a component that ignores it stalls every rollout and, for the operator,
 held until it expires. So the process owns its signals from its first line to its last:
 
 * before the event loop runs (imports, argument parsing, config): the signal ends the process
-  with status 0, as nothing has started yet (slurm_bridge/signals.py);
+  with status 0, as nothing has started yet (slurm_bridge/core/signals.py);
 * in the event loop: :class:`Stop` turns the signal into one stop request. :func:`serve` runs the
   component's main coroutine as a task and cancels it on that request, so every start-up step,
   retry and loop ends where it awaits, and the coroutine's ``finally`` blocks stop its parts in
@@ -25,9 +25,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from slurm_bridge.signals import SIGNALS, exit_on_signal
+from slurm_bridge.core.signals import SIGNALS, exit_on_signal
 
-log = logging.getLogger("slurm_bridge.shutdown")
+log = logging.getLogger("slurm_bridge.core.shutdown")
 
 # A stop request cut off after this long: well inside the chart's terminationGracePeriodSeconds.
 STOP_DEADLINE_SECONDS = 10.0

@@ -1,7 +1,7 @@
 """The first thing each component's entry module does: own SIGTERM and SIGINT.
 
 Python's default for SIGTERM kills the process by the signal (status 143). Until a component's
-event loop takes the signals over (slurm_bridge/shutdown.py), and again after it closed, nothing
+event loop takes the signals over (slurm_bridge/core/shutdown.py), and again after it closed, nothing
 has started that needs stopping, so the signal ends the process at once with status 0. It does
 so with ``os._exit`` after flushing the standard streams, not by raising SystemExit: an exception
 raised wherever the main thread happens to be (inside an import, a library's ``except

@@ -9,7 +9,7 @@ Slurm job for it (a Warning Event says why, once), and the extender never binds 
 Pending with that message rather than running unchecked.
 
 With ``managedNamespaces`` the name decides; with ``managedNamespaceSelector`` the namespace's
-labels do, read from a watch cache (:class:`slurm_bridge.kubecache.WatchCache` of namespaces).
+labels do, read from a watch cache (:class:`slurm_bridge.kube.cache.WatchCache` of namespaces).
 Until that cache is synced the answer is None: callers wait, they never guess.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 
 # The labels of a namespace, None while not known (the cache not synced, the namespace not found).
 Labels = Callable[[str], Awaitable[Mapping[str, str] | None]]

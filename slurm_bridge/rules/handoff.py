@@ -12,7 +12,7 @@ for at most its configured ceiling, and the bridge deletes the reservation once 
 containers stopped, or drains the node if the pod outlives its grace period and the margin.
 
 Names and reasons are matched by the EXACT bridge id (``_`` and ``[...]`` delimit it: bridge ids
-are DNS labels, slurm_bridge/config.py): two bridges on one Slurm cluster never take each other's
+are DNS labels, slurm_bridge/core/config.py): two bridges on one Slurm cluster never take each other's
 reservations or lift each other's drains, even where one id is a prefix of the other.
 """
 
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.dra import recorded_requests
+from slurm_bridge.rules.dra import recorded_requests
 from slurm_bridge.slurm.models import JobRequest, ReservationRecord
 
 # Kubernetes' default terminationGracePeriodSeconds.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from slurm_bridge import names
-from slurm_bridge.config import Config
+from slurm_bridge.core.config import Config
 from slurm_bridge.slurm.models import PartitionInfo, SlurmConf
 
 State = Literal["ok", "problem", "unknown"]

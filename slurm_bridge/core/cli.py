@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import NoReturn
 
-from slurm_bridge.config import Config, ConfigError, load_config
-from slurm_bridge.logs import setup_logging
+from slurm_bridge.core.config import Config, ConfigError, load_config
+from slurm_bridge.core.logs import setup_logging
 
 __all__ = ["add_common_args", "config_or_exit", "fail", "setup_logging"]
 

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from slurm_bridge import names
-from slurm_bridge.conditions import Camel as _Camel
-from slurm_bridge.conditions import Condition
+from slurm_bridge.kube.conditions import Camel as _Camel
+from slurm_bridge.kube.conditions import Condition
+from slurm_bridge.rules.workloadkinds import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
 from slurm_bridge.slurm.models import JobRequest
-from slurm_bridge.workloadkinds import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
 
 Phase = Literal["Pending", "Allocated", "Running", "Completed", "Failed", "Cancelled"]
 
