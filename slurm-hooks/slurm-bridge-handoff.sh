@@ -1,17 +1,25 @@
 #!/bin/bash -p
-# slurm-bridge's EpilogSlurmctld: the handoff (docs/colocation.md, "The handoff").
+# slurm-bridge's handoff (docs/colocation.md, "The handoff"): slurmctld's EpilogSlurmctld and
+# PrologSlurmctld, one script for both (SLURM_SCRIPT_CONTEXT says which).
 #
 # Slurm frees an external job's CPUs the moment it ends the job, but the pod on them may still be
 # shutting down (its grace period). When Slurm ends a bridge job on its own -- scancel by someone
-# else, a node failure, a time limit or a preemption the bridge did not get ahead of -- this
-# script reserves what the job held on each of its nodes, for SlurmUser only, so no native job
+# else, a node failure, a time limit or a preemption the bridge did not get ahead of -- the
+# epilog reserves what the job held on each of its nodes, for SlurmUser only, so no native job
 # starts there under the pod. The bridge deletes the reservation once the pod's containers have
 # stopped; MAX_HOLD_SECONDS (below) bounds the hold when the bridge is away.
+# slurmctld schedules at the job's end, before any epilog can act: a waiting job can be given the
+# pod's CPUs first (tens of milliseconds). The prolog closes that race: a job that starts on a node
+# while a handoff there is unfinished (the epilog of a job that ended on it still running) or
+# overbooked (its CPUs in use plus those held for a stopping pod exceed the node) waits, in
+# CONFIGURING, before anything of it is launched, until the hold is released ("The prolog").
 #
-# Install on the slurmctld host (it runs there, as SlurmUser, for every job end):
+# Install on the slurmctld host (it runs there, as SlurmUser, for every job start and end):
 #   install -o root -m 0755 slurm-bridge-handoff.sh   /etc/slurm/slurm-bridge-handoff.sh
 #   install -o root -m 0644 slurm-bridge-handoff.conf /etc/slurm/slurm-bridge-handoff.conf
+#   install -d -o <SlurmUser> -m 0755 /var/spool/slurm-bridge      (STATE_DIR)
 #   slurm.conf:  EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
+#                PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
 # SlurmUser must be allowed to create reservations (it is an operator of its own cluster).
 #
 # What it trusts (anything a job's user can set -- its name, comment, working directory, output
@@ -25,6 +33,20 @@
 #       MAX_HOLD_SECONDS=<n>        how long a hold lasts at most (default 86400): the bridge deletes
 #                                   it as soon as the pod's containers stopped
 #       SLURM_BIN_DIR=<dir>         where scontrol is when not in /usr/bin, /bin
+#       STATE_DIR=<dir>             where the epilog notes that it finished (default
+#                                   /var/spool/slurm-bridge): SlurmUser's or root's, not writable by
+#                                   group or others; without it the prolog waits PROVISIONAL_SECONDS
+#                                   after every job end on its nodes instead
+#       NODES=<hostlist>            the nodes the prolog guards: those where pods and native jobs
+#                                   share (slurmd beside a kubelet); default: every node
+#       PROLOG_WAIT_SECONDS=<n>     the longest a job waits in the prolog (default 900: more than the
+#                                   longest grace period the bridge lets a pod ask for); then the
+#                                   prolog fails, and Slurm requeues the job (a batch job) or ends it
+#       NOTIFY=<path>               another PrologSlurmctld to run first (the bridge's notify hook,
+#                                   slurm-bridge-notify.sh): this script must be the only
+#                                   PrologSlurmctld, as Slurm 26.05 ends a job's configuration when
+#                                   the first of several ends. Root's (or SlurmUser's), not writable
+#                                   by group or others (else it is not run); its exit status is ignored
 #   the job's AdminComment, which only an operator (the bridge's SlurmUser token) can set, read with
 #     one `scontrol --json show job <id>` (its "admin_comment" key: JSON keeps every user-set string
 #     on its key's line, escaped; in `show job -o` the job's name, submit line and working directory
@@ -33,7 +55,11 @@
 #     "released": the bridge released the job itself after its pods stopped: nothing is held
 #   slurmctld's own description of the allocation: SLURM_JOB_ID, SLURM_JOB_NODELIST,
 #     SLURM_JOB_CPUS_PER_NODE ("2(x2),1"), SLURM_JOB_EXCLUSIVE (NO, NODE, MCS, USER)
-# What it makes, one per node (a reservation's per-node CoreCnt list is refused by Slurm 26.05):
+#   in the prolog: the reservations (only an operator names one), the nodes' CPU counts, the ids
+#     and end times of the jobs that ended on the job's nodes, and the job's flags (EXTERNAL_JOB:
+#     a bridge's job launches nothing, and Kubernetes keeps a new pod off a stopping pod's
+#     resources itself): nothing a job's user sets
+# What the epilog makes, one per node (a reservation's per-node CoreCnt list is refused by Slurm 26.05):
 #   handoff-<job id>_<bridge id>_<node>   StartTime=now EndTime=now+MAX_HOLD_SECONDS  Users=<SlurmUser>
 #     cores scope: CoreCnt=<the job's CPUs on that node> (the lowest free cores, not the job's own; no
 #                  memory). On a node with several threads a core that holds more than the job had
@@ -42,8 +68,12 @@
 #                  marker without a scope): the whole node (Flags=IGNORE_JOBS: jobs running there go
 #                  on; nothing new starts)
 #     a count that does not fit (another job took the cores first) falls back to the node scope
-# It always exits 0 (a failing EpilogSlurmctld is logged by slurmctld but changes nothing for an
-# ended job) and returns within milliseconds: slurmctld runs it beside its scheduling.
+#   and, once done, STATE_DIR/<job id>.done (the prolog's sign that this job's handoff is decided)
+# The epilog always exits 0 (a failing EpilogSlurmctld is logged by slurmctld but changes nothing
+# for an ended job) and returns within milliseconds: slurmctld runs it beside its scheduling. The
+# prolog exits 0 at once for a job on no guarded node and for one that need not wait; it exits 1
+# only after PROLOG_WAIT_SECONDS of waiting, and 0 when its configuration is refused (then no
+# epilog holds anything either).
 # Log: one line per action to /var/log/slurm-bridge/handoff.log when that directory is writable,
 # and why it did nothing, when it refused its configuration, to stderr too.
 PATH=/usr/bin:/bin:/usr/sbin:/sbin
@@ -51,12 +81,16 @@ IFS=$' \t\n'
 
 LOG_DIR=/var/log/slurm-bridge
 PROVISIONAL_SECONDS=30   # a candidate's hold until its AdminComment is read (see "The provisional hold")
+PROLOG_POLL_SECONDS=0.5  # how often a waiting prolog looks again
+HOSTLIST_RE='^[][A-Za-z0-9_.,-]+$'
+ENDED='BOOT_FAIL,CANCELLED,COMPLETED,DEADLINE,FAILED,NODE_FAIL,OUT_OF_MEMORY,PREEMPTED,TIMEOUT'
+case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld) context=prolog ;; *) context=epilog ;; esac
 PREFIX='slurm-bridge:'
 log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB_ID:-?} $*" >> "$LOG_DIR/handoff.log"; }
 refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
 
 # ---- the configuration file ----------------------------------------------------------------------
-read_conf() { # sets bridge_ids (array), max_hold
+read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), prolog_wait, notify
   local conf owner mode line key value id
   case $0 in /*) conf="${0%/*}/slurm-bridge-handoff.conf" ;; *) refuse "started without an absolute path ($0)" ;; esac
   [ -e "$conf" ] || [ -L "$conf" ] || refuse "no configuration file $conf"
@@ -66,7 +100,7 @@ read_conf() { # sets bridge_ids (array), max_hold
   case $mode in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) refuse "cannot read the mode of $conf" ;; esac
   (( (8#$mode & 8#022) == 0 )) || refuse "$conf is writable by group or others (mode $mode)"
   [ -r "$conf" ] || refuse "cannot read $conf"
-  bridge_ids=() max_hold=86400
+  bridge_ids=() max_hold=86400 state_dir=/var/spool/slurm-bridge guarded='' prolog_wait=900 notify=''
   local seen=" "
   while IFS= read -r line || [ -n "$line" ]; do
     line=${line%$'\r'}
@@ -88,10 +122,36 @@ read_conf() { # sets bridge_ids (array), max_hold
       SLURM_BIN_DIR)
         [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] && [ -d "$value" ] || refuse "$conf: SLURM_BIN_DIR=$value is not a directory"
         PATH="$value:$PATH" ;;
-      *) refuse "$conf: unknown key $key (BRIDGE_IDS, MAX_HOLD_SECONDS, SLURM_BIN_DIR)" ;;
+      STATE_DIR)
+        [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] || refuse "$conf: STATE_DIR=$value is not an absolute path"
+        state_dir=$value ;;
+      NODES)
+        [[ $value =~ $HOSTLIST_RE ]] || refuse "$conf: NODES=$value is not a Slurm host list"
+        guarded=$value ;;
+      PROLOG_WAIT_SECONDS)
+        [[ $value =~ ^[0-9]{1,9}$ ]] && (( 10#$value > 0 )) || refuse "$conf: PROLOG_WAIT_SECONDS=$value is not a number of seconds (1 to 999999999)"
+        prolog_wait=$((10#$value)) ;;
+      NOTIFY)  # a bad one is left out, not the whole file: the holds do not depend on it
+        if [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] && owned_safely "$value" && [ -x "$value" ]; then notify=$value
+        else log "$conf: NOTIFY=$value is not an executable file of root's or $(id -un)'s that group and others cannot write: not run"
+        fi ;;
+      *) refuse "$conf: unknown key $key (BRIDGE_IDS, MAX_HOLD_SECONDS, SLURM_BIN_DIR, STATE_DIR, NODES, PROLOG_WAIT_SECONDS, NOTIFY)" ;;
     esac
   done < "$conf"
   [ ${#bridge_ids[@]} -gt 0 ] || refuse "$conf: no BRIDGE_IDS"
+  # STATE_DIR: a directory only SlurmUser (or root) can change, else markers could be forged or
+  # removed; without one, the epilog notes nothing and the prolog waits the longer way.
+  local sowner smode
+  if [ -L "$state_dir" ] || [ ! -d "$state_dir" ]; then
+    log "STATE_DIR $state_dir is not a directory: no handoff is noted done (the prolog waits ${PROVISIONAL_SECONDS}s after each job end on its nodes)"
+    state_dir=''
+  else
+    read -r sowner smode < <(stat -c '%u %a' -- "$state_dir" 2>/dev/null)
+    if { [ "$sowner" != 0 ] && [ "$sowner" != "$(id -u)" ]; } || [[ ! $smode =~ ^[0-7]{3,4}$ ]] || (( (8#$smode & 8#022) != 0 )); then
+      log "STATE_DIR $state_dir is owned by uid ${sowner:-?} with mode ${smode:-?}: not used (root's or $(id -un)'s, not writable by group or others)"
+      state_dir=''
+    fi
+  fi
 }
 
 # ---- the job's AdminComment -----------------------------------------------------------------------
@@ -118,6 +178,14 @@ marker() { # comment -> sets m_bridge, m_scope, m_released; fails for anything b
     esac
   done
   [ -n "$m_bridge" ]
+}
+
+# owned_safely PATH: a regular file (no link) of root's or this user's, not writable by group or others
+owned_safely() {
+  local owner mode
+  [ ! -L "$1" ] && [ -f "$1" ] || return 1
+  read -r owner mode < <(stat -c '%u %a' -- "$1" 2>/dev/null)
+  { [ "$owner" = 0 ] || [ "$owner" = "$(id -u)" ]; } && [[ $mode =~ ^[0-7]{3,4}$ ]] && (( (8#$mode & 8#022) == 0 ))
 }
 
 listed() { local id; for id in "${bridge_ids[@]}"; do [ "$id" = "$1" ] && return 0; done; return 1; }
@@ -162,12 +230,133 @@ extend() {
   fi
 }
 
+# ---- the prolog ----------------------------------------------------------------------------------
+# A starting job waits while, on any of its guarded nodes,
+#   a job that ended there within PROVISIONAL_SECONDS has no STATE_DIR/<id>.done yet: its epilog has
+#     not decided what to hold (slurmctld may have given its CPUs to this job before the epilog ran);
+#   the node is overbooked: its allocated CPUs (this job's among them) and those a live hold of a
+#     listed bridge covers exceed its CPUs. A whole-node hold covers them all (nothing started after
+#     it may run there); a count hold, what the pod had. Counted as Slurm counts, not core by core:
+#     the hold takes the lowest free cores, the job the ones Slurm gave it.
+# reasons NODE...: one line per reason to wait, none when the job may start; a failed read is a
+# reason too (the safe side). Reads: squeue, scontrol show res, and scontrol show node per held node.
+reasons() {
+  local list out id end t now line node cpus alloc tot
+  local -A held=() mine=()
+  for node in "$@"; do mine[$node]=1; done
+  list=$(IFS=,; echo "$*")
+  now=$(date +%s)
+  if ! out=$(squeue -h -t "$ENDED" -w "$list" -o '%A %e' 2>&1); then
+    echo "squeue failed: ${out//$'\n'/ }"
+  else
+    while read -r id end; do
+      [[ $id =~ ^[0-9]+$ ]] && [ "$id" != "$job" ] || continue
+      t=$(date -d "$end" +%s 2>/dev/null) || continue
+      (( t <= now && now - t <= PROVISIONAL_SECONDS )) || continue
+      [ -n "$state_dir" ] && [ -e "$state_dir/$id.done" ] && continue
+      echo "job $id ended at $end and its handoff is not decided yet"
+    done <<< "$out"
+  fi
+  if ! out=$(scontrol show res -o 2>&1); then
+    echo "scontrol show res failed: ${out//$'\n'/ }"
+    return
+  fi
+  while IFS= read -r line; do
+    [[ $line =~ ^ReservationName=handoff-[0-9]+_([a-z0-9-]+)_([^\ ]+)\  ]] || continue
+    listed "${BASH_REMATCH[1]}" || continue
+    node=${BASH_REMATCH[2]}
+    [ -n "${mine[$node]:-}" ] && [[ $line =~ \ State=ACTIVE ]] || continue
+    if [[ $line =~ \ Flags=([^\ ]*) ]] && [[ ,${BASH_REMATCH[1]}, == *,IGNORE_JOBS,* ]]; then cpus=all
+    elif [[ $line =~ \ TRES=cpu=([0-9]+) ]]; then cpus=${BASH_REMATCH[1]}
+    else cpus=all
+    fi
+    if [ "$cpus" = all ] || [ "${held[$node]:-}" = all ]; then held[$node]=all; else held[$node]=$(( ${held[$node]:-0} + cpus )); fi
+  done <<< "$out"
+  for node in "${!held[@]}"; do
+    if ! out=$(scontrol show node "$node" -o 2>&1); then echo "scontrol show node $node failed: ${out//$'\n'/ }"; continue; fi
+    [[ $out =~ \ CPUAlloc=([0-9]+) ]] || { echo "node $node: no CPUAlloc in scontrol show node"; continue; }
+    alloc=${BASH_REMATCH[1]}
+    [[ $out =~ \ CPUEfctv=([0-9]+) ]] || [[ $out =~ \ CPUTot=([0-9]+) ]] || { echo "node $node: no CPUTot in scontrol show node"; continue; }
+    tot=${BASH_REMATCH[1]}
+    cpus=${held[$node]}
+    [ "$cpus" != all ] || cpus=$tot
+    (( alloc + cpus <= tot )) || echo "node $node: $alloc CPUs allocated and $cpus held for a stopping pod, of $tot"
+  done
+}
+
+# is_external: the job is an external job (a bridge's): it launches nothing, so it never waits (and
+# never fails: Slurm cannot requeue it). Its "flags" array, at the job's own level of the JSON (a
+# user's string is one escaped line, never a line of its own).
+is_external() {
+  local json line in_flags=''
+  json=$(scontrol --json show job "$job" 2>/dev/null) || return 1
+  while IFS= read -r line; do
+    if [ -z "$in_flags" ]; then
+      [ "$line" = '      "flags": [' ] && in_flags=1
+      continue
+    fi
+    [[ $line =~ ^\ *\] ]] && return 1
+    [[ $line =~ ^\ {8}\"EXTERNAL_JOB\",?$ ]] && return 0
+  done <<< "$json"
+  return 1
+}
+
+# prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS).
+prolog() {
+  local -a mine=() names=()
+  local -A gset=()
+  local node why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
+  if [ -n "$guarded" ]; then
+    mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null)
+    if [ ${#names[@]} -eq 0 ]; then
+      log "prolog: NODES=$guarded could not be expanded: every node guarded"
+      mine=("${nodes[@]}")
+    else
+      for node in "${names[@]}"; do gset[$node]=1; done
+      for node in "${nodes[@]}"; do [ -z "${gset[$node]:-}" ] || mine+=("$node"); done
+    fi
+  else
+    mine=("${nodes[@]}")
+  fi
+  [ ${#mine[@]} -gt 0 ] || exit 0
+  while why=$(reasons "${mine[@]}"); [ -n "$why" ]; do
+    why=${why//$'\n'/; }
+    if [ -n "$first" ]; then
+      first=''
+      if is_external; then log "prolog: an external job, it launches nothing: not held ($why)"; exit 0; fi
+      log "prolog: held in CONFIGURING: $why"
+    fi
+    if (( ${EPOCHREALTIME/[.,]/} - start >= prolog_wait * 1000000 )); then
+      log "prolog: still held after ${prolog_wait}s ($why): the prolog fails; Slurm requeues the job or ends it"
+      echo "slurm-bridge-handoff: job $job waited ${prolog_wait}s for a stopping pod's CPUs on ${mine[*]}: $why" >&2
+      exit 1
+    fi
+    sleep "$PROLOG_POLL_SECONDS"
+  done
+  [ -n "$first" ] || log "prolog: may start after $(( (${EPOCHREALTIME/[.,]/} - start) / 1000 ))ms"
+  exit 0
+}
+
+# mark_done: the epilog's sign for the prolog that this job's handoff is decided (on every exit once
+# the configuration was read); markers older than 10 minutes are swept now and then.
+mark_done() {
+  [ -n "$state_dir" ] || return 0
+  : > "$state_dir/$job.done" 2> /dev/null || log "cannot write $state_dir/$job.done"
+  (( job % 64 )) || find "$state_dir" -maxdepth 1 -type f -name '*.done' -mmin +10 -delete 2> /dev/null
+  return 0
+}
+
 # ---- main -----------------------------------------------------------------------------------------
 job=${SLURM_JOB_ID:-}
 [[ $job =~ ^[0-9]+$ ]] || exit 0
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
 me=$(id -un)
+if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start notice waits for nothing
+  [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
+else
+  trap mark_done EXIT
+fi
 
 # SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
 cpus=()
@@ -181,6 +370,10 @@ case $SLURM_JOB_NODELIST in   # one plain node name: no call (the provisional ho
   *[][,\ ]*) mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) ;;
   *) nodes=("$SLURM_JOB_NODELIST") ;;
 esac
+if [ "$context" = prolog ]; then
+  [ ${#nodes[@]} -gt 0 ] || { log "prolog: scontrol show hostnames $SLURM_JOB_NODELIST failed: not held"; exit 0; }
+  prolog
+fi
 [ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
 
 # The provisional hold, before the job is read: Slurm frees the job's CPUs as it ends it and

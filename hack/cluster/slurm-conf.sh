@@ -4,7 +4,8 @@
 #                     hack/old-slurm.sh's too), accounting, the scheduling/priority/preemption
 #                     policy (hack/slurm-policy.conf, verbatim), the nodes and partitions;
 #   gres_conf, cgroup_conf, slurmdbd_conf, handoff_conf (slurm-bridge-handoff.conf, the handoff
-#   script's: handoff_conf [bridge_ids=slurm-bridge] [max_hold=86400]).
+#   script's: handoff_conf [bridge_ids=slurm-bridge] [max_hold=86400] [state_dir=/var/spool/slurm-bridge]
+#   [nodes=HOSTLIST] [prolog_wait=900] [notify=PATH]).
 # They print to stdout and read only their settings and hack/lib.sh's SB_* layout, so a Slurm
 # elsewhere (in a kind cluster) gets the same body with its own hosts and ports:
 #
@@ -95,8 +96,10 @@ DefMemPerCPU=256
 GresTypes=gpu
 EOF
   if [ -n "$notify_hook" ]; then
+    # Its start notices come from the handoff script, the one PrologSlurmctld (hack/slurm-policy.conf;
+    # Slurm 26.05 ends a job's configuration when the first of several PrologSlurmctld ends, which
+    # would cut the handoff's wait short): the handoff's NOTIFY (install_handoff_script) runs it.
     echo "# The bridge hears of every job start and end at once (docs/configuration.md#slurm-hooks)."
-    echo "PrologSlurmctld=$notify_hook"
     echo "EpilogSlurmctld=$notify_hook"
   fi
   echo "# ---- scheduling, priority and preemption: hack/slurm-policy.conf ----"
@@ -168,15 +171,21 @@ CgroupPlugin=disabled
 EOF
 }
 
-# The handoff's EpilogSlurmctld's configuration (slurm-hooks/slurm-bridge-handoff.conf, the example):
-# the bridges whose jobs it holds for (the local bridge's bridgeId, hack/bridge.sh: the default)
-# and the longest hold. Installed root's, mode 0644, next to the script.
-handoff_conf() { # [bridge_ids=ID[,ID...]] [max_hold=SECONDS]
-  local bridge_ids=slurm-bridge max_hold=86400
-  conf_settings "bridge_ids max_hold" "$@"
+# The handoff script's configuration (slurm-hooks/slurm-bridge-handoff.conf, the example): the
+# bridges whose jobs it holds for (the local bridge's bridgeId, hack/bridge.sh: the default), the
+# longest hold, where its epilog notes a handoff decided, the nodes its prolog guards (empty: all)
+# the longest a job waits in it, and the notify hook its prolog runs first (the bridge's start
+# notices). Installed root's, mode 0644, next to the script.
+handoff_conf() { # [bridge_ids=ID[,ID...]] [max_hold=SECONDS] [state_dir=DIR] [nodes=HOSTLIST] [prolog_wait=SECONDS] [notify=PATH]
+  local bridge_ids=slurm-bridge max_hold=86400 state_dir=/var/spool/slurm-bridge nodes='' prolog_wait=900 notify=''
+  conf_settings "bridge_ids max_hold state_dir nodes prolog_wait notify" "$@"
   echo "# Written by hack/cluster/slurm-conf.sh: slurm-bridge's handoff (slurm-hooks/slurm-bridge-handoff.conf)."
   echo "BRIDGE_IDS=$bridge_ids"
   echo "MAX_HOLD_SECONDS=$max_hold"
+  echo "STATE_DIR=$state_dir"
+  [ -z "$nodes" ] || echo "NODES=$nodes"
+  echo "PROLOG_WAIT_SECONDS=$prolog_wait"
+  [ -z "$notify" ] || echo "NOTIFY=$notify"
 }
 
 slurmdbd_conf() { # storage_pass=... [KEY=VALUE...]

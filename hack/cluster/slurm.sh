@@ -16,19 +16,22 @@ write_slurm_files() {
   install_handoff_script
 }
 
-# The handoff's EpilogSlurmctld (slurm-hooks/, docs/colocation.md) at the path slurm.conf names
-# (hack/slurm-policy.conf), its configuration file next to it (root's, mode 0644: the script does
-# nothing otherwise) naming the local bridge (hack/bridge.sh: bridgeId slurm-bridge, the default;
-# hack/cluster/slurm-conf.sh's handoff_conf), and its log directory, writable by SlurmUser, which
-# runs it.
+# The handoff script (slurm-hooks/, docs/colocation.md), slurmctld's EpilogSlurmctld and
+# PrologSlurmctld at the path slurm.conf names (hack/slurm-policy.conf), its configuration file next
+# to it (root's, mode 0644: the script does nothing otherwise) naming the local bridge (hack/bridge.sh:
+# bridgeId slurm-bridge, the default) and the nodes where pods and native jobs share (the slurmd
+# nodes: hack/cluster/slurm-conf.sh's handoff_conf) and the notify hook its prolog runs (the one
+# PrologSlurmctld), and its log and state directories, SlurmUser's, who runs it.
 install_handoff_script() {
-  local etc="$SLURM_ROOT/etc/slurm"
+  local etc="$SLURM_ROOT/etc/slurm" shared
+  shared=$( { hybrid_node_names; missized_node_names; echo "$SB_REAL_NODE"; } | paste -sd, -)
   install -o root -g root -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$etc/slurm-bridge-handoff.sh"
-  handoff_conf > "$etc/slurm-bridge-handoff.conf.new"
+  handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm-bridge-handoff.conf.new"
   chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644 "$etc/slurm-bridge-handoff.conf.new"
   mv -f "$etc/slurm-bridge-handoff.conf.new" "$etc/slurm-bridge-handoff.conf"
-  mkdir -p "$SLURM_ROOT/var/log/slurm-bridge"
-  in_root chown slurm:slurm /var/log/slurm-bridge
+  mkdir -p "$SLURM_ROOT/var/log/slurm-bridge" "$SLURM_ROOT/var/spool/slurm-bridge"
+  chmod 0755 "$SLURM_ROOT/var/spool/slurm-bridge"
+  in_root chown slurm:slurm /var/log/slurm-bridge /var/spool/slurm-bridge
 }
 
 # slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks)

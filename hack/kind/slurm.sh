@@ -56,10 +56,13 @@ kind_slurm_config_map() { # workers
   kind_slurm_conf "$1" > "$dir/slurm.conf"
   kind_slurmdbd_conf > "$dir/slurmdbd.conf"
   cgroup_conf > "$dir/cgroup.conf"
-  # The handoff's EpilogSlurmctld (hack/slurm-policy.conf names it; sb-slurm installs it executable)
-  # and its configuration file (sb-slurm installs it root's, 0644), naming the chart's bridgeId.
+  # The handoff script, slurmctld's EpilogSlurmctld and PrologSlurmctld (hack/slurm-policy.conf
+  # names it; sb-slurm installs it executable) and its configuration file (sb-slurm installs it
+  # root's, 0644), naming the chart's bridgeId. Every worker is a hybrid node: the prolog guards all.
+  # Its state directory is the one sb-slurm makes SlurmUser's for its log (/var/log/slurm-bridge,
+  # 0755), so that the image stays as it is.
   cp "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$dir/slurm-bridge-handoff.sh"
-  handoff_conf > "$dir/slurm-bridge-handoff.conf"
+  handoff_conf state_dir=/var/log/slurm-bridge > "$dir/slurm-bridge-handoff.conf"
   { cat "$HACK_DIR/accounting.env"
     echo "SB_CLUSTER_NAME=$KIND_SLURM_CLUSTER"
     echo "SB_BRIDGE_SLURM_USER=$SB_BRIDGE_SLURM_USER"; } > "$dir/accounting.env"

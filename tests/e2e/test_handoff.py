@@ -7,7 +7,10 @@ job holds one. The container (hack/workload) goes on for LINGER seconds after SI
 ``scancel`` (Slurm ends it: the EpilogSlurmctld's reservation holds its CPU), by its time limit
 (the bridge ends the pod ahead of it) and by a preemption (QOS GraceTime: the bridge ends the pod
 gracefully); each time the native job starts only after the container's process has exited. Each
-test prints the measured gap, and the Slurm calls the handoff made for the pod.
+test prints the measured gap, and the Slurm calls the handoff made for the pod. slurmctld schedules
+at the job's end, before any epilog: the race it can win is made certain by slowing the epilog
+(``slow_epilog``), and the native job, allocated the pod's CPU first, is held in CONFIGURING by the
+script's prolog until the container exited.
 """
 
 from __future__ import annotations
@@ -68,6 +71,33 @@ def handoff_script(slurm_env: SlurmEnv) -> None:
         f"slurmctld runs no handoff script ({'; '.join(lines) or 'no EpilogSlurmctld'}): it runs a slurm.conf older "
         "than hack/slurm-policy.conf; restart the cluster (hack/cluster.sh down && hack/cluster.sh up)"
     )
+
+
+EPILOG_DELAY = 3  # seconds the slowed epilog waits before it holds anything
+
+
+@pytest.fixture
+def slow_epilog(slurm_env: SlurmEnv) -> Iterator[Path]:
+    """The handoff script's epilog starts EPILOG_DELAY seconds late (its prolog does not), so that
+    slurmctld gives an ended job's CPUs away before anything is held: a wrapper at the path slurm.conf
+    names runs the real script, copied next to it (its configuration file stays where it looks).
+    Yields the script's log."""
+    etc = slurm_env.root / "etc" / "slurm"
+    script, real = etc / "slurm-bridge-handoff.sh", etc / "slurm-bridge-handoff.real.sh"
+    original = script.read_bytes()
+    real.write_bytes(original)
+    real.chmod(0o755)
+    script.write_text(
+        "#!/bin/bash\n"
+        f'[ "$SLURM_SCRIPT_CONTEXT" = epilog_slurmctld ] && sleep {EPILOG_DELAY}\n'
+        f'exec /etc/slurm/{real.name} "$@"\n'
+    )
+    try:
+        yield slurm_env.root / "var" / "log" / "slurm-bridge" / "handoff.log"
+    finally:
+        script.write_bytes(original)
+        script.chmod(0o755)
+        real.unlink(missing_ok=True)
 
 
 def handoff_pod(name: str, image: str, slurm: SlurmEnv, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -241,7 +271,10 @@ def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
                       if ln.startswith(f"ReservationName=handoff-{pod.job_id}_")), None),
         10, f"the handoff reservation for Slurm job {pod.job_id}",
     )  # fmt: skip
-    assert f"Nodes={slurm_env.real_node}" in reservation and "CoreCnt=1" in reservation, reservation
+    # The pod's one CPU; or the whole node when slurmctld gave that CPU to the native job before the
+    # epilog ran (the race below: the prolog then holds the native job)
+    assert f"Nodes={slurm_env.real_node}" in reservation, reservation
+    assert "CoreCnt=1" in reservation or "Flags=IGNORE_JOBS" in reservation, reservation
     gap = native_after_container(slurm_env, native, pod)
     assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it was really held
     events = [e.reason for e in pod_events(core, ns, pod.name)]
@@ -308,4 +341,39 @@ def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
     print(
         f"\npreemption: container exited {exited - began:.2f}s after the preemptor's submit; native job "
         f"{native.job_id} started {gap:.3f}s after the container exited; operator's Slurm calls meanwhile: {calls}"
+    )
+
+
+def test_a_native_job_given_the_pods_cpu_before_the_hold_waits_in_its_prolog_until_the_container_stopped(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
+    setup: dict[str, Any], slow_epilog: Path,
+) -> None:  # fmt: skip
+    """The race slurmctld wins now and then (seen: a native job allocated 41 ms after the kill,
+    before any epilog), made certain: the native job is allocated the pod's CPU while nothing holds
+    it, and starts only once the container exited, held in CONFIGURING by the script's prolog."""
+    pod = start_pod(core, custom, ns, slurm_env, workload_image)
+    native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node))
+    setup["natives"].append(native)
+    wait_pending(slurm_env, native)
+    ended = time.time()
+    slurm_env.slurm("scancel", str(pod.job_id))  # an administrator ends the pod's job
+
+    def allocated() -> bool:  # CONFIGURING: held by the prolog; RUNNING without it (the failure below)
+        return squeue_state(slurm_env, native.job_id) in ("CONFIGURING", "RUNNING")
+
+    wait_for(allocated, EPILOG_DELAY - 0.5, f"native job {native.job_id} allocated the pod's CPU, before any hold")
+    assert f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res"), "the epilog was not slowed"
+    assert native.started_at() is None
+    gap = native_after_container(slurm_env, native, pod)
+    assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it ran on meanwhile
+    log = slow_epilog.read_text() if slow_epilog.exists() else ""
+    held = [ln for ln in log.splitlines() if f"job={native.job_id} prolog: held in CONFIGURING" in ln]
+    assert held, f"the script's log has no prolog hold for job {native.job_id}:\n{log[-3000:]}"
+    released = [ln for ln in log.splitlines() if f"job={native.job_id} prolog: may start" in ln]
+    assert released, f"the script's log has no release of job {native.job_id}:\n{log[-3000:]}"
+    wait_for(lambda: f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res"), 30, "the hold gone")
+    print(
+        f"\nrace: native job {native.job_id} allocated before the hold, held in its prolog; the container exited "
+        f"{pod.watch.exited_at - ended:.2f}s after the scancel; the native job started {gap:.3f}s after; "
+        f"{held[0].split(' prolog: ')[1]}"
     )

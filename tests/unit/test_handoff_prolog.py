@@ -1,0 +1,328 @@
+"""The handoff's PrologSlurmctld (slurm-hooks/slurm-bridge-handoff.sh with SLURM_SCRIPT_CONTEXT
+prolog_slurmctld, issue 36 §3): slurmctld may give a stopping pod's CPUs to a waiting job before the
+epilog has held them, so a starting job on a guarded node waits (the prolog does not return) while
+a job that ended there has no epilog's done marker yet, or while the node is overbooked by a handoff
+hold; an external job never waits; the wait is bounded, and then the prolog fails. The epilog's side:
+its done marker in STATE_DIR.
+
+Fakes answer the prolog's reads (``squeue`` of the ended jobs on its nodes, ``scontrol show res``,
+``show node``, ``--json show job``, ``show hostnames``) from files a test changes while the script
+runs, so that a wait ends when the fake Slurm changes. The real Slurm's side (a job allocated
+before the hold, held in CONFIGURING until the pod's container exited) is tests/e2e/test_handoff.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-handoff.sh"
+BRIDGE = "slurm-bridge"
+JOB = 50  # the starting job
+
+FAKE_SCONTROL = r"""#!/bin/bash
+d={d}
+echo "scontrol $*" >> $d/calls
+case "$1 $2" in
+  "show res")
+    [ -f $d/res.fail ] && { echo "slurm_load_reservations error: Unable to contact slurm controller" >&2; exit 1; }
+    [ -f $d/res ] && cat $d/res; exit 0 ;;
+  "show node") cat "$d/node.$3"; exit 0 ;;
+  "show hostnames") f="$d/hostnames.$(printf %s "$3" | tr '/[],' '____')"; [ -f "$f" ] && cat "$f"; exit 0 ;;
+esac
+if [ "$1 $2 $3" = "--json show job" ]; then cat $d/job.json; exit 0; fi
+echo "unexpected: $*" >&2; exit 2
+"""
+FAKE_SQUEUE = r"""#!/bin/bash
+d={d}
+echo "squeue $*" >> $d/calls
+[ -f $d/squeue.fail ] && { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }
+[ -f $d/ended ] && cat $d/ended; exit 0
+"""
+EPILOG_SCONTROL = """#!/bin/bash
+[ "$1 $2" = '--json show' ] && echo '{"jobs": []}'
+exit 0
+"""
+FAKE_NOTIFY = r"""#!/bin/bash
+echo "$SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID" >> {d}/notified
+"""
+
+
+def stamp(ago: float) -> str:
+    """An end time as squeue prints it (local time, seconds)."""
+    return (datetime.now() - timedelta(seconds=ago)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def res_line(name: str, node: str, *, cpus: int = 1, flags: str = "SPEC_NODES", state: str = "ACTIVE") -> str:
+    return (f"ReservationName={name} StartTime=2026-11-28T15:30:13 EndTime=2026-11-29T15:30:13 Duration=1-00:00:00 "
+            f"Nodes={node} NodeCnt=1 CoreCnt={cpus} Features=(null) PartitionName=(null) Flags={flags} "
+            f"TRES=cpu={cpus} Users=slurm Groups=(null) Accounts=(null) Licenses=(null) State={state} "
+            "BurstBuffer=(null) MaxStartDelay=(null)")  # fmt: skip
+
+
+def job_json(*flags: str, name: str = "native") -> str:
+    job = {"account": "team-a", "name": name, "comment": '"EXTERNAL_JOB"', "flags": list(flags), "job_id": JOB}
+    return json.dumps({"jobs": [job], "errors": [], "warnings": []}, indent=2)
+
+
+@dataclass
+class Prolog:
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def fake(self) -> Path:
+        return self.root / "fake"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    def conf(self, *lines: str, state_dir: Path | None = None) -> None:
+        state = f"STATE_DIR={state_dir or self.state}"
+        text = "\n".join([f"BRIDGE_IDS={BRIDGE}", f"SLURM_BIN_DIR={self.fake}", state, *lines])
+        (self.etc / "slurm-bridge-handoff.conf").write_text(text + "\n")
+        os.chmod(self.etc / "slurm-bridge-handoff.conf", 0o644)
+
+    def write(self, name: str, text: str) -> None:
+        (self.fake / name).write_text(text + ("\n" if text else ""))
+
+    def node(self, name: str, alloc: int, tot: int) -> None:
+        self.write(f"node.{name}", f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc={alloc} CPUEfctv={tot} "
+                                   f"CPUTot={tot} CPULoad=0.10 AvailableFeatures=real")  # fmt: skip
+
+    def hostnames(self, hostlist: str, *names: str) -> None:
+        self.write("hostnames." + hostlist.translate(str.maketrans("/[],", "____")), "\n".join(names))
+
+    def run(self, nodes: str = "n1", context: str = "prolog_slurmctld") -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(JOB), "SLURM_JOB_NODELIST": nodes,
+               "SLURM_JOB_CPUS_PER_NODE": "2", "SLURM_JOB_EXCLUSIVE": "NO", "SLURM_SCRIPT_CONTEXT": context,
+               "SLURM_JOB_WORK_DIR": "/home/alice"}  # fmt: skip
+        return subprocess.run([str(self.etc / SCRIPT.name)], env=env, capture_output=True, text=True, timeout=30)
+
+    def timed(self, **kw: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        t0 = time.monotonic()
+        done = self.run(**kw)
+        return done, time.monotonic() - t0
+
+    @property
+    def calls(self) -> list[str]:
+        path = self.fake / "calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def reads(self) -> list[str]:
+        """The calls that reach slurmctld (``show hostnames`` is the client's own)."""
+        return [c for c in self.calls if "show hostnames" not in c]
+
+    def later(self, seconds: float, action: object) -> threading.Timer:
+        timer = threading.Timer(seconds, action)  # type: ignore[arg-type]
+        timer.start()
+        return timer
+
+
+@pytest.fixture
+def prolog(tmp_path: Path) -> Iterator[Prolog]:
+    p = Prolog(tmp_path)
+    for d in (p.etc, p.fake, p.state):
+        d.mkdir()
+    os.chmod(p.state, 0o755)
+    shutil.copy(SCRIPT, p.etc / SCRIPT.name)
+    os.chmod(p.etc / SCRIPT.name, 0o755)
+    for name, text in (("scontrol", FAKE_SCONTROL), ("squeue", FAKE_SQUEUE), ("notify", FAKE_NOTIFY)):
+        (p.fake / name).write_text(text.replace("{d}", shlex.quote(str(p.fake))))
+        os.chmod(p.fake / name, 0o755)
+    p.conf()
+    p.write("job.json", job_json())
+    p.node("n1", alloc=2, tot=2)
+    yield p
+
+
+# ---- when a job starts at once ------------------------------------------------------------------------
+def test_a_job_on_a_quiet_node_starts_at_once_after_two_reads(prolog: Prolog) -> None:
+    done, took = prolog.timed()
+    assert done.returncode == 0, done
+    assert took < 2, f"the prolog took {took:.2f}s"
+    assert [c.split()[0] + " " + c.split()[1] for c in prolog.reads()] == ["squeue -h", "scontrol show"], prolog.calls
+    squeue = prolog.reads()[0]
+    assert "-w n1" in squeue and "-o %A %e" in squeue and "CANCELLED" in squeue, squeue
+
+
+def test_a_job_on_no_guarded_node_reads_nothing(prolog: Prolog) -> None:
+    prolog.conf("NODES=h[1-2]")
+    prolog.hostnames("h[1-2]", "h1", "h2")
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", flags="IGNORE_JOBS,SPEC_NODES", cpus=2))
+    done = prolog.run("n1")
+    assert done.returncode == 0 and prolog.reads() == [], prolog.calls
+
+
+def test_only_the_guarded_nodes_of_a_job_are_read(prolog: Prolog) -> None:
+    prolog.conf("NODES=h[1-2]")
+    prolog.hostnames("h[1-2]", "h1", "h2")
+    prolog.hostnames("n1,h2", "n1", "h2")
+    assert prolog.run("n1,h2").returncode == 0
+    assert "-w h2 " in prolog.reads()[0], prolog.calls
+
+
+@pytest.mark.parametrize(
+    ("ended", "why"),
+    [
+        (f"41 {stamp(2)}", "its epilog is done"),  # the marker below
+        (f"41 {stamp(90)}", "it ended long ago"),
+        (f"41 {stamp(-120)}", "an end time to come is no job that ended"),
+        (f"{JOB} {stamp(1)}", "the job itself (a requeued one)"),
+        ("41+0 2026-11-28T15:00:00\nUnknown N/A", "lines that are not an id and a time"),
+    ],
+)
+def test_ended_jobs_that_need_no_wait(prolog: Prolog, ended: str, why: str) -> None:
+    (prolog.state / "41.done").touch()
+    prolog.write("ended", ended)
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2, f"{why}: {done} after {took:.2f}s"
+
+
+# ---- when it waits ---------------------------------------------------------------------------------------
+def test_a_job_waits_for_the_epilog_of_a_job_that_just_ended_on_its_node(prolog: Prolog) -> None:
+    """slurmctld gave the CPUs of job 41 away before 41's epilog ran: the start waits until the
+    epilog has noted its decision (STATE_DIR/41.done), then looks again."""
+    prolog.write("ended", f"41 {stamp(1)}")
+    prolog.later(1.6, lambda: (prolog.state / "41.done").touch())
+    done, took = prolog.timed()
+    assert done.returncode == 0, done
+    assert took >= 1.5, f"it went on after {took:.2f}s, before the epilog was done"
+    assert sum(c.startswith("squeue") for c in prolog.calls) >= 3, prolog.calls
+
+
+def test_without_a_state_directory_a_job_waits_until_the_ended_job_is_old_enough(prolog: Prolog) -> None:
+    prolog.conf(state_dir=prolog.root / "missing")
+    prolog.write("ended", f"41 {stamp(29)}")
+    done, took = prolog.timed()
+    assert done.returncode == 0 and 0.5 <= took < 10, f"{done} after {took:.2f}s"
+
+
+@pytest.mark.parametrize(
+    ("flags", "cpus", "alloc", "tot"),
+    [
+        ("IGNORE_JOBS,SPEC_NODES", 2, 1, 2),  # a whole-node hold: anything starting there came after it
+        ("SPEC_NODES", 1, 2, 2),  # a count hold: 2 allocated (this job's) + 1 held > 2
+    ],
+)
+def test_a_job_waits_while_a_handoff_hold_overbooks_its_node(
+    prolog: Prolog, flags: str, cpus: int, alloc: int, tot: int
+) -> None:
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=cpus, flags=flags))
+    prolog.node("n1", alloc=alloc, tot=tot)
+    prolog.later(1.6, lambda: prolog.write("res", ""))  # the bridge deletes the hold: the pod stopped
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took >= 1.5, f"{done} after {took:.2f}s"
+    assert any(c.startswith("scontrol show node n1") for c in prolog.calls), prolog.calls
+    log = done.stderr
+    assert "held in CONFIGURING" not in log  # the log goes to its file, not stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=1),  # 1 allocated + 1 held fits 2 CPUs
+        res_line("handoff-41_other-bridge_n1", "n1", flags="IGNORE_JOBS"),  # not a listed bridge's
+        res_line(f"handoff-41_{BRIDGE}-x_n1", "n1", flags="IGNORE_JOBS"),  # a longer id: no prefix match
+        res_line(f"handoff-41_{BRIDGE}_n2", "n2", flags="IGNORE_JOBS"),  # another node
+        res_line("maintenance", "n1", flags="MAINT,IGNORE_JOBS"),  # an administrator's
+        res_line(f"handoff-41_{BRIDGE}_n1", "n1", flags="IGNORE_JOBS", state="INACTIVE"),
+    ],
+)
+def test_holds_that_do_not_overbook_the_node_let_it_start(prolog: Prolog, line: str) -> None:
+    prolog.write("res", line)
+    prolog.node("n1", alloc=1, tot=2)
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2, f"{done} after {took:.2f}s"
+
+
+def test_a_failed_read_is_a_reason_to_wait(prolog: Prolog) -> None:
+    (prolog.fake / "squeue.fail").touch()
+    prolog.later(1.2, lambda: (prolog.fake / "squeue.fail").unlink())
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took >= 1, f"{done} after {took:.2f}s"
+
+
+def test_the_wait_is_bounded_and_then_the_prolog_fails_naming_why(prolog: Prolog) -> None:
+    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    done, took = prolog.timed()
+    assert done.returncode == 1, done
+    assert 1 <= took < 5, f"{took:.2f}s"
+    assert f"job {JOB} waited 1s" in done.stderr and "node n1: 2 CPUs allocated and 2 held" in done.stderr, done.stderr
+
+
+# ---- who never waits ---------------------------------------------------------------------------------
+def test_an_external_job_never_waits(prolog: Prolog) -> None:
+    """A bridge's job launches nothing on the node (and Kubernetes keeps its pod off the stopping
+    pod's resources); waiting, or failing, would only end it."""
+    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.write("job.json", job_json("JOB_WAS_RUNNING", "EXTERNAL_JOB"))
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 1, f"{done} after {took:.2f}s"
+    assert any("--json show job 50" in c for c in prolog.calls), prolog.calls
+
+
+def test_external_in_a_users_strings_is_not_external(prolog: Prolog) -> None:
+    """The job's name and comment are its user's: "EXTERNAL_JOB" there is not the job's flag."""
+    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.write("job.json", job_json("JOB_WAS_RUNNING", name='x",\n        "EXTERNAL_JOB'))
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
+    assert prolog.run().returncode == 1
+
+
+def test_a_refused_configuration_lets_every_job_start(prolog: Prolog) -> None:
+    """Then no epilog holds anything either: waiting would only stop native work."""
+    (prolog.etc / "slurm-bridge-handoff.conf").write_text("BRIDGE_IDS=\n")
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
+    done = prolog.run()
+    assert done.returncode == 0 and "BRIDGE_IDS is empty" in done.stderr and prolog.reads() == [], done
+
+
+# ---- the notify hook -------------------------------------------------------------------------------------
+def test_the_notify_hook_runs_first_with_the_jobs_environment(prolog: Prolog) -> None:
+    prolog.conf(f"NOTIFY={prolog.fake}/notify")
+    prolog.write("ended", f"41 {stamp(1)}")
+    prolog.later(1.2, lambda: (prolog.state / "41.done").touch())
+    assert prolog.run().returncode == 0
+    assert (prolog.fake / "notified").read_text().splitlines() == [f"prolog_slurmctld {JOB}"]
+
+
+def test_a_notify_hook_that_others_may_write_is_not_run_and_holds_go_on(prolog: Prolog) -> None:
+    os.chmod(prolog.fake / "notify", 0o777)
+    prolog.conf(f"NOTIFY={prolog.fake}/notify")
+    assert prolog.run().returncode == 0
+    assert not (prolog.fake / "notified").exists()
+    assert prolog.reads(), "the prolog still did its checks"
+
+
+# ---- the epilog's done marker ----------------------------------------------------------------------------
+def test_the_epilog_notes_each_job_done_once_it_decided(prolog: Prolog) -> None:
+    (prolog.fake / "scontrol").write_text(EPILOG_SCONTROL)
+    done = prolog.run(context="epilog_slurmctld")
+    assert done.returncode == 0 and (prolog.state / f"{JOB}.done").exists(), done
+
+
+def test_a_state_directory_others_may_write_is_not_used(prolog: Prolog) -> None:
+    os.chmod(prolog.state, 0o777)
+    (prolog.fake / "scontrol").write_text(EPILOG_SCONTROL)
+    assert prolog.run(context="epilog_slurmctld").returncode == 0
+    assert not (prolog.state / f"{JOB}.done").exists()
