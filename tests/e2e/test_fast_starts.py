@@ -1,5 +1,6 @@
-"""Fast starts (issue 31) on the real cluster and the real Slurm: slurmctld's hook (PrologSlurmctld
-and EpilogSlurmctld running slurm-hooks/slurm-bridge-notify.sh, installed by hack/cluster.sh)
+"""Fast starts (issue 31) on the real cluster and the real Slurm: slurmctld's hook
+(slurm-hooks/slurm-bridge-notify.sh, installed by hack/cluster.sh: EpilogSlurmctld, and run by the
+handoff script, the one PrologSlurmctld, as its NOTIFY)
 tells the operator of a queued job's start and of a job's end, and the operator reads that job at
 once; a tenant's pod is allocated at once, as the tenant.
 
@@ -34,9 +35,18 @@ def operator(cluster: dict[str, str], path: str) -> Any:
 @pytest.fixture
 def hooked(cluster: dict[str, str]) -> None:
     """The local cluster's slurmctld runs the bridge's hook, and the operator takes its notices."""
-    conf = Path(cluster["SLURM_ROOT"]) / "etc" / "slurm" / "slurm.conf"
-    if "PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh" not in conf.read_text():
-        raise PrerequisiteMissing(f"{conf} runs no slurm-bridge hook: restart the cluster (hack/cluster.sh down && up)")
+    etc = Path(cluster["SLURM_ROOT"]) / "etc" / "slurm"
+    conf, handoff = etc / "slurm.conf", etc / "slurm-bridge-handoff.conf"
+    hooked = (
+        "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in conf.read_text()
+        and "PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in conf.read_text()
+        and handoff.exists()
+        and "NOTIFY=/etc/slurm/slurm-bridge-notify.sh" in handoff.read_text()
+    )
+    if not hooked:
+        raise PrerequisiteMissing(
+            f"{conf} and {handoff} run no slurm-bridge hook: restart the cluster (hack/cluster.sh down && up)"
+        )
     if "slurm_hints" not in operator(cluster, "/stats"):
         raise PrerequisiteMissing("the running operator takes no Slurm hooks: hack/bridge.sh down && up")
 
