@@ -1,5 +1,5 @@
 """Benchmark: pods/s and CPU per pod of each node-sharing mode, side by side in one run, beside the
-default scheduler (docs/performance.md, "Node sharing").
+default scheduler (docs/performance-log.md, "Node sharing").
 
 For each mode (``--modes``, default ``coResident,exclusive,timeShared``) it creates ``--pods`` pods
 at once in a managed namespace, each naming the mode with the annotation

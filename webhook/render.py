@@ -100,7 +100,7 @@ def _requests_devices(containers: str) -> str:
 # bridge's, no placement field (nodeSelector, affinity, topologySpreadConstraints), no
 # resourceClaims and no DRA extended resource. Such a create then costs one admission round trip
 # (the mutating one) instead of two; in a burst each took 80-110 ms inside the apiserver
-# (docs/performance.md, run 10). Evaluated on the final object, so it is exact: a mutation by any
+# (docs/performance-log.md, run 10). Evaluated on the final object, so it is exact: a mutation by any
 # webhook that adds one of these sends the create to validation. Everything else is still reviewed.
 PLAIN_POD_CREATE_CHECK: Final = " || ".join(
     [

@@ -23,7 +23,7 @@ from slurm_bridge.operator.placeholderjobs.controller import Controller
 
 def pod_selector(scheduler_name: str) -> dict[str, str]:
     """Only the bridge's pods: ``spec.schedulerName`` is immutable, so a pod never enters or leaves
-    the selection (docs/performance.md, "Pods the bridge does not manage")."""
+    the selection (docs/performance-log.md, "Pods the bridge does not manage")."""
     return {"fieldSelector": f"spec.schedulerName={scheduler_name}"}
 
 

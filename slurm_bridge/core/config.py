@@ -111,7 +111,7 @@ class Config(_Model):
     pollPeriodSeconds: float = Field(default=1.0, gt=0, le=2.0)
     # Ask Slurm for an immediate allocation first (POST job/allocate, immediate) and queue the job
     # (job/submit) only when it cannot start now: pods start in milliseconds instead of after
-    # Slurm's next scheduling pass. See docs/performance.md for what a refused attempt costs.
+    # Slurm's next scheduling pass. See docs/performance-log.md for what a refused attempt costs.
     immediateAllocation: bool = True
     slurmRequestTimeoutSeconds: float = Field(default=10.0, gt=0)
     # Users (as the apiserver authenticates them) that may write the bridge's reserved keys.

@@ -103,7 +103,7 @@ def bridge_jobs_in(slurm: SlurmEnv, ns: str, *, refused: bool = False) -> list[d
     """Slurm jobs the bridge made for PlaceholderJobs in namespace ``ns`` (from admin_comment).
 
     Records of refused immediate allocations (which never allocated anything, see
-    docs/performance.md) are left out unless ``refused``: they are not jobs the bridge holds.
+    docs/performance-log.md) are left out unless ``refused``: they are not jobs the bridge holds.
     """
     out = []
     for job in slurm_jobs(slurm):

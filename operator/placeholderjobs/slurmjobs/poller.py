@@ -49,7 +49,7 @@ FULL_LIST_MAX_SECONDS = 300.0
 # this often, but at most PENDING_REFRESH_PER_POLL of them per poll (the longest unread first),
 # so a deep queue costs a bounded number of GETs per period; the full list every
 # FULL_RESYNC_SECONDS reads every reason anyway. (Measured: 300 pending jobs cost 20 GETs a
-# second without the cap: docs/performance.md, run 3.)
+# second without the cap: docs/performance-log.md, run 3.)
 PENDING_REFRESH_SECONDS = 10.0
 PENDING_REFRESH_PER_POLL = 4
 # Details are fetched job by job while that is cheaper than one full list: a GET costs about as
@@ -60,7 +60,7 @@ GET_COST_IN_LISTED_JOBS = 4
 # slurmd and EXTERNAL nodes alike), which the node controller asks for with ``update_time`` once
 # a period anyway. While that table is unchanged since the last state poll began and the bridge
 # expects no job, no job can have started or ended: the state poll (every job Slurm holds: 96 ms
-# of slurmrestd's CPU at 10,000 jobs, docs/performance.md) is skipped, and pending jobs' reasons
+# of slurmrestd's CPU at 10,000 jobs, docs/performance-log.md) is skipped, and pending jobs' reasons
 # are not read again either. It still runs at least this often, for what touches no node (a
 # pending job cancelled by someone else).
 STATES_MAX_SECONDS = 10.0

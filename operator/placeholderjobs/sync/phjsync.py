@@ -451,7 +451,7 @@ class PlaceholderJobs:
     async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
         """Remove the finalizer, and the PlaceholderJob from the store (its resourceVersion kept
         as a tombstone): a reconcile before the DELETED event then finds nothing and sends no
-        second PATCH (docs/performance.md, "A wasted write found"). Should another finalizer keep
+        second PATCH (docs/performance-log.md, "A wasted write found"). Should another finalizer keep
         the object, its next change brings it back, and it is finalized again without a PATCH."""
         meta = phj.metadata
         finalizers = meta.finalizers or []
