@@ -241,18 +241,21 @@ extend() {
 # reasons NODE...: one line per reason to wait, none when the job may start; a failed read is a
 # reason too (the safe side). Reads: squeue, scontrol show res, and scontrol show node per held node.
 reasons() {
-  local list out id end t now line node cpus alloc tot
+  local list out id end now since line node cpus alloc tot
   local -A held=() mine=()
   for node in "$@"; do mine[$node]=1; done
   list=$(IFS=,; echo "$*")
-  now=$(date +%s)
+  # squeue's end times are local times to the second, in an order strings keep: compared as such,
+  # no fork per line (a node may have hundreds of ended jobs within MinJobAge)
+  printf -v now '%(%Y-%m-%dT%H:%M:%S)T' -1
+  printf -v since '%(%Y-%m-%dT%H:%M:%S)T' "$((EPOCHSECONDS - PROVISIONAL_SECONDS))"
   if ! out=$(squeue -h -t "$ENDED" -w "$list" -o '%A %e' 2>&1); then
     echo "squeue failed: ${out//$'\n'/ }"
   else
     while read -r id end; do
       [[ $id =~ ^[0-9]+$ ]] && [ "$id" != "$job" ] || continue
-      t=$(date -d "$end" +%s 2>/dev/null) || continue
-      (( t <= now && now - t <= PROVISIONAL_SECONDS )) || continue
+      [[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$ ]] || continue
+      [[ ! $end < $since && ! $end > $now ]] || continue
       [ -n "$state_dir" ] && [ -e "$state_dir/$id.done" ] && continue
       echo "job $id ended at $end and its handoff is not decided yet"
     done <<< "$out"

@@ -14,9 +14,11 @@ Slurm, so a restart at any line neither duplicates nor leaks a Slurm job.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_bridge import names
 from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.tasks import cancel_and_wait
@@ -57,6 +59,8 @@ class Stats:
     queue: int
     pods: int
     placeholderjobs: int
+    kube_writes_by_kind: dict[str, int]  # the operator's API writes, "VERB resource" (kube.client.write_kind)
+    watch_events: dict[str, int]  # watch events handled, by resource
 
 
 class Controller:
@@ -74,6 +78,7 @@ class Controller:
         self.tenants = tenants
         self.kube = kube
         self.slurm = slurm
+        self.watch_events: Counter[str] = Counter()  # by resource, for /stats
         self.pods = ObjectStore(index=pod_job_index)
         # How each bridge pod was last seen before its object went (a pod that vanished while it
         # ran holds its cores until its grace period passed: docs/colocation.md).
@@ -162,15 +167,19 @@ class Controller:
             queue=len(self.queue),
             pods=len(self.pods),
             placeholderjobs=len(self.phjs),
+            kube_writes_by_kind=dict(self.kube.writes),
+            watch_events=dict(self.watch_events),
         )
 
     # ---- watch events (operator/wiring/watches.py), mapped to work items by :mod:`.events` ----
     def on_pod_event(self, etype: str, pod: Obj) -> None:
+        self.watch_events["pods"] += 1
         if etype == "DELETED" and pod.get("spec", {}).get("schedulerName") == self.config.schedulerName:
             self.departures.note(project(pod))
         self.events.on_pod_event(etype, pod)
 
     def on_phj_event(self, etype: str, phj: Obj) -> None:
+        self.watch_events[names.PLURAL] += 1
         self.events.on_phj_event(etype, phj)
 
     def _pod_gone(self, uid: str) -> None:

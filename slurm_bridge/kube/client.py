@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import ssl
+from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -150,6 +151,19 @@ def object_path(obj: dict[str, Any]) -> str:
     return resource_path(api_version, plural, meta.get("namespace"), meta["name"])
 
 
+def write_kind(method: str, path: str) -> str:
+    """``"PATCH pods/status"`` for a write to ``/api/v1/namespaces/ns/pods/p/status``: the verb and
+    the resource (and subresource) a write counts under, as the API server's own request metrics
+    name them; namespaces and names left out, so that a count per pod can be asserted."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return f"{method} -"
+    return f"{method} {rest[0]}/{rest[2]}" if len(rest) >= 3 else f"{method} {rest[0]}"
+
+
 class KubeClient:
     """Async JSON calls against the apiserver; errors become ``KubeError`` subclasses."""
 
@@ -174,6 +188,9 @@ class KubeClient:
         self._event_seq = itertools.count()
         self._event_tasks: set[asyncio.Task[None]] = set()
         self._event_slots = asyncio.Semaphore(EVENT_CONCURRENCY)
+        # Writes sent, by verb and resource (write_kind), whatever their answer: the operator's
+        # /stats, which tests/e2e/test_costs.py counts per pod (issue 39).
+        self.writes: Counter[str] = Counter()
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, *, component: str = names.APP_NAME) -> KubeClient:
@@ -214,6 +231,8 @@ class KubeClient:
         """One API call's JSON answer. ``accept``: another representation (``METADATA_ONLY``)."""
         headers: dict[str, str] = {"Accept": accept} if accept else {}
         data: bytes | None = None
+        if method != "GET":
+            self.writes[write_kind(method, path)] += 1
         if body is not None:
             headers["Content-Type"] = content_type
             data = pydantic_core.to_json(body)

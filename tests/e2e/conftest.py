@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
 from tests.e2e.util import end_workloads
-from tests.harness import REPO, PrerequisiteMissing, SlurmEnv, run
+from tests.harness import MANAGED_LABEL, REPO, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
 
 OLD_SLURM_SH = REPO / "hack" / "old-slurm.sh"
 
@@ -66,3 +66,33 @@ def policy(custom: k8s.CustomObjectsApi) -> Iterator[Callable[[dict[str, Any]], 
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+@pytest.fixture
+def tenant_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi) -> Iterator[str]:
+    """A fresh managed namespace under a TenantPolicy of its own for tenant a (its user, group,
+    accounts and QOS), once the policy's status selects it; both deleted after the test."""
+    tenant = TENANTS["a"]
+    ns = f"tenant-{secrets.token_hex(3)}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns, labels={MANAGED_LABEL: "true"})))
+    name = f"e2e-{secrets.token_hex(4)}"
+    spec = {
+        "namespaces": [ns],
+        "user": {"name": tenant.user},
+        "group": {"id": tenant.gid},
+        "accounts": {"default": tenant.accounts[0], "allowed": list(tenant.accounts)},
+        "qos": {"default": tenant.qos, "allowed": [tenant.qos, "normal"]},
+    }
+    body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
+    custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
+    try:
+
+        def selected() -> bool:
+            policy = custom.get_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
+            return ns in (policy.get("status") or {}).get("namespaces", [])
+
+        wait_for(selected, 30, f"TenantPolicy {name} to select {ns}")
+        yield ns
+    finally:
+        custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
+        core.delete_namespace(ns)

@@ -10,7 +10,6 @@ speed is the benchmark's (bench/pipeline_latency.py)."""
 from __future__ import annotations
 
 import json
-import secrets
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.e2e.util import get_phj, make_pod, pod_events, read_pod, slurm_job
-from tests.harness import CLUSTER_SH, MANAGED_LABEL, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
+from tests.harness import CLUSTER_SH, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 Obj = dict[str, Any]
@@ -100,38 +99,17 @@ def test_a_job_slurm_ends_is_read_when_slurmctld_says_so(
 
 
 def test_a_tenants_pod_is_allocated_at_once_as_the_tenant(
-    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, cluster: dict[str, str], slurm_env: SlurmEnv
-) -> None:
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, cluster: dict[str, str], slurm_env: SlurmEnv,
+    tenant_namespace: str,
+) -> None:  # fmt: skip
     """Under a TenantPolicy, the job is allocated inside the call (Slurm: SchedSubmit) and runs as
     the tenant, in the tenant's account (docs/tenancy.md#a-tenants-identity-without-the-queue)."""
-    tenant = TENANTS["a"]
-    ns = f"fast-tenant-{secrets.token_hex(3)}"
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns, labels={MANAGED_LABEL: "true"})))
-    name = f"e2e-{secrets.token_hex(4)}"
-    spec = {
-        "namespaces": [ns],
-        "user": {"name": tenant.user},
-        "group": {"id": tenant.gid},
-        "accounts": {"default": tenant.accounts[0], "allowed": list(tenant.accounts)},
-        "qos": {"default": tenant.qos, "allowed": [tenant.qos, "normal"]},
-    }
-    body = {"apiVersion": names.API_VERSION, "kind": names.TP_KIND, "metadata": {"name": name}, "spec": spec}
-    custom.create_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, body)
-    try:
-
-        def selected() -> bool:
-            policy = custom.get_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
-            return ns in (policy.get("status") or {}).get("namespaces", [])
-
-        wait_for(selected, 30, f"TenantPolicy {name} to select {ns}")
-        core.create_namespaced_pod(ns, make_pod("tenant"))
-        job_id = _bound_job(core, custom, ns, "tenant")
-        assert operator(cluster, "/stats/starts")[str(job_id)]["path"] == "allocate"
-        job = slurm_job(slurm_env, job_id)
-        identity = (job or {}).get("user_name"), (job or {}).get("group_id"), (job or {}).get("account")
-        assert identity == (tenant.user, tenant.gid, tenant.accounts[0]), job
-        flags = slurm_env.sacct("-X", "-n", "-P", "-j", str(job_id), "--format=Flags")
-        assert "SchedSubmit" in flags, f"started inside the allocation call: {flags!r}"
-    finally:
-        custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
-        core.delete_namespace(ns)
+    tenant, ns = TENANTS["a"], tenant_namespace
+    core.create_namespaced_pod(ns, make_pod("tenant"))
+    job_id = _bound_job(core, custom, ns, "tenant")
+    assert operator(cluster, "/stats/starts")[str(job_id)]["path"] == "allocate"
+    job = slurm_job(slurm_env, job_id)
+    identity = (job or {}).get("user_name"), (job or {}).get("group_id"), (job or {}).get("account")
+    assert identity == (tenant.user, tenant.gid, tenant.accounts[0]), job
+    flags = slurm_env.sacct("-X", "-n", "-P", "-j", str(job_id), "--format=Flags")
+    assert "SchedSubmit" in flags, f"started inside the allocation call: {flags!r}"

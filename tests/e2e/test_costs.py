@@ -1,0 +1,204 @@
+"""What a pod costs, counted (not timed) on the real cluster and the real Slurm (issue 39): the
+operator's API writes by verb and resource, its Slurm calls by kind and the watch events it
+handles, over each pod's whole life (created, running, deleted, its PlaceholderJob gone), for a
+plain pod, a tenant's pod, a gang's pods, a coResident pod on a hybrid node and a pod whose job
+Slurm queues.
+
+Counts come from the operator's /stats (``kube_writes_by_kind``, ``slurm_requests_by_kind``,
+``watch_events``), before and after, once they stopped moving. A feature that adds a call or a write
+per pod fails here and must change the number below on purpose, in the same commit, with why.
+The polls (job states, nodes, reservations, Slurm's settings) cost per second, not per pod, and the
+node controller's and the leader lease's writes are not a pod's: they are left out. Where Slurm's
+timing decides (the reads of a queued job), the count is a ceiling and a floor."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from tests.e2e.util import get_phj, make_pod, read_pod
+from tests.harness import TENANTS, SlurmEnv, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+Obj = dict[str, Any]
+N = 4
+PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+# Per second, not per pod: the polls and the handoff loop's reservation list, Slurm's settings.
+POLLS = {"GET /jobs/state", "GET /jobs", "GET /nodes", "GET /reservations/", "GET /partitions", "GET /conf",
+         "GET /qos", "GET /diag", "GET /ping", "GET /reconfigure"}  # fmt: skip
+POD_RESOURCES = {"pods", "pods/status", "placeholderjobs", "placeholderjobs/status", "events"}
+
+
+def stats(cluster: dict[str, str]) -> Obj:
+    port = (Path(cluster["SB_STATE_DIR"]) / "bridge-operator.port").read_text().strip()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as r:
+        result: Obj = json.load(r)
+    return result
+
+
+def pod_counts(s: Obj) -> Counter[str]:
+    """The counters that belong to pods: Slurm calls (polls out), the operator's writes to pods,
+    PlaceholderJobs and Events, the watch events of pods and PlaceholderJobs."""
+    c: Counter[str] = Counter()
+    for kind, n in (s.get("slurm_requests_by_kind") or {}).items():
+        if kind not in POLLS:
+            c[f"slurm {kind}"] = n
+    for kind, n in (s.get("kube_writes_by_kind") or {}).items():
+        if kind.split(" ", 1)[1] in POD_RESOURCES:
+            c[f"kube {kind}"] = n
+    for resource, n in (s.get("watch_events") or {}).items():
+        c[f"watch {resource}"] = n
+    return c
+
+
+def settled(cluster: dict[str, str], quiet: float = 3.0, limit: float = 60.0) -> Counter[str]:
+    """The pod counters once they have not moved for ``quiet`` seconds (Events are posted in the
+    background, a cancel after the pod's end)."""
+    deadline = time.monotonic() + limit
+    last, since = pod_counts(stats(cluster)), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = pod_counts(stats(cluster))
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return now
+    raise AssertionError(f"the operator's counters still moved after {limit:.0f}s: {dict(last)}")
+
+
+def measure(cluster: dict[str, str], life: Callable[[], None]) -> dict[str, float]:
+    """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end)."""
+    before = settled(cluster)
+    life()
+    after = settled(cluster)
+    delta = after - before
+    return {k: round(n / N, 2) for k, n in sorted(delta.items()) if n}
+
+
+def running(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str]) -> None:
+    def up() -> bool:
+        bound = all((p := read_pod(core, ns, name)) is not None and p.spec.node_name for name in pods)
+        return bound and all(((get_phj(custom, ns, n) or {}).get("status") or {}).get("phase") == "Running"
+                             for n in phjs)  # fmt: skip
+
+    wait_for(up, 120, f"pods {pods} bound and PlaceholderJobs {phjs} Running")
+
+
+def ended(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str]) -> None:
+    for name in pods:
+        core.delete_namespaced_pod(name, ns)
+
+    def gone() -> bool:
+        return all(read_pod(core, ns, p) is None for p in pods) and all(get_phj(custom, ns, n) is None for n in phjs)
+
+    wait_for(gone, 120, f"pods {pods} and PlaceholderJobs {phjs} gone")
+
+
+def singles(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, manifest: Callable[[str], Obj]) -> None:
+    """N pods of one pod each: created, running, deleted, their PlaceholderJobs gone."""
+    pods = [f"cost-{i}" for i in range(N)]
+    for name in pods:
+        core.create_namespaced_pod(ns, manifest(name))
+    running(custom, core, ns, pods, pods)
+    ended(custom, core, ns, pods, pods)
+
+
+def check(got: Mapping[str, float], exact: Mapping[str, float], within: Mapping[str, tuple[float, float]]) -> None:
+    """Every counter that moved is named: exactly, or within (floor, ceiling)."""
+    problems = [f"{k}: {got.get(k, 0)} per pod, expected {v}" for k, v in exact.items() if got.get(k, 0) != v]
+    problems += [f"{k}: {got.get(k, 0)} per pod, expected {lo} to {hi}" for k, (lo, hi) in within.items()
+                 if not lo <= got.get(k, 0) <= hi]  # fmt: skip
+    problems += [f"{k}: {v} per pod, not expected at all" for k, v in got.items() if k not in exact and k not in within]
+    assert not problems, "per-pod costs changed:\n  " + "\n  ".join(problems) + f"\nall: {got}"
+
+
+# ---- what each kind of pod costs ------------------------------------------------------------------
+# A pod allocated at once: Slurm, its allocation, one read, the released mark (the handoff's
+# EpilogSlurmctld is configured) and the cancel; the operator's three writes to place it (the
+# PlaceholderJob, the pod's release, the status with the allocation) and two to end it (the
+# PlaceholderJob's status with the pods' end, its finalizer); watch events: the pod's create,
+# release, bind, kubelet status, deletion and delete; the PlaceholderJob's create, two status
+# writes, the finalizer's removal and delete.
+PLACED: dict[str, float] = {
+    "slurm POST /job/allocate": 1, "slurm GET /job/{id}": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
+    "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube PATCH placeholderjobs/status": 2,
+    "kube PATCH placeholderjobs": 1,
+}  # fmt: skip
+WATCH: dict[str, tuple[float, float]] = {"watch pods": (4, 9), "watch placeholderjobs": (3, 7)}
+
+
+def test_a_plain_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
+    got = measure(cluster, lambda: singles(custom, core, ns, make_pod))
+    check(got, PLACED, WATCH)
+
+
+def test_a_coresident_pod_on_a_hybrid_node(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str], slurm_env: SlurmEnv
+) -> None:
+    """The same as a plain pod: the handoff adds nothing to a pod's life when the bridge ends it."""
+
+    def manifest(name: str) -> Obj:
+        pod = make_pod(name, cpu="1", memory="64Mi",
+                       annotations={names.ANN_NODE_SHARING: names.NODE_SHARING_CO_RESIDENT,
+                                    names.ANN_PARTITION: slurm_env.hybrid_partition})  # fmt: skip
+        pod["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "64Mi"}
+        return pod
+
+    got = measure(cluster, lambda: singles(custom, core, ns, manifest))
+    check(got, PLACED, WATCH)
+
+
+def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
+    """A job that names a group is queued (job/submit): its start is read once slurmctld's hook
+    says so, or at a poll; a pending job's reason may be read again before it starts."""
+    gid = str(TENANTS["a"].gid)
+    got = measure(
+        cluster, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
+    )
+    exact = {k: v for k, v in PLACED.items() if k not in ("slurm POST /job/allocate", "slurm GET /job/{id}")}
+    exact["slurm POST /job/submit"] = 1
+    check(got, exact, WATCH | {"slurm GET /job/{id}": (1, 3)})
+
+
+def test_a_tenants_pod(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, tenant_namespace: str, cluster: dict[str, str]
+) -> None:
+    """Allocated as the tenant: a tenant may not set the job's admin comment, so the bridge's
+    marker is set right after, with its own token (one POST more)."""
+    got = measure(cluster, lambda: singles(custom, core, tenant_namespace, make_pod))
+    check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH)
+
+
+def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
+    """A PodGroup of N: one Slurm job and one PlaceholderJob for all N pods, so per pod a quarter
+    of a job's calls, one release patch each."""
+
+    def life() -> None:
+        group, pods = "cost-gang", [f"gang-{i}" for i in range(N)]
+        body = {"apiVersion": "/".join(PODGROUP[:2]), "kind": "PodGroup", "metadata": {"name": group},
+                "spec": {"minMember": N}}  # fmt: skip
+        custom.create_namespaced_custom_object(PODGROUP[0], PODGROUP[1], ns, PODGROUP[2], body)
+        for name in pods:
+            core.create_namespaced_pod(ns, make_pod(name, labels={names.LABEL_POD_GROUP: group}))
+        phj = f"podgroup-{group}"
+        running(custom, core, ns, pods, [phj])
+        ended(custom, core, ns, pods, [phj])
+        custom.delete_namespaced_custom_object(PODGROUP[0], PODGROUP[1], ns, PODGROUP[2], group)
+
+    got = measure(cluster, life)
+    per_job = 1 / N
+    exact = {
+        "slurm POST /job/allocate": per_job, "slurm GET /job/{id}": per_job, "slurm POST /job/{id}": per_job,
+        "slurm DELETE /job/{id}": per_job, "kube POST placeholderjobs": per_job, "kube PATCH pods": 1,
+        "kube PATCH placeholderjobs/status": 2 * per_job, "kube PATCH placeholderjobs": per_job,
+    }  # fmt: skip
+    check(got, exact, {"watch pods": (4, 9), "watch placeholderjobs": (0.5, 3)})
