@@ -24,6 +24,12 @@ per-event machinery instead (``queueing.watcher``, ``processing.process_resource
 the operator's kopf settings and the two event handlers the operator had until issue 24), fed
 by a stand-in of kopf's watch stream: what going around kopf saves.
 
+Paths (``--path``): ``placed`` (the default) is a pod whose job Slurm allocates inside the call
+(``job/allocate``); ``queued`` is one whose job is queued (``job/submit``: the pod names a group,
+which only a submit sets), then started by Slurm a few loop turns later and announced by
+slurmctld's hook (the notice, ``SlurmHints.hint``), which the operator confirms with one read
+before it releases the pod.
+
 Not included: the HTTP exchanges themselves (aiohttp's and httpx's transports, TLS, sockets: the
 answers are handed to the clients' decoding as bytes), the Slurm polls (they cost per second, not
 per pod), the 10 s re-check timer of each released pod (a no-op reconcile later), leader
@@ -32,6 +38,7 @@ election, metrics scrapes and the webhook, extender and scheduler processes.
     nice -n 19 .venv/bin/python bench/replay.py [--pods 200] [--reps 5] [--mode watch|direct|kopf|all]
     nice -n 19 .venv/bin/python bench/replay.py --profile          # cProfile top 20 (one run, watch)
     nice -n 19 .venv/bin/python bench/replay.py --json
+    nice -n 19 .venv/bin/python bench/replay.py --path queued      # submitted, started, the notice
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 NAMESPACE = "bench-bridge-000001"
 NODES = [f"kwok-node-{i}" for i in range(1, 5)]
+# The pods' annotations per path: a group makes the job a submit (only job/submit sets one).
+PATHS: Final = {"placed": {}, "queued": {names.ANN_GROUP_ID: "64030"}}
 PHJ_PREFIX = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{NAMESPACE}/{names.PLURAL}"
 POD_PREFIX = f"/api/v1/namespaces/{NAMESPACE}/pods"
 # The collections the operator lists and watches across namespaces, by path.
@@ -121,11 +130,12 @@ def managed_fields(manager: str, keys: list[str]) -> list[Obj]:
              "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {f"f:{k}": {} for k in keys}}}]  # fmt: skip
 
 
-def new_pod(name: str, uid: str) -> Obj:
+def new_pod(name: str, uid: str, annotations: dict[str, str] | None = None) -> Obj:
     """The benchmark's pod (bench/pipeline_latency.py) as the webhook admitted it."""
     return {
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "creationTimestamp": "2026-11-23T00:00:00Z",
+                     **({"annotations": annotations} if annotations else {}),
                      "managedFields": managed_fields("python-requests",
                                                      ["containers", "restartPolicy", "tolerations"])},
         "spec": admitted_pod_spec(schedulingGates=[{"name": names.SCHEDULING_GATE}]),
@@ -223,6 +233,14 @@ def merge_patch(obj: Obj, patch: Obj) -> Obj:
     return out
 
 
+def pending_job(running: Obj) -> Obj:
+    """The same job waiting in Slurm's queue: PENDING, no nodes yet."""
+    job = copy.deepcopy(running)
+    job.update(job_state=["PENDING"], state_reason="Priority", nodes="", job_resources={})
+    job["start_time"] = job["start_time"] | {"number": 0}
+    return job
+
+
 # ---- the stand-in API server -----------------------------------------------------------------------
 @dataclass
 class ApiServer:
@@ -238,6 +256,7 @@ class ApiServer:
     events_sent: Counter[str] = field(default_factory=Counter)  # watch events by resource
     releases: Counter[str] = field(default_factory=Counter)  # pod name -> release patches
     pending: int = 0  # the other writers' steps not run yet
+    pod_annotations: dict[str, str] = field(default_factory=dict)  # on every pod the user creates
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -271,7 +290,7 @@ class ApiServer:
     @StandIn.timed
     def create_pod(self, name: str) -> None:
         self.requests[("user", "POST", "pods")] += 1
-        pod = self._stamp(new_pod(name, f"pod-{next(self._uid):08d}"))
+        pod = self._stamp(new_pod(name, f"pod-{next(self._uid):08d}", self.pod_annotations))
         self.objects[f"{POD_PREFIX}/{name}"] = pod
         self._emit("pods", "ADDED", pod)
 
@@ -439,6 +458,9 @@ class ReplaySlurm:
         self.jobs: dict[int, Obj] = {}
         self.calls: Counter[str] = Counter()
         self.unknown: list[str] = []
+        # Slurm starts a queued job a few loop turns after its submit, then its hook's notice
+        # reaches the operator (the replay sets this to the operator's SlurmHints.hint).
+        self.on_start: Callable[[int], object] | None = None
 
     @StandIn.timed
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -454,6 +476,14 @@ class ReplaySlurm:
             self.jobs[job_id] = slurm_job(job_id, job.get("name", ""), job.get("admin_comment", ""),
                                           NODES[job_id % len(NODES)])  # fmt: skip
             return httpx.Response(200, json=meta | {"job_id": job_id, "job_submit_user_msg": ""})
+        if request.method == "POST" and path == "job/submit":
+            job = json.loads(request.content)["job"]
+            job_id = next(self.next_id)
+            running = slurm_job(job_id, job.get("name", ""), job.get("admin_comment", ""), NODES[job_id % len(NODES)])
+            self.jobs[job_id] = pending_job(running)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._start, job_id, running)  # Slurm's scheduler, a little later
+            return httpx.Response(200, json=meta | {"job_id": job_id, "step_id": "batch", "job_submit_user_msg": ""})
         if path.startswith("job/") and path[4:].isdigit():
             job_id = int(path[4:])
             if request.method == "GET" and job_id in self.jobs:
@@ -466,6 +496,13 @@ class ReplaySlurm:
                 return httpx.Response(200, json=meta | {"job_id": job_id, "results": []})
         self.unknown.append(kind)
         return httpx.Response(404, text="Unable to find requested URL endpoint.")
+
+    @StandIn.timed
+    def _start(self, job_id: int, running: Obj) -> None:
+        if job_id in self.jobs:
+            self.jobs[job_id] = running
+            if self.on_start is not None:
+                self.on_start(job_id)
 
 
 # ---- feeding the watch events ------------------------------------------------------------------------
@@ -565,6 +602,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
 class Result:
     pods: int
     mode: str
+    path: str
     cpu_ms: dict[str, float]  # phase -> the operator's CPU milliseconds (process time) for all pods
     standin_ms: dict[str, float]  # phase -> the stand-ins' CPU milliseconds (subtracted from cpu_ms)
     events: dict[str, int]  # watch events delivered, by resource
@@ -576,6 +614,7 @@ class Result:
     released: Counter[str]
     unknown: list[str]
     phases: Counter[str]  # the PlaceholderJobs' phases once every pod runs
+    hints_read: int  # notices of a start that were news and had their job read (the queued path)
     left: list[str]  # objects left after every pod's end (none expected)
 
 
@@ -597,8 +636,10 @@ async def _quiet(server: ApiServer, ctrl: Controller, delivered: Counter[str], d
                                f"other writers' steps {server.pending}")  # fmt: skip
 
 
-async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, settle_seconds: float = 120) -> Result:
-    server = ApiServer()
+async def replay(
+    pods: int, mode: str, profile: cProfile.Profile | None = None, settle_seconds: float = 120, path: str = "placed"
+) -> Result:
+    server = ApiServer(pod_annotations=PATHS[path])
     slurm_api = ReplaySlurm()
     with tempfile.TemporaryDirectory() as tmp:
         token = Path(tmp, "jwt")
@@ -627,6 +668,7 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
             reconciles[item.kind] += 1
             return await handle(item)
 
+        slurm_api.on_start = lambda job_id: ctrl.hints.hint(job_id, "started")  # slurmctld's hook
         ctrl.on_pod_event, ctrl.on_phj_event = pod_event, phj_event  # type: ignore[method-assign]
         ctrl.queue._handler = counted
         ctrl.queue.start()
@@ -665,12 +707,13 @@ async def replay(pods: int, mode: str, profile: cProfile.Profile | None = None, 
         await kube.aclose()
         await slurm.aclose()
     return Result(
-        pods=pods, mode=mode, cpu_ms=cpu, standin_ms=standin, events=dict(delivered), placed_events=placed_events,
+        pods=pods, mode=mode, path=path, cpu_ms=cpu, standin_ms=standin, events=dict(delivered),
+        placed_events=placed_events,
         reconciles=reconciles, left=sorted(server.objects),
         requests={" ".join(k): n for k, n in sorted(server.requests.items())},
         placed_requests={" ".join(k): n for k, n in sorted(placed.items())},
         slurm=dict(slurm_api.calls), released=server.releases, unknown=server.unknown + slurm_api.unknown,
-        phases=phases,
+        phases=phases, hints_read=ctrl.hints.read,
     )  # fmt: skip
 
 
@@ -690,7 +733,7 @@ def summary(runs: list[Result]) -> dict[str, Any]:
     total = sorted((x.cpu_ms["place"] + x.cpu_ms["end"]) / n for x in runs)
     placed_writes = {k: v for k, v in r.placed_requests.items() if k.split()[1] not in ("GET", "LIST", "WATCH")}
     return {
-        "mode": r.mode, "pods": n, "runs": len(runs),
+        "mode": r.mode, "path": r.path, "pods": n, "runs": len(runs),
         "cpu_ms_per_pod": {ph: {"min": round(v[0], 3), "median": round(statistics.median(v), 3),
                                 "max": round(v[-1], 3)} for ph, v in (*per.items(), ("total", total))},
         "standin_cpu_ms_per_pod_subtracted": {ph: round(statistics.median(x.standin_ms[ph] for x in runs) / n, 3)
@@ -707,7 +750,7 @@ def summary(runs: list[Result]) -> dict[str, Any]:
 
 def print_summary(s: dict[str, Any]) -> None:
     c = s["cpu_ms_per_pod"]
-    print(f"== {s['mode']}: {s['pods']} pods, {s['runs']} runs ==")
+    print(f"== {s['mode']}, {s['path']}: {s['pods']} pods, {s['runs']} runs ==")
     for ph, label in (("place", "create -> running"), ("end", "delete -> finalized"), ("total", "whole life")):
         print(f"  CPU ms per pod, {label:20} min {c[ph]['min']:7.3f}  median {c[ph]['median']:7.3f}  "
               f"max {c[ph]['max']:7.3f}")  # fmt: skip
@@ -738,8 +781,11 @@ def check(r: Result) -> list[str]:
                         f"{sum(1 for v in r.released.values() if v > 1)} more than once")  # fmt: skip
     if r.left:
         problems.append(f"objects left after the pods ended: {r.left[:5]}")
-    if r.slurm.get("POST job/allocate") != r.pods:
-        problems.append(f"allocations: {r.slurm.get('POST job/allocate')} for {r.pods} pods")
+    made = "POST job/submit" if r.path == "queued" else "POST job/allocate"
+    if r.slurm.get(made) != r.pods:
+        problems.append(f"{made}: {r.slurm.get(made)} for {r.pods} pods")
+    if r.path == "queued" and r.hints_read != r.pods:
+        problems.append(f"starts read after the hook's notice: {r.hints_read} for {r.pods} pods")
     return problems
 
 
@@ -750,6 +796,8 @@ def main() -> None:
     ap.add_argument("--mode", choices=(*MODES, "all"), default="watch",
                     help="watch: the operator's watches (its path); direct: decoded events to the handlers; "
                          "kopf: through kopf's per-event processing (the path until issue 24)")  # fmt: skip
+    ap.add_argument("--path", choices=tuple(PATHS), default="placed",
+                    help="placed: allocated in the call; queued: submitted, started, the hook's notice")  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="cProfile one replay (the first mode) and print the top 20")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -759,7 +807,7 @@ def main() -> None:
     modes = list(MODES) if args.mode == "all" else [args.mode]
     if args.profile:
         prof = cProfile.Profile()
-        r = asyncio.run(replay(args.pods, modes[0], prof))
+        r = asyncio.run(replay(args.pods, modes[0], prof, path=args.path))
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
         print(f"cProfile of one replay ({r.mode}, {r.pods} pods; CPU under the profiler is inflated), by own time:")
@@ -771,8 +819,8 @@ def main() -> None:
         return
     results = {}
     for mode in modes:
-        asyncio.run(replay(min(args.pods, 20), mode))  # warm-up: imports, caches
-        runs = [asyncio.run(replay(args.pods, mode)) for _ in range(args.reps)]
+        asyncio.run(replay(min(args.pods, 20), mode, path=args.path))  # warm-up: imports, caches
+        runs = [asyncio.run(replay(args.pods, mode, path=args.path)) for _ in range(args.reps)]
         problems = check(runs[-1])
         if problems:
             raise SystemExit(f"{mode}: the replay went off the usual path: " + "; ".join(problems))

@@ -50,6 +50,17 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     assert r.cpu_ms["place"] > 0 and r.cpu_ms["end"] > 0
 
 
+async def test_a_queued_pods_start_is_read_once_after_the_hooks_notice() -> None:
+    """The queued path (issue 39): a submit, Slurm's start a little later, slurmctld's notice,
+    one read, the release; the same seven writes until it runs."""
+    r = await replay.replay(PODS, "watch", settle_seconds=30, path="queued")
+    assert replay.check(r) == []
+    assert r.hints_read == PODS, "every start read after its notice"
+    assert r.slurm == {"POST job/submit": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
+    assert {k: n / PODS for k, n in r.placed_requests.items()} == PLACED
+    assert r.released == Counter({f"b{i:04d}": 1 for i in range(PODS)})
+
+
 async def test_the_end_of_a_pods_life_cancels_its_job_and_removes_the_finalizer() -> None:
     r = await replay.replay(PODS, "direct", settle_seconds=30)
     ops = Counter({k: n for k, n in r.requests.items() if k.startswith("operator ")})
