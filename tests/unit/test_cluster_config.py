@@ -347,14 +347,22 @@ def test_the_handoff_conf_names_the_local_bridge_and_is_installed_roots_and_clos
         ["bash", str(SLURM_CONF_SH), "slurm-bridge-handoff.conf"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert globals_of(proc.stdout) == {"BRIDGE_IDS": Config().bridgeId, "MAX_HOLD_SECONDS": "86400"}
+    assert globals_of(proc.stdout) == {
+        "BRIDGE_IDS": Config().bridgeId, "MAX_HOLD_SECONDS": "86400", "STATE_DIR": "/var/spool/slurm-bridge",
+        "PROLOG_WAIT_SECONDS": "900",
+    }  # fmt: skip
     assert (
         "bridgeId" not in (HACK / "bridge.sh").read_text()
         and "bridgeId" not in (HACK / "kind" / "values.yaml").read_text()
     )
     installer = (HACK / "cluster" / "slurm.sh").read_text()
-    assert 'handoff_conf > "$etc/slurm-bridge-handoff.conf.new"' in installer
+    # the local cluster's: the nodes with a slurmd guarded, the notify hook run by the one PrologSlurmctld
+    assert (
+        'handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm-bridge-handoff.conf.new"'
+        in installer
+    )
     assert 'chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644' in installer
+    assert "in_root chown slurm:slurm /var/log/slurm-bridge /var/spool/slurm-bridge" in installer  # STATE_DIR
 
 
 def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_settings(tmp_path: Path) -> None:
@@ -380,4 +388,11 @@ def test_the_kind_clusters_slurm_gets_the_handoff_script_and_the_preemption_sett
     )
     conf = "/etc/slurm/slurm-bridge-handoff.conf"
     assert f'install -o root -g root -m 0644 "$CONFIG/slurm-bridge-handoff.conf" {conf}' in sb_slurm
-    assert globals_of(data["slurm-bridge-handoff.conf"]) == {"BRIDGE_IDS": "slurm-bridge", "MAX_HOLD_SECONDS": "86400"}
+    # its STATE_DIR: the directory sb-slurm makes SlurmUser's for the log; every worker guarded
+    assert globals_of(data["slurm-bridge-handoff.conf"]) == {
+        "BRIDGE_IDS": "slurm-bridge", "MAX_HOLD_SECONDS": "86400", "STATE_DIR": "/var/log/slurm-bridge",
+        "PROLOG_WAIT_SECONDS": "900",
+    }  # fmt: skip
+    assert "install -d -o slurm -g slurm /var/log/slurm-bridge" in sb_slurm
+    prologs = [ln for ln in data["slurm.conf"].splitlines() if ln.startswith("PrologSlurmctld=")]
+    assert prologs == ["PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh"], prologs

@@ -177,14 +177,20 @@ def test_slurm_conf_runs_the_hook_only_when_asked() -> None:
         assert out.returncode == 0, out.stderr
         return out.stdout.splitlines()
 
-    # The handoff's EpilogSlurmctld (hack/slurm-policy.conf) is always there; the notify hook only when asked.
-    assert not [ln for ln in conf() if "notify" in ln or "PrologSlurmctld=" in ln], (
-        "a path the controller lacks would cancel every job"
-    )
+    # The handoff script (hack/slurm-policy.conf, installed by both clusters) is always the one
+    # PrologSlurmctld: Slurm 26.05 ends a job's configuration when the first of several ends, which
+    # would cut the handoff's wait short. The notify hook only when asked: its EpilogSlurmctld, and
+    # its start notices from the handoff's prolog (NOTIFY in the handoff's configuration file).
+    handoff = "PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh"
+    plain = conf()
+    assert not [ln for ln in plain if "notify" in ln], "a path the controller lacks would fail every job's end"
+    assert [ln for ln in plain if ln.startswith("PrologSlurmctld=")] == [handoff]
     hooked = conf("notify_hook=/etc/slurm/slurm-bridge-notify.sh")
-    assert "PrologSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
     assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
-    assert "notify_hook=/etc/slurm/slurm-bridge-notify.sh" in (REPO / "hack" / "cluster" / "slurm.sh").read_text()
+    assert [ln for ln in hooked if ln.startswith("PrologSlurmctld=")] == [handoff]
+    installer = (REPO / "hack" / "cluster" / "slurm.sh").read_text()
+    assert "notify_hook=/etc/slurm/slurm-bridge-notify.sh" in installer
+    assert "notify=/etc/slurm/slurm-bridge-notify.sh" in installer
 
 
 # ---- the operator's endpoint -----------------------------------------------------------------------
