@@ -32,9 +32,12 @@ pytestmark = pytest.mark.usefixtures("bridge")
 Obj = dict[str, Any]
 N = 4
 PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-# Per second, not per pod: the polls and the handoff loop's reservation list, Slurm's settings.
-POLLS = {"GET /jobs/state", "GET /jobs", "GET /nodes", "GET /reservations/", "GET /partitions", "GET /conf",
-         "GET /qos", "GET /diag", "GET /ping", "GET /reconfigure"}  # fmt: skip
+# Per second (or per start-up), not per pod: the polls of job states, jobs, nodes and the handoff's
+# reservations, Slurm's settings (conf, partitions, QOS, accounts, associations), the health ping.
+# And the handoff loop's deletes of holds: a pod the bridge ends itself leaves none (its job is
+# marked released), so a delete in the window is an earlier test's stopping pod's.
+POLLS = ("GET /ping", "GET /conf", "GET /nodes", "GET /jobs", "GET /reservations", "GET /slurmdb/", "GET /partition",
+         "DELETE /reservation")  # fmt: skip
 POD_RESOURCES = {"pods", "pods/status", "placeholderjobs", "placeholderjobs/status", "events"}
 
 
@@ -50,7 +53,7 @@ def pod_counts(s: Obj) -> Counter[str]:
     PlaceholderJobs and Events, the watch events of pods and PlaceholderJobs."""
     c: Counter[str] = Counter()
     for kind, n in (s.get("slurm_requests_by_kind") or {}).items():
-        if kind not in POLLS:
+        if not kind.startswith(POLLS):
             c[f"slurm {kind}"] = n
     for kind, n in (s.get("kube_writes_by_kind") or {}).items():
         if kind.split(" ", 1)[1] in POD_RESOURCES:
@@ -93,9 +96,15 @@ def running(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: li
     wait_for(up, 120, f"pods {pods} bound and PlaceholderJobs {phjs} Running")
 
 
-def ended(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str]) -> None:
+def ended(
+    custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str],
+    then: Callable[[], object] = lambda: None,
+) -> None:  # fmt: skip
+    """The pods deleted (then ``then``: their group's own object), until they and the
+    PlaceholderJobs are gone."""
     for name in pods:
         core.delete_namespaced_pod(name, ns)
+    then()
 
     def gone() -> bool:
         return all(read_pod(core, ns, p) is None for p in pods) and all(get_phj(custom, ns, n) is None for n in phjs)
@@ -122,18 +131,23 @@ def check(got: Mapping[str, float], exact: Mapping[str, float], within: Mapping[
 
 
 # ---- what each kind of pod costs ------------------------------------------------------------------
-# A pod allocated at once: Slurm, its allocation, one read, the released mark (the handoff's
-# EpilogSlurmctld is configured) and the cancel; the operator's three writes to place it (the
-# PlaceholderJob, the pod's release, the status with the allocation) and two to end it (the
-# PlaceholderJob's status with the pods' end, its finalizer); watch events: the pod's create,
-# release, bind, kubelet status, deletion and delete; the PlaceholderJob's create, two status
-# writes, the finalizer's removal and delete.
+# A pod allocated at once. Slurm: its allocation, one read, the released mark (the handoff's
+# EpilogSlurmctld is configured) and the cancel. The operator's writes: three to place it (the
+# PlaceholderJob, the pod's release, the status with the allocation), three to end it (the status
+# with the pods' end, the `PodsDeleted` Event, the finalizer's removal). Watch events (other writers'
+# too, so a floor and a ceiling; 8 and 5 measured): the pod's create, release, bind, kubelet status,
+# deletion, terminal phase and delete; the PlaceholderJob's create, its two status writes, the
+# finalizer's removal and delete.
 PLACED: dict[str, float] = {
-    "slurm POST /job/allocate": 1, "slurm GET /job/{id}": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
+    "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
     "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube PATCH placeholderjobs/status": 2,
-    "kube PATCH placeholderjobs": 1,
+    "kube POST events": 1, "kube PATCH placeholderjobs": 1,
 }  # fmt: skip
-WATCH: dict[str, tuple[float, float]] = {"watch pods": (4, 9), "watch placeholderjobs": (3, 7)}
+# The read after the allocation, and at most one more: slurmctld's hook may announce the start (or
+# the end) before the operator has applied what it read or did (measured: 1 - 1.25).
+WATCH: dict[str, tuple[float, float]] = {
+    "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "slurm GET /job/{id}": (1, 2),
+}  # fmt: skip
 
 
 def test_a_plain_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
@@ -164,7 +178,7 @@ def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     got = measure(
         cluster, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
     )
-    exact = {k: v for k, v in PLACED.items() if k not in ("slurm POST /job/allocate", "slurm GET /job/{id}")}
+    exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
     exact["slurm POST /job/submit"] = 1
     check(got, exact, WATCH | {"slurm GET /job/{id}": (1, 3)})
 
@@ -191,14 +205,26 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
             core.create_namespaced_pod(ns, make_pod(name, labels={names.LABEL_POD_GROUP: group}))
         phj = f"podgroup-{group}"
         running(custom, core, ns, pods, [phj])
-        ended(custom, core, ns, pods, [phj])
-        custom.delete_namespaced_custom_object(PODGROUP[0], PODGROUP[1], ns, PODGROUP[2], group)
+
+        # the PodGroup's PlaceholderJob goes with the PodGroup (its owner)
+        def drop_group() -> None:
+            custom.delete_namespaced_custom_object(PODGROUP[0], PODGROUP[1], ns, PODGROUP[2], group)
+
+        ended(custom, core, ns, pods, [phj], drop_group)
 
     got = measure(cluster, life)
     per_job = 1 / N
+    # One Slurm job, one PlaceholderJob and one `PodsDeleted` Event for the N pods; each pod's own
+    # release. The gang's PlaceholderJob is written as its members come and go, so those writes
+    # grow with N (measured for 4 pods, 3 runs: 9 - 10 spec patches, each member joining and leaving,
+    # the finalizer and a retry on a conflict, and 7 status writes, "1 of 4" ... Running ... the
+    # end): a floor and a ceiling of 3 patches and 2 status writes a member.
     exact = {
-        "slurm POST /job/allocate": per_job, "slurm GET /job/{id}": per_job, "slurm POST /job/{id}": per_job,
-        "slurm DELETE /job/{id}": per_job, "kube POST placeholderjobs": per_job, "kube PATCH pods": 1,
-        "kube PATCH placeholderjobs/status": 2 * per_job, "kube PATCH placeholderjobs": per_job,
+        "slurm POST /job/allocate": per_job, "slurm POST /job/{id}": per_job, "slurm DELETE /job/{id}": per_job,
+        "kube POST placeholderjobs": per_job, "kube PATCH pods": 1, "kube POST events": per_job,
     }  # fmt: skip
-    check(got, exact, {"watch pods": (4, 9), "watch placeholderjobs": (0.5, 3)})
+    within = {
+        "watch pods": (7, 9), "watch placeholderjobs": (1, 4), "slurm GET /job/{id}": (per_job, 2 * per_job),
+        "kube PATCH placeholderjobs": (1, 3), "kube PATCH placeholderjobs/status": (2 * per_job, 2),
+    }  # fmt: skip
+    check(got, exact, within)
