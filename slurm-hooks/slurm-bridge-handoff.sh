@@ -141,16 +141,9 @@ read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), p
   [ ${#bridge_ids[@]} -gt 0 ] || refuse "$conf: no BRIDGE_IDS"
   # STATE_DIR: a directory only SlurmUser (or root) can change, else markers could be forged or
   # removed; without one, the epilog notes nothing and the prolog waits the longer way.
-  local sowner smode
-  if [ -L "$state_dir" ] || [ ! -d "$state_dir" ]; then
-    log "STATE_DIR $state_dir is not a directory: no handoff is noted done (the prolog waits ${PROVISIONAL_SECONDS}s after each job end on its nodes)"
+  if ! owned_safely "$state_dir" -d; then
+    log "STATE_DIR $state_dir is not a directory of root's or $(id -un)'s that group and others cannot write: not used, no handoff is noted done (the prolog waits ${PROVISIONAL_SECONDS}s after each job end on its nodes)"
     state_dir=''
-  else
-    read -r sowner smode < <(stat -c '%u %a' -- "$state_dir" 2>/dev/null)
-    if { [ "$sowner" != 0 ] && [ "$sowner" != "$(id -u)" ]; } || [[ ! $smode =~ ^[0-7]{3,4}$ ]] || (( (8#$smode & 8#022) != 0 )); then
-      log "STATE_DIR $state_dir is owned by uid ${sowner:-?} with mode ${smode:-?}: not used (root's or $(id -un)'s, not writable by group or others)"
-      state_dir=''
-    fi
   fi
 }
 
@@ -180,10 +173,11 @@ marker() { # comment -> sets m_bridge, m_scope, m_released; fails for anything b
   [ -n "$m_bridge" ]
 }
 
-# owned_safely PATH: a regular file (no link) of root's or this user's, not writable by group or others
+# owned_safely PATH [-f|-d]: a regular file (or a directory: -d), no link, of root's or this user's,
+# not writable by group or others
 owned_safely() {
   local owner mode
-  [ ! -L "$1" ] && [ -f "$1" ] || return 1
+  [ ! -L "$1" ] && [ "${2:--f}" "$1" ] || return 1
   read -r owner mode < <(stat -c '%u %a' -- "$1" 2>/dev/null)
   { [ "$owner" = 0 ] || [ "$owner" = "$(id -u)" ]; } && [[ $mode =~ ^[0-7]{3,4}$ ]] && (( (8#$mode & 8#022) == 0 ))
 }

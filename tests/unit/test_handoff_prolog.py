@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import threading
 import time
@@ -26,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.handoffroot import SCRIPT, HandoffRoot
+
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-handoff.sh"
 BRIDGE = "slurm-bridge"
 JOB = 50  # the starting job
 
@@ -79,26 +77,14 @@ def job_json(*flags: str, name: str = "native") -> str:
 
 
 @dataclass
-class Prolog:
-    root: Path
-
-    @property
-    def etc(self) -> Path:
-        return self.root / "etc"
-
-    @property
-    def fake(self) -> Path:
-        return self.root / "fake"
-
+class Prolog(HandoffRoot):
     @property
     def state(self) -> Path:
         return self.root / "state"
 
-    def conf(self, *lines: str, state_dir: Path | None = None) -> None:
+    def configure(self, *lines: str, state_dir: Path | None = None) -> None:
         state = f"STATE_DIR={state_dir or self.state}"
-        text = "\n".join([f"BRIDGE_IDS={BRIDGE}", f"SLURM_BIN_DIR={self.fake}", state, *lines])
-        (self.etc / "slurm-bridge-handoff.conf").write_text(text + "\n")
-        os.chmod(self.etc / "slurm-bridge-handoff.conf", 0o644)
+        self.write_conf("\n".join([f"BRIDGE_IDS={BRIDGE}", f"SLURM_BIN_DIR={self.fake}", state, *lines]) + "\n")
 
     def write(self, name: str, text: str) -> None:
         (self.fake / name).write_text(text + ("\n" if text else ""))
@@ -139,15 +125,10 @@ class Prolog:
 @pytest.fixture
 def prolog(tmp_path: Path) -> Iterator[Prolog]:
     p = Prolog(tmp_path)
-    for d in (p.etc, p.fake, p.state):
-        d.mkdir()
+    p.install({"scontrol": FAKE_SCONTROL, "squeue": FAKE_SQUEUE, "notify": FAKE_NOTIFY})
+    p.state.mkdir()
     os.chmod(p.state, 0o755)
-    shutil.copy(SCRIPT, p.etc / SCRIPT.name)
-    os.chmod(p.etc / SCRIPT.name, 0o755)
-    for name, text in (("scontrol", FAKE_SCONTROL), ("squeue", FAKE_SQUEUE), ("notify", FAKE_NOTIFY)):
-        (p.fake / name).write_text(text.replace("{d}", shlex.quote(str(p.fake))))
-        os.chmod(p.fake / name, 0o755)
-    p.conf()
+    p.configure()
     p.write("job.json", job_json())
     p.node("n1", alloc=2, tot=2)
     yield p
@@ -164,7 +145,7 @@ def test_a_job_on_a_quiet_node_starts_at_once_after_two_reads(prolog: Prolog) ->
 
 
 def test_a_job_on_no_guarded_node_reads_nothing(prolog: Prolog) -> None:
-    prolog.conf("NODES=h[1-2]")
+    prolog.configure("NODES=h[1-2]")
     prolog.hostnames("h[1-2]", "h1", "h2")
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", flags="IGNORE_JOBS,SPEC_NODES", cpus=2))
     done = prolog.run("n1")
@@ -172,7 +153,7 @@ def test_a_job_on_no_guarded_node_reads_nothing(prolog: Prolog) -> None:
 
 
 def test_only_the_guarded_nodes_of_a_job_are_read(prolog: Prolog) -> None:
-    prolog.conf("NODES=h[1-2]")
+    prolog.configure("NODES=h[1-2]")
     prolog.hostnames("h[1-2]", "h1", "h2")
     prolog.hostnames("n1,h2", "n1", "h2")
     assert prolog.run("n1,h2").returncode == 0
@@ -209,7 +190,7 @@ def test_a_job_waits_for_the_epilog_of_a_job_that_just_ended_on_its_node(prolog:
 
 
 def test_without_a_state_directory_a_job_waits_until_the_ended_job_is_old_enough(prolog: Prolog) -> None:
-    prolog.conf(state_dir=prolog.root / "missing")
+    prolog.configure(state_dir=prolog.root / "missing")
     prolog.write("ended", f"41 {stamp(29)}")
     done, took = prolog.timed()
     assert done.returncode == 0 and 0.5 <= took < 10, f"{done} after {took:.2f}s"
@@ -261,7 +242,7 @@ def test_a_failed_read_is_a_reason_to_wait(prolog: Prolog) -> None:
 
 
 def test_the_wait_is_bounded_and_then_the_prolog_fails_naming_why(prolog: Prolog) -> None:
-    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.configure("PROLOG_WAIT_SECONDS=1")
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
     done, took = prolog.timed()
     assert done.returncode == 1, done
@@ -273,7 +254,7 @@ def test_the_wait_is_bounded_and_then_the_prolog_fails_naming_why(prolog: Prolog
 def test_an_external_job_never_waits(prolog: Prolog) -> None:
     """A bridge's job launches nothing on the node (and Kubernetes keeps its pod off the stopping
     pod's resources); waiting, or failing, would only end it."""
-    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.configure("PROLOG_WAIT_SECONDS=1")
     prolog.write("job.json", job_json("JOB_WAS_RUNNING", "EXTERNAL_JOB"))
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
     done, took = prolog.timed()
@@ -283,7 +264,7 @@ def test_an_external_job_never_waits(prolog: Prolog) -> None:
 
 def test_external_in_a_users_strings_is_not_external(prolog: Prolog) -> None:
     """The job's name and comment are its user's: "EXTERNAL_JOB" there is not the job's flag."""
-    prolog.conf("PROLOG_WAIT_SECONDS=1")
+    prolog.configure("PROLOG_WAIT_SECONDS=1")
     prolog.write("job.json", job_json("JOB_WAS_RUNNING", name='x",\n        "EXTERNAL_JOB'))
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
     assert prolog.run().returncode == 1
@@ -291,7 +272,7 @@ def test_external_in_a_users_strings_is_not_external(prolog: Prolog) -> None:
 
 def test_a_refused_configuration_lets_every_job_start(prolog: Prolog) -> None:
     """Then no epilog holds anything either: waiting would only stop native work."""
-    (prolog.etc / "slurm-bridge-handoff.conf").write_text("BRIDGE_IDS=\n")
+    prolog.write_conf("BRIDGE_IDS=\n")
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS"))
     done = prolog.run()
     assert done.returncode == 0 and "BRIDGE_IDS is empty" in done.stderr and prolog.reads() == [], done
@@ -299,7 +280,7 @@ def test_a_refused_configuration_lets_every_job_start(prolog: Prolog) -> None:
 
 # ---- the notify hook -------------------------------------------------------------------------------------
 def test_the_notify_hook_runs_first_with_the_jobs_environment(prolog: Prolog) -> None:
-    prolog.conf(f"NOTIFY={prolog.fake}/notify")
+    prolog.configure(f"NOTIFY={prolog.fake}/notify")
     prolog.write("ended", f"41 {stamp(1)}")
     prolog.later(1.2, lambda: (prolog.state / "41.done").touch())
     assert prolog.run().returncode == 0
@@ -308,7 +289,7 @@ def test_the_notify_hook_runs_first_with_the_jobs_environment(prolog: Prolog) ->
 
 def test_a_notify_hook_that_others_may_write_is_not_run_and_holds_go_on(prolog: Prolog) -> None:
     os.chmod(prolog.fake / "notify", 0o777)
-    prolog.conf(f"NOTIFY={prolog.fake}/notify")
+    prolog.configure(f"NOTIFY={prolog.fake}/notify")
     assert prolog.run().returncode == 0
     assert not (prolog.fake / "notified").exists()
     assert prolog.reads(), "the prolog still did its checks"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,11 +23,10 @@ import pytest
 
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, released_comment
 from slurm_bridge.rules.handoff import reservation_of
+from tests.unit.handoffroot import REPO, SCRIPT, HandoffRoot
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-handoff.sh"
 EXAMPLE_CONF = REPO / "slurm-hooks" / "slurm-bridge-handoff.conf"
 BRIDGE = "slurm-bridge"
 REF = PhjRef(BRIDGE, "team-a", "pj-x", "0b0e8a3c-5f0a-4c43-9a57-1c0c6f3c2f11")
@@ -74,28 +72,11 @@ echo "unexpected: $*" >&2; exit 2
 
 
 @dataclass
-class Epilog:
+class Epilog(HandoffRoot):
     """The script installed in ``etc`` next to its configuration file, with fake Slurm tools."""
 
-    root: Path
     conf_text: str = ""
     env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def etc(self) -> Path:
-        return self.root / "etc"
-
-    @property
-    def fake(self) -> Path:
-        return self.root / "fake"
-
-    @property
-    def conf(self) -> Path:
-        return self.etc / "slurm-bridge-handoff.conf"
-
-    def write_conf(self, text: str, mode: int = 0o644) -> None:
-        self.conf.write_text(text)
-        os.chmod(self.conf, mode)
 
     def job(self, *comments: str, nodes: str = "n1", hostnames: str = "n1", cpus: str = "2", **env: str) -> None:
         """The job (a heterogeneous job's components: one admin comment each) as Slurm prints it."""
@@ -146,12 +127,7 @@ def _pair(word: str) -> tuple[str, str]:
 @pytest.fixture
 def epilog(tmp_path: Path) -> Iterator[Epilog]:
     e = Epilog(tmp_path)
-    e.etc.mkdir()
-    e.fake.mkdir()
-    shutil.copy(SCRIPT, e.etc / SCRIPT.name)
-    os.chmod(e.etc / SCRIPT.name, 0o755)
-    (e.fake / "scontrol").write_text(FAKE_SCONTROL.replace("{d}", shlex.quote(str(e.fake))))
-    os.chmod(e.fake / "scontrol", 0o755)
+    e.install({"scontrol": FAKE_SCONTROL})
     e.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={e.fake}\n")
     e.job()
     yield e
