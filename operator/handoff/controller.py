@@ -117,6 +117,9 @@ class HandoffController:
         self.reservations_released = 0
         self.nodes_drained = 0
         self.unheld_drained = 0
+        # Reads of running jobs for Slurm's preempt_time: a cost per second of a job's run, not per
+        # pod (/stats: tests/e2e/test_costs.py leaves them out).
+        self.preemption_reads = 0
         self._loop = PollLoop(
             "handoff",
             config.pollPeriodSeconds,
@@ -158,6 +161,7 @@ class HandoffController:
             self._checked[job_id] = now
             ref, leader = snap.refs.get(job_id), snap.by_id.get(job_id)
             if ref is not None and leader is not None:
+                self.preemption_reads += 1
                 await self.poller.refresh(job_id, ref, het=leader.het_job_id == job_id, notify=True)
 
     # ---- reservations and drains ----------------------------------------------------------------

@@ -171,7 +171,7 @@ async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: S
     op = build(cfg, creds, lease_namespace)
     try:
         metrics.register_operator(op.ctrl.phjs, {"controller": op.ctrl.queue, "nodes": op.nodes.queue}, op.elector)
-        runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches)
+        runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches, op.handoff)
         try:
             op.start()
             try:

@@ -15,6 +15,7 @@ from aiohttp import web
 from slurm_bridge.core import metrics
 from slurm_bridge.core.config import Config, split_listen
 from slurm_bridge.core.shutdown import HTTP_SHUTDOWN_SECONDS
+from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import starts
@@ -89,6 +90,7 @@ async def health_server(
     standby: StandbyProbe,
     nodes: NodeController | None = None,
     watches: HotWatches | None = None,
+    handoff: HandoffController | None = None,
 ) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -109,8 +111,9 @@ async def health_server(
             else {}
         )
         lists = {"watches": watches.stats()} if watches else {}
+        reads = {"slurm_preemption_reads": handoff.preemption_reads} if handoff else {}
         return web.json_response(
-            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists, **lists}
+            {"leader": elector.is_leader.is_set(), **dataclasses.asdict(ctrl.stats()), **node_lists, **lists, **reads}
         )
 
     async def started_jobs(request: web.Request) -> web.Response:

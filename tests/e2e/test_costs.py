@@ -7,7 +7,8 @@ Slurm queues.
 Counts come from the operator's /stats (``kube_writes_by_kind``, ``slurm_requests_by_kind``,
 ``watch_events``), before and after, once they stopped moving. A feature that adds a call or a write
 per pod fails here and must change the number below on purpose, in the same commit, with why.
-The polls (job states, nodes, reservations, Slurm's settings) cost per second, not per pod, and the
+The polls (job states, nodes, reservations, Slurm's settings, the preemption checks' reads of
+running jobs, the reads of pending jobs for their reason) cost per second, not per pod, and the
 node controller's and the leader lease's writes are not a pod's: they are left out. Where Slurm's
 timing decides (the reads of a queued job), the count is a ceiling and a floor."""
 
@@ -55,6 +56,10 @@ def pod_counts(s: Obj) -> Counter[str]:
     for kind, n in (s.get("slurm_requests_by_kind") or {}).items():
         if not kind.startswith(POLLS):
             c[f"slurm {kind}"] = n
+    # Reads that cost per second, not per pod: the handoff loop reads each running job every few
+    # seconds for Slurm's preempt_time, the poller reads a pending job again for its reason (a
+    # gang's job waited long enough on a loaded CI machine for 5 reads more).
+    c["slurm GET /job/{id}"] -= int(s.get("slurm_preemption_reads", 0)) + int(s.get("slurm_reason_reads", 0))
     for kind, n in (s.get("kube_writes_by_kind") or {}).items():
         if kind.split(" ", 1)[1] in POD_RESOURCES:
             c[f"kube {kind}"] = n
@@ -121,13 +126,24 @@ def singles(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, manifest
     ended(custom, core, ns, pods, pods)
 
 
-def check(got: Mapping[str, float], exact: Mapping[str, float], within: Mapping[str, tuple[float, float]]) -> None:
+def events_in(core: k8s.CoreV1Api, ns: str) -> str:
+    """The namespace's Events by object kind and reason: what a changed count of Events was."""
+    seen = Counter(f"{e.involved_object.kind} {e.reason}" for e in core.list_namespaced_event(ns).items)
+    return ", ".join(f"{k} x{n}" for k, n in sorted(seen.items()))
+
+
+def check(
+    got: Mapping[str, float], exact: Mapping[str, float], within: Mapping[str, tuple[float, float]],
+    core: k8s.CoreV1Api, ns: str,
+) -> None:  # fmt: skip
     """Every counter that moved is named: exactly, or within (floor, ceiling)."""
     problems = [f"{k}: {got.get(k, 0)} per pod, expected {v}" for k, v in exact.items() if got.get(k, 0) != v]
     problems += [f"{k}: {got.get(k, 0)} per pod, expected {lo} to {hi}" for k, (lo, hi) in within.items()
                  if not lo <= got.get(k, 0) <= hi]  # fmt: skip
     problems += [f"{k}: {v} per pod, not expected at all" for k, v in got.items() if k not in exact and k not in within]
-    assert not problems, "per-pod costs changed:\n  " + "\n  ".join(problems) + f"\nall: {got}"
+    assert not problems, (
+        "per-pod costs changed:\n  " + "\n  ".join(problems) + f"\nall: {got}\nEvents in {ns}: {events_in(core, ns)}"
+    )
 
 
 # ---- what each kind of pod costs ------------------------------------------------------------------
@@ -140,19 +156,21 @@ def check(got: Mapping[str, float], exact: Mapping[str, float], within: Mapping[
 # finalizer's removal and delete.
 PLACED: dict[str, float] = {
     "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
-    "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube PATCH placeholderjobs/status": 2,
-    "kube POST events": 1, "kube PATCH placeholderjobs": 1,
+    "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube POST events": 1, "kube PATCH placeholderjobs": 1,
 }  # fmt: skip
 # The read after the allocation, and at most one more: slurmctld's hook may announce the start (or
-# the end) before the operator has applied what it read or did (measured: 1 - 1.25).
+# the end) before the operator has applied what it read or did (measured: 1 - 1.25). The status
+# with the pods' end is not written when garbage collection deleted the PlaceholderJob (its owner,
+# the pod, is gone) before the operator came to it: it is then only finalized (measured: 1.75 - 2).
 WATCH: dict[str, tuple[float, float]] = {
     "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "slurm GET /job/{id}": (1, 2),
+    "kube PATCH placeholderjobs/status": (1, 2),
 }  # fmt: skip
 
 
 def test_a_plain_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
     got = measure(cluster, lambda: singles(custom, core, ns, make_pod))
-    check(got, PLACED, WATCH)
+    check(got, PLACED, WATCH, core, ns)
 
 
 def test_a_coresident_pod_on_a_hybrid_node(
@@ -168,19 +186,20 @@ def test_a_coresident_pod_on_a_hybrid_node(
         return pod
 
     got = measure(cluster, lambda: singles(custom, core, ns, manifest))
-    check(got, PLACED, WATCH)
+    check(got, PLACED, WATCH, core, ns)
 
 
 def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
     """A job that names a group is queued (job/submit): its start is read once slurmctld's hook
-    says so, or at a poll; a pending job's reason may be read again before it starts."""
+    says so, or at a poll; a pending job's reason may be read again before it starts. A start the
+    poll's job list (a cost per second) showed first costs no read: the floor is none."""
     gid = str(TENANTS["a"].gid)
     got = measure(
         cluster, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
     )
     exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
     exact["slurm POST /job/submit"] = 1
-    check(got, exact, WATCH | {"slurm GET /job/{id}": (1, 3)})
+    check(got, exact, WATCH | {"slurm GET /job/{id}": (0, 3)}, core, ns)
 
 
 def test_a_tenants_pod(
@@ -189,7 +208,7 @@ def test_a_tenants_pod(
     """Allocated as the tenant: a tenant may not set the job's admin comment, so the bridge's
     marker is set right after, with its own token (one POST more)."""
     got = measure(cluster, lambda: singles(custom, core, tenant_namespace, make_pod))
-    check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH)
+    check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH, core, tenant_namespace)
 
 
 def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
@@ -227,4 +246,4 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
         "watch pods": (7, 9), "watch placeholderjobs": (1, 4), "slurm GET /job/{id}": (per_job, 2 * per_job),
         "kube PATCH placeholderjobs": (1, 3), "kube PATCH placeholderjobs/status": (2 * per_job, 2),
     }  # fmt: skip
-    check(got, exact, within)
+    check(got, exact, within, core, ns)

@@ -104,6 +104,15 @@ def waits_for(slurm: SlurmEnv, job_id: int, reason: str) -> bool:
     return j["job_state"][0] == "PENDING" and j.get("state_reason") == reason
 
 
+def pending_for(slurm: SlurmEnv, job_id: int, reason: str) -> bool:
+    """waits_for, for wait_for: what the job shows instead is its last error (the timeout names it)."""
+    j = job(slurm, job_id)
+    got = (j["job_state"][0], j.get("state_reason"))
+    if got != ("PENDING", reason):
+        raise AssertionError(f"job {job_id} is {got[0]} ({got[1]}), priority {j.get('priority')}")
+    return True
+
+
 def node_cpus(slurm: SlurmEnv, node: str) -> tuple[int, int]:
     """(CPUs that running jobs hold on a Slurm node, its CPUs). The held CPUs are summed over the
     jobs: a node's own ``alloc_cpus`` in REST was seen behind (0 with a job running, 1 with two,
@@ -485,7 +494,7 @@ def test_backfill_a_short_pod_starts_ahead_of_a_wide_native_job_a_long_one_does_
     wait_for(lambda: running_on(slurm_env, busy, hybrid[0]), 30, "a native job holding half of a hybrid node")
     wide = native.submit(BOB, *part, "-N", str(len(hybrid)), "--exclusive", "-t", "10", name="bf-wide")
     top_priority(slurm_env, wide)
-    wait_for(lambda: waits_for(slurm_env, wide, "Resources"), 30, "the wide native job to wait for whole nodes")
+    wait_for(lambda: pending_for(slurm_env, wide, "Resources"), 30, "the wide native job to wait for whole nodes")
     wait_for(
         lambda: job(slurm_env, wide)["start_time"]["number"] > time.time() + 60,
         30,
@@ -516,7 +525,7 @@ def test_backfill_a_short_native_job_starts_ahead_of_a_wide_pod_a_long_one_does_
     core.create_namespaced_pod(ns, wide_pod)
     wide = the_job_of(custom, ns, "wide")
     top_priority(slurm_env, wide)
-    wait_for(lambda: waits_for(slurm_env, wide, "Resources"), 30, "the wide pod's job to wait for whole nodes")
+    wait_for(lambda: pending_for(slurm_env, wide, "Resources"), 30, "the wide pod's job to wait for whole nodes")
     wait_for(lambda: told_why(core, ns, "wide", "Resources"), 60, "the wide pod told why it waits (Resources)")
     short = native.submit(ALICE, *part, "-c", "1", "-t", "1", name="bf-short")
     long = native.submit(ALICE, *part, "-c", "1", name="bf-long")  # the partition's INFINITE

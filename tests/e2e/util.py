@@ -167,20 +167,27 @@ def wait_for_idle_nodes(slurm: SlurmEnv, nodes: list[str], timeout: float = 90) 
     whole cluster never waits on something it cannot see."""
     wanted = set(nodes)
 
-    def holders() -> list[dict[str, Any]]:
+    def holders() -> list[str]:
         out = []
         for job in slurm_jobs(slurm):
             if set(job.get("job_state") or []) & {"RUNNING", "SUSPENDED", "COMPLETING"}:
                 held = set(hostlist.expand_hostlist(job.get("nodes") or ""))
                 if held & wanted:
-                    out.append(job)
+                    who = f"{job['name']!r} (user {job.get('user_name')}, nodes {job.get('nodes')})"
+                    out.append(f"job {job['job_id']} {who}")
+        # The handoff's holds of an earlier test's stopping pods: a job that needs whole nodes
+        # waits for them as for a job (reason ReqNodeNotAvail, not Resources).
+        for line in slurm.scontrol("show", "res", "-o").splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            name, nodes = fields.get("ReservationName", ""), fields.get("Nodes", "")
+            live = name.startswith("handoff-") and fields.get("State") == "ACTIVE" and nodes not in ("", "(null)")
+            if live and set(hostlist.expand_hostlist(nodes)) & wanted:
+                out.append(f"the handoff's hold {name} (nodes {nodes})")
         return out
 
     try:
-        wait_for(lambda: not holders(), timeout, "no Slurm job on the nodes this test needs")
+        wait_for(lambda: not holders(), timeout, "no Slurm job or handoff hold on the nodes this test needs")
     except AssertionError:
-        held = [
-            f"job {j['job_id']} {j['name']!r} (user {j.get('user_name')}, nodes {j.get('nodes')})" for j in holders()
-        ]
-        raise AssertionError(f"this test needs nodes {sorted(wanted)} free, but after {timeout:.0f}s these Slurm jobs "
-                             f"still hold them: {'; '.join(held)}") from None  # fmt: skip
+        held = holders()
+        raise AssertionError(f"this test needs nodes {sorted(wanted)} free, but after {timeout:.0f}s these still "
+                             f"hold them: {'; '.join(held)}") from None  # fmt: skip

@@ -174,15 +174,30 @@ async def test_the_first_member_makes_the_placeholderjob_and_the_next_joins_with
 
 
 async def test_members_joining_at_once_never_lose_each_other() -> None:
+    """Two operators (a leader and one that has not yet seen it lost its lease) join a member each
+    at once: the resourceVersion test refuses the later write, which reads again."""
     g = Gang(min_member=3)
+    other = Membership(g.config, g.kube, g.pods, g.phjs, Queue(), g.poller)  # type: ignore[arg-type]
     for name in ("g-0", "g-1", "g-2"):
         g.add(name)
     await g.join("g-0")
-    await asyncio.gather(g.m.reconcile((NS, "g-1")), g.m.reconcile((NS, "g-2")))
+    await asyncio.gather(g.m.reconcile((NS, "g-1")), other.reconcile((NS, "g-2")))
     assert g.kube.refused == 1, "the two writes raced, and the resourceVersion test refused one"
     assert sorted(g.spec()["pods"]) == ["g-0", "g-1", "g-2"]
     assert set(g.spec()["podUIDs"]) == {"g-0", "g-1", "g-2"}
     assert g.spec()["slurm"]["nodes"] == 3
+
+
+async def test_one_operator_joins_a_gangs_members_in_turn_one_create_and_one_patch_each() -> None:
+    """A burst of members in one operator (issue 39): one create, then one patch a member, no
+    refused write; the turns' locks go with the joins."""
+    g = Gang(min_member=4)
+    for name in ("g-0", "g-1", "g-2", "g-3"):
+        g.add(name)
+    await asyncio.gather(*(g.m.reconcile((NS, f"g-{i}")) for i in range(4)))
+    assert g.kube.refused == 0, "a join in this operator raced another"
+    assert sorted(g.spec()["pods"]) == ["g-0", "g-1", "g-2", "g-3"]
+    assert not g.m.joins._turns
 
 
 @pytest.mark.parametrize("end", ["Succeeded", "Failed", "gone"])

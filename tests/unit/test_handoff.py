@@ -313,18 +313,20 @@ async def test_the_preemptor_is_looked_for_among_the_newest_live_jobs() -> None:
 REF = PhjRef(BRIDGE, "ns", "c", "uid-c")
 
 
-async def test_the_bridges_own_cancel_marks_each_running_part_released_first() -> None:
-    """The released mark is the admin_comment's (only an operator sets it), each running part's
-    own with every key kept; never the job's name, which a tenant can set."""
+async def test_the_bridges_own_cancel_marks_each_live_part_released_first() -> None:
+    """The released mark is the admin_comment's (only an operator sets it), each live part's own
+    with every key kept; never the job's name, which a tenant can set. A pending part too: Slurm may
+    start it before the cancel lands, and its epilog must then hold nothing. An ended one is left."""
     mark = encode_admin_comment(REF, handoff="node")
     leader = slurm_job(7, "RUNNING", nodes=("n1",), het=(7, 0), name="ns/c#released", admin_comment=mark)
     part = slurm_job(8, "RUNNING", nodes=("n2",), het=(7, 1), name="ns/c", admin_comment=mark)
     pending = slurm_job(9, "PENDING", het=(7, 2), name="ns/c", admin_comment=mark)
-    slurm = FakeSlurm(leader, part, pending)
-    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [leader, part, pending])
+    done = slurm_job(10, "COMPLETED", nodes=("n3",), het=(7, 3), name="ns/c", admin_comment=mark)
+    slurm = FakeSlurm(leader, part, pending, done)
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [leader, part, pending, done])
     await jobs.cancel(7, REF)
-    assert slurm.calls == ["released 7", "released 8", "cancel 7"]
-    assert [slurm.jobs[i].admin_comment for i in (7, 8, 9)] == [released_comment(mark)] * 2 + [mark]
+    assert slurm.calls == ["released 7", "released 8", "released 9", "cancel 7"]
+    assert [slurm.jobs[i].admin_comment for i in (7, 8, 9, 10)] == [released_comment(mark)] * 3 + [mark]
     assert [slurm.jobs[i].name for i in (7, 8)] == ["ns/c#released", "ns/c"], "names are not touched"
     slurm.calls.clear()
     await jobs.cancel(8, REF, released=False)  # pods may run on it: the script's reservation must hold

@@ -14,7 +14,10 @@ allocation: a newcomer waits (:meth:`Joins.await_place`), and the member's end w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, Protocol, TypeVar
 
 from slurm_bridge import names
@@ -73,6 +76,10 @@ class Joins:
         # place, and pod uid -> that PlaceholderJob: a member's end wakes them (``wake``).
         self._waiting: dict[Key, dict[str, Key]] = {}
         self._waits_at: dict[str, Key] = {}
+        # group PlaceholderJob -> (its lock, the joins holding or awaiting it): one member joins a
+        # group at a time, so a burst of members makes one PlaceholderJob and patches it in turn
+        # instead of racing to a 409 and a read again each (issue 39: writes per pod).
+        self._turns: dict[Key, tuple[asyncio.Lock, int]] = {}
 
     # ---- what the membership remembers of pods ---------------------------------------------------
     def forget(self, uid: str) -> None:
@@ -119,14 +126,31 @@ class Joins:
         if not self.poller.synced.is_set():
             return self.config.pollPeriodSeconds  # whether the group's job exists is not known yet
         key = (group.namespace, group.name)
-        for _ in range(10):
-            phj = self.phjs.get(key)
-            if phj is None:
-                return await shape.create(pod, group, self)
-            done, delay = await shape.join_once(pod, group, phj, self)
-            if done:
-                return delay
+        async with self._turn(key):
+            for _ in range(10):
+                phj = self.phjs.get(key)
+                if phj is None:
+                    return await shape.create(pod, group, self)
+                done, delay = await shape.join_once(pod, group, phj, self)
+                if done:
+                    return delay
         return 1.0
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: Key) -> AsyncIterator[None]:
+        """This group's joins one at a time (in this process; the resourceVersion test still
+        decides between processes). The lock is dropped with its last user."""
+        lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
+        self._turns[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._turns[key]
+            if users <= 1:
+                del self._turns[key]
+            else:
+                self._turns[key] = (lock, users - 1)
 
     async def join_state(self, pod: Obj, group: Group, phj: Obj) -> JoinState | Attempt:
         """The start of a join, gangs' and composites' alike: what it decides on, or the attempt's

@@ -134,6 +134,8 @@ class SlurmPoller(ViewReads):
         self._nodes_dirty = True
         self._last_states = 0.0
         self.states_skipped = 0
+        # Pending jobs read again for Slurm's reason (a cost per second a job waits, not per pod).
+        self.reason_reads = 0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
         self.polls = 0
@@ -354,20 +356,20 @@ class SlurmPoller(ViewReads):
                 snap.put(job, snap.refs[job.job_id])
         # else: the same answer as the last poll's, which found every job as the view still has it
         self._settled = (states, snap.version) if not wanted else None
-        if moved:
-            self._pending_reasons(started, wanted)
+        reasons = self._pending_reasons(started, wanted) if moved else 0
         if not wanted:
             return
         if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
             await self._full(started)
             return
+        self.reason_reads += reasons
         for job_id in await self.read_now(wanted, started):
             if not states.knows(job_id):
                 self._full_wanted = True  # an expected job Slurm does not know: the next full list decides
 
-    def _pending_reasons(self, started: float, wanted: dict[int, PhjRef]) -> None:
+    def _pending_reasons(self, started: float, wanted: dict[int, PhjRef]) -> int:
         """Add the pending jobs whose reason was read longest ago (at most PENDING_REFRESH_PER_POLL
-        of those older than PENDING_REFRESH_SECONDS) to the jobs this poll reads."""
+        of those older than PENDING_REFRESH_SECONDS) to the jobs this poll reads; how many."""
         snap = self.snapshot
         assert snap is not None
         stale = started - PENDING_REFRESH_SECONDS
@@ -375,8 +377,10 @@ class SlurmPoller(ViewReads):
         for job_id in snap.pending:
             if job_id not in wanted and (read_at := self._read_at.get(job_id, 0.0)) < stale:
                 reasons.append((read_at, job_id))
-        for _, job_id in heapq.nsmallest(PENDING_REFRESH_PER_POLL, reasons):
+        due = heapq.nsmallest(PENDING_REFRESH_PER_POLL, reasons)
+        for _, job_id in due:
             wanted[job_id] = snap.refs[job_id]
+        return len(due)
 
     def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
         """Take in ``job`` as read at ``at``. A list yields to a read begun at the same moment: a

@@ -45,12 +45,15 @@ class HandoffWrites:
         self.describe_preemptor = describe_preemptor
 
     async def mark_released(self, job_id: int, ref: PhjRef) -> None:
-        """Mark each running part of the job released (its admin_comment, which only an operator
-        can set) before the bridge's own cancel (its pods' containers stopped), so the
-        EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's components each have
-        their own epilog). None where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the
-        operator. A job not read yet (or whose admin_comment is not the bridge's mark) gets
-        ``ref``'s, so it stays the PlaceholderJob's."""
+        """Mark each live part of the job released (its admin_comment, which only an operator
+        can set) before the bridge's own cancel (its pods' containers stopped, or never started),
+        so the EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's components
+        each have their own epilog). A pending part too: Slurm may start it between the view and
+        the cancel, and its epilog would then hold whole nodes for a pod that never ran (seen: a
+        wide pod's job allocated 7 ms before its cancel held two nodes for maxGracePeriodSeconds).
+        None where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the operator. A job
+        not read yet (or whose admin_comment is not the bridge's mark) gets ``ref``'s, so it stays
+        the PlaceholderJob's."""
         conf = self.policy.current.conf
         if conf is not None and not conf.handoff_epilogs:
             return
@@ -61,7 +64,7 @@ class HandoffWrites:
             return
         parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
         for part in parts or (job,):
-            if part.is_running:
+            if not part.is_finished:
                 await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref))
 
     async def end_preempted(
