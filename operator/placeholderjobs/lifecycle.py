@@ -83,6 +83,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     all_ended,
+    highest_exit_code,
     holding_allocation,
     live_members,
     pod_terminating,
@@ -90,6 +91,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import Departed, hold_release
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_of
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.slurm.models import JobSettings, PartitionLimits
 
@@ -231,7 +233,9 @@ def _members_ended(
         return None
     phase, reason, message = pods_end_phase(end_phases(members))
     ending = terminal_status(phj, phase, reason, message, now.wall)
-    return Plan((ending, *shape_of(phj).cancels(slurm), Event(reason, message)))
+    outcome = JobOutcome(phase, highest_exit_code(members))  # for sacct: Slurm records CANCELLED
+    cancels = tuple(replace(a, outcome=outcome) if isinstance(a, Cancel) else a for a in shape_of(phj).cancels(slurm))
+    return Plan((ending, *cancels, Event(reason, message)))
 
 
 def _chain(pre: tuple[Action, ...], plan: Plan) -> Plan:
@@ -256,7 +260,9 @@ def _terminal(status: PlaceholderJobStatus, slurm: SlurmSide, members: Members, 
                 return Plan((*end, ConfirmMembers()))
             if not ended:
                 return Plan(end)  # their containers still run: pod events bring us back
-        cancel = (Cancel(job.job_id),)
+        # A cancel a crash lost after the end was written: the pods' outcome as that plan had it.
+        outcome = JobOutcome(status.phase, highest_exit_code(members)) if status.phase else None
+        cancel = (Cancel(job.job_id, outcome=outcome),)
     return Plan((*cancel, *_leftovers(slurm), *end))
 
 

@@ -19,6 +19,8 @@ from tests.harness import CLUSTER_SH, SlurmEnv, run, wait_for
 API = "/slurm/v0.0.44"
 # kwok completes a pod whose annotation says so after that delay (hack/kwok-stages.yaml).
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+# With the delay: the pod ends Failed with this exit code (hack/kwok-stages.yaml, pod-fail-annotated).
+KWOK_FAIL_EXIT_CODE = "pod-fail.stage.kwok.x-k8s.io/exit-code"
 
 
 def workload_command(annotations: dict[str, str] | None) -> list[str]:
@@ -26,7 +28,8 @@ def workload_command(annotations: dict[str, str] | None) -> list[str]:
     stages do for the same pod: it completes after the delay annotation says, else it runs on (an
     hour); it ends at once on SIGTERM, as kwok's pods do when deleted."""
     delay = (annotations or {}).get(KWOK_COMPLETE_DELAY, "3600s").removesuffix("s")
-    return ["sh", "-c", f"trap 'exit 0' TERM; sleep {delay} & wait"]
+    code = int((annotations or {}).get(KWOK_FAIL_EXIT_CODE, "0"))
+    return ["sh", "-c", f"trap 'exit 0' TERM; sleep {delay} & wait; exit {code}"]
 
 
 def make_pod(

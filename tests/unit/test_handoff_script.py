@@ -21,7 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, released_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
+    JobOutcome,
+    PhjRef,
+    encode_admin_comment,
+    released_comment,
+)
 from slurm_bridge.rules.handoff import reservation_of
 from tests.unit.handoffroot import REPO, SCRIPT, HandoffRoot
 
@@ -254,6 +259,15 @@ def test_released_only_from_the_admin_comment(epilog: Epilog) -> None:
     epilog.job(marker("node"), SLURM_JOB_NAME="team-a/pj-x#released")
     epilog.run()
     assert len(epilog.reservations) == 1
+
+
+@pytest.mark.parametrize("outcome", [JobOutcome("Completed", 0), JobOutcome("Failed", 137), JobOutcome("Cancelled")])
+def test_the_released_mark_with_the_pods_outcome_is_still_the_bridges_mark(epilog: Epilog, outcome: JobOutcome) -> None:
+    """The pods' outcome rides with the released mark (for ``sacct -o AdminComment``): the script
+    still reads it as the bridge's, released, and holds nothing."""
+    epilog.job(released_comment(marker("node"), outcome=outcome))
+    epilog.run()
+    assert epilog.reservations == []
 
 
 def test_a_heterogeneous_job_is_held_unless_every_component_was_released(epilog: Epilog) -> None:

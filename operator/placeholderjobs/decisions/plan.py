@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slurm_bridge.kube.placeholderjob import PlaceholderJobStatus
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 
@@ -50,10 +51,12 @@ class Cancel:
     """Cancel the job (a heterogeneous job through its leader). ``released``: no member pod runs
     on its allocation any more, so the handoff's EpilogSlurmctld must hold nothing: the shell
     marks the job's admin_comment released first (slurmjobs/jobref.py). False where pods may still run (a refused
-    release of a gang): the script's reservation then holds their cores until they stop."""
+    release of a gang): the script's reservation then holds their cores until they stop.
+    ``outcome``: how the pods ended, written with the mark (``sacct -o AdminComment``)."""
 
     job_id: int
     released: bool = True
+    outcome: JobOutcome | None = None
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,16 @@ def release_pod_patch(
         else:
             ops.append({"op": "remove", "path": "/spec/schedulingGates"})
     return ops
+
+
+def highest_exit_code(members: Mapping[str, Obj | None]) -> int | None:
+    """The highest exit code of the member pods' terminated containers (init containers left out),
+    as Slurm derives a job's from its steps'; None when no container's is known."""
+    codes = [
+        int(code)
+        for pod in members.values()
+        if pod is not None
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        if isinstance(code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"), int)
+    ]
+    return max(codes, default=None)

@@ -1,8 +1,8 @@
 """How a Slurm job names its PlaceholderJob, so the bridge can find its jobs after a restart.
 
 The admin_comment carries ``slurm-bridge:{"bridge": ..., "handoff": ..., "name": ..., "ns": ...,
-"uid": ...}`` (and ``"released": true`` once the bridge released the job itself); the job name is
-``<namespace>/<name>`` unless the user chose one.
+"uid": ...}`` (and ``"released": true`` once the bridge released the job itself, with the pods'
+``"outcome"`` and ``"exit_code"``); the job name is ``<namespace>/<name>`` unless the user chose one.
 
 The admin_comment is the one field of a job only an operator (the bridge's SlurmUser token) can
 set, so it is also what the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh) trusts:
@@ -45,15 +45,33 @@ def encode_admin_comment(ref: PhjRef, *, handoff: str | None = None, released: b
     return names.ADMIN_COMMENT_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 
-def released_comment(comment: str, ref: PhjRef | None = None) -> str:
-    """``comment`` (a job's admin_comment) with the released mark, every other key kept; a comment
-    that is not the bridge's mark is replaced by ``ref``'s (a ValueError without one)."""
+@dataclass(frozen=True)
+class JobOutcome:
+    """How the pods of a job the bridge ends ended, written with its released mark: Slurm records
+    the job as CANCELLED whatever they did, and ``sacct -o AdminComment`` shows this beside it."""
+
+    phase: str  # the PlaceholderJob's terminal phase
+    exit_code: int | None = None  # the highest of the member pods' containers' (None: not known)
+
+    def keys(self) -> dict[str, object]:
+        out: dict[str, object] = {names.ADMIN_COMMENT_OUTCOME: self.phase}
+        if self.exit_code is not None and self.exit_code >= 0:  # the handoff script reads digits only
+            out[names.ADMIN_COMMENT_EXIT_CODE] = self.exit_code
+        return out
+
+
+def released_comment(comment: str, ref: PhjRef | None = None, outcome: JobOutcome | None = None) -> str:
+    """``comment`` (a job's admin_comment) with the released mark (and ``outcome``), every other
+    key kept; a comment that is not the bridge's mark is replaced by ``ref``'s (a ValueError
+    without one)."""
     data = _payload(comment)
     if data is None:
         if ref is None:
             raise ValueError(f"not the bridge's admin_comment: {comment!r}")
-        return encode_admin_comment(ref, released=True)
+        data = json.loads(encode_admin_comment(ref)[len(names.ADMIN_COMMENT_PREFIX) :])
     data[names.ADMIN_COMMENT_RELEASED] = True
+    if outcome is not None:
+        data.update(outcome.keys())
     return names.ADMIN_COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 

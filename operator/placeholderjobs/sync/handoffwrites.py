@@ -15,7 +15,7 @@ from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, released_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, PhjRef, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.slurm.errors import SlurmError
@@ -44,28 +44,29 @@ class HandoffWrites:
         self.policy = policy
         self.describe_preemptor = describe_preemptor
 
-    async def mark_released(self, job_id: int, ref: PhjRef) -> None:
+    async def mark_released(self, job_id: int, ref: PhjRef, outcome: JobOutcome | None = None) -> None:
         """Mark each live part of the job released (its admin_comment, which only an operator
         can set) before the bridge's own cancel (its pods' containers stopped, or never started),
         so the EpilogSlurmctld holds nothing: one call a part (a heterogeneous job's components
         each have their own epilog). A pending part too: Slurm may start it between the view and
         the cancel, and its epilog would then hold whole nodes for a pod that never ran (seen: a
         wide pod's job allocated 7 ms before its cancel held two nodes for maxGracePeriodSeconds).
-        None where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the operator. A job
-        not read yet (or whose admin_comment is not the bridge's mark) gets ``ref``'s, so it stays
-        the PlaceholderJob's."""
+        ``outcome``: how the pods ended, for ``sacct -o AdminComment`` (Slurm records CANCELLED).
+        Nothing where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the operator and
+        there is no outcome to record. A job not read yet (or whose admin_comment is not the
+        bridge's mark) gets ``ref``'s, so it stays the PlaceholderJob's."""
         conf = self.policy.current.conf
-        if conf is not None and not conf.handoff_epilogs:
+        if outcome is None and conf is not None and not conf.handoff_epilogs:
             return
         snap = self.poller.snapshot
         job = snap.by_id.get(job_id) if snap is not None else None
         if job is None:
-            await self.slurm.mark_released(job_id, released_comment("", ref))
+            await self.slurm.mark_released(job_id, released_comment("", ref, outcome))
             return
         parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
         for part in parts or (job,):
             if not part.is_finished:
-                await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref))
+                await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref, outcome))
 
     async def end_preempted(
         self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None]

@@ -33,7 +33,12 @@ from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, default_job_name, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
+    JobOutcome,
+    PhjRef,
+    default_job_name,
+    encode_admin_comment,
+)
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
@@ -250,8 +255,8 @@ class PlaceholderJobs:
                         await self.kube.event(pod, reason, message, warning=warning)
             case pl.ReportPending():
                 await self.report_pending(phj, action, members)
-            case pl.Cancel(job_id=job_id, released=released):
-                await self.cancel(job_id, self._ref(phj), released=released)
+            case pl.Cancel(job_id=job_id, released=released, outcome=ended):
+                await self.cancel(job_id, self._ref(phj), released=released, outcome=ended)
             case pl.EndPods(pods=pods, reason=reason, message=message):
                 for name in pods:
                     if (pod := members.get(name)) is not None:
@@ -503,11 +508,14 @@ class PlaceholderJobs:
         await self.kube.event(phj.raw, names.REASON_PODS_VANISHED, message, warning=True)
         return written
 
-    async def cancel(self, job_id: int, ref: PhjRef, *, released: bool = True) -> None:
+    async def cancel(
+        self, job_id: int, ref: PhjRef, *, released: bool = True, outcome: JobOutcome | None = None
+    ) -> None:
         """Cancel the job; ``released`` (no pod runs on it): marked released first (its
-        admin_comment, ``ref``'s when Slurm's is not read yet), so nothing is held."""
+        admin_comment, ``ref``'s when Slurm's is not read yet), so nothing is held, with the pods'
+        ``outcome``."""
         if released:
-            await self.handoff.mark_released(job_id, ref)
+            await self.handoff.mark_released(job_id, ref, outcome)
         await self.slurm.cancel_job(job_id)
         metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)
