@@ -70,18 +70,30 @@ def test_a_queued_jobs_start_is_read_when_slurmctld_says_so(
     slurm_env: SlurmEnv,
 ) -> None:
     """A job that names a group is queued (only job/submit sets a group): Slurm starts it from its
-    queue, the hook tells the operator, which reads that job and releases the pod."""
+    queue, the hook tells the operator, which reads that job and releases the pod. The operator's
+    state poll (each second) may see a start before the notice arrives (seen once: 7 ms before it on
+    a loaded machine), and the notice then costs nothing: up to 3 pods, one of them must be read
+    on the notice, and none released before its start was read."""
     gid = TENANTS["a"].gid
-    before = operator(cluster, "/stats")["slurm_hints"]
-    core.create_namespaced_pod(managed_namespace, make_pod("queued", annotations={names.ANN_GROUP_ID: str(gid)}))
-    job_id = _bound_job(core, custom, managed_namespace, "queued")
-    steps = operator(cluster, "/stats/starts")[str(job_id)]
-    assert steps["path"] == "queue", steps
-    assert steps["hint_started"] <= steps["running_read"] <= steps["released"], f"read after the hint: {steps}"
-    after = operator(cluster, "/stats")["slurm_hints"]
-    assert after["read"] > before["read"] and after["failed"] == before["failed"], (before, after)
-    job = slurm_job(slurm_env, job_id)
-    assert job is not None and job["group_id"] == gid, job
+    seen: list[Obj] = []
+    for attempt in range(3):
+        before = operator(cluster, "/stats")["slurm_hints"]
+        name = f"queued-{attempt}"
+        core.create_namespaced_pod(managed_namespace, make_pod(name, annotations={names.ANN_GROUP_ID: str(gid)}))
+        job_id = _bound_job(core, custom, managed_namespace, name)
+        steps = operator(cluster, "/stats/starts")[str(job_id)]
+        seen.append(steps)
+        assert steps["path"] == "queue", steps
+        assert steps["running_read"] <= steps["released"], f"released before its start was read: {steps}"
+        job = slurm_job(slurm_env, job_id)
+        assert job is not None and job["group_id"] == gid, job
+        after = operator(cluster, "/stats")["slurm_hints"]
+        assert after["failed"] == before["failed"], (before, after)
+        hint = steps.get("hint_started")
+        if hint is not None and hint <= steps["running_read"]:
+            assert after["read"] > before["read"], ("the notice came first, and was read", before, after)
+            return
+    raise AssertionError(f"each of 3 starts was read by a poll before slurmctld's notice came: {seen}")
 
 
 @pytest.mark.usefixtures("hooked")

@@ -333,6 +333,27 @@ async def test_the_bridges_own_cancel_marks_each_live_part_released_first() -> N
     assert slurm.calls == ["cancel 8"]
 
 
+async def test_a_pending_job_slurm_will_not_update_is_cancelled_without_the_mark() -> None:
+    """Slurm refuses any update of a pending job that can never run (2015, seen on a pod larger than
+    any node): its cancel goes on without the mark. A running job's refused mark stops the cancel
+    (it is tried again): cancelled unmarked, its nodes would be held for its pods' grace."""
+    mark = encode_admin_comment(REF, handoff="node")
+    pending = slurm_job(9, "PENDING", name="ns/c", admin_comment=mark)
+    running = slurm_job(8, "RUNNING", nodes=("n2",), name="ns/c", admin_comment=mark)
+    slurm = FakeSlurm(pending, running)
+    jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [pending, running])
+
+    async def refuse(job_id: int, admin_comment: str) -> None:
+        raise SlurmError("Job update requested failed: Requested partition configuration not available now", status=422)
+
+    slurm.mark_released = refuse  # type: ignore[method-assign]
+    await jobs.cancel(9, REF)
+    assert slurm.calls == ["cancel 9"]
+    with pytest.raises(SlurmError):
+        await jobs.cancel(8, REF)
+    assert slurm.calls == ["cancel 9"], "the running job is not cancelled unmarked"
+
+
 async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_ref() -> None:
     slurm = FakeSlurm()
     jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [slurm_job(5, "RUNNING", nodes=("n1",))])

@@ -65,8 +65,18 @@ class HandoffWrites:
             return
         parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
         for part in parts or (job,):
-            if not part.is_finished:
+            if part.is_finished:
+                continue
+            try:
                 await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref, outcome))
+            except SlurmError as e:
+                if not part.is_pending:
+                    raise  # a running part's cancel without the mark would hold its nodes: try again
+                # Slurm checks a pending job's update against its request: one that can never run
+                # is refused (2015 "Requested partition configuration not available now", seen).
+                # Its cancel must not wait for the mark: should Slurm start it first after all, the
+                # epilog holds its nodes until the handoff loop releases them (fail safe).
+                log.info("marking pending Slurm job %d released failed, cancelled without it: %s", part.job_id, e)
 
     async def end_preempted(
         self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None]
