@@ -65,12 +65,22 @@ def project_pod(pod: Obj) -> Obj:
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             out_spec[key] = [_pick(c, _CONTAINER) for c in spec[key]]
+    status = _pick(pod.get("status"), _POD_STATUS)
+    # The exit codes of its ended containers, only (the job's outcome written for sacct:
+    # decisions/pods.highest_exit_code): a running container's state stays out, so it is no change.
+    ended = [
+        {"state": {"terminated": {"exitCode": code}}}
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        if isinstance(code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"), int)
+    ]
+    if ended:
+        status["containerStatuses"] = ended
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": "Pod",
         "metadata": _meta(pod),
         "spec": out_spec,
-        "status": _pick(pod.get("status"), _POD_STATUS),
+        "status": status,
     }
 
 

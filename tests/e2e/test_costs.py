@@ -83,8 +83,21 @@ def settled(cluster: dict[str, str], quiet: float = 3.0, limit: float = 60.0) ->
     raise AssertionError(f"the operator's counters still moved after {limit:.0f}s: {dict(last)}")
 
 
-def measure(cluster: dict[str, str], life: Callable[[], None]) -> dict[str, float]:
-    """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end)."""
+def alone(custom: k8s.CustomObjectsApi) -> None:
+    """No PlaceholderJob of an earlier test is left (their namespaces' deletions end their jobs in
+    the background, which would count here: seen, 5 cancels of an earlier test's pending jobs)."""
+
+    def none() -> bool:
+        items = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)["items"]
+        return not items
+
+    wait_for(none, 180, "the PlaceholderJobs of earlier tests to be gone")
+
+
+def measure(cluster: dict[str, str], custom: k8s.CustomObjectsApi, life: Callable[[], None]) -> dict[str, float]:
+    """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end), once the
+    PlaceholderJobs of earlier tests are gone."""
+    alone(custom)
     before = settled(cluster)
     life()
     after = settled(cluster)
@@ -169,7 +182,7 @@ WATCH: dict[str, tuple[float, float]] = {
 
 
 def test_a_plain_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
-    got = measure(cluster, lambda: singles(custom, core, ns, make_pod))
+    got = measure(cluster, custom, lambda: singles(custom, core, ns, make_pod))
     check(got, PLACED, WATCH, core, ns)
 
 
@@ -185,7 +198,7 @@ def test_a_coresident_pod_on_a_hybrid_node(
         pod["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "64Mi"}
         return pod
 
-    got = measure(cluster, lambda: singles(custom, core, ns, manifest))
+    got = measure(cluster, custom, lambda: singles(custom, core, ns, manifest))
     check(got, PLACED, WATCH, core, ns)
 
 
@@ -195,7 +208,7 @@ def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     poll's job list (a cost per second) showed first costs no read: the floor is none."""
     gid = str(TENANTS["a"].gid)
     got = measure(
-        cluster, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
+        cluster, custom, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
     )
     exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
     exact["slurm POST /job/submit"] = 1
@@ -207,7 +220,7 @@ def test_a_tenants_pod(
 ) -> None:
     """Allocated as the tenant: a tenant may not set the job's admin comment, so the bridge's
     marker is set right after, with its own token (one POST more)."""
-    got = measure(cluster, lambda: singles(custom, core, tenant_namespace, make_pod))
+    got = measure(cluster, custom, lambda: singles(custom, core, tenant_namespace, make_pod))
     check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH, core, tenant_namespace)
 
 
@@ -231,7 +244,7 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
 
         ended(custom, core, ns, pods, [phj], drop_group)
 
-    got = measure(cluster, life)
+    got = measure(cluster, custom, life)
     per_job = 1 / N
     # One Slurm job, one PlaceholderJob and one `PodsDeleted` Event for the N pods; each pod's own
     # release. The gang's PlaceholderJob is written as its members come and go, so those writes

@@ -122,6 +122,23 @@ def test_pod_projection_drops_what_nobody_reads() -> None:
     assert size(kept) < size(pod) / 3
 
 
+def test_an_ended_pods_exit_codes_are_kept_and_nothing_else_of_its_container_statuses() -> None:
+    """The job's outcome (sacct) reads the highest exit code: the projection keeps each terminated
+    container's, and leaves a running one's state out (a kubelet's status update is no change)."""
+    pod = full_pod()
+    pod["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "a", "image": "x", "imageID": "y", "restartCount": 0, "ready": False,
+         "state": {"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": "t"}}},
+        {"name": "b", "image": "x", "state": {"running": {"startedAt": "t"}}},
+    ]}  # fmt: skip
+    kept = project_pod(pod)
+    assert kept["status"] == {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 3}}}]}
+    assert st.highest_exit_code({"p": kept}) == st.highest_exit_code({"p": pod}) == 3
+    running = full_pod()
+    running["status"] = {"phase": "Running", "containerStatuses": [{"name": "a", "state": {"running": {}}}]}
+    assert project_pod(running)["status"] == {"phase": "Running"}
+
+
 def test_node_readers_get_the_same_answers() -> None:
     node = full_node()
     kept = project(copy.deepcopy(node))
