@@ -85,7 +85,10 @@ async def test_a_heterogeneous_external_job_runs_as_one_and_cancels_as_one(slurm
             listed = [j for j in await client.list_jobs() if j.admin_comment == jobs.marker]
             assert sorted((j.het_job_id, j.het_job_offset) for j in listed) == [(leader, 0), (leader, 1)]
             states = await client.job_states()
-            assert all(states.of(p) == ("RUNNING",) for p in running), states.by_id
+            # RUNNING, with CONFIGURING beside it while the handoff's PrologSlurmctld runs (it reads
+            # the node's jobs and holds on a loaded machine: seen once in the local tier).
+            got = {p.job_id: states.of(p) for p in running}
+            assert all(s in (("RUNNING",), ("RUNNING", "CONFIGURING")) for s in got.values()), got
             assert states.knows(leader)
             for part in running:  # a component's own id reads that component
                 own = await client.get_job(part.job_id)
