@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from slurm_bridge import names
+from slurm_bridge.core.kubeformats import exit_codes
 from slurm_bridge.kube.client import resource_version
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,7 @@ def project_pod(pod: Obj) -> Obj:
     status = _pick(pod.get("status"), _POD_STATUS)
     # The exit codes of its ended containers, only (the job's outcome written for sacct:
     # decisions/pods.highest_exit_code): a running container's state stays out, so it is no change.
-    ended = [
-        {"state": {"terminated": {"exitCode": code}}}
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []
-        if isinstance(code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"), int)
-    ]
+    ended = [{"state": {"terminated": {"exitCode": code}}} for code in exit_codes(pod)]
     if ended:
         status["containerStatuses"] = ended
     return {

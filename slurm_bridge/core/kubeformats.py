@@ -1,5 +1,6 @@
 """Kubernetes' formats, as pure values every floor may check against: object-name limits and the
-RFC 1123 checks, bounded names and label values, and JSON pointers for patches.
+RFC 1123 checks, bounded names and label values, JSON pointers for patches, and a pod's
+containers' exit codes (read by the operator's pod store and its decisions alike).
 
 They live below the Kubernetes client (slurm_bridge/kube/client.py) because the configuration
 (slurm_bridge/core/config.py) and the pure rules (slurm_bridge/rules/dra.py) check and write them
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # Kubernetes' limits: object names (DNS subdomains) and label values.
 MAX_NAME_LENGTH = 253
@@ -62,3 +65,12 @@ def escape_pointer(key: str) -> str:
 def pointer(*parts: str | int) -> str:
     """A JSON pointer (RFC 6901) to the given path, escaping '~' and '/' in keys."""
     return "".join("/" + escape_pointer(str(p)) for p in parts)
+
+
+def exit_codes(pod: Mapping[str, Any]) -> list[int]:
+    """The exit codes of the pod's terminated containers (init containers left out)."""
+    return [
+        code
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        if isinstance(code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"), int)
+    ]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.core.kubeformats import escape_pointer, label_value
+from slurm_bridge.core.kubeformats import escape_pointer, exit_codes, label_value
 
 Obj = dict[str, Any]
 
@@ -84,13 +84,6 @@ def release_pod_patch(
 
 
 def highest_exit_code(members: Mapping[str, Obj | None]) -> int | None:
-    """The highest exit code of the member pods' terminated containers (init containers left out),
-    as Slurm derives a job's from its steps'; None when no container's is known."""
-    codes = [
-        int(code)
-        for pod in members.values()
-        if pod is not None
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []
-        if isinstance(code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"), int)
-    ]
-    return max(codes, default=None)
+    """The highest exit code of the member pods' terminated containers, as Slurm derives a job's
+    from its steps'; None when no container's is known."""
+    return max((code for pod in members.values() if pod is not None for code in exit_codes(pod)), default=None)

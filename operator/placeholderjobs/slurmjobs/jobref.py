@@ -37,12 +37,16 @@ def encode_admin_comment(ref: PhjRef, *, handoff: str | None = None, released: b
     in should Slurm end it under its pods (``cores``, ``node``); ``released``, the bridge released
     the job itself (its pods stopped): nothing to hold. Compact JSON without spaces: the script
     reads it with bash, field by field."""
-    payload: dict[str, object] = {"bridge": ref.bridge, "ns": ref.namespace, "name": ref.name, "uid": ref.uid}
+    payload = _ref_payload(ref)
     if handoff is not None:
         payload[names.ADMIN_COMMENT_HANDOFF] = handoff
     if released:
         payload[names.ADMIN_COMMENT_RELEASED] = True
     return names.ADMIN_COMMENT_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
+
+
+def _ref_payload(ref: PhjRef) -> dict[str, object]:
+    return {"bridge": ref.bridge, "ns": ref.namespace, "name": ref.name, "uid": ref.uid}
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def released_comment(comment: str, ref: PhjRef | None = None, outcome: JobOutcom
     if data is None:
         if ref is None:
             raise ValueError(f"not the bridge's admin_comment: {comment!r}")
-        data = json.loads(encode_admin_comment(ref)[len(names.ADMIN_COMMENT_PREFIX) :])
+        data = _ref_payload(ref)
     data[names.ADMIN_COMMENT_RELEASED] = True
     if outcome is not None:
         data.update(outcome.keys())
