@@ -124,6 +124,15 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 # partition; slurmd ports SB_HYBRID_SLURMD_PORT, +1, ... one per node.
 : "${SB_HYBRID_NODES:=2}" "${SB_HYBRID_NODE_PREFIX:=kwok-hybrid-}" "${SB_HYBRID_NODE_CPUS:=4}" "${SB_HYBRID_NODE_MEMORY_MIB:=8192}"
 : "${SB_HYBRID_PARTITION:=hybrid}" "${SB_HYBRID_SLURMD_PORT:=26831}"
+# The hybrid nodes' GPUs (docs/gpus.md; hack/cluster/gpus.py reads the format): stand-in device
+# files for slurmd's gres.conf, and the same GPUs as the NVIDIA DRA driver's ResourceSlices. The first
+# hybrid node has two whole GPUs, the second one GPU in a static MIG layout (four 1g.10gb, one 3g.40gb).
+if [ -z "${SB_HYBRID_GPUS+set}" ]; then
+  SB_HYBRID_GPUS="${SB_HYBRID_NODE_PREFIX}1=h100,h100"
+  [ "$SB_HYBRID_NODES" -lt 2 ] || SB_HYBRID_GPUS+=" ${SB_HYBRID_NODE_PREFIX}2=h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb"
+  [ "$SB_HYBRID_NODES" -ge 1 ] || SB_HYBRID_GPUS=""
+fi
+export SB_HYBRID_GPUS
 # The real node (SB_REAL_NODE, hack/node.sh) is a Slurm node too: its own slurmd and partition. Its
 # Slurm CPUs and memory are what the machine gives its kubelet (every core, all of MemTotal: the
 # kubelet reserves nothing) unless these are set.

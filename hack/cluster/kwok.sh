@@ -98,6 +98,10 @@ create_nodes() {
   for name in $(missized_node_names); do
     set_node_resources "$name" $((SB_HYBRID_NODE_CPUS / 2)) $((SB_HYBRID_NODE_MEMORY_MIB / 2)) "$SB_NODE_PODS"
   done
+  # The hybrid nodes' GPUs as the NVIDIA DRA driver publishes them, and their DeviceClasses (hack/cluster/gpus.py).
+  if [ -n "$SB_HYBRID_GPUS" ]; then
+    python3 -P "$HACK_DIR/cluster/gpus.py" manifests | kubectl_ apply -f - >/dev/null || die "publishing the hybrid nodes' GPUs failed"
+  fi
   # The bridge registers a dynamic node only with its address (slurmctld would resolve the name at
   # each allocation); once seen without one after an API server restart, so set it on each up.
   for name in $(dyn_node_names); do

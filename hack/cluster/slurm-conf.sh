@@ -122,7 +122,7 @@ slurm_conf_workers() { # "name=address ..." cpus memory_mib : every worker a slu
 }
 
 slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
-  local n_cpu=$((SB_NODES - SB_GPU_NODES)) host="${1:+ NodeHostname=$1}" name hybrid
+  local n_cpu=$((SB_NODES - SB_GPU_NODES)) host="${1:+ NodeHostname=$1}" name hybrid gres
   hybrid=$(hybrid_node_names | paste -sd, -)
   # Dynamic nodes: the bridge registers labelled Kubernetes nodes (docs/nodes.md); a NodeSet per
   # partition selects them by the feature that names it. MaxNodeCount counts the static nodes too.
@@ -133,7 +133,8 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
   # Hybrid nodes: a slurmd each (hack/cluster/slurmd.sh), sized as their Kubernetes nodes are.
   for name in $(hybrid_node_names); do
-    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB Features=kwok,hybrid"
+    gres=$(python3 -P "$HACK_DIR/cluster/gpus.py" gres "$name") || die "SB_HYBRID_GPUS: see above"
+    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB${gres:+ Gres=$gres} Features=kwok,hybrid"
   done
   echo "NodeName=$SB_REAL_NODE$host Port=$(slurmd_port "$SB_REAL_NODE") CPUs=$(real_node_slurm_cpus) RealMemory=$(real_node_slurm_memory_mib) Features=real"
   # The mis-sized hybrid node: the hybrid nodes' size here, half of it on its kwok node (hack/cluster/kwok.sh).
@@ -157,6 +158,9 @@ gres_conf() {
   # devices need (slurm_bridge/rules/dra.py). A slurm.conf node without slurmd gets no indices from
   # File= lines (checked: Slurm 26.05 reports "gpu(CNT:2)"), so the static GPU nodes count only.
   [ "$SB_DYN_NODE_GPUS" -gt 0 ] && echo "NodeName=${SB_DYN_NODE_PREFIX}[1-$SB_DYN_NODE_MAX] Name=gpu File=/dev/nvidia[0-$((SB_DYN_NODE_GPUS - 1))]"
+  # The hybrid nodes' GPUs (SB_HYBRID_GPUS, hack/cluster/gpus.py): a record per GPU and per MIG
+  # instance on stand-in device files, in the order Slurm numbers them (docs/gpus.md).
+  python3 -P "$HACK_DIR/cluster/gpus.py" gres-conf || die "SB_HYBRID_GPUS: see above"
   return 0
 }
 

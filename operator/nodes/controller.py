@@ -22,6 +22,7 @@ keeps each node's ``SlurmResourcesFit`` condition (:mod:`.resourcesfit`; RBAC: c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -31,9 +32,11 @@ from slurm_bridge import names
 from slurm_bridge.core import metrics
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
-from slurm_bridge.operator.nodes import nodesync, resourcesfit
+from slurm_bridge.operator.nodes import devicematch, nodesync, resourcesfit
 from slurm_bridge.operator.nodes import registration as reg
+from slurm_bridge.operator.nodes.devicematch import DeviceMatch
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit
 from slurm_bridge.operator.nodes.setupcheck import SetupCheck
 from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable
@@ -41,6 +44,7 @@ from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, Registered
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.rules import dra
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -73,6 +77,9 @@ class NodeController:
         self.queue: WorkQueue[NodeWork] = WorkQueue(self._reconcile, workers=workers)
         self.table = SlurmNodeTable(slurm)  # Slurm's node table, with the bridge's own writes
         self.fit = ResourcesFit(kube, config.schedulerName)
+        # Slurm's GPUs and the DRA driver's, node by node (docs/gpus.md): a slice change queues its node.
+        self.devices = DeviceMatch(kube, lambda node: self.queue.add(NodeItem(node)))
+        self._slices_task: asyncio.Task[None] | None = None
         self.setup = SetupCheck(config, slurm)
         self._loop = PollLoop(
             "slurm-node-poller",
@@ -115,8 +122,12 @@ class NodeController:
         self.queue.start()
         self._last_resync = time.monotonic()
         self._loop.start()
+        self._slices_task = asyncio.create_task(self.devices.slices.run(), name="resourceslices-watch")
 
     async def stop(self) -> None:
+        if self._slices_task is not None:
+            await cancel_and_wait([self._slices_task])
+            self._slices_task = None
         await self._loop.stop()
         await self.queue.stop()
 
@@ -182,6 +193,18 @@ class NodeController:
             for node in self.nodes.values()
             if (resourcesfit.current(node) or {}).get("status") == "False"
         )
+
+    def mig_slurm_nodes(self) -> frozenset[str]:
+        """The Slurm nodes with MIG instances among their GPUs (``dra.mig_node``): jobs asking for
+        untyped GPUs are submitted without them (``translate.exclude_mig_nodes``). From the last
+        node list; no call."""
+        return frozenset(n.name for n in (self.table.listed or {}).values() if dra.mig_node(n.gres))
+
+    def device_mismatch_slurm_nodes(self) -> frozenset[str]:
+        """The Slurm nodes whose Kubernetes node says ``SlurmDevicesMatch=False`` (a MIG layout
+        Slurm and the DRA driver do not share): MIG jobs are submitted without them
+        (``translate.exclude_mig_nodes``). From the node store; no call."""
+        return frozenset(nodesync.slurm_name_of(node) for node in self.nodes.values() if devicematch.differs(node))
 
     # ---- Slurm side --------------------------------------------------------------------------
     @property
@@ -297,6 +320,9 @@ class NodeController:
             fitted = await self.fit.reconcile(name, self.nodes.get(("", name)) or node, info)
             if fitted is not None:
                 self.nodes.upsert(fitted)
+            matched = await self.devices.reconcile(name, self.nodes.get(("", name)) or node, info)
+            if matched is not None:
+                self.nodes.upsert(matched)
         return None
 
     async def _apply_patch(

@@ -90,12 +90,17 @@ def decide(info: NodeInfo, allocatable: Mapping[str, Any], others: Sequence[Mapp
     )
 
 
-def current(node: Mapping[str, Any]) -> Obj | None:
-    """The node's SlurmResourcesFit condition as stored (the node projection keeps this one)."""
+def condition_of(node: Mapping[str, Any], ctype: str) -> Obj | None:
+    """One of the bridge's node conditions as stored (the node projection keeps the bridge's own)."""
     for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == names.NODE_COND_SLURM_RESOURCES_FIT:
+        if isinstance(c, Mapping) and c.get("type") == ctype:
             return dict(c)
     return None
+
+
+def current(node: Mapping[str, Any]) -> Obj | None:
+    """The node's SlurmResourcesFit condition as stored."""
+    return condition_of(node, names.NODE_COND_SLURM_RESOURCES_FIT)
 
 
 def _size(info: NodeInfo, allocatable: Mapping[str, Any]) -> tuple[object, ...]:
@@ -151,33 +156,49 @@ class ResourcesFit:
         return [p for p in items if isinstance(p, dict)]
 
     async def _write(self, name: str, node: Mapping[str, Any], fit: Fit) -> Obj | None:
-        old = current(node)
-        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
-            fit.status,
-            fit.reason,
-            fit.message,
-        ):
+        if _as_stored(current(node), fit) is not None:
             return None
-        now = now_iso()
-        changed = old is None or old.get("status") != fit.status
-        condition = {
-            "type": names.NODE_COND_SLURM_RESOURCES_FIT,
-            "status": fit.status,
-            "reason": fit.reason,
-            "message": fit.message,
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now if changed or old is None else old.get("lastTransitionTime", now),
-        }
-        try:
-            written = await self.kube.patch(
-                node_path(name) + "/status", {"status": {"conditions": [condition]}}, "strategic"
-            )
-        except KubeError as e:
-            log.warning("node %s: writing the %s condition failed: %s", name, names.NODE_COND_SLURM_RESOURCES_FIT, e)
-            self.forget(name)
-            return None
-        log.info("node %s: %s=%s: %s", name, names.NODE_COND_SLURM_RESOURCES_FIT, fit.status, fit.message)
-        if changed and (fit.status == "False" or old is not None):
-            ref = {"apiVersion": "v1", "kind": "Node", "metadata": dict(node.get("metadata") or {})}
-            await self.kube.event(ref, fit.reason, fit.message, warning=fit.status == "False")
+        written = await write_condition(self.kube, name, node, names.NODE_COND_SLURM_RESOURCES_FIT, fit)
+        if written is None:
+            self.forget(name)  # the write failed: decided again at the next reconcile
         return written
+
+
+def _as_stored(old: Obj | None, fit: Fit) -> Obj | None:
+    """``old`` when it already says ``fit`` (nothing to write)."""
+    if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
+        fit.status,
+        fit.reason,
+        fit.message,
+    ):
+        return old
+    return None
+
+
+async def write_condition(kube: KubeClient, name: str, node: Mapping[str, Any], ctype: str, fit: Fit) -> Obj | None:
+    """One of the bridge's node conditions (``nodes/status``, a strategic merge on its type), only
+    when it changed; a Warning Event with a change to False, a Normal one with the way back. The
+    node as written (None: nothing written, or the write failed, logged)."""
+    old = condition_of(node, ctype)
+    if _as_stored(old, fit) is not None:
+        return None
+    now = now_iso()
+    changed = old is None or old.get("status") != fit.status
+    condition = {
+        "type": ctype,
+        "status": fit.status,
+        "reason": fit.reason,
+        "message": fit.message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now if changed or old is None else old.get("lastTransitionTime", now),
+    }
+    try:
+        written = await kube.patch(node_path(name) + "/status", {"status": {"conditions": [condition]}}, "strategic")
+    except KubeError as e:
+        log.warning("node %s: writing the %s condition failed: %s", name, ctype, e)
+        return None
+    log.info("node %s: %s=%s: %s", name, ctype, fit.status, fit.message)
+    if changed and (fit.status == "False" or old is not None):
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": dict(node.get("metadata") or {})}
+        await kube.event(ref, fit.reason, fit.message, warning=fit.status == "False")
+    return written

@@ -81,9 +81,9 @@ def project_pod(pod: Obj) -> Obj:
     }
 
 
-# The one node condition the bridge reads: its own (operator/nodes/resourcesfit.py). The others
+# The node conditions the bridge reads: its own (operator/nodes/resourcesfit.py, devicematch.py). The others
 # (the kubelet's heartbeats) stay out, so a heartbeat is no change.
-_NODE_CONDITIONS = frozenset({names.NODE_COND_SLURM_RESOURCES_FIT})
+_NODE_CONDITIONS = frozenset({names.NODE_COND_SLURM_RESOURCES_FIT, names.NODE_COND_SLURM_DEVICES_MATCH})
 
 
 def project_node(node: Obj) -> Obj:

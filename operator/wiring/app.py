@@ -151,6 +151,9 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # New jobs are submitted without the nodes whose kubelet offers less than Slurm counts.
     if cfg.excludeUnfitNodes:
         ctrl.jobs.unfit_nodes = nodes.unfit_slurm_nodes
+    # Whole GPUs never from MIG nodes; MIG slices never where Slurm and the DRA driver disagree (docs/gpus.md).
+    ctrl.jobs.mig_nodes = nodes.mig_slurm_nodes
+    ctrl.jobs.mismatched_nodes = nodes.device_mismatch_slurm_nodes
     ctrl.poller.watch_nodes(lambda: nodes.healthy)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).

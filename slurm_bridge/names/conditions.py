@@ -31,3 +31,6 @@ COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
 # CPUs and memory Slurm may allocate there fit in the kubelet's allocatable minus what pods the
 # bridge does not place request (docs/colocation.md).
 NODE_COND_SLURM_RESOURCES_FIT: Final = "SlurmResourcesFit"
+# Whether Slurm's GPUs on a node (gres.conf) and the NVIDIA DRA driver's ResourceSlices describe the
+# same devices (docs/gpus.md): False after a MIG layout change until both sides agree again.
+NODE_COND_SLURM_DEVICES_MATCH: Final = "SlurmDevicesMatch"

@@ -207,3 +207,7 @@ REASON_SLURM_NODE_REGISTRATION_FAILED: Final = "SlurmNodeRegistrationFailed"
 # changes on the Node (Warning when Slurm's size no longer fits) ------------------------------------
 REASON_SLURM_SIZE_FITS: Final = "SlurmSizeFits"
 REASON_SLURM_SIZE_EXCEEDS: Final = "SlurmSizeExceedsAllocatable"
+
+# --- The SlurmDevicesMatch node condition (docs/gpus.md), and the Events of its changes -------------
+REASON_SLURM_DEVICES_MATCH: Final = "SlurmDevicesMatch"
+REASON_SLURM_DEVICES_DIFFER: Final = "SlurmDevicesDiffer"

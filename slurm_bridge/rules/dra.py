@@ -40,17 +40,33 @@ RESOURCE_API: Final = "resource.k8s.io/v1"
 
 @dataclass(frozen=True)
 class DeviceClass:
-    """What Slurm allocates for a DeviceClass: a GRES (by index) or CPUs (by core)."""
+    """What Slurm allocates for a DeviceClass: a GRES (by index) or CPUs (by core).
+
+    ``gres_type``: the Slurm GRES type the class asks for (a MIG profile: ``gpu:1g.10gb``), and
+    then ``profile``: the profile every device given for it must have (its ``type`` attribute
+    ``mig``). An untyped GPU class takes whole GPUs only: a device whose ``type`` is ``mig`` is
+    never given for it (nor are MIG nodes offered to its jobs: :func:`untyped_gpu_request`).
+    """
 
     name: str
     driver: str
     kind: Literal["gres", "cpus"]
     gres: str = ""  # the Slurm GRES name of kind "gres"
+    gres_type: str = ""
+    profile: str = ""
 
     @property
     def request(self) -> str:
-        """The claim's request name for this class (and the label in the pod's device annotation)."""
-        return self.gres if self.kind == "gres" else "cpu"
+        """The claim's request name for this class (and the label in the pod's device annotation):
+        a DNS label, so a profile's dots become dashes (``mig-1g-10gb``)."""
+        if self.kind != "gres":
+            return "cpu"
+        return f"mig-{self.profile.replace('.', '-')}" if self.profile else self.gres
+
+    @property
+    def slurm_gres(self) -> str:
+        """``gpu`` or ``gpu:1g.10gb``: the GRES (and type) Slurm is asked for."""
+        return f"{self.gres}:{self.gres_type}" if self.gres_type else self.gres
 
 
 # The classes the bridge maps (as the Go slurm-bridge 1.3: the upstream drivers' DeviceClasses).
@@ -62,6 +78,29 @@ DEVICE_CLASSES: Final[Mapping[str, DeviceClass]] = {
         DeviceClass("dra.cpu", "dra.cpu", "cpus"),
     )
 }
+# A DeviceClass per MIG profile (docs/gpus.md): ``mig-<profile>.nvidia.com`` selects the NVIDIA
+# driver's MIG devices of that profile, and the bridge asks Slurm for the GRES ``gpu:<profile>``
+# (the site names each MIG instance's Slurm type by its profile).
+MIG_CLASS: Final = re.compile(r"^mig-(?P<profile>[1-7]g\.[0-9]{1,3}gb)\.nvidia\.com$")
+MIG_CLASS_EXAMPLE: Final = "mig-1g.10gb.nvidia.com"
+# A Slurm GPU type that is a MIG instance's: a profile, alone or after the GPU's type (AutoDetect
+# names them like ``h100_1g.10gb``).
+MIG_TYPE: Final = re.compile(r"(^|_)[1-7]g\.[0-9]{1,3}gb(\+me)?$")
+
+
+def device_class(name: str) -> DeviceClass | None:
+    """The class ``name`` maps to, or None: the bridge cannot map it."""
+    if name in DEVICE_CLASSES:
+        return DEVICE_CLASSES[name]
+    m = MIG_CLASS.match(name)
+    if m:
+        return DeviceClass(name, "gpu.nvidia.com", "gres", "gpu", gres_type=m["profile"], profile=m["profile"])
+    return None
+
+
+def known_classes() -> str:
+    """The classes the bridge maps, for messages."""
+    return ", ".join([*sorted(DEVICE_CLASSES), f"mig-<profile>.nvidia.com (e.g. {MIG_CLASS_EXAMPLE})"])
 
 
 # ---- admission: the pod's request -----------------------------------------------------------
@@ -92,11 +131,10 @@ def _scan_request(scan: _Scan, path: str, key: str, value: Any, holder: str) -> 
     if not key.startswith(EXTENDED_PREFIX):
         return
     cls = key.removeprefix(EXTENDED_PREFIX)
-    if cls not in DEVICE_CLASSES:
+    if device_class(cls) is None:
         scan.problems.append(
-            f"{path}: DeviceClass {cls!r} cannot be mapped to Slurm; the bridge maps "
-            f"{', '.join(sorted(DEVICE_CLASSES))} (or request nvidia.com/gpu, or use the "
-            f"{names.ANN_GRES} annotation)"
+            f"{path}: DeviceClass {cls!r} cannot be mapped to Slurm; the bridge maps {known_classes()} "
+            f"(or request nvidia.com/gpu, or use the {names.ANN_GRES} annotation)"
         )
         return
     try:
@@ -126,13 +164,24 @@ def _conflicts(scan: _Scan, where: str) -> list[str]:
             "(its CPUs are the dra.cpu devices); remove the cpu requests and limits"
         )
     gres_classes: dict[str, list[str]] = {}
+    typed: dict[str, list[str]] = {}  # GRES name -> classes of a typed GRES (MIG profiles)
     for cls in scan.counts:
-        if DEVICE_CLASSES[cls].kind == "gres":
-            gres_classes.setdefault(DEVICE_CLASSES[cls].gres, []).append(cls)
+        dc = device_class(cls)
+        assert dc is not None
+        if dc.kind == "gres":
+            gres_classes.setdefault(dc.slurm_gres, []).append(cls)
+            if dc.gres_type:
+                typed.setdefault(dc.gres, []).append(cls)
     for gres, classes in sorted(gres_classes.items()):
         if len(classes) > 1:
             problems.append(
                 f"{where}: DeviceClasses {sorted(classes)} are all the Slurm GRES {gres!r}; request one of them"
+            )
+        if gres in typed:
+            problems.append(
+                f"{where}: DeviceClasses {sorted(classes)} (whole GPUs) and {sorted(typed[gres])} (MIG slices) "
+                f"in one pod: Slurm's untyped {gres!r} could be met with a MIG slice; ask for whole GPUs and "
+                "MIG slices in different pods"
             )
         if gres == "gpu" and scan.plugin_gpus:
             problems.append(
@@ -169,11 +218,13 @@ def recorded_requests(annotations: Mapping[str, str]) -> dict[str, int]:
     if (
         not isinstance(data, dict)
         or not data
-        or not all(isinstance(k, str) and k in DEVICE_CLASSES and type(v) is int and v >= 1 for k, v in data.items())
+        or not all(
+            isinstance(k, str) and device_class(k) is not None and type(v) is int and v >= 1 for k, v in data.items()
+        )
     ):
         raise ValueError(
             f"annotation {names.ANN_DEVICE_REQUESTS} must map DeviceClasses "
-            f'({", ".join(sorted(DEVICE_CLASSES))}) to counts >= 1, e.g. {{"gpu.nvidia.com": 2}}: {raw!r}'
+            f'({known_classes()}) to counts >= 1, e.g. {{"gpu.nvidia.com": 2}}: {raw!r}'
         )
     return dict(data)
 
@@ -268,14 +319,50 @@ def consistency_problems(pod: Mapping[str, Any]) -> list[str]:
 
 
 # ---- translation: what Slurm is asked for ------------------------------------------------------
+def _class(name: str) -> DeviceClass:
+    cls = device_class(name)
+    if cls is None:  # recorded_requests and the webhook let only mapped classes through
+        raise ValueError(f"DeviceClass {name!r} cannot be mapped to Slurm")
+    return cls
+
+
+def untyped_gpu_request(gres: str | None) -> bool:
+    """A job's TRES per node (``gres/gpu:2``, ``gres/gpu:1g.10gb:1,gres/shard:2``) asks for GPUs
+    of any type: Slurm could meet it with a MIG instance, which is not a GPU to give whole."""
+    for item in filter(None, (gres or "").split(",")):
+        parts = item.strip().removeprefix("gres/").split(":")
+        if parts[0] == "gpu" and (len(parts) == 1 or (len(parts) == 2 and parts[1].isdigit())):
+            return True
+    return False
+
+
+def typed_gpu_request(gres: str | None) -> bool:
+    """A job's TRES per node asks for GPUs of a MIG profile (``gres/gpu:1g.10gb:1``)."""
+    for item in filter(None, (gres or "").split(",")):
+        parts = item.strip().removeprefix("gres/").split(":")
+        if parts[0] == "gpu" and len(parts) >= 3 and MIG_TYPE.search(parts[1]):
+            return True
+    return False
+
+
+def mig_node(node_gres: str) -> bool:
+    """A Slurm node (its ``Gres``, e.g. ``gpu:1g.10gb:4,gpu:3g.40gb:1``) with MIG instances among
+    its GPUs: jobs asking for untyped GPUs are kept off it (submitted with it excluded)."""
+    for item in filter(None, node_gres.split(",")):
+        parts = item.split("(")[0].strip().split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and not parts[1].isdigit() and MIG_TYPE.search(parts[1]):
+            return True
+    return False
+
+
 def slurm_needs(counts: Mapping[str, int]) -> tuple[dict[str, int], int | None]:
-    """({GRES name: count per node}, CPUs or None) that the requests ask Slurm for."""
+    """({GRES[:type]: count per node}, CPUs or None) that the requests ask Slurm for."""
     gres: dict[str, int] = {}
     cpus: int | None = None
     for cls_name, count in counts.items():
-        cls = DEVICE_CLASSES[cls_name]
+        cls = _class(cls_name)
         if cls.kind == "gres":
-            gres[cls.gres] = gres.get(cls.gres, 0) + count
+            gres[cls.slurm_gres] = gres.get(cls.slurm_gres, 0) + count
         else:
             cpus = (cpus or 0) + count
     return gres, cpus
@@ -287,6 +374,8 @@ class Device:
     driver: str
     pool: str
     name: str
+    type: str = ""  # the driver's ``type`` attribute: "gpu", "mig" ("" when it gives none)
+    profile: str = ""  # a MIG device's ``profile``
 
 
 @dataclass(frozen=True)
@@ -306,16 +395,53 @@ def _natural(text: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
-def _device_index(device: Mapping[str, Any]) -> int | None:
-    attr = (device.get("attributes") or {}).get("index")
-    if isinstance(attr, Mapping) and type(attr.get("int")) is int:
-        return int(attr["int"])
+def _attr(device: Mapping[str, Any], key: str, kind: str) -> Any:
+    value = (device.get("attributes") or {}).get(key)
+    if isinstance(value, Mapping):
+        found = value.get(kind)
+        if (kind == "int" and type(found) is int) or (kind == "string" and isinstance(found, str)):
+            return found
     return None
+
+
+def _device_index(device: Mapping[str, Any]) -> int | None:
+    return _attr(device, "index", "int")  # type: ignore[no-any-return]
+
+
+# The NVIDIA driver's device names since it stopped publishing ``index`` and ``minor``: a GPU
+# ``gpu-<minor>``, a MIG device ``gpu-<parent minor>-mig-<GI profile id>-<placement start>-<size>``.
+_GPU_NAME: Final = re.compile(r"^gpu-(?P<gpu>[0-9]+)$")
+_MIG_NAME: Final = re.compile(r"^gpu-(?P<gpu>[0-9]+)-mig-[0-9]+-(?P<start>[0-9]+)-[0-9]+$")
+
+
+def _slurm_order(device: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """Where Slurm numbers a device among a node's GPUs (docs/gpus.md): GPU by GPU (``index``; a
+    MIG device's GPU is its ``parentIndex``), a whole GPU alone, a MIG GPU's instances by ``minor``;
+    without those attributes, from the driver's names (the GPU's minor, the instance's placement
+    start); None when neither says."""
+    name = str(device.get("name") or "")
+    if _attr(device, "type", "string") == "mig":
+        parent = _attr(device, "parentIndex", "int")
+        minor = _attr(device, "minor", "int")
+        if parent is not None and minor is not None:
+            return (parent, 1, minor)
+        m = _MIG_NAME.match(name)
+        return (int(m["gpu"]), 1, int(m["start"])) if m else None
+    index = _device_index(device)
+    if index is not None:
+        return (index, 0, 0)
+    m = _GPU_NAME.match(name)
+    return (int(m["gpu"]), 0, 0) if m and _attr(device, "type", "string") == "gpu" else None
 
 
 def node_devices(slices: Sequence[Mapping[str, Any]], driver: str, node: str) -> dict[int, Device]:
     """Slurm index -> device, over the driver's ResourceSlices for ``node`` (the newest generation
-    of each pool)."""
+    of each pool).
+
+    Whole GPUs only: a device's ``index``. With MIG devices (``type`` ``mig``), Slurm numbers the
+    node's GPU GRES in one sequence, GPU by GPU and a MIG GPU instance by instance: the devices'
+    position in :func:`_slurm_order`. Without those attributes: the natural name order. A
+    partitionable device (one that consumes a shared counter) is never given: it is left out."""
     newest: dict[str, int] = {}
     for s in slices:
         spec = s.get("spec") or {}
@@ -323,7 +449,8 @@ def node_devices(slices: Sequence[Mapping[str, Any]], driver: str, node: str) ->
             pool = spec.get("pool") or {}
             name = str(pool.get("name") or node)
             newest[name] = max(newest.get(name, 0), int(pool.get("generation") or 0))
-    found: list[tuple[int | None, Device]] = []
+    found: list[tuple[tuple[int, int, int] | None, Device]] = []
+    indexed: list[int | None] = []  # each device's index attribute
     for s in slices:
         spec = s.get("spec") or {}
         if spec.get("driver") != driver or spec.get("nodeName") != node:
@@ -333,9 +460,17 @@ def node_devices(slices: Sequence[Mapping[str, Any]], driver: str, node: str) ->
         if int(pool.get("generation") or 0) != newest[name]:
             continue
         for d in spec.get("devices") or []:
-            found.append((_device_index(d), Device(driver, name, str(d.get("name")))))
-    if found and all(i is not None for i, _ in found):
-        return {i: d for i, d in found if i is not None}
+            if d.get("consumesCounters"):
+                continue
+            device = Device(
+                driver, name, str(d.get("name")), _attr(d, "type", "string") or "", _attr(d, "profile", "string") or ""
+            )
+            found.append((_slurm_order(d), device))
+            indexed.append(_device_index(d))
+    if any(d.type == "mig" for _, d in found) and all(o is not None for o, _ in found):
+        return dict(enumerate(d for _, d in sorted(found, key=lambda f: f[0] or (0, 0, 0))))
+    if found and all(i is not None for i in indexed):
+        return {i: d for i, (_, d) in zip(indexed, found, strict=True) if i is not None}
     ordered = sorted((d for _, d in found), key=lambda d: (_natural(d.pool), _natural(d.name)))
     return dict(enumerate(ordered))
 
@@ -352,13 +487,13 @@ def plan_claim(
         return f"Slurm job {job_id} reports nothing allocated on node {node}"
     plan = ClaimPlan(node)
     for cls_name, count in sorted(counts.items()):
-        cls = DEVICE_CLASSES[cls_name]
+        cls = _class(cls_name)
         if cls.kind == "gres":
-            indices = held.gres.get(cls.gres)
+            indices = held.gres.get(cls.slurm_gres)
             if indices is None:
                 return (
-                    f"Slurm does not say which {cls.gres} devices job {job_id} holds on node {node}: its GRES "
-                    "has no device files in gres.conf, so Slurm keeps no indices and exact devices cannot be "
+                    f"Slurm does not say which {cls.slurm_gres} devices job {job_id} holds on node {node}: its "
+                    "GRES has no device files in gres.conf, so Slurm keeps no indices and exact devices cannot be "
                     "given"
                 )
         else:
@@ -376,9 +511,28 @@ def plan_claim(
                 f"{', '.join(map(str, missing))} of the {cls.request} devices job {job_id} holds there "
                 f"({len(by_index)} published)"
             )
-        plan.results[cls.request] = [by_index[i] for i in indices]
+        devices = [by_index[i] for i in indices]
+        wrong = _kind_problem(cls, devices, indices)
+        if wrong:
+            return (
+                f"Slurm and node {node}'s ResourceSlices disagree: job {job_id} holds {cls.slurm_gres} {wrong}; "
+                "no device is given until gres.conf and the DRA driver describe the same GPUs (docs/gpus.md)"
+            )
+        plan.results[cls.request] = devices
         plan.indices[cls.request] = list(indices)
     return plan
+
+
+def _kind_problem(cls: DeviceClass, devices: Sequence[Device], indices: Sequence[int]) -> str:
+    """Why the devices at Slurm's indices are not what the class asks for ("" when they are): a
+    MIG class's must be MIG devices of its profile, a whole-GPU class's no MIG device."""
+    for i, d in zip(indices, devices, strict=True):
+        if cls.profile and (d.type != "mig" or d.profile != cls.profile):
+            what = f"a {d.type or 'device'}" + (f" of profile {d.profile}" if d.profile else "")
+            return f"index {i}, which is {d.name} ({what}), not a MIG device of profile {cls.profile}"
+        if not cls.profile and cls.kind == "gres" and d.type == "mig":
+            return f"index {i}, which is the MIG device {d.name} (profile {d.profile}), not a whole GPU"
+    return ""
 
 
 def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -> Obj:
@@ -395,7 +549,7 @@ def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -
     }
     requests = [
         {
-            "name": DEVICE_CLASSES[c].request,
+            "name": _class(c).request,
             "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n},
         }
         for c, n in sorted(counts.items())
@@ -440,3 +594,73 @@ def allocated_to(claim: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
     """(request, driver, pool, device) of each device a claim is allocated to."""
     results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
     return {(str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results}
+
+
+# ---- the two views of a node's GPUs ---------------------------------------------------------------
+def slurm_gpu_inventory(node_gres: str) -> dict[str, int]:
+    """A Slurm node's GPUs (its ``Gres``) by kind: ``gpu`` for whole GPUs (untyped, or of a GPU
+    type such as ``h100``), ``gpu:<profile>`` for MIG instances (type ``1g.10gb``, or AutoDetect's
+    ``h100_1g.10gb``)."""
+    out: dict[str, int] = {}
+    for item in filter(None, node_gres.split(",")):
+        parts = item.split("(")[0].strip().split(":")
+        if parts[0] != "gpu" or not parts[-1].isdigit():
+            continue
+        kind = "gpu"
+        if len(parts) >= 3:
+            m = MIG_TYPE.search(parts[1])
+            if m:
+                kind = f"gpu:{m.group(0).lstrip('_')}"
+        out[kind] = out.get(kind, 0) + int(parts[-1])
+    return out
+
+
+def slice_gpu_inventory(slices: Sequence[Mapping[str, Any]], driver: str, node: str) -> dict[str, int]:
+    """The driver's GPUs on ``node`` (newest pool generations, partitionable devices left out) by
+    the same kinds as :func:`slurm_gpu_inventory`."""
+    out: dict[str, int] = {}
+    for d in node_devices(slices, driver, node).values():
+        kind = f"gpu:{d.profile}" if d.type == "mig" else "gpu"
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def devices_differ(
+    node_gres: str, slices: Sequence[Mapping[str, Any]], node: str, driver: str = "gpu.nvidia.com"
+) -> str:
+    """Why Slurm's GPUs on a node and the DRA driver's are not the same devices ("" when they are,
+    and when the node has neither): a new layout published (a MIG change) that gres.conf does not
+    have yet, or the other way round."""
+    slurm = slurm_gpu_inventory(node_gres)
+    published = slice_gpu_inventory(slices, driver, node)
+    if slurm == published:
+        return ""
+
+    def said(inv: Mapping[str, int]) -> str:
+        return (
+            ", ".join(f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inv.items()))
+            or "none"
+        )
+
+    return f"Slurm's GRES on node {node} has {said(slurm)}; driver {driver}'s ResourceSlices publish {said(published)}"
+
+
+def largest_request(slices: Sequence[Mapping[str, Any]], cls: DeviceClass) -> int | None:
+    """The most devices of ``cls`` any one node publishes (None: no ResourceSlice of its driver
+    at all, so nothing can be judged). A pod's devices come from one node."""
+    nodes = {
+        str((s.get("spec") or {}).get("nodeName")) for s in slices if (s.get("spec") or {}).get("driver") == cls.driver
+    }
+    nodes.discard("None")
+    if not nodes:
+        return None
+    best = 0
+    for node in nodes:
+        if cls.kind == "cpus":
+            count = len(node_devices(slices, cls.driver, node))
+        else:
+            count = slice_gpu_inventory(slices, cls.driver, node).get(
+                "gpu" if not cls.profile else f"gpu:{cls.profile}", 0
+            )
+        best = max(best, count)
+    return best

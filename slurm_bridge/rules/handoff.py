@@ -162,9 +162,13 @@ def job_handoff_scope(request: JobRequest, pods: Iterable[dict[str, Any]]) -> st
     """The scope the EpilogSlurmctld holds a job's nodes in (its admin_comment's ``handoff``). All
     of a node's free cores (``node``) where the pod's exact cores or the node's exclusivity
     matter -- a whole-node job, a time-shared (MCS) one, a pod bound to exact ``dra.cpu`` devices
-    -- since a reservation takes the lowest free cores, not the job's; else the job's CPU count
-    (``cores``)."""
-    node = bool(request.exclusive) or bool(request.mcs_label) or any(_exact_cores(p) for p in pods)
+    -- since a reservation takes the lowest free cores, not the job's; and where the job holds
+    GRES (GPUs, MIG slices, shards: a GPU's memory is freed only when the pod's process exits, and
+    a GRES reservation needs the GRES in AccountingStorageTRES, docs/gpus.md); else the job's CPU
+    count (``cores``)."""
+    node = (
+        bool(request.exclusive) or bool(request.mcs_label) or bool(request.gres) or any(_exact_cores(p) for p in pods)
+    )
     return names.HANDOFF_SCOPE_NODE if node else names.HANDOFF_SCOPE_CORES
 
 

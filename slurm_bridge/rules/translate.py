@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
-from slurm_bridge.rules import nodesharing
+from slurm_bridge.rules import dra, nodesharing
 from slurm_bridge.rules.jobannotations import parse_annotations, read_annotations
 from slurm_bridge.rules.nodeplacement import Placement, pod_placement
 from slurm_bridge.rules.podresources import pod_label, pod_resources
@@ -135,10 +135,25 @@ def _pod_fields(pods: Sequence[Mapping[str, Any]], config: Config) -> dict[str, 
     memory = [r.memory_mib for r in need if r.memory_mib is not None]
     if memory:
         fields["memory_per_node_mib"] = max(memory)
-    gpus = max(sum(r.gpus.values()) for r in need)
-    if gpus:
-        fields["gres"] = f"gres/gpu:{gpus}"
+    gres = gpu_gres([r.gpus for r in need])
+    if gres:
+        fields["gres"] = gres
     return fields
+
+
+def gpu_gres(per_pod: Sequence[Mapping[str, int]]) -> str:
+    """The job's GPU TRES per node, for the largest pod of each kind: ``gres/gpu:N`` for whole GPUs
+    (device plugin or DRA), ``gres/gpu:<profile>:N`` per MIG profile (``dra/gpu:1g.10gb``), typed
+    ones in name order after the untyped."""
+    need: dict[str, int] = {}
+    for gpus in per_pod:
+        kinds: dict[str, int] = {}
+        for key, count in gpus.items():
+            _, _, typed = key.removeprefix("dra/").partition(":") if key.startswith("dra/") else ("", "", "")
+            kinds[typed] = kinds.get(typed, 0) + count
+        for typed, count in kinds.items():
+            need[typed] = max(need.get(typed, 0), count)
+    return ",".join(f"gres/gpu:{t + ':' if t else ''}{n}" for t, n in sorted(need.items()) if n)
 
 
 def _sharing_fields(
@@ -257,5 +272,39 @@ def exclude_unfit(request: JobRequest, unfit: Iterable[str]) -> JobRequest:
                 "allocatable, or select other nodes"
             )
         return request  # every node is named: nothing else could be allocated
+    excluded = sorted(bad.union(request.excluded_nodes or ()))
+    return request.model_copy(update={"excluded_nodes": excluded})
+
+
+def exclude_mig_nodes(request: JobRequest, mig_nodes: Iterable[str], mismatched: Iterable[str] = ()) -> JobRequest:
+    """The request as submitted (docs/gpus.md): a job asking for untyped GPUs (``gres/gpu:N``)
+    without the nodes that have MIG instances among their GPUs (``mig_nodes``: :func:`dra.mig_node`
+    of each Slurm node's Gres), where Slurm would meet it with MIG slices; a job asking for MIG
+    slices (``gres/gpu:<profile>:N``) without the nodes whose ``SlurmDevicesMatch`` is False
+    (``mismatched``: Slurm's indices there no longer name the driver's devices). Like
+    :func:`exclude_unfit`, at each submit, never in the spec; ValueError, naming the nodes, when
+    the job requires one."""
+    bad: set[str] = set()
+    if dra.untyped_gpu_request(request.gres):
+        bad |= set(mig_nodes)
+        why = (
+            f"the job asks for whole GPUs ({request.gres}) and requires node(s) {{nodes}}, whose GPUs are MIG "
+            f"instances: Slurm would give it MIG slices; ask for a MIG profile ({dra.MIG_CLASS_EXAMPLE}) or "
+            "select nodes with whole GPUs"
+        )
+    if dra.typed_gpu_request(request.gres):
+        bad |= set(mismatched)
+        why = (
+            f"the job asks for MIG slices ({request.gres}) and requires node(s) {{nodes}}, whose MIG layout in Slurm "
+            f"and in the DRA driver's ResourceSlices differ (node condition {names.NODE_COND_SLURM_DEVICES_MATCH}="
+            "False): not submitted until they agree (tried again while the pod waits)"
+        )
+    if not bad:
+        return request
+    if request.required_nodes:
+        blocked = sorted(bad.intersection(request.required_nodes))
+        if blocked:
+            raise ValueError(why.format(nodes=", ".join(blocked)))
+        return request
     excluded = sorted(bad.union(request.excluded_nodes or ()))
     return request.model_copy(update={"excluded_nodes": excluded})

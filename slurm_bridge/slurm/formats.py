@@ -66,7 +66,8 @@ _GRES_DETAIL = re.compile(
 def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
     """({GRES name: indices}, {GRES name: count}) of one node's GRES detail, such as
     ``gpu:2(IDX:0,2)``, ``gpu:a100:1(IDX:3),shard:0(IDX:N/A)`` or ``gpu(CNT:2)`` (no indices:
-    the GRES has no device files). Items are split at commas outside parentheses."""
+    the GRES has no device files); a typed item also under ``name:type`` (``gpu:a100``). Items
+    are split at commas outside parentheses."""
     items, depth, current = [], 0, ""
     for ch in detail:
         depth += ch == "("
@@ -83,15 +84,18 @@ def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str
         m = _GRES_DETAIL.match(item)
         if not m:
             continue
-        name, what, listed = m["name"], m["what"], m["list"] or ""
-        if what == "CNT" and listed.isdigit():
-            counts[name] = counts.get(name, 0) + int(listed)
-        elif what == "IDX" and listed and listed != "N/A":
-            found = _index_list(listed)
-            indices.setdefault(name, []).extend(found)
-            counts[name] = counts.get(name, 0) + len(found)
-        elif m["count"]:
-            counts[name] = counts.get(name, 0) + int(m["count"])
+        what, listed = m["what"], m["list"] or ""
+        # A typed item counts under its name and under name:type (a MIG profile's GRES: gpu:1g.10gb).
+        keys = [m["name"], f"{m['name']}:{m['type']}"] if m["type"] else [m["name"]]
+        for name in keys:
+            if what == "CNT" and listed.isdigit():
+                counts[name] = counts.get(name, 0) + int(listed)
+            elif what == "IDX" and listed and listed != "N/A":
+                found = _index_list(listed)
+                indices.setdefault(name, []).extend(found)
+                counts[name] = counts.get(name, 0) + len(found)
+            elif m["count"]:
+                counts[name] = counts.get(name, 0) + int(m["count"])
     return {k: tuple(sorted(v)) for k, v in indices.items()}, counts
 
 

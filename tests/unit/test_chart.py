@@ -477,10 +477,10 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         # 1.37 CompositePodGroups: the parent of a PodGroup, the composite's condition
         | _grant("scheduling.k8s.io", "compositepodgroups", "get", "list", "watch")
         | _grant("scheduling.k8s.io", "compositepodgroups/status", "patch")
-        # exact DRA devices: the pods' claims and the nodes' ResourceSlices
+        # exact DRA devices: the pods' claims and the nodes' ResourceSlices (watched: SlurmDevicesMatch)
         | _grant("resource.k8s.io", "resourceclaims", "get", "create")
         | _grant("resource.k8s.io", "resourceclaims/status", "patch")
-        | _grant("resource.k8s.io", "resourceslices", "list")
+        | _grant("resource.k8s.io", "resourceslices", "list", "watch")
         | _grant("slinky.slurm.net", "placeholderjobs", "get", "list", "watch", "create", "patch", "delete")
         | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")

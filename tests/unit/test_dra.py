@@ -193,9 +193,13 @@ def test_a_bad_request_annotation_names_the_pod() -> None:
 
 @pytest.mark.parametrize(
     ("detail", "indices", "counts"),
-    [("gpu:1(IDX:0)", {"gpu": (0,)}, {"gpu": 1}), ("gpu:a100:2(IDX:0,2)", {"gpu": (0, 2)}, {"gpu": 2}),
+    [("gpu:1(IDX:0)", {"gpu": (0,)}, {"gpu": 1}),
+     ("gpu:a100:2(IDX:0,2)", {"gpu": (0, 2), "gpu:a100": (0, 2)}, {"gpu": 2, "gpu:a100": 2}),
      ("gpu:4(IDX:0-3)", {"gpu": (0, 1, 2, 3)}, {"gpu": 4}),
-     ("gpu:a100:1(IDX:3),shard:0(IDX:N/A)", {"gpu": (3,)}, {"gpu": 1, "shard": 0}),
+     ("gpu:a100:1(IDX:3),shard:0(IDX:N/A)", {"gpu": (3,), "gpu:a100": (3,)}, {"gpu": 1, "gpu:a100": 1, "shard": 0}),
+     # a MIG node's typed GRES (Slurm 26.05's detail of a job holding two 1g.10gb slices)
+     ("gpu:1g.10gb:2(IDX:0-1),gpu:3g.40gb:0(IDX:)",
+      {"gpu": (0, 1), "gpu:1g.10gb": (0, 1)}, {"gpu": 2, "gpu:1g.10gb": 2, "gpu:3g.40gb": 0}),
      ("gpu(CNT:2)", {}, {"gpu": 2}), ("gpu:2", {}, {"gpu": 2}), ("", {}, {})],
 )  # fmt: skip
 def test_parse_gres_detail(detail: str, indices: Obj, counts: Obj) -> None:

@@ -51,9 +51,9 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.rules import tenancy
+from slurm_bridge.rules import dra, tenancy
 from slurm_bridge.rules.handoff import job_handoff_scope
-from slurm_bridge.rules.translate import exclude_unfit
+from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
@@ -144,6 +144,8 @@ class PlaceholderJobs:
         # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (the node
         # controller's, set by the wiring; none without it).
         self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
+        self.mig_nodes: Callable[[], frozenset[str]] = frozenset
+        self.mismatched_nodes: Callable[[], frozenset[str]] = frozenset
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -341,21 +343,49 @@ class PlaceholderJobs:
             # before anything is submitted again.
             return Again(phj, outcome=pl.Unavailable(e.maybe_applied), error=e)
         except SlurmError as e:
-            refused = pl.Refused(f"Slurm refused the job: {e}", e.is_association_refusal, action.present)
-            return Again(phj, outcome=refused)
+            said = f"Slurm refused the job: {e}{self._left_out(action.request, sent.request)}"
+            return Again(phj, outcome=pl.Refused(said, e.is_association_refusal, action.present))
         snap = self.poller.snapshot
         parts = snap.components(job_id) if action.components and snap is not None else ()
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
     def _without_unfit(self, action: pl.Submit) -> pl.Submit:
-        """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit),
-        for each component of a heterogeneous job too. Raises ValueError when a request requires one."""
-        unfit = self.unfit_nodes()
-        if not unfit:
+        """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit)
+        and, for GPUs, without the nodes where they would be MIG slices or Slurm's and the driver's MIG
+        layouts differ (translate.exclude_mig_nodes), for each component of
+        a heterogeneous job too. Raises ValueError when a request requires one."""
+        unfit, mig, mismatched = self.unfit_nodes(), self.mig_nodes(), self.mismatched_nodes()
+        if not unfit and not mig and not mismatched:
             return action
-        request = exclude_unfit(action.request, unfit)
-        return replace(action, request=request, components=tuple(exclude_unfit(c, unfit) for c in action.components))
+
+        def submitted(request: JobRequest) -> JobRequest:
+            return exclude_mig_nodes(exclude_unfit(request, unfit), mig, mismatched)
+
+        return replace(
+            action, request=submitted(action.request), components=tuple(submitted(c) for c in action.components)
+        )
+
+    def _left_out(self, asked: JobRequest, sent: JobRequest) -> str:
+        """What a refusal's message adds when the bridge submitted the job without some nodes: which,
+        and why (the job may fit only there: then it is refused until they are in reach again)."""
+        dropped = sorted(set(sent.excluded_nodes or ()) - set(asked.excluded_nodes or ()))
+        if not dropped:
+            return ""
+        mig = self.mig_nodes() if dra.untyped_gpu_request(sent.gres) else frozenset()
+        mismatched = self.mismatched_nodes() if dra.typed_gpu_request(sent.gres) else frozenset()
+
+        def why(node: str) -> str:
+            if node in mig:
+                return "whose GPUs are MIG instances"
+            if node in mismatched:
+                return f"{names.NODE_COND_SLURM_DEVICES_MATCH}=False"
+            return f"{names.NODE_COND_SLURM_RESOURCES_FIT}=False"
+
+        listed = ", ".join(f"{n} ({why(n)})" for n in dropped)
+        return (
+            f"; submitted without node(s) {listed} (docs/gpus.md, docs/colocation.md): tried again while the pod waits"
+        )
 
     async def _place(self, action: pl.Submit, ref: PhjRef, name: str, scope: str) -> tuple[int, JobInfo | None]:
         """Place the job, note it as made, read it back. A job allocated as a tenant that does

@@ -1,0 +1,125 @@
+"""The ``SlurmDevicesMatch`` node condition: whether Slurm's GPUs on a node (its GRES, from
+gres.conf) and the NVIDIA DRA driver's ResourceSlices there describe the same devices: as many
+whole GPUs, and as many MIG instances of each profile (docs/gpus.md).
+
+They differ when a node's MIG layout changes: the driver republishes a new pool generation at
+once, while slurmd keeps its gres.conf until it is restarted (or the other way round). Slurm's
+indices then no longer name the devices the bridge would give, so while the condition is False
+no new MIG job is submitted with that node in reach (``translate.exclude_nodes_for_mig``); a pod
+already running keeps its devices, and a whole-GPU job there is checked device by device at
+release (``dra.plan_claim`` fails closed). The condition's message names both sides' counts.
+
+The ResourceSlices come from one watch (:class:`~slurm_bridge.kube.cache.WatchCache`); a change
+to a node's slices queues that node, and the condition is decided at its reconcile, with the
+Slurm node list the controller already has: no call of its own but the condition's write (only
+when it changed, operator/nodes/resourcesfit.py's ``write_condition``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from slurm_bridge import names
+from slurm_bridge.kube.cache import WatchCache
+from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.operator.nodes.resourcesfit import Fit, condition_of, write_condition
+from slurm_bridge.rules import dra
+from slurm_bridge.slurm.models import NodeInfo
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+SLICES_PATH: Final = f"/apis/{dra.RESOURCE_API}/resourceslices"
+DRIVER: Final = "gpu.nvidia.com"  # the driver whose MIG devices Slurm's typed GRES mirror
+
+
+def project_slice(obj: Obj) -> Obj:
+    """What the condition and the device mapping read of a ResourceSlice."""
+    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    keep = ("type", "index", "parentIndex", "minor", "profile")
+    devices = [
+        {
+            "name": d.get("name"),
+            "attributes": {k: v for k, v in (d.get("attributes") or {}).items() if k in keep},
+            **({"consumesCounters": True} if d.get("consumesCounters") else {}),
+        }
+        for d in spec.get("devices") or []
+        if isinstance(d, Mapping)
+    ]
+    return {
+        # uid and resourceVersion: the informer's relist compares them (slurm_bridge/kube/cache.py)
+        "metadata": {k: meta.get(k) for k in ("name", "uid", "resourceVersion")},
+        "spec": {
+            "driver": spec.get("driver"),
+            "nodeName": spec.get("nodeName"),
+            "pool": spec.get("pool") or {},
+            "devices": devices,
+        },
+    }
+
+
+def decide(info: NodeInfo, slices: list[Obj], node: str) -> Fit | None:
+    """The condition for a Kubernetes node and its Slurm node; None where neither side has GPUs
+    of the driver's kind to compare (no condition: nodes without DRA GPUs are not concerned)."""
+    mine = [s for s in slices if (s.get("spec") or {}).get("nodeName") == node]
+    published = any((s.get("spec") or {}).get("driver") == DRIVER for s in mine)
+    if not published and not dra.mig_node(info.gres):
+        return None
+    differ = dra.devices_differ(info.gres, mine, node, DRIVER)
+    if not differ:
+        seen = dra.slurm_gpu_inventory(info.gres)
+        return Fit(
+            "True",
+            names.REASON_SLURM_DEVICES_MATCH,
+            f"Slurm's GRES and driver {DRIVER}'s ResourceSlices on node {node} agree: {_counts(seen)}",
+        )
+    return Fit(
+        "False",
+        names.REASON_SLURM_DEVICES_DIFFER,
+        f"{differ}: no new MIG pod is placed on this node until they agree (running pods keep their devices); "
+        "restart slurmd with a gres.conf of the new layout, or restore the layout (docs/gpus.md)",
+    )
+
+
+def _counts(inv: Mapping[str, int]) -> str:
+    return (
+        ", ".join(f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inv.items()))
+        or "no GPUs"
+    )
+
+
+class DeviceMatch:
+    """Keeps each node's condition from the slices' watch and the Slurm node list."""
+
+    def __init__(self, kube: KubeClient, on_node: Callable[[str], None]) -> None:
+        self.kube = kube
+        self.slices = WatchCache(
+            kube,
+            SLICES_PATH,
+            "resourceslices",
+            project=project_slice,
+            missing_ok=True,
+            on_change=lambda _name, obj: self._changed(obj, on_node),
+        )
+
+    @staticmethod
+    def _changed(obj: Obj, on_node: Callable[[str], None]) -> None:
+        node = (obj.get("spec") or {}).get("nodeName")
+        if isinstance(node, str) and node:
+            on_node(node)
+
+    async def reconcile(self, name: str, node: Mapping[str, Any], info: NodeInfo) -> Obj | None:
+        """The condition once more (the node as written; None: nothing written). Nothing is decided
+        before the slices are listed: a node whose slices are not read yet would seem to differ."""
+        if not self.slices.synced.is_set():
+            return None
+        fit = decide(info, self.slices.values(), name)
+        if fit is None:
+            return None
+        return await write_condition(self.kube, name, node, names.NODE_COND_SLURM_DEVICES_MATCH, fit)
+
+
+def differs(node: Mapping[str, Any]) -> bool:
+    """The node says ``SlurmDevicesMatch=False`` (read from the node store, which keeps it)."""
+    return (condition_of(node, names.NODE_COND_SLURM_DEVICES_MATCH) or {}).get("status") == "False"

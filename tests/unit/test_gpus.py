@@ -1,0 +1,268 @@
+"""GPUs and MIG slices shared with native jobs (docs/gpus.md), the pure parts: which DeviceClasses
+map to which Slurm GRES, the job's GPU TRES, whole-GPU jobs kept off MIG nodes, Slurm's indices
+mapped to the NVIDIA driver's devices (MIG devices by GPU and minor, each checked for its profile),
+the handoff holding a GPU job's whole node, and the local cluster's layout (hack/cluster/gpus.py)
+agreeing with the mapping."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_bridge import names
+from slurm_bridge.core.config import Config
+from slurm_bridge.rules import dra
+from slurm_bridge.rules.handoff import job_handoff_scope
+from slurm_bridge.rules.translate import exclude_mig_nodes, gpu_gres, job_request
+from slurm_bridge.slurm.formats import parse_gres_detail
+from slurm_bridge.slurm.models import JobRequest, NodeDevices
+
+from .test_webhook import make_pod
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+MIG1 = "mig-1g.10gb.nvidia.com"
+MIG3 = "mig-3g.40gb.nvidia.com"
+
+
+def _layout_module() -> Any:
+    path = Path(__file__).resolve().parents[2] / "hack" / "cluster" / "gpus.py"
+    spec = importlib.util.spec_from_file_location("hack_cluster_gpus", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gpus_layout = _layout_module()
+LAYOUT = "n1=h100,h100 n2=h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb n3=h100,h100:1g.10gb+3g.40gb"
+
+
+# --- classes and requests -------------------------------------------------------------------------
+
+
+def test_a_mig_profile_class_is_its_typed_gres() -> None:
+    cls = dra.device_class(MIG1)
+    assert cls is not None
+    assert (cls.driver, cls.slurm_gres, cls.profile, cls.request) == (
+        "gpu.nvidia.com",
+        "gpu:1g.10gb",
+        "1g.10gb",
+        "mig-1g-10gb",
+    )
+    assert dra.device_class("gpu.nvidia.com") is not None and dra.device_class("gpu.nvidia.com").slurm_gres == "gpu"  # type: ignore[union-attr]
+    for unknown in ("mig.nvidia.com", "mig-9g.10gb.nvidia.com", "mig-1g.10gb.example.com", "mig-1g10gb.nvidia.com"):
+        assert dra.device_class(unknown) is None, unknown
+
+
+@pytest.mark.parametrize(
+    ("counts", "problem"),
+    [({MIG1: 2, MIG3: 1}, None),
+     ({"gpu.nvidia.com": 1, MIG1: 1}, "could be met with a MIG slice"),
+     ({"mig.nvidia.com": 1}, "cannot be mapped to Slurm")],
+)  # fmt: skip
+def test_admission_of_mig_requests(counts: Obj, problem: str | None) -> None:
+    resources = {"limits": {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
+    got, _, problems = dra.device_requests({"containers": [{"name": "c", "resources": resources}]})
+    if problem is None:
+        assert problems == [] and got == counts
+    else:
+        assert any(problem in p for p in problems), problems
+        if "mapped" in problem:
+            assert "mig-<profile>.nvidia.com" in problems[0], "the message names what would work"
+
+
+@pytest.mark.parametrize(
+    ("per_pod", "gres"),
+    [([{"dra/gpu:1g.10gb": 2, "dra/gpu:3g.40gb": 1}], "gres/gpu:1g.10gb:2,gres/gpu:3g.40gb:1"),
+     ([{"nvidia.com/gpu": 1}, {"dra/gpu": 3}], "gres/gpu:3"),
+     ([{"dra/gpu:1g.10gb": 1}, {"dra/gpu:1g.10gb": 2}], "gres/gpu:1g.10gb:2"),
+     ([{}], "")],
+)  # fmt: skip
+def test_the_jobs_gpu_tres_per_node(per_pod: list[Obj], gres: str) -> None:
+    assert gpu_gres(per_pod) == gres
+
+
+def test_a_mig_pods_job_asks_for_typed_gres_never_an_untyped_gpu() -> None:
+    pod = make_pod({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"memory": "1Gi"}}}]},
+                   annotations={names.ANN_DEVICE_REQUESTS: json.dumps({MIG1: 2, MIG3: 1})})  # fmt: skip
+    pod["metadata"]["namespace"] = "ns"
+    request = job_request([pod], config=Config())
+    assert request.gres == "gres/gpu:1g.10gb:2,gres/gpu:3g.40gb:1"
+    assert not dra.untyped_gpu_request(request.gres)
+
+
+@pytest.mark.parametrize(
+    ("gres", "untyped"),
+    [("gres/gpu:2", True), ("gres/gpu", True), ("gres/gpu:1g.10gb:1", False), ("gres/shard:2", False),
+     ("gres/gpu:1g.10gb:1,gres/gpu:1", True), (None, False), ("gres/gpu:h100:1", False)],
+)  # fmt: skip
+def test_untyped_gpu_requests(gres: str | None, untyped: bool) -> None:
+    assert dra.untyped_gpu_request(gres) is untyped
+
+
+@pytest.mark.parametrize(
+    ("node_gres", "mig"),
+    [("gpu:1g.10gb:4,gpu:3g.40gb:1", True), ("gpu:h100:2", False), ("gpu:2", False),
+     ("gpu:h100_1g.10gb:7(S:0)", True), ("gpu:h100:1,gpu:1g.10gb:2", True), ("", False), ("shard:8", False)],
+)  # fmt: skip
+def test_mig_nodes(node_gres: str, mig: bool) -> None:
+    assert dra.mig_node(node_gres) is mig
+
+
+def test_whole_gpu_jobs_are_submitted_without_mig_nodes() -> None:
+    whole = JobRequest(gres="gres/gpu:1", excluded_nodes=["n9"])
+    assert exclude_mig_nodes(whole, {"n2"}).excluded_nodes == ["n2", "n9"]
+    mig = JobRequest(gres="gres/gpu:1g.10gb:1")
+    assert exclude_mig_nodes(mig, {"n2"}) is mig, "a MIG job may go to a MIG node"
+    assert exclude_mig_nodes(JobRequest(), {"n2"}).excluded_nodes is None
+    with pytest.raises(ValueError, match=r"requires node\(s\) n2, whose GPUs are MIG instances"):
+        exclude_mig_nodes(JobRequest(gres="gres/gpu:1", required_nodes=["n2"]), {"n2"})
+
+
+def test_a_gpu_job_is_held_whole_node_at_the_handoff() -> None:
+    assert job_handoff_scope(JobRequest(gres="gres/gpu:1g.10gb:1"), []) == names.HANDOFF_SCOPE_NODE
+    assert job_handoff_scope(JobRequest(gres="gres/gpu:1"), []) == names.HANDOFF_SCOPE_NODE
+    assert job_handoff_scope(JobRequest(), []) == names.HANDOFF_SCOPE_CORES
+
+
+# --- Slurm's indices to devices -------------------------------------------------------------------
+
+
+def node_slices(node: str, layout: str = LAYOUT) -> list[Obj]:
+    nodes = gpus_layout.layout(layout)
+    return [
+        i
+        for i in gpus_layout.manifests(nodes)["items"]
+        if i["kind"] == "ResourceSlice" and i["spec"]["nodeName"] == node
+    ]
+
+
+def test_the_local_clusters_gres_conf_and_slices_number_alike() -> None:
+    """gres.conf's record order (Slurm's indices, checked on Slurm 26.05: a job's 3g.40gb is IDX 4
+    on the MIG node) is the order the bridge maps the driver's devices in."""
+    nodes = gpus_layout.layout(LAYOUT)
+    for node in nodes:
+        records = [r for r in gpus_layout.gres_conf(nodes) if r.startswith(f"NodeName={node} ")]
+        by_index = dra.node_devices(node_slices(node), "gpu.nvidia.com", node)
+        assert len(by_index) == len(records)
+        for i, record in enumerate(records):
+            slurm_type = record.split("Type=")[1].split()[0]
+            device = by_index[i]
+            assert (device.profile or "h100") == slurm_type, (node, i, record, device)
+    assert gpus_layout.gres(nodes["n3"]) == "gpu:h100:1,gpu:1g.10gb:1,gpu:3g.40gb:1"
+
+
+def test_mig_slices_are_given_by_slurms_index_and_profile() -> None:
+    held = NodeDevices(**_held("gpu:1g.10gb:2(IDX:1-2),gpu:3g.40gb:1(IDX:4)"))
+    plan = dra.plan_claim({MIG1: 2, MIG3: 1}, "n2", held, node_slices("n2"), 7)
+    assert isinstance(plan, dra.ClaimPlan), plan
+    assert [d.name for d in plan.results["mig-1g-10gb"]] == ["gpu-0-mig-1g10gb-1", "gpu-0-mig-1g10gb-2"]
+    assert [d.name for d in plan.results["mig-3g-40gb"]] == ["gpu-0-mig-3g40gb-4"]
+    assert plan.annotation() == "mig-1g-10gb:1,2;mig-3g-40gb:4"
+
+
+def test_a_whole_gpu_beside_a_mig_gpu_on_one_node() -> None:
+    held = NodeDevices(**_held("gpu:h100:1(IDX:0)"))
+    plan = dra.plan_claim({"gpu.nvidia.com": 1}, "n3", held, node_slices("n3"), 7)
+    assert isinstance(plan, dra.ClaimPlan) and [d.name for d in plan.results["gpu"]] == ["gpu-0"]
+    held = NodeDevices(**_held("gpu:3g.40gb:1(IDX:2)"))
+    plan = dra.plan_claim({MIG3: 1}, "n3", held, node_slices("n3"), 7)
+    assert isinstance(plan, dra.ClaimPlan) and [d.name for d in plan.results["mig-3g-40gb"]] == ["gpu-1-mig-3g40gb-1"]
+
+
+@pytest.mark.parametrize(
+    ("counts", "detail", "slices_layout", "words"),
+    [  # the driver republished another layout: Slurm's 1g.10gb index 4 is now a 3g.40gb slice
+     ({MIG1: 1}, "gpu:1g.10gb:1(IDX:4)", LAYOUT, "index 4, which is gpu-0-mig-3g40gb-4 (a mig of profile 3g.40gb)"),
+     # a whole GPU's job that landed on a MIG slice (a node Slurm did not say was MIG)
+     ({"gpu.nvidia.com": 1}, "gpu:1g.10gb:1(IDX:0)", LAYOUT, "not a whole GPU"),
+     # the driver shows whole GPUs where Slurm has MIG slices
+     ({MIG1: 1}, "gpu:1g.10gb:1(IDX:0)", "n2=h100", "not a MIG device of profile 1g.10gb")],
+)  # fmt: skip
+def test_disagreeing_views_give_nothing(counts: Obj, detail: str, slices_layout: str, words: str) -> None:
+    plan = dra.plan_claim(counts, "n2", NodeDevices(**_held(detail)), node_slices("n2", slices_layout), 7)
+    assert isinstance(plan, str), plan
+    assert "disagree" in plan and words in plan, plan
+
+
+def test_a_partitionable_device_is_never_given() -> None:
+    slices = node_slices("n1")
+    slices[0]["spec"]["devices"][1]["consumesCounters"] = [{"counterSet": "gpu-1-counters", "counters": {}}]
+    by_index = dra.node_devices(slices, "gpu.nvidia.com", "n1")
+    assert [d.name for d in by_index.values()] == ["gpu-0"]
+
+
+def _held(detail: str) -> Obj:
+    indices, counts = parse_gres_detail(detail)
+    return {"gres": indices, "gres_counts": counts}
+
+
+# --- layout changes: the SlurmDevicesMatch node condition -----------------------------------------
+
+
+def test_the_condition_compares_slurms_gres_with_the_drivers_newest_slices() -> None:
+    from slurm_bridge.operator.nodes.devicematch import decide
+    from slurm_bridge.slurm.models import NodeInfo
+
+    info = NodeInfo(name="n2", gres="gpu:1g.10gb:4,gpu:3g.40gb:1")
+    agree = decide(info, node_slices("n2"), "n2")
+    assert agree is not None and agree.status == "True" and "4 1g.10gb, 1 3g.40gb" in agree.message
+    # The driver republished the GPU as seven 1g.10gb slices (a new pool generation); gres.conf did not change.
+    changed = node_slices("n2", "n2=h100:" + "+".join(["1g.10gb"] * 7))
+    changed[0]["spec"]["pool"]["generation"] = 2
+    fit = decide(info, node_slices("n2") + changed, "n2")
+    assert fit is not None and fit.status == "False" and fit.reason == names.REASON_SLURM_DEVICES_DIFFER
+    assert "has 4 1g.10gb, 1 3g.40gb" in fit.message and "publish 7 1g.10gb" in fit.message, fit.message
+    # A node without DRA GPUs and without MIG is not concerned; one with whole GPUs only, compared.
+    assert decide(NodeInfo(name="n9", gres="gpu:4"), [], "n9") is None
+    whole = decide(NodeInfo(name="n1", gres="gpu:h100:2"), node_slices("n1"), "n1")
+    assert whole is not None and whole.status == "True"
+    assert decide(NodeInfo(name="n2", gres="gpu:1g.10gb:4,gpu:3g.40gb:1"), [], "n2").status == "False"  # type: ignore[union-attr]
+
+
+def test_mig_jobs_are_submitted_without_nodes_whose_views_differ() -> None:
+    mig = JobRequest(gres="gres/gpu:1g.10gb:1")
+    assert exclude_mig_nodes(mig, {"n2"}, {"n3"}).excluded_nodes == ["n3"]
+    whole = JobRequest(gres="gres/gpu:1")
+    assert exclude_mig_nodes(whole, {"n2"}, {"n3"}).excluded_nodes == ["n2"], "whole GPUs: checked device by device"
+    with pytest.raises(ValueError, match="SlurmDevicesMatch=False"):
+        exclude_mig_nodes(JobRequest(gres="gres/gpu:3g.40gb:1", required_nodes=["n3"]), set(), {"n3"})
+
+
+def test_admission_knows_the_largest_request_a_node_can_hold() -> None:
+    slices = node_slices("n1") + node_slices("n2")
+    assert dra.largest_request(slices, dra.device_class(MIG1)) == 4  # type: ignore[arg-type]
+    assert dra.largest_request(slices, dra.device_class(MIG3)) == 1  # type: ignore[arg-type]
+    assert dra.largest_request(slices, dra.device_class("gpu.nvidia.com")) == 2  # type: ignore[arg-type]
+    assert dra.largest_request(slices, dra.device_class("gpu.example.com")) is None  # type: ignore[arg-type]
+
+
+def test_the_current_nvidia_drivers_names_order_mig_devices_without_index_attributes() -> None:
+    """NVIDIA's driver now publishes no index, minor or parentIndex: its names carry the GPU's minor
+    and the instance's placement start, which give the same order."""
+
+    def mig(name: str, profile: str) -> Obj:
+        return {"name": name, "attributes": {"type": {"string": "mig"}, "profile": {"string": profile}}}
+
+    whole = {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}
+    devices = [
+        mig("gpu-1-mig-9-4-4", "3g.40gb"),
+        mig("gpu-1-mig-19-0-1", "1g.10gb"),
+        whole,
+        mig("gpu-1-mig-19-1-1", "1g.10gb"),
+    ]
+    spec = {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n"}, "devices": devices}
+    by_index = dra.node_devices([{"spec": spec}], "gpu.nvidia.com", "n")
+    assert [d.name for _, d in sorted(by_index.items())] == [
+        "gpu-0",
+        "gpu-1-mig-19-0-1",
+        "gpu-1-mig-19-1-1",
+        "gpu-1-mig-9-4-4",
+    ]
