@@ -19,7 +19,7 @@ from slurm_bridge.core import shutdown  # noqa: E402
 from slurm_bridge.core.cli import EXIT_BAD_CONFIG, add_common_args, config_or_exit, fail, setup_logging  # noqa: E402
 from slurm_bridge.core.config import Config  # noqa: E402
 from slurm_bridge.kube import kubeconfig as kubeconfig_loader  # noqa: E402
-from slurm_bridge.kube.cache import TenantCache  # noqa: E402
+from slurm_bridge.kube.cache import TenantCache, WatchCache, slices_cache  # noqa: E402
 from slurm_bridge.kube.client import KubeClient  # noqa: E402
 from slurm_bridge.kube.clusterapis import Discovery  # noqa: E402
 
@@ -107,18 +107,20 @@ async def _serve(config: Config, drain_seconds: float, kubeconfig: str | None) -
 async def _start(config: Config, kubeconfig: str | None) -> tuple[WebhookServer, KubeClient | None]:
     kube: KubeClient | None = None
     apis: Discovery | None = None
+    slices: WatchCache | None = None
     try:
         creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)
         kube = KubeClient.from_credentials(creds, component="slurm-bridge-webhook", max_connections=4)
         tenants = TenantCache(kube)
         apis = Discovery(kube.get)  # the Workload API and DRA checks of webhook/apis.py
+        slices = slices_cache(kube)
     except kubeconfig_loader.CredentialsError as e:
         # Serve anyway (pods that ask for nothing a policy could refuse still get through in open
         # mode), but every tenancy check fails closed with this message.
         problem = f"no Kubernetes credentials to read TenantPolicies with ({e}); pass --kubeconfig or run in a pod"
         log.error("%s", problem)
         tenants = TenantCache(None, unavailable=problem)
-    server = WebhookServer(config, tenants=tenants, apis=apis)
+    server = WebhookServer(config, tenants=tenants, apis=apis, slices=slices)
     try:
         await server.start()
     except BaseException:  # the start failed or was cancelled by a stop: close the client, re-raise

@@ -1,10 +1,11 @@
 """The HTTPS server the apiserver calls.
 
 The webhook configurations' namespaceSelector limits calls to managed namespaces, so a decision is
-a pure function of the AdmissionReview, of the TenantPolicies and namespaces the webhook keeps in a
-watch cache (slurm_bridge/kube/cache.py) and, for the few creates that need an API the cluster may
-not serve, of API discovery (webhook/apis.py, cached): its only Kubernetes API calls are that
-cache's list and watch, a GET of a namespace created a moment ago, and those discovery reads.
+a pure function of the AdmissionReview, of the TenantPolicies, namespaces and ResourceSlices the
+webhook keeps in watch caches (slurm_bridge/kube/cache.py) and, for the few creates that need an
+API the cluster may not serve, of API discovery (webhook/apis.py, cached): its only Kubernetes API
+calls are those caches' lists and watches, a GET of a namespace created a moment ago, and those
+discovery reads.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config, split_listen
 from slurm_bridge.core.shutdown import HTTP_SHUTDOWN_SECONDS
 from slurm_bridge.core.tasks import cancel_and_wait
-from slurm_bridge.kube.cache import TenantCache
+from slurm_bridge.kube.cache import TenantCache, WatchCache
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.clusterapis import Discovery
 
@@ -226,6 +227,7 @@ def build_app(
     is_ready: Callable[[], bool] = lambda: True,
     tenants: TenantCache | None = None,
     apis: Discovery | None = None,
+    slices: WatchCache | None = None,
 ) -> web.Application:
     """``apis``: discovery for the creates that need an API the cluster may not serve (None: no
     Kubernetes credentials, so they are not checked)."""
@@ -260,7 +262,8 @@ def build_app(
     app.router.add_post("/mutate", _admission_handler(config, mutate_checking_apis, "mutate"))
 
     def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
-        return validate(req, cfg) if tenants is None else validate(req, cfg, tenants)
+        listed = slices.values() if slices is not None and slices.synced.is_set() else None
+        return validate(req, cfg, tenants, listed)
 
     app.router.add_post("/validate", _admission_handler(config, validate_with_tenants, "validate", tenants))
     app.router.add_get("/healthz", healthz)
@@ -280,10 +283,13 @@ class WebhookServer:
         tls_reload_seconds: float = 5.0,
         tenants: TenantCache | None = None,
         apis: Discovery | None = None,
+        slices: WatchCache | None = None,
     ) -> None:
         self.config = config
         self.tenants = tenants
         self.apis = apis
+        self.slices = slices  # ResourceSlices: a DRA request no node can hold is refused (docs/gpus.md)
+        self._slices_task: asyncio.Task[None] | None = None
         self.host, self._port = split_listen(listen or config.webhookListen)
         self.tls_reload_seconds = tls_reload_seconds
         self.ssl_context: ReloadingSSLContext | None = None
@@ -303,7 +309,7 @@ class WebhookServer:
     async def start(self) -> None:
         """Raises OSError or ssl.SSLError when the certificate cannot be loaded or the port bound."""
         self.ssl_context = ReloadingSSLContext(self.config.webhookCertFile, self.config.webhookKeyFile)
-        app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis)
+        app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis, self.slices)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self.ssl_context)
@@ -316,6 +322,8 @@ class WebhookServer:
         self._watch = asyncio.create_task(self.ssl_context.watch(self.tls_reload_seconds))
         if self.tenants is not None:
             self.tenants.start()
+        if self.slices is not None:
+            self._slices_task = asyncio.create_task(self.slices.run(), name="resourceslices-watch")
         log.info(
             "webhook serving",
             extra={
@@ -351,4 +359,6 @@ class WebhookServer:
             self._runner = None
         if self.tenants is not None:
             await self.tenants.stop()
+        await cancel_and_wait([self._slices_task])
+        self._slices_task = None
         log.info("webhook stopped")

@@ -188,6 +188,29 @@ def _pod_placement(
     return problems, []
 
 
+def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A bridge pod's DRA request that no node's ResourceSlices could ever hold (its devices come
+    from one node): refused, naming the class, rather than left pending for ever (docs/gpus.md).
+    A class whose driver publishes nothing at all is not judged."""
+    if spec_of(pod).get("schedulerName") != config.schedulerName:
+        return []
+    try:
+        counts = dra.recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+    except ValueError:
+        return []  # told by _pod_devices
+    problems = []
+    for name, count in sorted(counts.items()):
+        cls = dra.device_class(name)
+        most = dra.largest_request(slices, cls) if cls is not None else None
+        if cls is not None and most is not None and count > most:
+            problems.append(
+                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: {count} device(s) of DeviceClass {name} asked "
+                f"({dra.EXTENDED_PREFIX}{name}); no node has more than {most} (the ResourceSlices of driver "
+                f"{cls.driver}): a pod's devices come from one node, so ask for at most {most}"
+            )
+    return problems
+
+
 def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
     """DRA requests of a bridge pod (slurm_bridge/rules/dra.py): the mutating webhook turned them into
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
@@ -329,11 +352,17 @@ def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list
     return Decision(allowed=False, code=422, reason="Invalid", message=message)
 
 
-def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None = None) -> Decision:
+def validate(
+    request: AdmissionRequest,
+    config: Config,
+    tenants: Tenants | None = None,
+    slices: Sequence[Mapping[str, Any]] | None = None,
+) -> Decision:
     """Validating webhook decision for pods and the workload kinds whose annotations configure
     Slurm jobs (slurm_bridge/rules/workloadkinds.py); their pod templates are checked like pods, so errors
     show early. ``tenants``: the TenantPolicies (None: no tenancy check, as before it existed);
-    what a policy refuses is Forbidden (403), like a reserved key."""
+    what a policy refuses is Forbidden (403), like a reserved key. ``slices``: the cluster's
+    ResourceSlices (None: not read yet, so a pod's DRA request is not checked against them)."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
     new_meta = _metadata(request.object)
@@ -344,12 +373,17 @@ def validate(request: AdmissionRequest, config: Config, tenants: Tenants | None 
         if request.sub_resource == "resize":  # in-place resize: only the resources change (webhook/resize.py)
             pod = request.object or {}
             return _decide([], resize_problems(pod, request.old_object, config, _own_group(pod)), "ok")
-        return _validate_pod(request, config, tenants, new_meta, old_meta)
+        return _validate_pod(request, config, tenants, new_meta, old_meta, slices)
     return _validate_workload(request, config, tenants, new_meta, old_meta)
 
 
 def _validate_pod(
-    request: AdmissionRequest, config: Config, tenants: Tenants | None, new_meta: Meta, old_meta: Meta | None
+    request: AdmissionRequest,
+    config: Config,
+    tenants: Tenants | None,
+    new_meta: Meta,
+    old_meta: Meta | None,
+    slices: Sequence[Mapping[str, Any]] | None = None,
 ) -> Decision:
     old_obj = request.old_object if request.operation == "UPDATE" else None
     trusted = request.username in config.trustedUsers
@@ -358,6 +392,8 @@ def _validate_pod(
     devices = _pod_devices(request.object or {}, old_obj, config)
     if old_obj is None:  # a pod's grace period cannot change after its create
         devices += grace_problems(spec_of(request.object), config.handoff.maxGracePeriodSeconds, "spec")
+        if slices is not None and not devices:
+            devices += _devices_no_node_has(request.object or {}, config, slices)
     pod = request.object or {}
     found, more = (
         sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])

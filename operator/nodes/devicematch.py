@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from slurm_bridge import names
-from slurm_bridge.kube.cache import WatchCache
+from slurm_bridge.kube.cache import slices_cache
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.resourcesfit import Fit, condition_of, write_condition
 from slurm_bridge.rules import dra
@@ -30,33 +30,7 @@ from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-SLICES_PATH: Final = f"/apis/{dra.RESOURCE_API}/resourceslices"
 DRIVER: Final = "gpu.nvidia.com"  # the driver whose MIG devices Slurm's typed GRES mirror
-
-
-def project_slice(obj: Obj) -> Obj:
-    """What the condition and the device mapping read of a ResourceSlice."""
-    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
-    keep = ("type", "index", "parentIndex", "minor", "profile")
-    devices = [
-        {
-            "name": d.get("name"),
-            "attributes": {k: v for k, v in (d.get("attributes") or {}).items() if k in keep},
-            **({"consumesCounters": True} if d.get("consumesCounters") else {}),
-        }
-        for d in spec.get("devices") or []
-        if isinstance(d, Mapping)
-    ]
-    return {
-        # uid and resourceVersion: the informer's relist compares them (slurm_bridge/kube/cache.py)
-        "metadata": {k: meta.get(k) for k in ("name", "uid", "resourceVersion")},
-        "spec": {
-            "driver": spec.get("driver"),
-            "nodeName": spec.get("nodeName"),
-            "pool": spec.get("pool") or {},
-            "devices": devices,
-        },
-    }
 
 
 def decide(info: NodeInfo, slices: list[Obj], node: str) -> Fit | None:
@@ -94,14 +68,7 @@ class DeviceMatch:
 
     def __init__(self, kube: KubeClient, on_node: Callable[[str], None]) -> None:
         self.kube = kube
-        self.slices = WatchCache(
-            kube,
-            SLICES_PATH,
-            "resourceslices",
-            project=project_slice,
-            missing_ok=True,
-            on_change=lambda _name, obj: self._changed(obj, on_node),
-        )
+        self.slices = slices_cache(kube, lambda _name, obj: self._changed(obj, on_node))
 
     @staticmethod
     def _changed(obj: Obj, on_node: Callable[[str], None]) -> None:

@@ -433,3 +433,39 @@ class TenantCache:
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks = []
+
+
+RESOURCE_SLICES_PATH: Final = resource_path("resource.k8s.io/v1", "resourceslices", None)
+
+
+def project_slice(obj: Obj) -> Obj:
+    """What the bridge reads of a ResourceSlice: its node, driver, pool and devices' Slurm-order and
+    kind attributes (slurm_bridge/rules/dra.py); uid and resourceVersion for the informer's relist."""
+    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    keep = ("type", "index", "parentIndex", "minor", "profile")
+    devices = [
+        {
+            "name": d.get("name"),
+            "attributes": {k: v for k, v in (d.get("attributes") or {}).items() if k in keep},
+            **({"consumesCounters": True} if d.get("consumesCounters") else {}),
+        }
+        for d in spec.get("devices") or []
+        if isinstance(d, dict)
+    ]
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "uid", "resourceVersion")},
+        "spec": {
+            "driver": spec.get("driver"),
+            "nodeName": spec.get("nodeName"),
+            "pool": spec.get("pool") or {},
+            "devices": devices,
+        },
+    }
+
+
+def slices_cache(kube: KubeClient, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
+    """Every ResourceSlice (the operator's SlurmDevicesMatch condition, the webhook's check that some
+    node can hold a pod's DRA request: docs/gpus.md); a cluster without the DRA API has none."""
+    return WatchCache(
+        kube, RESOURCE_SLICES_PATH, "resourceslices", project=project_slice, on_change=on_change, missing_ok=True
+    )

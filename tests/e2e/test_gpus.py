@@ -421,3 +421,24 @@ def test_a_layout_change_places_no_new_mig_pod_until_both_views_agree_and_leaves
     _, held2, devices2 = given(core, custom, slurm_env, ns, waiting, mig)
     assert held2["1g.10gb"] != held["1g.10gb"] and [d["profile"] for d in devices2] == ["1g.10gb"]
     assert len(devices) == 1 and devices[0]["profile"] == "1g.10gb"
+
+
+# ---- admission --------------------------------------------------------------------------------------------
+
+
+def test_a_request_no_node_can_hold_or_a_class_the_bridge_cannot_map_is_refused_naming_the_class(
+    ns: str, core: k8s.CoreV1Api, gpu_nodes: tuple[str, str]
+) -> None:
+    """The MIG node has four 1g.10gb slices and the whole-GPU node two GPUs; a pod's devices come
+    from one node, so five slices or three GPUs can never be given. The driver's own class of
+    every MIG device (mig.nvidia.com) names no profile Slurm could be asked for."""
+    for classes, words in (
+        ({MIG1: 5}, f"5 device(s) of DeviceClass {MIG1} asked"),
+        ({WHOLE: 3}, f"3 device(s) of DeviceClass {WHOLE} asked"),
+        ({"mig.nvidia.com": 1}, "DeviceClass 'mig.nvidia.com' cannot be mapped to Slurm"),
+    ):
+        with pytest.raises(k8s.exceptions.ApiException) as refused:
+            core.create_namespaced_pod(ns, gpu_pod("too-many", classes))
+        assert refused.value.status in (400, 403, 422) and words in str(refused.value.body), refused.value.body
+    core.create_namespaced_pod(ns, gpu_pod("four", {MIG1: 4}))  # four fit on the MIG node: admitted
+    end_pod(core, ns, "four")

@@ -491,9 +491,11 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("slinky.slurm.net", "tenantpolicies/status", "patch")
     )
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-operator")) == operator
-    # The webhook reads policies and namespaces (their cache, slurm_bridge/kube/cache.py), nothing more.
+    # The webhook reads policies, namespaces and ResourceSlices (its caches, slurm_bridge/kube/cache.py), no more.
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-webhook")) == (
-        _grant("", "namespaces", "get", "list", "watch") | _grant("slinky.slurm.net", "tenantpolicies", "list", "watch")
+        _grant("", "namespaces", "get", "list", "watch")
+        | _grant("slinky.slurm.net", "tenantpolicies", "list", "watch")
+        | _grant("resource.k8s.io", "resourceslices", "list", "watch")
     )
     assert _rules(find(docs, "Role", f"{RELEASE}-operator-lease")) == (
         _grant("coordination.k8s.io", "leases", "create")

@@ -16,13 +16,16 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
+from slurm_bridge.operator.nodes.devicematch import decide as decide_match
 from slurm_bridge.rules import dra
 from slurm_bridge.rules.handoff import job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, gpu_gres, job_request
 from slurm_bridge.slurm.formats import parse_gres_detail
-from slurm_bridge.slurm.models import JobRequest, NodeDevices
+from slurm_bridge.slurm.models import JobRequest, NodeDevices, NodeInfo
+from slurm_bridge.webhook.mutate import mutate
+from slurm_bridge.webhook.validate import validate
 
-from .test_webhook import make_pod
+from .test_webhook import CONFIG, apply, make_pod, make_request
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -208,23 +211,20 @@ def _held(detail: str) -> Obj:
 
 
 def test_the_condition_compares_slurms_gres_with_the_drivers_newest_slices() -> None:
-    from slurm_bridge.operator.nodes.devicematch import decide
-    from slurm_bridge.slurm.models import NodeInfo
-
     info = NodeInfo(name="n2", gres="gpu:1g.10gb:4,gpu:3g.40gb:1")
-    agree = decide(info, node_slices("n2"), "n2")
+    agree = decide_match(info, node_slices("n2"), "n2")
     assert agree is not None and agree.status == "True" and "4 1g.10gb, 1 3g.40gb" in agree.message
     # The driver republished the GPU as seven 1g.10gb slices (a new pool generation); gres.conf did not change.
     changed = node_slices("n2", "n2=h100:" + "+".join(["1g.10gb"] * 7))
     changed[0]["spec"]["pool"]["generation"] = 2
-    fit = decide(info, node_slices("n2") + changed, "n2")
+    fit = decide_match(info, node_slices("n2") + changed, "n2")
     assert fit is not None and fit.status == "False" and fit.reason == names.REASON_SLURM_DEVICES_DIFFER
     assert "has 4 1g.10gb, 1 3g.40gb" in fit.message and "publish 7 1g.10gb" in fit.message, fit.message
     # A node without DRA GPUs and without MIG is not concerned; one with whole GPUs only, compared.
-    assert decide(NodeInfo(name="n9", gres="gpu:4"), [], "n9") is None
-    whole = decide(NodeInfo(name="n1", gres="gpu:h100:2"), node_slices("n1"), "n1")
+    assert decide_match(NodeInfo(name="n9", gres="gpu:4"), [], "n9") is None
+    whole = decide_match(NodeInfo(name="n1", gres="gpu:h100:2"), node_slices("n1"), "n1")
     assert whole is not None and whole.status == "True"
-    assert decide(NodeInfo(name="n2", gres="gpu:1g.10gb:4,gpu:3g.40gb:1"), [], "n2").status == "False"  # type: ignore[union-attr]
+    assert decide_match(NodeInfo(name="n2", gres="gpu:1g.10gb:4,gpu:3g.40gb:1"), [], "n2").status == "False"  # type: ignore[union-attr]
 
 
 def test_mig_jobs_are_submitted_without_nodes_whose_views_differ() -> None:
@@ -266,3 +266,23 @@ def test_the_current_nvidia_drivers_names_order_mig_devices_without_index_attrib
         "gpu-1-mig-19-1-1",
         "gpu-1-mig-9-4-4",
     ]
+
+
+def test_admission_refuses_a_request_no_nodes_slices_can_hold_naming_the_class() -> None:
+    slices = node_slices("n1") + node_slices("n2")
+
+    def decide(counts: Obj, listed: list[Obj] | None) -> Any:
+        limits = {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}
+        pod = make_pod({"containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]})
+        pod["metadata"]["namespace"] = "slurm"
+        mutated = mutate(make_request(pod), CONFIG)
+        assert mutated.allowed, mutated.message
+        return validate(make_request(apply(pod, mutated.patch)), CONFIG, None, listed)
+
+    assert decide({MIG1: 4}, slices).allowed
+    refused = decide({MIG1: 5}, slices)
+    assert not refused.allowed and f"5 device(s) of DeviceClass {MIG1}" in refused.message, refused.message
+    assert "no node has more than 4" in refused.message
+    assert not decide({"gpu.nvidia.com": 3}, slices).allowed
+    assert decide({"gpu.nvidia.com": 3}, None).allowed, "slices not read yet: not judged"
+    assert decide({"gpu.example.com": 9}, slices).allowed, "a driver that publishes nothing: not judged"
