@@ -1296,7 +1296,7 @@ async def test_server_round_trip(running: tuple[WebhookServer, Path], caplog: py
 
 
 async def test_server_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(request: AdmissionRequest, config: Config) -> Decision:
+    def boom(request: AdmissionRequest, config: Config, *rest: object) -> Decision:
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(server_mod, "validate", boom)
