@@ -68,20 +68,36 @@ class DeviceMatch:
 
     def __init__(self, kube: KubeClient, on_node: Callable[[str], None]) -> None:
         self.kube = kube
-        self.slices = slices_cache(kube, lambda _name, obj: self._changed(obj, on_node))
+        self.on_node = on_node
+        self.slices = slices_cache(kube, self._changed)
+        # node -> the names of its slices, so that a node's reconcile (one per allocation on it)
+        # reads its own slices, not every node's
+        self._by_node: dict[str, set[str]] = {}
+        self._node_of: dict[str, str] = {}
 
-    @staticmethod
-    def _changed(obj: Obj, on_node: Callable[[str], None]) -> None:
+    def _changed(self, name: str, obj: Obj) -> None:
+        old = self._node_of.pop(name, None)
+        if old is not None:
+            self._by_node.get(old, set()).discard(name)
+            if not self._by_node.get(old):
+                self._by_node.pop(old, None)
+            self.on_node(old)
         node = (obj.get("spec") or {}).get("nodeName")
-        if isinstance(node, str) and node:
-            on_node(node)
+        if name in self.slices.objects and isinstance(node, str) and node:
+            self._node_of[name] = node
+            self._by_node.setdefault(node, set()).add(name)
+            if node != old:
+                self.on_node(node)
+
+    def slices_of(self, node: str) -> list[Obj]:
+        return [self.slices.objects[n] for n in sorted(self._by_node.get(node, ())) if n in self.slices.objects]
 
     async def reconcile(self, name: str, node: Mapping[str, Any], info: NodeInfo) -> Obj | None:
         """The condition once more (the node as written; None: nothing written). Nothing is decided
         before the slices are listed: a node whose slices are not read yet would seem to differ."""
         if not self.slices.synced.is_set():
             return None
-        fit = decide(info, self.slices.values(), name)
+        fit = decide(info, self.slices_of(name), name)
         if fit is None:
             return None
         return await write_condition(self.kube, name, node, names.NODE_COND_SLURM_DEVICES_MATCH, fit)

@@ -647,19 +647,21 @@ def devices_differ(
 
 def largest_request(slices: Sequence[Mapping[str, Any]], cls: DeviceClass) -> int | None:
     """The most devices of ``cls`` any one node publishes (None: no ResourceSlice of its driver
-    at all, so nothing can be judged). A pod's devices come from one node."""
-    nodes = {
-        str((s.get("spec") or {}).get("nodeName")) for s in slices if (s.get("spec") or {}).get("driver") == cls.driver
-    }
-    nodes.discard("None")
-    if not nodes:
+    at all, so nothing can be judged). A pod's devices come from one node. One pass over the
+    slices to group them by node: a webhook call must not cost nodes x slices."""
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") == cls.driver and spec.get("nodeName"):
+            by_node.setdefault(str(spec["nodeName"]), []).append(s)
+    if not by_node:
         return None
     best = 0
-    for node in nodes:
+    for node, mine in by_node.items():
         if cls.kind == "cpus":
-            count = len(node_devices(slices, cls.driver, node))
+            count = len(node_devices(mine, cls.driver, node))
         else:
-            count = slice_gpu_inventory(slices, cls.driver, node).get(
+            count = slice_gpu_inventory(mine, cls.driver, node).get(
                 "gpu" if not cls.profile else f"gpu:{cls.profile}", 0
             )
         best = max(best, count)

@@ -10,12 +10,14 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
+from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.operator.nodes.devicematch import DeviceMatch
 from slurm_bridge.operator.nodes.devicematch import decide as decide_match
 from slurm_bridge.rules import dra
 from slurm_bridge.rules.handoff import job_handoff_scope
@@ -286,3 +288,20 @@ def test_admission_refuses_a_request_no_nodes_slices_can_hold_naming_the_class()
     assert not decide({"gpu.nvidia.com": 3}, slices).allowed
     assert decide({"gpu.nvidia.com": 3}, None).allowed, "slices not read yet: not judged"
     assert decide({"gpu.example.com": 9}, slices).allowed, "a driver that publishes nothing: not judged"
+
+
+def test_the_operator_reads_each_nodes_own_slices_and_queues_the_node_a_slice_change_touches() -> None:
+    queued: list[str] = []
+    match = DeviceMatch(cast(KubeClient, object()), queued.append)
+
+    def event(etype: str, node: str, name: str) -> None:
+        match.slices._apply(etype, {"metadata": {"name": name, "uid": name}, "spec": {"nodeName": node, "devices": []}})
+
+    event("ADDED", "n1", "s1")
+    event("ADDED", "n2", "s2")
+    assert [s["metadata"]["name"] for s in match.slices_of("n1")] == ["s1"] and queued == ["n1", "n2"]
+    event("MODIFIED", "n3", "s1")  # a slice moved to another node: both are decided again
+    assert match.slices_of("n1") == [] and [s["metadata"]["name"] for s in match.slices_of("n3")] == ["s1"]
+    assert queued[2:] == ["n1", "n3"]
+    event("DELETED", "n2", "s2")
+    assert match.slices_of("n2") == [] and queued[-1] == "n2"

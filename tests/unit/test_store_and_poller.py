@@ -124,6 +124,7 @@ async def test_poller_lists_once_then_reads_only_changed_jobs() -> None:
     await poller.poll_once()
     assert slurm.calls == ["states", "get 1"], "only the bridge's changed job is read"
     assert changed == ["phj-a"] and poller.snapshot is not None and poller.snapshot.by_id[1].state == "CANCELLED"
+    assert poller.purge_reads == 0
 
     changed.clear()
     slurm.calls.clear()
@@ -131,6 +132,7 @@ async def test_poller_lists_once_then_reads_only_changed_jobs() -> None:
     await poller.poll_once()
     assert changed == ["phj-a"], "a purged job is reported too"
     assert poller.snapshot is not None and 1 not in poller.snapshot.by_id
+    assert poller.purge_reads == 1, "its one read is counted apart (/stats slurm_purge_reads)"
 
 
 async def test_poller_refresh_and_expected_jobs() -> None:

@@ -136,6 +136,9 @@ class SlurmPoller(ViewReads):
         self.states_skipped = 0
         # Pending jobs read again for Slurm's reason (a cost per second a job waits, not per pod).
         self.reason_reads = 0
+        # ended jobs read once more when Slurm's state list no longer has them (purged after
+        # MinJobAge): a read per job, at a time Slurm's MinJobAge decides, not the pod's life
+        self.purge_reads = 0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
         self.polls = 0
@@ -342,6 +345,7 @@ class SlurmPoller(ViewReads):
         previous = self._states
         states = self._states = await self._slurm.job_states(previous)
         wanted: dict[int, PhjRef] = dict(self._expected)
+        vanished = 0
         settled = self._settled
         if not (states.unchanged and settled is not None and settled[0] is previous and settled[1] == snap.version):
             moved = True
@@ -352,6 +356,7 @@ class SlurmPoller(ViewReads):
                     settling.append(job.model_copy(update={"states": state}))  # nothing to read
                 elif state is None or (state != job.states and set(state) != set(job.states)):
                     wanted[job_id] = snap.refs[job_id]
+                    vanished += state is None
             for job in settling:
                 snap.put(job, snap.refs[job.job_id])
         # else: the same answer as the last poll's, which found every job as the view still has it
@@ -363,6 +368,7 @@ class SlurmPoller(ViewReads):
             await self._full(started)
             return
         self.reason_reads += reasons
+        self.purge_reads += vanished
         for job_id in await self.read_now(wanted, started):
             if not states.knows(job_id):
                 self._full_wanted = True  # an expected job Slurm does not know: the next full list decides
