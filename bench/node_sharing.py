@@ -79,7 +79,7 @@ def pod_body(name: str, mode: str | None, run_seconds: float) -> dict[str, Any]:
     }
 
 
-def _watch(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event) -> None:
+def watch_pods(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=5, deserialize=False):
@@ -102,7 +102,7 @@ def _watch(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.Event
 
 def measure(core: k8s.CoreV1Api, ns: str, mode: str | None, args: argparse.Namespace) -> Run:
     run, stop = Run(), threading.Event()
-    watcher = threading.Thread(target=_watch, args=(core, ns, run, args.pods, stop), daemon=True)
+    watcher = threading.Thread(target=watch_pods, args=(core, ns, run, args.pods, stop), daemon=True)
     watcher.start()
     time.sleep(0.5)  # let the watch establish before the first create (not a condition wait)
 
