@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +44,7 @@ from kubernetes import config as k8s_config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
 from clusterenv import REPO, cluster_env
-from node_sharing import KWOK_COMPLETE_DELAY, Run, watch_pods
+from node_sharing import KWOK_COMPLETE_DELAY, measure, require_operator, timing
 from pipeline_latency import delete_and_wait, make_namespace, operator_stats
 
 from slurm_bridge import names
@@ -111,31 +108,6 @@ def wait_running(job_ids: list[int], timeout: float) -> None:
 
 
 # ---- one profile ----------------------------------------------------------------------------------
-def measure(core: k8s.CoreV1Api, ns: str, device_class: str | None, args: argparse.Namespace) -> Run:
-    run, stop = Run(), threading.Event()
-    watcher = threading.Thread(target=watch_pods, args=(core, ns, run, args.pods, stop), daemon=True)
-    watcher.start()
-    time.sleep(0.5)  # let the watch establish before the first create (not a condition wait)
-
-    def create(i: int) -> None:
-        name = f"g{i:04d}"
-        body = pod_body(name, device_class, args.partition, args.run_seconds)
-        resp = core.create_namespaced_pod(ns, body, _preload_content=False)
-        resp.read()
-        resp.release_conn()
-        with run.lock:
-            run.created[name] = time.monotonic()
-
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        list(pool.map(create, range(args.pods)))
-    if not run.done.wait(args.timeout):
-        print(
-            f"warning: only {len(run.bound)}/{args.pods} pods bound in {ns} within {args.timeout:.0f}s", file=sys.stderr
-        )
-    stop.set()
-    return run
-
-
 def one(api: k8s.ApiClient, profile: str, args: argparse.Namespace) -> dict[str, Any]:
     """One profile's run, in a managed namespace of its own, deleted after."""
     core = k8s.CoreV1Api(api)
@@ -144,17 +116,13 @@ def one(api: k8s.ApiClient, profile: str, args: argparse.Namespace) -> dict[str,
     try:
         stats0 = operator_stats(args.operator_url)
         with sysstats.ProcSampler(args.pids) as procs:
-            run = measure(core, ns, PROFILES[profile], args)
+            run = measure(
+                core, ns, lambda name: pod_body(name, PROFILES[profile], args.partition, args.run_seconds), args
+            )
         stats1 = operator_stats(args.operator_url)
     finally:
         delete_and_wait(core, ns, args.timeout)
-    lat = sorted(run.bound[p] - run.created[p] for p in run.bound if p in run.created)
-    row: dict[str, Any] = {"profile": profile, "pods": args.pods, "bound": len(lat)}
-    if lat:
-        span = max(run.bound.values()) - min(run.created.values())
-        q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
-        row |= {"pods_per_s": round(len(lat) / span, 2), "p50_s": round(q[49], 2), "p99_s": round(q[98], 2)}
-    row["most_at_once"] = run.most_at_once
+    row: dict[str, Any] = {"profile": profile, "pods": args.pods, **timing(run)}
     row["slurm_calls_per_pod"] = round((stats1["slurm_requests"] - stats0["slurm_requests"]) / args.pods, 2)
     ms = sysstats.cpu_ms_per_pod(procs.row(), args.pods)
     ms["bridge"] = round(sum(ms.get(p, 0.0) for p in BRIDGE_PROCESSES), 2)
@@ -210,12 +178,7 @@ def main() -> None:
     api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
     api.configuration.connection_pool_maxsize = args.concurrency + 4
     args.operator_url = f"http://127.0.0.1:{args.operator_port}"
-    try:
-        operator_stats(args.operator_url)
-    except OSError as e:
-        raise SystemExit(
-            f"the bridge operator is not reachable at {args.operator_url} ({e}); run hack/bridge.sh up"
-        ) from None
+    require_operator(args.operator_url)
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     natives: list[tuple[int, str, str]] = []
     try:

@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +101,8 @@ def watch_pods(core: k8s.CoreV1Api, ns: str, run: Run, n: int, stop: threading.E
             print(f"note: pod watch of {ns} restarted ({type(e).__name__}: {e})", file=sys.stderr)
 
 
-def measure(core: k8s.CoreV1Api, ns: str, mode: str | None, args: argparse.Namespace) -> Run:
+def measure(core: k8s.CoreV1Api, ns: str, body: Callable[[str], dict[str, Any]], args: argparse.Namespace) -> Run:
+    """``args.pods`` pods made by ``body(name)``, created at once; when each was created and bound."""
     run, stop = Run(), threading.Event()
     watcher = threading.Thread(target=watch_pods, args=(core, ns, run, args.pods, stop), daemon=True)
     watcher.start()
@@ -108,7 +110,7 @@ def measure(core: k8s.CoreV1Api, ns: str, mode: str | None, args: argparse.Names
 
     def create(i: int) -> None:
         name = f"s{i:04d}"
-        resp = core.create_namespaced_pod(ns, pod_body(name, mode, args.run_seconds), _preload_content=False)
+        resp = core.create_namespaced_pod(ns, body(name), _preload_content=False)
         resp.read()
         resp.release_conn()
         with run.lock:
@@ -133,22 +135,37 @@ def one(api: k8s.ApiClient, mode: str | None, args: argparse.Namespace) -> dict[
     try:
         stats0 = operator_stats(args.operator_url) if mode else None
         with sysstats.ProcSampler(args.pids) as procs:
-            run = measure(core, ns, mode, args)
+            run = measure(core, ns, lambda name: pod_body(name, mode, args.run_seconds), args)
         stats1 = operator_stats(args.operator_url) if mode else None
     finally:
         delete_and_wait(core, ns, args.timeout)
-    lat = sorted(run.bound[p] - run.created[p] for p in run.bound if p in run.created)
-    row: dict[str, Any] = {"mode": label, "pods": args.pods, "bound": len(lat)}
-    if lat:
-        span = max(run.bound.values()) - min(run.created.values())
-        q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
-        row |= {"pods_per_s": round(len(lat) / span, 2), "p50_s": round(q[49], 2), "p99_s": round(q[98], 2)}
-    row["most_at_once"] = run.most_at_once
+    row: dict[str, Any] = {"mode": label, "pods": args.pods, **timing(run)}
     if stats0 and stats1:
         row["slurm_calls_per_pod"] = round((stats1["slurm_requests"] - stats0["slurm_requests"]) / args.pods, 2)
     row["cpu_ms_per_pod"] = sysstats.cpu_ms_per_pod(procs.row(), args.pods)
     row["machine_busy_percent"] = procs.row()["machine_busy_percent"]
     return row
+
+
+def timing(run: Run) -> dict[str, Any]:
+    """Pods bound, pods/s (bound / (last bind - first create)), p50/p99 of create -> bound, and the
+    most bound at once."""
+    lat = sorted(run.bound[p] - run.created[p] for p in run.bound if p in run.created)
+    out: dict[str, Any] = {"bound": len(lat)}
+    if lat:
+        span = max(run.bound.values()) - min(run.created.values())
+        q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
+        out |= {"pods_per_s": round(len(lat) / span, 2), "p50_s": round(q[49], 2), "p99_s": round(q[98], 2)}
+    out["most_at_once"] = run.most_at_once
+    return out
+
+
+def require_operator(url: str) -> None:
+    """The process bridge's operator answers /stats, or the benchmark stops saying what to run."""
+    try:
+        operator_stats(url)
+    except OSError as e:
+        raise SystemExit(f"the bridge operator is not reachable at {url} ({e}); run hack/bridge.sh up") from None
 
 
 COLUMNS = ("mode", "bound", "pods_per_s", "ratio", "p50_s", "p99_s", "most_at_once", "slurm_calls_per_pod",
@@ -193,12 +210,7 @@ def main() -> None:
     api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
     api.configuration.connection_pool_maxsize = args.concurrency + 4
     args.operator_url = f"http://127.0.0.1:{args.operator_port}"
-    try:
-        operator_stats(args.operator_url)
-    except OSError as e:
-        raise SystemExit(
-            f"the bridge operator is not reachable at {args.operator_url} ({e}); run hack/bridge.sh up"
-        ) from None
+    require_operator(args.operator_url)
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     rows = [one(api, mode, args) for mode in modes]
     rows.append(one(api, None, args))

@@ -59,6 +59,14 @@ class Gpu:
     def mig_uuid(self, m: Mig) -> str:
         return f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{self.node}.gpu{self.index}.mig{m.minor}.slurm-bridge.test')}"
 
+    def records(self) -> list[tuple[str, str, int, int]]:
+        """(Slurm type, device file, major, minor) of each GRES record: the GPU itself, or one per
+        MIG instance, in Slurm's index order."""
+        if not self.migs:
+            return [(self.type, f"/dev/nvidia{self.index}", 195, self.index)]
+        caps = [MIG_CAP_BASE + 10 * self.index + m.minor for m in self.migs]
+        return [(m.profile, f"/dev/nvidia-caps/nvidia-cap{c}", 236, c) for m, c in zip(self.migs, caps, strict=True)]
+
 
 def layout(text: str) -> dict[str, list[Gpu]]:
     """NODE -> its GPUs, from SB_HYBRID_GPUS; SystemExit naming what is wrong."""
@@ -86,34 +94,24 @@ def gres(gpus: list[Gpu]) -> str:
     """Gres= of slurm.conf: counts per Slurm type (a whole GPU's type, or a MIG profile)."""
     counts: dict[str, int] = {}
     for g in gpus:
-        for t in [m.profile for m in g.migs] or [g.type]:
+        for t, *_ in g.records():
             counts[t] = counts.get(t, 0) + 1
     return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
 
 
 def gres_conf(nodes: dict[str, list[Gpu]]) -> list[str]:
     """One record per whole GPU and per MIG instance, in Slurm's index order."""
-    out = []
-    for node, gpus in nodes.items():
-        for g in gpus:
-            if not g.migs:
-                out.append(f"NodeName={node} Name=gpu Type={g.type} File=/dev/nvidia{g.index}")
-            for m in g.migs:
-                cap = MIG_CAP_BASE + 10 * g.index + m.minor
-                out.append(f"NodeName={node} Name=gpu Type={m.profile} File=/dev/nvidia-caps/nvidia-cap{cap}")
-    return out
+    return [
+        f"NodeName={node} Name=gpu Type={kind} File={path}"
+        for node, gpus in nodes.items()
+        for g in gpus
+        for kind, path, _, _ in g.records()
+    ]
 
 
 def device_files(root: str, nodes: dict[str, list[Gpu]]) -> None:
     """Character devices (NVIDIA's majors) slurmd can stat; nothing opens them."""
-    paths: dict[str, tuple[int, int]] = {}
-    for gpus in nodes.values():
-        for g in gpus:
-            if not g.migs:
-                paths[f"/dev/nvidia{g.index}"] = (195, g.index)
-            for m in g.migs:
-                cap = MIG_CAP_BASE + 10 * g.index + m.minor
-                paths[f"/dev/nvidia-caps/nvidia-cap{cap}"] = (236, cap)
+    paths = {path: (major, minor) for gpus in nodes.values() for g in gpus for _, path, major, minor in g.records()}
     for path, (major, minor) in paths.items():
         full = root.rstrip("/") + path
         os.makedirs(os.path.dirname(full), exist_ok=True)

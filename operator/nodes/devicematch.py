@@ -46,20 +46,13 @@ def decide(info: NodeInfo, slices: list[Obj], node: str) -> Fit | None:
         return Fit(
             "True",
             names.REASON_SLURM_DEVICES_MATCH,
-            f"Slurm's GRES and driver {DRIVER}'s ResourceSlices on node {node} agree: {_counts(seen)}",
+            f"Slurm's GRES and driver {DRIVER}'s ResourceSlices on node {node} agree: {dra.said(seen, 'no GPUs')}",
         )
     return Fit(
         "False",
         names.REASON_SLURM_DEVICES_DIFFER,
         f"{differ}: no new MIG pod is placed on this node until they agree (running pods keep their devices); "
         "restart slurmd with a gres.conf of the new layout, or restore the layout (docs/gpus.md)",
-    )
-
-
-def _counts(inv: Mapping[str, int]) -> str:
-    return (
-        ", ".join(f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inv.items()))
-        or "no GPUs"
     )
 
 

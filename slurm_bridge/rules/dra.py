@@ -326,33 +326,35 @@ def _class(name: str) -> DeviceClass:
     return cls
 
 
-def untyped_gpu_request(gres: str | None) -> bool:
-    """A job's TRES per node (``gres/gpu:2``, ``gres/gpu:1g.10gb:1,gres/shard:2``) asks for GPUs
-    of any type: Slurm could meet it with a MIG instance, which is not a GPU to give whole."""
+def _gpu_items(gres: str | None) -> list[tuple[str, int | None]]:
+    """(type, count) of each ``gpu`` item of a GRES list: a job's TRES per node (``gres/gpu:2``,
+    ``gres/gpu:1g.10gb:1,gres/shard:2``) or a node's Gres (``gpu:h100:2(S:0)``); type "" when
+    untyped, count None when not given."""
+    out: list[tuple[str, int | None]] = []
     for item in filter(None, (gres or "").split(",")):
-        parts = item.strip().removeprefix("gres/").split(":")
-        if parts[0] == "gpu" and (len(parts) == 1 or (len(parts) == 2 and parts[1].isdigit())):
-            return True
-    return False
+        parts = item.split("(")[0].strip().removeprefix("gres/").split(":")
+        if parts[0] != "gpu":
+            continue
+        typed = parts[1] if len(parts) >= 2 and not parts[1].isdigit() else ""
+        out.append((typed, int(parts[-1]) if len(parts) >= 2 and parts[-1].isdigit() else None))
+    return out
+
+
+def untyped_gpu_request(gres: str | None) -> bool:
+    """A job's TRES per node asks for GPUs of any type: Slurm could meet it with a MIG instance,
+    which is not a GPU to give whole."""
+    return any(not typed for typed, _ in _gpu_items(gres))
 
 
 def typed_gpu_request(gres: str | None) -> bool:
     """A job's TRES per node asks for GPUs of a MIG profile (``gres/gpu:1g.10gb:1``)."""
-    for item in filter(None, (gres or "").split(",")):
-        parts = item.strip().removeprefix("gres/").split(":")
-        if parts[0] == "gpu" and len(parts) >= 3 and MIG_TYPE.search(parts[1]):
-            return True
-    return False
+    return any(MIG_TYPE.search(typed) for typed, _ in _gpu_items(gres))
 
 
 def mig_node(node_gres: str) -> bool:
     """A Slurm node (its ``Gres``, e.g. ``gpu:1g.10gb:4,gpu:3g.40gb:1``) with MIG instances among
     its GPUs: jobs asking for untyped GPUs are kept off it (submitted with it excluded)."""
-    for item in filter(None, node_gres.split(",")):
-        parts = item.split("(")[0].strip().split(":")
-        if parts[0] == "gpu" and len(parts) >= 2 and not parts[1].isdigit() and MIG_TYPE.search(parts[1]):
-            return True
-    return False
+    return typed_gpu_request(node_gres)
 
 
 def slurm_needs(counts: Mapping[str, int]) -> tuple[dict[str, int], int | None]:
@@ -602,16 +604,12 @@ def slurm_gpu_inventory(node_gres: str) -> dict[str, int]:
     type such as ``h100``), ``gpu:<profile>`` for MIG instances (type ``1g.10gb``, or AutoDetect's
     ``h100_1g.10gb``)."""
     out: dict[str, int] = {}
-    for item in filter(None, node_gres.split(",")):
-        parts = item.split("(")[0].strip().split(":")
-        if parts[0] != "gpu" or not parts[-1].isdigit():
+    for typed, count in _gpu_items(node_gres):
+        if count is None:
             continue
-        kind = "gpu"
-        if len(parts) >= 3:
-            m = MIG_TYPE.search(parts[1])
-            if m:
-                kind = f"gpu:{m.group(0).lstrip('_')}"
-        out[kind] = out.get(kind, 0) + int(parts[-1])
+        m = MIG_TYPE.search(typed)
+        kind = f"gpu:{m.group(0).lstrip('_')}" if m else "gpu"
+        out[kind] = out.get(kind, 0) + count
     return out
 
 
@@ -635,14 +633,13 @@ def devices_differ(
     published = slice_gpu_inventory(slices, driver, node)
     if slurm == published:
         return ""
-
-    def said(inv: Mapping[str, int]) -> str:
-        return (
-            ", ".join(f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inv.items()))
-            or "none"
-        )
-
     return f"Slurm's GRES on node {node} has {said(slurm)}; driver {driver}'s ResourceSlices publish {said(published)}"
+
+
+def said(inventory: Mapping[str, int], empty: str = "none") -> str:
+    """An inventory of :func:`slurm_gpu_inventory` in words: ``2 whole GPU(s), 4 1g.10gb``."""
+    words = (f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inventory.items()))
+    return ", ".join(words) or empty
 
 
 def largest_request(slices: Sequence[Mapping[str, Any]], cls: DeviceClass) -> int | None:

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
-from tests.e2e.util import end_workloads
+from tests.e2e.util import Native, end_workloads
 from tests.harness import MANAGED_LABEL, REPO, TENANTS, PrerequisiteMissing, SlurmEnv, run, wait_for
 
 OLD_SLURM_SH = REPO / "hack" / "old-slurm.sh"
@@ -96,3 +96,11 @@ def tenant_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi) -> Itera
     finally:
         custom.delete_cluster_custom_object(names.GROUP, names.VERSION, names.TP_PLURAL, name)
         core.delete_namespace(ns)
+
+
+@pytest.fixture
+def native(slurm_env: SlurmEnv) -> Iterator[Native]:
+    """Native batch jobs of the test (tests/e2e/util.py Native), cancelled at its end."""
+    jobs = Native(slurm_env)
+    yield jobs
+    jobs.cancel_all()

@@ -23,8 +23,8 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.builders import make_pod as build_pod
-from tests.e2e.test_node_sharing import Native, end_pod, phj_job, told_why
-from tests.e2e.util import get_phj, pod_events, read_pod, wait_for_idle_nodes
+from tests.e2e.test_node_sharing import end_pod, phj_job, told_why
+from tests.e2e.util import Native, get_phj, pod_events, read_pod, wait_for_idle_nodes
 from tests.harness import TENANTS, SlurmEnv, holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
@@ -116,14 +116,6 @@ def gpu_pod(name: str, classes: dict[str, int], *, grace: int | None = None, ann
     if grace is not None:
         built.spec(terminationGracePeriodSeconds=grace)
     return built.manifest()
-
-
-@pytest.fixture
-def native(slurm_env: SlurmEnv) -> Iterator[Native]:
-    """Native batch jobs of the test (tenant alice's), cancelled at its end."""
-    jobs = Native(slurm_env)
-    yield jobs
-    jobs.cancel_all()
 
 
 @pytest.fixture

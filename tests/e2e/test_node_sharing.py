@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from slurm_bridge import names
 from tests.builders import make_pod as build_pod
 from tests.e2e.test_hybrid_real_node import container_pids, node_image, uid_of  # noqa: F401
 from tests.e2e.test_tenancy import tenant_spec, wait_selected
-from tests.e2e.util import API, get_phj, pod_events, read_pod, slurm_job, wait_for_idle_nodes
-from tests.harness import TENANTS, SlurmEnv, Tenant, holds_for, run, wait_for
+from tests.e2e.util import API, Native, get_phj, pod_events, read_pod, slurm_job, wait_for_idle_nodes
+from tests.harness import TENANTS, SlurmEnv, holds_for, run, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 Obj = dict[str, Any]
@@ -40,40 +40,6 @@ HOLD = 4  # seconds two things must stay so (several of the bridge's poll period
 
 
 # ---- Slurm, as an administrator reads it ------------------------------------------------------------
-
-
-class Native:
-    """Native batch jobs of the test, cancelled at its end."""
-
-    def __init__(self, slurm: SlurmEnv) -> None:
-        self.slurm = slurm
-        self.ids: list[int] = []
-
-    def submit(self, tenant: Tenant, *options: str, name: str = "native") -> int:
-        """``sbatch --uid`` as root (deprecated in Slurm 26.05, still honoured): the job runs as the
-        tenant, in the tenant's default account, sleeping until cancelled."""
-        proc = self.slurm.slurm(
-            "sbatch", "--parsable", f"--uid={tenant.uid}", f"--gid={tenant.gid}", "-A", tenant.accounts[0],
-            "-J", name, "-o", "/dev/null", *options, "--wrap", "exec sleep 3600", check=False,
-        )  # fmt: skip
-        assert proc.returncode == 0, f"sbatch {' '.join(options)} was refused: {proc.stderr.strip()}"
-        job_id = int(proc.stdout.strip().split(";")[0])
-        self.ids.append(job_id)
-        return job_id
-
-    def cancel(self, job_id: int) -> None:
-        self.slurm.slurm("scancel", str(job_id), check=False)
-
-    def cancel_all(self) -> None:
-        for job_id in self.ids:
-            self.cancel(job_id)
-
-
-@pytest.fixture
-def native(slurm_env: SlurmEnv) -> Iterator[Native]:
-    jobs = Native(slurm_env)
-    yield jobs
-    jobs.cancel_all()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
 from tests.builders import make_pod as build_pod
-from tests.harness import CLUSTER_SH, SlurmEnv, run, wait_for
+from tests.harness import CLUSTER_SH, SlurmEnv, Tenant, run, wait_for
 
 API = "/slurm/v0.0.44"
 # kwok completes a pod whose annotation says so after that delay (hack/kwok-stages.yaml).
@@ -194,3 +194,30 @@ def wait_for_idle_nodes(slurm: SlurmEnv, nodes: list[str], timeout: float = 90) 
         held = holders()
         raise AssertionError(f"this test needs nodes {sorted(wanted)} free, but after {timeout:.0f}s these still "
                              f"hold them: {'; '.join(held)}") from None  # fmt: skip
+
+
+class Native:
+    """Native batch jobs of the test, cancelled at its end."""
+
+    def __init__(self, slurm: SlurmEnv) -> None:
+        self.slurm = slurm
+        self.ids: list[int] = []
+
+    def submit(self, tenant: Tenant, *options: str, name: str = "native") -> int:
+        """``sbatch --uid`` as root (deprecated in Slurm 26.05, still honoured): the job runs as the
+        tenant, in the tenant's default account, sleeping until cancelled."""
+        proc = self.slurm.slurm(
+            "sbatch", "--parsable", f"--uid={tenant.uid}", f"--gid={tenant.gid}", "-A", tenant.accounts[0],
+            "-J", name, "-o", "/dev/null", *options, "--wrap", "exec sleep 3600", check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"sbatch {' '.join(options)} was refused: {proc.stderr.strip()}"
+        job_id = int(proc.stdout.strip().split(";")[0])
+        self.ids.append(job_id)
+        return job_id
+
+    def cancel(self, job_id: int) -> None:
+        self.slurm.slurm("scancel", str(job_id), check=False)
+
+    def cancel_all(self) -> None:
+        for job_id in self.ids:
+            self.cancel(job_id)

@@ -22,7 +22,6 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.e2e.test_node_sharing import (
-    Native,
     bound,
     end_pod,
     job_cpus,
@@ -34,7 +33,7 @@ from tests.e2e.test_node_sharing import (
     unbound,
     waits_for,
 )
-from tests.e2e.util import get_phj, make_pod, pod_events, read_pod, slurm_job, wait_for_idle_nodes
+from tests.e2e.util import Native, get_phj, make_pod, pod_events, read_pod, slurm_job, wait_for_idle_nodes
 from tests.harness import TENANTS, SlurmEnv, holds_for, wait_for
 from tests.kind.test_hybrid import worker_names
 
