@@ -126,9 +126,11 @@ ensure_apt() { # ensure_apt pkg... : install missing Debian packages
 : "${SB_HYBRID_PARTITION:=hybrid}" "${SB_HYBRID_SLURMD_PORT:=26831}"
 # The hybrid nodes' GPUs (docs/gpus.md; hack/cluster/gpus.py reads the format): stand-in device
 # files for slurmd's gres.conf, and the same GPUs as the NVIDIA DRA driver's ResourceSlices. The first
-# hybrid node has two whole GPUs, the second one GPU in a static MIG layout (four 1g.10gb, one 3g.40gb).
+# hybrid node has two whole GPUs, each also 8 Slurm shards where Kubernetes has DRA consumable capacity
+# on by default (1.36, beta), the second one GPU in a static MIG layout (four 1g.10gb, one 3g.40gb).
 if [ -z "${SB_HYBRID_GPUS+set}" ]; then
-  SB_HYBRID_GPUS="${SB_HYBRID_NODE_PREFIX}1=h100,h100"
+  if [ "$KUBERNETES_MINOR" -ge 36 ]; then SB_HYBRID_GPUS="${SB_HYBRID_NODE_PREFIX}1=h100/8,h100/8"
+  else SB_HYBRID_GPUS="${SB_HYBRID_NODE_PREFIX}1=h100,h100"; fi
   [ "$SB_HYBRID_NODES" -lt 2 ] || SB_HYBRID_GPUS+=" ${SB_HYBRID_NODE_PREFIX}2=h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb"
   [ "$SB_HYBRID_NODES" -ge 1 ] || SB_HYBRID_GPUS=""
 fi

@@ -202,7 +202,15 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
     for name, count in sorted(counts.items()):
         cls = dra.device_class(name)
         most = dra.largest_request(slices, cls) if cls is not None else None
-        if cls is not None and most is not None and count > most:
+        if cls is not None and most is not None and count > most and cls.shared:
+            problems.append(
+                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: {count} {dra.SHARD_CAPACITY} of DeviceClass "
+                f"{name} asked ({dra.EXTENDED_PREFIX}{name}); no GPU has more than {most} (the ResourceSlices of "
+                f"driver {cls.driver}: a GPU that allows several allocations, with a {dra.SHARD_CAPACITY!r} capacity; "
+                "Kubernetes >= 1.36 keeps those fields): a pod's shards come from one GPU"
+                + (f", so ask for at most {most}" if most else "")
+            )
+        elif cls is not None and most is not None and count > most:
             problems.append(
                 f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: {count} device(s) of DeviceClass {name} asked "
                 f"({dra.EXTENDED_PREFIX}{name}); no node has more than {most} (the ResourceSlices of driver "

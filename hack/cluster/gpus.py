@@ -8,9 +8,12 @@ that driver gives (``type``, ``index``, ``minor``, ``uuid``, ``productName``; fo
 a real node where slurmd's ``AutoDetect=nvml`` and the driver read one NVML.
 
 The layout (``SB_HYBRID_GPUS``, hack/lib.sh): space-separated ``NODE=GPU[,GPU...]``, where a GPU
-is ``TYPE`` (a whole GPU of that Slurm type) or ``TYPE:PROFILE+PROFILE...`` (a GPU in MIG mode with
-that static layout, e.g. ``h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb``: a MIG instance is one
-typed Slurm GRES, ``gpu:1g.10gb``, one gres.conf record each).
+is ``TYPE`` (a whole GPU of that Slurm type), ``TYPE/SHARDS`` (a whole GPU that Slurm also offers as
+SHARDS ``shard`` GRES, e.g. ``h100/8``: one gres.conf ``shard`` record on the GPU's file; the driver
+publishes it as a device that allows several allocations, with a ``shards`` capacity, for DRA
+consumable capacity) or ``TYPE:PROFILE+PROFILE...`` (a GPU in MIG mode with that static layout, e.g.
+``h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb``: a MIG instance is one typed Slurm GRES,
+``gpu:1g.10gb``, one gres.conf record each).
 
   gpus.py gres NODE           slurm.conf's Gres= of NODE ("" when it has none)
   gpus.py gres-conf           gres.conf's records of every node of the layout
@@ -51,6 +54,7 @@ class Gpu:
     index: int
     type: str
     migs: tuple[Mig, ...] = ()
+    shards: int = 0  # Slurm ``shard`` GRES on this (whole) GPU
 
     @property
     def uuid(self) -> str:
@@ -77,7 +81,12 @@ def layout(text: str) -> dict[str, list[Gpu]]:
             raise SystemExit(f"SB_HYBRID_GPUS: {item!r} is not NODE=GPU[,GPU...]")
         gpus = nodes.setdefault(node, [])
         for part in spec.split(","):
+            part, _, shards = part.partition("/")
+            if shards and (not shards.isdigit() or not 1 <= int(shards) <= 64):
+                raise SystemExit(f"SB_HYBRID_GPUS: {node}'s shards {shards!r} are not a number from 1 to 64")
             kind, _, profiles = part.partition(":")
+            if shards and profiles:
+                raise SystemExit(f"SB_HYBRID_GPUS: {node}'s {part}/{shards}: a GPU in MIG mode has no shards")
             if kind not in PRODUCTS:
                 raise SystemExit(f"SB_HYBRID_GPUS: GPU type {kind!r} of {node} is not one of {sorted(PRODUCTS)}")
             migs = tuple(Mig(p, i) for i, p in enumerate(filter(None, profiles.split("+"))))
@@ -86,27 +95,38 @@ def layout(text: str) -> dict[str, list[Gpu]]:
                     raise SystemExit(f"SB_HYBRID_GPUS: {m.profile!r} of {node} is not a MIG profile (e.g. 1g.10gb)")
             if sum(int(m.profile[0]) for m in migs) > 7:
                 raise SystemExit(f"SB_HYBRID_GPUS: {node}'s MIG layout {profiles} uses more than 7 compute slices")
-            gpus.append(Gpu(node, len(gpus), kind, migs))
+            gpus.append(Gpu(node, len(gpus), kind, migs, int(shards or 0)))
     return nodes
 
 
 def gres(gpus: list[Gpu]) -> str:
-    """Gres= of slurm.conf: counts per Slurm type (a whole GPU's type, or a MIG profile)."""
+    """Gres= of slurm.conf: counts per Slurm type (a whole GPU's type, or a MIG profile), then the
+    shards."""
     counts: dict[str, int] = {}
     for g in gpus:
         for t, *_ in g.records():
             counts[t] = counts.get(t, 0) + 1
-    return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
+    shards = sum(g.shards for g in gpus)
+    return ",".join([*(f"gpu:{t}:{n}" for t, n in counts.items()), *([f"shard:{shards}"] if shards else [])])
 
 
 def gres_conf(nodes: dict[str, list[Gpu]]) -> list[str]:
-    """One record per whole GPU and per MIG instance, in Slurm's index order."""
-    return [
+    """One record per whole GPU and per MIG instance, in Slurm's index order; then a node's
+    ``shard`` records, one per GPU that has shards, in the same order (slurm_bridge/rules/dra.py
+    reads the n-th shard record as the n-th such GPU)."""
+    gpu_records = [
         f"NodeName={node} Name=gpu Type={kind} File={path}"
         for node, gpus in nodes.items()
         for g in gpus
         for kind, path, _, _ in g.records()
     ]
+    shard_records = [
+        f"NodeName={node} Name=shard Count={g.shards} File={g.records()[0][1]}"
+        for node, gpus in nodes.items()
+        for g in gpus
+        if g.shards
+    ]
+    return gpu_records + shard_records
 
 
 def device_files(root: str, nodes: dict[str, list[Gpu]]) -> None:
@@ -141,7 +161,12 @@ def devices(g: Gpu) -> list[dict[str, object]]:
               "cudaComputeCapability": cc, "driverVersion": "580.95.5"}  # fmt: skip
     if not g.migs:
         attrs = _attrs(type="gpu", index=g.index, minor=g.index, uuid=g.uuid, **common)
-        return [{"name": f"gpu-{g.index}", "attributes": attrs, "capacity": {"memory": {"value": memory}}}]
+        capacity: dict[str, object] = {"memory": {"value": memory}}
+        whole: dict[str, object] = {"name": f"gpu-{g.index}", "attributes": attrs, "capacity": capacity}
+        if g.shards:  # DRA consumable capacity (Kubernetes >= 1.36): a claim consumes shards of it
+            whole["allowMultipleAllocations"] = True
+            capacity["shards"] = {"value": str(g.shards)}
+        return [whole]
     out = []
     for m in g.migs:
         match = PROFILE.match(m.profile)
@@ -163,6 +188,10 @@ def manifests(nodes: dict[str, list[Gpu]]) -> dict[str, object]:
     attr = f'device.attributes["{DRIVER}"]'
     classes = {"gpu.nvidia.com": f'device.driver == "{DRIVER}" && {attr}.type == "gpu"',
                "mig.nvidia.com": f'device.driver == "{DRIVER}" && {attr}.type == "mig"'}  # fmt: skip
+    if any(g.shards for gpus in nodes.values() for g in gpus):
+        shareable = f'"shards" in device.capacity["{DRIVER}"]'
+        classes["shard.nvidia.com"] = f'device.driver == "{DRIVER}" && {attr}.type == "gpu" && {shareable}'
+
     for gpus in nodes.values():
         for g in gpus:
             for m in g.migs:

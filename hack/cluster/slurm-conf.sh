@@ -28,6 +28,9 @@
 #               cluster's nodes, these slurmd nodes (a kind     kwok, hybrid and real nodes)
 #               cluster's workers, hack/kind/slurm.sh), sized
 #               worker_cpus/worker_memory_mib, in $SB_PARTITION
+#   worker_gpus the workers' GPUs, hack/cluster/gpus.py's       (empty: none)
+#               format (a kind cluster's SB_KIND_GPUS):
+#               their Gres= (gres_conf takes it too)
 #   notify_hook PrologSlurmctld and EpilogSlurmctld: the path   (empty: none; a path the
 #               of slurm-hooks/slurm-bridge-notify.sh on      controller lacks would cancel
 #               the controller (docs/configuration.md)          every job, so it is opt-in)
@@ -72,8 +75,8 @@ EOF
 slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
   local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
   local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost spool_dir= slurmd_pid=
-  local workers= worker_cpus=4 worker_memory_mib=8192 notify_hook=
-  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib notify_hook" "$@"
+  local workers= worker_cpus=4 worker_memory_mib=8192 worker_gpus= notify_hook=
+  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib worker_gpus notify_hook" "$@"
   if [ -n "$workers" ]; then
     echo "# Written by hack/cluster/slurm-conf.sh: slurmd on every worker of a kind cluster."
   else
@@ -93,7 +96,7 @@ ReturnToService=2
 MaxJobCount=$SB_MAX_JOB_COUNT
 MinJobAge=$SB_MIN_JOB_AGE
 DefMemPerCPU=256
-GresTypes=gpu
+GresTypes=gpu,shard
 EOF
   if [ -n "$notify_hook" ]; then
     # Its start notices come from the handoff script, the one PrologSlurmctld (hack/slurm-policy.conf;
@@ -106,17 +109,18 @@ EOF
   grep -v '^[[:space:]]*$' "$HACK_DIR/slurm-policy.conf"
   echo "# ---- nodes and partitions ----"
   if [ -n "$workers" ]; then
-    slurm_conf_workers "$workers" "$worker_cpus" "$worker_memory_mib"
+    slurm_conf_workers "$workers" "$worker_cpus" "$worker_memory_mib" "$worker_gpus"
   else
     slurm_conf_nodes "$node_host"
   fi
 }
 
-slurm_conf_workers() { # "name=address ..." cpus memory_mib : every worker a slurmd node, one partition
-  local w names=()
+slurm_conf_workers() { # "name=address ..." cpus memory_mib [gpus] : every worker a slurmd node, one partition
+  local w names=() gres
   for w in $1; do
     names+=("${w%%=*}")
-    echo "NodeName=${w%%=*} NodeAddr=${w#*=} CPUs=$2 RealMemory=$3 State=UNKNOWN"
+    gres=$(SB_HYBRID_GPUS=${4:-} python3 -P "$HACK_DIR/cluster/gpus.py" gres "${w%%=*}") || die "the workers' GPUs ($4): see above"
+    echo "NodeName=${w%%=*} NodeAddr=${w#*=} CPUs=$2 RealMemory=$3${gres:+ Gres=$gres} State=UNKNOWN"
   done
   echo "PartitionName=$SB_PARTITION Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP"
 }
@@ -149,9 +153,16 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   [ -z "$SB_MISSIZED_NODE" ] || echo "PartitionName=$SB_MISSIZED_PARTITION Nodes=$SB_MISSIZED_NODE MaxTime=INFINITE State=UP"
 }
 
-gres_conf() {
-  local n_cpu=$((SB_NODES - SB_GPU_NODES))
+gres_conf() { # [worker_gpus=LAYOUT] : the local cluster's, or only a kind cluster's workers' GPUs
+  local n_cpu=$((SB_NODES - SB_GPU_NODES)) worker_gpus=
+  conf_settings "worker_gpus" "$@"
   echo "# Written by hack/cluster/slurm-conf.sh."
+  if [ -n "$worker_gpus" ]; then
+    # The workers' GPUs (slurm_conf's worker_gpus): a record per GPU and per MIG instance on stand-in
+    # device files, in the order Slurm numbers them (docs/gpus.md).
+    SB_HYBRID_GPUS=$worker_gpus python3 -P "$HACK_DIR/cluster/gpus.py" gres-conf || die "the workers' GPUs ($worker_gpus): see above"
+    return 0
+  fi
   [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] Name=gpu Count=$SB_NODE_GPUS"
   # slurmctld refuses a dynamic node's GPUs unless gres.conf gives them device files; with them it
   # also keeps which GPU indices each job holds (IDX in the job's GRES detail), which exact DRA
@@ -223,7 +234,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   shift || true
   case $what in
     slurm.conf) slurm_conf "$@" ;;
-    gres.conf) gres_conf ;;
+    gres.conf) gres_conf "$@" ;;
     cgroup.conf) cgroup_conf ;;
     slurmdbd.conf) slurmdbd_conf "$@" ;;
     slurm-bridge-handoff.conf) handoff_conf "$@" ;;

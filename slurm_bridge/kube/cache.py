@@ -440,7 +440,7 @@ RESOURCE_SLICES_PATH: Final = resource_path("resource.k8s.io/v1", "resourceslice
 
 def project_slice(obj: Obj) -> Obj:
     """What the bridge reads of a ResourceSlice: its node, driver, pool and devices' Slurm-order and
-    kind attributes (slurm_bridge/rules/dra.py); uid and resourceVersion for the informer's relist."""
+    kind attributes and shards (slurm_bridge/rules/dra.py); uid and resourceVersion for the informer's relist."""
     spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
     keep = ("type", "index", "parentIndex", "minor", "profile")
     devices = [
@@ -448,6 +448,12 @@ def project_slice(obj: Obj) -> Obj:
             "name": d.get("name"),
             "attributes": {k: v for k, v in (d.get("attributes") or {}).items() if k in keep},
             **({"consumesCounters": True} if d.get("consumesCounters") else {}),
+            # a shareable GPU's shards (DRA consumable capacity; docs/gpus.md#shards)
+            **(
+                {"allowMultipleAllocations": True, "capacity": {"shards": d["capacity"]["shards"]}}
+                if d.get("allowMultipleAllocations") is True and "shards" in (d.get("capacity") or {})
+                else {}
+            ),
         }
         for d in spec.get("devices") or []
         if isinstance(d, dict)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -68,13 +69,25 @@ class DeviceClass:
         """``gpu`` or ``gpu:1g.10gb``: the GRES (and type) Slurm is asked for."""
         return f"{self.gres}:{self.gres_type}" if self.gres_type else self.gres
 
+    @property
+    def shared(self) -> bool:
+        """A class of GPU shares (Slurm's ``shard``): its count is shards of one GPU, which the claim
+        consumes from that GPU's ``shards`` capacity (DRA consumable capacity)."""
+        return self.gres == SHARD_GRES
 
-# The classes the bridge maps (as the Go slurm-bridge 1.3: the upstream drivers' DeviceClasses).
+
+# Slurm's shared GPU GRES, and the capacity of a DRA device that holds it (docs/gpus.md#shards).
+SHARD_GRES: Final = "shard"
+SHARD_CAPACITY: Final = "shards"
+
+# The classes the bridge maps (as the Go slurm-bridge 1.3: the upstream drivers' DeviceClasses),
+# and ``shard.nvidia.com``: shards of one GPU (a site's class, docs/gpus.md#shards).
 DEVICE_CLASSES: Final[Mapping[str, DeviceClass]] = {
     c.name: c
     for c in (
         DeviceClass("gpu.nvidia.com", "gpu.nvidia.com", "gres", "gpu"),
         DeviceClass("gpu.example.com", "gpu.example.com", "gres", "gpu"),
+        DeviceClass("shard.nvidia.com", "gpu.nvidia.com", "gres", SHARD_GRES),
         DeviceClass("dra.cpu", "dra.cpu", "cpus"),
     )
 }
@@ -165,6 +178,7 @@ def _conflicts(scan: _Scan, where: str) -> list[str]:
         )
     gres_classes: dict[str, list[str]] = {}
     typed: dict[str, list[str]] = {}  # GRES name -> classes of a typed GRES (MIG profiles)
+    shared: list[str] = []
     for cls in scan.counts:
         dc = device_class(cls)
         assert dc is not None
@@ -172,6 +186,15 @@ def _conflicts(scan: _Scan, where: str) -> list[str]:
             gres_classes.setdefault(dc.slurm_gres, []).append(cls)
             if dc.gres_type:
                 typed.setdefault(dc.gres, []).append(cls)
+            if dc.shared:
+                shared.append(cls)
+    if shared and (len(gres_classes) > 1 or scan.plugin_gpus):
+        others = sorted(c for gres, classes in gres_classes.items() if gres != SHARD_GRES for c in classes)
+        problems.append(
+            f"{where}: DeviceClass {shared[0]} (shards of one GPU) with "
+            f"{', '.join(others) if others else 'device-plugin GPUs'} in one pod: a GPU is Slurm's either whole "
+            "or as shards; ask for shards and GPUs in different pods"
+        )
     for gres, classes in sorted(gres_classes.items()):
         if len(classes) > 1:
             problems.append(
@@ -351,6 +374,11 @@ def typed_gpu_request(gres: str | None) -> bool:
     return any(MIG_TYPE.search(typed) for typed, _ in _gpu_items(gres))
 
 
+def shard_request(gres: str | None) -> bool:
+    """A job's TRES per node asks for GPU shares (``gres/shard:2``)."""
+    return any(name == SHARD_GRES for name, _ in _counted(gres))
+
+
 def mig_node(node_gres: str) -> bool:
     """A Slurm node (its ``Gres``, e.g. ``gpu:1g.10gb:4,gpu:3g.40gb:1``) with MIG instances among
     its GPUs: jobs asking for untyped GPUs are kept off it (submitted with it excluded)."""
@@ -378,6 +406,7 @@ class Device:
     name: str
     type: str = ""  # the driver's ``type`` attribute: "gpu", "mig" ("" when it gives none)
     profile: str = ""  # a MIG device's ``profile``
+    shards: int = 0  # its ``shards`` capacity, when it allows several allocations (consumable capacity)
 
 
 @dataclass(frozen=True)
@@ -387,6 +416,7 @@ class ClaimPlan:
     node: str
     results: dict[str, list[Device]] = field(default_factory=dict)  # request name -> devices
     indices: dict[str, list[int]] = field(default_factory=dict)  # request name -> Slurm indices
+    consumed: dict[str, int] = field(default_factory=dict)  # request name -> shards it consumes
 
     def annotation(self) -> str:
         """``gpu:0,2`` (one ``name:indices`` item per request, ``;``-separated)."""
@@ -408,6 +438,18 @@ def _attr(device: Mapping[str, Any], key: str, kind: str) -> Any:
 
 def _device_index(device: Mapping[str, Any]) -> int | None:
     return _attr(device, "index", "int")  # type: ignore[no-any-return]
+
+
+def _shards(device: Mapping[str, Any]) -> int:
+    """The device's ``shards`` capacity when it may be allocated several times (0 otherwise)."""
+    if device.get("allowMultipleAllocations") is not True:
+        return 0
+    value = ((device.get("capacity") or {}).get(SHARD_CAPACITY) or {}).get("value")
+    try:
+        amount = parse_quantity(value) if value is not None else None
+    except ValueError:
+        return 0
+    return int(amount) if amount is not None and amount.denominator == 1 and amount > 0 else 0
 
 
 # The NVIDIA driver's device names since it stopped publishing ``index`` and ``minor``: a GPU
@@ -465,7 +507,12 @@ def node_devices(slices: Sequence[Mapping[str, Any]], driver: str, node: str) ->
             if d.get("consumesCounters"):
                 continue
             device = Device(
-                driver, name, str(d.get("name")), _attr(d, "type", "string") or "", _attr(d, "profile", "string") or ""
+                driver,
+                name,
+                str(d.get("name")),
+                _attr(d, "type", "string") or "",
+                _attr(d, "profile", "string") or "",
+                _shards(d),
             )
             found.append((_slurm_order(d), device))
             indexed.append(_device_index(d))
@@ -490,6 +537,13 @@ def plan_claim(
     plan = ClaimPlan(node)
     for cls_name, count in sorted(counts.items()):
         cls = _class(cls_name)
+        if cls.shared:
+            found = _plan_shards(cls, count, node, held, slices, job_id)
+            if isinstance(found, str):
+                return found
+            plan.results[cls.request], plan.indices[cls.request] = [found[1]], [found[0]]
+            plan.consumed[cls.request] = count
+            continue
         if cls.kind == "gres":
             indices = held.gres.get(cls.slurm_gres)
             if indices is None:
@@ -525,6 +579,36 @@ def plan_claim(
     return plan
 
 
+def _plan_shards(
+    cls: DeviceClass, count: int, node: str, held: NodeDevices, slices: Sequence[Mapping[str, Any]], job_id: int
+) -> tuple[int, Device] | str:
+    """(the GPU's Slurm index, its device) that the job's ``count`` shards are on, or why there is
+    none. Slurm says how many of the job's shards each of the node's shard records holds; the n-th
+    record is the n-th GPU with shards, in Slurm's order (docs/gpus.md#shards). One GPU only: a
+    claim's request of shards is one device (Slurm gives one unless MULTIPLE_SHARING_GRES_PJ)."""
+    shares = held.shares.get(cls.gres)
+    if shares is None:
+        return f"Slurm does not say which GPU the {count} {cls.gres} of job {job_id} are on, on node {node}"
+    whole = [(i, d) for i, d in sorted(node_devices(slices, cls.driver, node).items()) if d.type != "mig"]
+    gpus = [(i, d) for i, d in whole if d.shards]
+    if len(gpus) != len(shares):
+        return (
+            f"Slurm and node {node}'s ResourceSlices disagree: Slurm has {len(shares)} {cls.gres} record(s) there, "
+            f"the driver {len(gpus)} GPU(s) with a {SHARD_CAPACITY!r} capacity; no device is given until gres.conf "
+            "and the DRA driver describe the same GPUs (docs/gpus.md)"
+        )
+    on = [(n, gpus[pos]) for pos, n in enumerate(shares) if n]
+    if sum(n for n, _ in on) != count or len(on) != 1:
+        return (
+            f"Slurm job {job_id} holds {cls.gres} {list(shares)} (per GPU) on node {node}; the pod asked for {count} "
+            f"on one GPU (a site that sets SelectTypeParameters=MULTIPLE_SHARING_GRES_PJ spreads them: unset it)"
+        )
+    n, (index, device) = on[0]
+    if n > device.shards:
+        return f"Slurm job {job_id} holds {n} {cls.gres} on {device.name} of node {node}, which has {device.shards}"
+    return index, device
+
+
 def _kind_problem(cls: DeviceClass, devices: Sequence[Device], indices: Sequence[int]) -> str:
     """Why the devices at Slurm's indices are not what the class asks for ("" when they are): a
     MIG class's must be MIG devices of its profile, a whole-GPU class's no MIG device."""
@@ -549,13 +633,7 @@ def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -
         "controller": True,
         "blockOwnerDeletion": False,
     }
-    requests = [
-        {
-            "name": _class(c).request,
-            "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n},
-        }
-        for c, n in sorted(counts.items())
-    ]
+    requests = [_claim_request(c, n) for c, n in sorted(counts.items())]
     return {
         "apiVersion": RESOURCE_API,
         "kind": "ResourceClaim",
@@ -570,12 +648,32 @@ def claim_object(pod: Mapping[str, Any], name: str, counts: Mapping[str, int]) -
     }
 
 
+def _claim_request(class_name: str, count: int) -> Obj:
+    """One request of the claim: ``count`` devices, or for shards one GPU and ``count`` of its
+    ``shards`` capacity."""
+    cls = _class(class_name)
+    exactly: Obj = {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": count}
+    if cls.shared:
+        exactly.update(count=1, capacity={"requests": {SHARD_CAPACITY: str(count)}})
+    return {"name": cls.request, "exactly": exactly}
+
+
+def _result(pod_uid: str, request: str, device: Device, shards: int | None) -> Obj:
+    """One allocation result; a share of a device that allows several allocations names its share
+    (an ID of the pod and the device: the same each time the operator computes it) and what it consumes."""
+    out: Obj = {"request": request, "driver": device.driver, "pool": device.pool, "device": device.name}
+    if shards is not None:
+        out["shareID"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{pod_uid}/{device.pool}/{device.name}"))
+        out["consumedCapacity"] = {SHARD_CAPACITY: str(shards)}
+    return out
+
+
 def allocation_status(pod: Mapping[str, Any], plan: ClaimPlan) -> Obj:
     """The claim's status as kube-scheduler writes it: allocated to exactly the plan's devices on
     its node, and reserved for the pod. The scheduler then only checks it and binds the pod there."""
     meta = pod["metadata"]
     results = [
-        {"request": req, "driver": d.driver, "pool": d.pool, "device": d.name}
+        _result(meta["uid"], req, d, plan.consumed.get(req))
         for req, devices in sorted(plan.results.items())
         for d in devices
     ]
@@ -610,6 +708,19 @@ def slurm_gpu_inventory(node_gres: str) -> dict[str, int]:
         m = MIG_TYPE.search(typed)
         kind = f"gpu:{m.group(0).lstrip('_')}" if m else "gpu"
         out[kind] = out.get(kind, 0) + count
+    shards = sum(n for name, n in _counted(node_gres) if name == SHARD_GRES)
+    if shards:
+        out[SHARD_GRES] = shards
+    return out
+
+
+def _counted(gres: str | None) -> list[tuple[str, int]]:
+    """(name, count) of each counted item of a GRES list (``shard:16``, ``gres/shard:2``)."""
+    out: list[tuple[str, int]] = []
+    for item in filter(None, (gres or "").split(",")):
+        parts = item.split("(")[0].strip().removeprefix("gres/").split(":")
+        if len(parts) >= 2 and parts[-1].isdigit():
+            out.append((parts[0], int(parts[-1])))
     return out
 
 
@@ -620,6 +731,8 @@ def slice_gpu_inventory(slices: Sequence[Mapping[str, Any]], driver: str, node: 
     for d in node_devices(slices, driver, node).values():
         kind = f"gpu:{d.profile}" if d.type == "mig" else "gpu"
         out[kind] = out.get(kind, 0) + 1
+        if d.shards:
+            out[SHARD_GRES] = out.get(SHARD_GRES, 0) + d.shards
     return out
 
 
@@ -638,7 +751,10 @@ def devices_differ(
 
 def said(inventory: Mapping[str, int], empty: str = "none") -> str:
     """An inventory of :func:`slurm_gpu_inventory` in words: ``2 whole GPU(s), 4 1g.10gb``."""
-    words = (f"{n} {'whole GPU(s)' if k == 'gpu' else k.split(':', 1)[1]}" for k, n in sorted(inventory.items()))
+    words = (
+        f"{n} {'whole GPU(s)' if k == 'gpu' else 'shard(s)' if k == SHARD_GRES else k.split(':', 1)[1]}"
+        for k, n in sorted(inventory.items())
+    )
     return ", ".join(words) or empty
 
 
@@ -657,6 +773,8 @@ def largest_request(slices: Sequence[Mapping[str, Any]], cls: DeviceClass) -> in
     for node, mine in by_node.items():
         if cls.kind == "cpus":
             count = len(node_devices(mine, cls.driver, node))
+        elif cls.shared:  # a pod's shards come from one GPU
+            count = max((d.shards for d in node_devices(mine, cls.driver, node).values()), default=0)
         else:
             count = slice_gpu_inventory(mine, cls.driver, node).get(
                 "gpu" if not cls.profile else f"gpu:{cls.profile}", 0

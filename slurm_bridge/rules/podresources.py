@@ -136,7 +136,7 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     dra_gres, dra_cpus = dra.slurm_needs(counts)
     if dra_cpus is not None:
         cpus = dra_cpus
-    for gres, count in dra_gres.items():  # every GRES a DeviceClass maps to is gpu, or gpu:<MIG profile>
+    for gres, count in dra_gres.items():  # gpu, gpu:<MIG profile>, or shard (GPU shares)
         gpus[f"dra/{gres}"] = count
     return PodResources(cpus=cpus, memory_mib=math.ceil(memory / _MIB) if memory > 0 else None, gpus=gpus)
 

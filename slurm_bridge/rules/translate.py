@@ -144,16 +144,21 @@ def _pod_fields(pods: Sequence[Mapping[str, Any]], config: Config) -> dict[str, 
 def gpu_gres(per_pod: Sequence[Mapping[str, int]]) -> str:
     """The job's GPU TRES per node, for the largest pod of each kind: ``gres/gpu:N`` for whole GPUs
     (device plugin or DRA), ``gres/gpu:<profile>:N`` per MIG profile (``dra/gpu:1g.10gb``), typed
-    ones in name order after the untyped."""
+    ones in name order after the untyped; then ``gres/shard:N`` for GPU shares (``dra/shard``)."""
     need: dict[str, int] = {}
+    shards = 0
     for gpus in per_pod:
         kinds: dict[str, int] = {}
         for key, count in gpus.items():
+            if key == f"dra/{dra.SHARD_GRES}":
+                shards = max(shards, count)
+                continue
             _, _, typed = key.removeprefix("dra/").partition(":") if key.startswith("dra/") else ("", "", "")
             kinds[typed] = kinds.get(typed, 0) + count
         for typed, count in kinds.items():
             need[typed] = max(need.get(typed, 0), count)
-    return ",".join(f"gres/gpu:{t + ':' if t else ''}{n}" for t, n in sorted(need.items()) if n)
+    items = [f"gres/gpu:{t + ':' if t else ''}{n}" for t, n in sorted(need.items()) if n]
+    return ",".join(items + ([f"gres/{dra.SHARD_GRES}:{shards}"] if shards else []))
 
 
 def _sharing_fields(
@@ -292,12 +297,13 @@ def exclude_mig_nodes(request: JobRequest, mig_nodes: Iterable[str], mismatched:
             f"instances: Slurm would give it MIG slices; ask for a MIG profile ({dra.MIG_CLASS_EXAMPLE}) or "
             "select nodes with whole GPUs"
         )
-    if dra.typed_gpu_request(request.gres):
+    if dra.typed_gpu_request(request.gres) or dra.shard_request(request.gres):
         bad |= set(mismatched)
         why = (
-            f"the job asks for MIG slices ({request.gres}) and requires node(s) {{nodes}}, whose MIG layout in Slurm "
-            f"and in the DRA driver's ResourceSlices differ (node condition {names.NODE_COND_SLURM_DEVICES_MATCH}="
-            "False): not submitted until they agree (tried again while the pod waits)"
+            f"the job asks for MIG slices or GPU shards ({request.gres}) and requires node(s) {{nodes}}, whose GPU "
+            "layout in Slurm and in the DRA driver's ResourceSlices differ (node condition "
+            f"{names.NODE_COND_SLURM_DEVICES_MATCH}=False): not submitted until they agree (tried again while the "
+            "pod waits)"
         )
     if not bad:
         return request

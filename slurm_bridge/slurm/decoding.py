@@ -11,7 +11,16 @@ import re
 from typing import Any, Final
 
 from .errors import SlurmError, SlurmErrorDetail
-from .formats import base_first, csv_items, expand_nodes, minutes_of, number_of, parse_gres_detail, time_of
+from .formats import (
+    base_first,
+    csv_items,
+    expand_nodes,
+    minutes_of,
+    number_of,
+    parse_gres_detail,
+    parse_gres_shares,
+    time_of,
+)
 from .models import JobInfo, JobSettings, JobStates, NodeDevices, NodeInfo, PartitionInfo, PartitionLimits, SlurmConf
 from .wire import (
     ControllerPing,
@@ -221,8 +230,10 @@ class AnswerDecoder:
             cpus[alloc.name] = tuple(sorted(found))
         out: dict[str, NodeDevices] = {}
         for i, node in enumerate(nodes):
-            indices, counts = parse_gres_detail(w.gres_detail[i]) if i < len(w.gres_detail) else ({}, {})
-            out[node] = NodeDevices(gres=indices, gres_counts=counts, cpus=cpus.get(node, ()))
+            detail = w.gres_detail[i] if i < len(w.gres_detail) else ""
+            indices, counts = parse_gres_detail(detail)
+            shares = parse_gres_shares(detail)
+            out[node] = NodeDevices(gres=indices, gres_counts=counts, shares=shares, cpus=cpus.get(node, ()))
         return out
 
     def decode_nodes(self, body: Any) -> list[NodeInfo]:

@@ -63,11 +63,8 @@ _GRES_DETAIL = re.compile(
 )
 
 
-def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
-    """({GRES name: indices}, {GRES name: count}) of one node's GRES detail, such as
-    ``gpu:2(IDX:0,2)``, ``gpu:a100:1(IDX:3),shard:0(IDX:N/A)`` or ``gpu(CNT:2)`` (no indices:
-    the GRES has no device files); a typed item also under ``name:type`` (``gpu:a100``). Items
-    are split at commas outside parentheses."""
+def _gres_items(detail: str) -> list[str]:
+    """The items of a GRES list, split at commas outside parentheses."""
     items, depth, current = [], 0, ""
     for ch in detail:
         depth += ch == "("
@@ -78,11 +75,22 @@ def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str
         else:
             current += ch
     items.append(current)
+    return [i for i in (i.strip() for i in items) if i]
+
+
+def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """({GRES name: indices}, {GRES name: count}) of one node's GRES detail, such as
+    ``gpu:2(IDX:0,2)``, ``gpu:a100:1(IDX:3),shard:0(IDX:N/A)`` or ``gpu(CNT:2)`` (no indices:
+    the GRES has no device files); a typed item also under ``name:type`` (``gpu:a100``). A shared
+    GRES's item (``shard:2(2/8,0/8)``) counts here; :func:`parse_gres_shares` says where."""
     indices: dict[str, list[int]] = {}
     counts: dict[str, int] = {}
-    for item in filter(None, (i.strip() for i in items)):
+    for item in _gres_items(detail):
         m = _GRES_DETAIL.match(item)
         if not m:
+            shared = _GRES_SHARES.match(item)
+            if shared:
+                counts[shared["name"]] = counts.get(shared["name"], 0) + int(shared["count"])
             continue
         what, listed = m["what"], m["list"] or ""
         # A typed item counts under its name and under name:type (a MIG profile's GRES: gpu:1g.10gb).
@@ -97,6 +105,25 @@ def parse_gres_detail(detail: str) -> tuple[dict[str, tuple[int, ...]], dict[str
             elif m["count"]:
                 counts[name] = counts.get(name, 0) + int(m["count"])
     return {k: tuple(sorted(v)) for k, v in indices.items()}, counts
+
+
+# A shared GRES (``shard``) in a job's detail: its count, then the job's share of each of the
+# node's records (GPUs) as used/total, in gres.conf order: ``shard:2(2/8,0/8)``, or with the type
+# Slurm takes from the GPU's record (``shard:h100:2(2/8,0/8)``).
+_GRES_SHARES = re.compile(
+    r"^(?P<name>[^:(]+)(?::[^:(]*[^:(\d][^:(]*)?:(?P<count>\d+)\((?P<shares>\d+/\d+(?:,\d+/\d+)*)\)$"
+)
+
+
+def parse_gres_shares(detail: str) -> dict[str, tuple[int, ...]]:
+    """{GRES name: the job's count on each of the node's records of it} of a job's GRES detail
+    (``shard:2(2/8,0/8)`` -> ``{"shard": (2, 0)}``): which GPUs a job's shards are on."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in _gres_items(detail):
+        m = _GRES_SHARES.match(item)
+        if m:
+            out[m["name"]] = tuple(int(part.split("/")[0]) for part in m["shares"].split(","))
+    return out
 
 
 def _index_list(text: str) -> list[int]:

@@ -234,6 +234,8 @@ class NodeDevices(BaseModel):
     # gres.conf) is missing here and present in ``gres_counts`` only.
     gres: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     gres_counts: dict[str, int] = Field(default_factory=dict)
+    # a shared GRES (``shard``) -> the job's count on each of the node's records of it (its GPUs)
+    shares: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     cpus: tuple[int, ...] = ()  # allocated CPUs, numbered in Slurm's core order on the node
 
 

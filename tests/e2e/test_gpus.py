@@ -25,7 +25,7 @@ from slurm_bridge import names
 from tests.builders import make_pod as build_pod
 from tests.e2e.test_node_sharing import end_pod, phj_job, told_why
 from tests.e2e.util import Native, get_phj, pod_events, read_pod, wait_for_idle_nodes
-from tests.harness import TENANTS, SlurmEnv, holds_for, wait_for
+from tests.harness import TENANTS, SlurmEnv, cluster_minor, holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 Obj = dict[str, Any]
@@ -33,6 +33,7 @@ ALICE = TENANTS["a"]
 RESOURCE = ("resource.k8s.io", "v1")
 PREFIX = "deviceclass.resource.kubernetes.io/"
 WHOLE, MIG1, MIG3 = "gpu.nvidia.com", "mig-1g.10gb.nvidia.com", "mig-3g.40gb.nvidia.com"
+SHARD = "shard.nvidia.com"
 HOLD = 4  # seconds a pending state must stay so (several poll periods and Slurm scheduling passes)
 
 
@@ -82,8 +83,8 @@ def node_gres_used(slurm: SlurmEnv, node: str) -> str:
     return m.group(1) if m else ""
 
 
-def claim_devices(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> list[tuple[str, str]]:
-    """The pod's view: (request, device) of its ResourceClaim's allocation (empty until allocated)."""
+def claim_results(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> list[Obj]:
+    """The pod's view: the allocation results of its ResourceClaim (empty until allocated)."""
     pod = read_pod(core, ns, name)
     assert pod is not None, f"pod {name} is gone"
     refs = [r.resource_claim_name for r in pod.spec.resource_claims or [] if r.name == names.POD_CLAIM_ENTRY]
@@ -92,8 +93,12 @@ def claim_devices(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, na
         claim = custom.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", refs[0])
     except k8s.exceptions.ApiException:
         return []
-    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
-    return sorted((r["request"], r["device"]) for r in results)
+    return list(((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or [])
+
+
+def claim_devices(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> list[tuple[str, str]]:
+    """(request, device) of the pod's claim's allocation."""
+    return sorted((r["request"], r["device"]) for r in claim_results(core, custom, ns, name))
 
 
 def running_pod(core: k8s.CoreV1Api, ns: str, name: str) -> k8s.V1Pod | None:
@@ -185,7 +190,7 @@ def test_a_pod_and_a_native_job_on_one_gpu_node_each_have_their_own_gpu(
     pod_idx = [d["index"] for d in devices]
     assert held == {"h100": pod_idx}, f"Slurm gave job {job_id} {held}, the claim {devices}"
     assert native_idx["h100"] != pod_idx and sorted(native_idx["h100"] + pod_idx) == [0, 1], (native_idx, pod_idx)
-    assert node_gres_used(slurm_env, whole) == "gpu:h100:2(IDX:0-1)"
+    assert node_gres_used(slurm_env, whole).startswith("gpu:h100:2(IDX:0-1)"), node_gres_used(slurm_env, whole)
     pod = read_pod(core, ns, name)
     assert pod and pod.metadata.annotations[names.ANN_SLURM_DEVICES] == f"gpu:{pod_idx[0]}"
 
@@ -288,6 +293,61 @@ def test_saturated_mig_slices_make_pods_and_native_jobs_wait_and_a_release_frees
     assert taken == freed, f"the freed indices {sorted(freed)} went to {sorted(taken)}"
     _, _, devices5 = given(core, custom, slurm_env, ns, fifth, mig)
     assert slurm_indices(devices5, slice_devices(custom, mig)) == job_gres(slurm_env, job5)["1g.10gb"]
+
+
+# ---- shards: a GPU shared by count (docs/gpus.md#shards) ------------------------------------------------
+
+
+def job_shards(slurm: SlurmEnv, job_id: int) -> list[int]:
+    """Slurm's view of a job's shards: its count on each of the node's GPUs, from
+    ``scontrol show job -d``'s ``GRES=shard:2(0/8,2/8)`` (empty when it holds none)."""
+    m = re.search(r"shard:\d+\(([0-9/,]+)\)", slurm.scontrol("show", "job", "-d", str(job_id)))
+    return [int(part.split("/")[0]) for part in m.group(1).split(",")] if m else []
+
+
+def test_a_shard_pod_shares_one_gpu_with_a_native_shard_job_and_the_gpu_is_not_given_whole_meanwhile(
+    ns: str, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv, native: Native,
+    gpu_nodes: tuple[str, str], pods: list[str],
+) -> None:  # fmt: skip
+    """kwok-hybrid-1's two GPUs have 8 Slurm shards each, published as devices with a ``shards``
+    capacity. A native job holds one GPU whole, so a native shard job and the pod's shards can only
+    be on the other: they share it, and the pod's claim names that GPU with its count. Kubernetes
+    before 1.36 keeps no consumable capacity: there the request is refused at admission."""
+    whole, _ = gpu_nodes
+    if cluster_minor() < 36:
+        with pytest.raises(k8s.exceptions.ApiException) as refused:
+            core.create_namespaced_pod(ns, gpu_pod("shard-pod", {SHARD: 2}))
+        assert "Kubernetes >= 1.36" in str(refused.value.body), refused.value.body
+        return
+    shown = slurm_env.scontrol("show", "node", whole)
+    assert re.search(r"Gres=\S*shard:(h100:)?16", shown), f"no shards on {whole} (SB_HYBRID_GPUS): {shown}"
+    gpu_job = native.submit(ALICE, "-p", "hybrid", "-w", whole, "--gres=gpu:1", "-c", "1", "--mem=100M")
+    wait_for(lambda: started(slurm_env, gpu_job), 30, f"native GPU job {gpu_job} running")
+    (taken,) = job_gres(slurm_env, gpu_job)["h100"]
+    shared = 1 - taken
+    shard_job = native.submit(ALICE, "-p", "hybrid", "-w", whole, "--gres=shard:3", "-c", "1", "--mem=100M")
+    wait_for(lambda: started(slurm_env, shard_job), 30, f"native shard job {shard_job} running")
+    assert job_shards(slurm_env, shard_job)[shared] == 3, slurm_env.scontrol("show", "job", "-d", str(shard_job))
+
+    name = create(core, ns, pods, gpu_pod("shard-pod", {SHARD: 2}))
+    wait_for(lambda: running_pod(core, ns, name), 90, f"pod {name} running")
+    job_id = pod_job(custom, ns, name)
+    shares = job_shards(slurm_env, job_id)
+    assert shares[shared] == 2 and sum(shares) == 2, f"Slurm gave job {job_id} shards {shares}, want 2 on GPU {shared}"
+    (result,) = claim_results(core, custom, ns, name)
+    device = slice_devices(custom, whole)[result["device"]]
+    assert (device["type"], device["index"]) == ("gpu", shared), (result, device)
+    assert result["consumedCapacity"] == {"shards": "2"} and result.get("shareID"), result
+    pod = read_pod(core, ns, name)
+    assert pod and pod.metadata.annotations[names.ANN_SLURM_DEVICES] == f"shard:{shared}"
+
+    # The shared GPU is not given whole while its shards are in use; it is once they are released.
+    whole_job = native.submit(ALICE, "-p", "hybrid", "-w", whole, "--gres=gpu:1", "-c", "1", "--mem=100M")
+    holds_for(lambda: not started(slurm_env, whole_job), HOLD, f"native job {whole_job} waits for a whole GPU")
+    end_pod(core, ns, name)
+    native.cancel(shard_job)
+    wait_for(lambda: started(slurm_env, whole_job), 60, f"native job {whole_job} on the GPU the shards freed")
+    assert job_gres(slurm_env, whole_job) == {"h100": [shared]}
 
 
 # ---- the handoff -------------------------------------------------------------------------------------------
@@ -428,6 +488,8 @@ def test_a_request_no_node_can_hold_or_a_class_the_bridge_cannot_map_is_refused_
         ({MIG1: 5}, f"5 device(s) of DeviceClass {MIG1} asked"),
         ({WHOLE: 3}, f"3 device(s) of DeviceClass {WHOLE} asked"),
         ({"mig.nvidia.com": 1}, "DeviceClass 'mig.nvidia.com' cannot be mapped to Slurm"),
+        ({SHARD: 9}, "9 shards of DeviceClass shard.nvidia.com asked"),
+        ({SHARD: 1, WHOLE: 1}, "a GPU is Slurm's either whole or as shards"),
     ):
         with pytest.raises(k8s.exceptions.ApiException) as refused:
             core.create_namespaced_pod(ns, gpu_pod("too-many", classes))

@@ -305,3 +305,113 @@ def test_the_operator_reads_each_nodes_own_slices_and_queues_the_node_a_slice_ch
     assert queued[2:] == ["n1", "n3"]
     event("DELETED", "n2", "s2")
     assert match.slices_of("n2") == [] and queued[-1] == "n2"
+
+
+# --- shards: a GPU shared by Slurm's shard GRES and DRA consumable capacity (docs/gpus.md#shards) ----
+SHARD = "shard.nvidia.com"
+SHARDED = "n1=h100/8,h100/8 n2=h100:1g.10gb+3g.40gb"
+
+
+def test_the_local_layouts_shards_are_slurm_records_and_shareable_devices() -> None:
+    nodes = gpus_layout.layout(SHARDED)
+    assert gpus_layout.gres(nodes["n1"]) == "gpu:h100:2,shard:16"
+    records = [r for r in gpus_layout.gres_conf(nodes) if "Name=shard" in r]
+    assert records == [
+        "NodeName=n1 Name=shard Count=8 File=/dev/nvidia0",
+        "NodeName=n1 Name=shard Count=8 File=/dev/nvidia1",
+    ]
+    by_index = dra.node_devices(node_slices("n1", SHARDED), "gpu.nvidia.com", "n1")
+    assert [(d.name, d.shards) for d in by_index.values()] == [("gpu-0", 8), ("gpu-1", 8)]
+    classes = [i["metadata"]["name"] for i in gpus_layout.manifests(nodes)["items"] if i["kind"] == "DeviceClass"]
+    assert SHARD in classes
+    for bad in ("n1=h100:1g.10gb/8", "n1=h100/0", "n1=h100/x"):
+        with pytest.raises(SystemExit):
+            gpus_layout.layout(bad)
+
+
+def test_a_shard_class_asks_slurm_for_shards_and_its_claim_for_one_gpus_capacity() -> None:
+    cls = dra.device_class(SHARD)
+    assert cls is not None and cls.shared and cls.slurm_gres == "shard" and cls.request == "shard"
+    assert dra.slurm_needs({SHARD: 3}) == ({"shard": 3}, None)
+    assert gpu_gres([{"dra/shard": 3}, {"dra/shard": 2}]) == "gres/shard:3"
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+    request = dra.claim_object(pod, "c", {SHARD: 3})["spec"]["devices"]["requests"][0]
+    assert request == {
+        "name": "shard",
+        "exactly": {"deviceClassName": SHARD, "allocationMode": "ExactCount", "count": 1,
+                    "capacity": {"requests": {"shards": "3"}}},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("counts", "problem"),
+    [({SHARD: 4}, None),
+     ({SHARD: 2, "gpu.nvidia.com": 1}, "a GPU is Slurm's either whole or as shards"),
+     ({SHARD: 2, MIG1: 1}, "a GPU is Slurm's either whole or as shards")],
+)  # fmt: skip
+def test_admission_of_shard_requests(counts: Obj, problem: str | None) -> None:
+    resources = {"limits": {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
+    got, _, problems = dra.device_requests({"containers": [{"name": "c", "resources": resources}]})
+    if problem is None:
+        assert problems == [] and got == counts
+    else:
+        assert any(problem in p for p in problems), problems
+
+
+def test_slurms_shard_detail_says_which_gpu() -> None:
+    from slurm_bridge.slurm.formats import parse_gres_shares
+
+    assert parse_gres_shares("shard:2(2/8,0/8)") == {"shard": (2, 0)}
+    assert parse_gres_shares("gpu:h100:1(IDX:0),shard:3(0/8,3/8)") == {"shard": (0, 3)}
+    assert parse_gres_shares("shard:h100:3(0/8,3/8)") == {"shard": (0, 3)}, "typed as Slurm 26.05 shows it"
+    assert parse_gres_detail("shard:h100:3(0/8,3/8)")[1] == {"shard": 3}
+    assert parse_gres_detail("shard:2(2/8,0/8)")[1] == {"shard": 2}
+    assert parse_gres_shares("gpu:h100:1(IDX:0)") == {}
+
+
+def _shard_held(detail: str) -> NodeDevices:
+    from slurm_bridge.slurm.formats import parse_gres_shares
+
+    return NodeDevices(**_held(detail), shares=parse_gres_shares(detail))
+
+
+def test_shards_are_given_on_the_gpu_slurm_chose_with_their_capacity() -> None:
+    slices = node_slices("n1", SHARDED)
+    plan = dra.plan_claim({SHARD: 3}, "n1", _shard_held("shard:3(0/8,3/8)"), slices, 7)
+    assert isinstance(plan, dra.ClaimPlan), plan
+    assert [d.name for d in plan.results["shard"]] == ["gpu-1"] and plan.annotation() == "shard:1"
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+    (result,) = dra.allocation_status(pod, plan)["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-1" and result["consumedCapacity"] == {"shards": "3"}
+    again = dra.allocation_status(pod, plan)["allocation"]["devices"]["results"][0]
+    assert result["shareID"] == again["shareID"], "the same share each time the operator computes it"
+    whole = dra.plan_claim({"gpu.nvidia.com": 1}, "n1", _shard_held("gpu:h100:1(IDX:0)"), slices, 8)
+    assert isinstance(whole, dra.ClaimPlan)
+    assert "shareID" not in dra.allocation_status(pod, whole)["allocation"]["devices"]["results"][0]
+
+
+@pytest.mark.parametrize(
+    ("detail", "layout", "words"),
+    [("shard:4(2/8,2/8)", SHARDED, "on one GPU"),  # spread over two GPUs (MULTIPLE_SHARING_GRES_PJ)
+     ("shard:4(0/8,0/8,4/8)", SHARDED, "disagree"),  # Slurm has a third shard record
+     ("shard:4(4/8,0/8)", "n1=h100,h100", "disagree"),  # the driver publishes no shareable GPU
+     ("gpu:h100:1(IDX:0)", SHARDED, "does not say which GPU")],
+)  # fmt: skip
+def test_shards_fail_closed_when_the_views_disagree(detail: str, layout: str, words: str) -> None:
+    plan = dra.plan_claim({SHARD: 4}, "n1", _shard_held(detail), node_slices("n1", layout), 7)
+    assert isinstance(plan, str) and words in plan, plan
+
+
+def test_shards_in_the_node_condition_and_admission() -> None:
+    """As the operator's and webhook's slice watch keeps them (``project_slice``)."""
+    from slurm_bridge.kube.cache import project_slice
+
+    slices = [project_slice(s) for s in node_slices("n1", SHARDED)]
+    agree = decide_match(NodeInfo(name="n1", gres="gpu:h100:2,shard:h100:16"), slices, "n1")
+    assert agree is not None and agree.status == "True" and "16 shard(s)" in agree.message, agree
+    differ = decide_match(NodeInfo(name="n1", gres="gpu:h100:2,shard:8"), slices, "n1")
+    assert differ is not None and differ.status == "False", differ
+    assert dra.largest_request(slices, dra.device_class(SHARD)) == 8  # type: ignore[arg-type]
+    assert dra.shard_request("gres/shard:2") and not dra.shard_request("gres/gpu:2")
+    job = JobRequest(gres="gres/shard:2")
+    assert exclude_mig_nodes(job, {"n2"}, {"n1"}).excluded_nodes == ["n1"], "shards: not where the views differ"
