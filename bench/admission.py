@@ -4,7 +4,8 @@ Creates N pods with ``dryRun=All`` (admission runs, mutating webhooks included: 
 ``sideEffects: None``; nothing is stored, so nothing downstream runs) as fast as --concurrency
 clients allow, first in a managed namespace (the webhook mutates each pod) and then in an unmanaged
 one, and prints creates per second of each and their ratio (issue 31: >= 0.5), with where a
-reviewed create's time goes:
+reviewed create's time goes, and at the end docs/performance.md's table of creates for the run
+(bench/pagetables.py):
 
 - the API server's own view of the webhook call (``apiserver_admission_webhook_admission_duration_seconds``,
   mean per call, from its /metrics before and after);
@@ -34,7 +35,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysstats  # bench/ is not a package
+import pagetables  # bench/ is not a package
+import sysstats
 from clusterenv import cluster_env
 from pipeline_latency import delete_and_wait, make_namespace, pod_body
 
@@ -112,7 +114,7 @@ def main() -> None:
     cafile = str(state / "bridge" / "tls" / "ca.crt")
     pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     suffix = f"{int(time.time() * 10) % 1000000}"
-    rows: dict[str, Any] = {}
+    rows: dict[str, Any] = {"pods": args.pods, **pagetables.stamp()}
     for label, managed in (("through the webhook", True), ("without it", False)):
         ns = f"bench-admit-{'m' if managed else 'u'}-{suffix}"
         make_namespace(core, ns, managed=managed)
@@ -137,12 +139,17 @@ def main() -> None:
         }
     through, without = rows["through the webhook"], rows["without it"]
     rows["ratio"] = round(through["creates_per_s"] / without["creates_per_s"], 2)
+    # docs/performance.md's table for this run (bench/summarize.py: the same over several runs)
+    table = "\n" + "\n".join(pagetables.creates_table([rows], []))
     if args.json:
         print(json.dumps(rows, indent=2))
+        print(table, file=sys.stderr)
         return
     for label in ("through the webhook", "without it"):
         print(f"{label}: {json.dumps(rows[label])}")
-    print(f"targets: creates through the webhook / without it {rows['ratio']} (>= 0.5)", file=sys.stderr)
+    print(table)
+    want = pagetables.TARGETS["webhook_creates_ratio"]
+    print(f"targets: creates through the webhook / without it {rows['ratio']} (>= {want:g})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ It prints, per profile, what bench/node_sharing.py prints per mode: pods bound, 
 (last bind - first create)), p50/p99 of create -> bound, the most pods bound at once, Slurm REST
 calls per pod (the operator's /stats), CPU milliseconds per pod of the whole machine and of the
 bridge's processes (bench/sysstats.py), and the ratio of each profile's pods/s (and machine CPU
-per pod) to the cpu profile's. With one GPU free, the gpu profile's pods/s is set by how fast the
-GPU is handed on (a pod's run, its job's cancel, Slurm's next scheduling pass).
+per pod) to the cpu profile's; then docs/performance.md's table for the run (bench/pagetables.py).
+With one GPU free, the gpu profile's pods/s is set by how fast the GPU is handed on (a pod's run,
+its job's cancel, Slurm's next scheduling pass).
 
     bash hack/cluster.sh up && bash hack/bridge.sh up
     .venv/bin/python bench/gpus.py [--pods 20] [--run-seconds 1] [--profiles cpu,gpu,mig] [--json]
@@ -42,7 +43,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysstats  # bench/ is not a package
+import pagetables  # bench/ is not a package
+import sysstats
 from clusterenv import REPO, cluster_env
 from node_sharing import KWOK_COMPLETE_DELAY, measure, require_operator, timing
 from pipeline_latency import delete_and_wait, make_namespace, operator_stats
@@ -54,6 +56,10 @@ DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 PROFILES: dict[str, str | None] = {"cpu": None, "gpu": "gpu.nvidia.com", "mig": "mig-1g.10gb.nvidia.com"}
 # The native jobs beside the pods: (index into the hybrid nodes, the GRES it holds).
 NATIVE_GRES = ((0, "gpu:1"), (1, "gpu:3g.40gb:1"))
+# Each profile in docs/performance.md's words: what a pod asks for, and what is free for it beside
+# the native jobs on the local cluster's hybrid nodes (see the module's docstring).
+WHAT = {"cpu": "CPU only", "gpu": "one whole GPU each", "mig": "one 1g.10gb slice each"}
+FREE = {"cpu": "6 CPUs", "gpu": "1 GPU", "mig": "4 slices (3 CPUs on their node)"}
 BRIDGE_PROCESSES = ("bridge-operator", "bridge-webhook", "bridge-extender", "bridge-scheduler")
 
 
@@ -122,7 +128,8 @@ def one(api: k8s.ApiClient, profile: str, args: argparse.Namespace) -> dict[str,
         stats1 = operator_stats(args.operator_url)
     finally:
         delete_and_wait(core, ns, args.timeout)
-    row: dict[str, Any] = {"profile": profile, "pods": args.pods, **timing(run)}
+    row: dict[str, Any] = {"profile": profile, "what": WHAT[profile], "free": FREE[profile], "pods": args.pods}
+    row |= timing(run)
     row["slurm_calls_per_pod"] = round((stats1["slurm_requests"] - stats0["slurm_requests"]) / args.pods, 2)
     ms = sysstats.cpu_ms_per_pod(procs.row(), args.pods)
     ms["bridge"] = round(sum(ms.get(p, 0.0) for p in BRIDGE_PROCESSES), 2)
@@ -189,14 +196,20 @@ def main() -> None:
     finally:
         for job_id, _, _ in natives:
             slurm("scancel", str(job_id))
+    recorded = pagetables.stamp()  # the page's labels: date and commit
+    rows = [{**r, **recorded} for r in rows]
+    # docs/performance.md's table for this run (bench/summarize.py: the same over several runs)
+    page = "\n" + "\n".join(pagetables.gpus_table([rows]))
     if args.json:
         print(json.dumps(rows, indent=2))
+        print(page, file=sys.stderr)
     else:
         beside = ", ".join(f"job {j} {gres} on {node}" for j, node, gres in natives)
         print(f"{args.pods} pods per profile, coResident, 1 CPU and 64 MiB each (gpu: + 1 whole GPU, mig: + 1 "
               f"1g.10gb slice), running {args.run_seconds:g} s; partition {args.partition} ({' '.join(hybrid)}); "
               f"native jobs beside them: {beside}")  # fmt: skip
         print(table(rows))
+        print(page)
 
 
 if __name__ == "__main__":

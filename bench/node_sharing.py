@@ -9,7 +9,7 @@ an unmanaged namespace for the default scheduler. It prints, per mode: pods boun
 (last bind - first create)), p50/p99 of create -> bound, the most pods bound at once, Slurm REST
 calls per pod (the operator's /stats), and CPU milliseconds per pod of the whole machine and of
 the bridge's and Slurm's processes (bench/sysstats.py) over the same window, with the ratios to
-the default scheduler.
+the default scheduler; then docs/performance.md's table for the run (bench/pagetables.py).
 
 The pods go to the bridge's default partition: the local cluster's external kwok nodes (4 x 64
 CPUs). coResident and timeShared pack 1-CPU jobs onto them; exclusive gives each job a whole node,
@@ -40,7 +40,8 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysstats  # bench/ is not a package
+import pagetables  # bench/ is not a package
+import sysstats
 from clusterenv import cluster_env
 from pipeline_latency import delete_and_wait, make_namespace, operator_stats
 
@@ -214,12 +215,18 @@ def main() -> None:
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     rows = [one(api, mode, args) for mode in modes]
     rows.append(one(api, None, args))
+    recorded = pagetables.stamp()  # the page's labels: date and commit
+    rows = [{**r, **recorded} for r in rows]
+    # docs/performance.md's table for this run (bench/summarize.py: the same over several runs)
+    page = "\n" + "\n".join(pagetables.sharing_table([rows]))
     if args.json:
         print(json.dumps(rows, indent=2))
+        print(page, file=sys.stderr)
     else:
         print(f"{args.pods} pods per mode, 1 CPU and 64 MiB each, running {args.run_seconds:g} s; partition "
               f"{env['SB_PARTITION']} ({len(env['SB_NODE_NAMES'].split())} nodes)")  # fmt: skip
         print(table(rows))
+        print(page)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ Each rate is one run of both schedulers. A rate R > 0 creates pods at R per seco
 arrivals): its latencies are those of a bridge keeping up with R new pods per second, and its
 pods/s shows whether it keeps up. Rate 0 creates all pods at once: the burst shows the
 pipeline's peak throughput, and its latencies are mostly queueing behind the burst. The default
-runs 20/s (the throughput target as arrival rate) and then a burst, and ends with the targets
-in force (issues 15, 24 and 31; ``verdict``).
+runs 20/s (the throughput target as arrival rate) and then a burst. It ends with docs/performance.md's
+tables for the run, in the page's shape (bench/pagetables.py; on standard error with --json), and
+the targets in force (issues 15, 24, 31 and 39; ``verdict``).
 
 Issue 31's profiles, each beside the same default-scheduler run:
 
@@ -61,7 +62,8 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import profiles  # bench/ is not a package
+import pagetables  # bench/ is not a package
+import profiles
 import starts
 import sysstats
 from clusterenv import cluster_env, deploy_env
@@ -331,6 +333,7 @@ def main() -> None:
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES) if not args.deployed else {}
     bg = sysstats.Background.measure(api, args.background_seconds)
     rows: list[dict[str, Any]] = []
+    recorded = {"busy": args.busy, **pagetables.stamp()}  # the page's labels: the profile, date and commit
     for rate in rates:
         mode = f"{rate:g}/s" if rate > 0 else "burst"
         with sampler() as sampled:
@@ -340,11 +343,13 @@ def main() -> None:
         for bridge in bridges:
             if bridge.get("pods_per_s") and default.get("pods_per_s"):
                 bridge["ratio_to_default"] = round(bridge["pods_per_s"] / default["pods_per_s"], 2)
-        rows += [{"mode": mode, **r} for r in (*bridges, default)]
+        rows += [{"mode": mode, **recorded, **r} for r in (*bridges, default)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print_table(rows)
+    # docs/performance.md's tables for this run (bench/summarize.py: the same over several runs)
+    print("\n" + "\n".join(pagetables.pipeline_tables([rows])), file=sys.stderr if args.json else sys.stdout)
     print(verdict(rows, args.pods), file=sys.stderr)
 
 
@@ -525,15 +530,8 @@ def cmp(value: float, limit: float, at_most: bool) -> str:
     return f"{value} {('<=' if ok else '>') if at_most else ('>=' if ok else '<')} {limit:g}"
 
 
-# The targets in force (issues 15, 24 and 31): at a sustained rate p50 and p99; in a burst the
-# ratio to the default scheduler's pods/s (200 pods; 1,000 or more); per pod API writes, Slurm
-# calls, the operator's CPU and the machine's CPU against the default scheduler's; for queued pods
-# Slurm's start to the pod's release; pods under a TenantPolicy against plain bridge pods.
-TARGETS = {
-    "p50_s": 0.1, "p99_s": 0.5, "burst_ratio": 0.75, "burst_ratio_1000": 0.9, "api_writes": 7,
-    "slurm_calls": 3, "operator_cpu_ms": 5.0, "machine_cpu_ratio": 2.0, "start_to_release_p50": 0.1,
-    "start_to_release_p99": 0.3, "tenant_p50_factor": 2.0, "tenant_p99_s": 0.5,
-}  # fmt: skip
+# The targets in force (issues 15, 24, 31 and 39): bench/pagetables.py, whose tables say the same.
+TARGETS = pagetables.TARGETS
 
 
 def verdict(rows: list[dict[str, Any]], pods: int) -> str:

@@ -18,7 +18,9 @@ Then it measures, printing each figure:
 2. a restart of the operator: seconds from the stop until /readyz answers as leader and until its
    work queue is empty, and that nothing was submitted, allocated or cancelled (the new
    process's Slurm calls by kind; the Slurm jobs' ids and states before and after);
-3. new pods: created at 5 a second (--new-pods), created-to-bound p50 and p99.
+3. new pods: created at 5 a second (--new-pods), created-to-bound p50 and p99;
+
+and at the end the whole report, then docs/performance.md's table for the run (bench/pagetables.py).
 
     .venv/bin/python bench/scale.py --jobs 2000 [--running 0.6 --pending 0.2] [--keep]
 
@@ -45,7 +47,8 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysstats  # bench/ is not a package
+import pagetables  # bench/ is not a package
+import sysstats
 from clusterenv import cluster_env
 from pipeline_latency import make_namespace, pod_body
 
@@ -290,7 +293,7 @@ def main() -> None:
     pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     core = k8s.CoreV1Api(api)
     nodes = len(core.list_node(label_selector="type=kwok").items)
-    report: dict[str, Any] = {"kwok_nodes": nodes, "jobs": args.jobs}
+    report: dict[str, Any] = {"kwok_nodes": nodes, "jobs": args.jobs, **pagetables.stamp()}
     bg = sysstats.Background.measure(api, 10)
 
     ns = args.reuse or f"bench-scale-{int(time.time()) % 100000}"
@@ -321,6 +324,8 @@ def main() -> None:
         if not args.keep:
             core.delete_namespace(ns)
     print(json.dumps(report, indent=2))
+    # docs/performance.md's table for this run (bench/summarize.py reads this output again)
+    print("\n" + "\n".join(pagetables.scale_table([report])))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""Min - max over several runs of bench/pipeline_latency.py --json (the tables of docs/performance.md).
+"""docs/performance.md's tables over several runs (min - max), from what the benches print with --json.
 
     .venv/bin/python bench/summarize.py run1.json run2.json ...
 
-First the page's own tables, in its shape (``tables``: a steady rate, bursts, what a pod costs),
-ready to paste; then, for each (mode, scheduler), every field: the latencies, pods/s and ratio, API
-writes and Slurm calls per pod, the operator's and the machine's CPU per pod and the CPU ratio,
-kube-apiserver's CPU per pod, and for the bridge's rows the breakdown of a pod's start (p50 and p99
-of each step).
+Each file is one run of a bench: bench/pipeline_latency.py --json (its steady rates, bursts, queued
+profiles, creates in a burst and what a pod costs), bench/admission.py --json, bench/node_sharing.py
+--json, bench/gpus.py --json, or what bench/scale.py printed (its last report). First the page's
+tables, in its shape (bench/pagetables.py, the same tables each bench prints at the end of one run),
+ready to paste; then, for each (mode, scheduler) of pipeline_latency.py's runs, every field: the
+latencies, pods/s and ratio, API writes and Slurm calls per pod, the operator's and the machine's
+CPU per pod and the CPU ratio, kube-apiserver's CPU per pod, and for the bridge's rows the
+breakdown of a pod's start (p50 and p99 of each step).
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pagetables  # bench/ is not a package
+from pagetables import Row, Run, span
 
 FIELDS = (
     "p50_s", "p99_s", "released_p50_s", "pods_per_s", "ratio_to_default", "create_span_s", "api_writes_per_pod",
@@ -23,72 +31,80 @@ FIELDS = (
 )  # fmt: skip
 
 
-def span(values: list[float]) -> str:
-    if not values:
-        return "-"
-    lo, hi = min(values), max(values)
-    return f"{lo:g}" if lo == hi else f"{lo:g} - {hi:g}"
+class Runs:
+    """The runs read, by the bench that made them."""
 
+    def __init__(self) -> None:
+        self.pipeline: list[Run] = []
+        self.admission: list[Row] = []
+        self.sharing: list[Run] = []
+        self.gpus: list[Run] = []
+        self.scale: list[Row] = []
 
-Runs = dict[tuple[str, str], list[dict[str, Any]]]
-TIMES = "\N{MULTIPLICATION SIGN}"
+    def add(self, text: str, source: str = "") -> None:
+        """One file: one JSON document, or several (bench/scale.py's lines and its last report)."""
+        docs, decoder, at = [], json.JSONDecoder(), 0
+        while at < len(text):
+            if text[at].isspace():
+                at += 1
+                continue
+            try:
+                doc, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                at = text.find("\n", at) + 1 or len(text)  # a line that is not JSON (a table): skip it
+                continue
+            if isinstance(doc, dict | list):  # not a number or a word that began a line of text
+                docs.append(doc)
+        reports = [d for d in docs if isinstance(d, dict) and "kwok_nodes" in d]
+        if reports:
+            self.scale.append(reports[-1])  # the last report has every phase
+            return
+        for doc in docs:
+            if isinstance(doc, dict) and "through the webhook" in doc:
+                self.admission.append(doc)
+            elif isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
+                if "scheduler" in doc[0]:
+                    self.pipeline.append(doc)
+                elif "profile" in doc[0]:
+                    self.gpus.append(doc)
+                elif "mode" in doc[0]:
+                    self.sharing.append(doc)
+                else:
+                    print(f"{source}: rows of no bench this knows", file=sys.stderr)
+            else:
+                print(f"{source}: not a bench's --json output", file=sys.stderr)
 
-
-def field(runs: list[dict[str, Any]], name: str, unit: str = "", scale: float = 1.0) -> str:
-    values = [round(r[name] * scale, 3) for r in runs if isinstance(r.get(name), int | float)]
-    return f"{span(values)}{unit}" if values else "-"
-
-
-def tables(rows: Runs) -> list[str]:
-    """docs/performance.md's tables (pods at a steady rate, bursts, what a pod costs), filled with
-    these runs' min - max: the page and the bench say the same thing in the same shape."""
-    bridges = sorted({s for _, s in rows if s != "default-scheduler"})
-    modes = list(dict.fromkeys(m for m, _ in rows))
-    out: list[str] = []
-    steady = [m for m in modes if m != "burst"]
-    if steady:
-        out += ["| pods (runs) | create → bound p50 | p99 | pods/s |", "| --- | --- | --- | --- |"]
-        for mode in steady:
-            for who in [*bridges, "default-scheduler"]:
-                runs = rows.get((mode, who), [])
-                if runs:
-                    out.append(f"| {who}, {mode} ({len(runs)}) | {field(runs, 'p50_s', ' s')} | "
-                               f"{field(runs, 'p99_s', ' s')} | {field(runs, 'pods_per_s')} |")  # fmt: skip
-        out.append("")
-    if "burst" in modes:
-        out += ["| burst (runs) | the bridge, pods/s | default, pods/s | **ratio** |", "| --- | --- | --- | --- |"]
-        default = rows.get(("burst", "default-scheduler"), [])
-        for who in bridges:
-            runs = rows.get(("burst", who), [])
-            if runs:
-                pods = sorted({int(r["pods"]) for r in runs if r.get("pods")})
-                label = f"{'/'.join(str(n) for n in pods)} pods, {who} ({len(runs)})"
-                out.append(f"| {label} | {field(runs, 'pods_per_s')} | {field(default, 'pods_per_s')} | "
-                           f"**{field(runs, 'ratio_to_default')}** |")  # fmt: skip
-        out.append("")
-    costs = (("API writes", "api_writes_per_pod", ""), ("Slurm calls while it starts", "slurm_calls_per_pod", ""),
-             ("Slurm calls over its whole life", "slurm_calls_per_pod_lifecycle", ""),
-             ("the operator's CPU", "operator_cpu_ms_per_pod", " ms"),
-             ("the machine's CPU, over the default scheduler's", "machine_cpu_ratio", TIMES))  # fmt: skip
-    columns = [(m, b) for m in modes for b in bridges if rows.get((m, b))]
-    if columns:
-        out.append("| per pod (runs) | " + " | ".join(f"{b}, {m} ({len(rows[(m, b)])})" for m, b in columns) + " |")
-        out.append("| --- |" + " --- |" * len(columns))
-        for label, name, unit in costs:
-            out.append(f"| {label} | " + " | ".join(field(rows[c], name, unit) for c in columns) + " |")
-    return out
+    def tables(self) -> list[str]:
+        """docs/performance.md's tables, filled with these runs' min - max: the page and the
+        bench say the same thing in the same shape."""
+        return [
+            *pagetables.steady_tables(self.pipeline),
+            *pagetables.burst_table(self.pipeline),
+            *pagetables.queued_table(self.pipeline),
+            *pagetables.creates_table(self.admission, self.pipeline),
+            *pagetables.costs_table(self.pipeline),
+            *pagetables.sharing_table(self.sharing),
+            *pagetables.gpus_table(self.gpus),
+            *pagetables.scale_table(self.scale),
+        ]
 
 
 def main() -> None:
-    rows: Runs = defaultdict(list)
+    read = Runs()
     for path in sys.argv[1:]:
-        with open(path) as stream:
-            for row in json.load(stream):
-                rows[(row["mode"], row["scheduler"])].append(row)
-    print("\n".join(tables(rows)))
-    print()
-    for (mode, scheduler), runs in rows.items():
-        print(f"## {mode} {scheduler} ({len(runs)} runs)")
+        read.add(Path(path).read_text(), path)
+    print("\n".join(read.tables()))
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)  # by profile, as the cost table's columns
+    for run in read.pipeline:
+        for row in run:
+            kind, mode, pods = pagetables.kind(row), row["mode"], row.get("pods")
+            if kind == "default":
+                profile = f"{pods or 0:,}-pod burst" if mode == "burst" else mode
+            else:
+                profile = pagetables.column_name(mode, pods, kind)
+            rows[f"{profile}: {row['scheduler']}"].append(row)
+    for profile, runs in rows.items():
+        print(f"## {profile} ({pagetables.runs_count(len(runs))})")
         for f in FIELDS:
             values = [r[f] for r in runs if isinstance(r.get(f), int | float)]
             if values:
@@ -104,9 +120,8 @@ def main() -> None:
             print(f"  {'DELETE /job/{id} per pod':32} {span(per_pod)}")
         steps = [r["breakdown"] for r in runs if r.get("breakdown")]
         if steps:
-            print(
-                f"  placed: {[s['paths'] for s in steps]}; read after the hint: {[s['read_after_hint'] for s in steps]}"
-            )
+            hinted = [s.get("read_after_hint") for s in steps]
+            print(f"  placed: {[s.get('paths') for s in steps]}; read after the hint: {hinted}")
             for name in steps[0]:
                 if isinstance(steps[0][name], dict) and "p50" in steps[0][name]:
                     p50 = [s[name]["p50"] for s in steps if name in s]
