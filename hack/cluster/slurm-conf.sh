@@ -133,12 +133,12 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   echo "MaxNodeCount=$((SB_NODES + SB_HYBRID_NODES + 1 + $(missized_node_names | wc -l) + SB_DYN_NODE_MAX))"
   echo "NodeSet=dyn-$SB_PARTITION Feature=$SB_PARTITION"
   echo "NodeSet=dyn-$SB_EXTRA_PARTITION Feature=$SB_EXTRA_PARTITION"
-  [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL"
-  [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL"
+  [ "$n_cpu" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[1-$n_cpu] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Features=kwok State=EXTERNAL$(node_topology 1)"
+  [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] NodeHostname=localhost CPUs=$SB_NODE_CPUS RealMemory=$SB_NODE_MEMORY_MIB Gres=gpu:$SB_NODE_GPUS Features=kwok,gpu State=EXTERNAL$(node_topology 2)"
   # Hybrid nodes: a slurmd each (hack/cluster/slurmd.sh), sized as their Kubernetes nodes are.
   for name in $(hybrid_node_names); do
     gres=$(python3 -P "$HACK_DIR/cluster/gpus.py" gres "$name") || die "SB_HYBRID_GPUS: see above"
-    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB${gres:+ Gres=$gres} Features=kwok,hybrid"
+    echo "NodeName=$name$host Port=$(slurmd_port "$name") CPUs=$SB_HYBRID_NODE_CPUS RealMemory=$SB_HYBRID_NODE_MEMORY_MIB${gres:+ Gres=$gres} Features=kwok,hybrid$(node_topology 3)"
   done
   echo "NodeName=$SB_REAL_NODE$host Port=$(slurmd_port "$SB_REAL_NODE") CPUs=$(real_node_slurm_cpus) RealMemory=$(real_node_slurm_memory_mib) Features=real"
   # The mis-sized hybrid node: the hybrid nodes' size here, half of it on its kwok node (hack/cluster/kwok.sh).
@@ -151,6 +151,44 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   [ -z "$hybrid" ] || echo "PartitionName=$SB_HYBRID_PARTITION Nodes=$hybrid MaxTime=INFINITE State=UP"
   echo "PartitionName=$SB_REAL_NODE_PARTITION Nodes=$SB_REAL_NODE MaxTime=INFINITE State=UP"
   [ -z "$SB_MISSIZED_NODE" ] || echo "PartitionName=$SB_MISSIZED_PARTITION Nodes=$SB_MISSIZED_NODE MaxTime=INFINITE State=UP"
+}
+
+# The local cluster's network topology (docs/nodes.md#network-topology): a block topology "block" and
+# a tree "switch", neither the cluster's default (flat), so only a partition or job that names one
+# places by it. A group of nodes is a block and a leaf switch: 1 the CPU kwok nodes, 2 the GPU kwok
+# nodes, 3 the hybrid nodes; switch s0 joins the leaves. Each node's place is also on its NodeName
+# line (Topology=), which is what slurmrestd reports of a node (its "topology"), and so what the bridge
+# labels Kubernetes nodes from; topology.yaml's lists alone are not in the REST API (Slurm 26.05).
+topology_groups() { # the groups that have nodes
+  [ $((SB_NODES - SB_GPU_NODES)) -le 0 ] || echo 1
+  [ "$SB_GPU_NODES" -le 0 ] || echo 2
+  [ "$SB_HYBRID_NODES" -le 0 ] || echo 3
+}
+topology_nodes() { # group : its nodes, as a Slurm hostlist
+  local n_cpu=$((SB_NODES - SB_GPU_NODES))
+  case $1 in
+    1) echo "${SB_NODE_PREFIX}[1-$n_cpu]" ;;
+    2) echo "${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES]" ;;
+    3) hybrid_node_names | paste -sd, - ;;
+  esac
+}
+node_topology() { echo " Topology=block:b$1,switch:s$1"; }  # group : the NodeName line's place
+topology_yaml() {
+  local g
+  echo "# Written by hack/cluster/slurm-conf.sh (docs/nodes.md#network-topology)."
+  echo "- topology: flat"
+  echo "  cluster_default: true"
+  echo "  flat: true"
+  echo "- topology: block"
+  echo "  block:"
+  echo "    blocks:"
+  for g in $(topology_groups); do echo "      - block: b$g"; echo "        nodes: $(topology_nodes "$g")"; done
+  echo "- topology: switch"
+  echo "  tree:"
+  echo "    switches:"
+  echo "      - switch: s0"
+  echo "        children: $(topology_groups | sed 's/^/s/' | paste -sd, -)"
+  for g in $(topology_groups); do echo "      - switch: s$g"; echo "        nodes: $(topology_nodes "$g")"; done
 }
 
 gres_conf() { # [worker_gpus=LAYOUT] : the local cluster's, or only a kind cluster's workers' GPUs

@@ -12,6 +12,7 @@ write_slurm_files() {
   install_notify_script
   slurm_conf notify_hook=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
+  topology_yaml > "$etc/topology.yaml"
   python3 -P "$HACK_DIR/cluster/gpus.py" device-files "$SLURM_ROOT" || die "creating the hybrid nodes' stand-in GPU device files failed"
   cgroup_conf > "$etc/cgroup.conf"
   install_handoff_script

@@ -44,7 +44,7 @@ from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, Registered
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.rules import dra
+from slurm_bridge.rules import dra, topology
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -105,6 +105,7 @@ class NodeController:
         # restart it is tried once more, which costs one create and one delete.
         self._refused: dict[str, tuple[str, str]] = {}
         self._told: dict[str, str] = {}  # Kubernetes node -> the last registration warning sent
+        self._told_topology: dict[str, str] = {}  # Kubernetes node -> its topology problems told
         # Told after each list that found Slurm's node table changed (wiring: the job poller,
         # which skips its state polls while no job can have started or ended).
         self.on_slurm_change: Callable[[], None] | None = None
@@ -317,6 +318,7 @@ class NodeController:
         patch = nodesync.node_patch(node, plan.kube, self.config.schedulerName)
         await self._apply_patch(name, node, patch, plan.events)
         if info is not None and primary:
+            await self._topology(name, self.nodes.get(("", name)) or node, info)
             fitted = await self.fit.reconcile(name, self.nodes.get(("", name)) or node, info)
             if fitted is not None:
                 self.nodes.upsert(fitted)
@@ -349,6 +351,29 @@ class NodeController:
             for e in events:
                 if e.side == "kubernetes":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
+
+    async def _topology(self, name: str, node: Obj, info: NodeInfo) -> None:
+        """The node's labels of its place in Slurm's topologies, kept exactly as Slurm says
+        (docs/nodes.md#network-topology); a place that cannot be a label is told once (Event)."""
+        places, problems = topology.parse_topology(info.topology)
+        told = "; ".join(problems)
+        if told and self._told_topology.get(name) != told:
+            self._told_topology[name] = told
+            message = f"Slurm node {info.name}'s topology {info.topology!r}: {told}"
+            log.warning("node %s: %s", name, message)
+            ref = {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]}
+            await self.kube.event(ref, names.REASON_TOPOLOGY_NOT_LABELLED, message, warning=True)
+        elif not told:
+            self._told_topology.pop(name, None)
+        change = topology.topology_labels(node["metadata"].get("labels") or {}, places)
+        if not change:
+            return
+        try:
+            updated = await self.kube.patch(node_path(name), {"metadata": {"labels": change}})
+        except NotFound:
+            return
+        self.nodes.upsert(updated)
+        log.info("node %s: topology labels %s", name, ", ".join(f"{k}={v or '(removed)'}" for k, v in change.items()))
 
     # ---- registration (dynamic external nodes) ------------------------------------------------
     async def _known_partitions(self) -> frozenset[str]:

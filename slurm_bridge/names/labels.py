@@ -16,6 +16,10 @@ LABEL_SLURM_NODENAME: Final = SLINKY_PREFIX + "slurm-nodename"
 # A Kubernetes node labelled <prefix><feature>="true" has the Slurm node feature <feature>, so a
 # pod's nodeSelector or required node affinity on that label becomes a Slurm constraint.
 LABEL_NODE_FEATURE_PREFIX: Final = "feature." + SLINKY_PREFIX
+# A Kubernetes node's place in each of Slurm's network topologies: <prefix><topology>=<block or
+# switch>, from the Slurm node's Topology (``blocks:b1,tree:s1``); written and kept by the node
+# controller (docs/nodes.md#network-topology).
+LABEL_TOPOLOGY_PREFIX: Final = "topology." + SLINKY_PREFIX
 # Kubernetes' node name label and node selector field; their values are read as Slurm node names.
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 # Nodes' operating system (well-known label); "linux" is every Slurm node's.

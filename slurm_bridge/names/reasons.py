@@ -211,3 +211,6 @@ REASON_SLURM_SIZE_EXCEEDS: Final = "SlurmSizeExceedsAllocatable"
 # --- The SlurmDevicesMatch node condition (docs/gpus.md), and the Events of its changes -------------
 REASON_SLURM_DEVICES_MATCH: Final = "SlurmDevicesMatch"
 REASON_SLURM_DEVICES_DIFFER: Final = "SlurmDevicesDiffer"
+# Node Event: a Slurm node's place in a topology (its Topology=) cannot be a node label
+# (docs/nodes.md#network-topology).
+REASON_TOPOLOGY_NOT_LABELLED: Final = "SlurmTopologyNotLabelled"

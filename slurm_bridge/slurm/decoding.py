@@ -206,6 +206,7 @@ class AnswerDecoder:
             features=csv_items(w.features),
             partitions=csv_items(w.partitions),
             comment=w.comment or "",
+            topology=w.topology or "",
         )
 
     def decode_job_devices(self, body: Any, job_id: int) -> dict[str, NodeDevices] | None:

@@ -268,6 +268,7 @@ class NodeInfo(BaseModel):
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
     comment: str = ""
+    topology: str = ""  # its place in each topology: "blocks:b1,tree:s1" (v0.0.44 and later)
 
     @property
     def state(self) -> str:

@@ -192,6 +192,7 @@ class NodeWire(_Wire):
     features: list[str] | str | None = None
     partitions: list[str] | str | None = None
     comment: str | None = None
+    topology: str | None = None
 
 
 class PartitionWire(_Wire):
