@@ -5,6 +5,8 @@
 #   scheduler  kube-scheduler of the cluster's own Kubernetes build (the chart's scheduler image)
 #   pause      the pod sandbox image, compiled from Kubernetes' own pause.c
 #   workload   the tests' container for the real node: runs until SIGTERM, then lingers (hack/workload/)
+#   dra-plugin the kind workers' test DRA kubelet plugin for gpu.nvidia.com (hack/kind/dra-plugin/), a
+#              static Go binary on an empty image
 #   slurm      Slurm for the kind cluster (hack/kind.sh), target slurm of hack/kind/slurm-image/Dockerfile,
 #              on a debootstrapped Debian $SLURM_SUITE (SLURM_BASE_IMAGE build arg)
 #   mariadb    slurmdbd's MariaDB there, target mariadb of the same Dockerfile, on the bookworm base
@@ -25,6 +27,8 @@ BRIDGE_REPO=localhost/slurm-bridge
 SCHEDULER_REPO=localhost/kube-scheduler
 PAUSE_REF=localhost/pause:3.10   # containerd's pinned sandbox image (hack/node.sh)
 WORKLOAD_REPO=localhost/slurm-bridge-workload
+DRA_PLUGIN_DIR=hack/kind/dra-plugin
+DRA_PLUGIN_REPO=localhost/slurm-bridge-dra-plugin
 SLURM_IMAGE_DIR=hack/kind/slurm-image
 SLURM_REPO=localhost/slurm-bridge-slurm
 MARIADB_REPO=localhost/slurm-bridge-mariadb
@@ -156,9 +160,10 @@ ref() {
     scheduler) echo "$SCHEDULER_REPO:$KUBERNETES_VERSION" ;;
     pause) echo "$PAUSE_REF" ;;
     workload) echo "$WORKLOAD_REPO:$(sha256sum hack/workload/workload.c | cut -c1-12)" ;;
+    dra-plugin) echo "$DRA_PLUGIN_REPO:$(find "$DRA_PLUGIN_DIR" -type f | sort | xargs sha256sum | sha256sum | cut -c1-12)" ;;
     slurm) echo "$SLURM_REPO:$(slurm_tag "$(debian_base_ref "$SLURM_SUITE")")" ;;
     mariadb) echo "$MARIADB_REPO:$(slurm_tag "$(base_ref)")" ;;
-    *) die "unknown image '$1' (expected bridge, scheduler, pause, workload, slurm or mariadb)" ;;
+    *) die "unknown image '$1' (expected bridge, scheduler, pause, workload, dra-plugin, slurm or mariadb)" ;;
   esac
 }
 
@@ -224,6 +229,22 @@ build_workload() { # the tests' lingering container, static like the pause image
   find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-workload-*.tar' ! -path "$out" -delete
 }
 
+build_dra_plugin() { # the kind workers' DRA plugin: Go modules through the machine's proxy, built here
+  local out=$1 dir="$IMAGES_DIR/dra-plugin" c r
+  r=$(ref dra-plugin)
+  require_go
+  mkdir -p "$dir"
+  log "building $r (hack/kind/dra-plugin, Go)"
+  (cd "$DRA_PLUGIN_DIR" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false" \
+    go build -ldflags "-s -w" -o "$dir/dra-plugin" .) >&2 || die "go build of $DRA_PLUGIN_DIR failed; see the output above"
+  c=$(buildah_ from scratch)
+  buildah_ copy --quiet "$c" "$dir/dra-plugin" /dra-plugin >/dev/null
+  buildah_ config --entrypoint '["/dra-plugin"]' "$c"
+  buildah_ commit --quiet --rm "$c" "$r" >/dev/null || die "committing $r failed"
+  save "$r" "$out"
+  find "$IMAGES_DIR" -maxdepth 1 -name 'slurm-bridge-dra-plugin-*.tar' ! -path "$out" -delete
+}
+
 build_slurm_target() { # target base-ref out
   local target=$1 base=$2 out=$3 r
   r=$(ref "$target")
@@ -251,6 +272,7 @@ archive() { # name : build if the archive for the current inputs is missing; pri
       scheduler) build_scheduler "$out" ;;
       pause) build_pause "$out" ;;
       workload) build_workload "$out" ;;
+      dra-plugin) build_dra_plugin "$out" ;;
       slurm) build_slurm "$out" ;;
       mariadb) build_mariadb "$out" ;;
     esac
@@ -276,8 +298,8 @@ selftest() {
 case "${1:-}" in
   runtime) echo "$OCI_RUNTIME" ;;
   selftest) selftest ;;
-  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause|workload|slurm|mariadb"; ref "$2" >/dev/null; archive "$2" ;;
-  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause|workload|slurm|mariadb"; ref "$2" ;;
+  archive) [ -n "${2:-}" ] || die "usage: hack/image.sh archive bridge|scheduler|pause|workload|dra-plugin|slurm|mariadb"; ref "$2" >/dev/null; archive "$2" ;;
+  ref) [ -n "${2:-}" ] || die "usage: hack/image.sh ref bridge|scheduler|pause|workload|dra-plugin|slurm|mariadb"; ref "$2" ;;
   load)
     a=$(archive bridge); b=$(archive scheduler)
     bash "$HACK_DIR/node.sh" import "$a" "$b"

@@ -4,8 +4,10 @@
 # through the same steps.
 #
 #   hack/kind.sh up          create the cluster (Kubernetes $KUBERNETES_VERSION: one control plane,
-#                            SB_KIND_WORKERS workers), start Slurm in it, load the images (the
-#                            tests' lingering workload into the workers too); reuses a running cluster
+#                            SB_KIND_WORKERS workers), start Slurm in it (the workers' stand-in GPUs
+#                            of SB_KIND_GPUS in slurmd's gres.conf) and the test DRA plugin that
+#                            publishes and prepares the same GPUs, load the images (the tests'
+#                            lingering workload into the workers too); reuses a running cluster
 #   hack/kind.sh install     install (or upgrade) the bridge with helm, as docs/quickstart.md shows
 #   hack/kind.sh uninstall   helm uninstall the bridge
 #   hack/kind.sh down        delete the cluster; nothing of it keeps running, its state is removed
@@ -24,6 +26,7 @@
 . "$HACK_DIR/kind/common.sh"
 . "$HACK_DIR/cluster/slurm-conf.sh"
 . "$HACK_DIR/kind/slurm.sh"
+. "$HACK_DIR/kind/dra.sh"
 cd "$REPO_DIR"
 
 RELEASE=slurm-bridge
@@ -73,10 +76,11 @@ node_image() {
 
 # An image built from one of the project's Dockerfiles, as an archive `kind load image-archive`
 # reads: with buildah on local bases (hack/image.sh), or with the container engine on public bases.
-# The tests' lingering workload (hack/workload) is a static binary on an empty image: always built
-# here (hack/image.sh), whatever the mode; nothing of it is pulled.
-image_archive() { # bridge|slurm|mariadb|workload
-  if [ "$(image_mode)" = local ] || [ "$1" = workload ]; then bash "$HACK_DIR/image.sh" archive "$1"; return; fi
+# The tests' lingering workload (hack/workload) and the test DRA plugin (hack/kind/dra-plugin) are
+# static binaries on empty images: always built here (hack/image.sh), whatever the mode; nothing of
+# them is pulled.
+image_archive() { # bridge|slurm|mariadb|workload|dra-plugin
+  if [ "$(image_mode)" = local ] || [ "$1" = workload ] || [ "$1" = dra-plugin ]; then bash "$HACK_DIR/image.sh" archive "$1"; return; fi
   local ref out
   ref=$(image_ref "$1"); out="$KIND_CACHE/images/$(echo "${ref#localhost/}" | tr ':/' '--').tar"
   if [ ! -f "$out" ]; then
@@ -90,8 +94,8 @@ image_archive() { # bridge|slurm|mariadb|workload
   echo "$out"
 }
 
-image_ref() { # bridge|slurm|mariadb|workload
-  if [ "$(image_mode)" = local ] || [ "$1" = workload ]; then bash "$HACK_DIR/image.sh" ref "$1"; return; fi
+image_ref() { # bridge|slurm|mariadb|workload|dra-plugin
+  if [ "$(image_mode)" = local ] || [ "$1" = workload ] || [ "$1" = dra-plugin ]; then bash "$HACK_DIR/image.sh" ref "$1"; return; fi
   local sum
   case $1 in
     bridge) sum=$( { ls Dockerfile .dockerignore constraints.txt pyproject.toml README.md
@@ -315,6 +319,7 @@ cmd_up() {
   setup_network
   wait_nodes_ready
   slurm_up
+  kind_dra_up
   load_image bridge "$(control_plane)"
   # The handoff's tests (tests/kind/test_colocation.py): a container that lingers after SIGTERM.
   load_image workload $(workers)
@@ -379,7 +384,12 @@ cmd_status() {
   kubectl_kind get nodes -o wide
   echo; echo "# Slurm (namespace $KIND_SLURM_NS); slurmrestd on http://127.0.0.1:$SB_KIND_SLURMRESTD_PORT"
   kubectl_kind -n "$KIND_SLURM_NS" get pods,services -o wide
-  echo; slurm_cmd sinfo -N -o '%N %P %t %c %m' 2>/dev/null || echo "(slurmctld does not answer)"
+  echo; slurm_cmd sinfo -N -o '%N %P %t %c %m %G' 2>/dev/null || echo "(slurmctld does not answer)"
+  if kubectl_kind get namespace "$KIND_DRA_NS" >/dev/null 2>&1; then
+    echo; echo "# the test DRA plugin gpu.nvidia.com (namespace $KIND_DRA_NS) and the workers' ResourceSlices"
+    kubectl_kind -n "$KIND_DRA_NS" get pods -o wide
+    kubectl_kind get resourceslices
+  fi
   if kubectl_kind get namespace "$RELEASE_NAMESPACE" >/dev/null 2>&1; then
     echo; echo "# the bridge (namespace $RELEASE_NAMESPACE)"
     kubectl_kind -n "$RELEASE_NAMESPACE" get pods -o wide

@@ -17,6 +17,17 @@ KIND_JWT_FILE="$KIND_STATE/jwt"
 : "${SB_KIND_CLUSTER:=slurm-bridge}" "${SB_KIND_WORKERS:=2}"
 : "${SB_KIND_NODE_CPUS:=64}" "${SB_KIND_NODE_MEMORY_MIB:=16384}"
 : "${SB_KIND_SLURMRESTD_PORT:=27820}" "${SB_KIND_SLURMRESTD_NODEPORT:=30820}"
+# The workers' GPUs (docs/gpus.md#gpus-on-the-kind-workers), in hack/cluster/gpus.py's format, as
+# SB_HYBRID_GPUS is the local cluster's: stand-in device files in slurmd's gres.conf, and the same GPUs
+# published and prepared by the test DRA plugin (hack/kind/dra-plugin) on each worker. The first worker
+# has two whole GPUs, the second (when there is one) one GPU in a static MIG layout (four 1g.10gb, one
+# 3g.40gb). SB_KIND_GPUS="" gives them none.
+if [ -z "${SB_KIND_GPUS+set}" ]; then
+  SB_KIND_GPUS="$SB_KIND_CLUSTER-worker=h100,h100"
+  [ "$SB_KIND_WORKERS" -lt 2 ] || SB_KIND_GPUS+=" $SB_KIND_CLUSTER-worker2=h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb"
+  [ "$SB_KIND_WORKERS" -ge 1 ] || SB_KIND_GPUS=""
+fi
+export SB_KIND_GPUS
 # Pod and Service ranges of the kind cluster: not the local cluster's (10.88/16 pods on the host,
 # 10.96/16 Services, 10.244/16 kwok), so both can run side by side.
 : "${SB_KIND_POD_SUBNET:=10.246.0.0/16}" "${SB_KIND_SERVICE_SUBNET:=10.97.0.0/16}"

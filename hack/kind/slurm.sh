@@ -9,9 +9,11 @@
 #   slurmctld   Deployment + Service slurmctld:6817      munged as a sidecar; the accounting of
 #                                                        hack/accounting.env made by an init container
 #   slurmrestd  Deployment + Service slurmrestd:6820     JWT authentication; NodePort for the host
-#   slurmd      DaemonSet on every worker, host network, Slurm node name = Kubernetes node name
+#   slurmd      DaemonSet on every worker, host network, Slurm node name = Kubernetes node name; the
+#               workers' GPUs (SB_KIND_GPUS) in gres.conf, on stand-in device files in its container
 # slurmctld runs the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, from the ConfigMap).
-# Secrets: slurm-munge-key, slurm-jwt-key (the JWT key), slurm-db. ConfigMap: slurm-config.
+# Secrets: slurm-munge-key, slurm-jwt-key (the JWT key), slurm-db. ConfigMap: slurm-config (slurm.conf,
+# gres.conf, gpu-device-files, ...).
 # The controller side runs on the control-plane node, as the bridge does: workers are Slurm nodes,
 # which the bridge taints NoExecute (docs/nodes.md).
 
@@ -30,7 +32,8 @@ kind_slurm_conf() { # "name=address ..." of the workers: the one writer's slurm.
   slurm_conf cluster="$KIND_SLURM_CLUSTER" ctld_host="slurmctld($KIND_SLURMCTLD_ADDR)" ctld_port=6817 \
     dbd_host="$KIND_SLURMDBD_ADDR" dbd_port=6819 state_dir=/var/spool/slurmctld \
     spool_dir=/var/spool/slurmd slurmd_pid=/var/spool/slurmd/slurmd.pid \
-    workers="$1" worker_cpus="$SB_KIND_NODE_CPUS" worker_memory_mib="$SB_KIND_NODE_MEMORY_MIB"
+    workers="$1" worker_cpus="$SB_KIND_NODE_CPUS" worker_memory_mib="$SB_KIND_NODE_MEMORY_MIB" \
+    worker_gpus="$SB_KIND_GPUS"
 }
 
 kind_slurmdbd_conf() { # sb-slurm appends StoragePass from the slurm-db Secret
@@ -56,6 +59,12 @@ kind_slurm_config_map() { # workers
   kind_slurm_conf "$1" > "$dir/slurm.conf"
   kind_slurmdbd_conf > "$dir/slurmdbd.conf"
   cgroup_conf > "$dir/cgroup.conf"
+  # The workers' GPUs (SB_KIND_GPUS): gres.conf's records and the stand-in device files sb-slurm makes
+  # in each slurmd container, from the one layout (hack/cluster/gpus.py).
+  if [ -n "$SB_KIND_GPUS" ]; then
+    gres_conf worker_gpus="$SB_KIND_GPUS" > "$dir/gres.conf"
+    python3 -P "$HACK_DIR/kind/gpu_layout.py" device-files > "$dir/gpu-device-files" || die "SB_KIND_GPUS: see above"
+  fi
   # The handoff script, slurmctld's EpilogSlurmctld and PrologSlurmctld (hack/slurm-policy.conf
   # names it; sb-slurm installs it executable) and its configuration file (sb-slurm installs it
   # root's, 0644), naming the chart's bridgeId. Every worker is a hybrid node: the prolog guards all.

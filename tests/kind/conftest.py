@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tests.harness import KIND_SH, PrerequisiteMissing, run
+from tests.e2e.util import Native
+from tests.harness import KIND_SH, PrerequisiteMissing, SlurmEnv, run
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +18,11 @@ def kind_bridge(cluster: dict[str, str]) -> dict[str, str]:
     if proc.returncode != 0:
         raise PrerequisiteMissing(f"`hack/kind.sh install` failed:\n{proc.stderr[-3000:]}")
     return cluster
+
+
+@pytest.fixture
+def native(slurm_env: SlurmEnv) -> Iterator[Native]:
+    """Native batch jobs of the test (tests/e2e/util.py Native), cancelled at its end."""
+    jobs = Native(slurm_env)
+    yield jobs
+    jobs.cancel_all()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,13 +41,6 @@ ALICE = TENANTS["a"]
 HOLD = 3  # seconds two things must stay so (several of the bridge's poll periods and Slurm's passes)
 GRACE = 20  # the handoff pod's terminationGracePeriodSeconds (within the chart's maxGracePeriodSeconds)
 LINGER = 6  # how long its container goes on after SIGTERM (hack/workload), inside GRACE
-
-
-@pytest.fixture
-def native(slurm_env: SlurmEnv) -> Iterator[Native]:
-    jobs = Native(slurm_env)
-    yield jobs
-    jobs.cancel_all()
 
 
 @pytest.fixture

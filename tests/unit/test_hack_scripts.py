@@ -107,7 +107,8 @@ def test_unknown_image_is_named() -> None:
     proc = subprocess.run(["bash", str(REPO / "hack" / "image.sh"), "archive", "nope"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1
-    assert "unknown image 'nope' (expected bridge, scheduler, pause, workload, slurm or mariadb)" in proc.stderr
+    expected = "bridge, scheduler, pause, workload, dra-plugin, slurm or mariadb"
+    assert f"unknown image 'nope' (expected {expected})" in proc.stderr
 
 
 def test_a_pod_network_that_overlaps_a_routed_one_is_refused_before_anything_changes() -> None:
