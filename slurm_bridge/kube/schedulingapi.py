@@ -237,6 +237,37 @@ TOPOLOGY_WHY: Final = (
 )
 
 
+DISRUPTION_ALL_WHY: Final = (
+    "with a basic policy Slurm schedules, preempts and ends each pod's job on its own, so the pods cannot be "
+    "disrupted only all together; give the group a gang policy (schedulingPolicy.gang: its pods are one Slurm "
+    "job, preempted and ended whole) or disruptionMode single"
+)
+COMPOSITE_DISRUPTION_ALL_WHY: Final = (
+    "with a basic policy each child PodGroup is its own Slurm job, which Slurm preempts and ends on its own, so "
+    "the children cannot be disrupted only all together; give the CompositePodGroup a gang policy "
+    "(schedulingPolicy.gang: one heterogeneous Slurm job, preempted and ended whole) or disruptionMode single"
+)
+
+
+def _is_gang(spec: Mapping[str, Any]) -> bool:
+    return isinstance(_map(spec.get("schedulingPolicy")).get("gang"), Mapping)
+
+
+def disruption_problems(spec: Mapping[str, Any], where: str, *, composite: bool = False) -> list[str]:
+    """``disruptionMode`` all (v1alpha2: ``PodGroup``) where Slurm cannot honour it: on a group whose
+    policy is not a gang, whose pods (or, for a CompositePodGroup, children) are separate Slurm jobs.
+    A gang is one Slurm job (a composite gang one heterogeneous job), disrupted whole, which
+    honours ``all`` and, more strictly, ``single`` (docs/workloads.md#what-the-bridge-refuses-and-why)."""
+    mode = spec.get("disruptionMode")
+    if _disruption(mode) != "all" or _is_gang(spec):
+        return []
+    shown = mode if isinstance(mode, str) else "all"
+    return [
+        f"{where}.disruptionMode ({shown}) without {where}.schedulingPolicy.gang: "
+        + (COMPOSITE_DISRUPTION_ALL_WHY if composite else DISRUPTION_ALL_WHY)
+    ]
+
+
 def group_problems(spec: Mapping[str, Any], where: str) -> list[str]:
     """What the bridge cannot honour in a PodGroup's spec, a Workload's PodGroup template or a
     Job's ``spec.scheduling`` (the same field names in all three and in both versions); each
@@ -248,15 +279,37 @@ def group_problems(spec: Mapping[str, Any], where: str) -> list[str]:
     keys = _topology_keys(spec)
     if keys:
         problems.append(f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}")
-    return problems
+    return problems + disruption_problems(spec, where)
 
 
 def workload_problems(workload: Mapping[str, Any]) -> list[str]:
-    """:func:`group_problems` of each of a Workload's PodGroup templates."""
+    """:func:`group_problems` of each of a Workload's PodGroup templates, and the disruption mode of
+    each of its CompositePodGroup templates (Kubernetes 1.37)."""
     problems: list[str] = []
-    templates = _map(workload.get("spec")).get("podGroupTemplates")
+    spec = _map(workload.get("spec"))
+    templates = spec.get("podGroupTemplates")
     for i, template in enumerate(templates if isinstance(templates, list) else []):
         problems += group_problems(_map(template), f"spec.podGroupTemplates[{i}]")
+    composites = spec.get("compositePodGroupTemplates")
+    for i, template in enumerate(composites if isinstance(composites, list) else []):
+        problems += _composite_template_problems(_map(template), f"spec.compositePodGroupTemplates[{i}]")
+    return problems
+
+
+def _composite_template_problems(template: Mapping[str, Any], where: str) -> list[str]:
+    """A CompositePodGroup template's topology constraints and disruption mode, and its children's."""
+    problems: list[str] = []
+    keys = _topology_keys(template)
+    if keys:
+        problems.append(f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}")
+    problems += disruption_problems(template, where, composite=True)
+    for key, check in (
+        ("podGroupTemplates", group_problems),
+        ("compositePodGroupTemplates", _composite_template_problems),
+    ):
+        children = template.get(key)
+        for j, child in enumerate(children if isinstance(children, list) else []):
+            problems += check(_map(child), f"{where}.{key}[{j}]")
     return problems
 
 

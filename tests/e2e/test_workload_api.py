@@ -32,6 +32,7 @@ from slurm_bridge import names
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.schedulingapi import KubeVersion
 from slurm_bridge.operator.placeholderjobs.grouping.groups import phj_name
+from tests.e2e.test_preemption import EXCLUSIVE
 from tests.e2e.test_workloads import (
     KEEP_RUNNING,
     _assert_unreleased_for,
@@ -40,8 +41,8 @@ from tests.e2e.test_workloads import (
     _phase,
     _pods,
 )
-from tests.e2e.util import bridge_jobs_in, get_phj, make_pod, pod_events, slurm_job
-from tests.harness import SlurmEnv, wait_for
+from tests.e2e.util import Native, bridge_jobs_in, get_phj, make_pod, pod_events, read_pod, slurm_job
+from tests.harness import TENANTS, SlurmEnv, squeue_state, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 
@@ -425,3 +426,64 @@ def test_a_podgroup_whose_pods_would_share_claims_is_refused(
             pytest.fail(f"the Job was admitted: is {schedulingapi.JOB_GATE} on ({wapi.kube})?")
         assert "spec.scheduling.resourceClaims (fabric)" in _refused(err)
     assert wapi.podgroups(custom, ns) == [], "nothing was made from a refused object"
+
+
+# ---- disruptionMode (issue 38 §2; docs/workloads.md#what-the-bridge-refuses-and-why) ----------------
+
+
+def _all_together(wapi: WorkloadAPI) -> Any:
+    """``disruptionMode`` all in the served version's shape (v1alpha2 names it PodGroup)."""
+    return {"all": {}} if wapi.version == "v1beta1" else "PodGroup"
+
+
+def test_disruption_mode_all_without_a_gang_is_refused_and_with_one_admitted(
+    wapi: WorkloadAPI, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
+) -> None:
+    """A basic group's pods are separate Slurm jobs, which Slurm preempts one by one: all together
+    cannot be honoured. A gang is one Slurm job, disrupted whole."""
+    if wapi.version is None:
+        return _no_workload_api(wapi, core, ns)
+    wapi.create(custom, ns, wapi.workload("loose", 2))
+    basic = wapi.podgroup("loose-workers", "loose", 2, disruptionMode=_all_together(wapi))
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    with pytest.raises(ApiException) as err:
+        wapi.create(custom, ns, basic)
+        pytest.fail("a basic PodGroup with disruptionMode all was admitted")
+    message = _refused(err)
+    assert "spec.disruptionMode (" in message and "without spec.schedulingPolicy.gang" in message, message
+    wapi.create(custom, ns, wapi.podgroup("tight-workers", "loose", 2, disruptionMode=_all_together(wapi)))
+    assert [pg["metadata"]["name"] for pg in wapi.podgroups(custom, ns)] == ["tight-workers"]
+
+
+def test_a_gang_disrupted_all_together_is_preempted_whole(
+    wapi: WorkloadAPI, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, slurm_env: SlurmEnv,
+    native: Native,
+) -> None:  # fmt: skip
+    """A native job of the urgent QOS preempts one node of a two-node gang whose PodGroup says
+    disruptionMode all: both pods end (the gang is one Slurm job), and the native job starts."""
+    if wapi.version is None:
+        return _no_workload_api(wapi, core, ns)
+    nodes = slurm_env.hybrid_nodes[:2]
+    assert len(nodes) == 2, f"this test needs two hybrid nodes, the cluster has {slurm_env.hybrid_nodes}"
+    assert "preempt/qos" in slurm_env.scontrol("show", "config"), "slurmctld does not preempt by QOS"
+    options = {P + "partition": slurm_env.hybrid_partition, P + "qos": "pods", **EXCLUSIVE}
+    wapi.create(custom, ns, wapi.workload("fragile", 2))
+    wapi.create(custom, ns, wapi.podgroup("fragile-workers", "fragile", 2, options, disruptionMode=_all_together(wapi)))
+    members = [f"fragile-{i}" for i in range(2)]
+    for name in members:
+        pod = make_pod(name, cpu=str(slurm_env.node_cpus(nodes[0])))
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "fragile-workers"}
+        core.create_namespaced_pod(ns, pod)
+
+    def placed() -> list[str]:
+        found = [read_pod(core, ns, n) for n in members]
+        return sorted(p.spec.node_name for p in found if p and p.spec.node_name and p.status.phase == "Running")
+
+    wait_for(lambda: placed() == sorted(nodes), 90, f"the gang running on {nodes}")
+    job_id = int((get_phj(custom, ns, "pg-fragile-workers") or {})["status"]["jobId"])
+    cpus = str(slurm_env.node_cpus(nodes[0]))
+    preemptor = native.submit(TENANTS["a"], "-p", slurm_env.hybrid_partition, "-w", nodes[0], "-c", cpus,
+                              "--mem=64", "--qos", "native-urgent")  # fmt: skip
+    wait_for(lambda: all(read_pod(core, ns, n) is None for n in members), 90, "both gang members ended together")
+    wait_for(lambda: squeue_state(slurm_env, preemptor) == "RUNNING", 60, f"the preemptor {preemptor} running")
+    assert (slurm_job(slurm_env, job_id) or {}).get("job_state") == ["CANCELLED"]

@@ -237,6 +237,17 @@ async def test_a_basic_parent_leaves_each_podgroup_a_gang_of_its_own() -> None:
     assert not isinstance(group, CompositeGroup) and group.gang and group.name == "pg-large"
 
 
+async def test_a_basic_parent_that_must_be_disrupted_all_together_is_refused() -> None:
+    """Its children are separate Slurm jobs, which Slurm preempts one by one
+    (docs/workloads.md#what-the-bridge-refuses-and-why)."""
+    parent = composite(policy={"basic": {}})
+    parent["spec"]["disruptionMode"] = {"all": {}}
+    with pytest.raises(GroupError) as refused:
+        await GroupResolver(API(workload(), parent, podgroup("large")).get).resolve(member("large-0", "large"))
+    assert refused.value.reason == names.REASON_PODGROUP_UNSUPPORTED
+    assert "CompositePodGroup c: spec.disruptionMode (all) without spec.schedulingPolicy.gang" in refused.value.message
+
+
 async def test_a_basic_podgroup_under_a_gang_composite_is_not_part_of_it() -> None:
     api = API(workload(), composite(), podgroup("small", min_count=None))
     group = await GroupResolver(api.get).resolve(member("small-0", "small"))

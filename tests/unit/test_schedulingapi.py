@@ -155,7 +155,10 @@ def test_group_problems(pg: Obj) -> None:
         "spec.schedulingConstraints.topology (topology.kubernetes.io/rack)",
     ]
     assert "deviceclass.resource.kubernetes.io" in problems[0] and names.ANN_CONSTRAINTS in problems[1]
-    assert schedulingapi.group_problems({"disruptionMode": {"all": {}}, "preemptionPolicy": "Never"}, "spec") == []
+    gang = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    assert (
+        schedulingapi.group_problems({**gang, "disruptionMode": {"all": {}}, "preemptionPolicy": "Never"}, "spec") == []
+    )
     assert schedulingapi.group_problems({"resourceClaims": [], "schedulingConstraints": {}}, "spec") == []
 
 
@@ -165,6 +168,45 @@ def test_workload_problems_name_the_template() -> None:
         "spec.podGroupTemplates[1].resourceClaims (c)"
     ]
     assert schedulingapi.workload_problems({"spec": {"podGroupTemplates": "junk"}}) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "refused"),
+    [({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}}, False),
+     ({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"single": {}}}, False),
+     ({"schedulingPolicy": {"basic": {}}, "disruptionMode": {"single": {}}}, False),
+     ({"schedulingPolicy": {"basic": {}}}, False),
+     ({"schedulingPolicy": {"basic": {}}, "disruptionMode": {"all": {}}}, True),
+     ({"schedulingPolicy": {"basic": {}}, "disruptionMode": "PodGroup"}, True)],  # v1alpha2's word for all
+)  # fmt: skip
+def test_disruption_mode_all_needs_a_gang(spec: Obj, refused: bool) -> None:
+    """A gang is one Slurm job, disrupted whole: all is honoured, single more strictly. A basic
+    group's pods are separate Slurm jobs, which Slurm preempts one by one: all is refused."""
+    problems = schedulingapi.group_problems(spec, "spec")
+    assert bool(problems) == refused, problems
+    if refused:
+        assert problems[0].startswith("spec.disruptionMode (") and "schedulingPolicy.gang" in problems[0], problems
+
+
+def test_a_workloads_composite_templates_are_checked_too() -> None:
+    child = {"name": "w", "schedulingPolicy": {"basic": {}}, "disruptionMode": {"all": {}}}
+    basic_all = {
+        "name": "sim",
+        "schedulingPolicy": {"basic": {}},
+        "disruptionMode": {"all": {}},
+        "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+        "podGroupTemplates": [child],
+    }
+    problems = schedulingapi.workload_problems({"spec": {"compositePodGroupTemplates": [basic_all]}})
+    assert [p.split(" (")[0] for p in problems] == [
+        "spec.compositePodGroupTemplates[0].schedulingConstraints.topology",
+        "spec.compositePodGroupTemplates[0].disruptionMode",
+        "spec.compositePodGroupTemplates[0].podGroupTemplates[0].disruptionMode",
+    ]
+    assert "one heterogeneous Slurm job" in problems[1]
+    gang = {**basic_all, "schedulingPolicy": {"gang": {"minGroupCount": 1}}, "schedulingConstraints": {}}
+    gang["podGroupTemplates"] = []
+    assert schedulingapi.workload_problems({"spec": {"compositePodGroupTemplates": [gang]}}) == []
 
 
 def test_job_scheduling() -> None:

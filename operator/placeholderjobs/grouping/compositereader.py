@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
@@ -46,6 +47,11 @@ class CompositeReader:
         api_version = f"{API_GROUP}/{await self.version(pg, parent)}"
         composite = await self._read(api_version, ns, parent, f"PodGroup {pg} names as its parent")
         if min_group_count(composite) is None:
+            problems = schedulingapi.disruption_problems(composite.get("spec") or {}, "spec", composite=True)
+            if problems:  # made before the bridge looked: the webhook refuses it in a Workload's template
+                raise GroupError(
+                    names.REASON_PODGROUP_UNSUPPORTED, f"CompositePodGroup {parent}: " + "; ".join(problems), 60.0
+                )
             return None
         outer = parent_name(composite)
         if outer:
