@@ -34,6 +34,9 @@ STOP_DEADLINE_SECONDS = 10.0
 EXIT_STOP_TIMEOUT = 1
 # What an HTTP server's stop gives the requests in flight (aiohttp's default is 60 s).
 HTTP_SHUTDOWN_SECONDS = 2.0
+# A stop still running after this long logs the tasks it waits for, each with where it awaits: the
+# tests ask for a stop within 5 s, and a slow one then says which step held it.
+SLOW_STOP_SECONDS = 3.0
 
 
 class Stop:
@@ -84,18 +87,36 @@ class Stop:
         self._on_request = functools.partial(task.cancel)
         if self.requested.is_set():  # requested before main could start
             task.cancel()
+        asked = asyncio.create_task(self.requested.wait(), name="stop-request")
         try:
-            await asyncio.wait([task])
+            await asyncio.wait([task, asked], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():  # stopping: main's cleanup runs
+                await asyncio.wait([task], timeout=SLOW_STOP_SECONDS)
+                if not task.done():
+                    log.warning("still stopping after %.0f s; waiting for:\n%s", SLOW_STOP_SECONDS, pending_tasks())
+                await asyncio.wait([task])
         except asyncio.CancelledError:  # serve() itself cancelled (asyncio.run's own Ctrl-C)
             task.cancel()
             await asyncio.wait([task])
             raise
         finally:
+            asked.cancel()
             self._on_request = None
         if task.cancelled() and self.requested.is_set():
             log.info("stopped")
             return
         task.result()  # main's own end: its error, if any, is the process's
+
+
+def pending_tasks() -> str:
+    """Every task of the running loop but the caller's, each with the line it awaits at."""
+    lines = []
+    for t in sorted(asyncio.all_tasks() - {asyncio.current_task()}, key=lambda t: t.get_name()):
+        frames = t.get_stack(limit=1)
+        code = frames[-1].f_code if frames else None
+        where = f"{code.co_filename}:{frames[-1].f_lineno} in {code.co_name}" if code else "?"
+        lines.append(f"  {t.get_name()}: {where}")
+    return "\n".join(lines) or "  (none)"
 
 
 def run(main: Callable[[Stop], Coroutine[Any, Any, None]], deadline: float = STOP_DEADLINE_SECONDS) -> None:

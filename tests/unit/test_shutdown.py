@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from slurm_bridge.core import shutdown
 from slurm_bridge.core.shutdown import EXIT_STOP_TIMEOUT, Stop
 
 pytestmark = pytest.mark.unit
@@ -34,6 +35,32 @@ async def test_a_stop_request_cancels_main_and_waits_for_its_cleanup() -> None:
     stop.request("SIGTERM")
     await asyncio.wait_for(serving, 5)
     assert steps == ["started", "cleaned up"] and stop.reason == "SIGTERM"
+
+
+async def test_a_slow_stop_names_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop still running after SLOW_STOP_SECONDS logs each task with the line it awaits at, so
+    a slow stop in a test's log says which step held it."""
+    monkeypatch.setattr(shutdown, "SLOW_STOP_SECONDS", 0.05)
+    stop = Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}"))
+
+    async def lease_release() -> None:
+        await asyncio.sleep(0.3)
+
+    async def main() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.create_task(lease_release(), name="lease-release")
+
+    serving = asyncio.create_task(stop.serve(main()))
+    await asyncio.sleep(0.01)
+    stop.request("SIGTERM")
+    await asyncio.wait_for(serving, 5)
+    slow = [r.getMessage() for r in caplog.records if "still stopping" in r.getMessage()]
+    assert len(slow) == 1 and "lease-release:" in slow[0] and "in lease_release" in slow[0], slow
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "stop-request"] == [], "the request's waiter is gone"
 
 
 async def test_a_request_before_main_runs_still_stops_it() -> None:
