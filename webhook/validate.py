@@ -202,19 +202,21 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
     for name, count in sorted(counts.items()):
         cls = dra.device_class(name)
         most = dra.largest_request(slices, cls) if cls is not None else None
-        if cls is not None and most is not None and count > most and cls.shared:
+        if cls is None or most is None or count <= most:
+            continue
+        where = f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]"
+        if cls.shared:
             problems.append(
-                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: {count} {dra.SHARD_CAPACITY} of DeviceClass "
-                f"{name} asked ({dra.EXTENDED_PREFIX}{name}); no GPU has more than {most} (the ResourceSlices of "
-                f"driver {cls.driver}: a GPU that allows several allocations, with a {dra.SHARD_CAPACITY!r} capacity; "
-                "Kubernetes >= 1.36 keeps those fields): a pod's shards come from one GPU"
-                + (f", so ask for at most {most}" if most else "")
+                f"{where}: {count} {dra.SHARD_CAPACITY} of DeviceClass {name} asked ({dra.EXTENDED_PREFIX}{name}); "
+                f"no GPU has more than {most} (the ResourceSlices of driver {cls.driver}: a GPU that allows several "
+                f"allocations, with a {dra.SHARD_CAPACITY!r} capacity; Kubernetes >= 1.36 keeps those fields): a "
+                "pod's shards come from one GPU" + (f", so ask for at most {most}" if most else "")
             )
-        elif cls is not None and most is not None and count > most:
+        else:
             problems.append(
-                f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]: {count} device(s) of DeviceClass {name} asked "
-                f"({dra.EXTENDED_PREFIX}{name}); no node has more than {most} (the ResourceSlices of driver "
-                f"{cls.driver}): a pod's devices come from one node, so ask for at most {most}"
+                f"{where}: {count} device(s) of DeviceClass {name} asked ({dra.EXTENDED_PREFIX}{name}); no node has "
+                f"more than {most} (the ResourceSlices of driver {cls.driver}): a pod's devices come from one node, "
+                f"so ask for at most {most}"
             )
     return problems
 

@@ -86,13 +86,7 @@ spec:
       annotations: {slurm-bridge.local/layout: "$(sha256sum < "$2" | cut -c1-12)"}
     spec:
       serviceAccountName: $KIND_DRA_SA
-      priorityClassName: system-node-critical
-      enableServiceLinks: false
-      affinity:
-        nodeAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}]}]
-      tolerations: [{operator: Exists}]
+$(_worker_placement)
       containers:
       - name: plugin
         image: $1

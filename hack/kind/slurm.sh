@@ -100,6 +100,18 @@ _controller_placement() {
 EOF
 }
 
+_worker_placement() { # a node agent's: every worker (whatever its taints), never the control plane
+  cat <<'EOF'
+      priorityClassName: system-node-critical
+      enableServiceLinks: false
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}]}]
+      tolerations: [{operator: Exists}]
+EOF
+}
+
 _munged_sidecar() { # a native sidecar: runs before the init containers after it and for the pod's life
   cat <<EOF
       - name: munged
@@ -236,13 +248,7 @@ spec:
     spec:
       hostNetwork: true
       dnsPolicy: ClusterFirstWithHostNet
-      priorityClassName: system-node-critical
-      enableServiceLinks: false
-      affinity:
-        nodeAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}]}]
-      tolerations: [{operator: Exists}]
+$(_worker_placement)
       initContainers:
 $(_munged_sidecar)
       containers:

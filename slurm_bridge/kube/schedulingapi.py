@@ -276,10 +276,12 @@ def group_problems(spec: Mapping[str, Any], where: str) -> list[str]:
     claims = _claim_names(spec)
     if claims:
         problems.append(f"{where}.resourceClaims ({', '.join(claims)}): {SHARED_CLAIMS_WHY}")
+    return problems + _topology_problems(spec, where) + disruption_problems(spec, where)
+
+
+def _topology_problems(spec: Mapping[str, Any], where: str) -> list[str]:
     keys = _topology_keys(spec)
-    if keys:
-        problems.append(f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}")
-    return problems + disruption_problems(spec, where)
+    return [f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}"] if keys else []
 
 
 def workload_problems(workload: Mapping[str, Any]) -> list[str]:
@@ -298,11 +300,7 @@ def workload_problems(workload: Mapping[str, Any]) -> list[str]:
 
 def _composite_template_problems(template: Mapping[str, Any], where: str) -> list[str]:
     """A CompositePodGroup template's topology constraints and disruption mode, and its children's."""
-    problems: list[str] = []
-    keys = _topology_keys(template)
-    if keys:
-        problems.append(f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}")
-    problems += disruption_problems(template, where, composite=True)
+    problems = _topology_problems(template, where) + disruption_problems(template, where, composite=True)
     for key, check in (
         ("podGroupTemplates", group_problems),
         ("compositePodGroupTemplates", _composite_template_problems),

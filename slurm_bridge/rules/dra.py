@@ -353,13 +353,17 @@ def _gpu_items(gres: str | None) -> list[tuple[str, int | None]]:
     """(type, count) of each ``gpu`` item of a GRES list: a job's TRES per node (``gres/gpu:2``,
     ``gres/gpu:1g.10gb:1,gres/shard:2``) or a node's Gres (``gpu:h100:2(S:0)``); type "" when
     untyped, count None when not given."""
-    out: list[tuple[str, int | None]] = []
+    return [(typed, count) for name, typed, count in _gres_items(gres) if name == "gpu"]
+
+
+def _gres_items(gres: str | None) -> list[tuple[str, str, int | None]]:
+    """(name, type, count) of each item of a GRES list (``gres/shard:2``, ``gpu:h100:2(S:0)``); type
+    "" when untyped, count None when not given."""
+    out: list[tuple[str, str, int | None]] = []
     for item in filter(None, (gres or "").split(",")):
         parts = item.split("(")[0].strip().removeprefix("gres/").split(":")
-        if parts[0] != "gpu":
-            continue
         typed = parts[1] if len(parts) >= 2 and not parts[1].isdigit() else ""
-        out.append((typed, int(parts[-1]) if len(parts) >= 2 and parts[-1].isdigit() else None))
+        out.append((parts[0], typed, int(parts[-1]) if len(parts) >= 2 and parts[-1].isdigit() else None))
     return out
 
 
@@ -376,7 +380,7 @@ def typed_gpu_request(gres: str | None) -> bool:
 
 def shard_request(gres: str | None) -> bool:
     """A job's TRES per node asks for GPU shares (``gres/shard:2``)."""
-    return any(name == SHARD_GRES for name, _ in _counted(gres))
+    return any(name == SHARD_GRES and count is not None for name, _, count in _gres_items(gres))
 
 
 def mig_node(node_gres: str) -> bool:
@@ -708,19 +712,9 @@ def slurm_gpu_inventory(node_gres: str) -> dict[str, int]:
         m = MIG_TYPE.search(typed)
         kind = f"gpu:{m.group(0).lstrip('_')}" if m else "gpu"
         out[kind] = out.get(kind, 0) + count
-    shards = sum(n for name, n in _counted(node_gres) if name == SHARD_GRES)
+    shards = sum(n for name, _, n in _gres_items(node_gres) if name == SHARD_GRES and n is not None)
     if shards:
         out[SHARD_GRES] = shards
-    return out
-
-
-def _counted(gres: str | None) -> list[tuple[str, int]]:
-    """(name, count) of each counted item of a GRES list (``shard:16``, ``gres/shard:2``)."""
-    out: list[tuple[str, int]] = []
-    for item in filter(None, (gres or "").split(",")):
-        parts = item.split("(")[0].strip().removeprefix("gres/").split(":")
-        if len(parts) >= 2 and parts[-1].isdigit():
-            out.append((parts[0], int(parts[-1])))
     return out
 
 

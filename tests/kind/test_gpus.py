@@ -115,14 +115,20 @@ def container_has(core: k8s.CoreV1Api, ns: str, name: str, node: str, uuids: lis
     assert nodes == want, f"the container has device nodes {nodes}; Slurm's indices {indices} name {want}"
 
 
+def native_running(native: Native, slurm: SlurmEnv, node: str, gres: str, name: str) -> int:
+    """alice's native job holding ``gres`` on ``node``, once Slurm runs it."""
+    job_id = native.submit(ALICE, "-w", node, f"--gres={gres}", "-c", "1", "--mem=64", "--chdir=/tmp", name=name)
+    wait_for(lambda: started(slurm, job_id), 60, f"native {gres} job {job_id} running on {node}")
+    return job_id
+
+
 def test_a_gpu_pod_and_a_native_gpu_job_on_one_worker_each_get_their_own_gpu_in_real_containers(
     core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, managed_namespace: str, slurm_env: SlurmEnv,
     native: Native,
 ) -> None:  # fmt: skip
     ns = managed_namespace
     node = gpu_worker(core, custom, slurm_env, WHOLE_GRES)
-    theirs = native.submit(ALICE, "-w", node, "--gres=gpu:1", "-c", "1", "--mem=64", "--chdir=/tmp", name="gpu-native")
-    wait_for(lambda: started(slurm_env, theirs), 60, f"native GPU job {theirs} running on {node}")
+    theirs = native_running(native, slurm_env, node, "gpu:1", "gpu-native")
     core.create_namespaced_pod(ns, gpu_pod("gpu-pod", node, WHOLE))
     job_id, held, devices = given(core, custom, slurm_env, ns, "gpu-pod", node)
     assert [d["type"] for d in devices] == ["gpu"], devices
@@ -140,9 +146,7 @@ def test_a_mig_pod_and_a_native_mig_job_share_one_gpu_in_real_containers(
 ) -> None:  # fmt: skip
     ns = managed_namespace
     node = gpu_worker(core, custom, slurm_env, MIG_GRES)
-    theirs = native.submit(ALICE, "-w", node, "--gres=gpu:3g.40gb:1", "-c", "1", "--mem=64", "--chdir=/tmp",
-                           name="mig-native")  # fmt: skip
-    wait_for(lambda: started(slurm_env, theirs), 60, f"native 3g.40gb job {theirs} running on {node}")
+    theirs = native_running(native, slurm_env, node, "gpu:3g.40gb:1", "mig-native")
     assert job_gres(slurm_env, theirs) == {"3g.40gb": [4]}
     core.create_namespaced_pod(ns, gpu_pod("mig-pod", node, MIG1))
     job_id, held, devices = given(core, custom, slurm_env, ns, "mig-pod", node)

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
 MIG1 = "mig-1g.10gb.nvidia.com"
 MIG3 = "mig-3g.40gb.nvidia.com"
+SHARD = "shard.nvidia.com"
 
 
 def _layout_module() -> Any:
@@ -70,9 +71,12 @@ def test_a_mig_profile_class_is_its_typed_gres() -> None:
     ("counts", "problem"),
     [({MIG1: 2, MIG3: 1}, None),
      ({"gpu.nvidia.com": 1, MIG1: 1}, "could be met with a MIG slice"),
-     ({"mig.nvidia.com": 1}, "cannot be mapped to Slurm")],
+     ({"mig.nvidia.com": 1}, "cannot be mapped to Slurm"),
+     ({SHARD: 4}, None),
+     ({SHARD: 2, "gpu.nvidia.com": 1}, "a GPU is Slurm's either whole or as shards"),
+     ({SHARD: 2, MIG1: 1}, "a GPU is Slurm's either whole or as shards")],
 )  # fmt: skip
-def test_admission_of_mig_requests(counts: Obj, problem: str | None) -> None:
+def test_admission_of_mig_and_shard_requests(counts: Obj, problem: str | None) -> None:
     resources = {"limits": {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
     got, _, problems = dra.device_requests({"containers": [{"name": "c", "resources": resources}]})
     if problem is None:
@@ -308,7 +312,6 @@ def test_the_operator_reads_each_nodes_own_slices_and_queues_the_node_a_slice_ch
 
 
 # --- shards: a GPU shared by Slurm's shard GRES and DRA consumable capacity (docs/gpus.md#shards) ----
-SHARD = "shard.nvidia.com"
 SHARDED = "n1=h100/8,h100/8 n2=h100:1g.10gb+3g.40gb"
 
 
@@ -341,21 +344,6 @@ def test_a_shard_class_asks_slurm_for_shards_and_its_claim_for_one_gpus_capacity
         "exactly": {"deviceClassName": SHARD, "allocationMode": "ExactCount", "count": 1,
                     "capacity": {"requests": {"shards": "3"}}},
     }  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("counts", "problem"),
-    [({SHARD: 4}, None),
-     ({SHARD: 2, "gpu.nvidia.com": 1}, "a GPU is Slurm's either whole or as shards"),
-     ({SHARD: 2, MIG1: 1}, "a GPU is Slurm's either whole or as shards")],
-)  # fmt: skip
-def test_admission_of_shard_requests(counts: Obj, problem: str | None) -> None:
-    resources = {"limits": {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
-    got, _, problems = dra.device_requests({"containers": [{"name": "c", "resources": resources}]})
-    if problem is None:
-        assert problems == [] and got == counts
-    else:
-        assert any(problem in p for p in problems), problems
 
 
 def test_slurms_shard_detail_says_which_gpu() -> None:
