@@ -145,6 +145,10 @@ export SB_HYBRID_GPUS
 # half of each, so the bridge's condition is False there. In a partition of its own, so that no
 # other test's job lands on it. Empty SB_MISSIZED_NODE: none.
 : "${SB_MISSIZED_NODE=kwok-missized-1}" "${SB_MISSIZED_PARTITION:=missized}" "${SB_MISSIZED_SLURMD_PORT:=26839}"
+# Two partitions over the kwok nodes that place their jobs by the local Slurm's block and tree
+# topologies (hack/cluster/slurm-conf.sh topology_yaml; docs/workloads.md#topology): gangs with a
+# topology constraint go there; the main partition places by the flat default.
+: "${SB_BLOCK_PARTITION:=topo-block}" "${SB_SWITCH_PARTITION:=topo-switch}"
 # Slurm's job record limits (slurm.conf MinJobAge, MaxJobCount). Benchmarks that keep thousands
 # of finished jobs visible (bench/scale.py) raise MinJobAge: a finished job's record goes after it.
 # SB_PENDING_PARTITION (empty: none) adds a DOWN partition over the kwok nodes, where jobs stay

@@ -201,6 +201,8 @@ class SlurmEnv:
     # A hybrid node whose kwok side is half its Slurm size (the SlurmResourcesFit condition's False).
     missized_node: str = ""
     missized_partition: str = ""
+    # topology -> the partition placed by it (Topology=): SB_BLOCK_PARTITION, SB_SWITCH_PARTITION.
+    topology_partitions: dict[str, str] = field(default_factory=dict)
     _token: str = field(default="", repr=False)
     # How Slurm's commands run: in the local cluster's Slurm root, or in the kind cluster's slurmctld pod.
     slurm_command: tuple[str, ...] = ("bash", str(CLUSTER_SH), "slurm")
@@ -259,6 +261,9 @@ def slurm_env_from(env: dict[str, str]) -> SlurmEnv:
         real_partition=env.get("SB_REAL_NODE_PARTITION", ""),
         missized_node=env.get("SB_MISSIZED_NODE", ""),
         missized_partition=env.get("SB_MISSIZED_PARTITION", ""),
+        topology_partitions={
+            t: p for t, p in (("block", env.get("SB_BLOCK_PARTITION")), ("switch", env.get("SB_SWITCH_PARTITION"))) if p
+        },
         slurm_command=("bash", str(KIND_SH if env.get("SB_CLUSTER") == "kind" else CLUSTER_SH), "slurm"),
     )
 

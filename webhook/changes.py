@@ -77,7 +77,9 @@ def pod_change_problems(
         advice = "; delete the pod and create it with the new value"
         return [p + advice for _, p in sorted(problems.items())]
     default = jobchanges.gives_default_account(policy)
-    return [p for _, p in sorted(jobchanges.waiting_problems(before, after, default_account=default).items())]
+    placed = names.ANN_TOPOLOGY in before
+    found = jobchanges.waiting_problems(before, after, default_account=default, topology=placed)
+    return [p for _, p in sorted(found.items())]
 
 
 def workload_change_warnings(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> list[str]:

@@ -148,6 +148,8 @@ slurm_conf_nodes() { # node_host : nodes and partitions of hack/lib.sh's layout
   echo "PartitionName=$SB_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES],dyn-$SB_PARTITION Default=YES MaxTime=INFINITE State=UP"
   echo "PartitionName=$SB_EXTRA_PARTITION Nodes=dyn-$SB_EXTRA_PARTITION MaxTime=INFINITE State=UP"
   [ -z "$SB_PENDING_PARTITION" ] || echo "PartitionName=$SB_PENDING_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] MaxTime=INFINITE State=DOWN"
+  echo "PartitionName=$SB_BLOCK_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] Topology=block MaxTime=INFINITE State=UP"
+  echo "PartitionName=$SB_SWITCH_PARTITION Nodes=${SB_NODE_PREFIX}[1-$SB_NODES] Topology=switch MaxTime=INFINITE State=UP"
   [ -z "$hybrid" ] || echo "PartitionName=$SB_HYBRID_PARTITION Nodes=$hybrid MaxTime=INFINITE State=UP"
   echo "PartitionName=$SB_REAL_NODE_PARTITION Nodes=$SB_REAL_NODE MaxTime=INFINITE State=UP"
   [ -z "$SB_MISSIZED_NODE" ] || echo "PartitionName=$SB_MISSIZED_PARTITION Nodes=$SB_MISSIZED_NODE MaxTime=INFINITE State=UP"

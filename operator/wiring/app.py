@@ -117,6 +117,16 @@ def runs_native(table: dict[str, NodeInfo] | None, name: str) -> bool | None:
     return None if info is None else "EXTERNAL" not in info.states
 
 
+def partition_topology(slurm: SlurmClient) -> Callable[[str], Awaitable[str | None]]:
+    """A partition's Topology= ("" the cluster's default; None: Slurm has no such partition)."""
+
+    async def read(name: str) -> str | None:
+        found = await slurm.partition(name)
+        return None if found is None else found.topology
+
+    return read
+
+
 async def _each(*steps: tuple[str, Callable[[], Awaitable[None]]]) -> None:
     """Run every step of a stop in order; one that fails is logged and the next still runs."""
     for what, step in steps:
@@ -154,6 +164,9 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # Whole GPUs never from MIG nodes; MIG slices never where Slurm and the DRA driver disagree (docs/gpus.md).
     ctrl.jobs.mig_nodes = nodes.mig_slurm_nodes
     ctrl.jobs.mismatched_nodes = nodes.device_mismatch_slurm_nodes
+    # A gang placed by a topology goes only where one unit holds it, by that topology (docs/workloads.md#topology).
+    ctrl.jobs.slurm_nodes = lambda: nodes.slurm_nodes
+    ctrl.jobs.partition_topology = partition_topology(slurm)
     ctrl.poller.watch_nodes(lambda: nodes.healthy)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).

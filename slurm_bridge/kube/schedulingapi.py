@@ -12,7 +12,7 @@ of the bridge never asks which version it holds. 1.35's ``v1alpha1`` (pods name 
 than run their gang pod by pod.
 
 Also here: what the bridge refuses in a PodGroup, a Workload's PodGroup template or a Job's
-``spec.scheduling`` (claims shared by the whole group, topology constraints; see
+``spec.scheduling`` (claims shared by the whole group, topology keys Slurm cannot place by; see
 docs/workloadkinds.md), and the messages that name the Kubernetes version found and the feature gate
 and runtime-config it lacks. Pure: callers pass the API objects and discovery documents as dicts.
 """
@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.topology import topology_of_key
 
 GROUP: Final = workloadkinds.SCHED_PODGROUP.group
 PODGROUPS: Final = workloadkinds.SCHED_PODGROUP.plural
@@ -231,9 +232,15 @@ SHARED_CLAIMS_WHY: Final = (
     "slurm-bridge allocates devices through Slurm instead: request deviceclass.resource.kubernetes.io/<class> "
     f"in the pods' containers, or a GRES with the {names.ANN_GRES} annotation"
 )
-TOPOLOGY_WHY: Final = (
-    "Slurm places the gang, with its own network topology (topology.conf); steer it with the "
-    f"{names.ANN_CONSTRAINTS}, {names.ANN_PARTITION} or {names.ANN_RESERVATION} annotation instead"
+TOPOLOGY_BASIC_WHY: Final = (
+    "with a basic policy Slurm places each pod's job on its own, so the pods cannot be kept within one topology "
+    "domain; give the group a gang policy (schedulingPolicy.gang: one Slurm job, placed within one block or leaf "
+    "switch) or drop the constraint"
+)
+COMPOSITE_TOPOLOGY_WHY: Final = (
+    "a CompositePodGroup is one heterogeneous Slurm job whose components Slurm places each on its own, so they "
+    "cannot be kept within one topology domain together; put the constraint on each child PodGroup instead "
+    "(each component is then placed within one block or leaf switch)"
 )
 
 
@@ -279,9 +286,32 @@ def group_problems(spec: Mapping[str, Any], where: str) -> list[str]:
     return problems + _topology_problems(spec, where) + disruption_problems(spec, where)
 
 
-def _topology_problems(spec: Mapping[str, Any], where: str) -> list[str]:
+def _topology_problems(spec: Mapping[str, Any], where: str, *, composite: bool = False) -> list[str]:
+    """A topology constraint the bridge cannot honour: a CompositePodGroup's own (``composite``),
+    more than one key, a key that names no Slurm topology, or a group that is not a gang
+    (docs/workloads.md#topology)."""
     keys = _topology_keys(spec)
-    return [f"{where}.schedulingConstraints.topology ({', '.join(keys)}): {TOPOLOGY_WHY}"] if keys else []
+    if not keys:
+        return []
+    field = f"{where}.schedulingConstraints.topology ({', '.join(keys)})"
+    if composite:
+        return [f"{field}: {COMPOSITE_TOPOLOGY_WHY}"]
+    if len(keys) > 1:
+        return [f"{field}: Slurm places a job within one unit of one topology; keep one key"]
+    try:
+        topology_of_key(keys[0])
+    except ValueError as e:
+        return [f"{field}: {e}"]
+    return [] if _is_gang(spec) else [f"{field}: {TOPOLOGY_BASIC_WHY}"]
+
+
+def topology_of(spec: Mapping[str, Any]) -> str | None:
+    """The Slurm topology a group's one supported topology key names (None: no constraint, or one
+    :func:`group_problems` refuses)."""
+    keys = _topology_keys(spec)
+    if len(keys) != 1 or _topology_problems(spec, "spec"):
+        return None
+    return topology_of_key(keys[0])
 
 
 def workload_problems(workload: Mapping[str, Any]) -> list[str]:
@@ -300,7 +330,8 @@ def workload_problems(workload: Mapping[str, Any]) -> list[str]:
 
 def _composite_template_problems(template: Mapping[str, Any], where: str) -> list[str]:
     """A CompositePodGroup template's topology constraints and disruption mode, and its children's."""
-    problems = _topology_problems(template, where) + disruption_problems(template, where, composite=True)
+    problems = _topology_problems(template, where, composite=True)
+    problems += disruption_problems(template, where, composite=True)
     for key, check in (
         ("podGroupTemplates", group_problems),
         ("compositePodGroupTemplates", _composite_template_problems),

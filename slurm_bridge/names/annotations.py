@@ -31,6 +31,9 @@ ANN_PRIORITY: Final = SLURMJOB_PREFIX + "priority"
 ANN_QOS: Final = SLURMJOB_PREFIX + "qos"
 ANN_RESERVATION: Final = SLURMJOB_PREFIX + "reservation"
 ANN_TIMELIMIT: Final = SLURMJOB_PREFIX + "timelimit"
+# A gang placed within one unit of a Slurm topology: its value is the node label key
+# LABEL_TOPOLOGY_PREFIX + <topology> (docs/workloads.md#topology), as in schedulingConstraints.topology.
+ANN_TOPOLOGY: Final = SLURMJOB_PREFIX + "topology"
 ANN_USER_ID: Final = SLURMJOB_PREFIX + "user-id"
 ANN_WCKEY: Final = SLURMJOB_PREFIX + "wckey"
 SLURMJOB_ANNOTATIONS: Final = frozenset(
@@ -52,6 +55,7 @@ SLURMJOB_ANNOTATIONS: Final = frozenset(
         ANN_QOS,
         ANN_RESERVATION,
         ANN_TIMELIMIT,
+        ANN_TOPOLOGY,
         ANN_USER_ID,
         ANN_WCKEY,
     }

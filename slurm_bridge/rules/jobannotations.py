@@ -22,6 +22,7 @@ from typing import Final
 from slurm_bridge import names
 from slurm_bridge.rules.resources import parse_quantity
 from slurm_bridge.rules.slurmconstraints import check_constraint
+from slurm_bridge.rules.topology import topology_of_key
 
 __all__ = [
     "ANNOTATION_FIELDS",
@@ -306,6 +307,13 @@ def _gres(value: str) -> str:
     return ",".join(out)
 
 
+def _topology(value: str) -> str:
+    try:
+        return topology_of_key(value)
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
+
+
 # --- Annotation table ---------------------------------------------------------------------------
 
 _Parser = Callable[[str], object]
@@ -328,6 +336,7 @@ _PARSERS: Final[Mapping[str, tuple[str, _Parser]]] = {
     names.ANN_QOS: ("qos", _slurm_name),
     names.ANN_RESERVATION: ("reservation", _name_list("reservation")),
     names.ANN_TIMELIMIT: ("time_limit_minutes", _timelimit),
+    names.ANN_TOPOLOGY: ("topology", _topology),
     names.ANN_USER_ID: ("user_id", _id),
     names.ANN_WCKEY: ("wckey", _slurm_name),
 }

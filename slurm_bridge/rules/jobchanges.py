@@ -67,14 +67,22 @@ def describe(key: str, old: Mapping[str, str], new: Mapping[str, str]) -> str:
     return f'{key} changed from "{before}" to "{after}"'
 
 
-def waiting_problems(old: Mapping[str, str], new: Mapping[str, str], *, default_account: bool) -> dict[str, str]:
+def waiting_problems(
+    old: Mapping[str, str], new: Mapping[str, str], *, default_account: bool, topology: bool = False
+) -> dict[str, str]:
     """Why a change of each key cannot reach a job that waits in Slurm's queue (keys it can reach
     are left out). ``default_account``: the job's namespace gives a default account (its
-    TenantPolicy's), which a removed ``account`` then means."""
+    TenantPolicy's), which a removed ``account`` then means. ``topology``: the job is placed by a
+    topology, whose segment (its node count) Slurm does not change once submitted."""
     problems: dict[str, str] = {}
     for key in changed_keys(old, new):
         what = describe(key, old, new)
-        if key not in UPDATABLE:
+        if topology and key in (names.ANN_MIN_NODES, names.ANN_MAX_NODES):
+            problems[key] = (
+                f"{what}, but the job is placed by a topology as one segment of the node count it was submitted "
+                "with, which Slurm does not change for a waiting job: it keeps its node count"
+            )
+        elif key not in UPDATABLE:
             problems[key] = (
                 f"{what}, but this key cannot change once the Slurm job is submitted (the job keeps what it was "
                 f"made with); only {_CHANGEABLE} can, while the job waits in Slurm's queue"
@@ -146,7 +154,7 @@ def respec(
         return Respec(None, {k: f"{describe(k, old, new)}, but {why}" for k in keys})
     if state == "unsubmitted":
         return Respec(fresh if fresh != spec else None, {})
-    problems = waiting_problems(old, new, default_account=default_account)
+    problems = waiting_problems(old, new, default_account=default_account, topology=spec.topology is not None)
     changed = changed_request(spec, fresh, [k for k in keys if k not in problems])
     return Respec(changed if changed != spec else None, problems)
 

@@ -215,6 +215,17 @@ def _check_node_counts(fields: Mapping[str, object], pods: int, from_annotations
         raise ValueError(f"{source} ({max_nodes}) is below the node count ({nodes}) this job needs")
 
 
+def _check_topology(fields: Mapping[str, object]) -> None:
+    """A topology job is one segment of exactly its node count (Slurm's ``--segment``), so its
+    node count cannot be a range."""
+    nodes, max_nodes = fields.get("nodes"), fields.get("max_nodes")
+    if fields.get("topology") and max_nodes is not None and max_nodes != nodes:
+        raise ValueError(
+            f"{names.ANN_MAX_NODES} ({max_nodes}) beside a topology constraint: a gang placed within one "
+            f"{fields['topology']} unit is one segment of exactly its {nodes} nodes; remove {names.ANN_MAX_NODES}"
+        )
+
+
 def job_request(
     pods: Sequence[Mapping[str, Any]],
     *,
@@ -244,6 +255,7 @@ def job_request(
     fields.update(from_annotations)
     fields.update(_sharing_fields(pods, config, from_annotations))
     _check_node_counts(fields, len(pods), from_annotations)
+    _check_topology(fields)
     constraints = fields.get("constraints")
     holds = _holds(fields["nodes"], fields.get("max_nodes"))
     fields.update(

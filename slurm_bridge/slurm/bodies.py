@@ -31,7 +31,12 @@ class RequestBodies:
         ``user_name``/``group_name`` (a TenantPolicy's user by name) go into the same fields.
 
         Placement: ``required_nodes`` and ``excluded_nodes`` are arrays of node names (the
-        ``csv_string`` of every supported version), sbatch's ``--nodelist`` and ``--exclude``.
+        ``csv_string`` of every supported version), sbatch's ``--nodelist`` and ``--exclude``. A
+        ``topology`` sends both sbatch's ``--segment=<nodes>`` and ``--switches=1``: Slurm 26.05
+        honours the first on a topology/block partition and the second on a topology/tree one, and
+        ignores each on the other kind (checked, v0.0.43 to v0.0.45 have both fields), so the bridge
+        need not know which kind a topology is. ``--switches`` waits at most the site's
+        ``max_switch_wait`` for one leaf switch (docs/workloads.md#topology).
         """
         d = JobDesc(
             partition=req.partition,
@@ -52,6 +57,8 @@ class RequestBodies:
             time_limit=None if req.time_limit_minutes is None else NoVal.of(req.time_limit_minutes),
             priority=None if req.priority is None else NoVal.of(req.priority),
         )
+        if req.topology:
+            d.segment_size, d.required_switches = NoVal.of(req.nodes), NoVal.of(1)
         d.shared, d.mcs_label = self.sharing(req)
         if not for_update:
             d.user_id = req.user_name or (None if req.user_id is None else str(req.user_id))
@@ -157,9 +164,11 @@ class RequestBodies:
         node sharing stay as submitted. Sharing is never sent on an update: Slurm 26.05.5 turns
         ``shared: ["mcs"]`` in an update into OverSubscribe (read back as ``["oversubscribe"]``,
         checked in v0.0.43 to v0.0.45), which would take a time-shared job out of its turns with
-        native jobs."""
+        native jobs. Nor is the topology placement: Slurm 26.05 keeps a waiting job's segment size
+        whatever an update says (checked), so a topology job's node count does not change either
+        (slurm_bridge/rules/jobchanges.py)."""
         d = self.job_desc(req, for_update=True)
-        d.shared = d.mcs_label = None
+        d.shared = d.mcs_label = d.segment_size = d.required_switches = None
         if name is not None:
             d.name = name
         if d.constraints is None:

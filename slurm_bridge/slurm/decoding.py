@@ -256,7 +256,7 @@ class AnswerDecoder:
         if not items:
             return None
         w = validate(PartitionInfoWire, items[0], "partition")
-        return PartitionInfo(name=w.name, oversubscribe=self.oversubscribe(w))
+        return PartitionInfo(name=w.name, oversubscribe=self.oversubscribe(w), topology=w.topology or "")
 
     def oversubscribe(self, w: PartitionInfoWire) -> str:
         """The partition's OverSubscribe as scontrol shows it, from ``maximums.oversubscribe``."""

@@ -53,6 +53,9 @@ ESLURM_USER_ID_UNKNOWN = 2166
 # (slurmctld: "Requested GID=... doesn't match user GID"; Slurm 26.05.5, checked).
 ESLURM_INVALID_GROUP_ID = 2113
 ESLURM_DB_CONNECTION = 7000
+# A job queued on a topology/block partition where no block has room now: Slurm 26.05 makes the
+# job (pending) and answers its id with this error, HTTP 500 (checked).
+ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE = 7203
 ESLURM_REST_AUTH_FAIL = 9008
 EAGAIN = 11
 

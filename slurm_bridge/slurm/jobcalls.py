@@ -12,6 +12,7 @@ from .errors import (
     ESLURM_JOB_FINISHED,
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE,
+    ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE,
     SlurmError,
     refusal,
 )
@@ -29,6 +30,8 @@ _JOB_QUERY = {"flags": "ALL"}
 # slurmrestd's time with 10,000 jobs, longer on a busy machine), so it gets at least this long.
 FULL_LIST_TIMEOUT_SECONDS = 120.0
 _CANCEL_OK = frozenset({ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_FINISHED})
+# A queued submit answered with a job id and this error made the job: resending it would make a second.
+_SUBMIT_OK = frozenset({ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE})
 _UPDATE_OK = frozenset({ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE})
 
 
@@ -51,11 +54,15 @@ class JobCalls(SlurmSession):
         may not set ``admin_comment``: the marker goes into ``comment`` (:meth:`mark_job` after).
         Slurm refuses a ``group_id`` other than the user's primary group from the user (2113
         "Invalid group id"), and silently drops a ``priority`` the user may not set (both checked on
-        Slurm 26.05.5).
+        Slurm 26.05.5). Slurm 26.05 queues a job on a topology/block partition where no block has
+        room now and answers its id with error 7203 ("No suitable topology unit found", HTTP 500,
+        checked): that answer is the job made, not a refusal.
         """
         codec = await self._get_codec()
         body = codec.submit_body(req, name=name, admin_comment=admin_comment, as_user=as_user is not None)
-        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False, as_user=as_user)
+        reply = await self._request(
+            "POST", codec.path("job/submit"), json_body=body, idempotent=False, as_user=as_user, ok_errors=_SUBMIT_OK
+        )
         return codec.decode_submit(reply.body)
 
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
@@ -70,7 +77,9 @@ class JobCalls(SlurmSession):
         """
         codec = await self._get_codec()
         body = codec.het_submit_body(reqs, name=name, admin_comment=admin_comment)
-        reply = await self._request("POST", codec.path("job/submit"), json_body=body, idempotent=False)
+        reply = await self._request(
+            "POST", codec.path("job/submit"), json_body=body, idempotent=False, ok_errors=_SUBMIT_OK
+        )
         return codec.decode_submit(reply.body)
 
     async def allocate_external_job(

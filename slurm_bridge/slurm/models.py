@@ -47,6 +47,10 @@ class JobRequest(_Camel):
     # Slurm TRES per node, for example "gres/gpu:2" or "gres/gpu:a100:1,gres/shard:2".
     gres: str | None = None
     time_limit_minutes: int | None = Field(default=None, ge=1)
+    # The Slurm topology (topology.yaml's name) within one block or leaf switch of which the job's
+    # nodes must lie: sent as segment_size (the job's node count) and required_switches 1, of which
+    # Slurm honours the one its partition's topology plugin knows (docs/workloads.md#topology).
+    topology: str | None = Field(default=None, min_length=1, max_length=63)
     # How the job shares its nodes: whole nodes, nodes time-shared with native jobs through the MCS
     # label ``mcs_label``, or core by core beside native jobs. None: a request written before the
     # bridge knew the modes (a PlaceholderJob of an older version), sent as ``exclusive`` and
@@ -322,3 +326,6 @@ class PartitionInfo(BaseModel):
     name: str
     # scontrol's form: "NO", "EXCLUSIVE", "YES:<n>" or "FORCE:<n>".
     oversubscribe: str = "NO"
+    # The topology (topology.yaml's name) Slurm places its jobs by: its Topology=; "" for the
+    # cluster's default.
+    topology: str = ""

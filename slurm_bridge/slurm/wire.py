@@ -92,6 +92,8 @@ class JobDesc(BaseModel):
     tres_per_node: str | None = None
     time_limit: NoVal | None = None
     shared: list[str] | None = None
+    segment_size: NoVal | None = None  # topology/block: nodes per segment, each within one block
+    required_switches: NoVal | None = None  # topology/tree: at most this many leaf switches
     priority: NoVal | None = None
     user_id: str | None = None
     group_id: str | None = None
@@ -223,6 +225,7 @@ class PartitionInfoWire(_Wire):
     name: str
     maximums: PartitionMaximumsWire = Field(default_factory=PartitionMaximumsWire)
     partition: PartitionStateWire = Field(default_factory=PartitionStateWire)
+    topology: str | None = None  # its Topology= (v0.0.43 and later; "" or absent: the cluster's default)
 
 
 class SlurmConfWire(_Wire):

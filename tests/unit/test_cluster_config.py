@@ -139,6 +139,15 @@ def test_hybrid_nodes_have_slurmd_a_port_each_and_their_own_partitions() -> None
     assert int(g["MaxNodeCount"]) - static == int(bash('echo "$SB_DYN_NODE_MAX"').stdout), "room for dynamic nodes kept"
 
 
+def test_two_partitions_place_the_kwok_nodes_by_the_block_and_the_tree_topology() -> None:
+    """Gangs with a topology constraint go there (docs/workloads.md#topology-a-gang-within-one-block-or-leaf-switch)."""
+    parts, e = lines(slurm_conf(), "PartitionName"), env()
+    block, switch = parts[e["SB_BLOCK_PARTITION"]], parts[e["SB_SWITCH_PARTITION"]]
+    assert (block["Topology"], switch["Topology"]) == ("block", "switch")
+    assert block["Nodes"] == switch["Nodes"] == parts[e["SB_PARTITION"]]["Nodes"].split(",")[0], (block, switch)
+    assert "Topology" not in parts[e["SB_PARTITION"]], "the main partition places by the flat default"
+
+
 def test_hybrid_kwok_nodes_match_their_slurm_lines_and_carry_the_kwok_nodes_labels() -> None:
     proc = bash("nodes_yaml")
     assert proc.returncode == 0, proc.stderr

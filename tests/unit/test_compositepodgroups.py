@@ -133,6 +133,16 @@ def test_a_component_takes_its_podgroups_size_and_the_most_specific_options() ->
     assert group.derived_for(3)["nodes"] == 3
 
 
+def test_a_components_podgroup_topology_places_that_component() -> None:
+    """A child PodGroup's topology constraint is its component's: placed within one unit."""
+    pg = podgroup("large")
+    pg["spec"]["schedulingConstraints"] = {"topology": [{"key": names.LABEL_TOPOLOGY_PREFIX + "block"}]}
+    group = composite_group(member("large-0", "large"), pg, composite(), None, None)
+    assert group.derived == {"job_name": "c", "topology": "block"}
+    pg["spec"]["schedulingConstraints"] = {"topology": [{"key": "topology.kubernetes.io/zone"}]}
+    assert "topology" not in composite_group(member("large-0", "large"), pg, composite(), None, None).derived
+
+
 def test_names_at_the_limit() -> None:
     long = "c" * MAX_NAME_LENGTH
     group = composite_group(member("p", "a" * 253), podgroup("a" * 253, parent=long), composite(long), None, None)

@@ -114,6 +114,8 @@ VALID: list[tuple[str, str, str, object]] = [
     ("job-name", "my job (v2)", "job_name", "my job (v2)"),
     ("job-name", "entraînement-été", "job_name", "entraînement-été"),
     ("job-name", "x" * 200, "job_name", "x" * 200),
+    ("topology", "topology.slinky.slurm.net/block", "topology", "block"),
+    ("topology", " topology.slinky.slurm.net/" + "s" * 63 + " ", "topology", "s" * 63),
 ]
 
 
@@ -237,6 +239,11 @@ INVALID: list[tuple[str, str, str]] = [
     ("job-name", "a\x07b", "control characters"),
     ("job-name", "a\u2028b", "one line"),
     ("job-name", "a\x85b", "one line"),
+    ("topology", "block", "topology.slinky.slurm.net/<topology>"),
+    ("topology", "topology.kubernetes.io/zone", "cannot place a gang by 'topology.kubernetes.io/zone'"),
+    ("topology", "topology.slinky.slurm.net/", "use such a key"),
+    ("topology", "topology.slinky.slurm.net/" + "s" * 64, "use such a key"),
+    ("topology", "topology.slinky.slurm.net/a/b", "use such a key"),
 ]
 
 
@@ -353,6 +360,7 @@ def test_full_set_parses() -> None:
         names.ANN_QOS: "high",
         names.ANN_RESERVATION: "resv",
         names.ANN_TIMELIMIT: "2:00:00",
+        names.ANN_TOPOLOGY: "topology.slinky.slurm.net/block",
         names.ANN_USER_ID: "1000",
         names.ANN_WCKEY: "ml",
     }
@@ -377,6 +385,7 @@ def test_full_set_parses() -> None:
         "qos": "high",
         "reservation": "resv",
         "timeLimitMinutes": 120,
+        "topology": "block",
         "userId": 1000,
         "wckey": "ml",
         "tasksPerNode": 1,

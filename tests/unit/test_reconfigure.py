@@ -312,6 +312,20 @@ def test_jobchanges_classifies_every_key_of_the_annotation_table() -> None:
         assert key in jobchanges.allocated_problems({key: "1"}, {key: "2"}, "Slurm job 1")
 
 
+def test_a_topology_jobs_node_count_stays_as_submitted() -> None:
+    """Slurm keeps a waiting job's segment size whatever an update says (Slurm 26.05): a topology
+    job's node count cannot change, where another job's can."""
+    for key in (names.ANN_MIN_NODES, names.ANN_MAX_NODES):
+        assert jobchanges.waiting_problems({key: "2"}, {key: "3"}, default_account=True) == {}
+        (problem,) = jobchanges.waiting_problems({key: "2"}, {key: "3"}, default_account=True, topology=True).values()
+        assert "placed by a topology" in problem and "keeps its node count" in problem
+    spec = JobRequest(nodes=2, topology="block")
+    fresh = spec.model_copy(update={"nodes": 3})
+    old, new = {names.ANN_MIN_NODES: "2"}, {names.ANN_MIN_NODES: "3"}
+    result = jobchanges.respec("waiting", old, new, spec, fresh, job="Slurm job 1", default_account=True)
+    assert result.spec is None and names.ANN_MIN_NODES in result.problems
+
+
 async def test_a_bare_pods_annotation_change_queues_its_placeholderjob_and_its_options() -> None:
     """The pod watch brings the change: the pod's PlaceholderJob is decided, and its options looked at."""
     config = Config(managedNamespaces=["ns"])

@@ -154,7 +154,7 @@ def test_group_problems(pg: Obj) -> None:
         "spec.resourceClaims (fabric)",
         "spec.schedulingConstraints.topology (topology.kubernetes.io/rack)",
     ]
-    assert "deviceclass.resource.kubernetes.io" in problems[0] and names.ANN_CONSTRAINTS in problems[1]
+    assert "deviceclass.resource.kubernetes.io" in problems[0] and names.LABEL_TOPOLOGY_PREFIX in problems[1]
     gang = {"schedulingPolicy": {"gang": {"minCount": 2}}}
     assert (
         schedulingapi.group_problems({**gang, "disruptionMode": {"all": {}}, "preemptionPolicy": "Never"}, "spec") == []
@@ -203,10 +203,52 @@ def test_a_workloads_composite_templates_are_checked_too() -> None:
         "spec.compositePodGroupTemplates[0].disruptionMode",
         "spec.compositePodGroupTemplates[0].podGroupTemplates[0].disruptionMode",
     ]
+    assert "put the constraint on each child PodGroup" in problems[0]
     assert "one heterogeneous Slurm job" in problems[1]
     gang = {**basic_all, "schedulingPolicy": {"gang": {"minGroupCount": 1}}, "schedulingConstraints": {}}
     gang["podGroupTemplates"] = []
     assert schedulingapi.workload_problems({"spec": {"compositePodGroupTemplates": [gang]}}) == []
+
+
+BLOCK = names.LABEL_TOPOLOGY_PREFIX + "block"
+GANG = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+
+
+def _constrained(*keys: str, **spec: Any) -> Obj:
+    return {**GANG, "schedulingConstraints": {"topology": [{"key": k} for k in keys]}, **spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "topology", "refused"),
+    [(_constrained(BLOCK), "block", ""),
+     (_constrained(names.LABEL_TOPOLOGY_PREFIX + "s" * 63), "s" * 63, ""),
+     (GANG, None, ""),
+     (_constrained(), None, ""),
+     (_constrained("topology.kubernetes.io/zone"), None, "cannot place a gang by 'topology.kubernetes.io/zone'"),
+     (_constrained("kubernetes.io/hostname"), None, f"as {names.LABEL_TOPOLOGY_PREFIX}<topology>"),
+     (_constrained(names.LABEL_TOPOLOGY_PREFIX + "s" * 64), None, "use such a key"),
+     (_constrained(BLOCK, names.LABEL_TOPOLOGY_PREFIX + "switch"), None, "keep one key"),
+     (_constrained(BLOCK, schedulingPolicy={"basic": {}}), None, "give the group a gang policy")],
+)  # fmt: skip
+def test_a_gangs_topology_key_names_a_slurm_topology(spec: Obj, topology: str | None, refused: str) -> None:
+    """A gang is one Slurm job, placed within one block or leaf switch of the topology its key
+    names; any other key, several, or a basic group's is refused, naming the field."""
+    problems = schedulingapi.group_problems(spec, "spec")
+    assert schedulingapi.topology_of(spec) == topology
+    if refused:
+        assert len(problems) == 1 and problems[0].startswith("spec.schedulingConstraints.topology ("), problems
+        assert refused in problems[0], problems
+    else:
+        assert problems == []
+
+
+def test_a_composite_templates_child_may_carry_a_topology_but_not_the_composite() -> None:
+    child = {"name": "w", **_constrained(BLOCK)}
+    composite = {"name": "sim", "schedulingPolicy": {"gang": {"minGroupCount": 1}}, "podGroupTemplates": [child]}
+    assert schedulingapi.workload_problems({"spec": {"compositePodGroupTemplates": [composite]}}) == []
+    composite["schedulingConstraints"] = {"topology": [{"key": BLOCK}]}
+    (problem,) = schedulingapi.workload_problems({"spec": {"compositePodGroupTemplates": [composite]}})
+    assert problem.startswith("spec.compositePodGroupTemplates[0].schedulingConstraints.topology (")
 
 
 def test_job_scheduling() -> None:

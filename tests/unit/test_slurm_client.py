@@ -318,6 +318,19 @@ async def test_submit_that_made_a_pending_job_with_warnings_returns_its_id(token
         assert await c.submit_external_job(JobRequest(), name="n", admin_comment="c") == 12
 
 
+async def test_a_queued_job_no_block_has_room_for_is_made_though_slurm_answers_an_error(token_file: Path) -> None:
+    """Slurm 26.05 queues such a job on a topology/block partition and answers its id with error
+    7203, HTTP 500 (checked): the job exists, so the id is returned and nothing is sent again."""
+    topo = {"error": "No suitable topology unit found", "error_number": 7203, "description": "", "source": "x"}
+    answer = httpx.Response(500, json={"job_id": 37, "step_id": "batch", "errors": [topo], "warnings": []})
+    fake = FakeSlurmrestd()
+    fake.on("POST", "/slurm/v0.0.45/job/submit", lambda r: answer)
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        assert await c.submit_external_job(JobRequest(nodes=2, topology="b"), name="n", admin_comment="c") == 37
+        assert await c.submit_het_job([JobRequest(), JobRequest()], name="n", admin_comment="c") == 37
+        assert c.request_count == 2
+
+
 @pytest.mark.parametrize("version", ["v0.0.43", "v0.0.44", "v0.0.45"])
 async def test_allocate_asks_for_an_immediate_external_job(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
@@ -808,6 +821,22 @@ def test_placement_is_sent_as_node_name_arrays(version: str) -> None:
     # Read back from a PlaceholderJob's spec.slurm (camelCase), the request is the same.
     assert JobRequest.model_validate(pinned.crd_dict()) == pinned
     assert pinned.crd_dict()["requiredNodes"] == ["n1", "n2"]
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_a_topology_is_sent_as_one_segment_and_one_switch(version: str) -> None:
+    """Slurm honours segment_size on a topology/block partition and required_switches on a
+    topology/tree one, each ignored on the other kind (checked on Slurm 26.05), so both go."""
+    codec = codec_for(version)
+    placed = JobRequest(nodes=3, topology="block")
+    body = codec.submit_body(placed, name="n", admin_comment="c")["job"]
+    assert body["segment_size"] == {"set": True, "infinite": False, "number": 3}
+    assert body["required_switches"] == {"set": True, "infinite": False, "number": 1}
+    plain = codec.submit_body(JobRequest(nodes=3), name="n", admin_comment="c")["job"]
+    assert not {"segment_size", "required_switches"} & set(plain)
+    # Slurm keeps a waiting job's segment whatever an update says: never sent there.
+    assert not {"segment_size", "required_switches"} & set(codec.update_body(placed))
+    assert JobRequest.model_validate(placed.crd_dict()) == placed and placed.crd_dict()["topology"] == "block"
 
 
 def test_gres_is_sent_in_tres_form() -> None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.rules.topology import parse_topology, topology_labels
+from slurm_bridge.rules.topology import (
+    parse_topology,
+    placement_problem,
+    topology_labels,
+    topology_of_key,
+    unit_sizes,
+)
+from slurm_bridge.slurm.models import NodeInfo
 from slurm_bridge.slurm.versions import codec_for
 
 pytestmark = pytest.mark.unit
@@ -35,3 +42,51 @@ def test_the_node_answer_carries_the_topology() -> None:
     body = {"nodes": [{"name": "n1", "topology": "block:b1,switch:s1"}, {"name": "n2"}]}
     nodes = codec_for("v0.0.45").decode_nodes(body)
     assert [(n.name, n.topology) for n in nodes] == [("n1", "block:b1,switch:s1"), ("n2", "")]
+
+
+def test_a_gangs_key_names_a_slurm_topology() -> None:
+    assert topology_of_key(BLOCK) == "block"
+    assert topology_of_key(names.LABEL_TOPOLOGY_PREFIX + "t" * 63) == "t" * 63
+    for key in ("topology.kubernetes.io/zone", "block", names.LABEL_TOPOLOGY_PREFIX, BLOCK + "/x", BLOCK + "-"):
+        with pytest.raises(ValueError, match="use such a key"):
+            topology_of_key(key)
+
+
+def node(name: str, topology: str, *partitions: str) -> NodeInfo:
+    return NodeInfo(name=name, topology=topology, partitions=partitions)
+
+
+NODES = [
+    node("n1", "block:b1,switch:s1", "tb", "flat"),
+    node("n2", "block:b1,switch:s1", "tb", "flat"),
+    node("n3", "block:b2,switch:s2", "tb", "flat"),
+    node("n4", "block:b2,switch:s2", "flat"),
+    node("n5", "", "tb"),
+]
+
+
+def test_each_units_size_counts_only_the_partitions_nodes() -> None:
+    assert unit_sizes(NODES, "tb", "block") == {"b1": 2, "b2": 1}
+    assert unit_sizes(NODES, "flat", "switch") == {"s1": 2, "s2": 2}
+    assert unit_sizes(NODES, "tb", "dragonfly") == {}
+    assert unit_sizes(NODES, "other", "block") == {}
+
+
+@pytest.mark.parametrize(
+    ("needed", "partition_topology", "sizes", "fragment"),
+    [(2, "block", {"b1": 2, "b2": 1}, None),
+     (3, "block", {"b1": 2, "b2": 1}, "needs 3 nodes within one block unit, but the largest in partition tb has 2"),
+     (3, "block", {"b1": 2, "b2": 1}, "(b1: 2, b2: 1)"),
+     (1, "block", {}, "no node of partition tb is in Slurm's topology block"),
+     (1, "switch", {"b1": 2}, f"by topology switch (use the key {names.LABEL_TOPOLOGY_PREFIX}switch), not by block"),
+     (1, "", {"b1": 2}, "by the cluster's default topology"),
+     (1, None, {}, "Slurm has no partition tb")],
+)  # fmt: skip
+def test_a_gang_goes_only_where_one_unit_of_its_topology_holds_it(
+    needed: int, partition_topology: str | None, sizes: dict[str, int], fragment: str | None
+) -> None:
+    problem = placement_problem("block", needed, "tb", partition_topology, sizes)
+    if fragment is None:
+        assert problem is None
+    else:
+        assert problem is not None and fragment in problem, problem

@@ -117,6 +117,9 @@ def test_node_counts(pods: int, ann: dict[str, str], nodes: int, max_nodes: int 
     assert (req.nodes, req.max_nodes) == (nodes, max_nodes)
 
 
+TOPOLOGY_KEY = names.LABEL_TOPOLOGY_PREFIX + "block"
+
+
 @pytest.mark.parametrize(
     ("pods", "ann", "fragment"),
     [
@@ -124,6 +127,7 @@ def test_node_counts(pods: int, ann: dict[str, str], nodes: int, max_nodes: int 
         (3, {names.ANN_MAX_NODES: "2"}, f"{names.ANN_MAX_NODES} (2) is below the node count (3)"),
         (2, {names.ANN_MIN_NODES: "4", names.ANN_MAX_NODES: "3"}, "invalid Slurm job annotations"),
         (1, {names.ANN_TIMELIMIT: "ten"}, "timelimit"),
+        (2, {names.ANN_TOPOLOGY: TOPOLOGY_KEY, names.ANN_MAX_NODES: "3"}, "one segment of exactly its 2 nodes"),
     ],
 )
 def test_node_count_errors(pods: int, ann: dict[str, str], fragment: str) -> None:
@@ -131,6 +135,15 @@ def test_node_count_errors(pods: int, ann: dict[str, str], fragment: str) -> Non
     with pytest.raises(ValueError) as info:
         job_request(group, config=CFG, annotations=ann)
     assert fragment in str(info.value)
+
+
+def test_a_topology_comes_from_the_annotation_or_the_podgroup_and_needs_a_fixed_node_count() -> None:
+    group = [_pod(_c(), name=f"p{i}") for i in range(2)]
+    assert job_request(group, config=CFG, annotations={names.ANN_TOPOLOGY: TOPOLOGY_KEY}).topology == "block"
+    assert job_request(group, config=CFG, derived={"topology": "switch"}).topology == "switch"
+    ann = {names.ANN_TOPOLOGY: TOPOLOGY_KEY, names.ANN_MAX_NODES: "2"}
+    assert job_request(group, config=CFG, annotations=ann).topology == "block", "a range of one is no range"
+    assert job_request(group, config=CFG).topology is None
 
 
 def test_derived_node_count_below_pods_is_an_error() -> None:

@@ -34,6 +34,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Options,
     gang_min_count,
     phj_name,
+    podgroup_topology,
     slurmjob_annotations,
 )
 from slurm_bridge.rules import workloadkinds
@@ -121,7 +122,7 @@ def composite_group(
             annotations.update(slurmjob_annotations(source))
     cname = composite["metadata"]["name"]
     # The heterogeneous job is named after the composite (cut to spec.slurm.jobName's 200).
-    derived: dict[str, object] = {"job_name": cname[:200]}
+    derived: dict[str, object] = {"job_name": cname[:200], **podgroup_topology(podgroup)}
     if controller is not None and group_kind(controller) == JOB:
         deadline = (controller.get("spec") or {}).get("activeDeadlineSeconds")
         if deadline:

@@ -299,6 +299,13 @@ def gang_min_count(podgroup: Mapping[str, Any]) -> int | None:
     return schedulingapi.read_podgroup(podgroup).min_count
 
 
+def podgroup_topology(podgroup: Mapping[str, Any]) -> dict[str, object]:
+    """The job request's ``topology`` from a gang PodGroup's ``schedulingConstraints.topology``, or
+    nothing (a topology annotation, as every annotation, wins over such derived values)."""
+    topology = schedulingapi.topology_of(podgroup.get("spec") or {})
+    return {"topology": topology} if topology else {}
+
+
 def workload_name(podgroup: Mapping[str, Any]) -> str | None:
     """The Workload a built-in PodGroup was made from (v1beta1 ``workloadRef``, v1alpha2
     ``podGroupTemplateRef.workload``)."""
@@ -307,9 +314,10 @@ def workload_name(podgroup: Mapping[str, Any]) -> str | None:
 
 def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
     """Why the bridge cannot place a PodGroup's pods, whatever its policy (claims its pods share,
-    topology constraints; slurm_bridge/kube/schedulingapi.py): the webhook refuses such PodGroups, and one
-    made before it looked (or with the webhook bypassed) gets this on its pods. The fields are
-    immutable, so only a new PodGroup helps; looked at again in case it is replaced."""
+    topology constraints Slurm cannot honour; slurm_bridge/kube/schedulingapi.py): the webhook
+    refuses such PodGroups, and one made before it looked (or with the webhook bypassed) gets this
+    on its pods. The fields are immutable, so only a new PodGroup helps; looked at again in case it
+    is replaced."""
     problems = schedulingapi.group_problems(podgroup.get("spec") or {}, "spec")
     if not problems:
         return None
@@ -331,7 +339,7 @@ def workload_podgroup_group(pod: Obj, podgroup: Obj, controller: Obj | None, wor
     # As in the Go slurm-bridge, the Slurm job is named after the PodGroup (not the Workload, which
     # may have several) unless a job-name annotation says otherwise. The CRD's spec.slurm.jobName
     # holds 200 characters, an object name up to 253.
-    derived: dict[str, object] = {"job_name": podgroup["metadata"]["name"][:200]}
+    derived: dict[str, object] = {"job_name": podgroup["metadata"]["name"][:200], **podgroup_topology(podgroup)}
     if controller is not None and group_kind(controller) == JOB:
         deadline = (controller.get("spec") or {}).get("activeDeadlineSeconds")
         if deadline:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -51,11 +51,11 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.rules import dra, tenancy
+from slurm_bridge.rules import dra, tenancy, topology
 from slurm_bridge.rules.handoff import job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobRequest
+from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -146,6 +146,11 @@ class PlaceholderJobs:
         self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
         self.mig_nodes: Callable[[], frozenset[str]] = frozenset
         self.mismatched_nodes: Callable[[], frozenset[str]] = frozenset
+        # For gangs placed by a topology (docs/workloads.md#topology): Slurm's nodes (the node
+        # controller's last list; None before it) and a partition's Topology= ("" the cluster's
+        # default, None no such partition), set by the wiring; without it a topology gang is not submitted.
+        self.slurm_nodes: Callable[[], Mapping[str, NodeInfo] | None] = lambda: None
+        self.partition_topology: Callable[[str], Awaitable[str | None]] | None = None
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -332,6 +337,9 @@ class PlaceholderJobs:
         exclusive = any(r.exclusive or r.mcs_label for r in action.components)
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         scope = job_handoff_scope(scope_of, pods)
+        placement = await self._topology_problem(action)
+        if placement is not None:  # Slurm would spread it, or place it by another topology: not sent
+            return Again(phj, outcome=pl.Refused(f"not submitted: {placement}", False, action.present))
         try:
             sent = self._without_unfit(action)
         except ValueError as e:  # it requires a node kube-scheduler would refuse: not sent to Slurm
@@ -349,6 +357,34 @@ class PlaceholderJobs:
         parts = snap.components(job_id) if action.components and snap is not None else ()
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
+
+    async def _topology_problem(self, action: pl.Submit) -> str | None:
+        """Why a request placed by a topology (each component's, for a heterogeneous job) cannot be
+        honoured where it would go (``topology.placement_problem``): its partition places jobs by
+        another topology, or no unit there holds it. One partition read per such submit; none for
+        other jobs."""
+        placed = [r for r in (action.components or (action.request,)) if r.topology]
+        if not placed:
+            return None
+        nodes, read = self.slurm_nodes(), self.partition_topology
+        if nodes is None or read is None:
+            return "Slurm's node list is not read yet, so where the topology's units are is not known; tried again"
+        for request in placed:
+            assert request.topology is not None
+            if not request.partition:
+                return (
+                    f"{names.LABEL_TOPOLOGY_PREFIX}{request.topology}: the job names no partition, and Slurm's default "
+                    f"one may place by another topology; name a partition with Topology={request.topology} "
+                    f"({names.ANN_PARTITION})"
+                )
+            for partition in request.partition.split(","):
+                sizes = topology.unit_sizes(nodes.values(), partition, request.topology)
+                found = topology.placement_problem(
+                    request.topology, request.nodes, partition, await read(partition), sizes
+                )
+                if found:
+                    return found
+        return None
 
     def _without_unfit(self, action: pl.Submit) -> pl.Submit:
         """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit)
