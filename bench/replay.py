@@ -7,13 +7,31 @@ the status write, the finalizer) through N bare pods' lives, from the watch stre
 requests the operator sends:
 
 - a stand-in API server (``ApiServer``) answers every Kubernetes request the operator makes at
-  once, as the real one would (uid, resourceVersion, JSON patch and merge patch applied), and
-  sends each change back as a watch event, JSON-encoded as on the wire. It also plays the other
-  writers of a bridge pod's life, so the operator sees what it sees on the cluster: the user's
-  create and delete, the extender's bind with the kube-scheduler's ``Scheduled`` Event, the
-  kubelet's (kwok's) status, the garbage collector's delete of the PlaceholderJob;
-- the real ``SlurmClient`` (codec, retries, JSON) over an ``httpx.MockTransport`` answers the
-  allocation, the read and the cancel at once (a job record of about 2 KB).
+  once, as the real one would (uid, resourceVersion, a PlaceholderJob's generation, JSON patch and
+  merge patch applied), and sends each change back as a watch event, JSON-encoded as on the wire.
+  It also plays the other writers of a bridge pod's life, so the operator sees what it sees on the
+  cluster: the user's create and delete, the extender's bind with the kube-scheduler's
+  ``Scheduled`` Event, the kubelet's (kwok's) status, the garbage collector's delete of the
+  PlaceholderJob;
+- the real ``SlurmClient`` (codec, retries, JSON) over an ``httpx.MockTransport`` answers, as
+  slurmrestd v0.0.45 does, the allocation or the submit, the read (a job record of about 2 KB),
+  the handoff's released mark (``POST job/{id}`` setting the job's ``admin_comment``, made before
+  each of the bridge's own cancels: ``sync/handoffwrites.py``; applied to the job) and the cancel.
+  It also plays slurmctld's hook (``slurm-hooks/slurm-bridge-notify.sh``, a PrologSlurmctld and
+  an EpilogSlurmctld on the local cluster): a notice that the job started (as a queued job starts,
+  a few loop turns after an allocation's answer) and one that it ended (a few loop turns after its
+  cancel), each handed to the operator's own handler of ``POST /slurm/hook``
+  (``operator/wiring/slurmhook.py``: the bearer token checked against its file, the leader, the
+  JSON body, then ``SlurmHints.hint``), which reads the job back (one ``GET job/{id}``) only when
+  the notice is news.
+
+Slurm's settings are the local cluster's (``LOCAL_POLICY``: the handoff's EpilogSlurmctld and the
+notify hook, ``preempt/qos``, the bridge's jobs in a QOS that preempts nothing), as the operator's
+settings reader would have read them. The spec-update check runs as on the cluster: each pod event
+of a member asks whether the pod's slurmjob annotations still are those its PlaceholderJob
+recorded (``members.own_options_changed``), and each PlaceholderJob reconcile whether its spec's
+generation is past the one its status observed (``sync/jobupdates.JobUpdates.inputs``); the
+replay counts both and asserts that neither finds a change (nothing is read for an update).
 
 Modes (``--mode``): ``watch`` (the default) is the operator's path: the two informers (``Informer``) of
 ``operator/wiring/watches.py`` list (empty) and watch through the operator's ``KubeClient``,
@@ -24,16 +42,23 @@ per-event machinery instead (``queueing.watcher``, ``processing.process_resource
 the operator's kopf settings and the two event handlers the operator had until issue 24), fed
 by a stand-in of kopf's watch stream: what going around kopf saves.
 
-Paths (``--path``): ``placed`` (the default) is a pod whose job Slurm allocates inside the call
-(``job/allocate``); ``queued`` is one whose job is queued (``job/submit``: the pod names a group,
-which only a submit sets), then started by Slurm a few loop turns later and announced by
-slurmctld's hook (the notice, ``SlurmHints.hint``), which the operator confirms with one read
-before it releases the pod.
+Paths (``--path``), each a pod's whole life (created, running, deleted, its job released and
+cancelled, its PlaceholderJob finalized), with both of slurmctld's notices: ``placed`` (the default)
+is a pod whose job Slurm allocates inside the call (``job/allocate``), read back at once, so its
+start notice is no news (no read); ``queued`` is one whose job is queued (``job/submit``: the pod
+names a group, which only a submit sets), then started by Slurm a few loop turns later and
+announced by the start notice, which the operator confirms with one read before it releases the
+pod. The end notice of either is no news (the bridge cancelled the job itself). A pod on a hybrid
+node (a slurmd beside the kubelet) takes the same path: the released mark is made for every job
+the bridge releases, whatever its nodes, and what differs there (a vanished pod's hold, the
+handoff loop's reservations) is not a properly ended pod's.
 
-Not included: the HTTP exchanges themselves (aiohttp's and httpx's transports, TLS, sockets: the
-answers are handed to the clients' decoding as bytes), the Slurm polls (they cost per second, not
-per pod), the 10 s re-check timer of each released pod (a no-op reconcile later), leader
-election, metrics scrapes and the webhook, extender and scheduler processes.
+Not included: the HTTP exchanges themselves (aiohttp's and httpx's transports, TLS, sockets,
+aiohttp's parsing of the hook's request: the answers are handed to the clients' decoding as bytes),
+the Slurm polls and the handoff loop's passes (they cost per second, not per pod), the 10 s
+re-check timer of each released pod (a no-op reconcile later), the workloads' annotation watches
+(a bare pod has no workload), leader election, metrics scrapes and the webhook, extender and
+scheduler processes.
 
     nice -n 19 .venv/bin/python bench/replay.py [--pods 200] [--reps 5] [--mode watch|direct|kopf|all]
     nice -n 19 .venv/bin/python bench/replay.py --profile          # cProfile top 20 (one run, watch)
@@ -59,7 +84,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
@@ -70,11 +95,21 @@ from slurm_bridge import names
 from slurm_bridge.core import logs
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle
+from slurm_bridge.operator.placeholderjobs import members as membership
 from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
+from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import SlurmPolicy
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
+from slurm_bridge.slurm.handoffcalls import QosInfo
+from slurm_bridge.slurm.models import JobSettings, PartitionLimits, SlurmConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_memory import admitted_pod_spec  # bench/ is not a package
@@ -97,6 +132,35 @@ SLURM_API = "v0.0.45"
 # The other writers' steps are run after this many loop turns: enough for the operator to see
 # its own write's watch event first, as it usually does on the cluster.
 ACTOR_DELAY_TURNS = 3
+# Slurm's settings as the operator's reader (operator/slurmsettings/) finds the local cluster's
+# (hack/slurm-policy.conf, hack/cluster/slurm-conf.sh, hack/accounting.env): the handoff's
+# EpilogSlurmctld beside slurmctld's notify hook, preemption by QOS, the bridge's jobs in QOS
+# normal (which preempts nothing: they are allocated at once), the pods' QOS preemptable.
+LOCAL_POLICY: Final = SlurmPolicy(
+    known=True,
+    conf=SlurmConf(
+        mcs_plugin="mcs/label",
+        mcs_parameters=("ondemand", "ondemandselect"),
+        epilog_slurmctld=("/etc/slurm/slurm-bridge-handoff.sh", f"/etc/slurm/{names.NOTIFY_HOOK_SCRIPT}"),
+        preempt_type="preempt/qos",
+        preempt_mode=("REQUEUE",),
+        over_time_limit_minutes=0,
+    ),
+    qos={
+        q.name: q
+        for q in (
+            QosInfo("normal"),
+            QosInfo("high"),
+            QosInfo("native"),
+            QosInfo("pods", (), ("CANCEL",), 90),
+            QosInfo("pods-urgent", ("native",), ("CANCEL",), 90),
+            QosInfo("native-urgent", ("pods",)),
+        )
+    },
+    default_qos={"": "normal"},
+)
+# The bearer token slurmctld's hook presents (the operator reads its copy from slurmHookTokenFile).
+HOOK_TOKEN = "replay-hook-token"
 
 
 class StandIn:
@@ -122,6 +186,27 @@ class StandIn:
                 cls._depth -= 1
 
         return wrapper
+
+
+class Later:
+    """The steps of the cluster's other writers (and of Slurm), each run a few loop turns from now,
+    as stand-in time; ``pending``: how many are not run yet."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+
+    def __call__(self, step: Callable[[], None], turns: int = ACTOR_DELAY_TURNS) -> None:
+        self.pending += 1
+        loop = asyncio.get_running_loop()
+
+        def run(n: int) -> None:
+            if n > 0:
+                loop.call_soon(run, n - 1)
+                return
+            self.pending -= 1
+            StandIn.timed(step)()
+
+        loop.call_soon(run, turns)
 
 
 # ---- objects as the API server returns them ----------------------------------------------------
@@ -255,7 +340,8 @@ class ApiServer:
     unknown: list[str] = field(default_factory=list)
     events_sent: Counter[str] = field(default_factory=Counter)  # watch events by resource
     releases: Counter[str] = field(default_factory=Counter)  # pod name -> release patches
-    pending: int = 0  # the other writers' steps not run yet
+    later: Later = field(default_factory=Later)  # the other writers' steps
+    options_recorded: int = 0  # PlaceholderJobs made with the options their spec was made from
     pod_annotations: dict[str, str] = field(default_factory=dict)  # on every pod the user creates
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=itertools.count)
@@ -271,20 +357,6 @@ class ApiServer:
     def _emit(self, resource: str, etype: str, obj: Obj) -> None:
         self.events_sent[resource] += 1
         self.feeds[resource].put_nowait(json.dumps({"type": etype, "object": obj}).encode())
-
-    def _later(self, step: Callable[[], None], turns: int = ACTOR_DELAY_TURNS) -> None:
-        """Another writer's step, a few loop turns from now."""
-        self.pending += 1
-        loop = asyncio.get_running_loop()
-
-        def run(n: int) -> None:
-            if n > 0:
-                loop.call_soon(run, n - 1)
-                return
-            self.pending -= 1
-            StandIn.timed(step)()
-
-        loop.call_soon(run, turns)
 
     # -- the other writers --
     @StandIn.timed
@@ -305,7 +377,7 @@ class ApiServer:
                                         "lastTransitionTime": "2026-11-23T00:00:01Z"}]  # fmt: skip
         self.objects[path] = self._stamp(pod)
         self._emit("pods", "MODIFIED", pod)
-        self._later(lambda: self._kubelet_runs(path))
+        self.later(lambda: self._kubelet_runs(path))
 
     def _kubelet_runs(self, path: str) -> None:
         self.requests[("kubelet", "PATCH", "pods/status")] += 1
@@ -336,9 +408,9 @@ class ApiServer:
             self.requests[("kubelet", "DELETE", "pods")] += 1
             dead = self._stamp(copy.deepcopy(self.objects.pop(path)))
             self._emit("pods", "DELETED", dead)
-            self._later(lambda: self._collect(name))
+            self.later(lambda: self._collect(name))
 
-        self._later(gone)
+        self.later(gone)
 
     def _collect(self, owner: str) -> None:
         path = f"{PHJ_PREFIX}/{owner}"
@@ -347,7 +419,11 @@ class ApiServer:
             return
         self.requests[("garbage-collector", "DELETE", names.PLURAL)] += 1
         phj = copy.deepcopy(phj)
-        phj["metadata"]["deletionTimestamp"] = "2026-11-23T00:01:01Z"
+        # As the API server marks an object with finalizers and no graceful deletion (a custom
+        # resource) deleted: the deletion timestamp, a zero grace period, the generation bumped.
+        meta = phj["metadata"]
+        meta |= {"deletionTimestamp": "2026-11-23T00:01:01Z", "deletionGracePeriodSeconds": 0}
+        meta["generation"] = meta.get("generation", 0) + 1
         self.objects[path] = self._stamp(phj)
         self._emit(names.PLURAL, "MODIFIED", phj)
 
@@ -392,6 +468,7 @@ class ApiServer:
         if path in self.objects:
             return 409, b'{"reason":"AlreadyExists"}'
         obj = copy.deepcopy(body)
+        self.options_recorded += names.ANN_JOB_OPTIONS in (meta.get("annotations") or {})
         obj["metadata"] |= {"uid": f"phj-{next(self._uid):08d}", "generation": 1,
                             "creationTimestamp": "2026-11-23T00:00:00Z",
                             "managedFields": managed_fields("slurm-bridge-operator", ["pods", "slurm"])}  # fmt: skip
@@ -409,9 +486,12 @@ class ApiServer:
             new = dict(cur) | {"status": merge_patch(cur.get("status") or {}, body.get("status") or {})}
         else:
             new = merge_patch(cur, body)
+        if resource == names.PLURAL and not status and new.get("spec") != cur.get("spec"):
+            # A custom resource's generation counts its spec's changes (the spec-update check reads it).
+            new["metadata"] = {**new["metadata"], "generation": new["metadata"].get("generation", 0) + 1}
         if resource == "pods" and cur["spec"].get("schedulingGates") and not new["spec"].get("schedulingGates"):
             self.releases[cur["metadata"]["name"]] += 1
-            self._later(lambda: self._bind(path))
+            self.later(lambda: self._bind(path))
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self.objects[path]
@@ -451,16 +531,22 @@ class ReplayKube(KubeClient):
 
 
 class ReplaySlurm:
-    """slurmrestd's answers to the operator's per-pod calls, recorded by kind."""
+    """slurmrestd's answers to the operator's per-pod calls, recorded by kind, and slurmctld's
+    notices of each job's start and end (its PrologSlurmctld and EpilogSlurmctld hook)."""
 
     def __init__(self) -> None:
         self.next_id = itertools.count(1)
         self.jobs: dict[int, Obj] = {}
         self.calls: Counter[str] = Counter()
         self.unknown: list[str] = []
-        # Slurm starts a queued job a few loop turns after its submit, then its hook's notice
-        # reaches the operator (the replay sets this to the operator's SlurmHints.hint).
-        self.on_start: Callable[[int], object] | None = None
+        self.later = Later()  # Slurm's steps: a queued job's start, the hook's notices
+        # Slurm's hook sends a notice of each start and end (``slurm-bridge-notify.sh``): the
+        # replay sets this to the operator's handler of ``POST /slurm/hook``.
+        self.notify: Callable[[int, str], object] | None = None
+        self.notices: Counter[str] = Counter()  # sent, by event
+        # Cancels of a job that carried the released mark (its admin_comment) by then, and of one
+        # that did not (the handoff's EpilogSlurmctld would hold its nodes).
+        self.cancels: Counter[str] = Counter()
 
     @StandIn.timed
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -475,34 +561,66 @@ class ReplaySlurm:
             job_id = next(self.next_id)
             self.jobs[job_id] = slurm_job(job_id, job.get("name", ""), job.get("admin_comment", ""),
                                           NODES[job_id % len(NODES)])  # fmt: skip
+            self.later(lambda: self._notice(job_id, "started"))  # its PrologSlurmctld, after the answer
             return httpx.Response(200, json=meta | {"job_id": job_id, "job_submit_user_msg": ""})
         if request.method == "POST" and path == "job/submit":
             job = json.loads(request.content)["job"]
             job_id = next(self.next_id)
             running = slurm_job(job_id, job.get("name", ""), job.get("admin_comment", ""), NODES[job_id % len(NODES)])
             self.jobs[job_id] = pending_job(running)
-            loop = asyncio.get_running_loop()
-            loop.call_soon(loop.call_soon, self._start, job_id, running)  # Slurm's scheduler, a little later
+            self.later(lambda: self._start(job_id, running), turns=2)  # Slurm's scheduler, a little later
             return httpx.Response(200, json=meta | {"job_id": job_id, "step_id": "batch", "job_submit_user_msg": ""})
         if path.startswith("job/") and path[4:].isdigit():
             job_id = int(path[4:])
-            if request.method == "GET" and job_id in self.jobs:
-                return httpx.Response(200, json=meta | {"jobs": [self.jobs[job_id]], "last_backfill": {},
-                                                        "last_update": {}})  # fmt: skip
+            found = self.jobs.get(job_id)
+            if request.method == "GET" and found is not None:
+                return httpx.Response(200, json=meta | {"jobs": [found], "last_backfill": {}, "last_update": {}})
             if request.method == "DELETE":
-                self.jobs.pop(job_id, None)
+                if found is not None:  # forgotten at once: nothing reads an ended job, and Slurm's
+                    # records kept would be garbage the operator's collections walk through
+                    self.cancels["marked" if is_released(found["admin_comment"]) else "unmarked"] += 1
+                    del self.jobs[job_id]
+                    self.later(lambda: self._notice(job_id, "ended"))  # its EpilogSlurmctld
                 return httpx.Response(200, json=meta | {"status": []})
-            if request.method == "POST":  # the released mark before the bridge's own cancel (the handoff)
-                return httpx.Response(200, json=meta | {"job_id": job_id, "results": []})
+            if request.method == "POST" and found is not None:
+                # A job update: the released mark before the bridge's own cancel (a bare
+                # job_desc_msg setting admin_comment, slurm/bodies.py). Slurm applies it; slurmrestd
+                # answers no per-job results for a job that is not an array ("results": null).
+                update = json.loads(request.content)
+                if set(update) != {"admin_comment"}:
+                    self.unknown.append(f"{kind} {sorted(update)}")
+                self.jobs[job_id] = found | update
+                return httpx.Response(200, json=meta | {"results": None})
         self.unknown.append(kind)
         return httpx.Response(404, text="Unable to find requested URL endpoint.")
 
-    @StandIn.timed
     def _start(self, job_id: int, running: Obj) -> None:
-        if job_id in self.jobs:
-            self.jobs[job_id] = running
-            if self.on_start is not None:
-                self.on_start(job_id)
+        found = self.jobs.get(job_id)
+        if found is not None and found["job_state"] == ["PENDING"]:
+            self.jobs[job_id] = running | {"admin_comment": found["admin_comment"]}
+            self._notice(job_id, "started")
+
+    def _notice(self, job_id: int, event: str) -> None:
+        self.notices[event] += 1
+        if self.notify is not None:
+            self.notify(job_id, event)
+
+
+@dataclass
+class HookRequest:
+    """slurmctld's notice as the operator's handler of ``POST /slurm/hook`` reads it: the headers
+    ``slurm-bridge-notify.sh`` sends and its JSON body (aiohttp's own parsing of the request is
+    the HTTP exchange, not replayed; ``json`` decodes the body as ``aiohttp.web.Request.json`` does)."""
+
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def content_length(self) -> int:
+        return len(self.body)
+
+    async def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8"))
 
 
 # ---- feeding the watch events ------------------------------------------------------------------------
@@ -614,17 +732,33 @@ class Result:
     released: Counter[str]
     unknown: list[str]
     phases: Counter[str]  # the PlaceholderJobs' phases once every pod runs
-    hints_read: int  # notices of a start that were news and had their job read (the queued path)
+    notices: dict[str, int]  # slurmctld's hook's notices sent, by event (started, ended)
+    hook_answers: dict[int, int]  # the operator's answers to them, by HTTP status (202: read, 200: no news)
+    hints_read: int  # notices that were news and had their job read (a queued job's start)
+    cancels: dict[str, int]  # the bridge's cancels of live jobs: "marked" released first, or "unmarked"
+    spec_checks: dict[str, int]  # the spec-update checks: "pod"/"phj", and "... changed" when one found a change
+    options_recorded: int  # PlaceholderJobs made with the options their spec was made from
     left: list[str]  # objects left after every pod's end (none expected)
 
 
-async def _quiet(server: ApiServer, ctrl: Controller, delivered: Counter[str], deadline: float) -> None:
-    """Until every watch event was handled and nothing is queued, in flight or scheduled."""
+async def _quiet(
+    server: ApiServer,
+    slurm: ReplaySlurm,
+    ctrl: Controller,
+    delivered: Counter[str],
+    notices: set[asyncio.Task[None]],
+    deadline: float,
+) -> None:
+    """Until every watch event was handled and nothing is queued, in flight or scheduled: the
+    other writers' steps, Slurm's (a start, a notice), the notices' handling and their reads."""
     still = 0
     while still < 3:
         await asyncio.sleep(0.001)
         done = (
-            server.pending == 0
+            server.later.pending == 0
+            and slurm.later.pending == 0
+            and not notices
+            and ctrl.hints.in_flight == 0
             and sum(delivered.values()) == sum(server.events_sent.values())
             and ctrl.queue.idle
             and not ctrl.kube._event_tasks
@@ -633,7 +767,36 @@ async def _quiet(server: ApiServer, ctrl: Controller, delivered: Counter[str], d
         if time.monotonic() > deadline:
             raise TimeoutError(f"the replay did not settle: sent {dict(server.events_sent)}, "
                                f"handled {dict(delivered)}, queue {len(ctrl.queue)}, "
-                               f"other writers' steps {server.pending}")  # fmt: skip
+                               f"other writers' steps {server.later.pending}, Slurm's {slurm.later.pending}, "
+                               f"notices {len(notices)}, hinted reads {ctrl.hints.in_flight}")  # fmt: skip
+
+
+@contextlib.contextmanager
+def counted_spec_checks(ctrl: Controller, checks: Counter[str]) -> Iterator[None]:
+    """Count the spec-update checks as they run: a member's pod event asks whether its slurmjob
+    annotations changed (``members.own_options_changed``), a PlaceholderJob reconcile whether its
+    spec's generation is past the observed one and reads what an update is decided on if so
+    (``JobUpdates.inputs``)."""
+    own_options_changed, inputs = membership.own_options_changed, ctrl.jobs.updates.inputs
+
+    def pod_check(pod: Obj, phj: PlaceholderJob) -> bool:
+        changed = own_options_changed(pod, phj)
+        checks["pod changed" if changed else "pod"] += 1
+        return changed
+
+    async def phj_check(
+        phj: PlaceholderJob, slurm: SlurmSide, held: Held | None = None
+    ) -> tuple[JobSettings | None, dict[str, PartitionLimits] | None]:
+        settings, partitions = await inputs(phj, slurm, held)
+        checks["phj changed" if settings is not None or partitions is not None else "phj"] += 1
+        return settings, partitions
+
+    membership.own_options_changed = pod_check
+    ctrl.jobs.updates.inputs = phj_check  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        membership.own_options_changed = own_options_changed
 
 
 async def replay(
@@ -647,11 +810,34 @@ async def replay(
         slurm = SlurmClient("http://slurmrestd.invalid:6820", token, api_version=SLURM_API,
                             transport=httpx.MockTransport(slurm_api))  # fmt: skip
         kube = ReplayKube(server)
-        ctrl = Controller(Config(managedNamespaces=[NAMESPACE]), kube, slurm)
+        hook_token = Path(tmp, "slurm-hook-token")
+        await asyncio.to_thread(hook_token.write_text, HOOK_TOKEN + "\n")
+        config = Config(managedNamespaces=[NAMESPACE], slurmHookTokenFile=hook_token)
+        ctrl = Controller(config, kube, slurm)
         # The poller's first full list is done (an empty Slurm); it is not started: polls cost
-        # per second, not per pod.
+        # per second, not per pod. Slurm's settings are read (the local cluster's).
         ctrl.poller.snapshot = JobSnapshot({}, {}, time.monotonic())
         ctrl.poller.synced.set()
+        ctrl.policy.current = LOCAL_POLICY
+        # slurmctld's hook reaches the leader's handler of POST /slurm/hook (operator/wiring/health.py).
+        elector = LeaderElector(kube, NAMESPACE, f"{config.bridgeId}-operator")
+        elector.is_leader.set()
+        hook = slurm_hook(ctrl.hints, elector, HookToken(hook_token))
+        hook_answers: Counter[int] = Counter()
+        notices: set[asyncio.Task[None]] = set()
+
+        async def answer(request: HookRequest) -> None:
+            hook_answers[(await hook(request)).status] += 1
+
+        def notify(job_id: int, event: str) -> None:
+            body = json.dumps({"event": event, "jobId": job_id}).encode()
+            headers = {"Authorization": f"Bearer {HOOK_TOKEN}", "Content-Type": "application/json"}
+            task = asyncio.create_task(answer(HookRequest(headers, body)))
+            notices.add(task)
+            task.add_done_callback(notices.discard)
+
+        slurm_api.notify = notify
+        spec_checks: Counter[str] = Counter()
         delivered: Counter[str] = Counter()
         reconciles: Counter[str] = Counter()
         on_pod, on_phj, handle = ctrl.on_pod_event, ctrl.on_phj_event, ctrl.queue._handler
@@ -668,13 +854,13 @@ async def replay(
             reconciles[item.kind] += 1
             return await handle(item)
 
-        slurm_api.on_start = lambda job_id: ctrl.hints.hint(job_id, "started")  # slurmctld's hook
         ctrl.on_pod_event, ctrl.on_phj_event = pod_event, phj_event  # type: ignore[method-assign]
         ctrl.queue._handler = counted
         ctrl.queue.start()
         cpu: dict[str, float] = {}
         standin: dict[str, float] = {}
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(counted_spec_checks(ctrl, spec_checks))
             if mode == "watch":
                 await stack.enter_async_context(operator_watches(server, ctrl, kube))
             elif mode == "kopf":
@@ -692,7 +878,7 @@ async def replay(
                 t0, s0 = time.process_time(), StandIn.seconds
                 for i in range(pods):
                     act(f"b{i:04d}")
-                await _quiet(server, ctrl, delivered, deadline)
+                await _quiet(server, slurm_api, ctrl, delivered, notices, deadline)
                 cpu[name] = (time.process_time() - t0 - (StandIn.seconds - s0)) * 1000
                 standin[name] = (StandIn.seconds - s0) * 1000
 
@@ -704,6 +890,7 @@ async def replay(
             if profile is not None:
                 profile.disable()
         await ctrl.queue.stop()
+        await ctrl.hints.stop()
         await kube.aclose()
         await slurm.aclose()
     return Result(
@@ -713,7 +900,8 @@ async def replay(
         requests={" ".join(k): n for k, n in sorted(server.requests.items())},
         placed_requests={" ".join(k): n for k, n in sorted(placed.items())},
         slurm=dict(slurm_api.calls), released=server.releases, unknown=server.unknown + slurm_api.unknown,
-        phases=phases, hints_read=ctrl.hints.read,
+        phases=phases, notices=dict(slurm_api.notices), hook_answers=dict(hook_answers), hints_read=ctrl.hints.read,
+        cancels=dict(slurm_api.cancels), spec_checks=dict(spec_checks), options_recorded=server.options_recorded,
     )  # fmt: skip
 
 
@@ -745,6 +933,8 @@ def summary(runs: list[Result]) -> dict[str, Any]:
         "api_requests_per_pod_placed": per_pod(r.placed_requests, n),
         "api_requests_per_pod_whole_life": per_pod(r.requests, n),
         "slurm_calls_per_pod": per_pod(r.slurm, n),
+        "slurm_notices_per_pod": per_pod(r.notices, n) | {"read": round(r.hints_read / n, 2)},
+        "spec_update_checks_per_pod": per_pod(r.spec_checks, n),
     }  # fmt: skip
 
 
@@ -767,6 +957,8 @@ def print_summary(s: dict[str, Any]) -> None:
     for k, v in s["api_requests_per_pod_whole_life"].items():
         print(f"    {k:45} {v}")
     print(f"  Slurm calls per pod: {s['slurm_calls_per_pod']}")
+    print(f"  slurmctld's notices per pod (through the operator's hook handler): {s['slurm_notices_per_pod']}")
+    print(f"  spec-update checks per pod (none found a change): {s['spec_update_checks_per_pod']}")
 
 
 def check(r: Result) -> list[str]:
@@ -784,8 +976,28 @@ def check(r: Result) -> list[str]:
     made = "POST job/submit" if r.path == "queued" else "POST job/allocate"
     if r.slurm.get(made) != r.pods:
         problems.append(f"{made}: {r.slurm.get(made)} for {r.pods} pods")
-    if r.path == "queued" and r.hints_read != r.pods:
-        problems.append(f"starts read after the hook's notice: {r.hints_read} for {r.pods} pods")
+    # One read per pod: the allocation's read back, or the read that confirms a queued job's start
+    # notice; a read for a spec update, or of a notice that was no news, would be more.
+    if r.slurm.get("GET job/{id}") != r.pods:
+        problems.append(f"GET job/{{id}}: {r.slurm.get('GET job/{id}')} for {r.pods} pods")
+    for kind in ("POST job/{id}", "DELETE job/{id}"):  # the released mark, the cancel: one each per job
+        if r.slurm.get(kind) != r.pods:
+            problems.append(f"{kind}: {r.slurm.get(kind)} for {r.pods} pods")
+    if r.cancels != {"marked": r.pods}:
+        problems.append(f"jobs cancelled with and without the released mark first: {r.cancels} for {r.pods} pods")
+    if r.notices != {"started": r.pods, "ended": r.pods}:
+        problems.append(f"slurmctld's notices: {r.notices} for {r.pods} pods")
+    news = r.pods if r.path == "queued" else 0  # an allocated job is read back before its notice
+    if r.hook_answers != {s: n for s, n in ((202, news), (200, 2 * r.pods - news)) if n}:
+        problems.append(f"the hook's answers to the notices: {r.hook_answers} (202: news, read; 200: no news)")
+    if r.hints_read != news:
+        problems.append(f"jobs read after the hook's notice: {r.hints_read} for {r.pods} pods")
+    if r.options_recorded != r.pods:
+        problems.append(f"PlaceholderJobs made with their options recorded: {r.options_recorded} of {r.pods}")
+    if set(r.spec_checks) != {"pod", "phj"} or r.spec_checks["pod"] < r.pods:
+        problems.append(f"spec-update checks: {r.spec_checks} (each pod's events after it joined, each reconcile)")
+    if r.reconciles.get("options"):
+        problems.append(f"options reconciles: {r.reconciles['options']} (no annotation changed)")
     return problems
 
 
@@ -797,7 +1009,8 @@ def main() -> None:
                     help="watch: the operator's watches (its path); direct: decoded events to the handlers; "
                          "kopf: through kopf's per-event processing (the path until issue 24)")  # fmt: skip
     ap.add_argument("--path", choices=tuple(PATHS), default="placed",
-                    help="placed: allocated in the call; queued: submitted, started, the hook's notice")  # fmt: skip
+                    help="placed: allocated in the call, read back; queued: submitted, started, read on the hook's "
+                         "start notice (both: the released mark, the cancel, the start and end notices)")  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="cProfile one replay (the first mode) and print the top 20")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -821,9 +1034,10 @@ def main() -> None:
     for mode in modes:
         asyncio.run(replay(min(args.pods, 20), mode, path=args.path))  # warm-up: imports, caches
         runs = [asyncio.run(replay(args.pods, mode, path=args.path)) for _ in range(args.reps)]
-        problems = check(runs[-1])
-        if problems:
-            raise SystemExit(f"{mode}: the replay went off the usual path: " + "; ".join(problems))
+        for i, run in enumerate(runs, 1):
+            problems = check(run)
+            if problems:
+                raise SystemExit(f"{mode}, replay {i}: the replay went off the usual path: " + "; ".join(problems))
         results[mode] = summary(runs)
     for mode, base in (("watch", "direct"), ("kopf", "direct")):
         if mode in results and base in results:
@@ -842,8 +1056,8 @@ def main() -> None:
             "and the reconciles its later delivery does not merge; until the pods run both take the same path)"
         )
     print(
-        "Not included: HTTP transports (aiohttp, httpx's), Slurm polls, the 10 s re-check of a released pod, "
-        "leader election, the webhook/extender/scheduler processes.",
+        "Not included: HTTP transports (aiohttp, httpx's), Slurm polls and the handoff loop's passes, the 10 s "
+        "re-check of a released pod, leader election, the webhook/extender/scheduler processes.",
         file=sys.stderr,
     )
 

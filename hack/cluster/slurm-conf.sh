@@ -3,7 +3,7 @@
 #   slurm_conf        slurm.conf: slurm_conf_common (the lines every Slurm of the project shares,
 #                     hack/old-slurm.sh's too), accounting, the scheduling/priority/preemption
 #                     policy (hack/slurm-policy.conf, verbatim), the nodes and partitions;
-#   gres_conf, cgroup_conf, slurmdbd_conf, handoff_conf (slurm-bridge-handoff.conf, the handoff
+#   gres_conf, topology_yaml, cgroup_conf, slurmdbd_conf, handoff_conf (slurm-bridge-handoff.conf, the handoff
 #   script's: handoff_conf [bridge_ids=slurm-bridge] [max_hold=86400] [state_dir=/var/spool/slurm-bridge]
 #   [nodes=HOSTLIST] [prolog_wait=900] [notify=PATH]).
 # They print to stdout and read only their settings and hack/lib.sh's SB_* layout, so a Slurm
@@ -120,7 +120,8 @@ slurm_conf_workers() { # "name=address ..." cpus memory_mib [gpus] : every worke
   for w in $1; do
     names+=("${w%%=*}")
     gres=$(SB_HYBRID_GPUS=${4:-} python3 -P "$HACK_DIR/cluster/gpus.py" gres "${w%%=*}") || die "the workers' GPUs ($4): see above"
-    echo "NodeName=${w%%=*} NodeAddr=${w#*=} CPUs=$2 RealMemory=$3${gres:+ Gres=$gres} State=UNKNOWN"
+    # Each worker its own block and leaf switch (topology_yaml workers=...), in the workers' order.
+    echo "NodeName=${w%%=*} NodeAddr=${w#*=} CPUs=$2 RealMemory=$3${gres:+ Gres=$gres}$(node_topology "${#names[@]}") State=UNKNOWN"
   done
   echo "PartitionName=$SB_PARTITION Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP"
 }
@@ -175,22 +176,32 @@ topology_nodes() { # group : its nodes, as a Slurm hostlist
   esac
 }
 node_topology() { echo " Topology=block:b$1,switch:s$1"; }  # group : the NodeName line's place
-topology_yaml() {
-  local g
+topology_yaml() { # [workers="name=address ..."] : the local cluster's, or a kind cluster's (a group per worker)
+  local workers= g i=0
+  conf_settings "workers" "$@"
   echo "# Written by hack/cluster/slurm-conf.sh (docs/nodes.md#network-topology)."
+  if [ -n "$workers" ]; then
+    for g in $workers; do i=$((i + 1)); echo "$i ${g%%=*}"; done | topology_yaml_of
+  else
+    for g in $(topology_groups); do echo "$g $(topology_nodes "$g")"; done | topology_yaml_of
+  fi
+}
+topology_yaml_of() { # stdin "group hostlist" lines : the flat default, and block b<group> / leaf switch s<group> each
+  local groups=() lists=() g nodes i
+  while read -r g nodes; do groups+=("$g"); lists+=("$nodes"); done
   echo "- topology: flat"
   echo "  cluster_default: true"
   echo "  flat: true"
   echo "- topology: block"
   echo "  block:"
   echo "    blocks:"
-  for g in $(topology_groups); do echo "      - block: b$g"; echo "        nodes: $(topology_nodes "$g")"; done
+  for i in "${!groups[@]}"; do echo "      - block: b${groups[$i]}"; echo "        nodes: ${lists[$i]}"; done
   echo "- topology: switch"
   echo "  tree:"
   echo "    switches:"
   echo "      - switch: s0"
-  echo "        children: $(topology_groups | sed 's/^/s/' | paste -sd, -)"
-  for g in $(topology_groups); do echo "      - switch: s$g"; echo "        nodes: $(topology_nodes "$g")"; done
+  echo "        children: $(printf 's%s\n' "${groups[@]}" | paste -sd, -)"
+  for i in "${!groups[@]}"; do echo "      - switch: s${groups[$i]}"; echo "        nodes: ${lists[$i]}"; done
 }
 
 gres_conf() { # [worker_gpus=LAYOUT] : the local cluster's, or only a kind cluster's workers' GPUs
@@ -275,9 +286,10 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case $what in
     slurm.conf) slurm_conf "$@" ;;
     gres.conf) gres_conf "$@" ;;
+    topology.yaml) topology_yaml "$@" ;;
     cgroup.conf) cgroup_conf ;;
     slurmdbd.conf) slurmdbd_conf "$@" ;;
     slurm-bridge-handoff.conf) handoff_conf "$@" ;;
-    *) die "usage: hack/cluster/slurm-conf.sh slurm.conf|gres.conf|cgroup.conf|slurmdbd.conf|slurm-bridge-handoff.conf [KEY=VALUE...]" ;;
+    *) die "usage: hack/cluster/slurm-conf.sh slurm.conf|gres.conf|topology.yaml|cgroup.conf|slurmdbd.conf|slurm-bridge-handoff.conf [KEY=VALUE...]" ;;
   esac
 fi

@@ -13,7 +13,7 @@
 #               workers' GPUs (SB_KIND_GPUS) in gres.conf, on stand-in device files in its container
 # slurmctld runs the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, from the ConfigMap).
 # Secrets: slurm-munge-key, slurm-jwt-key (the JWT key), slurm-db. ConfigMap: slurm-config (slurm.conf,
-# gres.conf, gpu-device-files, ...).
+# gres.conf, topology.yaml, gpu-device-files, ...).
 # The controller side runs on the control-plane node, as the bridge does: workers are Slurm nodes,
 # which the bridge taints NoExecute (docs/nodes.md).
 
@@ -58,6 +58,9 @@ kind_slurm_config_map() { # workers
   rm -rf "$dir"; mkdir -p "$dir"
   kind_slurm_conf "$1" > "$dir/slurm.conf"
   kind_slurmdbd_conf > "$dir/slurmdbd.conf"
+  # The local cluster's two network topologies, each worker a block and a leaf switch of its own
+  # (docs/nodes.md#network-topology): the bridge labels the workers from them.
+  topology_yaml workers="$1" > "$dir/topology.yaml"
   cgroup_conf > "$dir/cgroup.conf"
   # The workers' GPUs (SB_KIND_GPUS): gres.conf's records and the stand-in device files sb-slurm makes
   # in each slurmd container, from the one layout (hack/cluster/gpus.py).

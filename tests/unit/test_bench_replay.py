@@ -4,10 +4,14 @@ so the CPU-per-pod figure cannot silently measure another path than the one the 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
 import sys
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -41,6 +45,15 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     # nothing for a pod that stopped
     # (docs/colocation.md; skipped where Slurm's configuration has no EpilogSlurmctld)
     assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
+    assert r.cancels == {"marked": PODS}, "every job carried the released mark when it was cancelled"
+    # slurmctld's hook: a start and an end notice per job, through the operator's handler; an
+    # allocated job was read back at once, and the bridge cancelled it itself: neither is news
+    assert r.notices == {"started": PODS, "ended": PODS}
+    assert r.hook_answers == {200: 2 * PODS} and r.hints_read == 0
+    # the spec-update check ran on the pod events after the join and on each reconcile, found nothing
+    assert r.options_recorded == PODS
+    assert set(r.spec_checks) == {"pod", "phj"} and r.spec_checks["pod"] >= PODS
+    assert "options" not in r.reconciles
     # the watch events until it runs: pod ADDED, released, bound, running; PlaceholderJob ADDED, status
     assert r.placed_events == {"pods": 4 * PODS, names.PLURAL: 2 * PODS}
     # then the pod terminating, Failed (the kubelet's terminal phase) and deleted (the
@@ -56,7 +69,9 @@ async def test_a_queued_pods_start_is_read_once_after_the_hooks_notice() -> None
     r = await replay.replay(PODS, "watch", settle_seconds=30, path="queued")
     assert replay.check(r) == []
     assert r.hints_read == PODS, "every start read after its notice"
+    assert r.hook_answers == {202: PODS, 200: PODS}, "the start notices are news, the end notices not"
     assert r.slurm == {"POST job/submit": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
+    assert r.cancels == {"marked": PODS}
     assert {k: n / PODS for k, n in r.placed_requests.items()} == PLACED
     assert r.released == Counter({f"b{i:04d}": 1 for i in range(PODS)})
 
@@ -80,3 +95,64 @@ def test_json_patch_applies_the_operators_ops_and_fails_a_test() -> None:
     assert out == {"metadata": {"uid": "u", "finalizers": ["b"], "labels": {"x": "1", "a/b": "2"}}, "spec": {}}
     assert replay.json_patch(obj, [{"op": "test", "path": "/metadata/uid", "value": "v"}]) is None
     assert replay.merge_patch({"a": {"b": 1, "c": 2}}, {"a": {"b": None, "d": 3}}) == {"a": {"c": 2, "d": 3}}
+
+
+async def test_the_check_refuses_a_replay_that_left_the_usual_path() -> None:
+    """What check() guards: a notice lost or read for nothing, a spec change found, a job cancelled
+    without its released mark, a read more than the path's one."""
+    r = await replay.replay(PODS, "direct", settle_seconds=30)
+    assert replay.check(r) == []
+    off = [
+        dataclasses.replace(r, notices={"started": PODS}),
+        dataclasses.replace(r, hook_answers={202: PODS, 200: PODS}),
+        dataclasses.replace(r, spec_checks={**r.spec_checks, "pod changed": 1}),
+        dataclasses.replace(r, cancels={"marked": PODS - 1, "unmarked": 1}),
+        dataclasses.replace(r, slurm={**r.slurm, "GET job/{id}": PODS + 1}),
+        dataclasses.replace(r, options_recorded=PODS - 1),
+    ]
+    assert all(replay.check(x) for x in off), [replay.check(x) for x in off]
+
+
+async def test_slurms_stand_in_answers_the_mark_as_slurmrestd_and_applies_it() -> None:
+    """The released mark (a bare job_desc_msg setting admin_comment): applied to the job, answered
+    with slurmrestd's null results (which the client's codec reads as no failure); the cancel
+    counts the mark and sends the end notice a few loop turns later."""
+    slurm = replay.ReplaySlurm()
+    sent: list[tuple[int, str]] = []
+    slurm.notify = lambda job_id, event: sent.append((job_id, event))
+    base = f"http://slurmrestd.invalid/slurm/{replay.SLURM_API}"
+    job = {"job": {"name": "n", "admin_comment": 'slurm-bridge:{"bridge":"b"}'}}
+    answer = slurm(httpx.Request("POST", f"{base}/job/allocate", json=job))
+    job_id = answer.json()["job_id"]
+    mark = 'slurm-bridge:{"bridge":"b","released":true}'
+    answer = slurm(httpx.Request("POST", f"{base}/job/{job_id}", json={"admin_comment": mark}))
+    assert answer.status_code == 200 and answer.json()["results"] is None and answer.json()["errors"] == []
+    assert slurm.jobs[job_id]["admin_comment"] == mark
+    read = slurm(httpx.Request("GET", f"{base}/job/{job_id}")).json()["jobs"][0]
+    assert read["admin_comment"] == mark and read["job_state"] == ["RUNNING"]
+    slurm(httpx.Request("DELETE", f"{base}/job/{job_id}"))
+    for _ in range(2 * replay.ACTOR_DELAY_TURNS + 2):
+        await asyncio.sleep(0)
+    assert slurm.cancels == {"marked": 1} and slurm.later.pending == 0
+    assert sent == [(job_id, "started"), (job_id, "ended")]
+    assert slurm.unknown == []
+
+
+def test_the_stand_in_api_server_counts_a_placeholderjobs_generation_as_kubernetes_does() -> None:
+    """Its spec's changes and its deletion (a custom resource with finalizers) bump the generation,
+    the spec-update check's input; status and metadata writes do not."""
+    server = replay.ApiServer()
+    meta = {"name": "p", "namespace": replay.NAMESPACE, "finalizers": ["f"]}
+    body = {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": meta, "spec": {"pods": ["p"]}}
+    path = f"{replay.PHJ_PREFIX}/p"
+    server.handle("POST", replay.PHJ_PREFIX, json.dumps(body).encode(), "application/json")
+    assert server.objects[path]["metadata"]["generation"] == 1
+    merge = "application/merge-patch+json"
+    server.handle("PATCH", f"{path}/status", json.dumps({"status": {"phase": "Running"}}).encode(), merge)
+    server.handle("PATCH", path, json.dumps({"metadata": {"annotations": {"a": "b"}}}).encode(), merge)
+    assert server.objects[path]["metadata"]["generation"] == 1
+    server.handle("PATCH", path, json.dumps({"spec": {"pods": ["p", "q"]}}).encode(), merge)
+    assert server.objects[path]["metadata"]["generation"] == 2
+    server._collect("p")  # the garbage collector's delete
+    meta = server.objects[path]["metadata"]
+    assert meta["generation"] == 3 and meta["deletionGracePeriodSeconds"] == 0 and meta["deletionTimestamp"]

@@ -217,6 +217,20 @@ def test_the_writer_serves_other_hosts_and_ports_with_the_same_body() -> None:
     assert body(here) == body(there)
 
 
+def test_kind_workers_are_each_a_block_and_a_leaf_switch_of_the_same_two_topologies() -> None:
+    workers = "w1=10.0.0.2 w2=10.0.0.3"
+    nodes = lines(slurm_conf(f"workers={workers}"), "NodeName")
+    assert (nodes["w1"]["Topology"], nodes["w2"]["Topology"]) == ("block:b1,switch:s1", "block:b2,switch:s2")
+    cmd = ["bash", str(SLURM_CONF_SH), "topology.yaml", f"workers={workers}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    topologies = {t["topology"]: t for t in yaml.safe_load(proc.stdout)}
+    assert topologies["flat"]["cluster_default"] is True
+    assert [(b["block"], b["nodes"]) for b in topologies["block"]["block"]["blocks"]] == [("b1", "w1"), ("b2", "w2")]
+    switches = {s["switch"]: s for s in topologies["switch"]["tree"]["switches"]}
+    assert switches["s0"]["children"] == "s1,s2" and (switches["s1"]["nodes"], switches["s2"]["nodes"]) == ("w1", "w2")
+
+
 def test_an_unknown_setting_is_refused_by_name() -> None:
     proc = subprocess.run(["bash", str(SLURM_CONF_SH), "slurm.conf", "ctld_hots=x"], capture_output=True, text=True)
     assert proc.returncode == 1 and "unknown setting 'ctld_hots'" in proc.stderr and "ctld_host" in proc.stderr
