@@ -34,9 +34,9 @@ class RequestBodies:
         ``csv_string`` of every supported version), sbatch's ``--nodelist`` and ``--exclude``. A
         ``topology`` sends both sbatch's ``--segment=<nodes>`` and ``--switches=1``: Slurm 26.05
         honours the first on a topology/block partition and the second on a topology/tree one, and
-        ignores each on the other kind (checked, v0.0.43 to v0.0.45 have both fields), so the bridge
-        need not know which kind a topology is. ``--switches`` waits at most the site's
-        ``max_switch_wait`` for one leaf switch (docs/workloads.md#topology).
+        ignores each on the other kind (checked, v0.0.43 to v0.0.45 have both fields, as v0.0.46's
+        description has), so the bridge need not know which kind a topology is. ``--switches``
+        waits at most the site's ``max_switch_wait`` for one leaf switch (docs/workloads.md#topology).
         """
         d = JobDesc(
             partition=req.partition,
@@ -72,7 +72,8 @@ class RequestBodies:
         ``shared`` (its enum unchanged) and ``mcs_label``; v0.0.45 deprecates ``shared`` on the
         *read* side alone (``job_info``, where it is then always empty), and its replacements
         ``exclusive``/``oversubscribe`` exist only there and in slurmdb (checked on Slurm 26.05.5,
-        docs/colocation.md). A version that changes the submit side overrides this.
+        docs/colocation.md); v0.0.46's description keeps all of it. A version that changes the
+        submit side overrides this.
 
         - ``exclusive``: ``["none"]``, sbatch's ``--exclusive``: whole nodes.
         - ``timeShared``: ``["mcs"]`` and the MCS label: with ``MCSPlugin=mcs/label`` and

@@ -268,7 +268,7 @@ class AnswerDecoder:
         return "NO" if jobs == 1 else f"YES:{jobs}"
 
     def decode_conf(self, body: Any) -> SlurmConf:
-        """``GET conf``'s ``slurm_conf`` (v0.0.45)."""
+        """``GET conf``'s ``slurm_conf`` (v0.0.45 and later)."""
         raw = body.get("slurm_conf") if isinstance(body, dict) else None
         if not isinstance(raw, dict):
             raise SlurmError("unexpected conf answer from slurmrestd: no 'slurm_conf' object")

@@ -43,7 +43,17 @@ from .outcomes import (
     read_reply,
 )
 from .transport import Http11Transport
-from .versions import MIN_SLURM_RELEASE, SUPPORTED_VERSIONS, Codec, codec_for, slurm_release, too_old
+from .versions import (
+    MIN_SLURM_RELEASE,
+    PREFERENCE,
+    PROVISIONAL_VERSIONS,
+    SPOKEN_VERSIONS,
+    Codec,
+    codec_for,
+    slurm_release,
+    too_old,
+    version_key,
+)
 
 # The client logs under one name, whichever of its modules writes the line.
 log = logging.getLogger("slurm_bridge.slurm.client")
@@ -120,7 +130,9 @@ class SlurmSession:
     # --- version -------------------------------------------------------------------------------
 
     async def api_version(self) -> str:
-        """The highest supported REST API version the server offers, found once and cached."""
+        """The REST API version spoken with the server: the first of
+        :data:`.versions.PREFERENCE` it offers (a tested version before a provisional one), found
+        once and cached."""
         return (await self._get_codec()).version
 
     async def _get_codec(self) -> Codec:
@@ -129,13 +141,22 @@ class SlurmSession:
         async with self._version_lock:
             if self._codec is None:
                 self._codec = codec_for(await self._discover_version())
-                log.info("Slurm REST API %s at %s", self._codec.version, self.base_url)
+                if self._codec.version in PROVISIONAL_VERSIONS:
+                    log.warning(
+                        "Slurm REST API %s at %s: the server offers no version the bridge was tested "
+                        "with; %s is decoded from Slurm's OpenAPI description and not yet tested",
+                        self._codec.version,
+                        self.base_url,
+                        self._codec.version,
+                    )
+                else:
+                    log.info("Slurm REST API %s at %s", self._codec.version, self.base_url)
         return self._codec
 
     async def _discover_version(self) -> str:
-        # A ping per candidate (highest first) costs one small request on a current server; the
-        # OpenAPI document is hundreds of kilobytes, so it is only read to explain a failure.
-        for version in SUPPORTED_VERSIONS:
+        # A ping per candidate (in the order of preference) costs one small request on a current
+        # server; the OpenAPI document is hundreds of kilobytes, so it is only read to explain a failure.
+        for version in PREFERENCE:
             reply = await self._request("GET", f"/slurm/{version}/ping", not_found_ok=True, probe=True)
             if reply.status != 404:
                 return version
@@ -144,7 +165,7 @@ class SlurmSession:
         apis = ", ".join(offered) if offered else "no recognisable version"
         needs = f"slurm-bridge needs Slurm {MIN_SLURM_RELEASE[0]}.{MIN_SLURM_RELEASE[1]:02d} or newer"
         if release is not None and too_old(release):
-            speaks = ", ".join(SUPPORTED_VERSIONS)
+            speaks = ", ".join(SPOKEN_VERSIONS)
             message = (
                 f"slurmrestd at {self.base_url} is Slurm {release} (REST API {apis}); {needs}, whose "
                 f"external jobs it submits (REST API {speaks}): upgrade Slurm"
@@ -153,7 +174,7 @@ class SlurmSession:
             found = f"Slurm {release}, " if release else ""
             message = (
                 f"slurmrestd at {self.base_url} ({found}REST API {apis}) offers none of "
-                f"{', '.join(SUPPORTED_VERSIONS)}, which {needs} speaks: load a matching data_parser "
+                f"{', '.join(SPOKEN_VERSIONS)}, which {needs} speaks: load a matching data_parser "
                 "plugin (slurmrestd -d) or upgrade Slurm"
             )
         raise SlurmUnsupportedVersion(message, offered=offered, release=release)
@@ -173,7 +194,7 @@ class SlurmSession:
             return []
         paths = reply.body.get("paths", {}) if isinstance(reply.body, dict) else {}
         found = {m.group(1) for p in paths for m in [_VERSION_IN_PATH.search(p)] if m}
-        return sorted(found, key=lambda v: tuple(int(x) for x in v[1:].split(".")), reverse=True)
+        return sorted(found, key=version_key, reverse=True)
 
     # --- sending -------------------------------------------------------------------------------
 

@@ -203,8 +203,8 @@ class PartitionWire(_Wire):
 
 
 class OverSubscribeWire(_Wire):
-    """v0.0.43 and v0.0.44 (deprecated and zeroed in v0.0.45): Slurm's max_share without its FORCE
-    bit (0: EXCLUSIVE, 1: NO, n: up to n jobs per resource) and that bit as a flag."""
+    """v0.0.43 and v0.0.44 (deprecated and zeroed in v0.0.45, gone in v0.0.46): Slurm's max_share
+    without its FORCE bit (0: EXCLUSIVE, 1: NO, n: up to n jobs per resource) and that bit as a flag."""
 
     jobs: int = 1
     flags: list[str] = Field(default_factory=list)
@@ -215,7 +215,8 @@ class PartitionMaximumsWire(_Wire):
 
 
 class PartitionStateWire(_Wire):
-    """``partition`` of a v0.0.45 partition: scontrol's OverSubscribe and (new in 26.05) Exclusive."""
+    """``partition`` of a partition in v0.0.45 and later: scontrol's OverSubscribe (NO, YES:<n>,
+    FORCE:<n>) and (new in 26.05) Exclusive (NO, NODE, USER, TOPO)."""
 
     oversubscribe: str | None = None
     exclusive: str | None = None
@@ -229,7 +230,7 @@ class PartitionInfoWire(_Wire):
 
 
 class SlurmConfWire(_Wire):
-    """The slurm.conf keys the bridge reads of ``GET /slurm/v0.0.45/conf``'s ``slurm_conf``."""
+    """The slurm.conf keys the bridge reads of ``GET conf``'s ``slurm_conf`` (v0.0.45 and later)."""
 
     MCSPlugin: str = ""
     MCSParameters: list[str] | str = Field(default_factory=list)
@@ -269,7 +270,7 @@ class PartitionTimes(_Wire):
 
 
 class PartitionLimitsWire(_Wire):
-    """A partition's limits (:class:`.models.PartitionLimits`); the same layout in v0.0.43 to v0.0.45."""
+    """A partition's limits (:class:`.models.PartitionLimits`); the same layout in v0.0.43 to v0.0.46."""
 
     name: str
     accounts: AllowDeny = Field(default_factory=AllowDeny)

@@ -14,7 +14,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
-from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
+from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, codec_for
 from tests.builders import slurm_job
 
 from .fakes import FakeJobReads
@@ -41,7 +41,7 @@ def component(job_id: int, offset: int, state: str = "PENDING", nodes: tuple[str
 # --- the REST client ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_a_heterogeneous_job_is_one_submit_with_a_component_per_request(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/submit", lambda r: ok({"job_id": LEADER}))

@@ -25,7 +25,7 @@ from slurm_bridge.slurm.errors import (
 )
 from slurm_bridge.slurm.formats import expand_nodes, gres_to_tres_per_node
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
-from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, codec_for
+from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, codec_for
 
 pytestmark = pytest.mark.unit
 
@@ -331,7 +331,7 @@ async def test_a_queued_job_no_block_has_room_for_is_made_though_slurm_answers_a
         assert c.request_count == 2
 
 
-@pytest.mark.parametrize("version", ["v0.0.43", "v0.0.44", "v0.0.45"])
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_allocate_asks_for_an_immediate_external_job(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/allocate", lambda r: ok({"job_id": 31, "job_submit_user_msg": ""}))
@@ -387,7 +387,7 @@ async def test_job_states_equal_to_the_previous_answer_come_back_unchanged(token
         assert not (await c.job_states()).unchanged, "without a previous answer nothing is unchanged"
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_an_unchanged_node_table_is_none_and_costs_no_decoding(token_file: Path, version: str) -> None:
     """slurmrestd answers ``GET nodes?update_time=<last_update>`` with 304 and no body when no
     node changed (Slurm 26.05, every supported version); the caller keeps its list."""
@@ -638,7 +638,7 @@ def test_hostlist_expansion() -> None:
     assert expand_nodes("") == () and expand_nodes(None) == ()
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_list_jobs_decodes_every_field(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
     pending = job_json(
@@ -751,7 +751,7 @@ FULL = JobRequest(
 )
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_submit_maps_every_job_request_field(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/submit", lambda r: ok({"job_id": 42, "step_id": "batch"}))
@@ -806,7 +806,7 @@ def test_minimal_request_leaves_slurm_defaults(exclusive: bool | None) -> None:
     }
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 def test_placement_is_sent_as_node_name_arrays(version: str) -> None:
     codec = codec_for(version)
     pinned = JobRequest(nodes=2, required_nodes=["n1", "n2"], constraints="gpu")
@@ -823,7 +823,7 @@ def test_placement_is_sent_as_node_name_arrays(version: str) -> None:
     assert pinned.crd_dict()["requiredNodes"] == ["n1", "n2"]
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 def test_a_topology_is_sent_as_one_segment_and_one_switch(version: str) -> None:
     """Slurm honours segment_size on a topology/block partition and required_switches on a
     topology/tree one, each ignored on the other kind (checked on Slurm 26.05), so both go."""
@@ -844,7 +844,7 @@ def test_gres_is_sent_in_tres_form() -> None:
     assert gres_to_tres_per_node("gres/gpu:a100:1, shard:2") == "gres/gpu:a100:1,gres/shard:2"
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_update_job_sends_only_changeable_fields(token_file: Path, version: str) -> None:
     fake = FakeSlurmrestd()
     fake.on("POST", f"/slurm/{version}/job/5", lambda r: ok({"results": None}))
@@ -856,7 +856,7 @@ async def test_update_job_sends_only_changeable_fields(token_file: Path, version
     assert body["partition"] == "debug" and body["tres_per_node"] == "gres/gpu:2"
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 def test_the_update_body_is_a_bare_job_description(version: str) -> None:
     """slurmrestd answers a body wrapped in {"job": ...} with 200, "Ignoring unknown field" warnings
     and no change (Slurm 26.05, every supported version): the update is the bare job_desc_msg."""
@@ -887,9 +887,9 @@ async def test_an_update_slurmrestd_ignored_part_of_is_an_error(token_file: Path
             await c.update_job(5, JobRequest(time_limit_minutes=5))
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
 async def test_job_settings_and_partition_limits_are_read(token_file: Path, version: str) -> None:
-    """The answers' layout of Slurm 26.05 (v0.0.43 to v0.0.45 alike)."""
+    """The answers' layout of Slurm 26.05 (v0.0.43 to v0.0.45 alike; v0.0.46's description too)."""
     fake = FakeSlurmrestd()
     no = {"set": False, "infinite": False, "number": 0}
     job = {"job_id": 5, "name": "ns/p", "partition": "a,b", "account": "team-a", "qos": "high",

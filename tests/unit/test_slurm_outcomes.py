@@ -41,7 +41,7 @@ from slurm_bridge.slurm.outcomes import (
     metric_outcome,
     read_reply,
 )
-from slurm_bridge.slurm.versions import SUPPORTED_VERSIONS, Codec, codec_for
+from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, Codec, codec_for
 
 pytestmark = pytest.mark.unit
 
@@ -287,10 +287,10 @@ def response(status: int, body: dict[str, Any] | bytes | None) -> httpx.Response
     return httpx.Response(status, content=body or b"", headers={"Content-Type": "text/plain"})
 
 
-CODECS: list[Codec | None] = [None, *(codec_for(v) for v in SUPPORTED_VERSIONS)]
+CODECS: list[Codec | None] = [None, *(codec_for(v) for v in SPOKEN_VERSIONS)]
 
 
-@pytest.mark.parametrize("codec", CODECS, ids=["unknown-version", *SUPPORTED_VERSIONS])
+@pytest.mark.parametrize("codec", CODECS, ids=["unknown-version", *SPOKEN_VERSIONS])
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
 def test_every_answer_shape_has_its_outcome(shape: Shape, codec: Codec | None) -> None:
     reply = read_reply(response(shape.status, shape.body), codec)
