@@ -18,6 +18,7 @@ held until it expires. So the process owns its signals from its first line to it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -77,8 +78,16 @@ class Stop:
             EXIT_STOP_TIMEOUT,
         )
         for handler in logging.getLogger().handlers:
-            handler.flush()
+            # A closed or broken stream must not keep the process from exiting.
+            with contextlib.suppress(Exception):
+                handler.flush()
         self._hard_exit(EXIT_STOP_TIMEOUT)
+
+    def disarm(self) -> None:
+        """End the watchdog. Only for an embedding that outlives its stop (the tests): a component's
+        process keeps it armed until the interpreter has exited (:func:`run`)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
 
     async def serve(self, main: Coroutine[Any, Any, None]) -> None:
         """Run ``main`` until it returns or a stop is requested; on a request, cancel it and wait

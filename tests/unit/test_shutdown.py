@@ -5,10 +5,12 @@ a signal before the event loop exits with status 0."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -18,8 +20,23 @@ from slurm_bridge.core.shutdown import EXIT_STOP_TIMEOUT, Stop
 pytestmark = pytest.mark.unit
 
 
-async def test_a_stop_request_cancels_main_and_waits_for_its_cleanup() -> None:
-    stop = Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}"))
+@pytest.fixture
+def make_stop() -> Iterator[Callable[[], Stop]]:
+    """Stops whose watchdog (30 s, failing the test if it fires) is ended with the test, so that it
+    does not fire later in another test's time."""
+    made: list[Stop] = []
+
+    def make() -> Stop:
+        made.append(Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}")))
+        return made[-1]
+
+    yield make
+    for stop in made:
+        stop.disarm()
+
+
+async def test_a_stop_request_cancels_main_and_waits_for_its_cleanup(make_stop: Callable[[], Stop]) -> None:
+    stop = make_stop()
     steps: list[str] = []
 
     async def main() -> None:
@@ -38,12 +55,14 @@ async def test_a_stop_request_cancels_main_and_waits_for_its_cleanup() -> None:
 
 
 async def test_a_slow_stop_names_what_it_waits_for(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    make_stop: Callable[[], Stop],
 ) -> None:
     """A stop still running after SLOW_STOP_SECONDS logs each task with the line it awaits at, so
     a slow stop in a test's log says which step held it."""
     monkeypatch.setattr(shutdown, "SLOW_STOP_SECONDS", 0.05)
-    stop = Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}"))
+    stop = make_stop()
 
     async def lease_release() -> None:
         await asyncio.sleep(0.3)
@@ -63,8 +82,8 @@ async def test_a_slow_stop_names_what_it_waits_for(
     assert [t for t in asyncio.all_tasks() if t.get_name() == "stop-request"] == [], "the request's waiter is gone"
 
 
-async def test_a_request_before_main_runs_still_stops_it() -> None:
-    stop = Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}"))
+async def test_a_request_before_main_runs_still_stops_it(make_stop: Callable[[], Stop]) -> None:
+    stop = make_stop()
     stop.request("SIGTERM")
     ran: list[str] = []
 
@@ -76,8 +95,8 @@ async def test_a_request_before_main_runs_still_stops_it() -> None:
     assert ran == []
 
 
-async def test_a_second_request_cuts_a_long_cleanup_short() -> None:
-    stop = Stop(deadline=30, hard_exit=lambda code: pytest.fail(f"hard exit {code}"))
+async def test_a_second_request_cuts_a_long_cleanup_short(make_stop: Callable[[], Stop]) -> None:
+    stop = make_stop()
     drained: list[bool] = []
 
     async def main() -> None:
@@ -176,3 +195,32 @@ def test_a_signal_in_the_event_loop_stops_main_with_its_cleanup_and_status_0(sig
     )
     assert done.returncode == 0, done
     assert done.stdout.split() == ["cleaned", "up", "returned"], done
+
+
+def test_the_watchdog_exits_even_when_a_log_handler_cannot_flush() -> None:
+    """A closed or broken log stream must not keep a stuck process from exiting."""
+    exits: list[int] = []
+
+    class Broken(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def flush(self) -> None:
+            raise ValueError("I/O operation on closed file.")
+
+    broken = Broken()
+    logging.getLogger().addHandler(broken)
+    try:
+        Stop(deadline=30, hard_exit=exits.append)._too_late()
+    finally:
+        logging.getLogger().removeHandler(broken)
+    assert exits == [EXIT_STOP_TIMEOUT]
+
+
+def test_a_disarmed_watchdog_never_fires() -> None:
+    exits: list[int] = []
+    stop = Stop(deadline=0.05, hard_exit=exits.append)
+    stop.request("SIGTERM")
+    stop.disarm()
+    time.sleep(0.2)
+    assert exits == []
