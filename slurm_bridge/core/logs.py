@@ -69,6 +69,16 @@ class ObjectItem(Protocol):
 
 
 ItemT = TypeVar("ItemT", bound=Hashable)
+# Whether each work item type is an ObjectItem: a runtime Protocol check costs about 6.5 us (it
+# walks the protocol's members), once per reconcile; the answer is the type's, so it is kept.
+_OBJECT_ITEM_TYPES: dict[type, bool] = {}
+
+
+def _is_object_item(item: object) -> bool:
+    known = _OBJECT_ITEM_TYPES.get(type(item))
+    if known is None:
+        known = _OBJECT_ITEM_TYPES[type(item)] = isinstance(item, ObjectItem)
+    return known
 
 
 def work_item(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, ItemT], Awaitable[R]]:
@@ -78,8 +88,9 @@ def work_item(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, Item
     @functools.wraps(func)
     async def wrapper(self: Any, item: ItemT) -> R:
         fields: dict[str, Any] = {}
-        if isinstance(item, ObjectItem):
-            fields = {"kind": item.kind, "namespace": item.namespace, "name": item.name}
+        if _is_object_item(item):
+            named: Any = item
+            fields = {"kind": named.kind, "namespace": named.namespace, "name": named.name}
         with scope(**fields):
             return await func(self, item)
 

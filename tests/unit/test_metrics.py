@@ -163,6 +163,26 @@ async def test_reconciles_and_their_errors_are_counted_by_kind() -> None:
     assert logs.context() == {}  # the item's fields end with its reconcile
 
 
+async def test_a_reconciles_lines_name_its_object_and_only_an_objects() -> None:
+    """The item's kind, namespace and name are the fields of its reconcile's lines; an item that
+    names no object (a node work item's string) adds none. Decided once per item type."""
+    seen: list[dict[str, Any]] = []
+
+    class Handler:
+        @logs.work_item
+        async def handle(self, item: Any) -> None:
+            seen.append(logs.context())
+
+    for _ in range(2):
+        await Handler().handle(PhjItem("ns", "a"))
+        await Handler().handle("node-1")
+    named = [{k: c.get(k) for k in ("kind", "namespace", "name")} for c in seen]
+    assert (
+        named == [{"kind": "phj", "namespace": "ns", "name": "a"}, {"kind": None, "namespace": None, "name": None}] * 2
+    )
+    assert logs.context() == {}
+
+
 async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> None:
     """Unmanaged pods are filtered server-side (a field selector the operator's pod informer sends
     with its list and every watch), so they cost the operator nothing (docs/performance-log.md)."""
