@@ -309,9 +309,7 @@ def topology_of(spec: Mapping[str, Any]) -> str | None:
     """The Slurm topology a group's one supported topology key names (None: no constraint, or one
     :func:`group_problems` refuses)."""
     keys = _topology_keys(spec)
-    if len(keys) != 1 or _topology_problems(spec, "spec"):
-        return None
-    return topology_of_key(keys[0])
+    return None if not keys or _topology_problems(spec, "spec") else topology_of_key(keys[0])
 
 
 def workload_problems(workload: Mapping[str, Any]) -> list[str]:

@@ -141,6 +141,7 @@ async def test_server_without_a_supported_version_is_named(token_file: Path) -> 
             await c.list_jobs()
     assert e.value.offered == ("v0.0.42", "v0.0.41")
     assert "v0.0.42, v0.0.41" in str(e.value) and "v0.0.45" in str(e.value)
+    assert "offers none of v0.0.46, v0.0.45, v0.0.44, v0.0.43" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize(

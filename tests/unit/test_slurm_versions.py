@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from slurm_bridge.slurm.errors import SlurmUnsupportedVersion
 from slurm_bridge.slurm.models import JobRequest, PartitionInfo, SlurmConf
 from slurm_bridge.slurm.versions import (
     CODECS,
@@ -28,18 +27,12 @@ from slurm_bridge.slurm.versions import (
 )
 from slurm_bridge.slurm.wire import JobDesc
 
-from .test_slurm_client import TOKEN, FakeSlurmrestd, client, ok
+from .test_slurm_client import FakeSlurmrestd, client, ok, token_file
 
 pytestmark = pytest.mark.unit
+__all__ = ["token_file"]  # the JWT file fixture, shared with test_slurm_client.py
 Obj = dict[str, Any]
 V46 = "v0.0.46"
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    p = tmp_path / "jwt"
-    p.write_text(TOKEN + "\n")
-    return p
 
 
 def no_val(number: int | None = None, *, infinite: bool = False) -> Obj:
@@ -88,15 +81,6 @@ async def test_discovery_prefers_a_tested_version_to_v0046(
         assert len(warned) == 1 and "not yet tested" in warned[0].getMessage(), caplog.text
     else:
         assert not warned, caplog.text
-
-
-async def test_a_server_without_any_spoken_version_is_told_v0046_too(token_file: Path) -> None:
-    fake = FakeSlurmrestd(versions=("v0.0.47", "v0.0.42"))
-    async with client(fake, token_file) as c:
-        with pytest.raises(SlurmUnsupportedVersion) as e:
-            await c.api_version()
-    assert e.value.offered == ("v0.0.47", "v0.0.42")
-    assert "offers none of v0.0.46, v0.0.45, v0.0.44, v0.0.43" in str(e.value), str(e.value)
 
 
 # --- v0.0.46: the request side ---------------------------------------------------------------------

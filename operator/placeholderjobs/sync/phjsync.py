@@ -99,6 +99,11 @@ def departed_of(
     return out
 
 
+async def _no_partition(_name: str) -> str | None:
+    """No partition is known (the wiring sets the Slurm read)."""
+    return None
+
+
 class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
@@ -150,7 +155,7 @@ class PlaceholderJobs:
         # controller's last list; None before it) and a partition's Topology= ("" the cluster's
         # default, None no such partition), set by the wiring; without it a topology gang is not submitted.
         self.slurm_nodes: Callable[[], Mapping[str, NodeInfo] | None] = lambda: None
-        self.partition_topology: Callable[[str], Awaitable[str | None]] | None = None
+        self.partition_topology: Callable[[str], Awaitable[str | None]] = _no_partition
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -361,14 +366,15 @@ class PlaceholderJobs:
     async def _topology_problem(self, action: pl.Submit) -> str | None:
         """Why a request placed by a topology (each component's, for a heterogeneous job) cannot be
         honoured where it would go (``topology.placement_problem``): its partition places jobs by
-        another topology, or no unit there holds it. One partition read per such submit; none for
-        other jobs."""
+        another topology, or no unit there holds it. One read per partition named, for such submits
+        only."""
         placed = [r for r in (action.components or (action.request,)) if r.topology]
         if not placed:
             return None
-        nodes, read = self.slurm_nodes(), self.partition_topology
-        if nodes is None or read is None:
+        nodes = self.slurm_nodes()
+        if nodes is None:
             return "Slurm's node list is not read yet, so where the topology's units are is not known; tried again"
+        read: dict[str, str | None] = {}
         for request in placed:
             assert request.topology is not None
             if not request.partition:
@@ -378,10 +384,10 @@ class PlaceholderJobs:
                     f"({names.ANN_PARTITION})"
                 )
             for partition in request.partition.split(","):
+                if partition not in read:
+                    read[partition] = await self.partition_topology(partition)
                 sizes = topology.unit_sizes(nodes.values(), partition, request.topology)
-                found = topology.placement_problem(
-                    request.topology, request.nodes, partition, await read(partition), sizes
-                )
+                found = topology.placement_problem(request.topology, request.nodes, partition, read[partition], sizes)
                 if found:
                     return found
         return None
