@@ -332,13 +332,15 @@ def _pod_tenancy(
 
 
 def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str]:
-    """What a built-in PodGroup, a Workload or a Job's ``spec.scheduling`` asks that the bridge
-    cannot give (slurm_bridge/kube/schedulingapi.py). Checked on create: the fields are immutable."""
+    """What a built-in PodGroup, a CompositePodGroup, a Workload or a Job's ``spec.scheduling`` asks
+    that the bridge cannot give (slurm_bridge/kube/schedulingapi.py). Checked on create: the fields are immutable."""
     if request.operation != "CREATE" or not isinstance(request.object, Mapping):
         return []
     gk, obj = (request.group, request.kind), request.object
     if gk == workloadkinds.SCHED_PODGROUP.group_kind:
         return schedulingapi.group_problems(spec_of(obj), "spec")
+    if gk == workloadkinds.COMPOSITE_PODGROUP.group_kind:
+        return schedulingapi.composite_problems(spec_of(obj), "spec")
     if gk == workloadkinds.WORKLOAD.group_kind:
         if request.version == "v1alpha1":  # Kubernetes 1.35
             return [f"{schedulingapi.GROUP}/v1alpha1 Workload: {schedulingapi.V1ALPHA1_WHY}"]

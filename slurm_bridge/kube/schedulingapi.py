@@ -326,10 +326,16 @@ def workload_problems(workload: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def composite_problems(spec: Mapping[str, Any], where: str) -> list[str]:
+    """What the bridge cannot honour in a CompositePodGroup's own spec, an object's or a Workload
+    template's: its topology constraint (Slurm places a heterogeneous job's components each on its
+    own) and ``disruptionMode`` all without a gang policy."""
+    return _topology_problems(spec, where, composite=True) + disruption_problems(spec, where, composite=True)
+
+
 def _composite_template_problems(template: Mapping[str, Any], where: str) -> list[str]:
-    """A CompositePodGroup template's topology constraints and disruption mode, and its children's."""
-    problems = _topology_problems(template, where, composite=True)
-    problems += disruption_problems(template, where, composite=True)
+    """:func:`composite_problems` of a CompositePodGroup template, and its children's."""
+    problems = composite_problems(template, where)
     for key, check in (
         ("podGroupTemplates", group_problems),
         ("compositePodGroupTemplates", _composite_template_problems),

@@ -258,6 +258,19 @@ async def test_a_basic_parent_that_must_be_disrupted_all_together_is_refused() -
     assert "CompositePodGroup c: spec.disruptionMode (all) without spec.schedulingPolicy.gang" in refused.value.message
 
 
+@pytest.mark.parametrize("policy", [{"gang": {"minGroupCount": 2}}, {"basic": {}}])
+async def test_a_composite_that_wants_its_own_topology_is_refused(policy: Obj) -> None:
+    """Slurm places a heterogeneous job's components each on its own: the constraint belongs on each
+    child PodGroup (docs/workloads.md#topology-a-gang-within-one-block-or-leaf-switch)."""
+    parent = composite(policy=policy)
+    parent["spec"]["schedulingConstraints"] = {"topology": [{"key": names.LABEL_TOPOLOGY_PREFIX + "block"}]}
+    with pytest.raises(GroupError) as refused:
+        await GroupResolver(API(workload(), parent, podgroup("large")).get).resolve(member("large-0", "large"))
+    assert refused.value.reason == names.REASON_PODGROUP_UNSUPPORTED
+    assert "CompositePodGroup c: spec.schedulingConstraints.topology (" in refused.value.message
+    assert "on each child PodGroup" in refused.value.message
+
+
 async def test_a_basic_podgroup_under_a_gang_composite_is_not_part_of_it() -> None:
     api = API(workload(), composite(), podgroup("small", min_count=None))
     group = await GroupResolver(api.get).resolve(member("small-0", "small"))

@@ -537,6 +537,27 @@ def test_a_job_whose_controller_would_make_a_podgroup_that_shares_claims_is_refu
     assert _admit("Job", other, {"scheduling": CLAIMS}).allowed
 
 
+def test_a_composite_podgroup_slurm_cannot_honour_is_refused_at_its_create() -> None:
+    def composite(**spec: Any) -> Obj:
+        gang = {"schedulingPolicy": {"gang": {"minGroupCount": 2}}}
+        meta = {"name": "c", "namespace": NS}
+        return {
+            "apiVersion": f"{GROUP}/v1alpha3",
+            "kind": "CompositePodGroup",
+            "metadata": meta,
+            "spec": {**gang, **spec},
+        }
+
+    block = {"topology": [{"key": names.LABEL_TOPOLOGY_PREFIX + "block"}]}
+    decision = _create(GROUP, "v1alpha3", "CompositePodGroup", composite(schedulingConstraints=block))
+    assert not decision.allowed and "spec.schedulingConstraints.topology (" in (decision.message or "")
+    basic_all = composite(disruptionMode={"all": {}})
+    basic_all["spec"]["schedulingPolicy"] = {"basic": {}}
+    decision = _create(GROUP, "v1alpha3", "CompositePodGroup", basic_all)
+    assert not decision.allowed and "spec.disruptionMode (all) without" in (decision.message or "")
+    assert _create(GROUP, "v1alpha3", "CompositePodGroup", composite(disruptionMode={"all": {}})).allowed
+
+
 def test_preemption_and_disruption_settings_are_accepted() -> None:
     """Slurm preempts only whole jobs and the bridge then ends every member, so both disruption
     modes hold; priority and preemptionPolicy are kube-scheduler's, which places no gang of the

@@ -46,12 +46,12 @@ class CompositeReader:
         assert parent is not None
         api_version = f"{API_GROUP}/{await self.version(pg, parent)}"
         composite = await self._read(api_version, ns, parent, f"PodGroup {pg} names as its parent")
+        problems = schedulingapi.composite_problems(composite.get("spec") or {}, "spec")
+        if problems:  # made before the bridge looked, or without its webhook, which refuses it
+            raise GroupError(
+                names.REASON_PODGROUP_UNSUPPORTED, f"CompositePodGroup {parent}: " + "; ".join(problems), 60.0
+            )
         if min_group_count(composite) is None:
-            problems = schedulingapi.disruption_problems(composite.get("spec") or {}, "spec", composite=True)
-            if problems:  # made before the bridge looked: the webhook refuses it in a Workload's template
-                raise GroupError(
-                    names.REASON_PODGROUP_UNSUPPORTED, f"CompositePodGroup {parent}: " + "; ".join(problems), 60.0
-                )
             return None
         outer = parent_name(composite)
         if outer:
