@@ -4,9 +4,12 @@ exactly those places (the node controller writes them)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
 from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.rules.topology import (
     parse_topology,
     placement_problem,
@@ -14,8 +17,12 @@ from slurm_bridge.rules.topology import (
     topology_of_key,
     unit_sizes,
 )
+from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import NodeInfo
 from slurm_bridge.slurm.versions import codec_for
+from tests.unit.fakes import FakeSlurm
+from tests.unit.kubefakes import FakeKube
+from tests.unit.test_phjsync import gated_pod, placeholderjob, shell, shell_kube, status_writes
 
 pytestmark = pytest.mark.unit
 BLOCK, SWITCH = names.LABEL_TOPOLOGY_PREFIX + "block", names.LABEL_TOPOLOGY_PREFIX + "switch"
@@ -90,3 +97,71 @@ def test_a_gang_goes_only_where_one_unit_of_its_topology_holds_it(
         assert problem is None
     else:
         assert problem is not None and fragment in problem, problem
+
+
+# ---- the shell's submit (operator/placeholderjobs/sync/phjsync.py) ----------------------------------
+
+
+def _topology_shell(slurm: FakeSlurm, read: Callable[[str], Awaitable[str | None]]) -> tuple[FakeKube, PlaceholderJobs]:
+    kube = shell_kube({})
+    phj = placeholderjob()
+    phj["spec"]["slurm"] = {"nodes": 2, "topology": "block", "partition": "tb"}
+    jobs = shell(kube, slurm, phj, gated_pod(), [])
+    jobs.slurm_nodes = lambda: {n.name: n for n in NODES}
+    jobs.partition_topology = read
+    return kube, jobs
+
+
+async def _block(_name: str) -> str | None:
+    return "block"
+
+
+async def test_a_gang_one_unit_holds_is_submitted_with_its_topology() -> None:
+    slurm = FakeSlurm(next_id=7)
+    _, jobs = _topology_shell(slurm, _block)
+    await jobs.reconcile(("ns", "p"))
+    assert [(r.topology, r.nodes, r.partition) for r in slurm.requests] == [("block", 2, "tb")]
+
+
+async def test_a_gang_no_unit_holds_is_not_sent_and_says_why() -> None:
+    slurm = FakeSlurm(next_id=7)
+    kube, jobs = _topology_shell(slurm, _block)
+    jobs.slurm_nodes = lambda: {n.name: n for n in NODES[2:]}  # b2 has one node of tb
+    requeue = await jobs.reconcile(("ns", "p"))
+    assert slurm.requests == [], "nothing reaches Slurm"
+    written = status_writes(kube)[-1]
+    assert (
+        written["reason"] == names.REASON_SUBMIT_REJECTED
+        and "needs 2 nodes within one block unit" in written["message"]
+    )
+    assert requeue is not None and requeue > 0, "looked at again: Slurm's topology may change"
+
+
+async def test_a_partition_slurm_cannot_be_asked_about_sends_nothing_and_is_retried() -> None:
+    async def down(_name: str) -> str | None:
+        raise SlurmUnavailable("slurmrestd unreachable")
+
+    slurm = FakeSlurm(next_id=7)
+    _, jobs = _topology_shell(slurm, down)
+    with pytest.raises(SlurmUnavailable):  # the work queue's backoff retries it, as any unreachable Slurm
+        await jobs.reconcile(("ns", "p"))
+    assert slurm.requests == []
+
+
+async def test_without_slurms_node_list_nothing_is_sent() -> None:
+    slurm = FakeSlurm(next_id=7)
+    kube, jobs = _topology_shell(slurm, _block)
+    jobs.slurm_nodes = lambda: None
+    await jobs.reconcile(("ns", "p"))
+    assert slurm.requests == [] and "node list is not read yet" in status_writes(kube)[-1]["message"]
+
+
+async def test_a_partition_slurm_refuses_to_describe_is_said_on_the_placeholderjob() -> None:
+    async def refused(_name: str) -> str | None:
+        raise SlurmError("Access/permission denied")
+
+    slurm = FakeSlurm(next_id=7)
+    kube, jobs = _topology_shell(slurm, refused)
+    requeue = await jobs.reconcile(("ns", "p"))
+    assert slurm.requests == [] and requeue is not None and requeue > 0
+    assert "its partition could not be read: Access/permission denied" in status_writes(kube)[-1]["message"]

@@ -342,7 +342,12 @@ class PlaceholderJobs:
         exclusive = any(r.exclusive or r.mcs_label for r in action.components)
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         scope = job_handoff_scope(scope_of, pods)
-        placement = await self._topology_problem(action)
+        try:
+            placement = await self._topology_problem(action)
+        except SlurmUnavailable as e:  # its partition unread: nothing is sent, the submit tried again
+            return Again(phj, outcome=pl.Unavailable(False), error=e)
+        except SlurmError as e:
+            placement = f"its partition could not be read: {e}"
         if placement is not None:  # Slurm would spread it, or place it by another topology: not sent
             return Again(phj, outcome=pl.Refused(f"not submitted: {placement}", False, action.present))
         try:
