@@ -3,9 +3,10 @@
 For each pod of a run: created (the benchmark's create call returned), ``submit_sent`` and
 ``submitted`` (the operator's submit call, and whether Slurm allocated at once or queued it),
 Slurm's start (slurmctld's log, to the millisecond), ``hint_started`` (slurmctld's hook told the
-operator), ``running_read`` (the operator read the job RUNNING with its nodes: by the hint's read,
-a poll, or the read after the submit), ``released`` (the operator's release of the pod was
-written), the gate's removal and the bind as the benchmark's pod watch saw them, and
+operator), ``signed_start`` (the hook's notice was signed and said the job's nodes: the operator
+took it as the read), ``running_read`` (the operator's view had the job RUNNING with its nodes: by
+a signed notice, the hint's read, a poll, or the read after the submit), ``released`` (the
+operator's release of the pod was written), the gate's removal and the bind as the benchmark's pod watch saw them, and
 ``status_running`` (the PlaceholderJob's Running status written). The operator's steps come from
 its ``/stats/starts`` (operator/runtime/starts.py).
 
@@ -109,11 +110,13 @@ class Breakdown:
     paths: dict[str, str] = field(default_factory=dict)  # pod -> "allocate" | "queue"
     how: dict[str, str] = field(default_factory=dict)  # pod -> how Slurm's start is known
     hinted: int = 0  # pods whose job's start the operator read after slurmctld's hint
+    signed: int = 0  # ... of them, whose start the operator took from the hint, signed, before its read
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pods": len(self.pods), "paths": _count(self.paths.values())}
         out["slurm_start_from"] = _count(self.how.values())
         out["read_after_hint"] = self.hinted
+        out["taken_from_signed_hint"] = self.signed
         for name, a, b in (*SEGMENTS, *EXTRA):
             values = sorted(
                 s[b] - s[a] for s in self.pods.values() if a in s and b in s and (a != "hint_started" or s[a] <= s[b])
@@ -150,6 +153,7 @@ def breakdown(
             s["slurm_start"], out.how[pod] = slurm[job_id]
         if "hint_started" in s and "running_read" in s and s["hint_started"] <= s["running_read"]:
             out.hinted += 1
+            out.signed += "signed_start" in s
         out.pods[pod] = s
         if isinstance(path, str):
             out.paths[pod] = path
@@ -159,7 +163,8 @@ def breakdown(
 def print_breakdown(mode: str, summary: dict[str, Any]) -> None:
     print(f"{mode} slurm-bridge: where a pod's start goes ({summary['pods']} pods; placed: {summary['paths']}; "
           f"Slurm's start from: {summary['slurm_start_from']}; read after slurmctld's hint: "
-          f"{summary['read_after_hint']}), seconds p50 / p99:")  # fmt: skip
+          f"{summary['read_after_hint']}, taken from it signed: {summary.get('taken_from_signed_hint', 0)}), "
+          "seconds p50 / p99:")  # fmt: skip
     for name, *_ in (*SEGMENTS, *EXTRA):
         if name in summary:
             v = summary[name]

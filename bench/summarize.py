@@ -121,7 +121,8 @@ def main() -> None:
         steps = [r["breakdown"] for r in runs if r.get("breakdown")]
         if steps:
             hinted = [s.get("read_after_hint") for s in steps]
-            print(f"  placed: {[s.get('paths') for s in steps]}; read after the hint: {hinted}")
+            signed = [s.get("taken_from_signed_hint") for s in steps]
+            print(f"  placed: {[s.get('paths') for s in steps]}; read after the hint: {hinted}; taken signed: {signed}")
             for name in steps[0]:
                 if isinstance(steps[0][name], dict) and "p50" in steps[0][name]:
                     p50 = [s[name]["p50"] for s in steps if name in s]

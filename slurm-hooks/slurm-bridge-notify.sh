@@ -15,12 +15,19 @@
 #   PARTITIONS=                                     # only these partitions (comma-separated); empty: all
 #   TRIES=3                                         # a standby operator answers 503: try again
 #
+# A start's notice also says where and when the job started and whose it is (its nodes, partition,
+# start and end times, user, group, account and QOS, as slurmctld gives them to the script), and
+# every notice is signed: an HMAC-SHA256 of its body with
+# the shared secret, in an X-Slurm-Bridge-Signature header (computed with bash's builtins and
+# sha256sum, so the secret is on no command line and never on the wire). The operator releases the
+# pods of a signed start before its read of the job comes back (docs/configuration.md#slurm-hooks).
+# A host without sha256sum sends the secret itself (Authorization: Bearer): a hint only, read first.
+#
 # It always exits 0 within a second: slurmctld cancels a job whose PrologSlurmctld fails (external
 # jobs cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is
 # sent by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up
 # of the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
-# only time: the operator's polls find the same. The operator reads the job back from Slurm
-# before it acts, so a notice is never trusted. With curl (HTTPS too) the child is curl itself;
+# only time: the operator's polls find the same. With curl (HTTPS too) the child is curl itself;
 # without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
@@ -39,7 +46,44 @@ done < "$conf"
 [ -n "$URL" ] && [ -r "$TOKEN_FILE" ] || exit 0
 if [ -n "$PARTITIONS" ] && [[ ",$PARTITIONS," != *",${SLURM_JOB_PARTITION:-},"* ]]; then exit 0; fi
 [[ $TRIES =~ ^[1-9]$ ]] || TRIES=3
-body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID}"
+printf -v now '%(%s)T' -1
+body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID,\"time\":$now"
+# Where and when it started, and whose it is, as slurmctld says, each in the characters its kind of
+# name may hold (else left out: the operator reads the job).
+hostlist='^[][A-Za-z0-9._,-]+$' name='^[A-Za-z0-9._@-]+$' number='^(0|[1-9][0-9]{0,9})$'
+if [ "$event" = started ] && [[ ${SLURM_JOB_NODELIST:-} =~ $hostlist && ${SLURM_JOB_PARTITION:-} =~ $name ]]; then
+  [[ ${SLURM_JOB_START_TIME:-} =~ ^[1-9][0-9]*$ ]] && start=$SLURM_JOB_START_TIME || start=$now
+  body+=",\"nodes\":\"$SLURM_JOB_NODELIST\",\"partition\":\"$SLURM_JOB_PARTITION\",\"startTime\":$start"
+  [[ ${SLURM_JOB_END_TIME:-} =~ ^[1-9][0-9]*$ ]] && body+=",\"endTime\":$SLURM_JOB_END_TIME"
+  if [[ ${SLURM_JOB_USER:-} =~ $name && ${SLURM_JOB_UID:-} =~ $number && ${SLURM_JOB_GID:-} =~ $number
+    && ${SLURM_JOB_GROUP:-} =~ $name && ${SLURM_JOB_ACCOUNT:-} =~ $name && ${SLURM_JOB_QOS:-} =~ $name ]]; then
+    body+=",\"user\":\"$SLURM_JOB_USER\",\"uid\":$SLURM_JOB_UID,\"group\":\"$SLURM_JOB_GROUP\",\"gid\":$SLURM_JOB_GID"
+    body+=",\"account\":\"$SLURM_JOB_ACCOUNT\",\"qos\":\"$SLURM_JOB_QOS\""
+  fi
+fi
+body+="}"
+
+# The header line that authenticates the notice, from the secret's first line (spaces around it
+# left out): HMAC-SHA256 (RFC 2104) of the body, with builtins and sha256sum only.
+auth_header() { # TOKEN_FILE BODY
+  local LC_ALL=C key hex= i c ipad= opad= inner outer
+  IFS= read -r key < "$1" || [ -n "$key" ] || return 1
+  key=${key#"${key%%[![:space:]]*}"}; key=${key%"${key##*[![:space:]]}"}
+  [ -n "$key" ] || return 1
+  if ! command -v sha256sum > /dev/null; then printf 'Authorization: Bearer %s' "$key"; return 0; fi
+  if ((${#key} > 64)); then hex=$(printf '%s' "$key" | sha256sum) && hex=${hex%% *} || return 1
+  else for ((i = 0; i < ${#key}; i++)); do printf -v c '%02x' "'${key:i:1}"; hex+=$c; done; fi
+  while ((${#hex} < 128)); do hex+=00; done
+  for ((i = 0; i < 128; i += 2)); do
+    printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x36)); ipad+=$c
+    printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x5c)); opad+=$c
+  done
+  inner=$( { printf '%b' "$ipad"; printf '%s' "$2"; } | sha256sum) || return 1
+  for ((i = 0; i < 64; i += 2)); do opad+="\\x${inner:i:2}"; done
+  outer=$(printf '%b' "$opad" | sha256sum) || return 1
+  printf 'X-Slurm-Bridge-Signature: sha256=%s' "${outer%% *}"
+}
+export -f auth_header
 
 # The child says one line once it is in its own session (setsid ran), and the script exits only
 # then (or after 1 s): slurmctld kills the script's process group when the script exits, and a
@@ -48,23 +92,23 @@ if command -v curl > /dev/null; then
   # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
   read -r -t 1 _ < <(setsid bash -c '
     echo; exec > /dev/null 2>&1
-    { IFS= read -r token < "$1"; printf "Authorization: Bearer %s\n" "$token"; } |
+    { auth_header "$1" "$3" || exit 0; echo; } |
       curl -s -o /dev/null -m 2 --retry "$(($2 - 1))" --retry-delay 0 -X POST -H @- \
         -H "Content-Type: application/json" --data "$3" "$4"' _ "$TOKEN_FILE" "$TRIES" "$body" "$URL" < /dev/null &)
   exit 0
 fi
 
 [[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || exit 0
-# One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong token is not
+# One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong secret is not
 # tried again), anything else is tried again after 0.1 s; timeout bounds a connect that hangs.
 read -r -t 1 _ < <(setsid timeout 5 bash -c '
   echo; exec > /dev/null 2>&1
-  IFS= read -r token < "$6" || exit 0
+  auth=$(auth_header "$6" "$4") || exit 0
   for ((i = 1; i <= $5; i++)); do
     status=000
     if exec 3<> "/dev/tcp/$1/$2"; then
-      printf "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
-        "$3" "$1" "$token" "${#4}" "$4" >&3
+      printf "POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
+        "$3" "$1" "$auth" "${#4}" "$4" >&3
       read -r -t 2 _ status _ <&3 || status=000
       exec 3>&-
     fi

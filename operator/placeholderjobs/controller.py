@@ -167,7 +167,12 @@ class Controller:
             slurm_state_polls_skipped=self.poller.states_skipped,
             slurm_reason_reads=self.poller.reason_reads,
             slurm_purge_reads=self.poller.purge_reads,
-            slurm_hints={"received": self.hints.received, "read": self.hints.read, "failed": self.hints.failed},
+            slurm_hints={
+                "received": self.hints.received,
+                "read": self.hints.read,
+                "failed": self.hints.failed,
+                "signed_starts": self.hints.signed_starts,
+            },
             queue=len(self.queue),
             pods=len(self.pods),
             placeholderjobs=len(self.phjs),

@@ -1,8 +1,9 @@
 """When each Slurm job passed the steps of its start, for the benchmark's breakdown (issue 31).
 
 The steps: ``submit_sent`` and ``submitted`` (the submit call, with ``path``: ``allocate`` or
-``queue``), ``hint_started`` (slurmctld's hook said it started), ``running_read`` (the operator
-read it RUNNING with its nodes), ``released`` (its pods' release written) and ``status_running``
+``queue``), ``hint_started`` (slurmctld's hook said it started), ``signed_start`` (that notice was
+signed and said where: taken as the read), ``running_read`` (the operator's view had it RUNNING
+with its nodes), ``released`` (its pods' release written) and ``status_running``
 (the PlaceholderJob's Running status written). Wall-clock seconds (``time.time()``), so that
 ``bench/pipeline_latency.py`` can line them up with slurmctld's log and its own pod watch. Only
 the first time of each step is kept, for the last MAX_JOBS jobs: a dict write per step, always on.

@@ -50,6 +50,12 @@ def hooked(cluster: dict[str, str]) -> None:
         raise PrerequisiteMissing("the running operator takes no Slurm hooks: hack/bridge.sh down && up")
 
 
+def pod_node(core: k8s.CoreV1Api, ns: str, name: str) -> str:
+    pod = read_pod(core, ns, name)
+    assert pod is not None and pod.spec.node_name, name
+    return str(pod.spec.node_name)
+
+
 def _bound_job(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, name: str) -> int:
     wait_for(lambda: (p := read_pod(core, ns, name)) is not None and p.spec.node_name, 60, f"pod {name} bound")
     phj: Obj = wait_for(
@@ -70,7 +76,8 @@ def test_a_queued_jobs_start_is_read_when_slurmctld_says_so(
     slurm_env: SlurmEnv,
 ) -> None:
     """A job that names a group is queued (only job/submit sets a group): Slurm starts it from its
-    queue, the hook tells the operator, which reads that job and releases the pod. The operator's
+    queue, the hook tells the operator in a signed notice that says the job's nodes, and the
+    operator releases the pod on it and reads the job all the same. The operator's
     state poll (each second) may see a start before the notice arrives (seen once: 7 ms before it on
     a loaded machine), and the notice then costs nothing: up to 3 pods, one of them must be read
     on the notice, and none released before its start was read."""
@@ -92,6 +99,11 @@ def test_a_queued_jobs_start_is_read_when_slurmctld_says_so(
         hint = steps.get("hint_started")
         if hint is not None and hint <= steps["running_read"]:
             assert after["read"] > before["read"], ("the notice came first, and was read", before, after)
+            # Signed (the local Slurm's host has sha256sum), it said the job's nodes: the pod was
+            # released on it, before the read that still followed it answered.
+            assert after["signed_starts"] == before["signed_starts"] + 1, (before, after)
+            assert steps["signed_start"] <= steps["running_read"] <= steps["released"], steps
+            assert pod_node(core, managed_namespace, name) in (job.get("nodes") or ""), job
             return
     raise AssertionError(f"each of 3 starts was read by a poll before slurmctld's notice came: {seen}")
 

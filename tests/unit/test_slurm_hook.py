@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -14,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +25,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import JobOwner, SignedStart
+from slurm_bridge.operator.wiring.slurmhook import MAX_SKEW_SECONDS, SIGNATURE_HEADER, HookToken, slurm_hook
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.unit
@@ -32,17 +36,32 @@ SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-notify.sh"
 SLURM_CONF_SH = REPO / "hack" / "cluster" / "slurm-conf.sh"
 
 
+def _authenticated(headers: Any, raw: bytes, secret: bytes = b"s3cret") -> str:
+    """How a notice proved it holds the secret: "signed" (an HMAC-SHA256 of its body, checked
+    here with Python's hmac), or its Authorization header."""
+    signature = headers.get("X-Slurm-Bridge-Signature")
+    if signature is None:
+        return str(headers.get("Authorization", ""))
+    want = "sha256=" + hmac.new(secret, raw, hashlib.sha256).hexdigest()
+    return "signed" if signature == want else f"bad signature {signature}"
+
+
 class Listener:
-    """A local HTTP server that records each POST and answers with the next of ``answers``."""
+    """A local HTTP server that records each POST (how it was authenticated, and its body less its
+    time, which must be now) and answers with the next of ``answers``."""
 
     def __init__(self, answers: list[int]) -> None:
         self.answers, self.got = answers, list[tuple[str, Any]]()
+        self.secret, self.headers = b"s3cret", list[dict[str, str]]()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.got.append((self.headers.get("Authorization", ""), json.loads(body)))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.loads(raw)
+                assert abs(body.pop("time") - time.time()) < 5, body
+                outer.headers.append(dict(self.headers))
+                outer.got.append((_authenticated(self.headers, raw, outer.secret), body))
                 self.send_response(outer.answers.pop(0) if outer.answers else 202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -78,9 +97,71 @@ def test_the_hook_tells_the_bridge_of_a_start_and_an_end_and_never_waits(tmp_pat
     run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     wait_for(lambda: len(listener.got) == 2, 5, "both notices")
     assert sorted(listener.got, key=str) == [
-        ("Bearer s3cret", {"event": "ended", "jobId": 42}),
-        ("Bearer s3cret", {"event": "started", "jobId": 42}),
+        ("signed", {"event": "ended", "jobId": 42}),
+        ("signed", {"event": "started", "jobId": 42}),
     ]
+
+
+def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener: Listener) -> None:
+    """What slurmctld gives the script; names a hostlist cannot hold are left out (the operator
+    then reads the job), and a start time that is not a number is the notice's own."""
+    where = {
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld",
+        "SLURM_JOB_NODELIST": "kwok-node-[1-2,4]",
+        "SLURM_JOB_PARTITION": "topo-block",
+    }
+    run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where)
+    wait_for(lambda: len(listener.got) == 1, 5, "the start")
+    said = {"nodes": "kwok-node-[1-2,4]", "partition": "topo-block", "startTime": 1790000000}
+    assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said})
+    whose = {
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_UID": "2001",
+        "SLURM_JOB_GROUP": "team-a",
+        "SLURM_JOB_GID": "0",
+        "SLURM_JOB_ACCOUNT": "a.b_c-d",
+        "SLURM_JOB_QOS": "normal",
+    }
+    run_hook(
+        tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", SLURM_JOB_END_TIME="1790000600", **where, **whose
+    )
+    wait_for(lambda: len(listener.got) == 1, 5, "the start that says whose")
+    owner = {"user": "alice", "uid": 2001, "group": "team-a", "gid": 0, "account": "a.b_c-d", "qos": "normal"}
+    assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said, "endTime": 1790000600, **owner})
+    for odd in ({"SLURM_JOB_UID": "007"}, {"SLURM_JOB_USER": 'a"b'}, {"SLURM_JOB_QOS": ""}):
+        run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where, **{**whose, **odd})
+        wait_for(lambda: len(listener.got) == 1, 5, f"the start with {odd}")
+        assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said}), "whose: all or none"
+    run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="soon", **where)
+    wait_for(lambda: len(listener.got) == 1, 5, "the start without a start time")
+    auth, body = listener.got.pop()
+    assert auth == "signed" and abs(body.pop("startTime") - time.time()) < 5 and body["nodes"] == "kwok-node-[1-2,4]"
+    for bad in ({"SLURM_JOB_NODELIST": 'n1","jobId":1'}, {"SLURM_JOB_PARTITION": "a b"}, {"SLURM_JOB_NODELIST": ""}):
+        run_hook(tmp_path, listener.url, **{**where, **bad})
+        wait_for(lambda: len(listener.got) == 1, 5, f"the start with {bad}")
+        assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42}), bad
+    run_hook(tmp_path, listener.url, **{**where, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"})
+    wait_for(lambda: len(listener.got) == 1, 5, "the end")
+    assert listener.got.pop() == ("signed", {"event": "ended", "jobId": 42}), "an end says no nodes"
+
+
+@pytest.mark.parametrize("secret", ["666\\6%s", "x" * 64, "y" * 65 + "6\\", "  spaced  "])
+def test_the_signature_is_rfc_2104_for_any_secret(tmp_path: Path, listener: Listener, secret: str) -> None:
+    """Bytes that become NUL once padded ('6' ^ 0x36, '\\' ^ 0x5c), printf's own '%', a secret of
+    a whole block and one longer (hashed first), spaces around it (left out, as the operator does)."""
+    (tmp_path / "token").write_text(secret + "\nsecond line, not read\n")
+    (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
+        "SLURM_JOB_ID": "7",
+        "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld",
+    }
+    listener.secret = secret.strip().encode()
+    subprocess.run(["bash", str(SCRIPT)], env=env, check=True, timeout=10)
+    wait_for(lambda: listener.got, 5, "the notice")
+    assert listener.got == [("signed", {"event": "ended", "jobId": 7})]
+    assert "Authorization" not in listener.headers[0], "the secret never travels"
 
 
 def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(tmp_path: Path, listener: Listener) -> None:
@@ -197,9 +278,11 @@ def test_slurm_conf_runs_the_hook_only_when_asked() -> None:
 class Hints:
     def __init__(self) -> None:
         self.got: list[tuple[int, str]] = []
+        self.starts: list[SignedStart | None] = []
 
-    def hint(self, job_id: int, event: str) -> bool:
+    def hint(self, job_id: int, event: str, start: SignedStart | None = None) -> bool:
         self.got.append((job_id, event))
+        self.starts.append(start)
         return job_id == 7
 
 
@@ -251,5 +334,74 @@ async def test_the_endpoint_acts_only_on_the_leader_with_the_token(tmp_path: Pat
     try:
         r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)
         assert r.status == 404 and "slurmHookTokenFile" in await r.text()
+    finally:
+        await client.close()
+
+
+def _signed(body: dict[str, Any], secret: bytes = b"s3cret") -> tuple[bytes, dict[str, str]]:
+    raw = json.dumps(body).encode()
+    signature = "sha256=" + hmac.new(secret, raw, hashlib.sha256).hexdigest()
+    return raw, {SIGNATURE_HEADER: signature, "Content-Type": "application/json"}
+
+
+async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_path: Path) -> None:
+    """A signed notice needs no Authorization; its signature, its time and what a start says are
+    checked before the leader takes it; an end's nodes, or an unsigned start's, are never passed on."""
+    (tmp_path / "token").write_text("s3cret\n")
+    hints, token = Hints(), HookToken(tmp_path / "token")
+    now = int(time.time())
+    client = await _client(token, True, hints)
+    try:
+        where = {"nodes": "kwok-node-[1-2]", "partition": "pods", "startTime": now - 1}
+        raw, headers = _signed({"event": "started", "jobId": 7, "time": now, **where})
+        r = await client.post("/slurm/hook", data=raw, headers=headers)
+        assert r.status == 202 and await r.json() == {"read": True}
+        assert hints.starts.pop() == SignedStart(
+            nodes=("kwok-node-1", "kwok-node-2"), partition="pods", start_time=datetime.fromtimestamp(now - 1, UTC)
+        )
+        owner = {"user": "alice", "uid": 2001, "group": "team-a", "gid": 2001, "account": "a", "qos": "normal"}
+        raw, headers = _signed({"event": "started", "jobId": 7, "time": now, **where, "endTime": now + 60, **owner})
+        assert (await client.post("/slurm/hook", data=raw, headers=headers)).status == 202
+        assert hints.starts.pop() == SignedStart(
+            nodes=("kwok-node-1", "kwok-node-2"),
+            partition="pods",
+            start_time=datetime.fromtimestamp(now - 1, UTC),
+            end_time=datetime.fromtimestamp(now + 60, UTC),
+            owner=JobOwner("alice", 2001, "team-a", 2001, "a", "normal"),
+        )
+        raw, headers = _signed({"event": "started", "jobId": 7, "time": now})
+        assert (await client.post("/slurm/hook", data=raw, headers=headers)).status == 202
+        assert hints.starts.pop() is None, "a start that says no nodes is read"
+        raw, headers = _signed({"event": "ended", "jobId": 7, "time": now, **where})
+        assert (await client.post("/slurm/hook", data=raw, headers=headers)).status == 202
+        assert hints.starts.pop() is None, "an end's nodes are not taken"
+        bearer = {"Authorization": "Bearer s3cret"}
+        r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7, **where}, headers=bearer)
+        assert r.status == 202 and hints.starts.pop() is None, "an unsigned start is only a hint"
+        taken = len(hints.got)
+        refused: list[tuple[int, dict[str, Any], bytes]] = [
+            (401, {"event": "started", "jobId": 7, "time": now - MAX_SKEW_SECONDS - 5}, b"s3cret"),  # replayed
+            (401, {"event": "started", "jobId": 7, "time": now + MAX_SKEW_SECONDS + 5}, b"s3cret"),
+            (401, {"event": "started", "jobId": 7}, b"s3cret"),  # no time
+            (401, {"event": "started", "jobId": 7, "time": now}, b"wrong"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "nodes": "kwok-node-[2-"}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, "nodes": "n1"}, b"s3cret"),  # no partition
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "startTime": "now"}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "nodes": ""}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "user": "alice"}, b"s3cret"),  # not all six
+            (400, {"event": "started", "jobId": 7, "time": now, **where, **owner, "uid": "2001"}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, **owner, "qos": ""}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "endTime": True}, b"s3cret"),
+        ]
+        for status, body, secret in refused:
+            raw, headers = _signed(body, secret)
+            r = await client.post("/slurm/hook", data=raw, headers=headers)
+            assert r.status == status, (body, await r.text())
+        raw, headers = _signed({"event": "started", "jobId": 7, "time": now})
+        r = await client.post("/slurm/hook", data=raw.replace(b"7", b"8"), headers=headers)
+        assert r.status == 401 and SIGNATURE_HEADER in await r.text(), "a body changed after signing"
+        r = await client.post("/slurm/hook", data=raw, headers={**headers, SIGNATURE_HEADER: "sha1=00"})
+        assert r.status == 401
+        assert len(hints.got) == taken, "nothing refused was taken"
     finally:
         await client.close()

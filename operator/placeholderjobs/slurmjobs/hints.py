@@ -1,8 +1,11 @@
 """Hints from slurmctld: a job started or ended (a site's ``PrologSlurmctld`` / ``EpilogSlurmctld``
 running ``slurm-hooks/slurm-bridge-notify.sh``, docs/configuration.md#slurm-hooks).
 
-A hint is never trusted: it names a job, and that job is read from Slurm (one ``GET job/{id}``,
-the read the next poll would have made) before the view, and so any decision, changes. A hint
+A hint names a job, and that job is read from Slurm (one ``GET job/{id}``, the read the next poll
+would have made). An unsigned hint changes nothing before that read. A signed start (an HMAC with
+the secret only the hook and the operator hold, over the job, its nodes and the time) is taken into
+the view at once, so its pods are released while the read is in flight; the read still comes, and
+what Slurm says then wins. A hint
 about another user's job, or about what the view already has (a job the bridge allocated at once
 and read back), costs no call. Hints that never arrive (the operator restarting, a standby
 answering, the hook failing) cost time only: the polls find the same, a poll period later.
@@ -16,10 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import GET_CONCURRENCY, HintEvent, ViewReads
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import (
+    GET_CONCURRENCY,
+    HintEvent,
+    SignedStart,
+    ViewReads,
+)
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -42,15 +51,22 @@ class SlurmHints:
         self.received = 0
         self.read = 0  # hints that were news, and their job read
         self.failed = 0  # ... whose read failed (left to the next poll)
+        self.signed_starts = 0  # signed starts taken into the view before their read
 
-    def hint(self, job_id: int, event: HintEvent) -> bool:
-        """Take a hint; True when it was news and its job is being read."""
+    def hint(self, job_id: int, event: HintEvent, start: SignedStart | None = None) -> bool:
+        """Take a hint (``start``: a signed start's nodes and time); True when it was news and its
+        job is being read."""
         self.received += 1
         if event == "started":
             starts.mark(job_id, "hint_started")
         ref = self._view.news(job_id, event)
         if ref is None:
             return False
+        if start is not None:
+            taking = time.time()
+            if self._view.apply_signed_start(job_id, start) is not None:
+                self.signed_starts += 1
+                starts.mark(job_id, "signed_start", taking)
         if job_id in self._reading:
             self._again[job_id] = ref
         else:
