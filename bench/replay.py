@@ -74,6 +74,8 @@ import contextlib
 import copy
 import cProfile
 import functools
+import hashlib
+import hmac
 import io
 import itertools
 import json
@@ -105,7 +107,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime.leader import LeaderElector
-from slurm_bridge.operator.wiring.slurmhook import HookToken, slurm_hook
+from slurm_bridge.operator.wiring.slurmhook import SIGNATURE_HEADER, HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.handoffcalls import QosInfo
@@ -619,6 +621,9 @@ class HookRequest:
     def content_length(self) -> int:
         return len(self.body)
 
+    async def read(self) -> bytes:
+        return self.body
+
     async def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
 
@@ -830,8 +835,17 @@ async def replay(
             hook_answers[(await hook(request)).status] += 1
 
         def notify(job_id: int, event: str) -> None:
-            body = json.dumps({"event": event, "jobId": job_id}).encode()
-            headers = {"Authorization": f"Bearer {HOOK_TOKEN}", "Content-Type": "application/json"}
+            # As slurm-bridge-notify.sh sends it: signed, and a start says where, when and whose.
+            now = int(time.time())
+            said: Obj = {"event": event, "jobId": job_id, "time": now}
+            job = slurm_api.jobs.get(job_id)
+            if event == "started" and job is not None:
+                said |= {"nodes": job["nodes"], "partition": job["partition"], "startTime": now}
+                said |= {"user": job["user_name"], "uid": job["user_id"], "group": job["group_name"]}
+                said |= {"gid": job["group_id"], "account": job["account"], "qos": job["qos"]}
+            body = json.dumps(said, separators=(",", ":")).encode()
+            signature = hmac.new(HOOK_TOKEN.encode(), body, hashlib.sha256).hexdigest()
+            headers = {SIGNATURE_HEADER: f"sha256={signature}", "Content-Type": "application/json"}
             task = asyncio.create_task(answer(HookRequest(headers, body)))
             notices.add(task)
             task.add_done_callback(notices.discard)

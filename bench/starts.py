@@ -122,9 +122,23 @@ class Breakdown:
                 s[b] - s[a] for s in self.pods.values() if a in s and b in s and (a != "hint_started" or s[a] <= s[b])
             )
             if values:
-                q = statistics.quantiles(values, n=100) if len(values) > 1 else [values[0]] * 99
-                out[name] = {"p50": round(q[49], 3), "p99": round(q[98], 3), "n": len(values)}
+                out[name] = _quantiles(values)
+        # The start → released time by how Slurm's start is known: only "log" is the start itself;
+        # "prolog end" comes after slurmctld's hook ran (a signed notice may release the pod before it).
+        for how in sorted(set(self.how.values())):
+            values = sorted(
+                s["released"] - s["slurm_start"]
+                for pod, s in self.pods.items()
+                if self.how.get(pod) == how and "released" in s and "slurm_start" in s
+            )
+            if values:
+                out[f"Slurm's start ({how}) -> pod released"] = _quantiles(values)
         return out
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=100) if len(values) > 1 else [values[0]] * 99
+    return {"p50": round(q[49], 3), "p99": round(q[98], 3), "n": len(values)}
 
 
 def _count(values: Any) -> dict[str, int]:
@@ -165,7 +179,8 @@ def print_breakdown(mode: str, summary: dict[str, Any]) -> None:
           f"Slurm's start from: {summary['slurm_start_from']}; read after slurmctld's hint: "
           f"{summary['read_after_hint']}, taken from it signed: {summary.get('taken_from_signed_hint', 0)}), "
           "seconds p50 / p99:")  # fmt: skip
-    for name, *_ in (*SEGMENTS, *EXTRA):
+    split = [k for k in summary if k.startswith("Slurm's start (")]
+    for name in (*(n for n, *_ in (*SEGMENTS, *EXTRA)), *split):
         if name in summary:
             v = summary[name]
             print(f"  {name:38} {v['p50']:>7} / {v['p99']:<7} (n={v['n']})")

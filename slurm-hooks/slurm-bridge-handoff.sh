@@ -96,7 +96,7 @@ read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), p
   [ -e "$conf" ] || [ -L "$conf" ] || refuse "no configuration file $conf"
   [ ! -L "$conf" ] && [ -f "$conf" ] || refuse "$conf is not a regular file"
   read -r owner mode < <(stat -c '%u %a' -- "$conf" 2>/dev/null)
-  [ "$owner" = 0 ] || [ "$owner" = "$(id -u)" ] || refuse "$conf is owned by uid ${owner:-?}, not root or $(id -un)"
+  [ "$owner" = 0 ] || [ "$owner" = "$EUID" ] || refuse "$conf is owned by uid ${owner:-?}, not root or $(id -un)"
   case $mode in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) refuse "cannot read the mode of $conf" ;; esac
   (( (8#$mode & 8#022) == 0 )) || refuse "$conf is writable by group or others (mode $mode)"
   [ -r "$conf" ] || refuse "cannot read $conf"
@@ -179,7 +179,7 @@ owned_safely() {
   local owner mode
   [ ! -L "$1" ] && [ "${2:--f}" "$1" ] || return 1
   read -r owner mode < <(stat -c '%u %a' -- "$1" 2>/dev/null)
-  { [ "$owner" = 0 ] || [ "$owner" = "$(id -u)" ]; } && [[ $mode =~ ^[0-7]{3,4}$ ]] && (( (8#$mode & 8#022) == 0 ))
+  { [ "$owner" = 0 ] || [ "$owner" = "$EUID" ]; } && [[ $mode =~ ^[0-7]{3,4}$ ]] && (( (8#$mode & 8#022) == 0 ))
 }
 
 listed() { local id; for id in "${bridge_ids[@]}"; do [ "$id" = "$1" ] && return 0; done; return 1; }
@@ -190,6 +190,7 @@ listed() { local id; for id in "${bridge_ids[@]}"; do [ "$id" = "$1" ] && return
 make() {
   local name="handoff-${job}_$3_$1" what out out2
   made=''
+  [ -n "$me" ] || me=$(id -un)
   if [ "$4" = node ] || [ -z "$2" ] || [ "$2" = 0 ]; then what="Flags=IGNORE_JOBS"; else what="CoreCnt=$2"; fi
   if out=$(scontrol create reservation "ReservationName=$name" "Nodes=$1" $what StartTime=now \
     "EndTime=now+$5seconds" "Users=$me" 2>&1); then
@@ -304,7 +305,10 @@ prolog() {
   local -A gset=()
   local node why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
   if [ -n "$guarded" ]; then
-    mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null)
+    case $guarded in   # a plain list of names needs no call (each prolog runs it: a job start waits)
+      *[][]*) mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null) ;;
+      *) IFS=, read -r -a names <<< "$guarded" ;;
+    esac
     if [ ${#names[@]} -eq 0 ]; then
       log "prolog: NODES=$guarded could not be expanded: every node guarded"
       mine=("${nodes[@]}")
@@ -348,12 +352,12 @@ job=${SLURM_JOB_ID:-}
 [[ $job =~ ^[0-9]+$ ]] || exit 0
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
-me=$(id -un)
 if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start notice waits for nothing
   [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
 else
   trap mark_done EXIT
 fi
+me=''   # SlurmUser's name, read when a hold is first made (make)
 
 # SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
 cpus=()
