@@ -101,7 +101,7 @@ def test_a_queued_jobs_start_is_read_when_slurmctld_says_so(
             assert after["read"] > before["read"], ("the notice came first, and was read", before, after)
             # Signed (the local Slurm's host has sha256sum), it said the job's nodes: the pod was
             # released on it, before the read that still followed it answered.
-            assert after["signed_starts"] == before["signed_starts"] + 1, (before, after)
+            assert after["signed_starts"] > before["signed_starts"], (before, after)
             assert steps["signed_start"] <= steps["running_read"] <= steps["released"], steps
             assert pod_node(core, managed_namespace, name) in (job.get("nodes") or ""), job
             return
