@@ -3,8 +3,9 @@
 beside the health endpoints when ``slurmHookTokenFile`` is set (docs/configuration.md#slurm-hooks).
 
 The body is ``{"event": "started"|"ended", "jobId": N, "time": T}``, and a start's may add where
-and when it started (``nodes``: a hostlist, ``partition``, ``startTime``), as slurmctld gave them
-to its script. The caller proves it holds the shared secret one of two ways:
+and when it started (``nodes``: a hostlist, ``partition``, ``startTime``, ``endTime``) and whose it
+is (``user``, ``uid``, ``group``, ``gid``, ``account``, ``qos``), as slurmctld gave them to its script.
+The caller proves it holds the shared secret one of two ways:
 
 - **signed** (the script, where the host has ``sha256sum``): ``X-Slurm-Bridge-Signature:
   sha256=<hex>``, an HMAC-SHA256 of the body with the secret, whose ``time`` is within
