@@ -6,8 +6,8 @@ Slurm's start (slurmctld's log, to the millisecond), ``hint_started`` (slurmctld
 operator), ``signed_start`` (the hook's notice was signed and said the job's nodes: the operator
 took it as the read), ``running_read`` (the operator's view had the job RUNNING with its nodes: by
 a signed notice, the hint's read, a poll, or the read after the submit), ``released`` (the
-operator's release of the pod was written), the gate's removal and the bind as the benchmark's pod watch saw them, and
-``status_running`` (the PlaceholderJob's Running status written). The operator's steps come from
+operator's release of the pod was written), the gate's removal and the bind as the benchmark's
+pod watch saw them, and ``status_running`` (the PlaceholderJob's Running status written). The operator's steps come from
 its ``/stats/starts`` (operator/runtime/starts.py).
 
 Slurm's start, from slurmctld's log (its times are milliseconds, local time): ``sched: Allocate

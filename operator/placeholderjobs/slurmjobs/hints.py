@@ -64,7 +64,7 @@ class SlurmHints:
             return False
         if start is not None:
             taking = time.time()
-            if self._view.apply_signed_start(job_id, start) is not None:
+            if self._view.apply_signed_start(job_id, ref, start):
                 self.signed_starts += 1
                 starts.mark(job_id, "signed_start", taking)
         if job_id in self._reading:

@@ -33,18 +33,6 @@ HintEvent = Literal["started", "ended"]
 
 
 @dataclass(frozen=True)
-class SignedStart:
-    """Where and when a job started, as slurmctld gave them to its hook, in a notice signed with
-    the secret only the hook and the operator hold (operator/wiring/slurmhook.py)."""
-
-    nodes: tuple[str, ...]
-    partition: str
-    start_time: datetime
-    end_time: datetime | None = None
-    owner: JobOwner | None = None
-
-
-@dataclass(frozen=True)
 class JobOwner:
     """Whose a signed start's job is, and what it is charged to, as slurmctld says."""
 
@@ -54,6 +42,18 @@ class JobOwner:
     group_id: int
     account: str
     qos: str
+
+
+@dataclass(frozen=True)
+class SignedStart:
+    """Where and when a job started, as slurmctld gave them to its hook, in a notice signed with
+    the secret only the hook and the operator hold (operator/wiring/slurmhook.py)."""
+
+    nodes: tuple[str, ...]
+    partition: str
+    start_time: datetime
+    end_time: datetime | None = None
+    owner: JobOwner | None = None
 
 
 class SlurmJobReads(Protocol):
@@ -151,18 +151,15 @@ class ViewReads(ABC):
             return ref if job.is_pending or not job.nodes else None
         return None if job.is_finished else ref
 
-    def apply_signed_start(self, job_id: int, start: SignedStart) -> PhjRef | None:
-        """Take a signed start into the view now, as a read would, so that the job's pods are
-        released without waiting for the read (which still follows, and wins: it is newer). For a
-        job of the bridge's, not heterogeneous (those are decided on every component), that the
-        view has waiting in a partition it asked for, or has not read yet when the notice says
-        whose it is (a queued job is not read after its submit); None when not taken."""
+    def apply_signed_start(self, job_id: int, ref: PhjRef, start: SignedStart) -> bool:
+        """Take a signed start of a job :meth:`news` said it is news about (``ref``) into the view
+        now, as a read would, so that the job's pods are released without waiting for the read
+        (which still follows, and wins: it is newer). Taken for a job the view has waiting in a
+        partition it asked for, or has not read yet when the notice says whose it is (a queued job
+        is not read after its submit); False when not taken."""
         snap = self.snapshot
-        if snap is None:
-            return None
-        job, ref = snap.by_id.get(job_id), snap.refs.get(job_id) or self._expected.get(job_id)
-        if ref is None:
-            return None
+        assert snap is not None, "news() answers nothing before the first full list"
+        job = snap.by_id.get(job_id)
         # PrologSlurmctld runs while the job is RUNNING,CONFIGURING (docs/configuration.md).
         started: dict[str, object] = {
             "states": ("RUNNING", "CONFIGURING"),
@@ -174,14 +171,14 @@ class ViewReads(ABC):
         }
         if job is None:
             if start.owner is None:
-                return None
+                return False
             owner = start.owner
             started.update(job_id=job_id, end_time=start.end_time, user_name=owner.user_name, user_id=owner.user_id)
             started.update(group_name=owner.group_name, group_id=owner.group_id, account=owner.account, qos=owner.qos)
             new = JobInfo.model_validate(started)
         else:
-            if job.het_job_id or not job.is_pending:
-                return None
+            if not job.is_pending:
+                return False
             if job.partition and start.partition not in job.partition.split(","):
                 log.warning(
                     "slurmctld's signed start of job %d names partition %s, not one of %s: read from Slurm instead",
@@ -189,12 +186,12 @@ class ViewReads(ABC):
                     start.partition,
                     job.partition,
                 )
-                return None
+                return False
             limit = job.time_limit_minutes
             end = start.end_time or (start.start_time + timedelta(minutes=limit) if limit is not None else None)
             new = job.model_copy(update={**started, "end_time": end})
         self._apply(new, ref, time.monotonic(), notify=True)
-        return ref
+        return True
 
     async def read_now(self, wanted: dict[int, PhjRef], at: float | None = None) -> set[int]:
         """Read ``wanted`` now (GET each, GET_CONCURRENCY at a time) and apply what Slurm says
