@@ -17,9 +17,9 @@
 #
 # A start's notice also says where and when the job started and whose it is (its nodes, partition,
 # start and end times, user, group, account and QOS, as slurmctld gives them to the script), and
-# every notice is signed: an HMAC-SHA256 of its body with
-# the shared secret, in an X-Slurm-Bridge-Signature header (computed with bash's builtins and
-# sha256sum, so the secret is on no command line and never on the wire). The operator releases the
+# every notice is signed: an HMAC-SHA256 of its body with the shared secret, in an
+# X-Slurm-Bridge-Signature header (computed with bash's builtins and sha256sum, so the secret is
+# on no command line and never on the wire). The operator releases the
 # pods of a signed start before its read of the job comes back (docs/configuration.md#slurm-hooks).
 # A host without sha256sum sends the secret itself (Authorization: Bearer): a hint only, read first.
 #
@@ -92,7 +92,8 @@ if command -v curl > /dev/null; then
   # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
   read -r -t 1 _ < <(setsid bash -c '
     echo; exec > /dev/null 2>&1
-    { auth_header "$1" "$3" || exit 0; echo; } |
+    header=$(auth_header "$1" "$3") || exit 0   # nothing is sent that could not be authenticated
+    printf "%s\n" "$header" |
       curl -s -o /dev/null -m 2 --retry "$(($2 - 1))" --retry-delay 0 -X POST -H @- \
         -H "Content-Type: application/json" --data "$3" "$4"' _ "$TOKEN_FILE" "$TRIES" "$body" "$URL" < /dev/null &)
   exit 0

@@ -83,7 +83,8 @@ def listener() -> Iterator[Listener]:
 
 def run_hook(tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> float:
     """Run the script as slurmctld would; returns how long it took (it must not wait)."""
-    (tmp / "token").write_text("s3cret\n")
+    if not (tmp / "token").exists():  # not rewritten: an earlier run's child may be reading it
+        (tmp / "token").write_text("s3cret\n")
     (tmp / "notify.conf").write_text(f"URL={url}\nTOKEN_FILE={tmp / 'token'}  # the secret\nTRIES=3\n")
     full = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp / "notify.conf"), "SLURM_JOB_ID": "42", **env}
     began = time.monotonic()
