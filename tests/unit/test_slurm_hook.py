@@ -389,6 +389,8 @@ async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_
             (400, {"event": "started", "jobId": 7, "time": now, "nodes": "n1"}, b"s3cret"),  # no partition
             (400, {"event": "started", "jobId": 7, "time": now, **where, "startTime": "now"}, b"s3cret"),
             (400, {"event": "started", "jobId": 7, "time": now, **where, "nodes": ""}, b"s3cret"),
+            (400, {"event": "started", "jobId": 7, "time": now, **where, "nodes": "n[1-20000]"}, b"s3cret"),  # > 10,000
+            (413, {"event": "started", "jobId": 7, "time": now, **where, "nodes": "n1," * 30000}, b"s3cret"),
             (400, {"event": "started", "jobId": 7, "time": now, **where, "user": "alice"}, b"s3cret"),  # not all six
             (400, {"event": "started", "jobId": 7, "time": now, **where, **owner, "uid": "2001"}, b"s3cret"),
             (400, {"event": "started", "jobId": 7, "time": now, **where, **owner, "qos": ""}, b"s3cret"),
