@@ -228,6 +228,24 @@ class SlurmEnv:
     def headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-TOKEN": self.token}
 
+    @property
+    def handoff_log(self) -> Path:
+        """The handoff script's log (slurm-hooks/slurm-bridge-handoff.sh), in the Slurm root."""
+        return self.root / "var" / "log" / "slurm-bridge" / "handoff.log"
+
+    def handoff_log_size(self) -> int:
+        """Where the handoff log ends now: what a test reads from, so that lines an earlier Slurm wrote
+        for the same job ids (they restart with a fresh slurmctld state) are not taken for its own."""
+        return self.handoff_log.stat().st_size if self.handoff_log.exists() else 0
+
+    def handoff_log_since(self, offset: int) -> list[str]:
+        """The handoff log's lines written after ``offset`` (``handoff_log_size``)."""
+        if not self.handoff_log.exists():
+            return []
+        with self.handoff_log.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace").splitlines()
+
     def sacct(self, *args: str) -> str:
         """``sacct`` (hack/cluster.sh slurm sacct, or hack/kind.sh's): accounting as slurmdbd records it."""
         return run([*self.slurm_command, "sacct", *args]).stdout

@@ -47,6 +47,9 @@ install_notify_script() {
 reset_slurm_state() {
   local sdir="$SLURM_ROOT$SLURM_STATE_IN_ROOT"
   rm -rf "$sdir"; mkdir -p "$sdir/state" "$sdir/spool"
+  # Job ids start again at 1: the handoff script's log and its per-job markers (STATE_DIR/<id>.done)
+  # name the last state's jobs, and a marker would be taken for a new job of the same id.
+  rm -rf "$SLURM_ROOT/var/log/slurm-bridge" "$SLURM_ROOT/var/spool/slurm-bridge"
   head -c 32 /dev/urandom > "$sdir/jwt.key"
   # The shared secret of slurmctld's hook and the bridge (SlurmUser reads it; slurmHookTokenFile).
   head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$sdir/bridge-hook.token"

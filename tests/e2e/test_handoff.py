@@ -77,11 +77,11 @@ EPILOG_DELAY = 3  # seconds the slowed epilog waits before it holds anything
 
 
 @pytest.fixture
-def slow_epilog(slurm_env: SlurmEnv) -> Iterator[Path]:
+def slow_epilog(slurm_env: SlurmEnv) -> Iterator[int]:
     """The handoff script's epilog starts EPILOG_DELAY seconds late (its prolog does not), so that
     slurmctld gives an ended job's CPUs away before anything is held: a wrapper at the path slurm.conf
     names runs the real script, copied next to it (its configuration file stays where it looks).
-    Yields the script's log."""
+    Yields where the script's log ended then (SlurmEnv.handoff_log_since reads what follows)."""
     etc = slurm_env.root / "etc" / "slurm"
     script, real = etc / "slurm-bridge-handoff.sh", etc / "slurm-bridge-handoff.real.sh"
     original = script.read_bytes()
@@ -93,7 +93,7 @@ def slow_epilog(slurm_env: SlurmEnv) -> Iterator[Path]:
         f'exec /etc/slurm/{real.name} "$@"\n'
     )
     try:
-        yield slurm_env.root / "var" / "log" / "slurm-bridge" / "handoff.log"
+        yield slurm_env.handoff_log_size()
     finally:
         script.write_bytes(original)
         script.chmod(0o755)
@@ -346,7 +346,7 @@ def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
 
 def test_a_native_job_given_the_pods_cpu_before_the_hold_waits_in_its_prolog_until_the_container_stopped(
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, workload_image: str,
-    setup: dict[str, Any], slow_epilog: Path,
+    setup: dict[str, Any], slow_epilog: int,
 ) -> None:  # fmt: skip
     """The race slurmctld wins now and then (seen: a native job allocated 41 ms after the kill,
     before any epilog), made certain: the native job is allocated the pod's CPU while nothing holds
@@ -366,10 +366,11 @@ def test_a_native_job_given_the_pods_cpu_before_the_hold_waits_in_its_prolog_unt
     assert native.started_at() is None
     gap = native_after_container(slurm_env, native, pod)
     assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it ran on meanwhile
-    log = slow_epilog.read_text() if slow_epilog.exists() else ""
-    held = [ln for ln in log.splitlines() if f"job={native.job_id} prolog: held in CONFIGURING" in ln]
+    lines = slurm_env.handoff_log_since(slow_epilog)
+    log = "\n".join(lines)
+    held = [ln for ln in lines if f"job={native.job_id} prolog: held in CONFIGURING" in ln]
     assert held, f"the script's log has no prolog hold for job {native.job_id}:\n{log[-3000:]}"
-    released = [ln for ln in log.splitlines() if f"job={native.job_id} prolog: may start" in ln]
+    released = [ln for ln in lines if f"job={native.job_id} prolog: may start" in ln]
     assert released, f"the script's log has no release of job {native.job_id}:\n{log[-3000:]}"
     wait_for(lambda: f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res"), 30, "the hold gone")
     print(

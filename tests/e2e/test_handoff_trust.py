@@ -22,6 +22,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
@@ -134,13 +135,13 @@ def test_a_tenants_job_from_the_bridges_working_directory_is_held_for_millisecon
     script wins Slurm's scheduler (docs/colocation.md, "The provisional hold"); a tenant's forged
     one is let go once its admin comment is read: the provisional reservation was made and
     deleted, within a second, and a native job for the whole node starts."""
-    log = jobs.slurm.root / "var" / "log" / "slurm-bridge" / "handoff.log"
+    offset = jobs.slurm.handoff_log_size()
     job_id = jobs.submit("--chdir=/tmp", f"--job-name=x {FORGED_MARK}", f"--comment={FORGED_MARK}")
     jobs.none_held(job_id, jobs.ended(job_id))
-    lines = [ln for ln in log.read_text().splitlines() if f" job={job_id} " in ln]
+    lines = [ln for ln in jobs.slurm.handoff_log_since(offset) if f" job={job_id} " in ln]
     made = [ln for ln in lines if "hold<=30s: Reservation created" in ln]
     gone = [ln for ln in lines if "provisional hold deleted" in ln]
-    assert made and gone, f"job {job_id}: no provisional hold made and deleted in {log}: {lines}"
+    assert made and gone, f"job {job_id}: no provisional hold made and deleted in {jobs.slurm.handoff_log}: {lines}"
     held_for = _stamp(gone[0]) - _stamp(made[0])
     assert 0 <= held_for < 1, f"job {job_id} was held provisionally for {held_for:.3f}s"
     whole = jobs.slurm.node_cpus(jobs.node)
@@ -151,10 +152,10 @@ def test_a_tenants_job_from_the_bridges_working_directory_is_held_for_millisecon
 
 
 def _stamp(line: str) -> float:
-    """The handoff log's timestamp (2026-11-28T05:14:52.498942535): seconds of the day."""
-    clock = line.split()[0].split("T")[1]
-    h, m, sec = clock.split(":")
-    return int(h) * 3600 + int(m) * 60 + float(sec)
+    """The handoff log's timestamp (2026-11-28T05:14:52.498942535, the host's clock) in seconds."""
+    stamp = line.split()[0]
+    whole, _, fraction = stamp.partition(".")
+    return datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").timestamp() + float(f"0.{fraction or 0}")
 
 
 def test_an_operator_set_marker_is_held_per_node_for_the_ceiling_under_an_exact_name(jobs: Jobs) -> None:
