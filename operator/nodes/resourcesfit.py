@@ -22,7 +22,8 @@ from fractions import Fraction
 from typing import Any, Final
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import KubeClient, KubeError, node_path, now_iso, resource_path
+from slurm_bridge.kube.client import KubeClient, KubeError, node_path, resource_path
+from slurm_bridge.kube.times import now_iso
 from slurm_bridge.rules.podresources import pod_requests
 from slurm_bridge.rules.resources import parse_quantity
 from slurm_bridge.slurm.models import NodeInfo

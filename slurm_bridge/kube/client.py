@@ -19,7 +19,6 @@ import ssl
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
@@ -30,6 +29,7 @@ from slurm_bridge import names
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
 from slurm_bridge.kube import kubeconfig as kubeconfig_loader
 from slurm_bridge.kube.kubeconfig import TokenSource
+from slurm_bridge.kube.times import now_iso
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +74,6 @@ def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, Toke
     plugin or the pod's service account)."""
     creds = kubeconfig_loader.load(kubeconfig)
     return creds.server, creds.ssl_context(), creds.auth
-
-
-def iso(when: datetime) -> str:
-    """A time as Kubernetes writes it (RFC 3339, UTC, seconds)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def now_iso() -> str:
-    return iso(datetime.now(UTC))
 
 
 def resource_version(obj: Mapping[str, Any]) -> int:

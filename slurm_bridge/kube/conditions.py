@@ -6,11 +6,12 @@ lastTransitionTime moved only when the status flips. The PlaceholderJob's condit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel, to_snake
+
+from slurm_bridge.kube.times import now_iso
 
 
 class Camel(BaseModel):
@@ -71,7 +72,7 @@ def set_condition(
     ``generation`` (the object's metadata.generation) is required: the CRD requires each
     condition's observedGeneration, and a caller that forgets it would write an invalid status."""
     value = "Unknown" if status is None else "True" if status else "False"
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = now_iso()
     out: list[Condition] = []
     found = False
     for c in conditions or []:

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr
 from slurm_bridge import names
 from slurm_bridge.kube.conditions import Camel as _Camel
 from slurm_bridge.kube.conditions import Condition
+from slurm_bridge.kube.times import parse_iso
 from slurm_bridge.rules.workloadkinds import COMPOSITE_PODGROUP, GANG_KINDS, group_kind
 from slurm_bridge.slurm.models import JobRequest
 
@@ -199,7 +200,7 @@ class PlaceholderJob(_Camel):
         if generation is not None and status.observed_generation != generation:
             return 0.0  # the spec changed: try it now
         try:
-            attempted = datetime.strptime(str(status.submit_time), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            attempted = parse_iso(str(status.submit_time))
         except ValueError:
             return 0.0
         elapsed = ((now or datetime.now(UTC)) - attempted).total_seconds()

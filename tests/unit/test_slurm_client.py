@@ -126,6 +126,23 @@ async def test_picks_highest_version_the_server_offers_and_caches_it(token_file:
         assert fake.paths()[-1] == "GET /slurm/v0.0.44/jobs"
 
 
+async def test_a_cookie_slurmrestd_sets_is_neither_kept_nor_sent_back(token_file: Path) -> None:
+    """The client keeps no cookies (it skips httpx's per-answer parse): what a proxy in front of
+    slurmrestd sets is not sent with the next request; the JWT header is all it sends."""
+    fake = FakeSlurmrestd()
+
+    def jobs(_: httpx.Request) -> httpx.Response:
+        answer = ok({"jobs": []})
+        answer.headers["Set-Cookie"] = "session=abc; Path=/"
+        return answer
+
+    fake.on("GET", "/slurm/v0.0.45/jobs", jobs)
+    async with client(fake, token_file) as c:
+        assert await c.list_jobs() == [] and await c.list_jobs() == []
+    assert [r for r in fake.requests if "cookie" in r.headers] == []
+    assert all(r.headers["X-SLURM-USER-TOKEN"] == TOKEN for r in fake.requests)
+
+
 async def test_concurrent_callers_discover_the_version_once(token_file: Path) -> None:
     fake = FakeSlurmrestd()
     async with client(fake, token_file) as c:

@@ -9,9 +9,9 @@ from datetime import datetime
 import hostlist
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import iso
 from slurm_bridge.kube.conditions import Condition, set_condition
 from slurm_bridge.kube.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS, Clock, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import identity, terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (

@@ -18,11 +18,11 @@ elsewhere instead of looping on the same node. A bare pod stays Failed with the 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import iso
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.times import iso, parse_iso
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Plan
@@ -49,7 +49,7 @@ def _allocated_at(phj: PlaceholderJob) -> datetime | None:
     if found is None or found.status != "True":
         return None
     try:
-        return datetime.strptime(found.last_transition_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return parse_iso(found.last_transition_time)
     except ValueError:
         return None
 

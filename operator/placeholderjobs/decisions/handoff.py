@@ -20,8 +20,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import iso
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Handoff, Members
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import terminal_status
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, EndPreempted, Event, Plan

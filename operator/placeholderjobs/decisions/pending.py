@@ -4,11 +4,12 @@ pods told why they wait (Event SlurmJobPending, docs/troubleshooting.md). Pure."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from slurm_bridge import names
 from slurm_bridge.kube.conditions import set_condition
 from slurm_bridge.kube.placeholderjob import Phase, PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.kube.times import parse_iso
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Told
 from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import expected_start, identity
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
@@ -123,9 +124,9 @@ def start_moved(recorded: str | None, expected: str | None, wall: datetime) -> b
     if recorded is None or expected is None:
         return True
     try:
-        old, new = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for t in (recorded, expected))
+        old, new = parse_iso(recorded), parse_iso(expected)
     except ValueError:
-        return True  # not the bridge's form (an edit by hand): replace it
+        return True  # not a time (an edit by hand): replace it
     ahead = max((new - wall).total_seconds(), 0.0)
     return abs((new - old).total_seconds()) > max(EXPECTED_START_MIN_SHIFT, EXPECTED_START_SHARE * ahead)
 

@@ -5,12 +5,12 @@ pods). Pure: ``lifecycle.decide`` and the job shapes put them in their plans."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import iso
 from slurm_bridge.kube.conditions import Condition, set_condition
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Fence, Plan, WriteStatus
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     Obj,
@@ -49,7 +49,7 @@ def expected_start(job: JobInfo, wall: datetime) -> str | None:
     start = job.start_time
     if not job.is_pending or start is None or start <= wall:
         return None
-    return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(start)
 
 
 def submitted_status(

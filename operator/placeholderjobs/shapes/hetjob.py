@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import iso
 from slurm_bridge.kube.conditions import set_condition
 from slurm_bridge.kube.placeholderjob import (
     Assignment,
@@ -34,6 +33,7 @@ from slurm_bridge.kube.placeholderjob import (
     PlaceholderJob,
     PlaceholderJobStatus,
 )
+from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
