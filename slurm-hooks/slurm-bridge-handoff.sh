@@ -37,8 +37,9 @@
 #                                   /var/spool/slurm-bridge): SlurmUser's or root's, not writable by
 #                                   group or others; without it the prolog waits PROVISIONAL_SECONDS
 #                                   after every job end on its nodes instead
-#       NODES=<hostlist>            the nodes the prolog guards: those where pods and native jobs
-#                                   share (slurmd beside a kubelet); default: every node
+#       NODES=<hostlist>            the nodes the handoff guards (the epilog holds, the prolog waits
+#                                   only there): those where pods and native jobs share (slurmd
+#                                   beside a kubelet); default: every node
 #       PROLOG_WAIT_SECONDS=<n>     the longest a job waits in the prolog (default 900: more than the
 #                                   longest grace period the bridge lets a pod ask for); then the
 #                                   prolog fails, and Slurm requeues the job (a batch job) or ends it
@@ -91,7 +92,7 @@ refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"T
 
 # ---- the configuration file ----------------------------------------------------------------------
 read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), prolog_wait, notify
-  local conf owner mode line key value id
+  local owner mode line key value id   # conf stays: check_notify names it
   case $0 in /*) conf="${0%/*}/slurm-bridge-handoff.conf" ;; *) refuse "started without an absolute path ($0)" ;; esac
   [ -e "$conf" ] || [ -L "$conf" ] || refuse "no configuration file $conf"
   [ ! -L "$conf" ] && [ -f "$conf" ] || refuse "$conf is not a regular file"
@@ -131,20 +132,29 @@ read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), p
       PROLOG_WAIT_SECONDS)
         [[ $value =~ ^[0-9]{1,9}$ ]] && (( 10#$value > 0 )) || refuse "$conf: PROLOG_WAIT_SECONDS=$value is not a number of seconds (1 to 999999999)"
         prolog_wait=$((10#$value)) ;;
-      NOTIFY)  # a bad one is left out, not the whole file: the holds do not depend on it
-        if [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] && owned_safely "$value" && [ -x "$value" ]; then notify=$value
-        else log "$conf: NOTIFY=$value is not an executable file of root's or $(id -un)'s that group and others cannot write: not run"
-        fi ;;
+      NOTIFY) notify=$value ;;  # checked where it is run (check_notify)
       *) refuse "$conf: unknown key $key (BRIDGE_IDS, MAX_HOLD_SECONDS, SLURM_BIN_DIR, STATE_DIR, NODES, PROLOG_WAIT_SECONDS, NOTIFY)" ;;
     esac
   done < "$conf"
   [ ${#bridge_ids[@]} -gt 0 ] || refuse "$conf: no BRIDGE_IDS"
-  # STATE_DIR: a directory only SlurmUser (or root) can change, else markers could be forged or
-  # removed; without one, the epilog notes nothing and the prolog waits the longer way.
-  if ! owned_safely "$state_dir" -d; then
-    log "STATE_DIR $state_dir is not a directory of root's or $(id -un)'s that group and others cannot write: not used, no handoff is noted done (the prolog waits ${PROVISIONAL_SECONDS}s after each job end on its nodes)"
-    state_dir=''
-  fi
+}
+
+# The paths of the configuration file are checked where they are used, each a process (stat): a
+# job on no guarded node uses neither, and every job's start and end runs this script.
+# check_notify: NOTIFY is run only as a file of root's or SlurmUser's that group and others cannot
+# write; a bad one is left out, not the whole file (the holds do not depend on it).
+check_notify() {
+  [ -n "$notify" ] || return 0
+  if [[ $notify =~ ^/[A-Za-z0-9_./+-]*$ ]] && owned_safely "$notify" && [ -x "$notify" ]; then return 0; fi
+  log "$conf: NOTIFY=$notify is not an executable file of root's or $(id -un)'s that group and others cannot write: not run"
+  notify=''
+}
+# check_state_dir: STATE_DIR, a directory only SlurmUser (or root) can change, else markers could be
+# forged or removed; without one, the epilog notes nothing and the prolog waits the longer way.
+check_state_dir() {
+  [ -n "$state_dir" ] && ! owned_safely "$state_dir" -d || return 0
+  log "STATE_DIR $state_dir is not a directory of root's or $(id -un)'s that group and others cannot write: not used, no handoff is noted done (the prolog waits ${PROVISIONAL_SECONDS}s after each job end on its nodes)"
+  state_dir=''
 }
 
 # ---- the job's AdminComment -----------------------------------------------------------------------
@@ -299,27 +309,37 @@ is_external() {
   return 1
 }
 
-# prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS).
-prolog() {
-  local -a mine=() names=()
+# guarded_of: the indexes in nodes of the job's guarded nodes (NODES; every node without it, or when
+# it cannot be expanded), into the array mine_i. A plain list of names needs no call (each job start
+# and end runs this).
+guarded_of() {
+  local -a names=()
   local -A gset=()
-  local node why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
+  local i node
+  mine_i=()
   if [ -n "$guarded" ]; then
-    case $guarded in   # a plain list of names needs no call (each prolog runs it: a job start waits)
+    case $guarded in
       *[][]*) mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null) ;;
       *) IFS=, read -r -a names <<< "$guarded" ;;
     esac
-    if [ ${#names[@]} -eq 0 ]; then
-      log "prolog: NODES=$guarded could not be expanded: every node guarded"
-      mine=("${nodes[@]}")
-    else
+    if [ ${#names[@]} -gt 0 ]; then
       for node in "${names[@]}"; do gset[$node]=1; done
-      for node in "${nodes[@]}"; do [ -z "${gset[$node]:-}" ] || mine+=("$node"); done
+      for i in "${!nodes[@]}"; do [ -z "${gset[${nodes[$i]}]:-}" ] || mine_i+=("$i"); done
+      return
     fi
-  else
-    mine=("${nodes[@]}")
+    log "$context: NODES=$guarded could not be expanded: every node guarded"
   fi
+  mine_i=("${!nodes[@]}")
+}
+
+# prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS).
+prolog() {
+  local -a mine=() mine_i
+  local i why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
+  guarded_of
+  for i in "${mine_i[@]}"; do mine+=("${nodes[$i]}"); done
   [ ${#mine[@]} -gt 0 ] || exit 0
+  check_state_dir
   while why=$(reasons "${mine[@]}"); [ -n "$why" ]; do
     why=${why//$'\n'/; }
     if [ -n "$first" ]; then
@@ -339,7 +359,8 @@ prolog() {
 }
 
 # mark_done: the epilog's sign for the prolog that this job's handoff is decided (on every exit once
-# the configuration was read); markers older than 10 minutes are swept now and then.
+# the job's guarded nodes are known; a job on none needs none, the prolog never asks for it);
+# markers older than 10 minutes are swept now and then.
 mark_done() {
   [ -n "$state_dir" ] || return 0
   : > "$state_dir/$job.done" 2> /dev/null || log "cannot write $state_dir/$job.done"
@@ -353,9 +374,8 @@ job=${SLURM_JOB_ID:-}
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
 if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start notice waits for nothing
+  check_notify
   [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
-else
-  trap mark_done EXIT
 fi
 me=''   # SlurmUser's name, read when a hold is first made (make)
 
@@ -376,6 +396,19 @@ if [ "$context" = prolog ]; then
   prolog
 fi
 [ ${#nodes[@]} -gt 0 ] || log "scontrol show hostnames $SLURM_JOB_NODELIST failed: nothing held"
+
+# Only the guarded nodes (NODES) are held: on the others no slurmd runs, so no native job can
+# start under a stopping pod, and Kubernetes keeps a new pod off its resources itself. A job on no
+# guarded node costs no call (an external node's every bridge job end ran three before).
+guarded_of
+if [ ${#mine_i[@]} -lt ${#nodes[@]} ]; then
+  kept=() kept_cpus=()
+  for i in "${mine_i[@]}"; do kept+=("${nodes[$i]}") kept_cpus+=("${cpus[$i]:-}"); done
+  [ ${#kept[@]} -gt 0 ] || exit 0   # no marker either: the prolog looks only at guarded nodes' jobs
+  nodes=("${kept[@]}") cpus=("${kept_cpus[@]}")
+fi
+check_state_dir
+trap mark_done EXIT
 
 # The provisional hold, before the job is read: Slurm frees the job's CPUs as it ends it and
 # schedules at once, and a read of the job (tens of ms) loses that race. A candidate -- a job with

@@ -4,6 +4,7 @@ background, which the write-per-pod figures rest on."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -72,6 +73,19 @@ def test_proc_sampler_counts_the_cpu_of_a_process_and_its_children() -> None:
     assert row["peak_rss_mib"]["me"] > 5
 
 
+def test_proc_sampler_counts_children_that_ended_and_names_the_benchmarks_own_client() -> None:
+    """A child that runs and ends inside the block (slurmctld's hooks are such children of its
+    slurmscriptd) is its parent's CPU; the benchmark's own process is named, not left in "other"."""
+    sampler = sysstats.ProcSampler({"me": os.getpid()}, interval=0.05)
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    with sampler:
+        subprocess.run([sys.executable, "-c", burn], check=True)
+    assert sampler.row()["cpu_seconds"]["me"] >= 0.25, "the ended child's CPU is its parent's"
+    assert sysstats.BENCH_CLIENT not in sampler.pids, "the caller named this process already"
+    other = sysstats.ProcSampler({"init": 1})
+    assert other.pids == {"init": 1, sysstats.BENCH_CLIENT: os.getpid()}
+
+
 def test_api_requests_scrapes_metrics_with_the_kubernetes_client() -> None:
     """Through the same client configuration the benchmarks use (a local stand-in server)."""
     import http.server
@@ -101,7 +115,9 @@ def test_api_requests_scrapes_metrics_with_the_kubernetes_client() -> None:
 
 def test_cpu_ms_per_pod_of_each_process_and_the_machine() -> None:
     row = {"cpu_seconds": {"kube-apiserver": 3.0, "bridge-operator": 2.6}, "machine_cpu_seconds": 12.0}
-    assert sysstats.cpu_ms_per_pod(row, 200) == {"bridge-operator": 13.0, "kube-apiserver": 15.0, "machine": 60.0}
+    assert sysstats.cpu_ms_per_pod(row, 200) == {
+        "bridge-operator": 13.0, "kube-apiserver": 15.0, "machine": 60.0, "other": 32.0,
+    }  # fmt: skip
     assert sysstats.cpu_ms_per_pod(row, 0) == {}
     assert sysstats.cpu_ms_per_pod({"cpu_seconds": {}}, 10) == {}, "no machine figure without its sample"
 

@@ -206,6 +206,46 @@ def test_an_unreadable_cpu_list_holds_the_whole_nodes(epilog: Epilog) -> None:
     assert [r.get("Flags") for r in epilog.reservations] == ["IGNORE_JOBS", "IGNORE_JOBS"]
 
 
+def test_only_the_guarded_nodes_are_held_and_a_job_on_none_costs_no_call(epilog: Epilog) -> None:
+    """NODES (the nodes with a slurmd beside a kubelet) limits the epilog as it does the prolog: a
+    job on unguarded nodes only (an external node's) makes no call at all, a candidate's provisional
+    hold neither, nor a marker that its handoff is decided (the prolog asks only for guarded nodes'
+    jobs); on a job spanning both, each guarded node is held with its own CPU count, and marked."""
+    state = epilog.root / "state"
+    state.mkdir(mode=0o755)
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\nNODES=n2,n4\nSTATE_DIR={state}\n")
+    epilog.job(marker("cores"), nodes="n[1,3]", hostnames="n1 n3", cpus="4,2")
+    epilog.run(SLURM_JOB_WORK_DIR="/tmp")  # a candidate: held before it is read, were a node guarded
+    assert epilog.calls == [] and epilog.reservations == []
+    assert not (state / "42.done").exists()
+    epilog.job(marker("cores"), nodes="n[1-4]", hostnames="n1 n2 n3 n4", cpus="4,3,2,1")
+    epilog.run()
+    assert sorted((r["Nodes"], r.get("CoreCnt")) for r in epilog.reservations) == [("n2", "3"), ("n4", "1")]
+    assert epilog.show_calls == ["--json show job 42"]
+    assert (state / "42.done").exists()
+
+
+def test_guarded_nodes_named_by_a_range_are_expanded(epilog: Epilog) -> None:
+    """NODES as a Slurm range (expanded by ``scontrol show hostnames``, no call to slurmctld)."""
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\nNODES=n[3-4]\n")
+    epilog.job(marker("node"), nodes="n3", hostnames="n3 n4")  # the fake expands every list alike
+    epilog.run()
+    assert [r["Nodes"] for r in epilog.reservations] == ["n3"]
+    epilog.job(marker("node"), nodes="n1", hostnames="n3 n4")
+    (epilog.fake / "reservations").unlink()
+    epilog.run()
+    assert epilog.reservations == []
+
+
+def test_guarded_nodes_that_cannot_be_expanded_guard_every_node(epilog: Epilog) -> None:
+    """The safe side: when NODES cannot be expanded, every node of the job is held, and the log says why."""
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\nNODES=n[3-4]\n")
+    epilog.job(marker("node"), nodes="n1")
+    (epilog.fake / "hostnames.fail").touch()
+    epilog.run()
+    assert [r["Nodes"] for r in epilog.reservations] == ["n1"]
+
+
 # ---- what it never trusts ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "comment",
