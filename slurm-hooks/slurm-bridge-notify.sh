@@ -23,12 +23,13 @@
 # pods of a signed start before its read of the job comes back (docs/configuration.md#slurm-hooks).
 # A host without sha256sum sends the secret itself (Authorization: Bearer): a hint only, read first.
 #
-# It always exits 0 within a second: slurmctld cancels a job whose PrologSlurmctld fails (external
-# jobs cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is
-# sent by a detached child (its own session, so that nothing waits for it and slurmctld's clean-up
-# of the script's process group does not kill it), at most 5 s in all. A notice that is lost costs
-# only time: the operator's polls find the same. With curl (HTTPS too) the child is curl itself;
-# without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
+# It always exits 0 at once: slurmctld cancels a job whose PrologSlurmctld fails (external jobs
+# cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is sent
+# by a background subshell in its own process group (so that nothing waits for it and slurmctld's
+# clean-up of the script's process group does not kill it), at most 5 s in all. A notice that is
+# lost costs only time: the operator's polls find the same. With curl (HTTPS too) the subshell runs
+# curl; without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
+# Each job's start and end runs it: it starts no program but sha256sum (twice) and curl.
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
 case ${SLURM_SCRIPT_CONTEXT:-} in
@@ -83,38 +84,47 @@ auth_header() { # TOKEN_FILE BODY
   outer=$(printf '%b' "$opad" | sha256sum) || return 1
   printf 'X-Slurm-Bridge-Signature: sha256=%s' "${outer%% *}"
 }
-export -f auth_header
 
-# The child says one line once it is in its own session (setsid ran), and the script exits only
-# then (or after 1 s): slurmctld kills the script's process group when the script exits, and a
-# child that had not left it yet died with it (seen on Slurm 26.05.5: most notices were lost).
+# The notice is sent by a background subshell of this shell (a fork, no new program): with job
+# control on (set -m) it is its own process group from the fork on, in parent and child alike,
+# so slurmctld's clean-up of the script's process group, as soon as the script exits, spares it
+# (a child that had not yet left the group died with it: seen on Slurm 26.05.5 with setsid, when
+# most notices were lost). Nothing waits for it; it reads nothing from slurmctld's pipes.
+set -m
 if command -v curl > /dev/null; then
-  # curl tries again on a 503 (a standby) or a dropped connection; the header comes from stdin.
-  read -r -t 1 _ < <(setsid bash -c '
-    echo; exec > /dev/null 2>&1
-    header=$(auth_header "$1" "$3") || exit 0   # nothing is sent that could not be authenticated
-    printf "%s\n" "$header" |
-      curl -s -o /dev/null -m 2 --retry "$(($2 - 1))" --retry-delay 0 -X POST -H @- \
-        -H "Content-Type: application/json" --data "$3" "$4"' _ "$TOKEN_FILE" "$TRIES" "$body" "$URL" < /dev/null &)
+  # curl tries again on a 503 (a standby) or a dropped connection, 2 s at most a try; the header
+  # comes from stdin.
+  (
+    exec > /dev/null 2>&1
+    header=$(auth_header "$TOKEN_FILE" "$body") || exit 0   # nothing is sent that could not be authenticated
+    printf '%s\n' "$header" |
+      curl -s -o /dev/null -m 2 --retry "$((TRIES - 1))" --retry-delay 0 -X POST -H @- \
+        -H "Content-Type: application/json" --data "$body" "$URL"
+  ) < /dev/null &
   exit 0
 fi
 
 [[ $URL =~ ^http://([^/:]+)(:([0-9]+))?(/.*)?$ ]] || exit 0
-# One bash: connect, send, read the status line; a 2xx or 4xx ends it (a wrong secret is not
-# tried again), anything else is tried again after 0.1 s; timeout bounds a connect that hangs.
-read -r -t 1 _ < <(setsid timeout 5 bash -c '
-  echo; exec > /dev/null 2>&1
-  auth=$(auth_header "$6" "$4") || exit 0
-  for ((i = 1; i <= $5; i++)); do
+host=${BASH_REMATCH[1]} port=${BASH_REMATCH[3]:-80} path=${BASH_REMATCH[4]:-/}
+# bash alone: connect, send, read the status line; a 2xx or 4xx ends it (a wrong secret is not
+# tried again), anything else is tried again after 0.1 s. A watchdog (a read that times out: no
+# program either) ends the whole group after 5 s, should a connect hang.
+(
+  exec > /dev/null 2>&1
+  auth=$(auth_header "$TOKEN_FILE" "$body") || exit 0
+  { read -r -t 5 _ <> <(:); kill -KILL 0; } &
+  watchdog=$!
+  for ((i = 1; i <= TRIES; i++)); do
     status=000
-    if exec 3<> "/dev/tcp/$1/$2"; then
-      printf "POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
-        "$3" "$1" "$auth" "${#4}" "$4" >&3
+    if exec 3<> "/dev/tcp/$host/$port"; then
+      printf 'POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+        "$path" "$host" "$auth" "${#body}" "$body" >&3
       read -r -t 2 _ status _ <&3 || status=000
       exec 3>&-
     fi
-    case $status in 2??|4??) exit 0 ;; esac
-    sleep 0.1
-  done' _ "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]:-80}" "${BASH_REMATCH[4]:-/}" "$body" "$TRIES" "$TOKEN_FILE" \
-  < /dev/null 2> /dev/null &)
+    case $status in 2??|4??) break ;; esac
+    read -r -t 0.1 _ <> <(:)
+  done
+  kill "$watchdog"
+) < /dev/null &
 exit 0

@@ -12,6 +12,7 @@ import hmac
 import http.server
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -180,7 +181,7 @@ def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(tmp_path: Path, li
 def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: Listener) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "timeout", "setsid", "sleep"):
+    for tool in ("bash",):  # no other program: bash alone sends it
         found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
         os.symlink(found, bin_dir / tool)
     run_hook(tmp_path, listener.url, path=str(bin_dir), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
@@ -191,7 +192,7 @@ def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: List
 def _bash_only_bin(tmp: Path) -> Path:
     bin_dir = tmp / "bin-bash-only"
     bin_dir.mkdir(exist_ok=True)
-    for tool in ("bash", "timeout", "setsid", "sleep"):
+    for tool in ("bash",):  # no other program: bash alone sends it
         found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
         if not (bin_dir / tool).exists():
             os.symlink(found, bin_dir / tool)
@@ -217,6 +218,44 @@ def test_the_notice_outlives_slurmctld_killing_the_scripts_process_group(
             os.killpg(proc.pid, 9)  # what slurmctld does once the script exited
     wait_for(lambda: len(listener.got) == rounds, 10, f"all {rounds} notices")
     assert sorted(b["jobId"] for _, b in listener.got) == list(range(rounds))
+
+
+def _senders(script: Path) -> list[int]:
+    """The processes still running the hook (its background sender is a fork of it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and str(script).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+def test_a_connect_that_hangs_is_given_up_within_5_seconds_without_curl(tmp_path: Path) -> None:
+    """Without curl bash connects itself, and a connect can hang (here: a listener whose queue is
+    full drops the SYN); a watchdog ends the sender after 5 s, so no hook process lingers."""
+    script = tmp_path / "notify.sh"
+    script.write_bytes(SCRIPT.read_bytes())  # its own path: no other test's sender is counted
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    port = full.getsockname()[1]
+    queued = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(1)]  # the queue is full now
+    try:
+        (tmp_path / "token").write_text("s3cret\n")
+        (tmp_path / "notify.conf").write_text(
+            f"URL=http://127.0.0.1:{port}/slurm/hook\nTOKEN_FILE={tmp_path / 'token'}\n"
+        )
+        env = {"PATH": str(_bash_only_bin(tmp_path)), "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
+               "SLURM_JOB_ID": "7", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}  # fmt: skip
+        began = time.monotonic()
+        subprocess.run(["bash", str(script)], env=env, timeout=10, check=True)
+        assert _senders(script), "the sender runs on after the script exited"
+        wait_for(lambda: not _senders(script), 8, "the hanging sender to be ended")
+        assert 4 <= time.monotonic() - began < 8
+    finally:
+        for c in queued:
+            c.close()
+        full.close()
 
 
 @pytest.mark.parametrize(
