@@ -239,7 +239,7 @@ EOF
 
 # The handoff script's configuration (slurm-hooks/slurm-bridge-handoff.conf, the example): the
 # bridges whose jobs it holds for (the local bridge's bridgeId, hack/bridge.sh: the default), the
-# longest hold, where its epilog notes a handoff decided, the nodes its prolog guards (empty: all)
+# longest hold, where its epilog notes a handoff decided, the nodes it guards, its epilog and prolog alike (empty: all)
 # the longest a job waits in it, and the notify hook its prolog runs first (the bridge's start
 # notices). Installed root's, mode 0644, next to the script.
 handoff_conf() { # [bridge_ids=ID[,ID...]] [max_hold=SECONDS] [state_dir=DIR] [nodes=HOSTLIST] [prolog_wait=SECONDS] [notify=PATH]

@@ -70,7 +70,7 @@ kind_slurm_config_map() { # workers
   fi
   # The handoff script, slurmctld's EpilogSlurmctld and PrologSlurmctld (hack/slurm-policy.conf
   # names it; sb-slurm installs it executable) and its configuration file (sb-slurm installs it
-  # root's, 0644), naming the chart's bridgeId. Every worker is a hybrid node: the prolog guards all.
+  # root's, 0644), naming the chart's bridgeId. Every worker is a hybrid node: the handoff guards all.
   # Its state directory is the one sb-slurm makes SlurmUser's for its log (/var/log/slurm-bridge,
   # 0755), so that the image stays as it is.
   cp "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$dir/slurm-bridge-handoff.sh"
