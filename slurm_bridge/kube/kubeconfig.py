@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from slurm_bridge.kube.times import parse_iso
+
 log = logging.getLogger(__name__)
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -392,10 +394,9 @@ def _camel(key: str) -> str:
 
 def _parse_time(value: str) -> datetime:
     try:
-        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_iso(value)
     except ValueError as e:
         raise CredentialsError(f"exec plugin: bad expirationTimestamp {value!r}") from e
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 def _load_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
