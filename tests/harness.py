@@ -138,10 +138,16 @@ def ensure_kind_cluster() -> dict[str, str]:
     return cluster_env(KIND_SH)
 
 
+# The logs a failure report shows first: a CI report keeps only the start of a long one.
+FIRST_LOGS = ("bridge-operator", "slurmctld")
+
+
 def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
-    """The last lines of every daemon log, for failure reports."""
+    """The last lines of every daemon log, for failure reports (FIRST_LOGS first)."""
     tails: dict[str, str] = {}
-    for log in sorted((state_dir / "logs").glob("*.log")):
+    logs = sorted((state_dir / "logs").glob("*.log"))
+    first = {name: i for i, name in enumerate(FIRST_LOGS)}
+    for log in sorted(logs, key=lambda f: (first.get(f.stem, len(first)), f.stem)):
         try:
             text = log.read_text(errors="replace").splitlines()
         except OSError:

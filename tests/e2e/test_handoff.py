@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,9 +233,60 @@ def start_pod(
     return Running(name, job_id, ExitWatch(pids))
 
 
-def native_after_container(slurm: SlurmEnv, native: Native, pod: Running, timeout: float = 180) -> float:
-    """Wait for the native job to start; it must start only after the container exited. The gap."""
-    started: float = wait_for(native.started_at, timeout, f"native job {native.job_id} to start on {slurm.real_node}")
+def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.CoreV1Api | None, ns: str) -> str:
+    """What a handoff test that waited in vain reports: Slurm's view of the native job, the pod's
+    job, the node and the handoff's reservations; the pod's object; the operator's log lines that
+    name the pod or its job (a CI run keeps only the failure's message)."""
+    lines: list[str] = []
+
+    def add(what: str, read: Callable[[], str]) -> None:
+        try:
+            lines.append(f"{what}: {read().strip() or '(nothing)'}")
+        except Exception as e:  # a report must not hide the failure it explains
+            lines.append(f"{what}: unreadable ({e!r})")
+
+    def squeue(job_id: int) -> str:
+        return slurm.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T %r", check=False).stdout
+
+    def pod_now() -> str:
+        obj = read_pod(core, ns, pod.name) if core is not None else None
+        if obj is None:
+            return "gone" if core is not None else "(not read)"
+        states = [s.state.to_dict() for s in obj.status.container_statuses or []]
+        return f"phase={obj.status.phase} deleted={obj.metadata.deletion_timestamp} containers={states}"
+
+    def operator_log() -> str:
+        log = slurm.state_dir / "logs" / "bridge-operator.log"
+        marks = (pod.name, f"Slurm job {pod.job_id} ", f"handoff-{pod.job_id}_", "real-node")
+        hits = [ln[:400] for ln in log.read_text(errors="replace").splitlines() if any(m in ln for m in marks)]
+        return "\n    " + "\n    ".join(hits[-15:])
+
+    add(f"native job {native.job_id} (squeue %T %r)", lambda: squeue(native.job_id))
+    add(f"pod's job {pod.job_id} (squeue %T %r)", lambda: squeue(pod.job_id))
+    add(f"node {slurm.real_node}", lambda: slurm.scontrol("show", "node", slurm.real_node, "-o"))
+    add("reservations", lambda: slurm.scontrol("show", "res", "-o"))
+    add(f"pod {pod.name}", pod_now)
+    add(f"container exited at {pod.watch.exited_at}; now {time.time():.3f}; operator log", operator_log)
+    return "\n".join(lines)
+
+
+def native_after_container(
+    slurm: SlurmEnv,
+    native: Native,
+    pod: Running,
+    timeout: float = 180,
+    *,
+    core: k8s.CoreV1Api | None = None,
+    ns: str = "",
+) -> float:
+    """Wait for the native job to start; it must start only after the container exited. The gap.
+    Waiting in vain fails with :func:`handoff_picture`."""
+    try:
+        started: float = wait_for(
+            native.started_at, timeout, f"native job {native.job_id} to start on {slurm.real_node}"
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{handoff_picture(slurm, native, pod, core, ns)}") from None
     exited = pod.watch.exited_at
     assert exited is not None, (
         f"native job {native.job_id} started at {started:.3f} while pod {pod.name}'s container still ran"
@@ -275,7 +326,7 @@ def test_scancel_of_the_pods_job_holds_its_cpu_until_the_container_stopped(
     # epilog ran (the race below: the prolog then holds the native job)
     assert f"Nodes={slurm_env.real_node}" in reservation, reservation
     assert "CoreCnt=1" in reservation or "Flags=IGNORE_JOBS" in reservation, reservation
-    gap = native_after_container(slurm_env, native, pod)
+    gap = native_after_container(slurm_env, native, pod, core=core, ns=ns)
     assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it was really held
     events = [e.reason for e in pod_events(core, ns, pod.name)]
     assert names.REASON_HANDOFF_HELD in events and names.REASON_SLURM_JOB_CANCELLED in events, events
@@ -298,7 +349,7 @@ def test_the_time_limit_ends_the_pod_ahead_of_slurm_and_releases_the_job_once_it
     setup["natives"].append(native)
     wait_pending(slurm_env, native)
     before = operator_calls(cluster)
-    gap = native_after_container(slurm_env, native, pod, timeout=150)
+    gap = native_after_container(slurm_env, native, pod, timeout=150, core=core, ns=ns)
     exited = pod.watch.exited_at or 0.0
     # The bridge ended the pod ahead of the limit (grace + margin before it: OverTimeLimit 0), and
     # released the job itself once the container stopped: Slurm never timed it out.
@@ -326,7 +377,7 @@ def test_a_native_job_preempting_the_pod_starts_once_the_container_stopped(
     began = time.time()
     native = native_waiting(slurm_env, slurm_env.node_cpus(slurm_env.real_node), qos="native-urgent")
     setup["natives"].append(native)
-    gap = native_after_container(slurm_env, native, pod)
+    gap = native_after_container(slurm_env, native, pod, core=core, ns=ns)
     exited = pod.watch.exited_at or 0.0
 
     def preempted_event() -> k8s.CoreV1Event | None:
@@ -364,7 +415,7 @@ def test_a_native_job_given_the_pods_cpu_before_the_hold_waits_in_its_prolog_unt
     wait_for(allocated, EPILOG_DELAY - 0.5, f"native job {native.job_id} allocated the pod's CPU, before any hold")
     assert f"handoff-{pod.job_id}_" not in slurm_env.scontrol("show", "res"), "the epilog was not slowed"
     assert native.started_at() is None
-    gap = native_after_container(slurm_env, native, pod)
+    gap = native_after_container(slurm_env, native, pod, core=core, ns=ns)
     assert pod.watch.exited_at is not None and pod.watch.exited_at - ended >= LINGER - 1  # it ran on meanwhile
     lines = slurm_env.handoff_log_since(slow_epilog)
     log = "\n".join(lines)

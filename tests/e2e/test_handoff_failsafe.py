@@ -134,7 +134,7 @@ def test_a_force_deleted_pods_job_is_held_until_its_container_stopped(
                  "the kubelet's absence")  # fmt: skip
     finally:
         run(["bash", str(NODE_SH), "up"], timeout=300)
-    gap = native_after_container(slurm_env, native, pod, timeout=150)
+    gap = native_after_container(slurm_env, native, pod, timeout=150, core=core, ns=ns)
     exited = pod.watch.exited_at or 0.0
     assert exited - deleted >= KUBELET_AWAY, f"the container exited {exited - deleted:.1f}s after the delete"
     final = slurm_job(slurm_env, pod.job_id) or {}
@@ -167,7 +167,7 @@ def test_a_job_slurm_ends_while_the_operator_is_away_holds_until_the_container_s
         )
     finally:
         run(["bash", str(BRIDGE_SH), "restart", "operator"], timeout=120)
-    gap = native_after_container(slurm_env, native, pod, timeout=150)
+    gap = native_after_container(slurm_env, native, pod, timeout=150, core=core, ns=ns)
     wait_for(lambda: reservation_of(slurm_env, pod.job_id) is None, 30, "the reservation released")
     wait_for(lambda: "DRAIN" not in node_reason(slurm_env)[0], 30, f"{slurm_env.real_node} not drained")
     print(f"\noperator away {OLD_HOLD + 5}s: native job {native.job_id} started {gap:.3f}s after the container exited")
@@ -193,7 +193,7 @@ def test_a_pod_running_with_no_hold_drains_its_node_at_once_until_its_container_
     drained_after = time.time() - gone
     assert reason.startswith("slurm-bridge-handoff[") and "nothing holds its CPUs" in reason, reason
     native = whole_node_native(slurm_env, setup)
-    gap = native_after_container(slurm_env, native, pod, timeout=120)
+    gap = native_after_container(slurm_env, native, pod, timeout=120, core=core, ns=ns)
     wait_for(lambda: "DRAIN" not in node_reason(slurm_env)[0], 30, f"{slurm_env.real_node}'s drain lifted")
     print(
         f"\nno hold: {slurm_env.real_node} drained {drained_after:.2f}s after the reservation went; native job "

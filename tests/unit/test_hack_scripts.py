@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO
+from tests.harness import REPO, log_tails
 
 LIB = REPO / "hack" / "lib.sh"
 
@@ -182,3 +182,12 @@ def test_an_unsupported_sb_kubernetes_names_the_supported_versions() -> None:
     proc = _bash("echo unreachable", {"SB_KUBERNETES": "1.33"})
     assert proc.returncode != 0 and "unreachable" not in proc.stdout
     assert "SB_KUBERNETES=1.33 is not a supported version" in proc.stderr and "v1.37.2" in proc.stderr
+
+
+def test_failure_reports_show_the_operators_and_slurmctlds_logs_first(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    for name in ("bridge-extender", "slurmctld", "apiserver", "bridge-operator"):
+        (tmp_path / "logs" / f"{name}.log").write_text("".join(f"{name} {i}\n" for i in range(40)))
+    tails = log_tails(tmp_path, lines=3)
+    assert list(tails) == ["bridge-operator", "slurmctld", "apiserver", "bridge-extender"]
+    assert tails["slurmctld"] == "slurmctld 37\nslurmctld 38\nslurmctld 39"
