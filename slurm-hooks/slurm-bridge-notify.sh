@@ -29,7 +29,8 @@
 # clean-up of the script's process group does not kill it), at most 5 s in all. A notice that is
 # lost costs only time: the operator's polls find the same. With curl (HTTPS too) the subshell runs
 # curl; without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
-# Each job's start and end runs it: it starts no program but sha256sum (twice) and curl.
+# Each job's start and end runs it: it starts no program but sha256sum (twice) and curl, and for
+# a job outside /tmp (not the bridge's) none.
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
 case ${SLURM_SCRIPT_CONTEXT:-} in
@@ -38,6 +39,11 @@ case ${SLURM_SCRIPT_CONTEXT:-} in
   *) exit 0 ;;
 esac
 [[ ${SLURM_JOB_ID:-} =~ ^[0-9]+$ && -r $conf ]] || exit 0
+# Only the bridge's jobs are told of: their working directory is /tmp (slurm_bridge/slurm/bodies.py).
+# A job's user sets it, so a native job in /tmp is told of too (the operator ignores another's job),
+# and a bridge job moved elsewhere by its user only waits for the next poll. A native job elsewhere
+# costs slurmctld's host this test and nothing more (no signature, no sender). Unset: told.
+[ "${SLURM_JOB_WORK_DIR:-/tmp}" = /tmp ] || exit 0
 
 URL= TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token PARTITIONS= TRIES=3
 while IFS='=' read -r key value; do  # KEY=VALUE lines only; never sourced
@@ -64,25 +70,45 @@ if [ "$event" = started ] && [[ ${SLURM_JOB_NODELIST:-} =~ $hostlist && ${SLURM_
 fi
 body+="}"
 
-# The header line that authenticates the notice, from the secret's first line (spaces around it
-# left out): HMAC-SHA256 (RFC 2104) of the body, with builtins and sha256sum only.
-auth_header() { # TOKEN_FILE BODY
+# sha256_of VAR FORMAT ARGS...: VAR is set to the SHA-256 (hex) of what `printf FORMAT ARGS` writes.
+# One process, sha256sum as a coprocess fed straight from this shell: a command substitution around
+# a pipeline started two more (a third of the signature's cost).
+sha256_of() {
+  local -n sum_=$1
+  local r w pid line
+  shift
+  coproc sha256sum 2> /dev/null || return 1
+  pid=$COPROC_PID w=${COPROC[1]}
+  exec {r}<&"${COPROC[0]}"   # a copy: bash closes the coprocess's own fds when it reaps it
+  printf "$@" >&"$w"
+  exec {w}>&-
+  IFS= read -r line <&"$r"
+  exec {r}<&-
+  wait "$pid" 2> /dev/null
+  [[ $line =~ ^([0-9a-f]{64})\  ]] || return 1
+  sum_=${BASH_REMATCH[1]}
+}
+
+# auth_header TOKEN_FILE BODY: sets auth to the header line that authenticates the notice, from the
+# secret's first line (spaces around it left out): HMAC-SHA256 (RFC 2104) of the body, with
+# builtins and sha256sum only.
+auth_header() {
   local LC_ALL=C key hex= i c ipad= opad= inner outer
   IFS= read -r key < "$1" || [ -n "$key" ] || return 1
   key=${key#"${key%%[![:space:]]*}"}; key=${key%"${key##*[![:space:]]}"}
   [ -n "$key" ] || return 1
-  if ! command -v sha256sum > /dev/null; then printf 'Authorization: Bearer %s' "$key"; return 0; fi
-  if ((${#key} > 64)); then hex=$(printf '%s' "$key" | sha256sum) && hex=${hex%% *} || return 1
+  if ! command -v sha256sum > /dev/null; then auth="Authorization: Bearer $key"; return 0; fi
+  if ((${#key} > 64)); then sha256_of hex '%s' "$key" || return 1
   else for ((i = 0; i < ${#key}; i++)); do printf -v c '%02x' "'${key:i:1}"; hex+=$c; done; fi
   while ((${#hex} < 128)); do hex+=00; done
   for ((i = 0; i < 128; i += 2)); do
     printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x36)); ipad+=$c
     printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x5c)); opad+=$c
   done
-  inner=$( { printf '%b' "$ipad"; printf '%s' "$2"; } | sha256sum) || return 1
+  sha256_of inner '%b%s' "$ipad" "$2" || return 1
   for ((i = 0; i < 64; i += 2)); do opad+="\\x${inner:i:2}"; done
-  outer=$(printf '%b' "$opad" | sha256sum) || return 1
-  printf 'X-Slurm-Bridge-Signature: sha256=%s' "${outer%% *}"
+  sha256_of outer '%b' "$opad" || return 1
+  auth="X-Slurm-Bridge-Signature: sha256=$outer"
 }
 
 # The notice is sent by a background subshell of this shell (a fork, no new program): with job
@@ -96,8 +122,8 @@ if command -v curl > /dev/null; then
   # comes from stdin.
   (
     exec > /dev/null 2>&1
-    header=$(auth_header "$TOKEN_FILE" "$body") || exit 0   # nothing is sent that could not be authenticated
-    printf '%s\n' "$header" |
+    auth_header "$TOKEN_FILE" "$body" || exit 0   # nothing is sent that could not be authenticated
+    printf '%s\n' "$auth" |
       curl -s -o /dev/null -m 2 --retry "$((TRIES - 1))" --retry-delay 0 -X POST -H @- \
         -H "Content-Type: application/json" --data "$body" "$URL"
   ) < /dev/null &
@@ -111,7 +137,7 @@ host=${BASH_REMATCH[1]} port=${BASH_REMATCH[3]:-80} path=${BASH_REMATCH[4]:-/}
 # program either) ends the whole group after 5 s, should a connect hang.
 (
   exec > /dev/null 2>&1
-  auth=$(auth_header "$TOKEN_FILE" "$body") || exit 0
+  auth_header "$TOKEN_FILE" "$body" || exit 0
   { read -r -t 5 _ <> <(:); kill -KILL 0; } &
   watchdog=$!
   for ((i = 1; i <= TRIES; i++)); do

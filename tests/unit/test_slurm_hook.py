@@ -12,6 +12,7 @@ import hmac
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -147,14 +148,24 @@ def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener
     assert listener.got.pop() == ("signed", {"event": "ended", "jobId": 42}), "an end says no nodes"
 
 
+@pytest.mark.parametrize("with_curl", [True, False])
 @pytest.mark.parametrize("secret", ["666\\6%s", "x" * 64, "y" * 65 + "6\\", "  spaced  "])
-def test_the_signature_is_rfc_2104_for_any_secret(tmp_path: Path, listener: Listener, secret: str) -> None:
+def test_the_signature_is_rfc_2104_for_any_secret(
+    tmp_path: Path, listener: Listener, secret: str, with_curl: bool
+) -> None:
     """Bytes that become NUL once padded ('6' ^ 0x36, '\\' ^ 0x5c), printf's own '%', a secret of
-    a whole block and one longer (hashed first), spaces around it (left out, as the operator does)."""
+    a whole block and one longer (hashed first), spaces around it (left out, as the operator does);
+    sent by curl, and by bash alone with sha256sum (the local cluster's Slurm root has no curl)."""
     (tmp_path / "token").write_text(secret + "\nsecond line, not read\n")
     (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
+    path = "/usr/bin:/bin"
+    if not with_curl:
+        bin_dir = _bash_only_bin(tmp_path)
+        if not (bin_dir / "sha256sum").exists():
+            os.symlink(shutil.which("sha256sum") or "/usr/bin/sha256sum", bin_dir / "sha256sum")
+        path = str(bin_dir)
     env = {
-        "PATH": "/usr/bin:/bin",
+        "PATH": path,
         "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
         "SLURM_JOB_ID": "7",
         "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld",
@@ -447,3 +458,14 @@ async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_
         assert len(hints.got) == taken, "nothing refused was taken"
     finally:
         await client.close()
+
+
+def test_a_job_outside_the_bridges_working_directory_is_not_told_of(tmp_path: Path, listener: Listener) -> None:
+    """The bridge's jobs run in /tmp (slurm_bridge/slurm/bodies.py): a native job elsewhere sends
+    nothing; one in /tmp, and one whose Slurm gives no working directory, are told of."""
+    for job, work_dir in (("43", "/home/alice/run"), ("44", "/tmp"), ("45", None)):
+        env = {"SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", "SLURM_JOB_ID": job}
+        run_hook(tmp_path, listener.url, **env, **({"SLURM_JOB_WORK_DIR": work_dir} if work_dir else {}))
+    wait_for(lambda: len(listener.got) >= 2, 5, "the notices of jobs 44 and 45")
+    time.sleep(0.5)
+    assert sorted(b["jobId"] for _, b in listener.got) == [44, 45], "job 43 runs outside /tmp"
