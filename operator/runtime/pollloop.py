@@ -75,5 +75,6 @@ class PollLoop:
             earliest = started + self._min_gap()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(started + delay - time.monotonic(), 0))
+                async with asyncio.timeout(max(started + delay - time.monotonic(), 0)):
+                    await self._wake.wait()
             await asyncio.sleep(max(earliest - time.monotonic(), 0))

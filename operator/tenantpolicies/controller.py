@@ -216,7 +216,8 @@ class TenantStatusController:
             except (KubeError, OSError, TimeoutError) as e:
                 log.warning("TenantPolicy status not written: %s", e)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=PERIOD_SECONDS)
+                async with asyncio.timeout(PERIOD_SECONDS):
+                    await self._wake.wait()
             await asyncio.sleep(0.5)  # a burst of namespace or policy events is one pass
 
     async def read_slurm(self, policies: list[tenancy.TenantPolicy]) -> None:

@@ -62,7 +62,8 @@ class StandbyProbe:
                     log.warning("standby: not ready: %s", problem)
             self.ok, self.problem = ok, problem
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.elector.is_leader.wait(), timeout=self.period)
+                async with asyncio.timeout(self.period):
+                    await self.elector.is_leader.wait()
 
 
 def readiness(

@@ -191,7 +191,8 @@ class ExecToken(TokenSource):
         except OSError as e:
             raise CredentialsError(f"exec plugin {command}: cannot run: {e}") from e
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), EXEC_TIMEOUT_SECONDS)
+            async with asyncio.timeout(EXEC_TIMEOUT_SECONDS):
+                out, err = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()

@@ -70,6 +70,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
         self._idle: dict[Key, list[_Conn]] = {}
         self._closed = False
 
+    async def _take_slot(self, request: httpx.Request, within: float | None) -> None:
+        try:
+            async with asyncio.timeout(within):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout("no free connection to slurmrestd in time", request=request) from None
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
             raise httpx.ConnectError("the transport is closed", request=request)
@@ -86,15 +93,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
             head.append(b"Content-Length: %d\r\n" % len(body))
         payload = b"".join(head) + b"\r\n" + body
 
-        try:
-            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
-        except TimeoutError:
-            raise httpx.PoolTimeout("no free connection to slurmrestd in time", request=request) from None
+        await self._take_slot(request, timeouts.get("pool"))
         try:
             conn = await self._connect(key, request, timeouts.get("connect"))
             try:
                 conn.writer.write(payload)
-                await asyncio.wait_for(conn.writer.drain(), timeouts.get("write"))
+                async with asyncio.timeout(timeouts.get("write")):
+                    await conn.writer.drain()
             except TimeoutError:
                 conn.close()
                 raise httpx.WriteTimeout("timed out sending the request", request=request) from None
@@ -103,7 +108,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 raise httpx.WriteError(f"sending the request failed: {e}", request=request) from None
             try:
                 sink = request.extensions.get("body_sink")
-                resp = await asyncio.wait_for(_read_response(conn.reader, request.method, sink), timeouts.get("read"))
+                async with asyncio.timeout(timeouts.get("read")):
+                    resp = await _read_response(conn.reader, request.method, sink)
             except TimeoutError:
                 conn.close()
                 raise httpx.ReadTimeout("timed out waiting for the answer", request=request) from None
@@ -143,9 +149,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 self._ssl = httpx.create_ssl_context()
             context = self._ssl
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=context, limit=_MAX_HEAD), connect_timeout
-            )
+            async with asyncio.timeout(connect_timeout):
+                reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=_MAX_HEAD)
         except TimeoutError:
             raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}", request=request) from None
         except OSError as e:  # refused, unreachable, TLS handshake failures (ssl.SSLError)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,13 +23,13 @@ async def run_loop(monkeypatch: pytest.MonkeyPatch, outcomes: list[str], **kw: A
     waits: list[float] = []
     monkeypatch.setattr(time, "monotonic", lambda: 100.0)
 
-    async def fake_wait_for(aw: Awaitable[Any], timeout: float) -> None:  # noqa: ASYNC109 (wait_for's signature)
-        waits.append(timeout)
-        if asyncio.iscoroutine(aw):
-            aw.close()
-        raise TimeoutError
+    @contextlib.asynccontextmanager
+    async def fake_timeout(delay: float | None) -> AsyncIterator[None]:
+        waits.append(delay or 0.0)
+        raise TimeoutError  # the wait is over at once
+        yield  # pragma: no cover (a generator for asynccontextmanager)
 
-    monkeypatch.setattr(asyncio, "wait_for", fake_wait_for)
+    monkeypatch.setattr(asyncio, "timeout", fake_timeout)
     todo = list(outcomes)
 
     async def poll() -> None:
@@ -68,3 +69,23 @@ async def test_an_error_outside_the_given_kinds_stops_the_loop(monkeypatch: pyte
                     errors=(RuntimeError,))  # fmt: skip
     with pytest.raises(KeyError):
         await loop.run()
+
+
+async def test_a_stop_that_comes_with_a_wake_is_never_lost() -> None:
+    """The process's stop cancels the loop in the very turn a wake arrives: the loop ends (3.11's
+    ``asyncio.wait_for`` returned the wake's result instead and lost the cancel, so a stop hung
+    until the next period; tests/e2e/test_shutdown.py met it in the Slurm client's reads)."""
+    polled = asyncio.Event()
+
+    async def poll() -> None:
+        polled.set()
+
+    loop = PollLoop("t", 30.0, poll, log=logging.getLogger("t"), ok_message=lambda: "ok", failed="polling")
+    loop.start()
+    await asyncio.wait_for(polled.wait(), 5)
+    await asyncio.sleep(0.01)  # the loop now waits for its period or a wake
+    loop.wake()
+    assert loop._task is not None
+    loop._task.cancel()
+    done, _ = await asyncio.wait([loop._task], timeout=2)
+    assert done and loop._task.cancelled(), "the cancel that came with the wake was swallowed"
