@@ -145,9 +145,8 @@ FIRST_LOGS = ("bridge-operator", "slurmctld")
 def log_tails(state_dir: Path, lines: int = 30) -> dict[str, str]:
     """The last lines of every daemon log, for failure reports (FIRST_LOGS first)."""
     tails: dict[str, str] = {}
-    logs = sorted((state_dir / "logs").glob("*.log"))
     first = {name: i for i, name in enumerate(FIRST_LOGS)}
-    for log in sorted(logs, key=lambda f: (first.get(f.stem, len(first)), f.stem)):
+    for log in sorted((state_dir / "logs").glob("*.log"), key=lambda f: (first.get(f.stem, len(first)), f.stem)):
         try:
             text = log.read_text(errors="replace").splitlines()
         except OSError:

@@ -233,7 +233,12 @@ def start_pod(
     return Running(name, job_id, ExitWatch(pids))
 
 
-def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.CoreV1Api | None, ns: str) -> str:
+def state_and_reason(slurm: SlurmEnv, job_id: int) -> list[str]:
+    """The job's state and Slurm's reason as squeue shows them now (empty once it left the queue)."""
+    return slurm.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T %r", check=False).stdout.split()
+
+
+def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.CoreV1Api, ns: str) -> str:
     """What a handoff test that waited in vain reports: Slurm's view of the native job, the pod's
     job, the node and the handoff's reservations; the pod's object; the operator's log lines that
     name the pod or its job (a CI run keeps only the failure's message)."""
@@ -245,13 +250,10 @@ def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.Cor
         except Exception as e:  # a report must not hide the failure it explains
             lines.append(f"{what}: unreadable ({e!r})")
 
-    def squeue(job_id: int) -> str:
-        return slurm.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T %r", check=False).stdout
-
     def pod_now() -> str:
-        obj = read_pod(core, ns, pod.name) if core is not None else None
+        obj = read_pod(core, ns, pod.name)
         if obj is None:
-            return "gone" if core is not None else "(not read)"
+            return "gone"
         states = [s.state.to_dict() for s in obj.status.container_statuses or []]
         return f"phase={obj.status.phase} deleted={obj.metadata.deletion_timestamp} containers={states}"
 
@@ -261,8 +263,8 @@ def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.Cor
         hits = [ln[:400] for ln in log.read_text(errors="replace").splitlines() if any(m in ln for m in marks)]
         return "\n    " + "\n    ".join(hits[-15:])
 
-    add(f"native job {native.job_id} (squeue %T %r)", lambda: squeue(native.job_id))
-    add(f"pod's job {pod.job_id} (squeue %T %r)", lambda: squeue(pod.job_id))
+    add(f"native job {native.job_id} (squeue %T %r)", lambda: " ".join(state_and_reason(slurm, native.job_id)))
+    add(f"pod's job {pod.job_id} (squeue %T %r)", lambda: " ".join(state_and_reason(slurm, pod.job_id)))
     add(f"node {slurm.real_node}", lambda: slurm.scontrol("show", "node", slurm.real_node, "-o"))
     add("reservations", lambda: slurm.scontrol("show", "res", "-o"))
     add(f"pod {pod.name}", pod_now)
@@ -276,8 +278,8 @@ def native_after_container(
     pod: Running,
     timeout: float = 180,
     *,
-    core: k8s.CoreV1Api | None = None,
-    ns: str = "",
+    core: k8s.CoreV1Api,
+    ns: str,
 ) -> float:
     """Wait for the native job to start; it must start only after the container exited. The gap.
     Waiting in vain fails with :func:`handoff_picture`."""
@@ -299,10 +301,8 @@ def native_after_container(
 def wait_pending(slurm: SlurmEnv, native: Native) -> None:
     """The native job waits for the pod's CPU (Slurm's reason Resources)."""
 
-    def state() -> list[str]:
-        return slurm.slurm("squeue", "-h", "-j", str(native.job_id), "-o", "%T %r").stdout.split()
-
-    wait_for(lambda: state() == ["PENDING", "Resources"], 30, f"native job {native.job_id} pending for Resources")
+    wait_for(lambda: state_and_reason(slurm, native.job_id) == ["PENDING", "Resources"], 30,
+             f"native job {native.job_id} pending for Resources")  # fmt: skip
     assert native.started_at() is None
 
 

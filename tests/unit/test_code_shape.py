@@ -63,3 +63,16 @@ def test_formatting_is_skipped_for_tables_only() -> None:
             if line.rstrip().endswith("# fmt: skip") and number not in tables:
                 stray.append(f"{p.relative_to(ROOT)}:{number}")
     assert not stray, f"# fmt: skip on code that is not a table: {stray}"
+
+
+def test_no_component_waits_with_asyncio_wait_for() -> None:
+    """Python 3.11's ``asyncio.wait_for`` loses a cancel that comes in the turn its awaitable
+    finishes (it returns the result instead), so a stop could hang until the next period or the
+    watchdog; ``asyncio.timeout`` keeps it (tests/unit/test_pollloop.py shows the race)."""
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sources()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "asyncio.wait_for(" in line
+    ]
+    assert found == [], f"use asyncio.timeout instead of asyncio.wait_for at {found}"

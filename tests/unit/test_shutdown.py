@@ -16,7 +16,6 @@ import pytest
 
 from slurm_bridge.core import shutdown
 from slurm_bridge.core.shutdown import EXIT_STOP_TIMEOUT, Stop
-from tests.harness import REPO
 
 pytestmark = pytest.mark.unit
 
@@ -225,18 +224,3 @@ def test_a_disarmed_watchdog_never_fires() -> None:
     stop.disarm()
     time.sleep(0.2)
     assert exits == []
-
-
-def test_no_component_waits_with_asyncio_wait_for() -> None:
-    """Python 3.11's ``asyncio.wait_for`` loses a cancel that comes in the turn its awaitable
-    finishes (it returns the result instead), so a stop could hang until the next period or the
-    watchdog; ``asyncio.timeout`` keeps it (tests/unit/test_pollloop.py shows the race)."""
-    roots = [REPO / d for d in ("slurm_bridge", "operator", "webhook", "extender")]
-    found = [
-        f"{path.relative_to(REPO)}:{n}"
-        for root in roots
-        for path in sorted(root.rglob("*.py"))
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if "asyncio.wait_for(" in line
-    ]
-    assert found == [], f"use asyncio.timeout instead of asyncio.wait_for at {found}"
