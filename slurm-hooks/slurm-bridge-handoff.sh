@@ -374,8 +374,15 @@ job=${SLURM_JOB_ID:-}
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
 if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start notice waits for nothing
-  check_notify
-  [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
+  case ${SLURM_JOB_COMMENT:-} in
+    # a start the bridge asked not to be told of (the notify hook's own test, two processes fewer);
+    # the job's user can set it, and so only makes their own pods wait for the operator's next poll
+    slurm-bridge:*'"notify":"ended"'* | slurm-bridge:*'"notify":"none"'*) ;;
+    *)
+      check_notify
+      [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
+      ;;
+  esac
 fi
 me=''   # SlurmUser's name, read when a hold is first made (make)
 

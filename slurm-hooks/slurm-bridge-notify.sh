@@ -30,7 +30,8 @@
 # lost costs only time: the operator's polls find the same. With curl (HTTPS too) the subshell runs
 # curl; without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
 # Each job's start and end runs it: it starts no program but sha256sum (twice) and curl, and for
-# a job outside /tmp (not the bridge's) none.
+# a job outside /tmp (not the bridge's), or one whose comment says the bridge needs no such notice
+# (below), none.
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
 case ${SLURM_SCRIPT_CONTEXT:-} in
@@ -44,6 +45,14 @@ esac
 # and a bridge job moved elsewhere by its user only waits for the next poll. A native job elsewhere
 # costs slurmctld's host this test and nothing more (no signature, no sender). Unset: told.
 [ "${SLURM_JOB_WORK_DIR:-/tmp}" = /tmp ] || exit 0
+# What the bridge asks to be told of the job, in its comment (slurm_bridge/names/slurm.py):
+# "ended", only its end (allocated inside the bridge's call, whose answer said it started);
+# "none", nothing (the bridge ends it itself). A job's user can set its comment too, and so only
+# makes their own pods wait for the operator's next poll.
+case ${SLURM_JOB_COMMENT:-} in
+  slurm-bridge:*'"notify":"none"'*) exit 0 ;;
+  slurm-bridge:*'"notify":"ended"'*) [ "$event" = ended ] || exit 0 ;;
+esac
 
 URL= TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token PARTITIONS= TRIES=3
 while IFS='=' read -r key value; do  # KEY=VALUE lines only; never sourced

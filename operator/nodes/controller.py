@@ -325,6 +325,7 @@ class NodeController:
             matched = await self.devices.reconcile(name, self.nodes.get(("", name)) or node, info)
             if matched is not None:
                 self.nodes.upsert(matched)
+            return self.fit.recheck_in(name)
         return None
 
     async def _apply_patch(

@@ -6,7 +6,9 @@ kubelet then refuses or evicts; the condition's message gives both sides' number
 ``kubectl describe node``.
 
 :func:`decide` is pure. :class:`ResourcesFit` reads the other pods of a node (one list, by
-``spec.nodeName``, from the API server's watch cache) at most every FIT_SECONDS per node, or when
+``spec.nodeName``, from the API server's watch cache) at most every FIT_SECONDS per node
+(FALSE_SECONDS while it does not fit: pods that come and go, such as a Job's that tolerates the
+node's taint, must not keep the node out of every new job for minutes after they left), or when
 either side's size changed, and writes the condition (``nodes/status``, a strategic merge on the
 condition's type) only when it changed. A Warning Event goes with a change to False, and a Normal
 one with the way back.
@@ -31,8 +33,10 @@ from slurm_bridge.slurm.models import NodeInfo
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 _MIB: Final = 2**20
-# A node's other pods are listed again at most this often (while neither side's size changes).
+# A node's other pods are listed again at most this often (while neither side's size changes),
+# and while the node does not fit (every new job leaves it out), this often.
 FIT_SECONDS: Final = 300.0
+FALSE_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -115,18 +119,27 @@ class ResourcesFit:
     def __init__(self, kube: KubeClient, scheduler_name: str) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
-        self._checked: dict[str, tuple[tuple[object, ...], float]] = {}  # node -> (sizes, when)
+        # node -> (sizes, when, how long that decision stands)
+        self._checked: dict[str, tuple[tuple[object, ...], float, float]] = {}
         self.lists = 0
 
     def forget(self, name: str) -> None:
         self._checked.pop(name, None)
+
+    def recheck_in(self, name: str) -> float | None:
+        """Seconds until the node's condition is due again while it does not fit (its reconcile
+        comes back then: nothing else may move while the pods that made it so leave); None else."""
+        last = self._checked.get(name)
+        if last is None or last[2] != FALSE_SECONDS:
+            return None
+        return max(1.0, last[1] + last[2] - time.monotonic())
 
     async def reconcile(self, name: str, node: Mapping[str, Any], info: NodeInfo) -> Obj | None:
         """The condition once more, when due; the node as written (None: nothing written)."""
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         size = _size(info, allocatable)
         last = self._checked.get(name)
-        if last is not None and last[0] == size and time.monotonic() - last[1] < FIT_SECONDS:
+        if last is not None and last[0] == size and time.monotonic() - last[1] < last[2]:
             return None
         if "cpu" not in allocatable or "memory" not in allocatable:
             return None
@@ -136,8 +149,8 @@ class ResourcesFit:
             what = names.NODE_COND_SLURM_RESOURCES_FIT
             log.warning("node %s: cannot list its pods for the %s condition: %s", name, what, e)
             return None
-        self._checked[name] = (size, time.monotonic())
         fit = decide(info, allocatable, others)
+        self._checked[name] = (size, time.monotonic(), FALSE_SECONDS if fit and fit.status == "False" else FIT_SECONDS)
         if fit is None:
             return None
         return await self._write(name, node, fit)

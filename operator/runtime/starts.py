@@ -4,7 +4,9 @@ The steps: ``submit_sent`` and ``submitted`` (the submit call, with ``path``: ``
 ``queue``), ``hint_started`` (slurmctld's hook said it started), ``signed_start`` (that notice was
 signed and said where: taken as the read), ``running_read`` (the operator's view had it RUNNING
 with its nodes), ``released`` (its pods' release written) and ``status_running``
-(the PlaceholderJob's Running status written). Wall-clock seconds (``time.time()``), so that
+(the PlaceholderJob's Running status written); and ``hint_ended``, the hook said it ended (a
+job the bridge ends itself is not told of: tests/e2e/test_costs.py checks both notices per job).
+Wall-clock seconds (``time.time()``), so that
 ``bench/pipeline_latency.py`` can line them up with slurmctld's log and its own pod watch. Only
 the first time of each step is kept, for the last MAX_JOBS jobs: a dict write per step, always on.
 Served by the operator at ``/stats/starts``.

@@ -39,6 +39,15 @@ HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
 # slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh), also an EpilogSlurmctld:
 # the one the handoff does not need to mark a released job for (it reads no job's admin_comment).
 NOTIFY_HOOK_SCRIPT: Final = "slurm-bridge-notify.sh"
+# What that hook tells the operator of a job, in the job's ``comment`` (ADMIN_COMMENT_PREFIX and
+# compact JSON, this key among the marker's when the comment carries it: a job allocated as a
+# tenant), the one field of a job slurmctld gives its hooks that the bridge sets and no one else
+# uses: "ended", only its end (allocated inside the call: the answer said it started); "none",
+# nothing (the bridge ends it itself). The job's user may set it too, and then only makes their
+# own pods wait for the operator's next poll (a notice is a hint).
+COMMENT_NOTIFY: Final = "notify"
+NOTIFY_ENDED: Final = "ended"
+NOTIFY_NONE: Final = "none"
 # The Slurm node reason of a handoff drain (a pod that outlived its hold, or runs with no hold after
 # its job ended): slurm-bridge-handoff[<bridgeId>]: pod <ns>/<pod> of Slurm job <id> ..., matched by
 # the exact bridgeId. Not SLURM_NODE_REASON_PREFIX: the node sync mirrors it as an outage (a cordon)

@@ -99,7 +99,9 @@ class RequestBodies:
             return None, None
         return (["none"] if req.exclusive else None), req.mcs_label
 
-    def submit_body(self, req: JobRequest, *, name: str, admin_comment: str, as_user: bool = False) -> dict[str, Any]:
+    def submit_body(
+        self, req: JobRequest, *, name: str, admin_comment: str, as_user: bool = False, comment: str | None = None
+    ) -> dict[str, Any]:
         """An external job: Slurm allocates the nodes and runs nothing on them (the pods do).
 
         Its working directory is /tmp: nothing runs there. A job's user can set it, so it proves
@@ -111,7 +113,10 @@ class RequestBodies:
 
         ``as_user``: sent as another user, who may not set ``admin_comment`` (Slurm 26.05 answers
         2002 "Access/permission denied"): the marker goes into ``comment`` instead, until the bridge
-        sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`)."""
+        sets ``admin_comment`` itself (:meth:`.jobcalls.JobCalls.mark_job`).
+
+        ``comment``: the job's comment instead (slurmctld's notify hook reads it: what it tells the
+        operator of this job); as another user, it must carry the marker too."""
         d = self.job_desc(req)
         d.name = name
         d.flags = ["EXTERNAL_JOB"]
@@ -120,6 +125,8 @@ class RequestBodies:
             d.comment = admin_comment
         else:
             d.admin_comment = admin_comment
+        if comment is not None:
+            d.comment = comment
         return {"job": d.body()}
 
     def het_submit_body(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> dict[str, Any]:
@@ -138,10 +145,11 @@ class RequestBodies:
         name: str,
         admin_comment: str,
         as_user: bool = False,
+        comment: str | None = None,
     ) -> dict[str, Any]:
-        """The external job of :meth:`submit_body` (``as_user`` as there), allocated now or
-        refused (never queued)."""
-        body = self.submit_body(req, name=name, admin_comment=admin_comment, as_user=as_user)
+        """The external job of :meth:`submit_body` (``as_user`` and ``comment`` as there), allocated
+        now or refused (never queued)."""
+        body = self.submit_body(req, name=name, admin_comment=admin_comment, as_user=as_user, comment=comment)
         body["job"]["immediate"] = True
         return body
 
@@ -149,9 +157,9 @@ class RequestBodies:
         """A job update that sets only ``priority`` (a bare job_desc_msg)."""
         return {"priority": NoVal.of(priority).model_dump(exclude_none=True)}
 
-    def mark_body(self, admin_comment: str) -> dict[str, Any]:
-        """A job update that sets only ``admin_comment`` (a bare job_desc_msg)."""
-        return {"admin_comment": admin_comment}
+    def mark_body(self, admin_comment: str, comment: str | None = None) -> dict[str, Any]:
+        """A job update that sets only ``admin_comment`` (and ``comment``): a bare job_desc_msg."""
+        return {"admin_comment": admin_comment} | ({} if comment is None else {"comment": comment})
 
     def update_body(self, req: JobRequest, *, name: str | None = None, unlimited_time: bool = False) -> dict[str, Any]:
         """A pending job's update: a bare ``job_desc_msg``, never wrapped in ``{"job": ...}``

@@ -115,13 +115,15 @@ class HandoffCalls(SlurmSession):
             return False
         return not any(e.error_number == ESLURM_RESERVATION_INVALID for e in reply.errors)
 
-    async def mark_released(self, job_id: int, admin_comment: str) -> None:
+    async def mark_released(self, job_id: int, admin_comment: str, comment: str | None = None) -> None:
         """Set a job's admin_comment to ``admin_comment`` (its mark with ``"released": true``):
         the bridge releases the job itself, and the EpilogSlurmctld, which reads only that field
-        (only an operator can set it), holds nothing. A job Slurm no longer knows is fine."""
+        (only an operator can set it), holds nothing. ``comment``: its comment too, in the same
+        update (what slurmctld's notify hook tells of it). A job Slurm no longer knows is fine."""
         codec = await self._get_codec()
         path = codec.path(f"job/{int(job_id)}")
-        await self._request("POST", path, json_body=codec.mark_body(admin_comment), not_found_ok=True, ok_errors=_GONE)
+        body = codec.mark_body(admin_comment, comment)
+        await self._request("POST", path, json_body=body, not_found_ok=True, ok_errors=_GONE)
 
     async def qos_preemption(self) -> list[QosInfo] | None:
         """Every QOS's preemption settings; None without accounting endpoints."""

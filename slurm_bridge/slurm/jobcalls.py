@@ -83,7 +83,13 @@ class JobCalls(SlurmSession):
         return codec.decode_submit(reply.body)
 
     async def allocate_external_job(
-        self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
+        self,
+        req: JobRequest,
+        *,
+        name: str,
+        admin_comment: str,
+        as_user: str | None = None,
+        comment: str | None = None,
     ) -> int:
         """Allocate ``req`` as an external job only if Slurm can start it this instant.
 
@@ -100,9 +106,13 @@ class JobCalls(SlurmSession):
         the caller, and a SlurmUser token may call as anyone (``X-SLURM-USER-NAME``; checked on
         Slurm 26.05: the job runs as the named user, in that user's primary group, with Slurm's
         checks for that user). A token that may not do so answers with an authentication error.
+
+        ``comment``: the job's comment (:meth:`.bodies.RequestBodies.submit_body`).
         """
         codec = await self._get_codec()
-        body = codec.allocate_body(req, name=name, admin_comment=admin_comment, as_user=as_user is not None)
+        body = codec.allocate_body(
+            req, name=name, admin_comment=admin_comment, as_user=as_user is not None, comment=comment
+        )
         reply = await self._request(
             "POST", codec.path("job/allocate"), json_body=body, idempotent=False, as_user=as_user
         )

@@ -42,11 +42,25 @@ POLLS = ("GET /ping", "GET /conf", "GET /nodes", "GET /jobs", "GET /reservations
 POD_RESOURCES = {"pods", "pods/status", "placeholderjobs", "placeholderjobs/status", "events"}
 
 
-def stats(cluster: dict[str, str]) -> Obj:
+def stats(cluster: dict[str, str], path: str = "/stats") -> Obj:
     port = (Path(cluster["SB_STATE_DIR"]) / "bridge-operator.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         result: Obj = json.load(r)
     return result
+
+
+def notices(cluster: dict[str, str], job_ids: list[int]) -> Counter[str]:
+    """slurmctld's notices of these jobs that reached the operator, by event (its /stats/starts:
+    the first of each kind a job). The hook sends one only where the job's comment asks for it
+    (slurm-bridge-notify.sh): an allocated job's start and the end of a job the bridge ended
+    itself are not told of."""
+    steps = stats(cluster, "/stats/starts")
+    c: Counter[str] = Counter()
+    for job_id in job_ids:
+        for step in ("hint_started", "hint_ended"):
+            if step in steps.get(str(job_id), {}):
+                c[f"slurm notice {step.removeprefix('hint_')}"] += 1
+    return c
 
 
 def pod_counts(s: Obj) -> Counter[str]:
@@ -98,24 +112,28 @@ def alone(custom: k8s.CustomObjectsApi) -> None:
     wait_for(none, 180, "the PlaceholderJobs of earlier tests to be gone")
 
 
-def measure(cluster: dict[str, str], custom: k8s.CustomObjectsApi, life: Callable[[], None]) -> dict[str, float]:
-    """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end), once the
-    PlaceholderJobs of earlier tests are gone."""
+def measure(cluster: dict[str, str], custom: k8s.CustomObjectsApi, life: Callable[[], list[int]]) -> dict[str, float]:
+    """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end; it returns
+    their Slurm jobs), with slurmctld's notices of those jobs, once the PlaceholderJobs of earlier
+    tests are gone."""
     alone(custom)
     before = settled(cluster)
-    life()
+    job_ids = life()
     after = settled(cluster)
-    delta = after - before
+    delta = after - before + notices(cluster, job_ids)
     return {k: round(n / N, 2) for k, n in sorted(delta.items()) if n}
 
 
-def running(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str]) -> None:
+def running(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, pods: list[str], phjs: list[str]) -> list[int]:
+    """Once the pods are bound and their PlaceholderJobs Running: their Slurm jobs."""
+
     def up() -> bool:
         bound = all((p := read_pod(core, ns, name)) is not None and p.spec.node_name for name in pods)
         return bound and all(((get_phj(custom, ns, n) or {}).get("status") or {}).get("phase") == "Running"
                              for n in phjs)  # fmt: skip
 
     wait_for(up, 120, f"pods {pods} bound and PlaceholderJobs {phjs} Running")
+    return [int(((get_phj(custom, ns, n) or {}).get("status") or {})["jobId"]) for n in phjs]
 
 
 def ended(
@@ -134,13 +152,14 @@ def ended(
     wait_for(gone, 120, f"pods {pods} and PlaceholderJobs {phjs} gone")
 
 
-def singles(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, manifest: Callable[[str], Obj]) -> None:
+def singles(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, manifest: Callable[[str], Obj]) -> list[int]:
     """N pods of one pod each: created, running, deleted, their PlaceholderJobs gone."""
     pods = [f"cost-{i}" for i in range(N)]
     for name in pods:
         core.create_namespaced_pod(ns, manifest(name))
-    running(custom, core, ns, pods, pods)
+    job_ids = running(custom, core, ns, pods, pods)
     ended(custom, core, ns, pods, pods)
+    return job_ids
 
 
 def events_in(core: k8s.CoreV1Api, ns: str) -> str:
@@ -165,23 +184,23 @@ def check(
 
 # ---- what each kind of pod costs ------------------------------------------------------------------
 # A pod allocated at once. Slurm: its allocation, one read, the released mark (the handoff's
-# EpilogSlurmctld is configured) and the cancel. The operator's writes: three to place it (the
-# PlaceholderJob, the pod's release, the status with the allocation), three to end it (the status
-# with the pods' end, the `PodsDeleted` Event, the finalizer's removal). Watch events (other writers'
-# too, so a floor and a ceiling; 8 and 5 measured): the pod's create, release, bind, kubelet status,
-# deletion, terminal phase and delete; the PlaceholderJob's create, its two status writes, the
-# finalizer's removal and delete.
+# EpilogSlurmctld is configured) and the cancel; slurmctld's hook tells the operator nothing (the
+# allocation's answer said it started, and the bridge ended it itself: the job's comment says so).
+# The operator's writes: three to place it (the PlaceholderJob, the pod's release, the status with
+# the allocation), three to end it (the status with the pods' end, the `PodsDeleted` Event, the
+# finalizer's removal). Watch events (other writers' too, so a floor and a ceiling; 8 and 5
+# measured): the pod's create, release, bind, kubelet status, deletion, terminal phase and delete;
+# the PlaceholderJob's create, its two status writes, the finalizer's removal and delete.
 PLACED: dict[str, float] = {
-    "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
+    "slurm POST /job/allocate": 1, "slurm GET /job/{id}": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
     "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube POST events": 1, "kube PATCH placeholderjobs": 1,
 }  # fmt: skip
-# The read after the allocation, and at most one more: slurmctld's hook may announce the start (or
-# the end) before the operator has applied what it read or did (measured: 1 - 1.25). The status
+# The read after the allocation is the only one: no notice of slurmctld's hook comes before it
+# (it came at times, 1 - 1.25 reads, while the hook told of every start and end). The status
 # with the pods' end is not written when garbage collection deleted the PlaceholderJob (its owner,
 # the pod, is gone) before the operator came to it: it is then only finalized (measured: 1.75 - 2).
 WATCH: dict[str, tuple[float, float]] = {
-    "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "slurm GET /job/{id}": (1, 2),
-    "kube PATCH placeholderjobs/status": (1, 2),
+    "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "kube PATCH placeholderjobs/status": (1, 2),
 }  # fmt: skip
 
 
@@ -209,30 +228,35 @@ def test_a_coresident_pod_on_a_hybrid_node(
 def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
     """A job that names a group is queued (job/submit): its start is read once slurmctld's hook
     says so, or at a poll; a pending job's reason may be read again before it starts. A start the
-    poll's job list (a cost per second) showed first costs no read: the floor is none."""
+    poll's job list (a cost per second) showed first costs no read: the floor is none. The hook
+    tells of its start (a notice may be lost: it is a hint), not of the end the bridge made."""
     gid = str(TENANTS["a"].gid)
     got = measure(
         cluster, custom, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
     )
-    exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
+    exact = {k: v for k, v in PLACED.items() if k not in ("slurm POST /job/allocate", "slurm GET /job/{id}")}
     exact["slurm POST /job/submit"] = 1
-    check(got, exact, WATCH | {"slurm GET /job/{id}": (0, 3)}, core, ns)
+    check(got, exact, WATCH | {"slurm GET /job/{id}": (0, 3), "slurm notice started": (0, 1)}, core, ns)
 
 
 def test_a_tenants_pod(
     core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, tenant_namespace: str, cluster: dict[str, str]
 ) -> None:
     """Allocated as the tenant: a tenant may not set the job's admin comment, so the bridge's
-    marker is set right after, with its own token (one POST more)."""
+    marker is set right after, with its own token (one POST more). One run in about twenty of this
+    file failed here once (2026-11-30, its counts not kept); the only count of this test that became
+    exact then is the reads, so one read more for the four pods is let pass until a failure's
+    message says which count moved."""
     got = measure(cluster, custom, lambda: singles(custom, core, tenant_namespace, make_pod))
-    check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH, core, tenant_namespace)
+    exact = {k: v for k, v in PLACED.items() if k != "slurm GET /job/{id}"} | {"slurm POST /job/{id}": 2}
+    check(got, exact, WATCH | {"slurm GET /job/{id}": (1, 1.25)}, core, tenant_namespace)
 
 
 def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
     """A PodGroup of N: one Slurm job and one PlaceholderJob for all N pods, so per pod a quarter
     of a job's calls, one release patch each."""
 
-    def life() -> None:
+    def life() -> list[int]:
         group, pods = "cost-gang", [f"gang-{i}" for i in range(N)]
         body = {"apiVersion": "/".join(PODGROUP[:2]), "kind": "PodGroup", "metadata": {"name": group},
                 "spec": {"minMember": N}}  # fmt: skip
@@ -240,13 +264,14 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
         for name in pods:
             core.create_namespaced_pod(ns, make_pod(name, labels={names.LABEL_POD_GROUP: group}))
         phj = f"podgroup-{group}"
-        running(custom, core, ns, pods, [phj])
+        job_ids = running(custom, core, ns, pods, [phj])
 
         # the PodGroup's PlaceholderJob goes with the PodGroup (its owner)
         def drop_group() -> None:
             custom.delete_namespaced_custom_object(PODGROUP[0], PODGROUP[1], ns, PODGROUP[2], group)
 
         ended(custom, core, ns, pods, [phj], drop_group)
+        return job_ids
 
     got = measure(cluster, custom, life)
     per_job = 1 / N

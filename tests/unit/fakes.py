@@ -115,6 +115,7 @@ class FakeSubmits(_Jobs):
         self.as_user_submit_refusal: SlurmError | None = None  # a queued submit as a tenant refused
         self.requests: list[JobRequest] = []
         self.comments: list[str] = []  # each placement's admin_comment (the handoff reads its scope)
+        self.job_comments: list[str | None] = []  # each allocation's comment (the notify hook reads it)
 
     def _placed(self, what: str, req: JobRequest, refusal: SlurmError | None) -> int:
         self.calls.append(what + (f" {req.partition}" if req.partition else ""))
@@ -131,10 +132,12 @@ class FakeSubmits(_Jobs):
         name: str,
         admin_comment: str,
         as_user: str | None = None,
+        comment: str | None = None,
     ) -> int:
         if not self.allocates:
             raise AssertionError("an immediate allocation where none may be asked for")
         self.comments.append(admin_comment)
+        self.job_comments.append(comment)
         self.as_users.append(as_user)
         if as_user is not None and self.as_user_refusal is not None:
             self.calls.append(f"allocate as {as_user}")
@@ -232,10 +235,11 @@ class FakeJobWrites(_Jobs):
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
 
-    async def mark_released(self, job_id: int, admin_comment: str) -> None:
+    async def mark_released(self, job_id: int, admin_comment: str, comment: str | None = None) -> None:
         self.calls.append(f"released {job_id}")
         if job_id in self.jobs:
-            self.jobs[job_id] = self.jobs[job_id].model_copy(update={"admin_comment": admin_comment})
+            update = {"admin_comment": admin_comment} | ({} if comment is None else {"comment": comment})
+            self.jobs[job_id] = self.jobs[job_id].model_copy(update=update)
 
 
 class FakeJobDevices(_Jobs):

@@ -46,10 +46,10 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     # (docs/colocation.md; skipped where Slurm's configuration has no EpilogSlurmctld)
     assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
     assert r.cancels == {"marked": PODS}, "every job carried the released mark when it was cancelled"
-    # slurmctld's hook: a start and an end notice per job, through the operator's handler; an
-    # allocated job was read back at once, and the bridge cancelled it itself: neither is news
-    assert r.notices == {"started": PODS, "ended": PODS}
-    assert r.hook_answers == {200: 2 * PODS} and r.hints_read == 0
+    # slurmctld's hook sends nothing: an allocated job's comment asks for no start notice (the
+    # answer said it started), and the released mark's for no end notice (the bridge ends it)
+    assert r.notices == {}
+    assert r.hook_answers == {} and r.hints_read == 0
     # the spec-update check ran on the pod events after the join and on each reconcile, found nothing
     assert r.options_recorded == PODS
     assert set(r.spec_checks) == {"pod", "phj"} and r.spec_checks["pod"] >= PODS
@@ -69,7 +69,8 @@ async def test_a_queued_pods_start_is_read_once_after_the_hooks_notice() -> None
     r = await replay.replay(PODS, "watch", settle_seconds=30, path="queued")
     assert replay.check(r) == []
     assert r.hints_read == PODS, "every start read after its notice"
-    assert r.hook_answers == {202: PODS, 200: PODS}, "the start notices are news, the end notices not"
+    assert r.notices == {"started": PODS}, "no end notice: the released mark's comment asks for none"
+    assert r.hook_answers == {202: PODS}, "the start notices are news"
     assert r.slurm == {"POST job/submit": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
     assert r.cancels == {"marked": PODS}
     assert {k: n / PODS for k, n in r.placed_requests.items()} == PLACED
@@ -104,7 +105,7 @@ async def test_the_check_refuses_a_replay_that_left_the_usual_path() -> None:
     assert replay.check(r) == []
     off = [
         dataclasses.replace(r, notices={"started": PODS}),
-        dataclasses.replace(r, hook_answers={202: PODS, 200: PODS}),
+        dataclasses.replace(r, hook_answers={200: PODS}),
         dataclasses.replace(r, spec_checks={**r.spec_checks, "pod changed": 1}),
         dataclasses.replace(r, cancels={"marked": PODS - 1, "unmarked": 1}),
         dataclasses.replace(r, slurm={**r.slurm, "GET job/{id}": PODS + 1}),
@@ -114,9 +115,11 @@ async def test_the_check_refuses_a_replay_that_left_the_usual_path() -> None:
 
 
 async def test_slurms_stand_in_answers_the_mark_as_slurmrestd_and_applies_it() -> None:
-    """The released mark (a bare job_desc_msg setting admin_comment): applied to the job, answered
-    with slurmrestd's null results (which the client's codec reads as no failure); the cancel
-    counts the mark and sends the end notice a few loop turns later."""
+    """The released mark (a bare job_desc_msg setting admin_comment and comment): applied to the
+    job, answered with slurmrestd's null results (which the client's codec reads as no failure);
+    the cancel counts the mark. The hook's notices follow the job's comment as the script's test
+    does: a job allocated without one is told of at its start and end, a job marked released not
+    at its end."""
     slurm = replay.ReplaySlurm()
     sent: list[tuple[int, str]] = []
     slurm.notify = lambda job_id, event: sent.append((job_id, event))
@@ -125,16 +128,17 @@ async def test_slurms_stand_in_answers_the_mark_as_slurmrestd_and_applies_it() -
     answer = slurm(httpx.Request("POST", f"{base}/job/allocate", json=job))
     job_id = answer.json()["job_id"]
     mark = 'slurm-bridge:{"bridge":"b","released":true}'
-    answer = slurm(httpx.Request("POST", f"{base}/job/{job_id}", json={"admin_comment": mark}))
+    quiet = 'slurm-bridge:{"notify":"none"}'
+    answer = slurm(httpx.Request("POST", f"{base}/job/{job_id}", json={"admin_comment": mark, "comment": quiet}))
     assert answer.status_code == 200 and answer.json()["results"] is None and answer.json()["errors"] == []
-    assert slurm.jobs[job_id]["admin_comment"] == mark
+    assert slurm.jobs[job_id]["admin_comment"] == mark and slurm.jobs[job_id]["comment"] == quiet
     read = slurm(httpx.Request("GET", f"{base}/job/{job_id}")).json()["jobs"][0]
     assert read["admin_comment"] == mark and read["job_state"] == ["RUNNING"]
     slurm(httpx.Request("DELETE", f"{base}/job/{job_id}"))
     for _ in range(2 * replay.ACTOR_DELAY_TURNS + 2):
         await asyncio.sleep(0)
     assert slurm.cancels == {"marked": 1} and slurm.later.pending == 0
-    assert sent == [(job_id, "started"), (job_id, "ended")]
+    assert sent == [(job_id, "started")], "told of its start (no comment), not of the end it was marked for"
     assert slurm.unknown == []
 
 

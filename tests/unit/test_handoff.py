@@ -343,7 +343,7 @@ async def test_a_pending_job_slurm_will_not_update_is_cancelled_without_the_mark
     slurm = FakeSlurm(pending, running)
     jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [pending, running])
 
-    async def refuse(job_id: int, admin_comment: str) -> None:
+    async def refuse(job_id: int, admin_comment: str, comment: str | None = None) -> None:
         raise SlurmError("Job update requested failed: Requested partition configuration not available now", status=422)
 
     slurm.mark_released = refuse  # type: ignore[method-assign]
@@ -357,15 +357,18 @@ async def test_a_pending_job_slurm_will_not_update_is_cancelled_without_the_mark
 async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_ref() -> None:
     slurm = FakeSlurm()
     jobs = shell(shell_kube({}), slurm, placeholderjob(), None, [slurm_job(5, "RUNNING", nodes=("n1",))])
-    seen: list[tuple[int, str]] = []
+    seen: list[tuple[int, str, str | None]] = []
 
-    async def mark(job_id: int, admin_comment: str) -> None:
-        seen.append((job_id, admin_comment))
+    async def mark(job_id: int, admin_comment: str, comment: str | None = None) -> None:
+        seen.append((job_id, admin_comment, comment))
 
     slurm.mark_released = mark  # type: ignore[method-assign]
     await jobs.cancel(12, REF)  # not in the poller's snapshot
     await jobs.cancel(5, REF)  # read, but its admin_comment is not the bridge's mark
-    assert seen == [(12, encode_admin_comment(REF, released=True)), (5, encode_admin_comment(REF, released=True))]
+    released = encode_admin_comment(REF, released=True)
+    # the same update tells slurmctld's notify hook that the bridge needs no notice of the end
+    quiet = 'slurm-bridge:{"notify":"none"}'
+    assert seen == [(12, released, quiet), (5, released, quiet)]
 
 
 @pytest.mark.parametrize(

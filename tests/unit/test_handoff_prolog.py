@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
 from tests.unit.handoffroot import SCRIPT, HandoffRoot
 
 pytestmark = pytest.mark.unit
@@ -96,10 +98,14 @@ class Prolog(HandoffRoot):
     def hostnames(self, hostlist: str, *names: str) -> None:
         self.write("hostnames." + hostlist.translate(str.maketrans("/[],", "____")), "\n".join(names))
 
-    def run(self, nodes: str = "n1", context: str = "prolog_slurmctld") -> subprocess.CompletedProcess[str]:
+    def run(
+        self, nodes: str = "n1", context: str = "prolog_slurmctld", comment: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(JOB), "SLURM_JOB_NODELIST": nodes,
                "SLURM_JOB_CPUS_PER_NODE": "2", "SLURM_JOB_EXCLUSIVE": "NO", "SLURM_SCRIPT_CONTEXT": context,
                "SLURM_JOB_WORK_DIR": "/home/alice"}  # fmt: skip
+        if comment is not None:
+            env["SLURM_JOB_COMMENT"] = comment
         return subprocess.run([str(self.etc / SCRIPT.name)], env=env, capture_output=True, text=True, timeout=30)
 
     def timed(self, **kw: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -285,6 +291,26 @@ def test_the_notify_hook_runs_first_with_the_jobs_environment(prolog: Prolog) ->
     prolog.later(1.2, lambda: (prolog.state / "41.done").touch())
     assert prolog.run().returncode == 0
     assert (prolog.fake / "notified").read_text().splitlines() == [f"prolog_slurmctld {JOB}"]
+
+
+@pytest.mark.parametrize(
+    ("comment", "told"),
+    [
+        (notice_comment(names.NOTIFY_ENDED), False),  # allocated inside the bridge's call
+        (notice_comment(names.NOTIFY_NONE), False),
+        ('a user\'s own "notify":"ended"', True),  # not the bridge's form: the hook decides
+        ("", True),
+    ],
+)
+def test_a_start_the_bridge_asked_not_to_be_told_of_runs_no_notify_hook(
+    prolog: Prolog, comment: str, told: bool
+) -> None:
+    """The job's comment says the bridge needs no start notice: the prolog does not run the hook
+    (two processes fewer a job) and still does its checks."""
+    prolog.configure(f"NOTIFY={prolog.fake}/notify")
+    assert prolog.run(comment=comment).returncode == 0
+    assert (prolog.fake / "notified").exists() == told
+    assert prolog.reads(), "the prolog still did its checks"
 
 
 def test_a_notify_hook_that_others_may_write_is_not_run_and_holds_go_on(prolog: Prolog) -> None:

@@ -21,6 +21,7 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.operator.nodes import resourcesfit
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.nodesync import (
     KubeView,
@@ -421,6 +422,24 @@ async def test_nodes_not_in_slurm_cost_no_slurm_call() -> None:
     assert (slurm.lists, slurm.updates) == (1, [])
     assert kube.told("name", "reason") == []
     assert kube.nodes["plain-1"]["metadata"]["resourceVersion"] == "7", "a plain node is not written"
+
+
+async def test_a_node_whose_slurm_size_does_not_fit_is_reconciled_again_within_seconds() -> None:
+    """SlurmResourcesFit=False leaves the node out of every new job, so its reconcile comes back
+    while it lasts (resourcesfit.FALSE_SECONDS); a node that fits asks for nothing."""
+    small = named(N)
+    small["status"] = {"allocatable": {"cpu": "2", "memory": "4Gi"}}
+    kube = fake_kube([small])
+    kube.collections["/api/v1/pods"] = []
+    slurm = FakeNodes([info().model_copy(update={"cpus": 4, "real_memory_mib": 8192})])
+    ctrl = controller(kube, slurm)
+    await ctrl.poll_once()
+    assert await ctrl._reconcile(NodeItem(N)) == pytest.approx(resourcesfit.FALSE_SECONDS, abs=1)
+    assert kube.nodes[N]["status"]["conditions"][-1]["status"] == "False"
+    slurm.nodes = {N: info().model_copy(update={"cpus": 2, "real_memory_mib": 4096})}
+    await ctrl.poll_once()
+    assert await ctrl._reconcile(NodeItem(N)) is None
+    assert kube.nodes[N]["status"]["conditions"][-1]["status"] == "True"
 
 
 async def test_cordon_drains_once_even_when_a_list_was_in_flight() -> None:

@@ -162,6 +162,31 @@ async def test_one_list_per_period_and_a_write_only_on_change(monkeypatch: pytes
     assert conditions(kube)[-1]["lastTransitionTime"] >= first_false
 
 
+async def test_a_node_that_does_not_fit_is_looked_at_again_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While False, every new job leaves the node out: when the pods that made it so leave (a
+    Job's pods that tolerate its taint: seen, a benchmark's default-scheduler pods kept four nodes
+    out of every job for five minutes), the node comes back within FALSE_SECONDS, and its
+    reconcile asks to come back then (nothing else may move meanwhile). A node that fits is
+    listed again only every FIT_SECONDS, and asks for nothing."""
+    kube = fit_kube([other("1", "1Gi")])
+    fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm())
+    assert conditions(kube)[-1]["status"] == "False"
+    assert fit.recheck_in("hyb-1") == resourcesfit.FALSE_SECONDS < resourcesfit.FIT_SECONDS
+    kube.collections[PODS] = []  # the other pod left
+    clock[0] += resourcesfit.FALSE_SECONDS - 1
+    assert await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm()) is None and len(selectors(kube)) == 1
+    assert fit.recheck_in("hyb-1") == 1
+    clock[0] += 1
+    written = await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm())
+    assert written is not None and conditions(kube)[-1]["status"] == "True" and len(selectors(kube)) == 2
+    assert fit.recheck_in("hyb-1") is None
+    clock[0] += resourcesfit.FALSE_SECONDS
+    assert await fit.reconcile("hyb-1", kube.nodes["hyb-1"], slurm()) is None and len(selectors(kube)) == 2
+
+
 async def test_a_changed_message_keeps_the_transition_time() -> None:
     kube = fit_kube([other("1", "1Gi")])
     fit = ResourcesFit(cast(KubeClient, kube), "slurm-bridge")

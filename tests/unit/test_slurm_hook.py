@@ -27,6 +27,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, notice_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import JobOwner, SignedStart
 from slurm_bridge.operator.wiring.slurmhook import MAX_SKEW_SECONDS, SIGNATURE_HEADER, HookToken, slurm_hook
 from tests.harness import wait_for
@@ -469,3 +471,34 @@ def test_a_job_outside_the_bridges_working_directory_is_not_told_of(tmp_path: Pa
     wait_for(lambda: len(listener.got) >= 2, 5, "the notices of jobs 44 and 45")
     time.sleep(0.5)
     assert sorted(b["jobId"] for _, b in listener.got) == [44, 45], "job 43 runs outside /tmp"
+
+
+def test_a_notice_the_bridge_asked_not_to_be_sent_is_not_sent(tmp_path: Path, listener: Listener) -> None:
+    """The job's comment (jobref.notice_comment, set by the bridge) says what the bridge needs to be
+    told of: an allocated job's start is in the allocation's answer, a job the bridge ends itself
+    needs no end notice. Any other comment is told of as before (a user's own comment costs only
+    their own pods a poll's wait). Those not told of leave no sender behind, so the ones told of,
+    run after them, are all that can ever arrive."""
+    marker = encode_admin_comment(PhjRef("slurm-bridge", "ns", "pod", "uid"), handoff="cores")
+    start, end = "prolog_slurmctld", "epilog_slurmctld"
+    cases = [
+        ("51", start, notice_comment(names.NOTIFY_ENDED), False),
+        ("52", start, notice_comment(names.NOTIFY_ENDED, marker), False),  # a tenant's: the marker too
+        ("53", end, notice_comment(names.NOTIFY_NONE), False),
+        ("54", start, notice_comment(names.NOTIFY_NONE), False),
+        ("55", end, notice_comment(names.NOTIFY_ENDED, marker), True),  # Slurm ended it: told
+        ("56", start, '"notify":"ended"', True),  # not the bridge's form
+        ("57", start, "", True),
+    ]
+    for told in (False, True):  # those not told of first: each exits before it starts a sender
+        for job, context, comment, tell in cases:
+            if tell == told:
+                run_hook(
+                    tmp_path, listener.url, SLURM_SCRIPT_CONTEXT=context, SLURM_JOB_ID=job, SLURM_JOB_COMMENT=comment
+                )
+    wait_for(lambda: len(listener.got) >= 3, 5, "the notices of jobs 55, 56 and 57")
+    assert sorted((b["jobId"], b["event"]) for _, b in listener.got) == [
+        (55, "ended"),
+        (56, "started"),
+        (57, "started"),
+    ]

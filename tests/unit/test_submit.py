@@ -11,6 +11,7 @@ import pytest
 
 from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -111,6 +112,19 @@ async def test_a_job_for_another_user_is_allocated_as_that_user_never_as_the_tok
     slurm = FakeSubmits()
     assert await make(slurm).place(JobRequest(partition="p", **identity), "n", "c") == 101
     assert slurm.calls == [f"allocate as {as_user} p", "mark 101"] and slurm.as_users == [as_user]
+
+
+async def test_an_allocated_jobs_comment_asks_slurmctlds_hook_for_its_end_only(clock: list[float]) -> None:
+    """Its start is in the allocation's answer (slurm-bridge-notify.sh reads the comment); a job
+    allocated as a tenant carries the bridge's marker in the same comment until it is marked."""
+    slurm = FakeSubmits()
+    marker = encode_admin_comment(PhjRef("b", "ns", "pod", "uid"), handoff="cores")
+    await make(slurm).place(JobRequest(partition="p"), "n", marker)
+    await make(slurm).place(JobRequest(partition="p", user_name="alice"), "n", marker)
+    plain, tenants = slurm.job_comments
+    assert plain == 'slurm-bridge:{"notify":"ended"}'
+    assert tenants is not None and '"notify":"ended"' in tenants
+    assert decode_admin_comment(tenants) == decode_admin_comment(marker), "a tenant's job is still found by its comment"
 
 
 @pytest.mark.parametrize("identity", [{"group_id": 2001}, {"group_name": "team-a"}])

@@ -57,8 +57,7 @@ class SlurmHints:
         """Take a hint (``start``: a signed start's nodes and time); True when it was news and its
         job is being read."""
         self.received += 1
-        if event == "started":
-            starts.mark(job_id, "hint_started")
+        starts.mark(job_id, "hint_started" if event == "started" else "hint_ended")
         ref = self._view.news(job_id, event)
         if ref is None:
             return False

@@ -79,6 +79,17 @@ def released_comment(comment: str, ref: PhjRef | None = None, outcome: JobOutcom
     return names.ADMIN_COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
+def notice_comment(tell: str, marker: str = "") -> str:
+    """A job's ``comment`` that says what slurmctld's notify hook tells the operator of it
+    (``tell``: names.NOTIFY_ENDED, only its end, for a job allocated inside the call, whose start
+    the answer gave; names.NOTIFY_NONE, nothing, for a job the bridge ends itself), with every key of
+    ``marker`` (the bridge's mark, which a job allocated as a tenant carries in ``comment`` until
+    its admin_comment is set). Compact, sorted JSON: the script finds ``"notify":"<tell>"`` in it."""
+    data = _payload(marker) or {}
+    data[names.COMMENT_NOTIFY] = tell
+    return names.ADMIN_COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
 def is_released(comment: str) -> bool:
     """Whether the bridge released the job itself (its admin_comment's released mark)."""
     data = _payload(comment)

@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from slurm_bridge import names
 from slurm_bridge.core import metrics
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
@@ -30,6 +32,7 @@ class SlurmSubmits(Protocol):
         name: str,
         admin_comment: str,
         as_user: str | None = None,
+        comment: str | None = None,
     ) -> int: ...
     async def submit_external_job(
         self, req: JobRequest, *, name: str, admin_comment: str, as_user: str | None = None
@@ -135,6 +138,8 @@ class Placer:
                     name=name,
                     admin_comment=admin_comment,
                     as_user=as_user,
+                    # its start is in the answer: slurmctld's hook tells only of its end
+                    comment=notice_comment(names.NOTIFY_ENDED, admin_comment if as_user is not None else ""),
                 )
             except SlurmUnavailable:
                 raise

@@ -15,7 +15,7 @@ from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, PhjRef, released_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, PhjRef, notice_comment, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
 from slurm_bridge.slurm.errors import SlurmError
@@ -27,7 +27,7 @@ DescribePreemptor = Callable[[JobInfo], Awaitable[str]]
 
 
 class SlurmReleaseMarks(Protocol):
-    async def mark_released(self, job_id: int, admin_comment: str) -> None: ...
+    async def mark_released(self, job_id: int, admin_comment: str, comment: str | None = None) -> None: ...
 
 
 class HandoffWrites:
@@ -54,21 +54,24 @@ class HandoffWrites:
         ``outcome``: how the pods ended, for ``sacct -o AdminComment`` (Slurm records CANCELLED).
         Nothing where slurm.conf has no EpilogSlurmctld but slurmctld's hook to the operator and
         there is no outcome to record. A job not read yet (or whose admin_comment is not the
-        bridge's mark) gets ``ref``'s, so it stays the PlaceholderJob's."""
+        bridge's mark) gets ``ref``'s, so it stays the PlaceholderJob's. The same update sets its
+        comment so that slurmctld's notify hook tells the operator nothing of its end (the bridge
+        ends it: the notice would be news to no one)."""
         conf = self.policy.current.conf
         if outcome is None and conf is not None and not conf.handoff_epilogs:
             return
         snap = self.poller.snapshot
         job = snap.by_id.get(job_id) if snap is not None else None
+        quiet = notice_comment(names.NOTIFY_NONE)
         if job is None:
-            await self.slurm.mark_released(job_id, released_comment("", ref, outcome))
+            await self.slurm.mark_released(job_id, released_comment("", ref, outcome), quiet)
             return
         parts = snap.components(job_id) if snap is not None and job.het_job_id == job_id else (job,)
         for part in parts or (job,):
             if part.is_finished:
                 continue
             try:
-                await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref, outcome))
+                await self.slurm.mark_released(part.job_id, released_comment(part.admin_comment, ref, outcome), quiet)
             except SlurmError as e:
                 if not part.is_pending:
                     raise  # a running part's cancel without the mark would hold its nodes: try again
