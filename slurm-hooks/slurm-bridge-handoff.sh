@@ -91,17 +91,18 @@ log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB
 refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
 
 # ---- the configuration file ----------------------------------------------------------------------
-read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), prolog_wait, notify
-  local owner mode line key value id   # conf stays: check_notify names it
+# read_conf parses the file with builtins only; check_conf, its owner and mode (a process: stat),
+# comes before the script acts on anything it read or runs a program: before NOTIFY, before any
+# scontrol (SLURM_BIN_DIR goes into PATH only then), and once the job has a guarded node. A job on
+# no guarded node (one plain node name, NODES without brackets) is decided on the file's words
+# alone and exits having done nothing, which is all a refused file would make the script do.
+read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), prolog_wait, notify, bin_dir
+  local line key value id   # conf stays: check_notify names it
   case $0 in /*) conf="${0%/*}/slurm-bridge-handoff.conf" ;; *) refuse "started without an absolute path ($0)" ;; esac
   [ -e "$conf" ] || [ -L "$conf" ] || refuse "no configuration file $conf"
   [ ! -L "$conf" ] && [ -f "$conf" ] || refuse "$conf is not a regular file"
-  read -r owner mode < <(stat -c '%u %a' -- "$conf" 2>/dev/null)
-  [ "$owner" = 0 ] || [ "$owner" = "$EUID" ] || refuse "$conf is owned by uid ${owner:-?}, not root or $(id -un)"
-  case $mode in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) refuse "cannot read the mode of $conf" ;; esac
-  (( (8#$mode & 8#022) == 0 )) || refuse "$conf is writable by group or others (mode $mode)"
   [ -r "$conf" ] || refuse "cannot read $conf"
-  bridge_ids=() max_hold=86400 state_dir=/var/spool/slurm-bridge guarded='' prolog_wait=900 notify=''
+  bridge_ids=() max_hold=86400 state_dir=/var/spool/slurm-bridge guarded='' prolog_wait=900 notify='' bin_dir=''
   local seen=" "
   while IFS= read -r line || [ -n "$line" ]; do
     line=${line%$'\r'}
@@ -122,7 +123,7 @@ read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), p
         max_hold=$((10#$value)) ;;
       SLURM_BIN_DIR)
         [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] && [ -d "$value" ] || refuse "$conf: SLURM_BIN_DIR=$value is not a directory"
-        PATH="$value:$PATH" ;;
+        bin_dir=$value ;;  # into PATH once the file is checked (check_conf)
       STATE_DIR)
         [[ $value =~ ^/[A-Za-z0-9_./+-]*$ ]] || refuse "$conf: STATE_DIR=$value is not an absolute path"
         state_dir=$value ;;
@@ -137,6 +138,18 @@ read_conf() { # sets bridge_ids (array), max_hold, state_dir, guarded (NODES), p
     esac
   done < "$conf"
   [ ${#bridge_ids[@]} -gt 0 ] || refuse "$conf: no BRIDGE_IDS"
+}
+
+conf_checked=''
+check_conf() { # the file root's (or SlurmUser's) and writable by no one else, once; then SLURM_BIN_DIR
+  local owner mode
+  [ -z "$conf_checked" ] || return 0
+  read -r owner mode < <(stat -c '%u %a' -- "$conf" 2>/dev/null)
+  [ "$owner" = 0 ] || [ "$owner" = "$EUID" ] || refuse "$conf is owned by uid ${owner:-?}, not root or $(id -un)"
+  case $mode in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) refuse "cannot read the mode of $conf" ;; esac
+  (( (8#$mode & 8#022) == 0 )) || refuse "$conf is writable by group or others (mode $mode)"
+  [ -z "$bin_dir" ] || PATH="$bin_dir:$PATH"
+  conf_checked=1
 }
 
 # The paths of the configuration file are checked where they are used, each a process (stat): a
@@ -319,7 +332,7 @@ guarded_of() {
   mine_i=()
   if [ -n "$guarded" ]; then
     case $guarded in
-      *[][]*) mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null) ;;
+      *[][]*) check_conf; mapfile -t names < <(scontrol show hostnames "$guarded" 2>/dev/null) ;;
       *) IFS=, read -r -a names <<< "$guarded" ;;
     esac
     if [ ${#names[@]} -gt 0 ]; then
@@ -339,6 +352,7 @@ prolog() {
   guarded_of
   for i in "${mine_i[@]}"; do mine+=("${nodes[$i]}"); done
   [ ${#mine[@]} -gt 0 ] || exit 0
+  check_conf
   check_state_dir
   while why=$(reasons "${mine[@]}"); [ -n "$why" ]; do
     why=${why//$'\n'/; }
@@ -379,6 +393,7 @@ if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start n
     # the job's user can set it, and so only makes their own pods wait for the operator's next poll
     slurm-bridge:*'"notify":"ended"'* | slurm-bridge:*'"notify":"none"'*) ;;
     *)
+      [ -z "$notify" ] || check_conf
       check_notify
       [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
       ;;
@@ -395,7 +410,7 @@ for item in ${SLURM_JOB_CPUS_PER_NODE//,/ }; do
   for ((i = 0; i < r; i++)); do cpus+=("$n"); done
 done
 case $SLURM_JOB_NODELIST in   # one plain node name: no call (the provisional hold's time)
-  *[][,\ ]*) mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) ;;
+  *[][,\ ]*) check_conf; mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) ;;
   *) nodes=("$SLURM_JOB_NODELIST") ;;
 esac
 if [ "$context" = prolog ]; then
@@ -414,6 +429,7 @@ if [ ${#mine_i[@]} -lt ${#nodes[@]} ]; then
   [ ${#kept[@]} -gt 0 ] || exit 0   # no marker either: the prolog looks only at guarded nodes' jobs
   nodes=("${kept[@]}") cpus=("${kept_cpus[@]}")
 fi
+check_conf
 check_state_dir
 trap mark_done EXIT
 

@@ -60,6 +60,7 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     # PlaceholderJob's depend on when its reconciles run)
     assert r.events["pods"] == 7 * PODS
     assert r.left == [], "every PlaceholderJob finalized and gone"
+    assert "operator GET pods" not in r.requests, "a deletion the pod watch delivered is not confirmed by a GET"
     assert r.cpu_ms["place"] > 0 and r.cpu_ms["end"] > 0
 
 

@@ -313,6 +313,15 @@ def test_a_start_the_bridge_asked_not_to_be_told_of_runs_no_notify_hook(
     assert prolog.reads(), "the prolog still did its checks"
 
 
+def test_the_notify_hook_is_run_only_from_a_configuration_file_that_passed_its_check(prolog: Prolog) -> None:
+    """NOTIFY comes from the file: a file others may write names no program that runs."""
+    prolog.configure(f"NOTIFY={prolog.fake}/notify")
+    os.chmod(prolog.conf, 0o664)
+    done = prolog.run()
+    assert done.returncode == 0 and "writable by group or others" in done.stderr
+    assert not (prolog.fake / "notified").exists() and prolog.reads() == []
+
+
 def test_a_notify_hook_that_others_may_write_is_not_run_and_holds_go_on(prolog: Prolog) -> None:
     os.chmod(prolog.fake / "notify", 0o777)
     prolog.configure(f"NOTIFY={prolog.fake}/notify")

@@ -372,6 +372,30 @@ def test_a_missing_open_or_malformed_configuration_file_holds_nothing_and_says_w
     assert epilog.reservations == [] and epilog.show_calls == [], "no call to slurmctld before the file is trusted"
 
 
+@pytest.mark.parametrize(
+    ("nodes", "nodelist", "checked"),
+    [
+        ("NODES=n2\n", "n1", False),  # one plain node, not guarded: decided on the file's words alone
+        ("NODES=n[2-3]\n", "n1", True),  # NODES needs scontrol (from SLURM_BIN_DIR): checked first
+        ("NODES=n2\n", "n[1-2]", True),  # so do the job's nodes
+        ("NODES=n1\n", "n1", True),  # a guarded node: checked before anything is held
+        ("", "n1", True),  # no NODES: every node is guarded
+    ],
+)
+def test_the_file_is_checked_before_anything_it_says_is_used(
+    epilog: Epilog, nodes: str, nodelist: str, checked: bool
+) -> None:
+    """The owner and mode check is a process (stat), so a job on no guarded node, the most common
+    one where pods and native jobs do not share, is decided without it: it then does nothing,
+    as a refused file would make it do. Nothing the file names runs before the check."""
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\n{nodes}", 0o664)
+    epilog.job(marker("node"), nodes=nodelist, hostnames="n1 n2")
+    done = epilog.run()
+    assert ("writable by group or others" in done.stderr) == checked, done.stderr
+    assert not (epilog.fake / "calls").exists(), "no scontrol from SLURM_BIN_DIR before the file is checked"
+    assert epilog.reservations == []
+
+
 def test_a_configuration_file_owned_by_someone_else_or_a_link_holds_nothing(epilog: Epilog, tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.fail("this test gives the configuration file to another user (chown): run the unit tests as root")

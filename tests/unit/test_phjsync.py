@@ -205,7 +205,9 @@ async def test_a_member_missing_from_the_cache_is_read_before_the_job_is_given_u
     del kube.objects[POD_PATH]
     jobs.pods.delete(live)
     jobs.departures.note(dict(live, status={"phase": "Failed"}))  # the kubelet ended it, then it went
+    gets = kube.calls.count(("get", POD_PATH))
     await jobs.reconcile(("ns", "p"))
+    assert kube.calls.count(("get", POD_PATH)) == gets, "the watch delivered its deletion: no GET confirms it"
     # Marked released first (the job's admin_comment, the PlaceholderJob's ref where it is not
     # the bridge's yet), so the handoff holds nothing.
     assert slurm.calls == ["released 7", "cancel 7"] and kube.reasons[-1] == "PodsDeleted"

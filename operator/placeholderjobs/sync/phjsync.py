@@ -7,7 +7,8 @@ PlaceholderJob's status or in Slurm, so a crash between two actions is decided a
 - the job id goes into status right after the submit; node assignments go into status before
   any pod is touched (except a single pod allocated at its submit: released first, its status
   written once it is bound; the job is adopted by its uid after a crash, see ``_unwritten``);
-- a pod is only considered deleted after a direct GET says so (``ConfirmMembers``);
+- a pod is only considered deleted after a direct GET says so, or the pod watch delivered its
+  deletion (``ConfirmMembers``);
 - a gang's PlaceholderJob is fenced (status reason ``Submitting``, written with a
   resourceVersion test) before its job is submitted, so no member joins a job sized without it.
 """
@@ -500,11 +501,16 @@ class PlaceholderJobs:
                 await self.kube.event(pod, names.EVENT_SLURM_JOB_PENDING, report.message)
 
     async def confirmed_members(self, phj: PlaceholderJob, members: Mapping[str, Obj | None]) -> dict[str, Obj | None]:
-        """Members, with those missing from the cache asked for: a watch may not have caught up."""
+        """Members, with those missing from the cache asked for: a watch may not have caught up.
+        A member whose deletion the pod watch delivered (its departure, this very pod) is gone:
+        that is no cold cache, and its GET would answer 404 (one read a pod's end saved)."""
         ns = phj.metadata.namespace
         confirmed = dict(members)
         for name, pod in members.items():
             if pod is None:
+                departed = self.departures.of(ns, name)
+                if departed is not None and phj.is_member(departed.pod):
+                    continue
                 live = await self.kube.get(pod_path(ns, name))
                 if live is None or not phj.is_member(live):
                     continue
