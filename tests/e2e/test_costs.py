@@ -192,15 +192,19 @@ def check(
 # measured): the pod's create, release, bind, kubelet status, deletion, terminal phase and delete;
 # the PlaceholderJob's create, its two status writes, the finalizer's removal and delete.
 PLACED: dict[str, float] = {
-    "slurm POST /job/allocate": 1, "slurm GET /job/{id}": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
+    "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
     "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube POST events": 1, "kube PATCH placeholderjobs": 1,
 }  # fmt: skip
-# The read after the allocation is the only one: no notice of slurmctld's hook comes before it
-# (it came at times, 1 - 1.25 reads, while the hook told of every start and end). The status
-# with the pods' end is not written when garbage collection deleted the PlaceholderJob (its owner,
-# the pod, is gone) before the operator came to it: it is then only finalized (measured: 1.75 - 2).
+# The read after the allocation, and at most one more: a job read while its PrologSlurmctld still
+# runs (CONFIGURING: the handoff's prolog on a node it guards reads the node) is read again once it
+# runs (measured: 1 on an idle machine, 1.5 for coResident pods on a fresh clone's first run). No
+# notice of slurmctld's hook adds one any more: the hook tells of neither the start nor the end.
+# The status with the pods' end is not written when garbage collection deleted the PlaceholderJob
+# (its owner, the pod, is gone) before the operator came to it: it is then only finalized
+# (measured: 1.75 - 2).
 WATCH: dict[str, tuple[float, float]] = {
-    "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "kube PATCH placeholderjobs/status": (1, 2),
+    "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "slurm GET /job/{id}": (1, 2),
+    "kube PATCH placeholderjobs/status": (1, 2),
 }  # fmt: skip
 
 
@@ -234,7 +238,7 @@ def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     got = measure(
         cluster, custom, lambda: singles(custom, core, ns, lambda n: make_pod(n, annotations={names.ANN_GROUP_ID: gid}))
     )
-    exact = {k: v for k, v in PLACED.items() if k not in ("slurm POST /job/allocate", "slurm GET /job/{id}")}
+    exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
     exact["slurm POST /job/submit"] = 1
     check(got, exact, WATCH | {"slurm GET /job/{id}": (0, 3), "slurm notice started": (0, 1)}, core, ns)
 
@@ -243,13 +247,9 @@ def test_a_tenants_pod(
     core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, tenant_namespace: str, cluster: dict[str, str]
 ) -> None:
     """Allocated as the tenant: a tenant may not set the job's admin comment, so the bridge's
-    marker is set right after, with its own token (one POST more). One run in about twenty of this
-    file failed here once (2026-11-30, its counts not kept); the only count of this test that became
-    exact then is the reads, so one read more for the four pods is let pass until a failure's
-    message says which count moved."""
+    marker is set right after, with its own token (one POST more)."""
     got = measure(cluster, custom, lambda: singles(custom, core, tenant_namespace, make_pod))
-    exact = {k: v for k, v in PLACED.items() if k != "slurm GET /job/{id}"} | {"slurm POST /job/{id}": 2}
-    check(got, exact, WATCH | {"slurm GET /job/{id}": (1, 1.25)}, core, tenant_namespace)
+    check(got, PLACED | {"slurm POST /job/{id}": 2}, WATCH, core, tenant_namespace)
 
 
 def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
