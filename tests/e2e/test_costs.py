@@ -275,17 +275,21 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
 
     got = measure(cluster, custom, life)
     per_job = 1 / N
-    # One Slurm job, one PlaceholderJob and one `PodsDeleted` Event for the N pods; each pod's own
+    # One Slurm job, one PlaceholderJob and its Events (below) for the N pods; each pod's own
     # release. The gang's PlaceholderJob is written as its members come and go, so those writes
     # grow with N (measured for 4 pods, 3 runs: 9 - 10 spec patches, each member joining and leaving,
     # the finalizer and a retry on a conflict, and 7 status writes, "1 of 4" ... Running ... the
     # end): a floor and a ceiling of 3 patches and 2 status writes a member.
     exact = {
         "slurm POST /job/allocate": per_job, "slurm POST /job/{id}": per_job, "slurm DELETE /job/{id}": per_job,
-        "kube POST placeholderjobs": per_job, "kube PATCH pods": 1, "kube POST events": per_job,
+        "kube POST placeholderjobs": per_job, "kube PATCH pods": 1,
     }  # fmt: skip
     within = {
         "watch pods": (7, 9), "watch placeholderjobs": (1, 4), "slurm GET /job/{id}": (per_job, 2 * per_job),
         "kube PATCH placeholderjobs": (1, 3), "kube PATCH placeholderjobs/status": (2 * per_job, 2),
+        # `PodsDeleted`; or, when the PodGroup's deletion (its PlaceholderJob's, by garbage
+        # collection) comes before the pods' end is seen, `WaitingForPods` and then `Cancelled`
+        # (seen on a fresh clone's run, 2026-11-30)
+        "kube POST events": (per_job, 2 * per_job),
     }  # fmt: skip
     check(got, exact, within, core, ns)
