@@ -105,7 +105,7 @@ from slurm_bridge.operator.placeholderjobs import members as membership
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import SlurmPolicy
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released, told_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime.leader import LeaderElector
@@ -608,13 +608,8 @@ class ReplaySlurm:
 
     def _notice(self, job_id: int, event: str, job: Obj | None = None) -> None:
         """The hook's notice, unless the job's comment says the bridge needs none (its test)."""
-        comment = str((job or self.jobs.get(job_id) or {}).get("comment", ""))
-        if comment.startswith(names.ADMIN_COMMENT_PREFIX):
-            tell = f'"{names.COMMENT_NOTIFY}":"{{}}"'
-            if tell.format(names.NOTIFY_NONE) in comment:
-                return
-            if tell.format(names.NOTIFY_ENDED) in comment and event != "ended":
-                return
+        if not told_of(str((job or self.jobs.get(job_id) or {}).get("comment", "")), event):
+            return
         self.notices[event] += 1
         if self.notify is not None:
             self.notify(job_id, event)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from slurm_bridge import names
 from slurm_bridge.kube.client import KubeClient, KubeError, node_path, resource_path
@@ -37,6 +37,19 @@ _MIB: Final = 2**20
 # and while the node does not fit (every new job leaves it out), this often.
 FIT_SECONDS: Final = 300.0
 FALSE_SECONDS: Final = 10.0
+
+
+class _Checked(NamedTuple):
+    """A node's last decision: the sizes it was made for, when (monotonic), and whether it fit."""
+
+    size: tuple[object, ...]
+    at: float
+    fits: bool
+
+    @property
+    def stands(self) -> float:
+        """How long it stands while neither size changes."""
+        return FIT_SECONDS if self.fits else FALSE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -119,8 +132,7 @@ class ResourcesFit:
     def __init__(self, kube: KubeClient, scheduler_name: str) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
-        # node -> (sizes, when, how long that decision stands)
-        self._checked: dict[str, tuple[tuple[object, ...], float, float]] = {}
+        self._checked: dict[str, _Checked] = {}
         self.lists = 0
 
     def forget(self, name: str) -> None:
@@ -130,16 +142,16 @@ class ResourcesFit:
         """Seconds until the node's condition is due again while it does not fit (its reconcile
         comes back then: nothing else may move while the pods that made it so leave); None else."""
         last = self._checked.get(name)
-        if last is None or last[2] != FALSE_SECONDS:
+        if last is None or last.fits:
             return None
-        return max(1.0, last[1] + last[2] - time.monotonic())
+        return max(1.0, last.at + last.stands - time.monotonic())
 
     async def reconcile(self, name: str, node: Mapping[str, Any], info: NodeInfo) -> Obj | None:
         """The condition once more, when due; the node as written (None: nothing written)."""
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         size = _size(info, allocatable)
         last = self._checked.get(name)
-        if last is not None and last[0] == size and time.monotonic() - last[1] < last[2]:
+        if last is not None and last.size == size and time.monotonic() - last.at < last.stands:
             return None
         if "cpu" not in allocatable or "memory" not in allocatable:
             return None
@@ -150,7 +162,7 @@ class ResourcesFit:
             log.warning("node %s: cannot list its pods for the %s condition: %s", name, what, e)
             return None
         fit = decide(info, allocatable, others)
-        self._checked[name] = (size, time.monotonic(), FALSE_SECONDS if fit and fit.status == "False" else FIT_SECONDS)
+        self._checked[name] = _Checked(size, time.monotonic(), not (fit and fit.status == "False"))
         if fit is None:
             return None
         return await self._write(name, node, fit)

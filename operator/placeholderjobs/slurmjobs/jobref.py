@@ -90,6 +90,17 @@ def notice_comment(tell: str, marker: str = "") -> str:
     return names.ADMIN_COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
+def told_of(comment: str, event: str) -> bool:
+    """Whether slurmctld's notify hook tells the operator of ``event`` ("started" or "ended") of a
+    job with this ``comment``: the script's own test (slurm-hooks/slurm-bridge-notify.sh), for the
+    stand-ins that play it (bench/replay.py)."""
+    if not comment.startswith(names.ADMIN_COMMENT_PREFIX):
+        return True
+    if f'"{names.COMMENT_NOTIFY}":"{names.NOTIFY_NONE}"' in comment:
+        return False
+    return event == "ended" or f'"{names.COMMENT_NOTIFY}":"{names.NOTIFY_ENDED}"' not in comment
+
+
 def is_released(comment: str) -> bool:
     """Whether the bridge released the job itself (its admin_comment's released mark)."""
     data = _payload(comment)
