@@ -12,7 +12,8 @@
 # pod's CPUs first (tens of milliseconds). The prolog closes that race: a job that starts on a node
 # while a handoff there is unfinished (the epilog of a job that ended on it still running) or
 # overbooked (its CPUs in use plus those held for a stopping pod exceed the node) waits, in
-# CONFIGURING, before anything of it is launched, until the hold is released ("The prolog").
+# CONFIGURING, before anything of it is launched, until the hold is released and its nodes answer
+# slurmctld again (a lifted drain makes Slurm ping a node; "The prolog").
 #
 # Install on the slurmctld host (it runs there, as SlurmUser, for every job start and end):
 #   install -o root -m 0755 slurm-bridge-handoff.sh   /etc/slurm/slurm-bridge-handoff.sh
@@ -56,8 +57,8 @@
 #     "released": the bridge released the job itself after its pods stopped: nothing is held
 #   slurmctld's own description of the allocation: SLURM_JOB_ID, SLURM_JOB_NODELIST,
 #     SLURM_JOB_CPUS_PER_NODE ("2(x2),1"), SLURM_JOB_EXCLUSIVE (NO, NODE, MCS, USER)
-#   in the prolog: the reservations (only an operator names one), the nodes' CPU counts, the ids
-#     and end times of the jobs that ended on the job's nodes, and the job's flags (EXTERNAL_JOB:
+#   in the prolog: the reservations (only an operator names one), the nodes' CPU counts and states,
+#     the ids and end times of the jobs that ended on the job's nodes, and the job's flags (EXTERNAL_JOB:
 #     a bridge's job launches nothing, and Kubernetes keeps a new pod off a stopping pod's
 #     resources itself): nothing a job's user sets
 # What the epilog makes, one per node (a reservation's per-node CoreCnt list is refused by Slurm 26.05):
@@ -345,7 +346,24 @@ guarded_of() {
   mine_i=("${!nodes[@]}")
 }
 
-# prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS).
+# unanswered HOSTLIST: one line per node that slurmctld marked NOT_RESPONDING and has not heard from
+# since, as it marks a node whose drain is lifted (Slurm 26.05 pings it again, within a second). A
+# job that waited here must not end its configuration then: slurmctld defers the launch until the
+# node answers, and that answer, which lists no such job on a node given to it more than
+# BatchStartTimeout + MessageTimeout ago, makes slurmctld requeue it as lost ("missing from batch
+# node", then BeginTime for minutes). The handoff's usual end lifts a hold and its drain together.
+unanswered() {
+  local out line node state
+  if ! out=$(scontrol show node "$1" -o 2>&1); then echo "scontrol show node $1 failed: ${out//$'\n'/ }"; return; fi
+  while IFS= read -r line; do
+    [[ $line == NodeName=*' State='* ]] || { echo "scontrol show node $1: no node's State in: $line"; continue; }
+    node=${line#NodeName=} node=${node%% *} state=${line#* State=} state=${state%% *}   # the first State=
+    [[ +$state+ != *+NOT_RESPONDING+* ]] || echo "node $node is not responding yet (slurmctld pings it again)"
+  done <<< "$out"
+}
+
+# prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS);
+# a job that waited also waits until its nodes answer slurmctld (unanswered).
 prolog() {
   local -a mine=() mine_i
   local i why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
@@ -354,7 +372,7 @@ prolog() {
   [ ${#mine[@]} -gt 0 ] || exit 0
   check_conf
   check_state_dir
-  while why=$(reasons "${mine[@]}"); [ -n "$why" ]; do
+  while why=$(reasons "${mine[@]}"); [ -n "$why" ] || [ -n "$first" ] || why=$(unanswered "$SLURM_JOB_NODELIST"); [ -n "$why" ]; do
     why=${why//$'\n'/; }
     if [ -n "$first" ]; then
       first=''

@@ -240,8 +240,9 @@ def state_and_reason(slurm: SlurmEnv, job_id: int) -> list[str]:
 
 def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.CoreV1Api, ns: str) -> str:
     """What a handoff test that waited in vain reports: Slurm's view of the native job, the pod's
-    job, the node and the handoff's reservations; the pod's object; the operator's log lines that
-    name the pod or its job (a CI run keeps only the failure's message)."""
+    job, the node and the handoff's reservations; the pod's object; the operator's, slurmctld's and
+    the handoff script's log lines that name the jobs or the node (a CI run keeps only the failure's
+    message)."""
     lines: list[str] = []
 
     def add(what: str, read: Callable[[], str]) -> None:
@@ -263,12 +264,22 @@ def handoff_picture(slurm: SlurmEnv, native: Native, pod: Running, core: k8s.Cor
         hits = [ln[:400] for ln in log.read_text(errors="replace").splitlines() if any(m in ln for m in marks)]
         return "\n    " + "\n    ".join(hits[-15:])
 
+    def slurm_logs() -> str:
+        jobs = (f"JobId={native.job_id} ", f"JobId={pod.job_id} ", f"job={native.job_id} ", f"job={pod.job_id} ")
+        marks = (*jobs, f"node {slurm.real_node} ", f"Node {slurm.real_node} ", f"_{slurm.real_node} ")
+        hits = []
+        for log in (slurm.state_dir / "logs" / "slurmctld.log", slurm.handoff_log):
+            text = log.read_text(errors="replace") if log.exists() else ""
+            hits += [f"{log.name}: {ln[:300]}" for ln in text.splitlines() if any(m in ln for m in marks)][-15:]
+        return "\n    " + "\n    ".join(hits)
+
     add(f"native job {native.job_id} (squeue %T %r)", lambda: " ".join(state_and_reason(slurm, native.job_id)))
     add(f"pod's job {pod.job_id} (squeue %T %r)", lambda: " ".join(state_and_reason(slurm, pod.job_id)))
     add(f"node {slurm.real_node}", lambda: slurm.scontrol("show", "node", slurm.real_node, "-o"))
     add("reservations", lambda: slurm.scontrol("show", "res", "-o"))
     add(f"pod {pod.name}", pod_now)
     add(f"container exited at {pod.watch.exited_at}; now {time.time():.3f}; operator log", operator_log)
+    add("Slurm's logs (slurmctld, the handoff script)", slurm_logs)
     return "\n".join(lines)
 
 

@@ -91,9 +91,10 @@ class Prolog(HandoffRoot):
     def write(self, name: str, text: str) -> None:
         (self.fake / name).write_text(text + ("\n" if text else ""))
 
-    def node(self, name: str, alloc: int, tot: int) -> None:
+    def node(self, name: str, alloc: int, tot: int, state: str = "MIXED") -> None:
         self.write(f"node.{name}", f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc={alloc} CPUEfctv={tot} "
-                                   f"CPUTot={tot} CPULoad=0.10 AvailableFeatures=real")  # fmt: skip
+                                   f"CPUTot={tot} CPULoad=0.10 AvailableFeatures=real State={state} "
+                                   "ThreadsPerCore=1 NextState=RESUME Reason=x State=IDLE")  # fmt: skip
 
     def hostnames(self, hostlist: str, *names: str) -> None:
         self.write("hostnames." + hostlist.translate(str.maketrans("/[],", "____")), "\n".join(names))
@@ -238,6 +239,33 @@ def test_holds_that_do_not_overbook_the_node_let_it_start(prolog: Prolog, line: 
     prolog.node("n1", alloc=1, tot=2)
     done, took = prolog.timed()
     assert done.returncode == 0 and took < 2, f"{done} after {took:.2f}s"
+
+
+def test_a_job_that_waited_starts_only_once_its_node_answers_slurmctld(prolog: Prolog) -> None:
+    """The bridge lifts a hold and its drain together; Slurm 26.05 marks a node whose drain is lifted
+    NOT_RESPONDING until it answers a ping (checked on real-node-1). A held job whose configuration
+    ended then would be requeued as lost (tests/e2e/test_handoff_prolog.py): it waits for the answer."""
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN")
+
+    def lifted() -> None:
+        prolog.write("res", "")
+        prolog.node("n1", alloc=2, tot=2, state="MIXED+NOT_RESPONDING")
+
+    prolog.later(1.0, lifted)
+    prolog.later(2.2, lambda: prolog.node("n1", alloc=2, tot=2))  # the ping's answer
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took >= 2.1, (
+        f"it went on {took:.2f}s after the start; the hold was lifted at 1.0s, the node answered at 2.2s: {done}"
+    )
+
+
+def test_a_job_that_did_not_wait_starts_on_a_node_not_answering_yet(prolog: Prolog) -> None:
+    """Only a held job is at risk (given its node long ago): any other start reads no node."""
+    prolog.node("n1", alloc=2, tot=2, state="IDLE+NOT_RESPONDING")
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2, f"{done} after {took:.2f}s"
+    assert not any(c.startswith("scontrol show node") for c in prolog.calls), prolog.calls
 
 
 def test_a_failed_read_is_a_reason_to_wait(prolog: Prolog) -> None:
