@@ -23,15 +23,11 @@ from __future__ import annotations
 import time
 
 from tests.e2e.test_handoff_trust import BRIDGE, Jobs, handoff_installed, jobs
+from tests.e2e.util import job_fields
 from tests.harness import squeue_state, wait_for
 
 __all__ = ["handoff_installed", "jobs"]  # the fixtures, used by name
 LOST_AFTER = 10 + 10 + 2  # BatchStartTimeout + MessageTimeout of the local slurm.conf, and a margin
-
-
-def job_field(jobs: Jobs, job_id: int, key: str) -> str:
-    line = jobs.slurm.scontrol("show", "job", str(job_id), "-o")
-    return next((w.split("=", 1)[1] for w in line.split() if w.startswith(f"{key}=")), "")
 
 
 def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted_together(jobs: Jobs) -> None:
@@ -60,8 +56,9 @@ def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted_together(j
     lifted = time.time()
     wait_for(lambda: squeue_state(slurm, held) != "CONFIGURING", 30, f"job {held}'s configuration to end")
     wait_for(lambda: time.time() - lifted > 3, 5, "slurmctld's ping of the node and its answer")
-    state, restarts = squeue_state(slurm, held), job_field(jobs, held, "Restarts")
+    fields = job_fields(slurm, held)
+    state, restarts = fields.get("JobState"), fields.get("Restarts")
     assert (state, restarts) == ("RUNNING", "0"), (
-        f"job {held} is {state} after {restarts} restart(s), reason {job_field(jobs, held, 'Reason')}: "
+        f"job {held} is {state} after {restarts} restart(s), reason {fields.get('Reason')}: "
         f"slurmctld requeued it as lost (its log: 'Batch JobId={held} missing from batch node {node}')"
     )

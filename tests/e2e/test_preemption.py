@@ -21,7 +21,16 @@ import pytest
 from kubernetes import client as k8s
 
 from slurm_bridge import names
-from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, list_phjs, make_pod, pod_events, read_pod, slurm_job
+from tests.e2e.util import (
+    KWOK_COMPLETE_DELAY,
+    get_phj,
+    job_fields,
+    list_phjs,
+    make_pod,
+    pod_events,
+    read_pod,
+    slurm_job,
+)
 from tests.harness import TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
@@ -85,11 +94,6 @@ def whole_node_pod(slurm: SlurmEnv, name: str, node: str | None, qos: str, label
     if node is not None:
         body["spec"]["nodeSelector"] = {HOST: node}
     return body
-
-
-def job_fields(slurm: SlurmEnv, job_id: int) -> dict[str, str]:
-    out = slurm.scontrol("show", "job", str(job_id), "-o")
-    return dict(t.split("=", 1) for t in out.split() if "=" in t)
 
 
 def operator_calls(cluster: dict[str, str]) -> dict[str, int]:

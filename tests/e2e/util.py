@@ -89,6 +89,12 @@ def slurm_jobs(slurm: SlurmEnv) -> list[dict[str, Any]]:
     return jobs
 
 
+def job_fields(slurm: SlurmEnv, job_id: int) -> dict[str, str]:
+    """The job as ``scontrol show job -o`` prints it, KEY=VALUE (a value with spaces is cut)."""
+    out = slurm.scontrol("show", "job", str(job_id), "-o")
+    return dict(t.split("=", 1) for t in out.split() if "=" in t)
+
+
 def slurm_job(slurm: SlurmEnv, job_id: int) -> dict[str, Any] | None:
     r = httpx.get(f"{slurm.url}{API}/job/{job_id}", headers=slurm.headers(), timeout=20)
     if r.status_code != 200 or not r.json().get("jobs"):
