@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import ssl
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,40 +36,6 @@ import pagetables  # bench/ is not a package
 import sysstats
 from clusterenv import cluster_env
 from pipeline_latency import delete_and_wait, make_namespace, pod_body
-
-_APISERVER_WEBHOOK = re.compile(
-    r"^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$"
-)
-_BRIDGE_WEBHOOK = re.compile(r"^slurm_bridge_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$")
-
-
-def webhook_calls(api: k8s.ApiClient) -> dict[str, float]:
-    """The API server's webhook calls: name -> (sum of seconds, count), as two keys each."""
-    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    text = api.call_api(method, url, headers, body, post).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _APISERVER_WEBHOOK.match(line)
-        if m and 'type="admit"' in m[2]:
-            name = re.search(r'name="([^"]*)"', m[2])
-            key = f"{name[1] if name else '?'} {m[1]}"
-            out[key] = out.get(key, 0.0) + float(m[3])
-    return out
-
-
-def bridge_reviews(port: str, cafile: str) -> dict[str, float]:
-    """The webhook's own admission histogram: endpoint -> (sum of seconds, count), as two keys each."""
-    ctx = ssl.create_default_context(cafile=cafile)
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _BRIDGE_WEBHOOK.match(line)
-        if m:
-            endpoint = re.search(r'endpoint="([^"]*)"', m[2])
-            key = f"{endpoint[1] if endpoint else '?'} {m[1]}"
-            out[key] = out.get(key, 0.0) + float(m[3])
-    return out
 
 
 def creates(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int) -> float:
@@ -87,16 +50,6 @@ def creates(core: k8s.CoreV1Api, ns: str, n: int, concurrency: int) -> float:
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(create, range(n)))
     return time.monotonic() - began
-
-
-def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
-
-
-def per_call(d: dict[str, float]) -> dict[str, float]:
-    """name -> mean ms per call from its sum and count."""
-    names = {k.rsplit(" ", 1)[0] for k in d}
-    return {n: round(1000 * d.get(f"{n} sum", 0.0) / d[f"{n} count"], 2) for n in names if d.get(f"{n} count")}
 
 
 def main() -> None:
@@ -120,18 +73,20 @@ def main() -> None:
         make_namespace(core, ns, managed=managed)
         try:
             creates(core, ns, min(50, args.pods), args.concurrency)  # warm: connections, caches
-            calls0, reviews0 = webhook_calls(api), bridge_reviews(port, cafile)
+            calls0, reviews0 = sysstats.api_requests(api), sysstats.webhook_reviews(port, cafile)
             with sysstats.ProcSampler(pids) as procs:
                 seconds = creates(core, ns, args.pods, args.concurrency)
-            calls, reviews = delta(webhook_calls(api), calls0), delta(bridge_reviews(port, cafile), reviews0)
+            calls, reviews = sysstats.api_requests(api), sysstats.webhook_reviews(port, cafile)
         finally:
             delete_and_wait(core, ns, 120)
         row = procs.row()
         cpu = sysstats.cpu_ms_per_pod(row, args.pods)
         rows[label] = {
             "creates_per_s": round(args.pods / seconds, 1),
-            "api_server_ms_per_webhook_call": per_call(calls),
-            "webhook_ms_per_review": per_call(reviews),
+            "api_server_ms_per_webhook_call": {
+                k.rsplit(" ", 1)[0]: ms for k, ms in sysstats.admission_ms_per_call(calls0, calls).items()
+            },
+            "webhook_ms_per_review": sysstats.review_ms(reviews0, reviews),
             "cpu_ms_per_create": {
                 k: cpu[k] for k in ("kube-apiserver", "bridge-webhook", sysstats.MACHINE) if k in cpu
             },

@@ -7,7 +7,9 @@ default scheduler), Slurm REST calls per pod and per poll period, API-server wri
 verb and resource (the API server's own counters, background subtracted), and the CPU and peak
 memory of every local process during each run (sysstats.py): CPU % of a core, and CPU
 milliseconds per pod of each process and of the whole machine, bridge beside default, with the
-ratio of the machine's CPU per bridge pod to its CPU per default pod (issue 24: <= 2).
+ratio of the machine's CPU per bridge pod to its CPU per default pod (issue 24: <= 2), and how long
+each process waited for a core. For the process bridge it also prints where a create through the
+webhook waited: the API server's time per webhook call against the webhook's own per review.
 
     .venv/bin/python bench/pipeline_latency.py [--pods 200] [--rates 20,0] [--concurrency 16]
 
@@ -196,6 +198,8 @@ class Extra:
     load: dict[str, dict[str, float]] = field(default_factory=dict)  # sysstats.load_delta
     procs: dict[str, Any] = field(default_factory=dict)
     at_bound: Any = None  # what ``at_bound`` returned right after the last bind
+    admission_ms: dict[str, float] = field(default_factory=dict)  # sysstats.admission_ms_per_call
+    review_ms: dict[str, float] = field(default_factory=dict)  # the webhook's own: sysstats.review_ms
 
 
 def settle(api: k8s.ApiClient, quiet: float = 1.5, limit: float = 15.0) -> Counter[RequestKey]:
@@ -228,14 +232,18 @@ def measured(
     """``measure`` with the API server's write counters and the processes sampled around it."""
     core = k8s.CoreV1Api(api)
     extra = Extra()
+    reviews = sysstats.webhook_reviews(*args.webhook) if args.webhook else {}
     before, t0 = sysstats.api_requests(api), time.monotonic()
     # The processes over the pods' creates and binds only: the settling below is nearly idle.
     with sysstats.ProcSampler(args.pids) as procs:
         run = measure(core, ns, args.pods, args.concurrency, args.timeout, rate, annotations)
     extra.at_bound = at_bound() if at_bound else None
+    if args.webhook:
+        extra.review_ms = sysstats.review_ms(reviews, sysstats.webhook_reviews(*args.webhook))
     after = settle(api)
     extra.writes = sysstats.write_delta(before, after, time.monotonic() - t0, bg)
     extra.load = sysstats.load_delta(before, after, time.monotonic() - t0, bg)
+    extra.admission_ms = sysstats.admission_ms_per_call(before, after)
     extra.procs = procs.row()
     return run, extra
 
@@ -331,6 +339,7 @@ def main() -> None:
             time.sleep(args.idle_seconds)  # the idle measurement window
         print_rows(f"bridge pods, idle {args.idle_seconds:g} s:", idle.rows())
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES) if not args.deployed else {}
+    args.webhook = None if args.deployed else local_webhook(Path(env["SB_STATE_DIR"]))
     bg = sysstats.Background.measure(api, args.background_seconds)
     rows: list[dict[str, Any]] = []
     recorded = {"busy": args.busy, **pagetables.stamp()}  # the page's labels: the profile, date and commit
@@ -351,6 +360,17 @@ def main() -> None:
     # docs/performance.md's tables for this run (bench/summarize.py: the same over several runs)
     print("\n" + "\n".join(pagetables.pipeline_tables([rows])), file=sys.stderr if args.json else sys.stdout)
     print(verdict(rows, args.pods), file=sys.stderr)
+
+
+def local_webhook(state: Path) -> tuple[str, str] | None:
+    """The process bridge's webhook (its port, its CA file: hack/bridge.sh), whose /metrics has its
+    own time per review; None (and a note) when it is not running."""
+    try:
+        port = (state / "bridge-webhook.port").read_text().strip()
+    except OSError as e:
+        print(f"note: the webhook's own time per review is not measured: {e} (hack/bridge.sh up)", file=sys.stderr)
+        return None
+    return port, str(state / "bridge" / "tls" / "ca.crt")
 
 
 COLUMNS = {  # row key -> heading
@@ -374,6 +394,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         for part in ("reads", "admission", "watch_events"):
             print(f"{who}: API {part.replace('_', ' ')} per pod {r.get(f'api_{part}_per_pod')}: "
                   f"{r.get(f'api_{part}_per_pod_by_kind')}")  # fmt: skip
+        if r.get("api_server_ms_per_webhook_call"):
+            print(f"{who}: ms per webhook call, the API server's: {r['api_server_ms_per_webhook_call']}; "
+                  f"the webhook's own per review: {r.get('webhook_ms_per_review')}")  # fmt: skip
         if "slurm_calls_lifecycle_by_kind" in r:
             print(f"{who}: Slurm calls over the pods' life: {r['slurm_calls_lifecycle_by_kind']}")
             print(
@@ -388,6 +411,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         if procs:
             print(f"{who}: CPU % of a core over {procs['seconds']} s (machine {procs['machine_busy_percent']} % busy "
                   f"of all cores): {procs['cpu_percent']}; peak RSS MiB: {procs['peak_rss_mib']}")  # fmt: skip
+            print(f"{who}: seconds each process was ready to run and waited for a core: "
+                  f"{procs.get('runqueue_wait_seconds')}")  # fmt: skip
         if r.get("cpu_ms_per_pod"):
             print(f"{who}: CPU ms per pod (each process with its children; machine: all cores' busy time): "
                   f"{r['cpu_ms_per_pod']}")  # fmt: skip
@@ -512,6 +537,10 @@ def per_pod(row: dict[str, Any], extra: Extra, pods: int) -> None:
     for part, counts in extra.load.items():  # what else the API server did per pod
         row[f"api_{part}_per_pod"] = round(sum(counts.values()) / pods, 2)
         row[f"api_{part}_per_pod_by_kind"] = {k: round(n / pods, 2) for k, n in counts.items()}
+    # Where a create through the webhook waited: the API server's time per call against the
+    # webhook's own per review (the rest: the API server's side, and the TLS connection between).
+    row["api_server_ms_per_webhook_call"] = extra.admission_ms
+    row["webhook_ms_per_review"] = extra.review_ms
     row["processes"] = extra.procs
     row["operator_cpu_percent"] = extra.procs["cpu_percent"].get("bridge-operator")
     row["operator_peak_rss_mib"] = extra.procs["peak_rss_mib"].get("bridge-operator")

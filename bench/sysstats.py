@@ -5,11 +5,16 @@
   (leases, kwok heartbeats, controllers) measured at idle for the same length of time.
   The same scrape counts what else a pod costs the API server (``load_delta``): reads (GET, LIST,
   WATCH opened), admission webhook calls by webhook and operation
-  (``apiserver_admission_webhook_admission_duration_seconds_count``) and watch events sent to
-  watchers by resource (``apiserver_watch_events_total``: the fan-out of each change).
+  (``apiserver_admission_webhook_admission_duration_seconds_count``), the API server's time in
+  each webhook's calls (``_sum``: ``admission_ms_per_call``) and watch events sent to watchers by
+  resource (``apiserver_watch_events_total``: the fan-out of each change).
+- ``webhook_reviews``: the bridge webhook's own time per review, from its /metrics: beside the API
+  server's time per call it says whether a slow create waited in the webhook or in the API server.
 - ``ProcSampler``: CPU seconds and resident memory of the local cluster's processes (the pid files
   hack/cluster.sh and hack/bridge.sh write), each with its child processes, sampled from /proc in
-  a thread: what each process cost during a run, and whether the machine itself was the limit.
+  a thread: what each process cost during a run, and whether the machine itself was the limit;
+  and how long each process's threads waited for a core (``/proc/<pid>/task/*/schedstat``): a
+  process that waits about as long as it runs is held back by the machine, not by its own work.
 
 Only for the local cluster's plain processes (hack/bridge.sh); the chart-installed bridge is
 measured through the kubelet (bridge_resources.py).
@@ -19,8 +24,10 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +39,11 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLE
 _METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _ADMISSION = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_count\{([^}]*)\}\s+([0-9.e+]+)$")
+_ADMISSION_SUM = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_sum\{([^}]*)\}\s+([0-9.e+-]+)$")
 _WATCH_EVENTS = re.compile(r"^apiserver_watch_events_total\{([^}]*)\}\s+([0-9.e+]+)$")
 # Pseudo-verbs for the counters that are not requests (RequestKey's first part).
 ADMIT, WATCH_EVENT = "ADMIT", "WATCHEVENT"
+ADMIT_US = "ADMIT_US"  # microseconds the API server spent in a webhook's calls (a Counter holds ints)
 RequestKey = tuple[str, str]  # (verb, "resource[/subresource]")
 # What the benchmark's pods cause, as opposed to the cluster's background: leases are heartbeats.
 BACKGROUND_RESOURCES = frozenset({"leases"})
@@ -61,6 +70,10 @@ def parse_requests(text: str) -> Counter[RequestKey]:
         if m := _ADMISSION.match(line):  # one series per rejected=true|false: their sum is the calls
             labels = dict(_LABEL.findall(m.group(1)))
             out[(ADMIT, f"{labels.get('name', '')} {labels.get('operation', '')}")] += int(float(m.group(2)))
+        elif m := _ADMISSION_SUM.match(line):
+            labels = dict(_LABEL.findall(m.group(1)))
+            key = f"{labels.get('name', '')} {labels.get('operation', '')}"
+            out[(ADMIT_US, key)] += round(float(m.group(2)) * 1e6)
         elif m := _WATCH_EVENTS.match(line):
             labels = dict(_LABEL.findall(m.group(1)))
             out[(WATCH_EVENT, labels.get("resource", ""))] += int(float(m.group(2)))
@@ -88,7 +101,7 @@ def load_delta(
     admission webhook calls ("<webhook> CREATE") and watch events sent ("pods")."""
     out: dict[str, dict[str, float]] = {"reads": {}, "admission": {}, "watch_events": {}}
     for k in set(after) | set(before):
-        if k[0] in WRITE_VERBS or k[1].split("/")[0] in BACKGROUND_RESOURCES:
+        if k[0] in WRITE_VERBS or k[0] == ADMIT_US or k[1].split("/")[0] in BACKGROUND_RESOURCES:
             continue
         n = after[k] - before[k] - bg.rates.get(k, 0.0) * seconds
         if n < 0.5:
@@ -100,6 +113,54 @@ def load_delta(
         else:
             out["reads"][f"{k[0]} {k[1]}"] = round(n, 1)
     return {part: dict(sorted(d.items())) for part, d in out.items()}
+
+
+def admission_ms_per_call(before: Counter[RequestKey], after: Counter[RequestKey]) -> dict[str, float]:
+    """The API server's mean time per call of each webhook between two scrapes ("<webhook>
+    <operation>" -> ms): the call as the API server sees it (the review encoded and sent, the wait
+    for the answer, the patch applied), so under load it also holds the API server's own waits."""
+    out = {}
+    for k in after:
+        if k[0] != ADMIT_US:
+            continue
+        calls = after[(ADMIT, k[1])] - before[(ADMIT, k[1])]
+        if calls > 0:
+            out[k[1]] = round((after[k] - before[k]) / 1000 / calls, 2)
+    return dict(sorted(out.items()))
+
+
+_BRIDGE_WEBHOOK = re.compile(r"^slurm_bridge_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\}\s+([0-9.e+-]+)$")
+
+
+def parse_reviews(text: str) -> dict[str, float]:
+    """The bridge webhook's own admission histogram: "<endpoint> sum" (seconds) and "<endpoint>
+    count", summed over operations."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if m := _BRIDGE_WEBHOOK.match(line):
+            endpoint = dict(_LABEL.findall(m[2])).get("endpoint", "?")
+            key = f"{endpoint} {m[1]}"
+            out[key] = out.get(key, 0.0) + float(m[3])
+    return out
+
+
+def webhook_reviews(port: str, cafile: str) -> dict[str, float]:
+    """``parse_reviews`` of the process bridge's webhook (hack/bridge.sh: its port and CA)."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as r:
+        return parse_reviews(r.read().decode())
+
+
+def review_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean ms per review of each endpoint between two ``webhook_reviews``."""
+    out = {}
+    for key in after:
+        endpoint, _, part = key.rpartition(" ")
+        calls = after[key] - before.get(key, 0.0) if part == "count" else 0.0
+        if calls > 0:
+            seconds = after.get(f"{endpoint} sum", 0.0) - before.get(f"{endpoint} sum", 0.0)
+            out[endpoint] = round(1000 * seconds / calls, 2)
+    return dict(sorted(out.items()))
 
 
 @dataclass
@@ -173,6 +234,22 @@ def _tree(root: int, parents: dict[int, int]) -> list[int]:
     return out
 
 
+def runqueue_waits(pid: int) -> dict[int, int]:
+    """Nanoseconds each thread of ``pid`` has waited on a run queue (ready, no core free), by
+    thread id; empty when the process is gone or the kernel keeps no schedstats."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            out[int(tid)] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy CPU seconds, total CPU seconds) of the whole machine since boot."""
     f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -215,6 +292,8 @@ class ProcSampler:
         self._cpu1: dict[str, float] = {}
         self._t: tuple[float, float] = (0.0, 0.0)
         self._busy: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0))
+        self._waits0: dict[str, dict[int, int]] = {}
+        self._waited: dict[str, float] = {}
 
     def _sample(self) -> dict[str, float]:
         parents = {}
@@ -236,6 +315,7 @@ class ProcSampler:
     def __enter__(self) -> ProcSampler:
         self._cpu0, self._t = self._sample(), (time.monotonic(), 0.0)
         self._busy = (machine_busy(), (0.0, 0.0))
+        self._waits0 = {name: runqueue_waits(pid) for name, pid in self.pids.items()}
         self._thread.start()
         return self
 
@@ -245,6 +325,12 @@ class ProcSampler:
         self._cpu1 = self._sample()
         self._t = (self._t[0], time.monotonic())
         self._busy = (self._busy[0], machine_busy())
+        # The process's own threads alive at the end (a child's or an ended thread's wait is gone).
+        for name, pid in self.pids.items():
+            before = self._waits0.get(name, {})
+            waits = runqueue_waits(pid)
+            if waits:
+                self._waited[name] = sum(w - before.get(tid, 0) for tid, w in waits.items()) / 1e9
 
     @property
     def seconds(self) -> float:
@@ -266,6 +352,8 @@ class ProcSampler:
             "cpu_seconds": {n: round(self.cpu_seconds(n), 3) for n in self.pids},
             "machine_cpu_seconds": round(b1 - b0, 3),
             "peak_rss_mib": {n: round(r / 2**20) for n, r in self.peak_rss.items()},
+            # seconds the process's threads were ready to run but waited for a core
+            "runqueue_wait_seconds": {n: round(w, 3) for n, w in self._waited.items()},
         }
 
 

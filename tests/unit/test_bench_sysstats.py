@@ -140,3 +140,62 @@ def test_proc_sampler_row_has_the_cpu_seconds_per_pod_rests_on() -> None:
     assert row["machine_cpu_seconds"] >= row["cpu_seconds"]["me"] - 0.05
     per_pod = sysstats.cpu_ms_per_pod(row, 10)
     assert per_pod["me"] == round(1000 * row["cpu_seconds"]["me"] / 10, 2)
+
+
+ADMISSION_TIME = """apiserver_admission_webhook_admission_duration_seconds_count{name="mutate-pods.b.slinky.slurm.net",operation="CREATE",rejected="false",type="admit"} {count}
+apiserver_admission_webhook_admission_duration_seconds_sum{name="mutate-pods.b.slinky.slurm.net",operation="CREATE",rejected="false",type="admit"} {seconds}
+apiserver_admission_webhook_admission_duration_seconds_sum{name="validate.b.slinky.slurm.net",operation="UPDATE",rejected="false",type="validating"} 9
+"""  # noqa: E501
+
+
+def test_admission_ms_per_call_is_the_api_servers_time_over_its_calls_between_two_scrapes() -> None:
+    before = sysstats.parse_requests(ADMISSION_TIME.replace("{count}", "22").replace("{seconds}", "0.5"))
+    after = sysstats.parse_requests(ADMISSION_TIME.replace("{count}", "222").replace("{seconds}", "19.9"))
+    assert sysstats.admission_ms_per_call(before, after) == {"mutate-pods.b.slinky.slurm.net CREATE": 97.0}
+    bg = sysstats.Background()
+    assert sysstats.load_delta(before, after, 1.0, bg)["admission"] == {"mutate-pods.b.slinky.slurm.net CREATE": 200.0}
+    assert sysstats.load_delta(before, after, 1.0, bg)["reads"] == {}, "the time is not a request"
+    assert sysstats.admission_ms_per_call(after, after) == {}, "no call, no mean"
+
+
+REVIEWS = """# TYPE slurm_bridge_webhook_admission_duration_seconds histogram
+slurm_bridge_webhook_admission_duration_seconds_bucket{endpoint="mutate",operation="CREATE",le="0.005"} 200.0
+slurm_bridge_webhook_admission_duration_seconds_count{endpoint="mutate",operation="CREATE"} {count}
+slurm_bridge_webhook_admission_duration_seconds_sum{endpoint="mutate",operation="CREATE"} {seconds}
+slurm_bridge_webhook_admission_duration_seconds_count{endpoint="mutate",operation="UPDATE"} 10.0
+slurm_bridge_webhook_admission_duration_seconds_sum{endpoint="mutate",operation="UPDATE"} 0.01
+"""
+
+
+def test_review_ms_is_the_webhooks_own_time_per_review_summed_over_operations() -> None:
+    before = sysstats.parse_reviews(REVIEWS.replace("{count}", "0.0").replace("{seconds}", "0.0"))
+    after = sysstats.parse_reviews(REVIEWS.replace("{count}", "200.0").replace("{seconds}", "0.26"))
+    assert before == {"mutate count": 10.0, "mutate sum": 0.01}
+    assert sysstats.review_ms(before, after) == {"mutate": 1.3}
+    assert sysstats.review_ms(after, after) == {}
+
+
+def test_proc_sampler_reports_how_long_a_process_waited_for_a_core() -> None:
+    """Two busy threads more than the machine has cores make this process wait on the run queue."""
+    import threading
+
+    def burn() -> None:
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:
+            pass
+
+    spin = "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+    sampler = sysstats.ProcSampler({"me": os.getpid()}, interval=0.05)
+    try:
+        with sampler:
+            t = threading.Thread(target=burn)
+            t.start()
+            burn()
+            t.join()
+    finally:
+        for p in procs:
+            p.wait()
+    waited = sampler.row()["runqueue_wait_seconds"]["me"]
+    assert waited > 0.01, f"busy beside {len(procs)} busy processes, this one waited {waited} s"
+    assert sysstats.runqueue_waits(os.getpid()), "this process's threads have schedstats"
