@@ -366,11 +366,14 @@ def local_webhook(state: Path) -> tuple[str, str] | None:
     """The process bridge's webhook (its port, its CA file: hack/bridge.sh), whose /metrics has its
     own time per review; None (and a note) when it is not running."""
     try:
-        port = (state / "bridge-webhook.port").read_text().strip()
-    except OSError as e:
-        print(f"note: the webhook's own time per review is not measured: {e} (hack/bridge.sh up)", file=sys.stderr)
+        webhook = (state / "bridge-webhook.port").read_text().strip(), str(state / "bridge" / "tls" / "ca.crt")
+        sysstats.webhook_reviews(*webhook)
+    except OSError as e:  # urllib's URLError and ssl's errors are OSErrors too
+        print(f"note: the webhook's own time per review is not measured: {e} (its port in "
+              f"{state / 'bridge-webhook.port'}, its CA {state / 'bridge/tls/ca.crt'}: hack/bridge.sh up)",
+              file=sys.stderr)  # fmt: skip
         return None
-    return port, str(state / "bridge" / "tls" / "ca.crt")
+    return webhook
 
 
 COLUMNS = {  # row key -> heading
