@@ -38,8 +38,9 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLE
 #   scope="resource",subresource="binding",verb="POST",version="v1"} 200
 _METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
-_ADMISSION = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_count\{([^}]*)\}\s+([0-9.e+]+)$")
-_ADMISSION_SUM = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_sum\{([^}]*)\}\s+([0-9.e+-]+)$")
+_ADMISSION = re.compile(
+    r"^apiserver_admission_webhook_admission_duration_seconds_(count|sum)\{([^}]*)\}\s+([0-9.e+-]+)$"
+)
 _WATCH_EVENTS = re.compile(r"^apiserver_watch_events_total\{([^}]*)\}\s+([0-9.e+]+)$")
 # Pseudo-verbs for the counters that are not requests (RequestKey's first part).
 ADMIT, WATCH_EVENT = "ADMIT", "WATCHEVENT"
@@ -68,12 +69,12 @@ def parse_requests(text: str) -> Counter[RequestKey]:
         out[(labels.get("verb", ""), res)] += int(float(m.group(2)))
     for line in text.splitlines():
         if m := _ADMISSION.match(line):  # one series per rejected=true|false: their sum is the calls
-            labels = dict(_LABEL.findall(m.group(1)))
-            out[(ADMIT, f"{labels.get('name', '')} {labels.get('operation', '')}")] += int(float(m.group(2)))
-        elif m := _ADMISSION_SUM.match(line):
-            labels = dict(_LABEL.findall(m.group(1)))
+            labels = dict(_LABEL.findall(m.group(2)))
             key = f"{labels.get('name', '')} {labels.get('operation', '')}"
-            out[(ADMIT_US, key)] += round(float(m.group(2)) * 1e6)
+            if m.group(1) == "count":
+                out[(ADMIT, key)] += int(float(m.group(3)))
+            else:
+                out[(ADMIT_US, key)] += round(float(m.group(3)) * 1e6)
         elif m := _WATCH_EVENTS.match(line):
             labels = dict(_LABEL.findall(m.group(1)))
             out[(WATCH_EVENT, labels.get("resource", ""))] += int(float(m.group(2)))
