@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import statistics
 import sys
@@ -368,7 +369,7 @@ def local_webhook(state: Path) -> tuple[str, str] | None:
     try:
         webhook = (state / "bridge-webhook.port").read_text().strip(), str(state / "bridge" / "tls" / "ca.crt")
         sysstats.webhook_reviews(*webhook)
-    except OSError as e:  # urllib's URLError and ssl's errors are OSErrors too
+    except (OSError, http.client.HTTPException) as e:  # URLError and ssl's errors are OSErrors; a bad port InvalidURL
         print(f"note: the webhook's own time per review is not measured: {e} (its port in "
               f"{state / 'bridge-webhook.port'}, its CA {state / 'bridge/tls/ca.crt'}: hack/bridge.sh up)",
               file=sys.stderr)  # fmt: skip

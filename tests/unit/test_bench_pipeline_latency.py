@@ -30,3 +30,13 @@ def test_a_webhook_that_does_not_answer_is_a_note(tmp_path: Path, capsys: pytest
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "bridge" / "tls" / "ca.crt"))
     assert pipeline_latency.local_webhook(tmp_path) is None
     assert "not measured" in capsys.readouterr().err
+
+
+def test_a_port_file_that_holds_no_port_is_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bridge-webhook.port").write_text("not-a-port\n")
+    (tmp_path / "bridge" / "tls").mkdir(parents=True)
+    import trustme
+
+    trustme.CA().cert_pem.write_to_path(str(tmp_path / "bridge" / "tls" / "ca.crt"))
+    assert pipeline_latency.local_webhook(tmp_path) is None
+    assert "not measured" in capsys.readouterr().err
