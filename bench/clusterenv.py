@@ -23,3 +23,24 @@ def cluster_env() -> dict[str, str]:
 def deploy_env() -> dict[str, str]:
     out = subprocess.run(["bash", str(REPO / "hack" / "deploy.sh"), "env"], check=True, capture_output=True, text=True)
     return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
+NODE_GUARD_SUFFIX = "-node-guard"  # webhook/nodeguard.py's NAME_SUFFIX (bench/ imports no bridge code)
+
+
+def node_guards(policy_names: list[str]) -> list[str]:
+    """The bridge's node-guard policies among a cluster's ValidatingAdmissionPolicies."""
+    return [n for n in policy_names if n.endswith(NODE_GUARD_SUFFIX)]
+
+
+def refuse_node_guard(policy_names: list[str]) -> None:
+    """A benchmark whose default-scheduler baseline runs on the bridge's nodes stops here when the
+    node guard would refuse that baseline's pods: it says what to run instead, rather than failing
+    mid-run on the first refused create."""
+    found = node_guards(policy_names)
+    if found:
+        raise SystemExit(
+            f"the node guard ({', '.join(found)}) refuses the default-scheduler baseline's pods on the bridge's "
+            "nodes (they tolerate slinky.slurm.net/managed-node): run the benchmark against a bridge started "
+            "with `SB_NODE_GUARD=false bash hack/bridge.sh up` (docs/performance.md)"
+        )

@@ -1,5 +1,5 @@
 """Benchmark: pods/s and CPU per pod of each node-sharing mode, side by side in one run, beside the
-default scheduler (docs/performance-log.md, "Node sharing").
+default scheduler (bench/log, "Node sharing").
 
 For each mode (``--modes``, default ``coResident,exclusive,timeShared``) it creates ``--pods`` pods
 at once in a managed namespace, each naming the mode with the annotation
@@ -42,7 +42,7 @@ from kubernetes import watch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pagetables  # bench/ is not a package
 import sysstats
-from clusterenv import cluster_env
+from clusterenv import cluster_env, refuse_node_guard
 from pipeline_latency import delete_and_wait, make_namespace, operator_stats
 
 MODE_ANNOTATION = "slurmjob.slinky.slurm.net/node-sharing"
@@ -212,6 +212,8 @@ def main() -> None:
     api.configuration.connection_pool_maxsize = args.concurrency + 4
     args.operator_url = f"http://127.0.0.1:{args.operator_port}"
     require_operator(args.operator_url)
+    policies = k8s.AdmissionregistrationV1Api(api).list_validating_admission_policy().items
+    refuse_node_guard([p.metadata.name for p in policies])
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     rows = [one(api, mode, args) for mode in modes]
     rows.append(one(api, None, args))

@@ -12,6 +12,18 @@ each process waited for a core. For the process bridge it also prints where a cr
 webhook waited: the API server's time per webhook call against the webhook's own per review.
 
     .venv/bin/python bench/pipeline_latency.py [--pods 200] [--rates 20,0] [--concurrency 16]
+        [--default-client stock|bridge|QPS/BURST]
+
+The CPU figures (sysstats.py): the machine's busy time without steal (steal reported apart), less
+an idle baseline (the machine's CPU per second with nothing submitted, measured before the runs,
+over the same window as the API server's background), and each process's own CPU apart from its
+children's; the machine's CPU a bridge pod adds over a default pod's, and kube-apiserver's ratio.
+Every run records the default scheduler's API client (qps and burst, read from each scheduler's
+/configz) and the API server's open pod watches. The cluster's default kube-scheduler runs with
+the stock client settings (50/100), the bridge's at 200/400; ``--default-client bridge`` (or
+QPS/BURST) places the default scheduler's pods with a second default kube-scheduler at those
+settings that the bench starts and stops (schedclient.py): the fair CPU comparison, without
+restarting the cluster's own scheduler.
 
 Each rate is one run of both schedulers. A rate R > 0 creates pods at R per second (open-loop
 arrivals): its latencies are those of a bridge keeping up with R new pods per second, and its
@@ -67,9 +79,10 @@ from kubernetes import watch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pagetables  # bench/ is not a package
 import profiles
+import schedclient
 import starts
 import sysstats
-from clusterenv import cluster_env, deploy_env
+from clusterenv import cluster_env, deploy_env, refuse_node_guard
 from sysstats import RequestKey
 
 MANAGED_LABEL = "slurm-bridge.local/managed"
@@ -102,12 +115,14 @@ def leader_url(api: k8s.ApiClient, namespace: str, port: int = 8080) -> str:
     return f"http://{pod.status.pod_ip}:{port}"
 
 
-def pod_body(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_body(name: str, annotations: dict[str, str] | None = None, scheduler: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, **({"annotations": dict(annotations)} if annotations else {})},
         "spec": {
+            # --default-client QPS/BURST: the bench's own default scheduler (schedclient.py)
+            **({"schedulerName": scheduler} if scheduler else {}),
             # The default-scheduler baseline may use the bridge's nodes too (same capacity).
             "tolerations": [{"key": "slinky.slurm.net/managed-node", "operator": "Exists", "effect": "NoExecute"}],
             "restartPolicy": "Never",
@@ -162,6 +177,7 @@ def measure(
     timeout: float,
     rate: float,
     annotations: dict[str, str] | None = None,
+    scheduler: str | None = None,
 ) -> Run:
     run = Run()
     stop = threading.Event()
@@ -177,7 +193,8 @@ def measure(
             if delay > 0:
                 time.sleep(delay)
         name = f"b{i:04d}"
-        resp = core.create_namespaced_pod(ns, pod_body(name, annotations), _preload_content=False)  # no V1Pod
+        body = pod_body(name, annotations, scheduler)
+        resp = core.create_namespaced_pod(ns, body, _preload_content=False)  # no V1Pod
         resp.read()  # the connection goes back to the pool only once the answer is read
         resp.release_conn()
         with run.lock:
@@ -201,6 +218,7 @@ class Extra:
     at_bound: Any = None  # what ``at_bound`` returned right after the last bind
     admission_ms: dict[str, float] = field(default_factory=dict)  # sysstats.admission_ms_per_call
     review_ms: dict[str, float] = field(default_factory=dict)  # the webhook's own: sysstats.review_ms
+    pod_watchers: int | None = None  # the API server's open pod watches before the run (sysstats.pod_watchers)
 
 
 def settle(api: k8s.ApiClient, quiet: float = 1.5, limit: float = 15.0) -> Counter[RequestKey]:
@@ -229,15 +247,18 @@ def measured(
     bg: sysstats.Background,
     at_bound: Callable[[], Any] | None = None,
     annotations: dict[str, str] | None = None,
+    scheduler: str | None = None,
 ) -> tuple[Run, Extra]:
     """``measure`` with the API server's write counters and the processes sampled around it."""
     core = k8s.CoreV1Api(api)
     extra = Extra()
     reviews = sysstats.webhook_reviews(*args.webhook) if args.webhook else {}
-    before, t0 = sysstats.api_requests(api), time.monotonic()
+    text = sysstats.metrics_text(api)
+    before, t0 = sysstats.parse_requests(text), time.monotonic()
+    extra.pod_watchers = sysstats.parse_watchers(text).get("pods", 0)
     # The processes over the pods' creates and binds only: the settling below is nearly idle.
-    with sysstats.ProcSampler(args.pids) as procs:
-        run = measure(core, ns, args.pods, args.concurrency, args.timeout, rate, annotations)
+    with sysstats.ProcSampler(args.pids, idle=args.idle) as procs:
+        run = measure(core, ns, args.pods, args.concurrency, args.timeout, rate, annotations, scheduler)
     extra.at_bound = at_bound() if at_bound else None
     if args.webhook:
         extra.review_ms = sysstats.review_ms(reviews, sysstats.webhook_reviews(*args.webhook))
@@ -306,9 +327,23 @@ def main() -> None:
         "--busy", type=int, default=0, metavar="N", help="N waiting jobs of higher priority in the bridge's partition"
     )
     ap.add_argument(
-        "--background-seconds", type=float, default=10, help="idle window for the API server's background write rate"
+        "--background-seconds",
+        type=float,
+        default=10,
+        help="idle window for the API server's background write rate and the machine's idle CPU",
+    )
+    ap.add_argument(
+        "--default-client",
+        default=schedclient.STOCK,
+        metavar="stock|bridge|QPS/BURST",
+        help="the default scheduler's API client: the cluster's as it runs (stock), or a second default "
+        "kube-scheduler at the bridge kube-scheduler's qps/burst (bridge) or at QPS/BURST: the fair CPU comparison",
     )
     args = ap.parse_args()
+    try:
+        client = schedclient.parse_client(args.default_client)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
     except ValueError:
@@ -339,21 +374,17 @@ def main() -> None:
         with sampler() as idle:
             time.sleep(args.idle_seconds)  # the idle measurement window
         print_rows(f"bridge pods, idle {args.idle_seconds:g} s:", idle.rows())
+    policies = k8s.AdmissionregistrationV1Api(api).list_validating_admission_policy().items
+    refuse_node_guard([p.metadata.name for p in policies])
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES) if not args.deployed else {}
     args.webhook = None if args.deployed else local_webhook(Path(env["SB_STATE_DIR"]))
-    bg = sysstats.Background.measure(api, args.background_seconds)
-    rows: list[dict[str, Any]] = []
-    recorded = {"busy": args.busy, **pagetables.stamp()}  # the page's labels: the profile, date and commit
-    for rate in rates:
-        mode = f"{rate:g}/s" if rate > 0 else "burst"
-        with sampler() as sampled:
-            *bridges, default = one_run(api, args, rate, bg)
-        if args.deployed:
-            print_rows(f"bridge pods during the {mode} run (bridge and default-scheduler pods):", sampled.rows())
-        for bridge in bridges:
-            if bridge.get("pods_per_s") and default.get("pods_per_s"):
-                bridge["ratio_to_default"] = round(bridge["pods_per_s"] / default["pods_per_s"], 2)
-        rows += [{"mode": mode, **recorded, **r} for r in (*bridges, default)]
+    with contextlib.ExitStack() as stack:
+        schedulers = default_scheduler(stack, args, api, client)
+        # The machine's CPU with nothing submitted over the same window as the API server's background.
+        with sysstats.ProcSampler(args.pids) as quiet:
+            bg = sysstats.Background.measure(api, args.background_seconds)
+        args.idle = quiet.idle_baseline()
+        rows = runs(api, args, rates, bg, sampler, schedulers)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -361,6 +392,78 @@ def main() -> None:
     # docs/performance.md's tables for this run (bench/summarize.py: the same over several runs)
     print("\n" + "\n".join(pagetables.pipeline_tables([rows])), file=sys.stderr if args.json else sys.stdout)
     print(verdict(rows, args.pods), file=sys.stderr)
+
+
+BENCH_SCHEDULER_PROCESS = "bench kube-scheduler"  # ProcSampler's name for schedclient.DefaultScheduler
+
+
+def default_scheduler(
+    stack: contextlib.ExitStack, args: argparse.Namespace, api: k8s.ApiClient, client: tuple[float, int] | str
+) -> dict[str, dict[str, Any]]:
+    """Which kube-scheduler places the default scheduler's pods (``args.default_scheduler``: None, the
+    cluster's own; else the profile of a second default scheduler at ``client``'s qps and burst,
+    started on ``stack``), and every scheduler's client settings, read from their /configz."""
+    state = args.env["SB_STATE_DIR"]
+    pids = sysstats.local_pids(state, ["kube-scheduler", "bridge-scheduler"])
+    cert = (api.configuration.cert_file, api.configuration.key_file)
+    args.default_scheduler = None
+    if client == schedclient.BRIDGE:
+        bridge = schedclient.read_settings({k: v for k, v in pids.items() if k == "bridge-scheduler"}, *cert)
+        found = bridge.get("bridge-scheduler", {"error": "no pid file (the process bridge's: hack/bridge.sh up)"})
+        if not isinstance(found.get("qps"), int | float) or not isinstance(found.get("burst"), int):
+            raise SystemExit(f"--default-client bridge: the bridge's kube-scheduler's client settings: {found}; "
+                             "give them as QPS/BURST")  # fmt: skip
+        client = (float(found["qps"]), int(found["burst"]))
+    if isinstance(client, tuple):
+        if "kube-scheduler" not in pids:
+            raise SystemExit(f"--default-client {args.default_client}: no kube-scheduler pid file in {state}/pids")
+        log = Path(state, "logs", "bench-kube-scheduler.log")
+        bench = stack.enter_context(schedclient.DefaultScheduler(pids["kube-scheduler"], args.env["KUBECONFIG"],
+                                                                 client[0], client[1], log))  # fmt: skip
+        args.pids = {**args.pids, BENCH_SCHEDULER_PROCESS: bench.pid}
+        pids[BENCH_SCHEDULER_PROCESS] = bench.pid
+        args.default_scheduler = schedclient.BENCH_SCHEDULER
+    return schedclient.read_settings(pids, *cert)
+
+
+def client_label(settings: dict[str, dict[str, Any]], bench: bool) -> str:
+    """The default scheduler's pods' scheduler and its client's qps/burst ("stock 50/100")."""
+    s = settings.get(BENCH_SCHEDULER_PROCESS if bench else "kube-scheduler") or {}
+    qps, burst = s.get("qps"), s.get("burst")
+    rate = f"{qps:g}/{burst}" if isinstance(qps, int | float) else "?"
+    return f"{'bench' if bench else 'stock'} {rate}"
+
+
+def runs(
+    api: k8s.ApiClient,
+    args: argparse.Namespace,
+    rates: list[float],
+    bg: sysstats.Background,
+    sampler: Callable[[], contextlib.AbstractContextManager[Any]],
+    schedulers: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One run of both schedulers per rate: their rows."""
+    rows: list[dict[str, Any]] = []
+    recorded = {  # the page's labels (the profile, date and commit) and what the default scheduler was
+        "busy": args.busy,
+        **pagetables.stamp(),
+        "default_client": client_label(schedulers, args.default_scheduler is not None),
+        "scheduler_clients": schedulers,
+        "idle_machine_cpu_per_s": round(args.idle.machine, 3),
+    }
+    for rate in rates:
+        mode = f"{rate:g}/s" if rate > 0 else "burst"
+        with sampler() as sampled:
+            *bridges, default = one_run(api, args, rate, bg)
+        if args.deployed:
+            from bridge_resources import print_rows
+
+            print_rows(f"bridge pods during the {mode} run (bridge and default-scheduler pods):", sampled.rows())
+        for bridge in bridges:
+            if bridge.get("pods_per_s") and default.get("pods_per_s"):
+                bridge["ratio_to_default"] = round(bridge["pods_per_s"] / default["pods_per_s"], 2)
+        rows += [{"mode": mode, **recorded, **r} for r in (*bridges, default)]
+    return rows
 
 
 def local_webhook(state: Path) -> tuple[str, str] | None:
@@ -385,10 +488,16 @@ COLUMNS = {  # row key -> heading
     "slurm_calls_per_pod_lifecycle": "calls/lifecycle", "operator_cpu_percent": "operator CPU %",
     "operator_peak_rss_mib": "operator RSS MiB", "machine_cpu_ms_per_pod": "machine CPU ms/pod",
     "machine_cpu_ratio": "CPU ratio", "operator_cpu_ms_per_pod": "operator ms/pod",
+    "added_cpu_ms_per_pod": "added CPU ms/pod", "apiserver_cpu_ratio": "apiserver ratio",
+    "pod_watchers": "pod watchers", "default_client": "default client",
 }  # fmt: skip
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    if rows:
+        print(f"the default scheduler's pods: {rows[0].get('default_client')}; the schedulers' API clients "
+              f"(/configz): {rows[0].get('scheduler_clients')}; the idle machine: "
+              f"{rows[0].get('idle_machine_cpu_per_s')} CPU s/s")  # fmt: skip
     print("  ".join(f"{h:>16}" for h in COLUMNS.values()))
     for r in rows:
         print("  ".join(f"{r.get(c, '-')!s:>16}" for c in COLUMNS))
@@ -414,12 +523,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         procs = r.get("processes")
         if procs:
             print(f"{who}: CPU % of a core over {procs['seconds']} s (machine {procs['machine_busy_percent']} % busy "
-                  f"of all cores): {procs['cpu_percent']}; peak RSS MiB: {procs['peak_rss_mib']}")  # fmt: skip
+                  f"of all cores, {procs.get('machine_steal_percent')} % stolen): {procs['cpu_percent']}; "
+                  f"peak RSS MiB: {procs['peak_rss_mib']}")  # fmt: skip
             print(f"{who}: seconds each process was ready to run and waited for a core: "
                   f"{procs.get('runqueue_wait_seconds')}")  # fmt: skip
         if r.get("cpu_ms_per_pod"):
-            print(f"{who}: CPU ms per pod (each process with its children; machine: all cores' busy time): "
-                  f"{r['cpu_ms_per_pod']}")  # fmt: skip
+            print(f"{who}: CPU ms per pod (each process with its children; machine: all cores' busy time, steal "
+                  f"apart, less the idle baseline): {r['cpu_ms_per_pod']}")  # fmt: skip
+        if r.get("cpu_ms_per_pod_own_children"):
+            print(f"{who}: CPU ms per pod, own / its children's: {r['cpu_ms_per_pod_own_children']}")
     print_cpu_per_pod(rows)
 
 
@@ -432,9 +544,14 @@ def print_cpu_per_pod(rows: list[dict[str, Any]]) -> None:
         if not b and not d:
             continue
         print(f"{mode}: CPU ms per pod, bridge / default (ratio):")
-        for name in sorted(set(b) | set(d), key=lambda n: (n == sysstats.MACHINE, -b.get(n, 0.0))):
+        last = sysstats.MACHINE_KEYS  # the machine's figures after the processes'
+        order = sorted(set(b) | set(d), key=lambda n: (last.index(n) if n in last else -1, -b.get(n, 0.0)))
+        for name in order:
             ratio = sysstats.cpu_ratio(b, d, name)
             print(f"  {name:26} {b.get(name, '-')!s:>9} / {d.get(name, '-')!s:<9} ({ratio if ratio else '-'})")
+        for who, r in pair.items():
+            if r.get("added_cpu_ms_per_pod") is not None:
+                print(f"  {who}: adds {r['added_cpu_ms_per_pod']} ms of machine CPU per pod")
 
 
 def delete_and_wait(core: k8s.CoreV1Api, ns: str, timeout: float) -> None:
@@ -458,13 +575,17 @@ def one_run(api: k8s.ApiClient, args: argparse.Namespace, rate: float, bg: sysst
     default_ns = f"bench-default-{suffix}"
     make_namespace(core, default_ns, managed=False)
     try:
-        default_run, dx = measured(api, default_ns, args, rate, bg)
+        default_run, dx = measured(api, default_ns, args, rate, bg, scheduler=args.default_scheduler)
     finally:
         delete_and_wait(core, default_ns, args.timeout)
     default = summarize("default-scheduler", default_run, None)
     per_pod(default, dx, args.pods)
     for bridge in bridges:
-        bridge["machine_cpu_ratio"] = sysstats.cpu_ratio(bridge["cpu_ms_per_pod"], default["cpu_ms_per_pod"])
+        b, d = bridge["cpu_ms_per_pod"], default["cpu_ms_per_pod"]
+        bridge["machine_cpu_ratio"] = sysstats.cpu_ratio(b, d)
+        # what a bridge pod adds to the machine's CPU over a default scheduler's pod, and the API server's ratio
+        bridge["added_cpu_ms_per_pod"] = sysstats.added_ms(b, d)
+        bridge["apiserver_cpu_ratio"] = sysstats.cpu_ratio(b, d, "kube-apiserver")
     return [*bridges, default]
 
 
@@ -546,6 +667,8 @@ def per_pod(row: dict[str, Any], extra: Extra, pods: int) -> None:
     row["api_server_ms_per_webhook_call"] = extra.admission_ms
     row["webhook_ms_per_review"] = extra.review_ms
     row["processes"] = extra.procs
+    row["pod_watchers"] = extra.pod_watchers
+    row["cpu_ms_per_pod_own_children"] = sysstats.cpu_split_ms_per_pod(extra.procs, pods)
     row["operator_cpu_percent"] = extra.procs["cpu_percent"].get("bridge-operator")
     row["operator_peak_rss_mib"] = extra.procs["peak_rss_mib"].get("bridge-operator")
     row["cpu_ms_per_pod"] = sysstats.cpu_ms_per_pod(extra.procs, pods)
@@ -567,8 +690,29 @@ def cmp(value: float, limit: float, at_most: bool) -> str:
 TARGETS = pagetables.TARGETS
 
 
+# CPU per pod, the bridge's pods against the default scheduler's of the same run, (in a burst, at a
+# steady rate): the machine's CPU a bridge pod adds over a default pod's, and the operator's CPU;
+# and kube-apiserver's CPU per bridge pod over its CPU per default pod.
+ADDED_CPU_MS = (8.0, 12.0)
+OPERATOR_CPU_MS = (5.0, 7.0)
+APISERVER_CPU_RATIO = 1.5
+
+
+def cpu_checks(r: dict[str, Any]) -> list[str]:
+    """A bridge row's CPU per pod against the CPU targets (those the row has figures for)."""
+    steady = int(r.get("mode") != "burst")
+    out = []
+    if r.get("added_cpu_ms_per_pod") is not None:
+        out.append(f"added machine CPU ms/pod {cmp(r['added_cpu_ms_per_pod'], ADDED_CPU_MS[steady], True)}")
+    if r.get("operator_cpu_ms_per_pod") is not None:
+        out.append(f"operator CPU ms/pod {cmp(r['operator_cpu_ms_per_pod'], OPERATOR_CPU_MS[steady], True)}")
+    if r.get("apiserver_cpu_ratio") is not None:
+        out.append(f"kube-apiserver CPU/pod vs default {cmp(r['apiserver_cpu_ratio'], APISERVER_CPU_RATIO, True)}")
+    return out
+
+
 def verdict(rows: list[dict[str, Any]], pods: int) -> str:
-    """The targets in force (TARGETS) against the bridge rows."""
+    """The targets in force (TARGETS, and the CPU targets of ``cpu_checks``) against the bridge rows."""
     t, lines = TARGETS, []
     plain = {r["mode"]: r for r in rows if r["scheduler"] == "slurm-bridge"}
     for r in (r for r in rows if r["scheduler"].startswith("slurm-bridge")):
@@ -579,8 +723,7 @@ def verdict(rows: list[dict[str, Any]], pods: int) -> str:
             f"calls/pod {cmp(r['slurm_calls_per_pod'], t['slurm_calls'], True)}",
             f"API writes/pod {cmp(r['api_writes_per_pod'], t['api_writes'], True)}",
         ]
-        if r.get("operator_cpu_ms_per_pod") is not None:
-            checks.append(f"operator CPU ms/pod {cmp(r['operator_cpu_ms_per_pod'], t['operator_cpu_ms'], True)}")
+        checks += cpu_checks(r)
         if r.get("machine_cpu_ratio") is not None:
             checks.append(f"machine CPU/pod vs default {cmp(r['machine_cpu_ratio'], t['machine_cpu_ratio'], True)}")
         if r["mode"] == "burst":

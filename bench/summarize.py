@@ -8,8 +8,11 @@ profiles, creates in a burst and what a pod costs), bench/admission.py --json, b
 tables, in its shape (bench/pagetables.py, the same tables each bench prints at the end of one run),
 ready to paste; then, for each (mode, scheduler) of pipeline_latency.py's runs, every field: the
 latencies, pods/s and ratio, API writes and Slurm calls per pod, the operator's and the machine's
-CPU per pod and the CPU ratio, kube-apiserver's CPU per pod, and for the bridge's rows the
-breakdown of a pod's start (p50 and p99 of each step).
+CPU per pod and the CPU ratio, the machine's CPU a bridge pod adds over a default pod's,
+kube-apiserver's CPU per pod and its ratio, the API server's pod watchers, the default
+scheduler's client settings, the idle baseline and steal per pod, each process's own CPU apart
+from its children's, and for the bridge's rows the breakdown of a pod's start (p50 and p99 of each
+step).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pagetables import Row, Run, span
 FIELDS = (
     "p50_s", "p99_s", "released_p50_s", "pods_per_s", "ratio_to_default", "create_span_s", "api_writes_per_pod",
     "slurm_calls_per_pod", "slurm_calls_per_pod_lifecycle", "operator_cpu_ms_per_pod", "machine_cpu_ms_per_pod",
-    "machine_cpu_ratio",
+    "machine_cpu_ratio", "added_cpu_ms_per_pod", "apiserver_cpu_ratio", "pod_watchers",
 )  # fmt: skip
 
 
@@ -89,6 +92,28 @@ class Runs:
         ]
 
 
+def cpu_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """What the runs that recorded them say of the comparison: the default scheduler's client
+    (stock, or the bench's own at the bridge's qps/burst), the machine's idle baseline and steal,
+    and each process's own CPU apart from its children's."""
+    out = []
+    clients = sorted({str(r["default_client"]) for r in runs if r.get("default_client")})
+    if clients:
+        out.append(f"{'default scheduler client':32} {', '.join(clients)}")
+    for key in ("idle baseline", "steal"):
+        got = [r["cpu_ms_per_pod"][key] for r in runs if key in (r.get("cpu_ms_per_pod") or {})]
+        if got:
+            out.append(f"{key + ' CPU ms/pod':32} {span(got)}")
+    split: dict[str, list[list[float]]] = defaultdict(list)
+    for r in runs:
+        for name, pair in (r.get("cpu_ms_per_pod_own_children") or {}).items():
+            split[name].append(list(pair))
+    for name, pairs in sorted(split.items()):
+        own, children = span([p[0] for p in pairs]), span([p[1] for p in pairs])
+        out.append(f"{name + ' own / children ms/pod':32} {own} / {children}")
+    return out
+
+
 def main() -> None:
     read = Runs()
     for path in sys.argv[1:]:
@@ -114,6 +139,8 @@ def main() -> None:
         for name in ("slurmctld", "slurmrestd", "bridge-webhook"):
             got = [r["cpu_ms_per_pod"].get(name) for r in runs if r.get("cpu_ms_per_pod")]
             print(f"  {name + ' CPU ms/pod':32} {span([a for a in got if a is not None])}")
+        for line in cpu_lines(runs):
+            print(f"  {line}")
         deletes = [r.get("slurm_calls_lifecycle_by_kind", {}).get("DELETE /job/{id}") for r in runs]
         if any(d is not None for d in deletes):
             per_pod = [d / r["pods"] for d, r in zip(deletes, runs, strict=True) if d]

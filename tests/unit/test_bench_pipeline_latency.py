@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +41,55 @@ def test_a_port_file_that_holds_no_port_is_a_note(tmp_path: Path, capsys: pytest
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "bridge" / "tls" / "ca.crt"))
     assert pipeline_latency.local_webhook(tmp_path) is None
     assert "not measured" in capsys.readouterr().err
+
+
+def test_cpu_targets_depend_on_the_mode() -> None:
+    """A burst: added machine CPU <= 8 ms, operator <= 5 ms; a steady rate: <= 12 ms and <= 7 ms;
+    kube-apiserver's CPU per bridge pod <= 1.5x a default pod's in both."""
+    figures = {"added_cpu_ms_per_pod": 10.0, "operator_cpu_ms_per_pod": 6.0, "apiserver_cpu_ratio": 1.6}
+    assert pipeline_latency.cpu_checks({"mode": "burst", **figures}) == [
+        "added machine CPU ms/pod 10.0 > 8", "operator CPU ms/pod 6.0 > 5",
+        "kube-apiserver CPU/pod vs default 1.6 > 1.5",
+    ]  # fmt: skip
+    assert pipeline_latency.cpu_checks({"mode": "20/s", **figures}) == [
+        "added machine CPU ms/pod 10.0 <= 12", "operator CPU ms/pod 6.0 <= 7",
+        "kube-apiserver CPU/pod vs default 1.6 > 1.5",
+    ]  # fmt: skip
+    assert pipeline_latency.cpu_checks({"mode": "burst"}) == [], "no figure, no check"
+
+
+def test_the_default_schedulers_pods_name_the_benchs_scheduler_only_when_it_runs() -> None:
+    assert "schedulerName" not in pipeline_latency.pod_body("b0000")["spec"]
+    body = pipeline_latency.pod_body("b0000", None, "bench-default-scheduler")
+    assert body["spec"]["schedulerName"] == "bench-default-scheduler"
+
+
+def test_every_run_says_which_client_the_default_scheduler_had() -> None:
+    settings: dict[str, dict[str, Any]] = {
+        "kube-scheduler": {"qps": 50, "burst": 100}, "bench kube-scheduler": {"qps": 200.0, "burst": 400},
+    }  # fmt: skip
+    assert pipeline_latency.client_label(settings, bench=False) == "stock 50/100"
+    assert pipeline_latency.client_label(settings, bench=True) == "bench 200/400"
+    assert pipeline_latency.client_label({"kube-scheduler": {"error": "refused"}}, bench=False) == "stock ?"
+
+
+def test_the_cpu_table_puts_the_machines_figures_after_the_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    ms = {"machine": 40.0, "steal": 1.0, "idle baseline": 5.0, "etcd": 3.0, "other": 2.0}
+    bridge = {"mode": "burst", "scheduler": "slurm-bridge", "added_cpu_ms_per_pod": 20.0, "cpu_ms_per_pod": ms}
+    default = {"mode": "burst", "scheduler": "default-scheduler", "cpu_ms_per_pod": {"machine": 20.0, "etcd": 2.0}}
+    pipeline_latency.print_cpu_per_pod([bridge, default])
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert names == ["etcd", "other", "idle", "steal", "machine", "slurm-bridge:"]
+
+
+def test_a_node_guard_stops_a_baseline_run_saying_what_to_run_instead() -> None:
+    """The default scheduler's baseline pods tolerate the bridge's taint, which the node guard
+    refuses: the benchmark stops before its first create, naming the policy and the way out."""
+    import clusterenv
+
+    clusterenv.refuse_node_guard(["other-policy"])  # no guard: the run goes on
+    with pytest.raises(SystemExit) as stopped:
+        clusterenv.refuse_node_guard(["other-policy", "slurm-bridge-node-guard"])
+    said = str(stopped.value)
+    assert "slurm-bridge-node-guard" in said and "SB_NODE_GUARD=false bash hack/bridge.sh up" in said
+    assert "other-policy" not in said

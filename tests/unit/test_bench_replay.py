@@ -1,5 +1,5 @@
 """bench/replay.py, the operator's hot path replayed with no API server and no Slurm: the requests
-it counts per pod are the operator's real ones (docs/performance-log.md, "API writes per bridge pod"),
+it counts per pod are the operator's real ones (bench/log, "API writes per bridge pod"),
 so the CPU-per-pod figure cannot silently measure another path than the one the cluster runs."""
 
 from __future__ import annotations

@@ -164,3 +164,18 @@ def test_a_run_is_stamped_with_its_date_and_commit() -> None:
     stamp = pagetables.stamp()
     assert len(str(stamp["date"])) == 10
     assert stamp["commit"] is None or str(stamp["commit"])[:7].isalnum()
+
+
+def test_summarize_shows_the_default_schedulers_client_idle_steal_and_own_cpu() -> None:
+    runs = [
+        row("burst", "slurm-bridge", default_client="bench 200/400",
+            cpu_ms_per_pod={"idle baseline": 4.0, "steal": 0.5}, cpu_ms_per_pod_own_children={"slurmctld": [6.0, 2.5]}),
+        row("burst", "slurm-bridge", default_client="stock 50/100",
+            cpu_ms_per_pod={"idle baseline": 5.0}, cpu_ms_per_pod_own_children={"slurmctld": [7.0, 3.0]}),
+    ]  # fmt: skip
+    lines = [" ".join(line.split()) for line in summarize.cpu_lines(runs)]
+    assert lines == [
+        "default scheduler client bench 200/400, stock 50/100", "idle baseline CPU ms/pod 4 - 5",
+        "steal CPU ms/pod 0.5", "slurmctld own / children ms/pod 6 - 7 / 2.5 - 3",
+    ]  # fmt: skip
+    assert {"added_cpu_ms_per_pod", "apiserver_cpu_ratio", "pod_watchers"} <= set(summarize.FIELDS)

@@ -10,6 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import sysstats  # bench/ is not a package
 
@@ -191,3 +193,134 @@ def test_proc_sampler_reports_how_long_a_process_waited_for_a_core() -> None:
     waited = sampler.row()["runqueue_wait_seconds"]["me"]
     assert waited > 0.01, f"busy beside {len(procs)} busy processes, this one waited {waited} s"
     assert sysstats.runqueue_waits(os.getpid()), "this process's threads have schedstats"
+
+
+# ---- what the CPU figures count, on synthetic /proc snapshots ---------------------------------
+TICK = sysstats.CLK_TCK
+Proc = tuple[int, str, float, float]  # (parent pid, command, own CPU seconds, waited-for children's)
+
+
+def fake_proc(root: Path, procs: dict[int, Proc], cpu: str = "cpu 0 0 0 0 0 0 0 0 0 0") -> Path:
+    """A /proc of these processes (stat, statm) and this /proc/stat ``cpu`` line; the processes
+    not given are gone."""
+    root.mkdir(exist_ok=True)
+    for d in root.iterdir():
+        if d.name.isdigit() and int(d.name) not in procs:
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+    for pid, (ppid, comm, own, waited) in procs.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        ticks = f"{round(own * TICK)} 0 {round(waited * TICK)} 0"
+        (root / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} 0 0 0 -1 0 0 0 0 0 {ticks} 20 0 1 0 0 0\n")
+        (root / str(pid) / "statm").write_text("1000 256 0 0 0 0 0\n")
+    (root / "stat").write_text(f"{cpu}\ncpu0 0 0 0 0\n")
+    return root
+
+
+def ticks(*seconds: float) -> str:
+    return "cpu " + " ".join(str(round(s * TICK)) for s in seconds)
+
+
+def test_steal_is_reported_apart_and_is_not_busy() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice (guest is already in user)
+    m = sysstats.parse_machine(ticks(10, 1, 4, 100, 5, 0.5, 0.5, 30, 2, 0) + "\ncpu0 1 2 3\n")
+    assert (m.busy, m.steal, m.total) == (16.0, 30.0, 151.0), "steal is neither busy nor idle; guest not twice"
+    row = {"cpu_seconds": {}, "machine_cpu_seconds": 16.0, "machine_steal_cpu_seconds": 30.0}
+    assert sysstats.cpu_ms_per_pod(row, 100) == {"machine": 160.0, "other": 160.0, "steal": 300.0}
+
+
+def test_steal_over_a_block_is_left_out_of_the_machines_busy_share(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {}, ticks(0, 0, 0, 0, 0, 0, 0, 0))
+    sampler = sysstats.ProcSampler({}, interval=60, proc=proc)
+    with sampler:
+        fake_proc(proc, {}, ticks(3, 0, 1, 4, 0, 0, 0, 2))  # 4 s busy, 4 s idle, 2 s stolen
+    row = sampler.row()
+    assert (row["machine_cpu_seconds"], row["machine_steal_cpu_seconds"]) == (4.0, 2.0)
+    assert (row["machine_busy_percent"], row["machine_steal_percent"]) == (40, 20.0)
+
+
+def test_the_idle_baseline_is_subtracted_from_the_machines_cpu(tmp_path: Path) -> None:
+    """The idle machine's CPU per second, measured with nothing submitted, times the run's length."""
+    proc = fake_proc(tmp_path / "proc", {}, ticks(0, 0, 0, 0))
+    idle = sysstats.ProcSampler({}, interval=60, proc=proc, clock=iter([0.0, 4.0]).__next__)
+    with idle:
+        fake_proc(proc, {}, ticks(1, 0, 1, 6))  # 2 s busy over 4 s: 0.5 core
+    baseline = idle.idle_baseline()
+    assert (baseline.machine, baseline.seconds) == (0.5, 4.0)
+    run = sysstats.ProcSampler({}, interval=60, idle=baseline, proc=proc, clock=iter([10.0, 30.0]).__next__)
+    with run:
+        fake_proc(proc, {}, ticks(20, 0, 6, 30))  # 24 s busy over 20 s, of which the idle machine's 10 s
+    row = run.row()
+    assert (row["machine_cpu_seconds"], row["machine_idle_cpu_seconds"], row["machine_net_cpu_seconds"]) == (
+        24.0, 10.0, 14.0,
+    )  # fmt: skip
+    per_pod = sysstats.cpu_ms_per_pod(row, 100)
+    assert (per_pod["machine"], per_pod["idle baseline"], per_pod["other"]) == (140.0, 100.0, 240.0)
+    assert sysstats.cpu_ratio(per_pod, {"machine": 70.0}) == 2.0, "the ratio compares the pods' own CPU"
+    assert sysstats.added_ms(per_pod, {"machine": 70.0}) == 70.0
+
+
+def test_own_cpu_apart_from_the_childrens_and_every_process_named(tmp_path: Path) -> None:
+    """slurmctld's own threads apart from slurmscriptd and the hooks it runs; processes without a
+    pid file named by their command; a child that ended inside the block counted once."""
+    start: dict[int, Proc] = {
+        1: (0, "init", 0, 0),
+        100: (1, "slurmctld", 10, 0),
+        101: (100, "slurmscriptd", 1, 5),
+        102: (101, "bash", 0.5, 0),  # a hook
+        200: (1, "mariadbd", 3, 0),
+        300: (1, "kube-scheduler", 7, 0),  # the default scheduler
+        301: (1, "kube-scheduler", 4, 0),  # the bridge's
+        400: (1, "slurmstepd", 1, 0),  # slurmd's, reaped by init
+        500: (1, "containerd-shim", 1, 0),
+        501: (500, "python3", 2, 0),  # a container's process
+        502: (501, "kube-scheduler", 1, 0),  # and a kube-scheduler in a pod: not the cluster's
+        600: (1, "jobset-controll", 1, 0),
+    }
+    proc = fake_proc(tmp_path / "proc", start)
+    roots = {"slurmctld": 100, "kube-scheduler": 300, "bridge-scheduler": 301}
+    sampler = sysstats.ProcSampler(roots, interval=60, proc=proc)
+    with sampler:
+        middle = {**start, 101: (100, "slurmscriptd", 1.2, 5), 102: (101, "bash", 0.9, 0), 400: (1, "slurmstepd", 3, 0)}
+        fake_proc(proc, middle)
+        sampler.sample()
+        end = {k: v for k, v in middle.items() if k not in (102, 400)}  # the hook and the step ended
+        end |= {100: (1, "slurmctld", 12, 0), 101: (100, "slurmscriptd", 1.2, 5.9), 200: (1, "mariadbd", 3.5, 0),
+                300: (1, "kube-scheduler", 9, 0), 301: (1, "kube-scheduler", 4.25, 0), 501: (500, "python3", 3, 0),
+                600: (1, "jobset-controll", 1.5, 0)}  # fmt: skip
+        fake_proc(proc, end)
+    row = sampler.row()
+    own, children = row["cpu_seconds_own"], row["cpu_seconds_children"]
+    assert (own["slurmctld"], children["slurmctld"]) == (2.0, 0.6), "slurmscriptd's 0.2 s, the hook's 0.4 s once"
+    assert (own["kube-scheduler"], own["bridge-scheduler"]) == (2.0, 0.25), "the pid files tell them apart"
+    assert (own["mariadb"], own["jobset-controller"]) == (0.5, 0.5), "named by their commands"
+    assert own["slurmd"] == 2.0, "a step that ended, reaped by init: its CPU up to its last sample"
+    assert (own["containerd"], children["containerd"]) == (0.0, 0.0), "the shim's own"
+    assert (own["containers"], children["containers"]) == (1.0, 0.0), "a pod's processes are the containers'"
+    assert row["cpu_seconds"]["slurmctld"] == 2.6, "the total is both"
+    assert "init" not in row["cpu_seconds"], "nothing named: other"
+    split = sysstats.cpu_split_ms_per_pod(row, 10)
+    assert split["slurmctld"] == (200.0, 60.0) and "kube-scheduler" not in split, "only those that ran children"
+
+
+@pytest.mark.parametrize(
+    ("comm", "name"),
+    [("slurmd", "slurmd"), ("slurmdbd", "slurmdbd"), ("slurmstepd", "slurmd"), ("mariadbd", "mariadb"),
+     ("munged", "munged"), ("kube-controller", "kube-controller-manager"), ("lws-controller", "lws-controller"),
+     ("kwok", "kwok"), ("containerd", "containerd"), ("kubelet", "kubelet"), ("kube-proxy", "kube-proxy"),
+     ("slurm-bridge-op", "bridge-operator"), ("bash", None), ("etcdctl", None)],
+)  # fmt: skip
+def test_process_names_by_command(comm: str, name: str | None) -> None:
+    assert sysstats.process_name(comm) == name
+
+
+def test_pod_watchers_from_the_stable_longrunning_gauge() -> None:
+    text = """# TYPE apiserver_longrunning_requests gauge
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="cluster",subresource="",verb="WATCH",version="v1"} 5
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 2
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",subresource="log",verb="WATCH",version="v1"} 1
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",subresource="exec",verb="CONNECT",version="v1"} 1
+apiserver_longrunning_requests{component="apiserver",group="",resource="nodes",scope="cluster",subresource="",verb="WATCH",version="v1"} 6
+"""  # noqa: E501
+    assert sysstats.parse_watchers(text) == {"nodes": 6, "pods": 7}

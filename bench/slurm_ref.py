@@ -1,0 +1,148 @@
+"""Benchmark: S_ref, what a job costs Slurm itself on this machine, to set the bridge's CPU against.
+
+N immediate allocations through slurmrestd (external jobs of one CPU in the bridge's partition,
+as the bridge allocates a pod's), each read once and cancelled, ``--concurrency`` at a time (the
+pipeline benchmark's), with the machine's and every process's CPU sampled over them
+(sysstats.py: steal apart, less an idle baseline measured first). S_ref is the machine's CPU per
+job less the benchmark client's own (which plays the bridge's calls): what any allocator through
+slurmrestd pays Slurm per job (slurmctld with its hooks, slurmrestd, slurmdbd, MariaDB, munged).
+A bridge pod's added CPU (pipeline_latency.py's ``added_cpu_ms_per_pod``) less S_ref is what the
+bridge costs beyond Slurm's own work.
+
+    .venv/bin/python bench/slurm_ref.py [--jobs 200] [--concurrency 16] [--idle-seconds 10] [--json]
+
+The jobs are named ``bench-sref-*`` and carry no bridge mark (the bridge leaves them alone); any a
+run left behind are cancelled at the start. Needs the local cluster (`hack/cluster.sh up`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sysstats  # bench/ is not a package
+from clusterenv import cluster_env
+
+PREFIX = "bench-sref-"
+API = "slurm/v0.0.44"
+# Slurm's processes (sysstats' names): their CPU per job is S_ref's breakdown.
+SLURM = ("slurmctld", "slurmrestd", "slurmdbd", "mariadb", "munged")
+
+
+def job_body(name: str, partition: str) -> dict[str, Any]:
+    """An external job of one CPU and 64 MiB on one node, allocated now or refused."""
+    return {"job": {
+        "name": name, "partition": partition, "flags": ["EXTERNAL_JOB"], "immediate": True,
+        "minimum_nodes": 1, "maximum_nodes": 1, "tasks_per_node": 1,
+        "memory_per_node": {"set": True, "number": 64}, "time_limit": {"set": True, "number": 10},
+        "current_working_directory": "/tmp", "environment": ["PATH=/usr/bin:/bin"],
+    }}  # fmt: skip
+
+
+def s_ref(row: dict[str, Any], jobs: int) -> dict[str, Any]:
+    """S_ref from a ``ProcSampler.row()`` over ``jobs`` allocated, read and cancelled jobs: the
+    machine's CPU ms per job (idle baseline subtracted) less the benchmark client's, and each of
+    Slurm's processes' share."""
+    ms = sysstats.cpu_ms_per_pod(row, jobs)
+    if not ms:
+        return {"jobs": jobs}
+    machine, client = ms.get(sysstats.MACHINE, 0.0), ms.get(sysstats.BENCH_CLIENT, 0.0)
+    return {
+        "jobs": jobs,
+        "s_ref_ms_per_job": round(max(machine - client, 0.0), 2),
+        "machine_ms_per_job": machine,
+        "bench_client_ms_per_job": client,
+        "slurm_ms_per_job": {n: ms[n] for n in SLURM if n in ms},
+        "own_children_ms_per_job": {n: v for n, v in sysstats.cpu_split_ms_per_pod(row, jobs).items() if n in SLURM},
+    }
+
+
+def beyond_slurm(added_ms_per_pod: float | None, s_ref_ms_per_job: float | None) -> float | None:
+    """What a bridge pod costs the machine beyond Slurm's own work for its job: its added CPU over a
+    default scheduler's pod, less S_ref; None when either is missing."""
+    if added_ms_per_pod is None or s_ref_ms_per_job is None:
+        return None
+    return round(added_ms_per_pod - s_ref_ms_per_job, 2)
+
+
+@dataclass
+class Calls:
+    """slurmrestd, as the benchmark's client calls it."""
+
+    url: str
+    token: str
+    refused: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(
+            f"{self.url.rstrip('/')}/{API}/{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"X-SLURM-USER-TOKEN": self.token, "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
+
+    def one(self, name: str, partition: str) -> bool:
+        """Allocate, read, cancel: True when Slurm allocated the job."""
+        try:
+            job_id = int(self.call("POST", "job/allocate", job_body(name, partition))["job_id"])
+        except (urllib.error.HTTPError, KeyError, ValueError) as e:
+            with self.lock:
+                self.refused.append(f"{name}: {e}")
+            return False
+        try:
+            self.call("GET", f"job/{job_id}")
+        finally:
+            self.call("DELETE", f"job/{job_id}")
+        return True
+
+    def clean(self) -> None:
+        """Cancel the jobs an earlier run left."""
+        for job in self.call("GET", "jobs/")["jobs"]:
+            if str(job.get("name", "")).startswith(PREFIX) and {"PENDING", "RUNNING"} & set(job["job_state"]):
+                self.call("DELETE", f"job/{job['job_id']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=16, help="jobs at a time (pipeline_latency.py's default)")
+    ap.add_argument("--idle-seconds", type=float, default=10, help="the idle baseline's window")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    env = cluster_env()
+    token = Path(env["SLURM_JWT_FILE"]).read_text().strip().removeprefix("SLURM_JWT=")
+    calls = Calls(env["SLURM_REST_URL"], token)
+    calls.clean()
+    pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
+    with sysstats.ProcSampler(pids) as idle:
+        time.sleep(args.idle_seconds)  # the idle window itself
+    with (
+        sysstats.ProcSampler(pids, idle=idle.idle_baseline()) as procs,
+        ThreadPoolExecutor(args.concurrency) as pool,
+    ):
+        done = list(pool.map(lambda i: calls.one(f"{PREFIX}{i}", env["SB_PARTITION"]), range(args.jobs)))
+    result = {**s_ref(procs.row(), sum(done)), "refused": len(calls.refused), "seconds": procs.row()["seconds"]}
+    if calls.refused:
+        print(f"note: Slurm refused {len(calls.refused)} allocations, e.g. {calls.refused[0]}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k, v in result.items():
+            print(f"{k:28} {v}")
+
+
+if __name__ == "__main__":
+    main()
