@@ -9,7 +9,9 @@ looks: how a PodGroup names its Workload (``podGroupTemplateRef.workload`` again
 ``disruptionMode``. :func:`read_podgroup` reads either into a :class:`PodGroupView`, so the rest
 of the bridge never asks which version it holds. 1.35's ``v1alpha1`` (pods name their Workload in
 ``spec.workloadRef``) is a different design the bridge does not read; it refuses such pods rather
-than run their gang pod by pod.
+than run their gang pod by pod. Kubernetes 1.38 keeps PodGroups and Workloads at ``v1beta1``, the same
+where the bridge looks (``preemptionPolicy`` no longer behind a feature gate), and serves
+CompositePodGroups at ``v1beta1`` too (1.37: ``v1alpha3``; the operator reads the newest served).
 
 Also here: what the bridge refuses in a PodGroup, a Workload's PodGroup template or a Job's
 ``spec.scheduling`` (claims shared by the whole group, topology keys Slurm cannot place by; see
@@ -256,6 +258,21 @@ COMPOSITE_DISRUPTION_ALL_WHY: Final = (
 )
 
 
+COMPOSITE_ALL_OUTSIDE_WHY: Final = (
+    "a gang CompositePodGroup with disruptionMode all is one heterogeneous Slurm job, preempted and ended whole, "
+    "whose components are its gang child PodGroups only; a basic child PodGroup's pods and a child "
+    "CompositePodGroup are Slurm jobs of their own, which Slurm preempts and ends apart from it, so the children "
+    "cannot be disrupted only all together; give the child PodGroup a gang policy, put the inner "
+    "CompositePodGroup's PodGroups directly under this one, or give this one disruptionMode single"
+)
+PREEMPT_NEVER_WHY: Final = (
+    "not translated: Slurm decides whether the group's job preempts others by its QOS "
+    "(Preempt=) and partition (PriorityTier, with PreemptType=preempt/partition_prio), not per job. Never holds "
+    "where Slurm preempts nothing (PreemptType=preempt/none, Slurm's default); elsewhere give the group a "
+    f"{names.ANN_QOS} annotation naming a QOS that preempts no other, in a partition that preempts none"
+)
+
+
 def _is_gang(spec: Mapping[str, Any]) -> bool:
     return isinstance(_map(spec.get("schedulingPolicy")).get("gang"), Mapping)
 
@@ -334,16 +351,69 @@ def composite_problems(spec: Mapping[str, Any], where: str) -> list[str]:
 
 
 def _composite_template_problems(template: Mapping[str, Any], where: str) -> list[str]:
-    """:func:`composite_problems` of a CompositePodGroup template, and its children's."""
-    problems = composite_problems(template, where)
+    """:func:`composite_problems` of a CompositePodGroup template, its disruption mode's nesting
+    (:func:`disruption_nesting_problems`), and its children's."""
+    problems = composite_problems(template, where) + disruption_nesting_problems(template, where)
     for key, check in (
         ("podGroupTemplates", group_problems),
         ("compositePodGroupTemplates", _composite_template_problems),
     ):
-        children = template.get(key)
-        for j, child in enumerate(children if isinstance(children, list) else []):
+        for j, child in enumerate(_list(template.get(key))):
             problems += check(_map(child), f"{where}.{key}[{j}]")
     return problems
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def disruption_nesting_problems(template: Mapping[str, Any], where: str) -> list[str]:
+    """A gang CompositePodGroup template with ``disruptionMode`` all whose children are not all
+    components of its one heterogeneous Slurm job: a basic child PodGroup template, or any child
+    CompositePodGroup template. Each problem names the child's field (``where`` is the template's
+    path). Only a Workload shows the tree: a CompositePodGroup or a PodGroup alone does not."""
+    if _disruption(template.get("disruptionMode")) != "all" or not _is_gang(template):
+        return []
+    problems = [
+        f"{where}.podGroupTemplates[{j}].schedulingPolicy (basic) under {where}.disruptionMode (all): "
+        + COMPOSITE_ALL_OUTSIDE_WHY
+        for j, child in enumerate(_list(template.get("podGroupTemplates")))
+        if not _is_gang(_map(child))
+    ]
+    problems += [
+        f"{where}.compositePodGroupTemplates[{j}] under {where}.disruptionMode (all): " + COMPOSITE_ALL_OUTSIDE_WHY
+        for j, _ in enumerate(_list(template.get("compositePodGroupTemplates")))
+    ]
+    return problems
+
+
+def preemption_warnings(spec: Mapping[str, Any], where: str) -> list[str]:
+    """``preemptionPolicy: Never`` (v1beta1 PodGroups, CompositePodGroups and their templates; the
+    Priority admission plugin copies it from the PriorityClass): accepted, with a warning that says
+    who decides preemption in Slurm. Not a refusal: 1.37 serves the same field at the same version,
+    where the bridge accepted it, and most Slurm sites preempt nothing."""
+    if spec.get("preemptionPolicy") != "Never":
+        return []
+    return [f"slurm-bridge: {where}.preemptionPolicy (Never) is {PREEMPT_NEVER_WHY}"]
+
+
+def workload_preemption_warnings(workload: Mapping[str, Any]) -> list[str]:
+    """:func:`preemption_warnings` of each of a Workload's templates, nested ones included."""
+
+    def walk(template: Mapping[str, Any], where: str) -> list[str]:
+        found = preemption_warnings(template, where)
+        for key in ("podGroupTemplates", "compositePodGroupTemplates"):
+            for j, child in enumerate(_list(template.get(key))):
+                found += walk(_map(child), f"{where}.{key}[{j}]")
+        return found
+
+    spec = _map(workload.get("spec"))
+    return [
+        w
+        for key in ("podGroupTemplates", "compositePodGroupTemplates")
+        for i, template in enumerate(_list(spec.get(key)))
+        for w in walk(_map(template), f"spec.{key}[{i}]")
+    ]
 
 
 def job_scheduling(job_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -93,11 +93,18 @@ SCHED_PODGROUP: Final = WorkloadKind(
     "scheduling.k8s.io", "PodGroup", "podgroups", versions=WORKLOAD_API_VERSIONS, configures=True, gang=True
 )
 POD: Final = WorkloadKind("", "Pod", "pods")
-# Kubernetes 1.37 (feature gate CompositePodGroup, alpha): a PodGroup names its parent in
-# spec.parentCompositePodGroupName; a gang of gang PodGroups is one heterogeneous Slurm job
-# (operator/placeholderjobs/grouping/compositepodgroups.py).
+# Feature gate CompositePodGroup: a PodGroup names its parent in spec.parentCompositePodGroupName;
+# a gang of gang PodGroups is one heterogeneous Slurm job
+# (operator/placeholderjobs/grouping/compositepodgroups.py). Kubernetes 1.38 serves it at
+# v1beta1, 1.37 at v1alpha3 (the same fields where the bridge reads); the newest served is read.
+COMPOSITE_PODGROUP_VERSIONS: Final = ("v1beta1", "v1alpha3")
 COMPOSITE_PODGROUP: Final = WorkloadKind(
-    "scheduling.k8s.io", "CompositePodGroup", "compositepodgroups", versions=("v1alpha3",), configures=True, gang=True
+    "scheduling.k8s.io",
+    "CompositePodGroup",
+    "compositepodgroups",
+    versions=COMPOSITE_PODGROUP_VERSIONS,
+    configures=True,
+    gang=True,
 )
 
 _TEMPLATE: Final[tuple[TemplatePath, ...]] = (("spec", "template"),)

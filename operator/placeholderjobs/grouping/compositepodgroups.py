@@ -1,5 +1,6 @@
-"""A CompositePodGroup (Kubernetes 1.37, ``scheduling.k8s.io/v1alpha3``) as one heterogeneous
-Slurm job: which pods belong to it, where each component's options come from, and how pods join.
+"""A CompositePodGroup (``scheduling.k8s.io/v1beta1`` on Kubernetes 1.38, ``v1alpha3`` on 1.37)
+as one heterogeneous Slurm job: which pods belong to it, where each component's options come
+from, and how pods join.
 
 A built-in PodGroup names its parent in ``spec.parentCompositePodGroupName``. When that parent
 has a ``gang`` policy, every pod of every child gang PodGroup belongs to one PlaceholderJob,
@@ -48,6 +49,8 @@ API_GROUP: Final = workloadkinds.COMPOSITE_PODGROUP.group
 PLURAL: Final = workloadkinds.COMPOSITE_PODGROUP.plural
 # The versions whose CompositePodGroup shape the bridge knows, preferred first.
 VERSIONS: Final = workloadkinds.COMPOSITE_PODGROUP.versions
+# The Kubernetes minor release (1.x) that serves each of them.
+KUBERNETES: Final[Mapping[str, int]] = {"v1beta1": 38, "v1alpha3": 37}
 # Slurm's MAX_HET_JOB_COMPONENTS: a heterogeneous job has at most this many components.
 MAX_COMPONENTS: Final = 128
 
@@ -65,6 +68,24 @@ def min_group_count(composite: Mapping[str, Any]) -> int | None:
         return None
     count = gang.get("minGroupCount")
     return max(count, 1) if isinstance(count, int) and not isinstance(count, bool) else 1
+
+
+def served_version(served: Mapping[str, Collection[str]]) -> str | None:
+    """The newest known version whose resources (``served``: version -> names, from discovery)
+    include CompositePodGroups; None when none does."""
+    return next((v for v in VERSIONS if PLURAL in served.get(v, ())), None)
+
+
+def not_served_message(podgroup: str, parent: str, served: Collection[str]) -> str:
+    """Why a PodGroup's parent cannot be read: no known version serves CompositePodGroups; names the
+    feature gate and, per Kubernetes release, the runtime-config that serves them."""
+    known = ", ".join(f"{API_GROUP}/{v}" for v in VERSIONS)
+    runtime = " or ".join(f"--runtime-config={API_GROUP}/{v}=true on Kubernetes 1.{KUBERNETES[v]}" for v in VERSIONS)
+    return (
+        f"PodGroup {podgroup} names CompositePodGroup {parent} as its parent, but the API server serves no "
+        f"CompositePodGroups in {known} (served versions: {', '.join(sorted(served)) or 'none'}); enable the "
+        f"CompositePodGroup feature gate and {runtime}"
+    )
 
 
 def is_composite(phj: Mapping[str, Any]) -> bool:

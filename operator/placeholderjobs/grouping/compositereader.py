@@ -16,11 +16,12 @@ from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
     API_GROUP,
     PLURAL,
-    VERSIONS,
     composite_group,
     min_group_count,
     nested,
+    not_served_message,
     parent_name,
+    served_version,
 )
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Getter, Group, GroupError, read_group_object
 
@@ -61,25 +62,20 @@ class CompositeReader:
         return composite_group(pod, podgroup, composite, controller, workload)
 
     async def version(self, podgroup: str = "", parent: str = "") -> str:
-        """The served CompositePodGroup version the bridge knows (the shared, cached discovery)."""
+        """The newest served CompositePodGroup version the bridge knows (v1beta1 on Kubernetes 1.38,
+        v1alpha3 on 1.37), from the shared, cached discovery."""
         try:
             served_by_version = await self._apis.workload_versions()
         except KubeError as e:
             raise GroupError(
                 names.REASON_COMPOSITE_API_UNREADABLE, f"cannot discover the {API_GROUP} API: {e}", 30.0
             ) from None
-        for version in VERSIONS:
-            if PLURAL in served_by_version.get(version, ()):
-                return version
-        served = sorted(served_by_version)
-        known = ", ".join(f"{API_GROUP}/{v}" for v in VERSIONS)
-        raise GroupError(
-            names.REASON_COMPOSITE_API_NOT_SERVED,
-            f"PodGroup {podgroup} names CompositePodGroup {parent} as its parent, but the API server serves no "
-            f"CompositePodGroups in {known} (served versions: {', '.join(served) or 'none'}); enable the "
-            f"CompositePodGroup feature gate (Kubernetes 1.37) and --runtime-config={API_GROUP}/{VERSIONS[0]}=true",
-            60.0,
-        )
+        version = served_version(served_by_version)
+        if version is None:
+            raise GroupError(
+                names.REASON_COMPOSITE_API_NOT_SERVED, not_served_message(podgroup, parent, served_by_version), 60.0
+            )
+        return version
 
     async def _read(self, api_version: str, ns: str, name: str, why: str) -> Obj:
         return await read_group_object(self._get, api_version, KIND, PLURAL, ns, name, why)

@@ -24,8 +24,10 @@ from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, resource_p
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.kube.conditions import set_condition_dicts
 from slurm_bridge.kube.schedulingapi import APIVersion
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import API_GROUP as COMPOSITE_GROUP
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import PLURAL as COMPOSITE_PLURAL
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import is_composite
+from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import served_version as composite_version
 from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
 from slurm_bridge.rules.workloadkinds import group_kind
 
@@ -137,7 +139,23 @@ def composite_of(phj: Mapping[str, Any]) -> Obj | None:
 
 class CompositeReporter(ConditionWriter):
     """Writes the composite's scheduled condition once per change, never back to False once True
-    (Kubernetes' rule: the condition records the first scheduling). What it wrote is a cache."""
+    (Kubernetes' rule: the condition records the first scheduling). What it wrote is a cache.
+
+    Written at the newest version the API server serves now (v1beta1 on Kubernetes 1.38, v1alpha3 on
+    1.37), as for PodGroups: the one recorded in the PlaceholderJob may be gone after an upgrade."""
+
+    def __init__(self, kube: KubeClient, apis: Discovery | None = None) -> None:
+        super().__init__(kube)
+        self.apis = apis or Discovery(kube.get)
+
+    async def _api_version(self, recorded: str) -> str:
+        """The served version's ``group/version``; the recorded one when discovery cannot say."""
+        try:
+            served = composite_version(await self.apis.workload_versions())
+        except KubeError as e:
+            log.warning("cannot discover the CompositePodGroup API (%s); writing at %s", e, recorded)
+            served = None
+        return f"{COMPOSITE_GROUP}/{served}" if served else recorded
 
     async def report(self, phj: Obj, scheduled: bool, reason: str, message: str) -> None:
         source = composite_of(phj)
@@ -147,9 +165,8 @@ class CompositeReporter(ConditionWriter):
         if self.told(uid, said):
             return
         ctype = names.COMPOSITE_COND_SCHEDULED
-        path = resource_path(
-            str(source.get("apiVersion")), COMPOSITE_PLURAL, phj["metadata"]["namespace"], str(source.get("name"))
-        )
+        api_version = await self._api_version(str(source.get("apiVersion")))
+        path = resource_path(api_version, COMPOSITE_PLURAL, phj["metadata"]["namespace"], str(source.get("name")))
 
         def needed(conditions: list[Obj]) -> bool:
             current = next((c for c in conditions if c.get("type") == ctype), None)
