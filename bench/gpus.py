@@ -1,5 +1,5 @@
 """Benchmark: pods/s of GPU and MIG pods on hybrid nodes with native GPU jobs beside them, against
-CPU-only pods, in one run (issue 37; docs/gpus.md, docs/performance-log.md "GPU pods on hybrid
+CPU-only pods, in one run (issue 37; docs/gpus.md, bench/log "GPU pods on hybrid
 nodes").
 
 The local cluster's hybrid nodes (partition ``hybrid``, kwok nodes served by real slurmd):

@@ -6,7 +6,7 @@
   queue (an immediate allocation is refused while a job of higher priority waits there): one
   external job holds a whole node for an hour (so the jobs below cannot start), and ``--busy``
   jobs of high priority wait for every node of the partition at once. The bench's pods then carry
-  a time limit, which lets Slurm's backfill start them ahead of the waiting jobs (docs/performance-log.md).
+  a time limit, which lets Slurm's backfill start them ahead of the waiting jobs (bench/log).
 """
 
 from __future__ import annotations

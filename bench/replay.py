@@ -687,7 +687,7 @@ async def kopf_watchers(server: ApiServer, ctrl: Controller) -> AsyncIterator[No
     settings = kopf.OperatorSettings()
     configure_kopf(settings)
     # kopf's worker for an object kept its last event 0.5 s after it, not 5 s, while kopf watched
-    # pods and PlaceholderJobs (docs/performance-log.md, run 11): the replay's kopf mode as it ran then.
+    # pods and PlaceholderJobs (bench/log, run 11): the replay's kopf mode as it ran then.
     settings.queueing.idle_timeout = 0.5
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())

@@ -1,6 +1,6 @@
 """Scale profile: the operator with many nodes and PlaceholderJobs, idle and across a restart.
 
-On a cluster started with the scale profile (docs/performance-log.md: SB_NODES kwok nodes, each an
+On a cluster started with the scale profile (bench/log: SB_NODES kwok nodes, each an
 EXTERNAL node in slurm.conf; SB_PENDING_PARTITION, a DOWN partition; a MinJobAge longer than the
 run), it creates --jobs pods in a managed namespace in three kinds, each a PlaceholderJob with a
 real Slurm job:

@@ -11,7 +11,7 @@ then deleted with their namespace.
     SB_PENDING_PARTITION=bridge-pending bash hack/cluster.sh up && bash hack/bridge.sh up
     .venv/bin/python bench/waiting_pods.py [--pods 50] [--hold 120]
 
-Expected (docs/performance-log.md): the pod's create, its PlaceholderJob's create (with its
+Expected (bench/log): the pod's create, its PlaceholderJob's create (with its
 finalizer), the status at submit (a second status write if Slurm names its reason only after the
 submit), an Event on the PlaceholderJob (Submitted) and one SlurmJobPending on each of pod and
 PlaceholderJob: 6 or 7, and nothing more while the wait goes on.

@@ -4,6 +4,7 @@
 #
 #   hack/bridge.sh up               install and start everything (cluster must be up)
 #   hack/bridge.sh down             stop the bridge processes and remove the webhook configurations
+#                                   and the node guard
 #   hack/bridge.sh restart NAME     restart one of operator|webhook|extender|scheduler
 #   hack/bridge.sh stop NAME        stop one component (tests use this to simulate crashes)
 #   hack/bridge.sh config           print the path of the bridge config file
@@ -26,6 +27,9 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 : "${SB_SLURM_HOOKS:=true}"
 # bindTimeoutSeconds, shortened (default 300) so that tests/e2e see an unbindable allocation released.
 : "${SB_BIND_TIMEOUT:=30}"
+# The node guard (webhook/nodeguard.py: no pod but the bridge's tolerates the managed-node taint);
+# false leaves it out, for a benchmark's default-scheduler baseline on the bridge's nodes.
+: "${SB_NODE_GUARD:=true}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -51,6 +55,11 @@ handoff: {maxGracePeriodSeconds: 60, marginSeconds: 10}
 immediateAllocation: $SB_IMMEDIATE_ALLOCATION
 # Shortened for the tests: an allocation kube-scheduler cannot bind is released after this.
 bindTimeoutSeconds: $SB_BIND_TIMEOUT
+# The partitions of the slurmd-served nodes (docs/gpus.md#device-plugin-gpus-on-hybrid-nodes):
+# device-plugin GPUs are refused there.
+hybridPartitions: [$SB_HYBRID_PARTITION, $SB_REAL_NODE_PARTITION${SB_MISSIZED_NODE:+, $SB_MISSIZED_PARTITION}]
+# SB_NODE_GUARD=false also stops the operator's drains of Slurm nodes where other pods run.
+nodeGuard: {drainNodes: $SB_NODE_GUARD}
 CFG
   # slurmctld's hook tells this operator of job starts and ends (docs/configuration.md#slurm-hooks).
   if [ "$SB_SLURM_HOOKS" = true ] && [ -f "$HOOK_TOKEN_FILE" ]; then
@@ -119,11 +128,17 @@ cmd_up() {
   "$VENV_BIN/slurm-bridge-webhook" gen-certs --dir "$BRIDGE_DIR/tls" --host 127.0.0.1 --host localhost >/dev/null \
     || die "generating the webhook certificates failed"
   for c in extender scheduler webhook operator; do start_component "$c"; done
+  # The webhook configurations, then the node guard (the chart's templates/nodeguard.yaml renders the same).
+  local guard=()
+  [ "$SB_NODE_GUARD" = true ] || guard=(--without-node-guard)
   "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" render-config --url "https://127.0.0.1:$SB_WEBHOOK_PORT" \
-    --ca-file "$BRIDGE_DIR/tls/ca.crt" > "$BRIDGE_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
+    --ca-file "$BRIDGE_DIR/tls/ca.crt" "${guard[@]}" > "$BRIDGE_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
+  # A guard left by an earlier `up` with SB_NODE_GUARD=true goes when this one leaves it out.
+  [ "$SB_NODE_GUARD" = true ] || kubectl_ delete --ignore-not-found validatingadmissionpolicybinding,validatingadmissionpolicy \
+    slurm-bridge-node-guard >/dev/null || die "removing the node guard failed"
   # Server-side: the rendered objects are the whole truth, whatever an earlier client-side apply left.
   kubectl_ apply --server-side --force-conflicts --field-manager=slurm-bridge-hack -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null \
-    || die "applying the webhook configurations failed"
+    || die "applying the webhook configurations and the node guard failed"
   log "bridge up: config $CONFIG; namespaces labelled $SB_MANAGED_LABEL=true are managed"
 }
 

@@ -31,7 +31,10 @@ def main(argv: list[str] | None = None) -> None:
     from slurm_bridge.operator.wiring.app import run  # kopf is heavy: import after the arguments are valid
 
     # Until run returns, SIGTERM cancels it wherever it is (slurm_bridge/core/shutdown.py).
-    shutdown.run(lambda stop: run(cfg, args.kubeconfig, args.lease_namespace, stop))
+    # The namespace the operator's pod runs in (the chart sets POD_NAMESPACE): its components' pods
+    # may run on a Slurm node (docs/nodes.md); a bridge of local processes has none.
+    own_namespace = os.environ.get("POD_NAMESPACE") or None
+    shutdown.run(lambda stop: run(cfg, args.kubeconfig, args.lease_namespace, stop, own_namespace))
 
 
 if __name__ == "__main__":

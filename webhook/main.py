@@ -24,6 +24,7 @@ from slurm_bridge.kube.client import KubeClient  # noqa: E402
 from slurm_bridge.kube.clusterapis import Discovery  # noqa: E402
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs  # noqa: E402
+from .nodeguard import node_guard_policy  # noqa: E402
 from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations  # noqa: E402
 from .server import WebhookServer  # noqa: E402
 
@@ -33,12 +34,42 @@ log = logging.getLogger("slurm_bridge.webhook")
 DEFAULT_DRAIN_SECONDS = 5.0
 
 
+def _add_render_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The render-config command's arguments (hack/bridge.sh renders the local configurations)."""
+    r = sub.add_parser(
+        "render-config",
+        help="print the Mutating- and ValidatingWebhookConfiguration and the node guard as YAML",
+        description="Print a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration "
+        "(multi-document YAML) scoped by the configured managed namespaces, then the node guard: a "
+        "ValidatingAdmissionPolicy and its binding, <name>-node-guard, that refuse every other pod "
+        "tolerating the managed-node taint (docs/security.md).",
+    )
+    target = r.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="base URL the apiserver calls, for example https://127.0.0.1:9443")
+    target.add_argument(
+        "--service", metavar="NAMESPACE/NAME[:PORT]", help="in-cluster Service to call (port 443 by default)"
+    )
+    r.add_argument("--ca-file", required=True, type=Path, help="PEM CA certificate that signed the serving certificate")
+    r.add_argument(
+        "--name",
+        default="slurm-bridge",
+        help=f"name of both configuration objects, a DNS subdomain of at most {MAX_NAME} characters "
+        "(default: %(default)s)",
+    )
+    r.add_argument(
+        "--without-node-guard",
+        action="store_true",
+        help="leave the node guard out (a benchmark's default-scheduler baseline on the bridge's nodes)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurm-bridge-webhook",
         description="Admission webhook of slurm-bridge: hands pods in managed namespaces to Slurm "
         "and rejects invalid slurmjob annotations and reserved labels.",
-        epilog="--kubeconfig is for reading TenantPolicies, namespaces and API discovery (serve only).",
+        epilog="--kubeconfig is for reading TenantPolicies, namespaces, ResourceSlices, the ResourceClaims and "
+        "templates a pod names, and API discovery (serve only).",
     )
     # The operator's and extender's flags (slurm_bridge/core/cli.py): the chart passes them to all three.
     add_common_args(p)
@@ -53,24 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "Service stops routing calls here first (default: %(default)s; 0 for a local process)",
     )
 
-    r = sub.add_parser(
-        "render-config",
-        help="print the Mutating- and ValidatingWebhookConfiguration as YAML",
-        description="Print a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration "
-        "(multi-document YAML) scoped by the configured managed namespaces.",
-    )
-    target = r.add_mutually_exclusive_group(required=True)
-    target.add_argument("--url", help="base URL the apiserver calls, for example https://127.0.0.1:9443")
-    target.add_argument(
-        "--service", metavar="NAMESPACE/NAME[:PORT]", help="in-cluster Service to call (port 443 by default)"
-    )
-    r.add_argument("--ca-file", required=True, type=Path, help="PEM CA certificate that signed the serving certificate")
-    r.add_argument(
-        "--name",
-        default="slurm-bridge",
-        help=f"name of both configuration objects, a DNS subdomain of at most {MAX_NAME} characters "
-        "(default: %(default)s)",
-    )
+    _add_render_config(sub)
 
     g = sub.add_parser(
         "gen-certs",
@@ -120,7 +134,9 @@ async def _start(config: Config, kubeconfig: str | None) -> tuple[WebhookServer,
         problem = f"no Kubernetes credentials to read TenantPolicies with ({e}); pass --kubeconfig or run in a pod"
         log.error("%s", problem)
         tenants = TenantCache(None, unavailable=problem)
-    server = WebhookServer(config, tenants=tenants, apis=apis, slices=slices)
+    server = WebhookServer(
+        config, tenants=tenants, apis=apis, slices=slices, claims=kube.get if kube is not None else None
+    )
     try:
         await server.start()
     except BaseException:  # the start failed or was cancelled by a stop: close the client, re-raise
@@ -152,6 +168,8 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     docs = webhook_configurations(
         config, bundle=ca_bundle(pem, str(args.ca_file)), url=args.url, service=service, name=args.name
     )
+    if not args.without_node_guard:
+        docs += node_guard_policy(config, name=args.name)
     sys.stdout.write(render_yaml(docs))
     return 0
 

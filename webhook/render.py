@@ -19,6 +19,7 @@ from cryptography import x509
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
+from slurm_bridge.kube import schedulingapi
 from slurm_bridge.rules import dra, workloadkinds
 
 from .validate import PLACEMENT_FIELDS
@@ -100,7 +101,7 @@ def _requests_devices(containers: str) -> str:
 # bridge's, no placement field (nodeSelector, affinity, topologySpreadConstraints), no
 # resourceClaims and no DRA extended resource. Such a create then costs one admission round trip
 # (the mutating one) instead of two; in a burst each took 80-110 ms inside the apiserver
-# (docs/performance-log.md, run 10). Evaluated on the final object, so it is exact: a mutation by any
+# (bench/log, run 10). Evaluated on the final object, so it is exact: a mutation by any
 # webhook that adds one of these sends the create to validation. Everything else is still reviewed.
 PLAIN_POD_CREATE_CHECK: Final = " || ".join(
     [
@@ -178,18 +179,31 @@ def _mutating_rules() -> list[dict[str, Any]]:
     return [{"operations": ["CREATE"], **_POD_RULE}, *templates]
 
 
+# The creates of what asks for DRA devices by hand: only the bridge makes those of the classes it
+# maps (webhook/devicedoors.py).
+CLAIM_RULE: Final = {
+    "operations": ["CREATE"],
+    "apiGroups": [schedulingapi.RESOURCE_GROUP],
+    "apiVersions": ["*"],
+    "resources": [schedulingapi.RESOURCE_CLAIMS, "resourceclaimtemplates"],
+    "scope": "Namespaced",
+}
+
+
 def _validating_rules() -> list[dict[str, Any]]:
-    """Pods (and their in-place resize: webhook/resize.py), the workload kinds whose annotations
-    configure Slurm jobs, and the controllers that make pods from a template for ever (a
-    Deployment's ReplicaSet would otherwise make refused pods in a loop: refused at the object
-    instead; slurm_bridge/rules/workloadkinds.py)."""
+    """Pods (their in-place resize: webhook/resize.py; their ephemeral containers, kubectl debug:
+    webhook/devicedoors.py), the workload kinds whose annotations configure Slurm jobs, the
+    controllers that make pods from a template for ever (a Deployment's ReplicaSet would otherwise
+    make refused pods in a loop: refused at the object instead; slurm_bridge/rules/workloadkinds.py),
+    and the creates of ResourceClaims and templates (CLAIM_RULE)."""
     kinds = [
         {"apiGroups": [k.group], "apiVersions": ["*"], "resources": [k.plural], "scope": "Namespaced"}
         for k in workloadkinds.VALIDATED
     ]
-    # In-place resize (Kubernetes 1.35) is a subresource, which a rule for pods does not match.
-    pods = {**_POD_RULE, "resources": ["pods", "pods/resize"]}
-    return [{"operations": ["CREATE", "UPDATE"], **r} for r in [pods, *kinds]]
+    # In-place resize (Kubernetes 1.35) and ephemeral containers are subresources, which a rule for
+    # pods does not match.
+    pods = {**_POD_RULE, "resources": ["pods", "pods/resize", "pods/ephemeralcontainers"]}
+    return [*({"operations": ["CREATE", "UPDATE"], **r} for r in [pods, *kinds]), dict(CLAIM_RULE)]
 
 
 def _match_conditions(config: Config) -> list[dict[str, str]]:

@@ -5,7 +5,7 @@ a pure function of the AdmissionReview, of the TenantPolicies, namespaces and Re
 webhook keeps in watch caches (slurm_bridge/kube/cache.py) and, for the few creates that need an
 API the cluster may not serve, of API discovery (webhook/apis.py, cached): its only Kubernetes API
 calls are those caches' lists and watches, a GET of a namespace created a moment ago, and those
-discovery reads.
+discovery reads, and a GET of each ResourceClaim or template a pod's create names (webhook/devicedoors.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.clusterapis import Discovery
 
 from . import apis as api_checks
+from . import devicedoors
 from .mutate import mutate
 from .review import AdmissionRequest, Decision, InvalidObject, MalformedReview, parse_review, review_response
 from .validate import validate
@@ -228,9 +229,11 @@ def build_app(
     tenants: TenantCache | None = None,
     apis: Discovery | None = None,
     slices: WatchCache | None = None,
+    claims: devicedoors.Get | None = None,
 ) -> web.Application:
     """``apis``: discovery for the creates that need an API the cluster may not serve (None: no
-    Kubernetes credentials, so they are not checked)."""
+    Kubernetes credentials, so they are not checked). ``claims``: a GET of the API server, for the
+    claims a pod's create names (None: no credentials, not checked)."""
 
     @web.middleware
     async def close_while_draining(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -261,9 +264,12 @@ def build_app(
 
     app.router.add_post("/mutate", _admission_handler(config, mutate_checking_apis, "mutate"))
 
-    def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
+    async def validate_with_tenants(req: AdmissionRequest, cfg: Config) -> Decision:
         listed = slices.values() if slices is not None and slices.synced.is_set() else None
-        return validate(req, cfg, tenants, listed)
+        named = None
+        if claims is not None and devicedoors.reads_claims(req):
+            named = await devicedoors.read_claims(req, claims)
+        return validate(req, cfg, tenants, listed, named)
 
     app.router.add_post("/validate", _admission_handler(config, validate_with_tenants, "validate", tenants))
     app.router.add_get("/healthz", healthz)
@@ -284,8 +290,10 @@ class WebhookServer:
         tenants: TenantCache | None = None,
         apis: Discovery | None = None,
         slices: WatchCache | None = None,
+        claims: devicedoors.Get | None = None,
     ) -> None:
         self.config = config
+        self.claims = claims  # the claims a pod's create names (webhook/devicedoors.py)
         self.tenants = tenants
         self.apis = apis
         self.slices = slices  # ResourceSlices: a DRA request no node can hold is refused (docs/gpus.md)
@@ -309,7 +317,7 @@ class WebhookServer:
     async def start(self) -> None:
         """Raises OSError or ssl.SSLError when the certificate cannot be loaded or the port bound."""
         self.ssl_context = ReloadingSSLContext(self.config.webhookCertFile, self.config.webhookKeyFile)
-        app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis, self.slices)
+        app = build_app(self.config, lambda: not self._stopping, self.tenants, self.apis, self.slices, self.claims)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self.ssl_context)

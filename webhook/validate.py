@@ -9,6 +9,7 @@ because Slurm chooses its node and anything else would be ignored or leave the p
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
 (slurm_bridge/kube/schedulingapi.py, docs/workloadkinds.md); and node sharing (webhook/sharing.py).
+Slurm's devices reach a pod only through the bridge's claim (webhook/devicedoors.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from slurm_bridge.rules.translate import job_request, placement_request_problems
 from slurm_bridge.rules.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 from slurm_bridge.slurm.models import JobRequest
 
-from . import sharing
+from . import devicedoors, sharing
 from .changes import pod_change_problems, workload_change_warnings
 from .mutate import goes_to_bridge
 from .resize import resize_problems
@@ -221,6 +222,42 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
     return problems
 
 
+def _plugin_gpus(pod: Mapping[str, Any], config: Config) -> list[str]:
+    """A bridge pod asking a device plugin's GPUs for a job in a partition of hybrid nodes
+    (dra.device_plugin_problem), when it is its own job: its partition is its annotation's or the
+    config's. A workload member's is its group's, which the operator checks at submit (translate)."""
+    if spec_of(pod).get("schedulerName") != config.schedulerName or not _own_group(pod):
+        return []
+    own = annotation_values(slurmjob_annotations((_metadata(pod) or ({}, {}))[1])).get("partition")
+    partition = own if isinstance(own, str) else config.partition or None
+    fields = dra.plugin_gpu_fields(spec_of(pod))
+    problem = dra.device_plugin_problem(fields, partition, config.hybridPartitions, config.devicePluginFollowsSlurm)
+    return [problem] if problem else []
+
+
+def _template_plugin_gpus(
+    managed: Mapping[str, Mapping[str, Any]],
+    templates: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    config: Config,
+) -> list[str]:
+    """:func:`_plugin_gpus` for a workload's managed pod templates: the partition is the workload's
+    annotation, else the template's, else the config's."""
+    problems: list[str] = []
+    root = annotation_values(slurmjob_annotations(annotations)).get("partition")
+    for where, spec in managed.items():
+        meta = (_metadata(templates.get(where[: -len(".spec")])) or ({}, {}))[1]
+        partition = root or annotation_values(slurmjob_annotations(meta)).get("partition") or config.partition
+        problem = dra.device_plugin_problem(
+            dra.plugin_gpu_fields(spec, where),
+            partition if isinstance(partition, str) and partition else None,
+            config.hybridPartitions,
+            config.devicePluginFollowsSlurm,
+        )
+        problems += [problem] if problem else []
+    return problems
+
+
 def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
     """DRA requests of a bridge pod (slurm_bridge/rules/dra.py): the mutating webhook turned them into
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
@@ -353,6 +390,19 @@ def workload_api_problems(request: AdmissionRequest, config: Config) -> list[str
     return []
 
 
+def workload_api_warnings(request: AdmissionRequest) -> list[str]:
+    """What a built-in PodGroup, a CompositePodGroup or a Workload asks that the bridge accepts but
+    does not translate (``preemptionPolicy: Never``, slurm_bridge/kube/schedulingapi.py). On create only."""
+    if request.operation != "CREATE" or not isinstance(request.object, Mapping):
+        return []
+    gk = (request.group, request.kind)
+    if gk in (workloadkinds.SCHED_PODGROUP.group_kind, workloadkinds.COMPOSITE_PODGROUP.group_kind):
+        return schedulingapi.preemption_warnings(spec_of(request.object), "spec")
+    if gk == workloadkinds.WORKLOAD.group_kind:
+        return schedulingapi.workload_preemption_warnings(request.object)
+    return []
+
+
 def _decide(reserved: list[str], invalid: list[str], reason: str, warnings: list[str] | None = None) -> Decision:
     problems = reserved + invalid
     if not problems:
@@ -369,12 +419,16 @@ def validate(
     config: Config,
     tenants: Tenants | None = None,
     slices: Sequence[Mapping[str, Any]] | None = None,
+    claims: devicedoors.PodClaims | None = None,
 ) -> Decision:
     """Validating webhook decision for pods and the workload kinds whose annotations configure
     Slurm jobs (slurm_bridge/rules/workloadkinds.py); their pod templates are checked like pods, so errors
     show early. ``tenants``: the TenantPolicies (None: no tenancy check, as before it existed);
     what a policy refuses is Forbidden (403), like a reserved key. ``slices``: the cluster's
-    ResourceSlices (None: not read yet, so a pod's DRA request is not checked against them)."""
+    ResourceSlices (None: not read yet, so a pod's DRA request is not checked against them).
+    ``claims``: what a pod's create names in spec.resourceClaims (webhook/devicedoors.py; None: not
+    read, not checked). A ResourceClaim or ResourceClaimTemplate is checked for the classes only the
+    bridge allocates."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True, reason=f"{request.operation} is always allowed")
     new_meta = _metadata(request.object)
@@ -385,7 +439,12 @@ def validate(
         if request.sub_resource == "resize":  # in-place resize: only the resources change (webhook/resize.py)
             pod = request.object or {}
             return _decide([], resize_problems(pod, request.old_object, config, _own_group(pod)), "ok")
-        return _validate_pod(request, config, tenants, new_meta, old_meta, slices)
+        if request.sub_resource == "ephemeralcontainers":  # kubectl debug (webhook/devicedoors.py)
+            found = devicedoors.ephemeral_problems(request.object or {}, request.old_object, config)
+            return _decide(found, [], "ok")
+        return _validate_pod(request, config, tenants, new_meta, old_meta, slices, claims)
+    if request.group == schedulingapi.RESOURCE_GROUP and request.kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        return _decide(devicedoors.claim_create_problems(request, config), [], "ok")
     return _validate_workload(request, config, tenants, new_meta, old_meta)
 
 
@@ -396,6 +455,7 @@ def _validate_pod(
     new_meta: Meta,
     old_meta: Meta | None,
     slices: Sequence[Mapping[str, Any]] | None = None,
+    claims: devicedoors.PodClaims | None = None,
 ) -> Decision:
     old_obj = request.old_object if request.operation == "UPDATE" else None
     trusted = request.username in config.trustedUsers
@@ -406,6 +466,9 @@ def _validate_pod(
         devices += grace_problems(spec_of(request.object), config.handoff.maxGracePeriodSeconds, "spec")
         if slices is not None and not devices:
             devices += _devices_no_node_has(request.object or {}, config, slices)
+        devices += _plugin_gpus(request.object or {}, config)
+        if claims is not None:  # only the bridge allocates Slurm's devices (webhook/devicedoors.py)
+            reserved += devicedoors.pod_claim_problems(claims)
     pod = request.object or {}
     found, more = (
         sharing.pod_problems(pod, old_meta and old_meta[1], _own_group(pod), config) if not invalid else ([], [])
@@ -443,11 +506,13 @@ def _validate_workload(
         invalid += placement_check(managed, annotations, 1 if single else None)
     if managed and (changed or any(_template_annotations_changed(request, paths, w) for w in managed)):
         templates = pod_templates(request.object, paths)
+        invalid += _template_plugin_gpus(managed, templates, new_meta[1], config)
         asked = [new_meta[1]] + [(_metadata(templates.get(w[: -len(".spec")])) or ({}, {}))[1] for w in managed]
         reserved += tenancy_problems(request.namespace, config, tenants, asked)
         if _root_pod_maker(request) and not invalid:
             reserved += _each_pod_as_its_job(request, config, tenants, managed, templates, new_meta[1])
     found, warnings = sharing.workload_problems(request, managed, pod_templates(request.old_object, paths), config)
+    warnings += workload_api_warnings(request)
     if managed and old_meta and gk not in workloadkinds.MAKES_PODS:
         # (a pod-making controller's change reaches only the pods it makes afterwards)
         warnings += workload_change_warnings(request.object, request.old_object)

@@ -108,7 +108,9 @@ class NodeController:
         self._told_topology: dict[str, str] = {}  # Kubernetes node -> its topology problems told
         # Told after each list that found Slurm's node table changed (wiring: the job poller,
         # which skips its state polls while no job can have started or ended).
-        self.on_slurm_change: Callable[[], None] | None = None
+        # With the nodes whose allocation changed (None: any may have), so that the running jobs
+        # there are read again (a job its owner moved or shrank: docs/security.md).
+        self.on_slurm_change: Callable[[set[str] | None], None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
@@ -238,7 +240,7 @@ class NodeController:
         changed = await self.table.list()
         await self.setup.maybe_run()
         if self.table.moved and self.on_slurm_change is not None:
-            self.on_slurm_change()
+            self.on_slurm_change(self.table.allocation_changed)
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(NodeItem(name))

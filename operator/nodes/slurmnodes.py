@@ -37,6 +37,18 @@ def _fingerprint(n: NodeInfo) -> tuple[object, ...]:
     return (n.states, n.reason)
 
 
+def _allocation_changed(old: Mapping[str, NodeInfo], new: Mapping[str, NodeInfo]) -> set[str]:
+    """The nodes that came or went, or whose CPUs or memory held by jobs changed."""
+    if new is old:
+        return set()
+    changed = set(old) ^ set(new)
+    return changed | {
+        n
+        for n, info in new.items()
+        if n in old and (old[n].alloc_cpus, old[n].alloc_memory_mib) != (info.alloc_cpus, info.alloc_memory_mib)
+    }
+
+
 class SlurmNodeTable:
     def __init__(self, slurm: SlurmNodes) -> None:
         self.slurm = slurm
@@ -51,6 +63,9 @@ class SlurmNodeTable:
         # Whether the last list came with a body: Slurm's node table changed since the one
         # before (a node's state, or any job's allocation or release), or it was a whole list.
         self.moved = False
+        # The nodes whose allocation (CPUs or memory jobs hold) changed in the last list: a job
+        # started, ended, moved or shrank there (None: not known, every node may have).
+        self.allocation_changed: set[str] | None = None
         # The bridge's own writes, as Slurm has them now (None: the bridge deleted the node).
         self._written: dict[str, tuple[NodeInfo | None, float]] = {}
 
@@ -74,6 +89,7 @@ class SlurmNodeTable:
         self.listed, self.taken_at = listed, taken_at
         for name in [n for n, (_, at) in self._written.items() if at <= taken_at]:
             del self._written[name]
+        self.allocation_changed = None if old is None else _allocation_changed(old, listed)
         if old is None:
             return None
         if listed is old:

@@ -57,6 +57,8 @@ class Stats:
     slurm_state_polls_skipped: int  # polls that read nothing: Slurm's node table had not changed
     slurm_reason_reads: int  # pending jobs read again for Slurm's reason (per second waited)
     slurm_purge_reads: int  # ended jobs read once more when Slurm's list dropped them (MinJobAge)
+    # running jobs read again on a node whose allocation changed (a job its owner moved changes no state)
+    slurm_moved_reads: int
     slurm_hints: dict[str, int]  # slurmctld's notices of job starts and ends (slurmjobs/hints.py)
     queue: int
     pods: int
@@ -167,6 +169,7 @@ class Controller:
             slurm_state_polls_skipped=self.poller.states_skipped,
             slurm_reason_reads=self.poller.reason_reads,
             slurm_purge_reads=self.poller.purge_reads,
+            slurm_moved_reads=self.poller.moved_reads,
             slurm_hints={
                 "received": self.hints.received,
                 "read": self.hints.read,

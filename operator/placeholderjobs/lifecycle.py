@@ -107,7 +107,7 @@ UNWRITTEN_SECONDS = UNWRITTEN_ALLOCATION_SECONDS
 # A queued job's submit is announced (Event Submitted, its status, the pods told Slurm's reason)
 # only if it still waits this long: Slurm starts most queued jobs within a scheduling pass (0.2 s
 # to 1 s with the settings of docs/configuration.md), and such a pod then costs the writes of one
-# allocated at once (docs/performance-log.md, "API writes per bridge pod").
+# allocated at once (bench/log, "API writes per bridge pod").
 QUEUED_QUIET_SECONDS = QUIET_QUEUE_SECONDS
 
 

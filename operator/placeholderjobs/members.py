@@ -154,7 +154,7 @@ class Membership:
 
     def _phjs_with_member(self, pod_key: Key) -> list[Obj]:
         """From the store's member index (``member_pods``): a walk over every PlaceholderJob was
-        5 ms a pod with 10,000 of them, and a restart reconciles every ended pod (performance-log.md,
+        5 ms a pod with 10,000 of them, and a restart reconciles every ended pod (bench/log,
         run 8: 2,000 ended pods held the event loop long enough to lose the Lease)."""
         ns, name = pod_key
         return [

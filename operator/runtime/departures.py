@@ -78,16 +78,24 @@ def running_in(job_id: int) -> Hashable:
     return ("running", job_id)
 
 
+def on_node(node: str) -> Hashable:
+    """The pod store's index value of the pods bound to ``node`` that have not ended (released or
+    not: the node guard checks each, operator/nodeguard/)."""
+    return ("node", node)
+
+
 def pod_job_index(pod: Obj) -> list[Hashable]:
     """The pod store's index: a released pod by its Slurm job's id, and again while it is bound
     and has not ended (the handoff loop asks for the pods of a few jobs each pass, and for the
-    jobs with pods that run)."""
+    jobs with pods that run); any pod bound to a node that has not ended, by its node."""
+    phase = (pod.get("status") or {}).get("phase")
+    node = (pod.get("spec") or {}).get("nodeName")
+    running = bool(node) and phase not in ("Succeeded", "Failed")
+    keys: list[Hashable] = [on_node(str(node))] if running else []
     job_id = slurm_job_of(pod)
     if job_id is None:
-        return []
-    phase = (pod.get("status") or {}).get("phase")
-    running = (pod.get("spec") or {}).get("nodeName") and phase not in ("Succeeded", "Failed")
-    return [by_job(job_id), running_in(job_id)] if running else [by_job(job_id)]
+        return keys
+    return [*keys, by_job(job_id), running_in(job_id)] if running else [by_job(job_id)]
 
 
 def _slim(pod: Obj) -> Obj:

@@ -3,7 +3,7 @@
 Decoding a large answer (a full Slurm job list, kopf's initial lists) frees most of what it
 allocated at once, but glibc's malloc keeps freed memory inside its arenas: at 10,000
 PlaceholderJobs about 100 MB of the operator's RSS was free memory that ``malloc_trim`` returns
-in a few milliseconds (docs/performance-log.md, run 11). Elsewhere (musl, macOS) this does nothing.
+in a few milliseconds (bench/log, run 11). Elsewhere (musl, macOS) this does nothing.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ class ObjectStore:
 class ParsedStore(ObjectStore, Generic[P]):
     """An ObjectStore that also hands out each stored object parsed (``model``), parsed once per
     stored version for the PARSED_CACHE_SIZE objects used last: the PlaceholderJob's spec and
-    status were validated again on each of its reconciles (docs/performance-log.md)."""
+    status were validated again on each of its reconciles (bench/log)."""
 
     def __init__(self, parse: Callable[[Obj], P], index: Callable[[Obj], Iterable[Hashable]] | None = None) -> None:
         super().__init__(index)

@@ -20,6 +20,7 @@ from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder
+from slurm_bridge.operator.nodeguard.controller import NodeGuard
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.controller import Controller
@@ -50,6 +51,7 @@ class Operator:
     tenant_status: TenantStatusController
     nodes: NodeController
     handoff: HandoffController
+    guard: NodeGuard
     settings: SlurmSettings
     elector: LeaderElector
     standby: StandbyProbe
@@ -68,6 +70,7 @@ class Operator:
         await self.watches.wait_synced()
         self.ctrl.start()
         self.handoff.start()  # reads the pods' store: its first list is in
+        self.guard.start()  # and the PlaceholderJobs': a bridge pod's membership is known
         self.tenant_status.start()
 
     def start(self) -> None:
@@ -89,6 +92,7 @@ class Operator:
             ("election", lambda: cancel_and_wait(self.tasks)),
             ("TenantPolicy status", self.tenant_status.stop),
             ("handoff", self.handoff.stop),
+            ("node guard", self.guard.stop),
             ("Slurm settings", self.settings.stop),
             ("nodes", self.nodes.stop),
             ("PlaceholderJobs", self.ctrl.stop),
@@ -136,7 +140,9 @@ async def _each(*steps: tuple[str, Callable[[], Awaitable[None]]]) -> None:
             log.exception("stopping: %s failed", what)
 
 
-def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: str) -> Operator:
+def build(
+    cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: str, own_namespace: str | None = None
+) -> Operator:
     kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator")
     slurm = SlurmClient.from_config(cfg)
     # TenantPolicies and namespaces, read by every replica (a standby's cache is warm when it leads).
@@ -153,8 +159,14 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     # The handoff's drains are written by the node controller, the one writer of node states.
     handoff = HandoffController(cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, nodes, departures=ctrl.departures)
     settings = SlurmSettings(cfg, slurm, policy, lambda: used_qos(ctrl.poller.snapshot), slurm.jwt_user)
+    # Nothing but the bridge's pods with an allocation, and allowed node daemons, on Slurm's nodes
+    # (docs/nodes.md); its drains are the node controller's writes. own_namespace: see operator/main.py.
+    guard = NodeGuard(cfg, kube, nodes.nodes, nodes, ctrl.pods, ctrl.phjs, own_namespace=own_namespace)
     # A vanished pod holds its job only where native work runs (docs/colocation.md).
     ctrl.jobs.runs_native = lambda name: runs_native(nodes.slurm_nodes, name)
+    # A job whose owner took from it what its pods use drains their nodes at once (docs/security.md).
+    ctrl.jobs.set_drain = nodes.set_drain
+    ctrl.poller.own_user = slurm.jwt_user
     # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
     # the node controller reads each period anyway: the job poller reads job states only then.
     nodes.on_slurm_change = ctrl.poller.nodes_changed
@@ -173,18 +185,20 @@ def build(cfg: Config, creds: kubeconfig_loader.Credentials, lease_namespace: st
     lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)
     elector = LeaderElector(lease_kube, lease_namespace, f"{cfg.bridgeId}-operator")
     # Pods and PlaceholderJobs, listed and watched by every replica from start-up.
-    watches = HotWatches(kube, ctrl)
-    standby = StandbyProbe(slurm, elector)
+    watches = HotWatches(kube, ctrl, on_pod=guard.on_bridge_pod)
+    probe = StandbyProbe(slurm, elector)
     return Operator(
-        kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, settings, elector, standby, watches
+        kube, lease_kube, slurm, tenants, ctrl, tenant_status, nodes, handoff, guard, settings, elector, probe, watches
     )
 
 
-async def run(cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: Stop) -> None:
+async def run(
+    cfg: Config, kubeconfig: str | None, lease_namespace: str, stop: Stop, own_namespace: str | None = None
+) -> None:
     """The operator until ``stop`` cancels it (slurm_bridge/core/shutdown.py), at whatever step: every
     part started so far is stopped in order on the way out, the Lease released last."""
     creds = await asyncio.to_thread(kubeconfig_loader.load, kubeconfig)  # file reads, off the event loop
-    op = build(cfg, creds, lease_namespace)
+    op = build(cfg, creds, lease_namespace, own_namespace)
     try:
         metrics.register_operator(op.ctrl.phjs, {"controller": op.ctrl.queue, "nodes": op.nodes.queue}, op.elector)
         runner = await health_server(cfg, op.ctrl, op.elector, op.standby, op.nodes, op.watches, op.handoff)

@@ -54,7 +54,7 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.diffbase_storage = _NoDiffBase()
     # The node list in pages: kopf keeps one page, not the whole decoded list (a Node carries its
     # images and addresses; when kopf also listed 10,000 pods and PlaceholderJobs whole, that was
-    # about 320 MB of a restarted operator's memory: docs/performance-log.md, run 8).
+    # about 320 MB of a restarted operator's memory: bench/log, run 8).
     settings.watching.chunk_size = LIST_CHUNK_SIZE
 
 

@@ -15,27 +15,39 @@ controller starts once both first lists are in (``wait_synced``).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from slurm_bridge.kube.cache import Informer
+from slurm_bridge.kube.cache import Handler, Informer
 from slurm_bridge.kube.client import KubeClient, phj_path, resource_path
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 
 
 def pod_selector(scheduler_name: str) -> dict[str, str]:
     """Only the bridge's pods: ``spec.schedulerName`` is immutable, so a pod never enters or leaves
-    the selection (docs/performance-log.md, "Pods the bridge does not manage")."""
+    the selection (bench/log, "Pods the bridge does not manage")."""
     return {"fieldSelector": f"spec.schedulerName={scheduler_name}"}
 
 
-class HotWatches:
-    """The pod and PlaceholderJob informers of one controller."""
+def both(first: Handler, then: Handler) -> Handler:
+    """One watch's events handed to two consumers, in order."""
 
-    def __init__(self, kube: KubeClient, ctrl: Controller) -> None:
+    def handle(etype: str, obj: dict[str, Any]) -> None:
+        first(etype, obj)
+        then(etype, obj)
+
+    return handle
+
+
+class HotWatches:
+    """The pod and PlaceholderJob informers of one controller; ``on_pod``: also told of each pod
+    event, after the controller (the node guard: a bridge pod bound to a Slurm node)."""
+
+    def __init__(self, kube: KubeClient, ctrl: Controller, on_pod: Handler | None = None) -> None:
         self.pods = Informer(
             kube,
             resource_path("v1", "pods", None),
             "pods",
-            ctrl.on_pod_event,
+            ctrl.on_pod_event if on_pod is None else both(ctrl.on_pod_event, on_pod),
             ctrl.pods,
             params=pod_selector(ctrl.config.schedulerName),
         )

@@ -70,6 +70,16 @@ class LabelSelector(_Model):
         return self.model_dump(exclude_defaults=True)
 
 
+def namespace_names(v: list[str]) -> list[str]:
+    """``v`` if every entry is a namespace name (a DNS label); the error lists those that are not."""
+    bad = [n for n in v if not is_dns_label(n)]
+    if bad:
+        raise ValueError(
+            f"not valid namespace names: {bad} (DNS labels: lowercase letters, digits and '-', at most 63)"
+        )
+    return v
+
+
 class HandoffConfig(_Model):
     """The handoff (docs/colocation.md, "The handoff"): native work never starts under a live pod.
 
@@ -81,6 +91,26 @@ class HandoffConfig(_Model):
 
     maxGracePeriodSeconds: int = Field(default=300, ge=0, le=86400)
     marginSeconds: int = Field(default=15, ge=1, le=3600)
+
+
+class NodeGuardConfig(_Model):
+    """Nothing but the bridge's pods on Slurm's nodes (docs/security.md, "Kubernetes' other doors").
+
+    ``daemonNamespaces``: namespaces whose DaemonSet pods (made by the DaemonSet controller, which
+    no pod author can impersonate) may run on the bridge's nodes: node daemons (CNI, kube-proxy,
+    DRA drivers, slurmd) whose CPUs and memory the site keeps out of Slurm's count. Every other pod
+    that tolerates the managed-node taint is refused at admission, and one found running there
+    without an allocation drains its node in Slurm."""
+
+    daemonNamespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    # The operator drains a Slurm node where any other pod runs (operator/nodeguard/, docs/nodes.md).
+    # false only where other pods share the bridge's nodes on purpose: a benchmark's baseline.
+    drainNodes: bool = True
+
+    @field_validator("daemonNamespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        return namespace_names(v)
 
 
 Listen = Annotated[str, Field(description="host:port to listen on")]
@@ -111,7 +141,7 @@ class Config(_Model):
     pollPeriodSeconds: float = Field(default=1.0, gt=0, le=2.0)
     # Ask Slurm for an immediate allocation first (POST job/allocate, immediate) and queue the job
     # (job/submit) only when it cannot start now: pods start in milliseconds instead of after
-    # Slurm's next scheduling pass. See docs/performance-log.md for what a refused attempt costs.
+    # Slurm's next scheduling pass. See bench/log for what a refused attempt costs.
     immediateAllocation: bool = True
     slurmRequestTimeoutSeconds: float = Field(default=10.0, gt=0)
     # Users (as the apiserver authenticates them) that may write the bridge's reserved keys.
@@ -147,6 +177,14 @@ class Config(_Model):
     untenantedOperatorFields: list[Literal["priority"]] = Field(default_factory=list)
     # Native work never starts under a live pod (docs/colocation.md, "The handoff").
     handoff: HandoffConfig = Field(default_factory=HandoffConfig)
+    # The Slurm partitions that hold hybrid nodes (a slurmd beside the kubelet: native jobs use the
+    # same GPUs). A pod asking nvidia.com/gpu or amd.com/gpu (a device plugin's GPUs) for a job in one
+    # of them is refused, unless devicePluginFollowsSlurm says the site's device plugin hands out
+    # exactly the GPUs Slurm allocated (docs/gpus.md, "Device-plugin GPUs on hybrid nodes").
+    hybridPartitions: list[str] = Field(default_factory=list)
+    devicePluginFollowsSlurm: bool = False
+    # Kubernetes' other doors onto Slurm's nodes: who besides the bridge may run there.
+    nodeGuard: NodeGuardConfig = Field(default_factory=NodeGuardConfig)
 
     @field_validator("schedulerName", "bridgeId")
     @classmethod
@@ -165,12 +203,7 @@ class Config(_Model):
     @field_validator("managedNamespaces")
     @classmethod
     def _namespaces(cls, v: list[str]) -> list[str]:
-        bad = [n for n in v if not is_dns_label(n)]
-        if bad:
-            raise ValueError(
-                f"not valid namespace names: {bad} (DNS labels: lowercase letters, digits and '-', at most 63)"
-            )
-        return v
+        return namespace_names(v)
 
     @field_validator("webhookListen", "extenderListen", "extenderHealthListen", "operatorHealthListen")
     @classmethod

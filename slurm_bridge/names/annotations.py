@@ -99,6 +99,12 @@ ANN_SLURM_DRAINED_BY: Final = SLINKY_PREFIX + "slurm-drained-by"
 # Set by the mutating webhook: the pod's DRA requests ({DeviceClass: count}, JSON), taken out of
 # its container resources so that kube-scheduler does not pick the devices itself.
 ANN_DEVICE_REQUESTS: Final = SLINKY_PREFIX + "device-requests"
+# Kubernetes': on a ResourceClaim its controller generated for a pod from a ResourceClaimTemplate,
+# the pod's claim entry; such a claim is that pod's alone (docs/security.md, "Devices").
+ANN_K8S_POD_CLAIM_NAME: Final = "resource.kubernetes.io/pod-claim-name"
+# Kubernetes': on a mirror pod, the static pod its kubelet runs from a file (a node daemon the
+# node guard allows on Slurm's nodes: operator/nodeguard/).
+ANN_K8S_CONFIG_MIRROR: Final = "kubernetes.io/config.mirror"
 # ... in these partitions (a comma list, passed as node features; default: the config's partition)
 ANN_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
 # ... with this Slurm dynamic topology (the node line's Topology=, e.g. "topo-1:block-2").

@@ -23,7 +23,7 @@ POD_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
 # stays True once True (slurm_bridge/kube/schedulingapi.py). The reasons are kube-scheduler's.
 PODGROUP_COND_SCHEDULED: Final = "PodGroupScheduled"
 PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
-# The condition a CompositePodGroup (scheduling.k8s.io/v1alpha3, Kubernetes 1.37) reports its
+# The condition a CompositePodGroup (scheduling.k8s.io/v1beta1 on Kubernetes 1.38, v1alpha3 on 1.37) reports its
 # whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
 # heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/grouping/compositereader.py). True is final.
 COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"

@@ -46,6 +46,12 @@ REASON_PENDING: Final = "Pending"  # condition Allocated=False while Slurm gives
 REASON_ALLOCATED: Final = "Allocated"  # condition Allocated
 REASON_PODS_BOUND: Final = "PodsBound"  # condition Ready
 REASON_ALLOCATION_MISMATCH: Final = "AllocationMismatch"  # fewer nodes than member pods: Failed
+# What Slurm holds for the job is less than its pods need (its owner changed it with scontrol
+# update: rules/allocationmatch.py). Before the release: Failed, the job cancelled, no pod released.
+# Under released or bound pods: Failed, their nodes drained naming them, the pods ended, the job
+# cancelled once they stopped.
+REASON_ALLOCATION_SHORT: Final = "SlurmAllocationShort"
+REASON_ALLOCATION_CHANGED: Final = "SlurmAllocationChanged"
 REASON_PODS_SUCCEEDED: Final = "PodsSucceeded"  # every member ended: Completed ...
 REASON_PODS_DELETED: Final = "PodsDeleted"  # ... Cancelled ...
 REASON_PODS_FAILED: Final = "PodsFailed"  # ... or Failed
@@ -99,6 +105,10 @@ REASON_SLURM_TIME_LIMIT_REACHED: Final = "SlurmTimeLimitReached"
 REASON_HANDOFF_HELD: Final = "SlurmHandoffHeld"
 REASON_HANDOFF_NODE_DRAINED: Final = "HandoffNodeDrained"
 REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
+# Events on a pod that runs on a Slurm node without holding a Slurm allocation there, and on its
+# node: the Slurm node is drained, and the drain lifted once no such pod is left (docs/nodes.md).
+REASON_UNALLOCATED_POD_NODE_DRAINED: Final = "UnallocatedPodNodeDrained"
+REASON_UNALLOCATED_POD_NODE_UNDRAINED: Final = "UnallocatedPodNodeUndrained"
 # Member pods vanished while they ran: their job is held until their grace period passed.
 REASON_PODS_VANISHED: Final = "PodsVanished"
 

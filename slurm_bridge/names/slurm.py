@@ -53,3 +53,8 @@ NOTIFY_NONE: Final = "none"
 # the exact bridgeId. Not SLURM_NODE_REASON_PREFIX: the node sync mirrors it as an outage (a cordon)
 # and never lifts it; the handoff loop of that bridge lifts it (UNDRAIN) once the pod it names stopped.
 HANDOFF_DRAIN_REASON_PREFIX: Final = "slurm-bridge-handoff["
+# The Slurm node reason of the node guard's drain (a pod runs on the node without a Slurm allocation
+# there): slurm-bridge-guard[<bridgeId>]: pod <ns>/<pod> ..., matched by the exact bridgeId. Not
+# SLURM_NODE_REASON_PREFIX, for the same reason as the handoff's: the node sync mirrors it as an
+# outage and never lifts it; the guard of that bridge lifts it once no such pod is left.
+NODE_GUARD_DRAIN_REASON_PREFIX: Final = "slurm-bridge-guard["

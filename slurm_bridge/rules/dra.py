@@ -341,6 +341,184 @@ def consistency_problems(pod: Mapping[str, Any]) -> list[str]:
     return []
 
 
+# ---- admission: devices past the bridge (docs/security.md, "Devices") ---------------------------
+# Only the bridge allocates the classes it maps, in the managed namespaces: a claim of the pod's own
+# (or one it generates from a template) would be allocated by kube-scheduler, which may pick a device
+# Slurm gave a native job; another pod's claim holds that pod's devices.
+ClaimKind = Literal["ResourceClaim", "ResourceClaimTemplate"]
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """One of a pod's own ``spec.resourceClaims`` entries (not the bridge's) and what it names."""
+
+    entry: str
+    kind: ClaimKind
+    name: str
+
+    @property
+    def where(self) -> str:
+        return f"spec.resourceClaims[{self.entry}]"
+
+
+def own_claim_refs(spec: Mapping[str, Any]) -> list[ClaimRef]:
+    """The pod's ``spec.resourceClaims`` entries but the bridge's own (``slurm-devices``)."""
+    out: list[ClaimRef] = []
+    for e in spec.get("resourceClaims") or []:
+        if not isinstance(e, Mapping) or e.get("name") == names.POD_CLAIM_ENTRY:
+            continue
+        if e.get("resourceClaimName"):
+            out.append(ClaimRef(str(e.get("name")), "ResourceClaim", str(e["resourceClaimName"])))
+        elif e.get("resourceClaimTemplateName"):
+            out.append(ClaimRef(str(e.get("name")), "ResourceClaimTemplate", str(e["resourceClaimTemplateName"])))
+    return out
+
+
+def claim_spec_of(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A ResourceClaim's spec, or the spec of the claims a ResourceClaimTemplate makes."""
+    spec = obj.get("spec") or {}
+    if kind == "ResourceClaimTemplate":
+        spec = spec.get("spec") or {} if isinstance(spec, Mapping) else {}
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def claim_classes(claim_spec: Mapping[str, Any]) -> list[str]:
+    """The DeviceClasses a claim's spec asks for: each request's ``exactly``, each of its
+    ``firstAvailable`` choices, and v1beta1's ``deviceClassName`` on the request itself."""
+    out: list[str] = []
+    devices = claim_spec.get("devices") or {}
+    for r in (devices.get("requests") if isinstance(devices, Mapping) else None) or []:
+        if not isinstance(r, Mapping):
+            continue
+        exactly = r.get("exactly")
+        choices = [c for c in r.get("firstAvailable") or [] if isinstance(c, Mapping)]
+        for c in (r, exactly if isinstance(exactly, Mapping) else {}, *choices):
+            name = c.get("deviceClassName")
+            if isinstance(name, str) and name:
+                out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def managed_classes(classes: Iterable[str]) -> list[str]:
+    """Those of ``classes`` the bridge maps to Slurm (:func:`device_class`): only it allocates them."""
+    return [c for c in classes if device_class(c) is not None]
+
+
+def ask_instead(classes: Sequence[str]) -> str:
+    """How a pod asks for devices of ``classes`` through the bridge."""
+    asks = ", ".join(f"{EXTENDED_PREFIX}{c}: N" for c in classes)
+    return (
+        f"ask for them in one container's resources.limits instead ({asks}): Slurm then picks the devices and "
+        "the bridge gives the pod exactly those (docs/gpus.md)"
+    )
+
+
+def claim_owner(claim: Mapping[str, Any]) -> str:
+    """The pod a ResourceClaim belongs to ("" when none): the owner of the bridge's claims and of
+    those Kubernetes generates from a template, or the generated claim's annotation."""
+    meta = claim.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
+            return f"pod {ref.get('name')}"
+    if names.ANN_K8S_POD_CLAIM_NAME in (meta.get("annotations") or {}):
+        return "the pod it was generated for"
+    return ""
+
+
+def own_claim_problems(refs: Sequence[ClaimRef], found: Mapping[ClaimRef, Mapping[str, Any] | str | None]) -> list[str]:
+    """Why a pod may not have its own claim entries ``refs``, given what each names (``found``: the
+    object, None when it does not exist, or why it could not be read: refused, fail closed).
+
+    Refused: a claim or template asking for a class the bridge maps, and another pod's claim. A
+    name that does not exist yet passes: whoever makes it later passes the same rule at its create.
+    A claim of other classes shared by several pods (DRA's shared claims) stays allowed: its devices
+    are not Slurm's."""
+    problems: list[str] = []
+    for ref in refs:
+        got = found.get(ref)
+        if isinstance(got, str):
+            problems.append(f"{ref.where}: {got}")
+            continue
+        if got is None:
+            continue
+        classes = managed_classes(claim_classes(claim_spec_of(ref.kind, got)))
+        if classes:
+            problems.append(
+                f"{ref.where}: {ref.kind} {ref.name} requests DeviceClass {', '.join(classes)}, which only "
+                "slurm-bridge allocates here (Slurm picks those devices; one Kubernetes picked could be a native "
+                f"Slurm job's); remove the entry and {ask_instead(classes)}"
+            )
+        owner = claim_owner(got) if ref.kind == "ResourceClaim" else ""
+        if owner:
+            problems.append(
+                f"{ref.where}: ResourceClaim {ref.name} belongs to {owner}: a pod may not use another pod's claim "
+                "(its devices are that pod's); remove the entry and ask for devices of your own"
+            )
+    return problems
+
+
+def bridge_claim_problem(name: str, existing: Mapping[str, Any] | str | None) -> str:
+    """The bridge's entry of a pod being created must name a claim that does not exist yet: the
+    operator makes it for this pod once Slurm has allocated the job ("" when so)."""
+    where = f"spec.resourceClaims[{names.POD_CLAIM_ENTRY}]"
+    if isinstance(existing, str):
+        return f"{where}: {existing}"
+    if existing is None:
+        return ""
+    return (
+        f"{where}: ResourceClaim {name} already exists; the entry {names.POD_CLAIM_ENTRY!r} names the claim "
+        f"slurm-bridge makes for this pod after Slurm's allocation, never an existing one: remove the entry and "
+        f"the {names.ANN_DEVICE_REQUESTS} annotation and ask with {EXTENDED_PREFIX}<class>: N (docs/gpus.md)"
+    )
+
+
+def claim_object_problems(kind: str, obj: Mapping[str, Any]) -> list[str]:
+    """Why a ResourceClaim or ResourceClaimTemplate may not be made in a managed namespace by
+    anyone but the bridge: it asks for a class the bridge maps."""
+    classes = managed_classes(claim_classes(claim_spec_of(kind, obj)))
+    if not classes:
+        return []
+    name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName") or ""
+    return [
+        f"{kind} {name}: requests DeviceClass {', '.join(classes)}, which only slurm-bridge allocates in this "
+        "namespace (Slurm picks those devices on its nodes; a claim made by hand would let Kubernetes give a pod "
+        f"devices Slurm may have given a native job); {ask_instead(classes)}"
+    ]
+
+
+def plugin_gpu_fields(spec: Mapping[str, Any], where: str = "spec") -> list[str]:
+    """The fields of a pod spec that ask for a device plugin's GPUs (``nvidia.com/gpu``, ``amd.com/gpu``)."""
+    out: list[str] = []
+    for kind, i, c in _containers(spec):
+        resources = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            out += [
+                f'{where}.{kind}[{i}].resources.{part}["{k}"]' for k in resources.get(part) or {} if k in GPU_RESOURCES
+            ]
+    return out
+
+
+def device_plugin_problem(fields: Sequence[str], partition: str | None, hybrid: Sequence[str], follows: bool) -> str:
+    """Why a job whose pods ask for a device plugin's GPUs (``fields``) may not run in ``partition``
+    (a comma list; None: Slurm's default) ("" when it may). On a hybrid node native jobs use the
+    same GPUs, and the plugin, not Slurm, picks the container's: refused in a partition of
+    ``hybrid`` (or Slurm's default one, which may be such), unless ``follows``: the site's plugin
+    hands out exactly the GPUs Slurm allocated."""
+    if not fields or follows or not hybrid:
+        return ""
+    asked = [p.strip() for p in (partition or "").split(",") if p.strip()]
+    hits = [p for p in asked if p in hybrid] if asked else []
+    if asked and not hits:
+        return ""
+    what = f"partition {', '.join(hits)}, which holds" if hits else "Slurm's default partition, which may hold"
+    return (
+        f"{fields[0]}: a device plugin's GPUs in {what} hybrid nodes (native Slurm jobs use the same GPUs): Slurm "
+        "counts the GPUs but the device plugin picks which ones the container gets, which may be a native job's; "
+        f"ask with {EXTENDED_PREFIX}gpu.nvidia.com: N instead (Slurm picks the GPUs and the pod gets exactly those, "
+        "docs/gpus.md), or choose a partition without hybrid nodes"
+    )
+
+
 # ---- translation: what Slurm is asked for ------------------------------------------------------
 def _class(name: str) -> DeviceClass:
     cls = device_class(name)
@@ -353,10 +531,10 @@ def _gpu_items(gres: str | None) -> list[tuple[str, int | None]]:
     """(type, count) of each ``gpu`` item of a GRES list: a job's TRES per node (``gres/gpu:2``,
     ``gres/gpu:1g.10gb:1,gres/shard:2``) or a node's Gres (``gpu:h100:2(S:0)``); type "" when
     untyped, count None when not given."""
-    return [(typed, count) for name, typed, count in _gres_items(gres) if name == "gpu"]
+    return [(typed, count) for name, typed, count in gres_items(gres) if name == "gpu"]
 
 
-def _gres_items(gres: str | None) -> list[tuple[str, str, int | None]]:
+def gres_items(gres: str | None) -> list[tuple[str, str, int | None]]:
     """(name, type, count) of each item of a GRES list (``gres/shard:2``, ``gpu:h100:2(S:0)``); type
     "" when untyped, count None when not given."""
     out: list[tuple[str, str, int | None]] = []
@@ -380,7 +558,7 @@ def typed_gpu_request(gres: str | None) -> bool:
 
 def shard_request(gres: str | None) -> bool:
     """A job's TRES per node asks for GPU shares (``gres/shard:2``)."""
-    return any(name == SHARD_GRES and count is not None for name, _, count in _gres_items(gres))
+    return any(name == SHARD_GRES and count is not None for name, _, count in gres_items(gres))
 
 
 def mig_node(node_gres: str) -> bool:
@@ -712,7 +890,7 @@ def slurm_gpu_inventory(node_gres: str) -> dict[str, int]:
         m = MIG_TYPE.search(typed)
         kind = f"gpu:{m.group(0).lstrip('_')}" if m else "gpu"
         out[kind] = out.get(kind, 0) + count
-    shards = sum(n for name, _, n in _gres_items(node_gres) if name == SHARD_GRES and n is not None)
+    shards = sum(n for name, _, n in gres_items(node_gres) if name == SHARD_GRES and n is not None)
     if shards:
         out[SHARD_GRES] = shards
     return out

@@ -109,6 +109,16 @@ def unheld_drain_reason(bridge_id: str, namespace: str, pod: str, job_id: int) -
     )
 
 
+def changed_drain_reason(bridge_id: str, namespace: str, pod: str, job_id: int) -> str:
+    """The reason of the drain of a pod's node when Slurm no longer holds for its job what the
+    pod uses (its owner moved or shrank it: rules/allocationmatch.py): lifted by the handoff loop
+    once the pod stopped, as its own drains."""
+    return (
+        f"{drain_prefix(bridge_id)} pod {namespace}/{pod} of Slurm job {job_id} runs on "
+        "resources Slurm no longer holds for the job"
+    )
+
+
 @dataclass(frozen=True)
 class HandoffDrain:
     namespace: str

@@ -1,5 +1,6 @@
-"""What the configured node sharing needs of Slurm, judged from slurm.conf (``GET conf``, REST API
-v0.0.45) and the default partition: one finding per check, pure. The operator reads Slurm and
+"""What the configured node sharing needs of Slurm, and what keeps a job's owner from shrinking a
+bridge job, judged from slurm.conf (``GET conf``, REST API v0.0.45) and the default partition: one
+finding per check, pure. The operator reads Slurm and
 reports the findings (operator/nodes/setupcheck.py; docs/colocation.md says how they surface).
 
 A check is a function of (config, slurm.conf or None, the partition or None, the REST version)
@@ -120,7 +121,32 @@ def consumable_memory(config: Config, view: SiteView) -> Finding | None:
     )
 
 
-CHECKS: Final[tuple[Check, ...]] = (mcs_plugin, partition_oversubscribe, consumable_memory)
+JOB_SHRINK_SETTING: Final = "disable_job_shrink"
+
+
+def job_shrink(config: Config, view: SiteView) -> Finding | None:
+    """A bridge job runs as its tenant's user, who may ``scontrol update`` it: shrinking a running
+    job (NumNodes, NodeList) would hand Slurm nodes or CPUs its pods still use. Slurm refuses that
+    with ``SchedulerParameters=disable_job_shrink``; without it, only the bridge's own check of each
+    allocation stands. (No slurm.conf setting stops an owner's changes to a pending job.)"""
+    check = "job_shrink"
+    if view.conf is None:
+        return _no_conf(check, "SchedulerParameters", view)
+    params = [p.strip() for p in view.conf.scheduler_parameters]
+    shown = f"SchedulerParameters={','.join(params) or '(none)'}"
+    if JOB_SHRINK_SETTING in (p.lower() for p in params):
+        return Finding(check, "ok", f"Slurm refuses shrinking a running job ({shown})")
+    return Finding(
+        check,
+        "problem",
+        f"Slurm has {shown}, without {JOB_SHRINK_SETTING}: a bridge job's owner (the tenant's user) may shrink "
+        "the running job with scontrol update (NumNodes, NodeList), giving other jobs nodes or CPUs its pods still "
+        "use; the bridge checks each allocation against its pods and drains on a difference. Add "
+        f"{JOB_SHRINK_SETTING} to SchedulerParameters so that Slurm refuses it (docs/security.md)",
+    )
+
+
+CHECKS: Final[tuple[Check, ...]] = (mcs_plugin, partition_oversubscribe, consumable_memory, job_shrink)
 
 
 def findings(config: Config, view: SiteView, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:

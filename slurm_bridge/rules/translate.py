@@ -256,12 +256,23 @@ def job_request(
     fields.update(_sharing_fields(pods, config, from_annotations))
     _check_node_counts(fields, len(pods), from_annotations)
     _check_topology(fields)
+    _check_plugin_gpus(pods, fields.get("partition"), config)
     constraints = fields.get("constraints")
     holds = _holds(fields["nodes"], fields.get("max_nodes"))
     fields.update(
         _placement_fields(placement, holds=holds, constraints=constraints if isinstance(constraints, str) else None)
     )
     return JobRequest.model_validate(fields)
+
+
+def _check_plugin_gpus(pods: Sequence[Mapping[str, Any]], partition: object, config: Config) -> None:
+    """Device-plugin GPUs in a partition of hybrid nodes (dra.device_plugin_problem): the operator's
+    last word, for the pods whose partition the webhook could not know (a workload member's)."""
+    fields = [f"{pod_label(p)}: {f}" for p in pods for f in dra.plugin_gpu_fields(p.get("spec") or {})]
+    where = partition if isinstance(partition, str) else None
+    problem = dra.device_plugin_problem(fields, where, config.hybridPartitions, config.devicePluginFollowsSlurm)
+    if problem:
+        raise ValueError(problem)
 
 
 def exclude_unfit(request: JobRequest, unfit: Iterable[str]) -> JobRequest:

@@ -104,10 +104,11 @@ class AnswerDecoder:
         # Validate only the fields read (a job record has ~150) and build JobInfo from values
         # already checked: a poll decodes every job Slurm knows, so this is the hot path.
         w = validate(JobWire, {k: raw[k] for k in _JOB_KEYS if k in raw}, "job")
+        states = base_first(w.job_state, _JOB_BASE_STATES)
         return JobInfo.model_construct(
             job_id=w.job_id,
             name=w.name,
-            states=base_first(w.job_state, _JOB_BASE_STATES),
+            states=states,
             reason="" if w.state_reason in ("None", "none") else w.state_reason,
             nodes=expand_nodes(w.nodes),
             admin_comment=w.admin_comment or "",
@@ -128,6 +129,9 @@ class AnswerDecoder:
             qos=w.qos or "",
             preempt_time=time_of(w.preempt_time),
             scheduled_nodes=expand_nodes(w.scheduled_nodes),
+            tres=(w.tres_req_str if states[:1] == ("PENDING",) else w.tres_alloc_str or w.tres_req_str) or "",
+            gres_per_node=w.tres_per_node or "",
+            mcs_label=w.mcs_label or "",
         )
 
     def decode_jobs(self, body: Any) -> list[JobInfo]:
@@ -207,6 +211,8 @@ class AnswerDecoder:
             partitions=csv_items(w.partitions),
             comment=w.comment or "",
             topology=w.topology or "",
+            alloc_cpus=w.alloc_cpus or 0,
+            alloc_memory_mib=w.alloc_memory or 0,
         )
 
     def decode_job_devices(self, body: Any, job_id: int) -> dict[str, NodeDevices] | None:
@@ -282,6 +288,7 @@ class AnswerDecoder:
             preempt_type=w.PreemptType,
             preempt_mode=tuple(m.upper() for m in csv_items(w.PreemptMode)),
             over_time_limit_minutes=_over_time(w.OverTimeLimit),
+            scheduler_parameters=csv_items(w.SchedulerParameters),
         )
 
     def decode_partition_limits(self, body: Any) -> list[PartitionLimits]:

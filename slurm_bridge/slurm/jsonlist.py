@@ -2,7 +2,7 @@
 
 A full ``GET jobs`` answer is about 8 KB of JSON a job (80 MB for 10,000 jobs) and holds every job
 of the cluster, while the bridge keeps a few fields of its own jobs. Parsed whole, it became about
-four times its size in Python objects at once (docs/performance-log.md, run 11); read whole and then
+four times its size in Python objects at once (bench/log, run 11); read whole and then
 decoded item by item, its bytes and their text were still held at once, and the operator's RSS
 peaked at 395 - 434 MiB with 10,000 jobs (run 14). ``ListStream`` is fed the answer as it is read
 (the transport hands each piece over: :mod:`.transport`): each item is parsed by the standard

@@ -118,6 +118,14 @@ class JobInfo(BaseModel):
     qos: str = ""
     preempt_time: datetime | None = None
     scheduled_nodes: tuple[str, ...] = ()
+    # What Slurm holds for a running job (its TRES allocated, e.g. "cpu=2,mem=2G,node=1") or what a
+    # pending one asks for (its TRES requested); its GRES per node as Slurm keeps the request
+    # ("gres/gpu:2"); its MCS label. None: not read (rules/allocationmatch.py compares nothing then).
+    tres: str | None = None
+    gres_per_node: str | None = None
+    mcs_label: str | None = None
+    # Taken from slurmctld's signed start notice, not read yet: what it holds is not known.
+    signed: bool = False
 
     @property
     def state(self) -> str:
@@ -273,6 +281,9 @@ class NodeInfo(BaseModel):
     partitions: tuple[str, ...] = ()
     comment: str = ""
     topology: str = ""  # its place in each topology: "blocks:b1,tree:s1" (v0.0.44 and later)
+    # What jobs hold of it now: a change says a job started, ended, moved or shrank there.
+    alloc_cpus: int = 0
+    alloc_memory_mib: int = 0
 
     @property
     def state(self) -> str:
@@ -310,6 +321,7 @@ class SlurmConf(BaseModel):
     preempt_type: str = ""
     preempt_mode: tuple[str, ...] = ()  # upper case
     over_time_limit_minutes: int | None = 0  # None: UNLIMITED
+    scheduler_parameters: tuple[str, ...] = ()  # e.g. ("batch_sched_delay=0", "disable_job_shrink")
 
     @property
     def handoff_epilogs(self) -> tuple[str, ...]:

@@ -91,7 +91,7 @@ def gc_paused() -> Iterator[None]:
     jobs: about 30,000; a full job list: millions), freed by reference counting once decoded. A
     collection in the middle moved them to the oldest generation, and Python then ran a full
     collection over all of the operator's objects every few polls: 10 a minute, 0.4 s each, at
-    1,000 nodes and 10,000 PlaceholderJobs (docs/performance-log.md, run 8).
+    1,000 nodes and 10,000 PlaceholderJobs (bench/log, run 8).
     """
     global _gc_pauses, _gc_resume
     with _gc_lock:

@@ -145,6 +145,12 @@ class JobWire(_Wire):
     qos: str | None = None
     preempt_time: WireTime = None
     scheduled_nodes: str | None = None
+    # What the job holds (running) or asks for (pending), which its owner may change with
+    # ``scontrol update``: the bridge compares it with what it submitted (rules/allocationmatch.py).
+    tres_alloc_str: str | None = None
+    tres_req_str: str | None = None
+    tres_per_node: str | None = None
+    mcs_label: str | None = None
 
 
 class CoreWire(_Wire):
@@ -195,6 +201,8 @@ class NodeWire(_Wire):
     partitions: list[str] | str | None = None
     comment: str | None = None
     topology: str | None = None
+    alloc_cpus: int | None = None
+    alloc_memory: int | None = None
 
 
 class PartitionWire(_Wire):
@@ -239,6 +247,7 @@ class SlurmConfWire(_Wire):
     EpilogSlurmctld: list[str] | str = Field(default_factory=list)
     PreemptType: str = ""
     PreemptMode: list[str] | str = Field(default_factory=list)
+    SchedulerParameters: list[str] | str = Field(default_factory=list)
     # Minutes: a number (INFINITE16, 65535, for UNLIMITED) or a NoVal.
     OverTimeLimit: NoVal | int | None = None
 

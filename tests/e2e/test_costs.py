@@ -74,10 +74,11 @@ def pod_counts(s: Obj) -> Counter[str]:
     # seconds for Slurm's preempt_time, the poller reads a pending job again for its reason (a
     # gang's job waited long enough on a loaded CI machine for 5 reads more); and reads whose time
     # Slurm decides: an ended job read once more when MinJobAge drops it from Slurm's list (seen in
-    # CI: an earlier test's seven hetjob components, read inside a gang's count).
-    c["slurm GET /job/{id}"] -= sum(
-        int(s.get(k, 0)) for k in ("slurm_preemption_reads", "slurm_reason_reads", "slurm_purge_reads")
-    )
+    # CI: an earlier test's seven hetjob components, read inside a gang's count); and running jobs
+    # read again because another job started or ended on their node (what a job holds can change
+    # without its state: docs/security.md, "A job's owner in Slurm").
+    reads = ("slurm_preemption_reads", "slurm_reason_reads", "slurm_purge_reads", "slurm_moved_reads")
+    c["slurm GET /job/{id}"] -= sum(int(s.get(k, 0)) for k in reads)
     for kind, n in (s.get("kube_writes_by_kind") or {}).items():
         if kind.split(" ", 1)[1] in POD_RESOURCES:
             c[f"kube {kind}"] = n

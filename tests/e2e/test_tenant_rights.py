@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
+from tests.e2e import util
 from tests.e2e.test_tenancy import condition, wait_selected
 from tests.e2e.util import bridge_jobs_in, get_phj, make_pod, slurm_job
 from tests.harness import TENANTS, SlurmEnv, wait_for
@@ -40,15 +40,7 @@ def alice(ns: str, **more: Any) -> Obj:
 @pytest.fixture
 def down_partition(slurm_env: SlurmEnv) -> Iterator[str]:
     """A DOWN partition over the kwok nodes, where jobs wait (reason PartitionDown)."""
-    name = f"rights-{secrets.token_hex(3)}"
-    slurm_env.scontrol("create", f"PartitionName={name}", f"Nodes={','.join(slurm_env.nodes)}", "State=DOWN")
-    yield name
-    slurm_env.slurm("scancel", "--partition", name, check=False)
-
-    def deleted() -> bool:
-        return slurm_env.slurm("scontrol", "delete", f"PartitionName={name}", check=False).returncode == 0
-
-    wait_for(deleted, 60, f"partition {name} deleted (its jobs gone)")
+    yield from util.down_partition(slurm_env, "rights", slurm_env.nodes)
 
 
 def _status(custom: k8s.CustomObjectsApi, ns: str, name: str) -> Obj:

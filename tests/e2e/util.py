@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import hostlist
@@ -112,7 +114,7 @@ def bridge_jobs_in(slurm: SlurmEnv, ns: str, *, refused: bool = False) -> list[d
     """Slurm jobs the bridge made for PlaceholderJobs in namespace ``ns`` (from admin_comment).
 
     Records of refused immediate allocations (which never allocated anything, see
-    docs/performance-log.md) are left out unless ``refused``: they are not jobs the bridge holds.
+    bench/log) are left out unless ``refused``: they are not jobs the bridge holds.
     """
     out = []
     for job in slurm_jobs(slurm):
@@ -227,3 +229,17 @@ class Native:
     def cancel_all(self) -> None:
         for job_id in self.ids:
             self.cancel(job_id)
+
+
+def down_partition(slurm: SlurmEnv, prefix: str, nodes: list[str]) -> Iterator[str]:
+    """A new DOWN partition over ``nodes`` (its jobs wait, reason PartitionDown), for a fixture to
+    yield from; its jobs cancelled and the partition deleted afterwards."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    slurm.scontrol("create", f"PartitionName={name}", f"Nodes={','.join(nodes)}", "State=DOWN")
+    yield name
+    slurm.slurm("scancel", "--partition", name, check=False)
+
+    def deleted() -> bool:
+        return slurm.slurm("scontrol", "delete", f"PartitionName={name}", check=False).returncode == 0
+
+    wait_for(deleted, 60, f"partition {name} deleted (its jobs gone)")

@@ -118,19 +118,20 @@ SERVER = (
 
 
 def pinned_pod(name: str, node: str, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A plain pod on ``node`` (default scheduler bypassed), tolerating every taint: the bridge's
-    managed-node taint keeps other pods off Slurm's nodes."""
+    """A bridge pod on ``node`` (its Slurm node, named by nodeSelector): only the bridge's pods may
+    tolerate the managed-node taint of Slurm's nodes (the node guard, docs/security.md)."""
     pod = make_pod(name, cpu="10m", labels=labels)
     container = pod["spec"]["containers"][0]
     container["command"] = command
     container["env"] = [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-    pod["spec"] |= {"nodeName": node, "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 1}
+    pod["spec"] |= {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1}
     return pod
 
 
 @pytest.fixture
-def server(core: k8s.CoreV1Api, namespace: str) -> Iterator[tuple[str, str]]:
+def server(core: k8s.CoreV1Api, managed_namespace: str) -> Iterator[tuple[str, str]]:
     """A tiny HTTP server (perl, which the Slurm image has) on the last worker, behind a Service."""
+    namespace = managed_namespace
     node = worker_names(core)[-1]
     core.create_namespaced_pod(namespace, pinned_pod("server", node, ["perl", "-e", SERVER], {"app": "server"}))
     core.create_namespaced_service(namespace, {
@@ -155,8 +156,13 @@ def fetch(cluster: dict[str, str], ns: str, pod: str, host: str, port: int) -> s
 
 
 def test_pods_on_different_workers_reach_each_other_directly_and_through_a_service(
-    core: k8s.CoreV1Api, namespace: str, server: tuple[str, str], cluster: dict[str, str]
+    core: k8s.CoreV1Api,
+    managed_namespace: str,
+    server: tuple[str, str],
+    cluster: dict[str, str],
+    kind_bridge: dict[str, str],  # the pods are the bridge's
 ) -> None:
+    namespace = managed_namespace
     server_node, server_ip = server
     client_node = worker_names(core)[0]
     assert client_node != server_node

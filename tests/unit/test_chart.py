@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -492,11 +493,14 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("slinky.slurm.net", "tenantpolicies/status", "patch")
     )
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-operator")) == operator
-    # The webhook reads policies, namespaces and ResourceSlices (its caches, slurm_bridge/kube/cache.py), no more.
+    # The webhook reads policies, namespaces and ResourceSlices (its caches, slurm_bridge/kube/cache.py), and
+    # gets the claims and templates a pod names (webhook/devicedoors.py), no more.
     assert _rules(find(docs, "ClusterRole", f"{RELEASE}-webhook")) == (
         _grant("", "namespaces", "get", "list", "watch")
         | _grant("slinky.slurm.net", "tenantpolicies", "list", "watch")
         | _grant("resource.k8s.io", "resourceslices", "list", "watch")
+        | _grant("resource.k8s.io", "resourceclaims", "get")
+        | _grant("resource.k8s.io", "resourceclaimtemplates", "get")
     )
     assert _rules(find(docs, "Role", f"{RELEASE}-operator-lease")) == (
         _grant("coordination.k8s.io", "leases", "create")
@@ -660,17 +664,86 @@ def _tested_versions() -> list[str]:
     return m.group(1).split()
 
 
-def test_chart_installs_on_exactly_the_tested_kubernetes_versions() -> None:
-    """kubeVersion is the matrix's range (docs/compatibility.md): every tested version renders,
-    the minor below the oldest and the one above the newest are refused."""
+NEWEST_TESTED = "slurm-bridge/newest-tested-kubernetes"  # the Chart.yaml annotation NOTES.txt reads
+
+
+def _minor(version: str) -> int:
+    return int(version.lstrip("v").split(".")[1])
+
+
+def _newest_tested_minor() -> int:
+    return max(_minor(v) for v in _tested_versions())
+
+
+def render_notes(kube_version: str) -> subprocess.CompletedProcess[str]:
+    """templates/NOTES.txt as helm renders it for a cluster of ``kube_version``. `helm template`
+    leaves NOTES out and `helm install --dry-run=client` has no --kube-version, so a copy of the
+    chart gets one more template that includes NOTES.txt (by its template name) into a ConfigMap."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = Path(tmp) / CHART.name
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+            f'data: {{notes: {{{{ include "{CHART.name}/templates/NOTES.txt" . | toJson }}}}}}\n'
+        )
+        proc = helm(
+            "template", RELEASE, str(chart), "--namespace", NS, "--kube-version", kube_version,
+            "--show-only", "templates/zz-notes.yaml",
+        )  # fmt: skip
+    if proc.returncode == 0:
+        proc.stdout = yaml.safe_load(proc.stdout)["data"]["notes"]
+    return proc
+
+
+def test_chart_installs_from_the_oldest_tested_kubernetes_version_on() -> None:
+    """kubeVersion starts at the matrix's oldest minor and has no upper bound (docs/compatibility.md):
+    every tested version renders, the minor below the oldest is refused by helm, and newer minors
+    install, as the bridge finds its API versions by discovery."""
     versions = _tested_versions()
+    minors = sorted(_minor(v) for v in versions)
+    assert minors == list(range(minors[0], minors[-1] + 1)), "one version per minor, none skipped"
+    assert _chart_yaml()["kubeVersion"] == f">=1.{minors[0]}.0-0"
     for v in versions:
         assert render_text(kube_version=v).returncode == 0, v
-    minors = sorted(int(v.split(".")[1]) for v in versions)
-    assert minors == list(range(minors[0], minors[-1] + 1)), "one version per minor, none skipped"
-    for outside in (f"v1.{minors[0] - 1}.9", f"v1.{minors[-1] + 1}.0"):
-        proc = render_text(kube_version=outside)
-        assert proc.returncode != 0 and "kubeVersion" in proc.stderr, outside
+    proc = render_text(kube_version=f"v1.{minors[0] - 1}.9")
+    assert proc.returncode != 0, proc.stdout
+    assert f"chart requires kubeVersion: >=1.{minors[0]}.0-0 which is incompatible with Kubernetes" in proc.stderr
+    for newer in (f"v1.{minors[-1] + 1}.0", f"v1.{minors[-1] + 2}.0"):
+        assert render_text(kube_version=newer).returncode == 0, newer
+
+
+def test_newest_tested_kubernetes_minor_is_the_matrixs_and_the_docs() -> None:
+    """The chart's one record of the newest tested minor follows hack/versions.env, and the
+    compatibility doc names the same range."""
+    tested = _chart_yaml()["annotations"][NEWEST_TESTED]
+    assert tested == f"1.{_newest_tested_minor()}"
+    oldest = min(_tested_versions(), key=_minor)
+    doc = (REPO / "docs" / "compatibility.md").read_text()
+    assert f"1.{_minor(oldest)} to {tested}" in doc and f"`{NEWEST_TESTED}`" in doc
+
+
+# Versions relative to the newest tested minor N (1.37 now): N+1 and N+2, a release candidate of
+# N+1, a vendor's build of it; and N's own releases (a vendor's too) and the oldest tested.
+@pytest.mark.parametrize("template", ["v1.{n1}.0", "v1.{n2}.0", "v1.{n1}.0-rc.0", "v1.{n1}.1-gke.1200"])
+def test_a_cluster_newer_than_the_newest_tested_minor_installs_with_a_warning(template: str) -> None:
+    n = _newest_tested_minor()
+    kube_version = template.format(n1=n + 1, n2=n + 2)
+    proc = render_notes(kube_version)
+    assert proc.returncode == 0, proc.stderr
+    # --kube-version drops a pre-release or vendor suffix from .Capabilities.KubeVersion.Version.
+    assert re.search(
+        rf"WARNING: Kubernetes v1\.{_minor(kube_version)}\.\S+ is newer than 1\.{n}, the newest", proc.stdout
+    )
+    assert "docs/compatibility.md" in proc.stdout
+
+
+@pytest.mark.parametrize("template", ["v1.{n}.0", "v1.{n}.9", "v1.{n}.9-eks-1a2b3c", "{oldest}"])
+def test_a_tested_kubernetes_minor_installs_without_a_warning(template: str) -> None:
+    kube_version = template.format(n=_newest_tested_minor(), oldest=min(_tested_versions(), key=_minor))
+    proc = render_notes(kube_version)
+    assert proc.returncode == 0, proc.stderr
+    assert f"slurm-bridge {_chart_yaml()['appVersion']} is installed" in proc.stdout
+    assert "WARNING" not in proc.stdout
 
 
 def test_scheduler_config_matches_the_local_template() -> None:
@@ -744,7 +817,8 @@ def test_names_follow_release_and_overrides() -> None:
 
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                  "ValidatingWebhookConfiguration", "CustomResourceDefinition", "PriorityClass"}  # fmt: skip
+                  "ValidatingWebhookConfiguration", "CustomResourceDefinition", "PriorityClass",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -186,6 +186,19 @@ def test_a_component_short_of_nodes_fails_the_composite_and_cancels_the_job() ->
     assert [summary(a) for a in got.actions] == [("status", "Failed", "AllocationMismatch"), ("cancel", LEADER)]
     failed = got.actions[0]
     assert isinstance(failed, pl.WriteStatus) and "component 1 (PodGroup b)" in (failed.status.message or "")
+    cancel = got.actions[1]
+    assert isinstance(cancel, pl.Cancel) and cancel.released, "no member runs: nothing to hold"
+
+
+def test_a_component_shrunk_under_running_pods_is_never_marked_released() -> None:
+    """Its owner took a node from a running component: the pods may still run, so the job's
+    cancel leaves the handoff's script to hold their cores (docs/security.md)."""
+    both = side("RUNNING", "RUNNING")
+    short = both.components[1].model_copy(update={"nodes": ("nb1",)})
+    slurm = dataclasses.replace(both, components=(both.components[0], short))
+    got = decide_in(PlaceholderJob.parse(composite_phj("Running")), slurm, members("running"), NOW, scheduler="s")
+    cancel = next(a for a in got.actions if isinstance(a, pl.Cancel))
+    assert not cancel.released
 
 
 def test_a_component_the_view_lacks_is_looked_for_at_most_every_full_list_period() -> None:

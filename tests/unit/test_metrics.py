@@ -185,7 +185,7 @@ async def test_a_reconciles_lines_name_its_object_and_only_an_objects() -> None:
 
 async def test_the_pod_watch_asks_the_api_server_for_the_bridges_pods_only() -> None:
     """Unmanaged pods are filtered server-side (a field selector the operator's pod informer sends
-    with its list and every watch), so they cost the operator nothing (docs/performance-log.md)."""
+    with its list and every watch), so they cost the operator nothing (bench/log)."""
     ctrl: Any = SimpleNamespace(config=Config(schedulerName="my-bridge"), on_pod_event=print, on_phj_event=print,
                                 pods=ObjectStore(), phjs=ObjectStore())  # fmt: skip
     watches = HotWatches(KubeClient("http://127.0.0.1:0"), ctrl)

@@ -39,6 +39,7 @@ async def test_every_part_stops_though_one_fails_and_the_lease_goes_last() -> No
         tenant_status=_part("tenant status", stopped, fails=True),
         nodes=_part("nodes", stopped),
         handoff=_part("handoff", stopped),
+        guard=_part("node guard", stopped),
         settings=_part("settings", stopped),
         elector=_part("lease", stopped),
         standby=_part("standby", stopped),
@@ -48,7 +49,8 @@ async def test_every_part_stops_though_one_fails_and_the_lease_goes_last() -> No
     await asyncio.wait_for(op.stop(), 5)
     assert never_ends.cancelled()
     assert stopped == [
-        "tenant status", "handoff", "settings", "nodes", "placeholderjobs", "watches", "tenant cache", "lease",
+        "tenant status", "handoff", "node guard", "settings", "nodes", "placeholderjobs", "watches",
+        "tenant cache", "lease",
     ]  # fmt: skip
     await op.close()
     assert stopped[-3:] == ["slurm", "kube", "lease kube"]

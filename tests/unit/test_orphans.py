@@ -36,7 +36,7 @@ def test_only_live_old_jobs_of_unknown_placeholderjobs_are_candidates() -> None:
 
 async def test_a_sweep_checks_a_bounded_number_of_candidates() -> None:
     """While a restarted operator's watch still lists its PlaceholderJobs, every live job looks
-    orphaned: with 10,000 that was thousands of GETs a sweep (performance-log.md, run 8)."""
+    orphaned: with 10,000 that was thousands of GETs a sweep (bench/log, run 8)."""
     from types import SimpleNamespace
     from typing import Any, cast
 

@@ -444,7 +444,7 @@ async def test_an_unchanged_job_table_is_none_but_an_empty_one_is_a_list(token_f
 
 async def test_a_list_of_every_job_gets_a_longer_timeout_than_other_calls(token_file: Path) -> None:
     """80 MB for 10,000 jobs took longer than the 10 s request timeout on a busy machine, so the
-    operator could not start (its first full list never arrived: performance-log.md, run 8)."""
+    operator could not start (its first full list never arrived: bench/log, run 8)."""
     fake = FakeSlurmrestd()
     fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
     fake.on("GET", "/slurm/v0.0.45/jobs/state/", lambda r: ok({"jobs": []}))
@@ -468,7 +468,7 @@ async def test_polling_a_big_state_answer_forces_no_full_garbage_collection(toke
     """Decoding jobs/state for 10,000 jobs every period moved its short-lived objects into the
     oldest generation when a collection ran in the middle, and Python then ran a full collection
     over every object of the operator every few polls (10 a minute, 0.4 s each, at the scale
-    profile: performance-log.md, run 8). Answers are decoded with the collector paused."""
+    profile: bench/log, run 8). Answers are decoded with the collector paused."""
     heap = [{"k": [i]} for i in range(100_000)]  # long-lived, like the operator's stores
     jobs = [{"job_id": str(i), "state": ["RUNNING"]} for i in range(10_000)]
     fake = FakeSlurmrestd()

@@ -29,6 +29,7 @@ GOOD_CONF = SlurmConf(
     mcs_parameters=("ondemand", "ondemandselect"),
     select_type="select/cons_tres",
     select_type_parameters=("CR_CORE_MEMORY",),
+    scheduler_parameters=("batch_sched_delay=0", "disable_job_shrink"),
 )
 NO = PartitionInfo(name="slurm-bridge", oversubscribe="NO")
 
@@ -41,7 +42,8 @@ def test_conf_is_read_with_v0045_only() -> None:
     assert CODECS["v0.0.44"].conf_path() is None and CODECS["v0.0.43"].conf_path() is None
     body = {
         "slurm_conf": {"MCSPlugin": "mcs/label", "MCSParameters": ["ondemand", "ondemandselect"],
-                       "SelectType": "select/cons_tres", "SelectTypeParameters": ["CR_CORE_MEMORY"], "KillWait": 30},
+                       "SelectType": "select/cons_tres", "SelectTypeParameters": ["CR_CORE_MEMORY"], "KillWait": 30,
+                       "SchedulerParameters": "batch_sched_delay=0,disable_job_shrink"},
         "slurm_conf_meta": {}, "errors": [], "warnings": [],
     }  # fmt: skip
     assert CODECS["v0.0.45"].decode_conf(body) == GOOD_CONF
@@ -96,7 +98,7 @@ def one(config: Config, conf: SlurmConf | None, partition: PartitionInfo | None 
 
 def test_time_shared_passes_with_the_documented_mcs_setting() -> None:
     found = one(TS, GOOD_CONF)
-    assert list(found) == ["mcs_plugin"] and found["mcs_plugin"].state == "ok"
+    assert list(found) == ["mcs_plugin", "job_shrink"] and found["mcs_plugin"].state == "ok"
     select = GOOD_CONF.model_copy(update={"mcs_parameters": ("ondemand", "select")})
     assert one(TS, select)["mcs_plugin"].state == "ok"
 
@@ -147,8 +149,29 @@ def test_co_resident_checks_the_partition_exists_and_memory_is_counted() -> None
     assert "mcs_plugin" not in one(CO, GOOD_CONF), "no MCS is needed without time sharing"
 
 
-def test_exclusive_needs_nothing() -> None:
-    assert one(EX, None, None) == {}
+def test_exclusive_needs_nothing_for_sharing() -> None:
+    assert list(one(EX, None, None)) == ["job_shrink"]
+
+
+@pytest.mark.parametrize(
+    ("params", "state"),
+    [
+        (("batch_sched_delay=0", "disable_job_shrink"), "ok"),
+        (("DISABLE_JOB_SHRINK",), "ok"),
+        (("bf_interval=1",), "problem"),
+        ((), "problem"),
+    ],
+)
+@pytest.mark.parametrize("config", [TS, CO, EX], ids=["timeShared", "coResident", "exclusive"])
+def test_every_mode_needs_slurm_to_refuse_an_owners_shrink_of_a_running_job(
+    config: Config, params: tuple[str, ...], state: str
+) -> None:
+    f = one(config, GOOD_CONF.model_copy(update={"scheduler_parameters": params}))["job_shrink"]
+    assert f.state == state and f"SchedulerParameters={','.join(params) or '(none)'}" in f.message
+    if state == "problem":
+        assert "the bridge checks each allocation against its pods and drains on a difference" in f.message
+        assert "Add disable_job_shrink to SchedulerParameters" in f.message
+    assert one(config, None, version="v0.0.44")["job_shrink"].state == "unknown"
 
 
 # ---- the operator's report ---------------------------------------------------------------------------

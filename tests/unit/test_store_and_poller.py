@@ -284,7 +284,7 @@ async def test_a_job_read_while_a_slow_full_list_runs_is_kept(monkeypatch: pytes
 
 async def test_a_deep_queue_costs_a_bounded_number_of_reason_reads_per_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reasons of many pending jobs are read a few per poll, the longest unread first, not all at
-    once: 300 pending jobs cost 20 GETs a second before (performance-log.md, run 3)."""
+    once: 300 pending jobs cost 20 GETs a second before (bench/log, run 3)."""
     slurm, changed = FakeJobReads(), list[str]()
     poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
     for i in range(1, 201):  # many other users' jobs: GETs stay cheaper than a full list
@@ -319,7 +319,7 @@ class _CountingJobs(dict[int, JobInfo]):
 
 async def test_a_state_answer_like_the_last_costs_no_per_job_work() -> None:
     """Idle, with thousands of jobs, comparing each job's state every period was most of the
-    poller's CPU (docs/performance-log.md, run 8): an answer equal to the last one, with the view as
+    poller's CPU (bench/log, run 8): an answer equal to the last one, with the view as
     it was, is not compared again. A change is still seen in the next poll."""
     slurm, changed = FakeJobReads(), list[str]()
     poller = _poller(slurm, changed)
@@ -420,7 +420,7 @@ async def test_a_slow_or_failing_periodic_full_list_never_holds_up_the_state_pol
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With 10,000 jobs the full list (80 MB) outlasted the request timeout on a busy machine, and
-    every poll waited for it and failed: no job state was seen for minutes (performance-log.md, run 8).
+    every poll waited for it and failed: no job state was seen for minutes (bench/log, run 8).
     The periodic list runs beside the polls; a job a poll found purged meanwhile stays purged when
     the older list arrives; a failed list is tried again a period later."""
     slurm, changed = FakeJobReads(), list[str]()
@@ -496,7 +496,7 @@ def test_the_member_index_follows_every_update_and_delete() -> None:
 
 def test_an_ended_pods_placeholderjobs_are_found_without_a_walk_over_all() -> None:
     """A walk over every PlaceholderJob cost 5 ms a pod with 10,000; a restart reconciles every
-    ended pod, and 2,000 of them held the event loop until the Lease was lost (performance-log.md, run 8)."""
+    ended pod, and 2,000 of them held the event loop until the Lease was lost (bench/log, run 8)."""
     from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
 
     phjs = ParsedStore(PlaceholderJob.parse, index=member_pods)

@@ -63,11 +63,13 @@ def test_the_operator_reads_the_same_table() -> None:
 def test_the_webhook_registers_exactly_the_configuring_and_pod_making_kinds_in_table_order() -> None:
     _, validating = webhook_configurations(Config(), bundle="Y2E=", url="https://127.0.0.1:9443")
     rules = validating["webhooks"][0]["rules"]
-    assert [(r["apiGroups"][0], r["resources"][0]) for r in rules[1:]] == [
+    assert [(r["apiGroups"][0], r["resources"][0]) for r in rules[1:-1]] == [
         (k.group, k.plural) for k in workloadkinds.VALIDATED
     ]
     assert (*workloadkinds.CONFIGURING, *(k for k in workloadkinds.KINDS if k.makes_pods)) == workloadkinds.VALIDATED
-    assert rules[0]["resources"] == ["pods", "pods/resize"]  # in-place resize: webhook/resize.py
+    # in-place resize (webhook/resize.py) and kubectl debug (webhook/devicedoors.py)
+    assert rules[0]["resources"] == ["pods", "pods/resize", "pods/ephemeralcontainers"]
+    assert rules[-1]["resources"] == ["resourceclaims", "resourceclaimtemplates"]  # claims made by hand
 
 
 def _request(group: str, kind: str, obj: dict[str, Any]) -> AdmissionRequest:

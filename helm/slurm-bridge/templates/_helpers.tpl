@@ -118,6 +118,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.scheduler.image.repository $tag }}
 {{- end }}
 
+{{/* A warning (or nothing) where the cluster is newer than the newest Kubernetes minor the chart
+     was tested on (Chart.yaml's slurm-bridge/newest-tested-kubernetes, "MAJOR.MINOR"). kubeVersion
+     has no upper bound, as the bridge finds its API versions by discovery: warn, never refuse. */}}
+{{- define "slurm-bridge.untestedKubeVersionWarning" -}}
+{{- $tested := index .Chart.Annotations "slurm-bridge/newest-tested-kubernetes" }}
+{{- $parts := splitList "." $tested }}
+{{- if ne (len $parts) 2 }}
+{{- fail (printf "Chart.yaml annotation slurm-bridge/newest-tested-kubernetes %q is not MAJOR.MINOR" $tested) }}
+{{- end }}
+{{- $newer := printf ">=%s.%d.0-0" (index $parts 0) (add1 (atoi (index $parts 1))) }}
+{{- if semverCompare $newer .Capabilities.KubeVersion.Version }}
+WARNING: Kubernetes {{ .Capabilities.KubeVersion.Version }} is newer than {{ $tested }}, the newest minor this release
+was tested on. The bridge finds the API versions it uses by discovery, so it is expected to work;
+see docs/compatibility.md.
+{{- end }}
+{{- end }}
+
 {{/* Configuration ---------------------------------------------------------------------- */}}
 
 {{/* The namespaceSelector of both webhook configurations, shaped as webhook/render.py shapes it:
@@ -194,11 +211,14 @@ matchExpressions:
   "excludeUnfitNodes" (ternary true $c.excludeUnfitNodes (kindIs "invalid" $c.excludeUnfitNodes))
   "tenancy" ($c.tenancy | default "open")
   "untenantedOperatorFields" ($c.untenantedOperatorFields | default list)
+  "hybridPartitions" ($c.hybridPartitions | default list)
+  "devicePluginFollowsSlurm" ($c.devicePluginFollowsSlurm | default false)
   "slurmHookTokenFile" (ternary (printf "/var/run/secrets/slurm-bridge-hook/%s" .Values.slurmHooks.secretKey) nil .Values.slurmHooks.enabled)
 }}
 {{- with $c.handoff }}
 {{- $_ := set $cfg "handoff" (dict "maxGracePeriodSeconds" (int .maxGracePeriodSeconds) "marginSeconds" (int .marginSeconds)) }}
 {{- end }}
+{{- $_ := set $cfg "nodeGuard" (dict "daemonNamespaces" .Values.nodeGuard.daemonNamespaces) }}
 {{- $sel := $c.managedNamespaceSelector | default dict }}
 {{- if or $sel.matchLabels $sel.matchExpressions }}
 {{- $_ := set $cfg "managedNamespaceSelector" (include "slurm-bridge.namespaceSelector" . | fromYaml) }}

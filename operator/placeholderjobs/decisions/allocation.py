@@ -17,6 +17,8 @@ from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import identity, 
 from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Action,
     Cancel,
+    DrainNodes,
+    EndPods,
     Event,
     Held,
     Plan,
@@ -25,6 +27,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     WriteStatus,
 )
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation, pod_is_released
+from slurm_bridge.rules.allocationmatch import compare
 from slurm_bridge.slurm.models import JobInfo
 
 
@@ -55,15 +58,12 @@ def allocation(
     gen = phj.metadata.generation
     conditions = status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    assignment = assign_nodes(list(members), list(job.nodes), current)
-    if assignment is None:
-        message = f"Slurm allocated {len(job.nodes)} node(s) for {len(members)} pods"
-        ended = terminal_status(
-            phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, now.wall, conditions=conditions
-        )
-        return Plan((ended, Cancel(job.job_id)))
-    nodes = compress_hostlist(job.nodes)
     live = holding_allocation(members)
+    assignment = assign_nodes(list(members), list(job.nodes), current)
+    short = not_held(phj, job, live, assignment is None, now, conditions)
+    if short is not None or assignment is None:
+        return short or Plan()  # (never empty: too few nodes is a plan)
+    nodes = compress_hostlist(job.nodes)
     bound = all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
@@ -116,6 +116,86 @@ def allocated_status(
     if status.expected_start is not None:
         write.expected_start = None  # the estimate of a wait that is over (removed by the merge patch)
     return write
+
+
+def not_held(
+    phj: PlaceholderJob,
+    job: JobInfo,
+    live: Mapping[str, Obj],
+    too_few: bool,
+    now: Clock,
+    conditions: list[Condition] | None,
+) -> Plan | None:
+    """Why the job cannot hold its live members (a plan that says so), or None: Slurm holds less
+    than they need (slurm_bridge/rules/allocationmatch.py), or too few nodes (``too_few``: one
+    distinct node per pod). Never a released mark while a member may run (:func:`held_short`)."""
+    placed = placed_members(live)
+    if job.signed and not placed:  # its read follows at once (it queues the PlaceholderJob)
+        return Plan()
+    verdict = compare(phj.spec.slurm, job, placed)
+    if not verdict.matches:
+        return held_short(phj, job, verdict.message(), placed, now, conditions)
+    if not too_few:
+        return None
+    message = f"Slurm allocated {len(job.nodes)} node(s) for {len(phj.spec.pods)} pods"
+    if placed:
+        return held_short(phj, job, message, placed, now, conditions, reason=names.REASON_ALLOCATION_MISMATCH)
+    ended = terminal_status(
+        phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, now.wall, conditions=conditions
+    )
+    return Plan((ended, Cancel(job.job_id)))
+
+
+def held_short(
+    phj: PlaceholderJob,
+    job: JobInfo,
+    why: str,
+    placed: Mapping[str, str],
+    now: Clock,
+    conditions: list[Condition] | None = None,
+    *,
+    reason: str | None = None,
+) -> Plan:
+    """Slurm holds less for the job than its pods need (``why``; its owner changed it in Slurm:
+    slurm_bridge/rules/allocationmatch.py). The PlaceholderJob fails, saying why, and is not
+    submitted again: the job's owner changed it on purpose, and a new job would undo that.
+
+    No member released yet (``placed`` empty): none is released onto it, and the job is cancelled
+    at once (nothing runs on it). Members released or bound: they may run on what Slurm gave away,
+    so their nodes are drained in Slurm first (those it no longer holds for the job; all of theirs
+    when it holds less on each), naming each pod (the handoff loop lifts the drain once the pod
+    stopped), then the pods are ended; the terminal rows cancel the job once every
+    member ended, marked released only then."""
+    if not placed:
+        message = f"{why}: no pod was released onto it, and the job is cancelled"
+        reason = reason or names.REASON_ALLOCATION_SHORT
+        ended = terminal_status(phj, names.PHASE_FAILED, reason, message, now.wall, job, conditions=conditions)
+        return Plan((ended, Event(reason, message, warning=True), Cancel(job.job_id)), requeue=0.0)
+    # The nodes Slurm gave away; where it holds them all (less of each), every pod's node.
+    lost = {pod: node for pod, node in placed.items() if node not in job.nodes} or placed
+    drains = DrainNodes(job.job_id, tuple(sorted((node, pod) for pod, node in lost.items())))
+    pods = ", ".join(f"{node} for pod {pod}" for node, pod in drains.pods)
+    message = (
+        f"{why}: its pods may run on what Slurm gave away, so Slurm node(s) are drained ({pods}) "
+        "and the pods ended; the job is cancelled once they stopped"
+    )
+    reason = reason or names.REASON_ALLOCATION_CHANGED
+    ended = terminal_status(phj, names.PHASE_FAILED, reason, message, now.wall, job, conditions=conditions)
+    live = tuple(sorted(placed))
+    return Plan((drains, ended, Event(reason, message, warning=True), EndPods(live, reason, message)), requeue=0.0)
+
+
+def placed_members(live: Mapping[str, Obj]) -> dict[str, str]:
+    """pod -> Slurm node of the live members whose containers run or may soon run there: bound,
+    or released to it (the scheduler binds it there next). The node is the one the release named
+    (the Slurm node), else the one the pod is bound to."""
+    placed: dict[str, str] = {}
+    for name, pod in live.items():
+        bound = (pod.get("spec") or {}).get("nodeName")
+        named = (pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE)
+        if bound or (named and pod_is_released(pod, named)):
+            placed[name] = str(named or bound)
+    return placed
 
 
 def release_rejected(phj: PlaceholderJob, job_id: int, pod: str, error: str, wall: datetime) -> Plan:

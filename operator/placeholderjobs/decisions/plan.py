@@ -69,6 +69,17 @@ class EndPods:
 
 
 @dataclass(frozen=True)
+class DrainNodes:
+    """Drain each Slurm node at once in the handoff's form, naming the member pod on it
+    (rules/handoff.py ``changed_drain_reason``): Slurm no longer holds for job ``job_id`` what the
+    pod uses, so nothing native may start beside it. The handoff loop lifts each drain once its pod
+    stopped; a node someone else drained is left as it is."""
+
+    job_id: int
+    pods: tuple[tuple[str, str], ...]  # (node, pod)
+
+
+@dataclass(frozen=True)
 class EndPreempted:
     """Slurm chose the job as a preemption victim (its QOS GraceTime runs): the shell looks for
     the likely preemptor (a bounded read, docs/colocation.md), then posts ``SlurmJobPreempted`` on
@@ -209,6 +220,7 @@ Action = (
     | ReportPending
     | Cancel
     | EndPods
+    | DrainNodes
     | EndPreempted
     | NoteWaiting
     | Fence

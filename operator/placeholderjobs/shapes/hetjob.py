@@ -37,6 +37,7 @@ from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
+    placed_members,
     unreleased_members,
     with_running,
 )
@@ -218,7 +219,8 @@ def allocation(
     current = {a.pod: a.node for a in status.assignments or []}
     placed = place_pods(phj, parts, current, now)
     if isinstance(placed, WriteStatus):  # too few nodes in a component
-        return Plan((placed, Cancel(leader.job_id)))
+        # Never marked released while a member may run on it: the handoff's script then holds its cores.
+        return Plan((placed, Cancel(leader.job_id, released=not placed_members(holding_allocation(members)))))
     assignment, where = placed
     nodes = compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
     live = holding_allocation(members)

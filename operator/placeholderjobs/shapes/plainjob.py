@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from slurm_bridge import names
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
-from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation
+from slurm_bridge.operator.placeholderjobs.decisions.allocation import allocation, held_short, placed_members
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import (
     SUBMIT_VISIBILITY_GRACE,
     TENANCY_WAIT_SECONDS,
@@ -46,6 +46,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import holding_allocat
 from slurm_bridge.operator.placeholderjobs.decisions.specupdate import spec_after_allocation
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.rules.allocationmatch import compare
 from slurm_bridge.slurm.models import JobInfo
 
 
@@ -103,6 +104,9 @@ class PlainJob:
             return slurm_ended(phj, members, job, job_id, now)
         held = follow.held
         if job.is_pending:
+            short = pending_short(phj, status, job, members, now)
+            if short is not None:
+                return short
             if held is not None and held.queued:
                 return quiet_queue(phj, status, job, members, now, follow, held)
             return follow_pending(phj, status, job, members, now, follow)
@@ -123,6 +127,20 @@ class PlainJob:
             return Plan((*late.actions, *plan.actions), plan.requeue, held=plan.held if held is follow.held else held)
         # RUNNING without nodes, SUSPENDED, CONFIGURING...: mirror and wait.
         return Plan(mirror(status, job, status.phase or names.PHASE_PENDING, phj.metadata.generation))
+
+
+def pending_short(
+    phj: PlaceholderJob, status: PlaceholderJobStatus, job: JobInfo, members: Members, now: Clock
+) -> Plan | None:
+    """A waiting job that asks Slurm for less than the bridge submitted (its owner changed it:
+    ``scontrol update``): said at once, as its release would refuse it (:func:`.allocation.held_short`),
+    rather than when Slurm starts it. Only while the spec is the one the job was sent (a changed spec
+    is the update's to follow) and no member was released (a requeued job's pods are not this row's)."""
+    gen = phj.metadata.generation
+    if (gen and status.observed_generation != gen) or placed_members(holding_allocation(members)):
+        return None
+    verdict = compare(phj.spec.slurm, job, {})
+    return None if verdict.matches else held_short(phj, job, verdict.message(), {}, now)
 
 
 def quiet_queue(

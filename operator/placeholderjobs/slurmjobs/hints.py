@@ -12,7 +12,7 @@ answering, the hook failing) cost time only: the polls find the same, a poll per
 
 Each hint's read starts when the hint arrives (at most READS_IN_FLIGHT at once) and is applied
 when its answer comes: a burst of starts read batch after batch made each start wait for the
-slowest read of the batch before it (docs/performance-log.md, run 17).
+slowest read of the batch before it (bench/log, run 17).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # At most this many candidates are checked (one GET each) per sweep; the rest wait for the next.
 # While a restarted operator's watch still lists its PlaceholderJobs, every live job looks like a
 # candidate: with 10,000 that was thousands of GETs a sweep, all finding the PlaceholderJob
-# (docs/performance-log.md, run 8).
+# (bench/log, run 8).
 CHECKS_PER_SWEEP = 20
 
 

@@ -49,7 +49,7 @@ FULL_LIST_MAX_SECONDS = 300.0
 # this often, but at most PENDING_REFRESH_PER_POLL of them per poll (the longest unread first),
 # so a deep queue costs a bounded number of GETs per period; the full list every
 # FULL_RESYNC_SECONDS reads every reason anyway. (Measured: 300 pending jobs cost 20 GETs a
-# second without the cap: docs/performance-log.md, run 3.)
+# second without the cap: bench/log, run 3.)
 PENDING_REFRESH_SECONDS = 10.0
 PENDING_REFRESH_PER_POLL = 4
 # Details are fetched job by job while that is cheaper than one full list: a GET costs about as
@@ -60,7 +60,7 @@ GET_COST_IN_LISTED_JOBS = 4
 # slurmd and EXTERNAL nodes alike), which the node controller asks for with ``update_time`` once
 # a period anyway. While that table is unchanged since the last state poll began and the bridge
 # expects no job, no job can have started or ended: the state poll (every job Slurm holds: 96 ms
-# of slurmrestd's CPU at 10,000 jobs, docs/performance-log.md) is skipped, and pending jobs' reasons
+# of slurmrestd's CPU at 10,000 jobs, bench/log) is skipped, and pending jobs' reasons
 # are not read again either. It still runs at least this often, for what touches no node (a
 # pending job cancelled by someone else).
 STATES_MAX_SECONDS = 10.0
@@ -79,6 +79,8 @@ def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     # when it moves (lifecycle.pending), so a new estimate is a change of the view. A running job
     # Slurm preempts stays RUNNING with preempt_time set and end_time moved (the handoff ends its
     # pods), and a changed time limit moves end_time: both are changes too.
+    # What the job holds (its TRES, GRES, MCS label) may change without its state: its owner's
+    # ``scontrol update`` (rules/allocationmatch.py compares it with what the bridge asked for).
     running = j.is_running
     return (
         j.states,
@@ -87,6 +89,10 @@ def _fingerprint(j: JobInfo) -> tuple[object, ...]:
         j.start_time if j.is_pending else None,
         j.preempt_time,
         j.end_time if running else None,
+        j.tres,
+        j.gres_per_node,
+        j.mcs_label,
+        j.signed,
     )
 
 
@@ -132,6 +138,8 @@ class SlurmPoller(ViewReads):
         # since the last state poll began, and when that began.
         self._nodes_healthy: Callable[[], bool] | None = None
         self._nodes_dirty = True
+        self._moved_nodes: set[str] | None = set()  # whose allocation changed (:meth:`nodes_changed`)
+        self.moved_reads = 0
         self._last_states = 0.0
         self.states_skipped = 0
         # Pending jobs read again for Slurm's reason (a cost per second a job waits, not per pod).
@@ -170,9 +178,16 @@ class SlurmPoller(ViewReads):
         is false (it cannot read), every poll reads the states, as without it."""
         self._nodes_healthy = healthy
 
-    def nodes_changed(self) -> None:
-        """Slurm's node table changed: a job may have started or ended; look now."""
+    def nodes_changed(self, nodes: set[str] | None = None) -> None:
+        """Slurm's node table changed: a job may have started or ended; look now. ``nodes``: those
+        whose allocation changed (None: not known, any may have): the running bridge jobs there
+        are read again at the next state poll, since a job its owner moved or shrank (``scontrol
+        update``) changes no state (docs/security.md, "A job's owner in Slurm")."""
         self._nodes_dirty = True
+        if nodes is None or self._moved_nodes is None:
+            self._moved_nodes = None
+        else:
+            self._moved_nodes |= nodes
         self._loop.wake()
 
     def poll_soon(self, *, full: bool = False) -> None:
@@ -341,6 +356,7 @@ class SlurmPoller(ViewReads):
         # Whether something may have changed (not the safety net's poll): pending jobs' reasons are
         # read again only then, so an idle Slurm costs no per-job read.
         moved = self._nodes_healthy is None or self._nodes_dirty
+        moved_nodes, self._moved_nodes = self._moved_nodes, set()
         self._nodes_dirty, self._last_states = False, started
         previous = self._states
         states = self._states = await self._slurm.job_states(previous)
@@ -352,7 +368,7 @@ class SlurmPoller(ViewReads):
             settling: list[JobInfo] = []
             for job_id, job in snap.by_id.items():
                 state = states.of(job)
-                if state is not None and state != job.states and _settled_only(job.states, state):
+                if state is not None and state != job.states and _settled_only(job.states, state) and not job.signed:
                     settling.append(job.model_copy(update={"states": state}))  # nothing to read
                 elif state is None or (state != job.states and set(state) != set(job.states)):
                     wanted[job_id] = snap.refs[job_id]
@@ -362,6 +378,7 @@ class SlurmPoller(ViewReads):
         # else: the same answer as the last poll's, which found every job as the view still has it
         self._settled = (states, snap.version) if not wanted else None
         reasons = self._pending_reasons(started, wanted) if moved else 0
+        moved_reads = self._running_on(moved_nodes, wanted)
         if not wanted:
             return
         if len(wanted) * GET_COST_IN_LISTED_JOBS > max(len(states), 1):
@@ -369,9 +386,29 @@ class SlurmPoller(ViewReads):
             return
         self.reason_reads += reasons
         self.purge_reads += vanished
+        self.moved_reads += moved_reads
         for job_id in await self.read_now(wanted, started):
             if not states.knows(job_id):
                 self._full_wanted = True  # an expected job Slurm does not know: the next full list decides
+
+    def _running_on(self, nodes: set[str] | None, wanted: dict[int, PhjRef]) -> int:
+        """Add the running bridge jobs on ``nodes`` (None: on any node) to the jobs this poll reads:
+        what a job holds can change without its state (its owner's ``scontrol update``), and every
+        such change moves the allocation of a node it held. Only with the node table's signal
+        (without it the full list every FULL_RESYNC_SECONDS sees it); how many."""
+        snap = self.snapshot
+        if snap is None or self._nodes_healthy is None or nodes == set():
+            return 0
+        if not self._nodes_healthy():
+            return 0  # the node table is not read: which nodes moved is not known
+        added = 0
+        for job_id, job in snap.by_id.items():
+            if job_id in wanted or not job.is_running or not job.nodes:
+                continue
+            if nodes is None or not nodes.isdisjoint(job.nodes):
+                wanted[job_id] = snap.refs[job_id]
+                added += 1
+        return added
 
     def _pending_reasons(self, started: float, wanted: dict[int, PhjRef]) -> int:
         """Add the pending jobs whose reason was read longest ago (at most PENDING_REFRESH_PER_POLL

@@ -69,7 +69,7 @@ def _group_is(request: JobRequest, group_id: int | None, group_name: str) -> boo
 
 
 class Placer:
-    """Allocate a job now if Slurm can start it, else queue it (docs/performance-log.md).
+    """Allocate a job now if Slurm can start it, else queue it (bench/log).
 
     A refused immediate allocation costs a call and leaves a FAILED job record, so after a
     refusal the partition's jobs are queued directly for a while -- but only when the queued

@@ -87,6 +87,9 @@ class ViewReads(ABC):
         # as a tenant and never given their admin_comment (submit.Placer._mark was interrupted),
         # or made by a user who copied the mark. Never the view's; the orphan sweep cancels them.
         self.unmarked: dict[int, tuple[JobInfo, PhjRef]] = {}
+        # The Slurm user of the bridge's token (set by the wiring): a job of another owner may have
+        # been changed while it waited, so its signed start waits for the read (allocationmatch).
+        self.own_user: Callable[[], str] = lambda: ""
 
     @abstractmethod
     def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:
@@ -154,9 +157,11 @@ class ViewReads(ABC):
     def apply_signed_start(self, job_id: int, ref: PhjRef, start: SignedStart) -> bool:
         """Take a signed start of a job :meth:`news` said it is news about (``ref``) into the view
         now, as a read would, so that the job's pods are released without waiting for the read
-        (which still follows, and wins: it is newer). Taken for a job the view has waiting in a
-        partition it asked for, or has not read yet when the notice says whose it is (a queued job
-        is not read after its submit); False when not taken."""
+        (which still follows, and wins: it is newer); a job of another owner than the bridge's
+        token may have been changed while it waited (``scontrol update``), so its pods wait for
+        that read (``JobInfo.signed``; docs/security.md, "A job's owner in Slurm"). Taken for a job
+        the view has waiting in a partition it asked for, or has not read yet when the notice says
+        whose it is (a queued job is not read after its submit); False when not taken."""
         snap = self.snapshot
         assert snap is not None, "news() answers nothing before the first full list"
         job = snap.by_id.get(job_id)
@@ -169,6 +174,11 @@ class ViewReads(ABC):
             "start_time": start.start_time,
             "scheduled_nodes": (),
         }
+        whose = job.user_name if job is not None else start.owner.user_name if start.owner else ""
+        if not whose or whose != self.own_user():
+            # What it holds is not in the notice (the waiting job's TRES was its request, which its
+            # owner may have changed): its pods are released once the read says (allocationmatch).
+            started.update(tres=None, gres_per_node=None, mcs_label=None, signed=True)
         if job is None:
             if start.owner is None:
                 return False

@@ -53,7 +53,7 @@ from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.rules import dra, tenancy, topology
-from slurm_bridge.rules.handoff import job_handoff_scope
+from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo
@@ -156,6 +156,9 @@ class PlaceholderJobs:
         # controller's last list; None before it) and a partition's Topology= ("" the cluster's
         # default, None no such partition), set by the wiring; without it a topology gang is not submitted.
         self.slurm_nodes: Callable[[], Mapping[str, NodeInfo] | None] = lambda: None
+        # Drain (a reason) or undrain (None) a Slurm node: the node controller's, the one writer of
+        # node states, set by the wiring; the handoff loop lifts the drains made here (DrainNodes).
+        self.set_drain: Callable[[str, str | None], Awaitable[None]] | None = None
         self.partition_topology: Callable[[str], Awaitable[str | None]] = _no_partition
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
@@ -274,8 +277,8 @@ class PlaceholderJobs:
                 for name in pods:
                     if (pod := members.get(name)) is not None:
                         await self.member_pods.end(pod, reason, message)
-            case pl.EndPreempted():
-                await self.handoff.end_preempted(phj, action, members)
+            case pl.EndPreempted() | pl.DrainNodes():
+                await self._handoff_step(phj, action, members)
             case pl.NoteWaiting(pods=pods, job_id=job_id):
                 await self._note_waiting(phj, pods, job_id)
             case pl.Fence(status=status):
@@ -539,7 +542,7 @@ class PlaceholderJobs:
     async def _finalize(self, phj: PlaceholderJob) -> PlaceholderJob:
         """Remove the finalizer, and the PlaceholderJob from the store (its resourceVersion kept
         as a tombstone): a reconcile before the DELETED event then finds nothing and sends no
-        second PATCH (docs/performance-log.md, "A wasted write found"). Should another finalizer keep
+        second PATCH (bench/log, "A wasted write found"). Should another finalizer keep
         the object, its next change brings it back, and it is finalized again without a PATCH."""
         meta = phj.metadata
         finalizers = meta.finalizers or []
@@ -577,6 +580,35 @@ class PlaceholderJobs:
         """The PlaceholderJob as its jobs' admin_comment names it."""
         meta = phj.metadata
         return PhjRef(self.config.bridgeId, meta.namespace, meta.name, meta.uid)
+
+    async def _handoff_step(
+        self, phj: PlaceholderJob, action: pl.EndPreempted | pl.DrainNodes, members: Mapping[str, Obj | None]
+    ) -> None:
+        """The handoff's steps of a plan: a preempted job's pods ended, or nodes drained."""
+        if isinstance(action, pl.EndPreempted):
+            await self.handoff.end_preempted(phj, action, members)
+        else:
+            await self._drain(phj, action, members)
+
+    async def _drain(self, phj: PlaceholderJob, action: pl.DrainNodes, members: Mapping[str, Obj | None]) -> None:
+        """Drain each pod's Slurm node at once, naming the pod (the handoff's form, which the
+        handoff loop lifts once the pod stopped); a node someone else drained keeps its reason."""
+        ns, known, job_id = phj.metadata.namespace, self.slurm_nodes() or {}, action.job_id
+        for node, pod in action.pods:
+            info = known.get(node)
+            if info is not None and "DRAIN" in info.states and drain_of(info.reason, self.config.bridgeId) is None:
+                continue  # drained by its owner: native work is kept off it already
+            message = (
+                f"Slurm job {job_id} no longer holds what pod {ns}/{pod} uses: Slurm node {node} is drained "
+                "until the pod's containers stopped"
+            )
+            if self.set_drain is None:
+                log.warning("%s (not drained: no node writer)", message)
+                continue
+            await self.set_drain(node, changed_drain_reason(self.config.bridgeId, ns, pod, job_id))
+            log.warning("%s", message)
+            if (member := members.get(pod)) is not None:
+                await self.kube.event(member, names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)
 
     async def _record_vanished(self, phj: PlaceholderJob, until: dict[str, datetime], message: str) -> PlaceholderJob:
         """Record the vanished members' times on the PlaceholderJob (they survive a restart), and
