@@ -297,7 +297,10 @@ class NodeGuard:
         table = self.drains.slurm_nodes_now() or {}
         now, clock = datetime.now(UTC), time.monotonic()
         slurm_of = self._slurm_nodes(table)
-        keys, self._dirty = self._dirty, set()
+        # Emptied in place: the pod watch holds this set's ``add`` (a new set would leave its events
+        # in the old one, seen only by the next sweep).
+        keys = set(self._dirty)
+        self._dirty.clear()
         keys |= self._watching
         swept = clock - self._swept >= SWEEP_SECONDS
         moved = {n for n in slurm_of.keys() | self._slurm_of.keys() if slurm_of.get(n) != self._slurm_of.get(n)}

@@ -290,6 +290,16 @@ async def test_an_intruder_drains_its_node_once_with_events_and_its_end_lifts_th
     assert g.kube.told("kind", "reason")[-1] == ("Node", names.REASON_UNALLOCATED_POD_NODE_UNDRAINED)
 
 
+async def test_an_intruder_that_arrives_after_the_first_pass_drains_its_node_at_the_next_pass() -> None:
+    """The watch's events reach the pass that follows them, not only the minute's sweep."""
+    g = Guarded({SLURM: node_info()})
+    await g.guard.pass_once()  # the first pass: a sweep of nothing
+    assert g.slurm.calls == []
+    g.other(make_pod("late", "apps").uid("ul").node(NODE).scheduler("default-scheduler").phase("Running").obj())
+    await g.guard.pass_once()
+    assert g.slurm.calls == [f"node {SLURM} DRAIN"], "the pod's event was judged at the next pass"
+
+
 async def test_a_restarted_guard_lifts_its_drain_whose_pod_is_gone_and_keeps_one_whose_pod_runs() -> None:
     x = ng.Intruder("apps", "x", "ux", "")
     ours = node_info(("IDLE", "DRAIN"), ng.drain_reason("slurm-bridge", x))
