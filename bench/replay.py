@@ -22,7 +22,7 @@ requests the operator sends:
   job's comment: a notice that the job started (as a queued job starts; an allocated job's comment
   asks for none) and one that it ended (a few loop turns after its cancel, unless the comment says
   the bridge ends it itself), each handed to the operator's own handler of ``POST /slurm/hook``
-  (``operator/wiring/slurmhook.py``: the bearer token checked against its file, the leader, the
+  (``operator/wiring/slurmhook.py``: the signature checked with the secret in its file, the leader, the
   JSON body, then ``SlurmHints.hint``), which reads the job back (one ``GET job/{id}``) only when
   the notice is news.
 
@@ -163,7 +163,7 @@ LOCAL_POLICY: Final = SlurmPolicy(
     },
     default_qos={"": "normal"},
 )
-# The bearer token slurmctld's hook presents (the operator reads its copy from slurmHookTokenFile).
+# The secret slurmctld's hook signs its notices with (the operator reads its copy from slurmHookTokenFile).
 HOOK_TOKEN = "replay-hook-token"
 
 
@@ -576,6 +576,11 @@ class ReplaySlurm:
             self.jobs[job_id] = pending_job(running)
             self.later(lambda: self._start(job_id, running), turns=2)  # Slurm's scheduler, a little later
             return httpx.Response(200, json=meta | {"job_id": job_id, "step_id": "batch", "job_submit_user_msg": ""})
+        if request.method == "GET" and path == "partitions/":
+            # The partitions' flags, read before a job goes with the bridge's token (a group-only
+            # job, this replay's queued path: rules/partitionaccess.py); kept 30 s by the operator.
+            partition = {"name": "slurm-bridge", "flags": ["DEFAULT"]}
+            return httpx.Response(200, json=meta | {"partitions": [partition], "last_update": {}})
         if path.startswith("job/") and path[4:].isdigit():
             job_id = int(path[4:])
             found = self.jobs.get(job_id)

@@ -14,14 +14,17 @@
 #   TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token   # the shared secret, mode 0600, owned by SlurmUser
 #   PARTITIONS=                                     # only these partitions (comma-separated); empty: all
 #   TRIES=3                                         # a standby operator answers 503: try again
+#   LOG=/var/log/slurm-bridge/notify.log            # why it sent nothing, when it cannot sign (below)
 #
 # A start's notice also says where and when the job started and whose it is (its nodes, partition,
 # start and end times, user, group, account and QOS, as slurmctld gives them to the script), and
 # every notice is signed: an HMAC-SHA256 of its body with the shared secret, in an
-# X-Slurm-Bridge-Signature header (computed with bash's builtins and sha256sum, so the secret is
-# on no command line and never on the wire). The operator releases the
-# pods of a signed start before its read of the job comes back (docs/configuration.md#slurm-hooks).
-# A host without sha256sum sends the secret itself (Authorization: Bearer): a hint only, read first.
+# X-Slurm-Bridge-Signature header (computed with bash's builtins and sha256sum, or `openssl dgst`
+# where coreutils' sha256sum is missing, so the secret is on no command line and never on the
+# wire). The operator releases the pods of a signed start before its read of the job comes back
+# (docs/configuration.md#slurm-hooks). A host with neither sends nothing: the script says why on
+# stderr and in LOG (when its directory is writable), and the operator's polls find the job. It
+# never sends the secret itself: the operator refuses such a notice.
 #
 # It always exits 0 at once: slurmctld cancels a job whose PrologSlurmctld fails (external jobs
 # cannot be requeued), and the job stays CONFIGURING while the script runs. So the notice is sent
@@ -29,7 +32,7 @@
 # clean-up of the script's process group does not kill it), at most 5 s in all. A notice that is
 # lost costs only time: the operator's polls find the same. With curl (HTTPS too) the subshell runs
 # curl; without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
-# Each job's start and end runs it: it starts no program but sha256sum (twice) and curl, and for
+# Each job's start and end runs it: it starts no program but sha256sum (or openssl, twice) and curl, and for
 # a job outside /tmp (not the bridge's), or one whose comment says the bridge needs no such notice
 # (below), none.
 
@@ -54,13 +57,24 @@ case ${SLURM_JOB_COMMENT:-} in
   slurm-bridge:*'"notify":"ended"'*) [ "$event" = ended ] || exit 0 ;;
 esac
 
-URL= TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token PARTITIONS= TRIES=3
+URL= TOKEN_FILE=/etc/slurm/slurm-bridge-hook.token PARTITIONS= TRIES=3 LOG=/var/log/slurm-bridge/notify.log
 while IFS='=' read -r key value; do  # KEY=VALUE lines only; never sourced
   value=${value%%#*}; value=${value//[[:space:]]/}
-  case $key in URL | TOKEN_FILE | PARTITIONS | TRIES) printf -v "$key" '%s' "$value" ;; esac
+  case $key in URL | TOKEN_FILE | PARTITIONS | TRIES | LOG) printf -v "$key" '%s' "$value" ;; esac
 done < "$conf"
 [ -n "$URL" ] && [ -r "$TOKEN_FILE" ] || exit 0
 if [ -n "$PARTITIONS" ] && [[ ",$PARTITIONS," != *",${SLURM_JOB_PARTITION:-},"* ]]; then exit 0; fi
+# What hashes the signature (bash has no SHA-256): coreutils' sha256sum, else openssl. Neither: the
+# notice is not sent (the secret itself never is), and the script says so where someone looks.
+if command -v sha256sum > /dev/null; then hasher=(sha256sum)
+elif command -v openssl > /dev/null; then hasher=(openssl dgst -sha256 -r)
+else
+  printf -v stamp '%(%Y-%m-%dT%H:%M:%S)T' -1
+  said="slurm-bridge-notify: job $SLURM_JOB_ID $event: not sent: neither sha256sum nor openssl is on PATH ($PATH) to sign the notice (docs/configuration.md#slurm-hooks)"
+  printf '%s\n' "$said" >&2
+  [ -n "$LOG" ] && [ -w "${LOG%/*}" ] && printf '%s %s\n' "$stamp" "$said" >> "$LOG"
+  exit 0
+fi
 [[ $TRIES =~ ^[1-9]$ ]] || TRIES=3
 printf -v now '%(%s)T' -1
 body="{\"event\":\"$event\",\"jobId\":$SLURM_JOB_ID,\"time\":$now"
@@ -80,13 +94,13 @@ fi
 body+="}"
 
 # sha256_of VAR FORMAT ARGS...: VAR is set to the SHA-256 (hex) of what `printf FORMAT ARGS` writes.
-# One process, sha256sum as a coprocess fed straight from this shell: a command substitution around
-# a pipeline started two more (a third of the signature's cost).
+# One process, the hasher as a coprocess fed straight from this shell: a command substitution around
+# a pipeline started two more (a third of the signature's cost). Both print the hex digest first.
 sha256_of() {
   local -n sum_=$1
   local r w pid line
   shift
-  coproc sha256sum 2> /dev/null || return 1
+  coproc "${hasher[@]}" 2> /dev/null || return 1
   pid=$COPROC_PID w=${COPROC[1]}
   exec {r}<&"${COPROC[0]}"   # a copy: bash closes the coprocess's own fds when it reaps it
   printf "$@" >&"$w"
@@ -100,13 +114,12 @@ sha256_of() {
 
 # auth_header TOKEN_FILE BODY: sets auth to the header line that authenticates the notice, from the
 # secret's first line (spaces around it left out): HMAC-SHA256 (RFC 2104) of the body, with
-# builtins and sha256sum only.
+# builtins and the hasher only.
 auth_header() {
   local LC_ALL=C key hex= i c ipad= opad= inner outer
   IFS= read -r key < "$1" || [ -n "$key" ] || return 1
   key=${key#"${key%%[![:space:]]*}"}; key=${key%"${key##*[![:space:]]}"}
   [ -n "$key" ] || return 1
-  if ! command -v sha256sum > /dev/null; then auth="Authorization: Bearer $key"; return 0; fi
   if ((${#key} > 64)); then sha256_of hex '%s' "$key" || return 1
   else for ((i = 0; i < ${#key}; i++)); do printf -v c '%02x' "'${key:i:1}"; hex+=$c; done; fi
   while ((${#hex} < 128)); do hex+=00; done

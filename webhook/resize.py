@@ -8,9 +8,10 @@ every other pod's resize is allowed (a ``timeShared`` or ``exclusive`` job's nod
 native jobs while it runs).
 
 The job's mode: stamped on the pod at its release (``ANN_JOB_NODE_SHARING``: what the operator
-submitted); before that, a pod that is its own job has it from its annotations and the config, as
-the operator will (slurm_bridge/rules/nodesharing.py), while a workload's pod has its group's, which only
-the operator merges: such a pod's resize is refused until it is released (fail safe).
+submitted, a reserved key only the bridge writes). Before that nothing a tenant cannot change says
+it: whether a pod is its own job or a workload's is read from labels and owner references, which
+the pod's author may edit, and a workload's mode is merged from its group in the operator. So a
+pod's resize is refused until it is released (fail safe).
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
-from slurm_bridge.rules import nodesharing
-from slurm_bridge.rules.jobannotations import annotation_values
-from slurm_bridge.rules.workloadkinds import slurmjob_annotations
 
 from .templates import spec_of
 
@@ -47,30 +45,23 @@ def _meta(pod: Mapping[str, Any] | None, field: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
 
 
-def job_mode(pod: Mapping[str, Any], config: Config, own_group: bool) -> str | None:
-    """The node sharing of the pod's Slurm job; None when admission cannot tell (a workload's pod
-    not released yet: its group's options are merged in the operator)."""
-    annotations = _meta(pod, "annotations")
-    stamped = annotations.get(names.ANN_JOB_NODE_SHARING)
-    if stamped in names.NODE_SHARING_MODES:
-        return stamped
-    if own_group:
-        return nodesharing.sharing_mode(config.nodeSharing, annotation_values(slurmjob_annotations(annotations)))
-    return None
+def job_mode(pod: Mapping[str, Any]) -> str | None:
+    """The node sharing of the pod's Slurm job, as the operator stamped it at the release; None
+    before (admission cannot tell it from what only the bridge sets)."""
+    stamped = _meta(pod, "annotations").get(names.ANN_JOB_NODE_SHARING)
+    return stamped if stamped in names.NODE_SHARING_MODES else None
 
 
-def resize_problems(
-    pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config, own_group: bool
-) -> list[str]:
+def resize_problems(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
     """Why a ``pods/resize`` of ``pod`` (from ``old``) is refused; [] when it is allowed."""
     if spec_of(pod).get("schedulerName") != config.schedulerName or _resources(pod) == _resources(old):
         return []
-    mode = job_mode(pod, config, own_group)
+    mode = job_mode(pod)
     if mode is None:
         return [
-            "pods/resize: this pod's Slurm job is its workload's, whose node sharing the bridge decides when it "
-            "submits it; if it is coResident the pod's limits are the job's size in Slurm, so the pod cannot be "
-            f"resized before Slurm allocated it (then a pod that is not coResident can be); {_WHAT_TO_DO}"
+            "pods/resize: this pod's Slurm job is not allocated yet; if it is coResident the pod's limits are "
+            "the job's size in Slurm, and the bridge tells the job's node sharing only at its release, so no pod "
+            f"is resized before Slurm allocated it (then a pod that is not coResident can be); {_WHAT_TO_DO}"
         ]
     if mode != names.NODE_SHARING_CO_RESIDENT:
         return []

@@ -438,7 +438,7 @@ def validate(
     if (request.group, request.kind) == workloadkinds.POD.group_kind:
         if request.sub_resource == "resize":  # in-place resize: only the resources change (webhook/resize.py)
             pod = request.object or {}
-            return _decide([], resize_problems(pod, request.old_object, config, _own_group(pod)), "ok")
+            return _decide([], resize_problems(pod, request.old_object, config), "ok")
         if request.sub_resource == "ephemeralcontainers":  # kubectl debug (webhook/devicedoors.py)
             found = devicedoors.ephemeral_problems(request.object or {}, request.old_object, config)
             return _decide(found, [], "ok")

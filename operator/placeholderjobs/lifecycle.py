@@ -52,6 +52,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.phjstatus import (
     end_phases,
     identity,
     pods_end_phase,
+    refused_unsent,
     rejected_status,
     submitted_status,
     terminal_status,
@@ -325,7 +326,10 @@ def after_refusal(phj: PlaceholderJob, refused: Refused, now: Clock) -> Plan:
     """Slurm refused the job: status and Warning Events say why; submitted again after
     SUBMIT_RETRY_SECONDS (Slurm's limits may change: a partition up, a QOS raised), unless it was
     the second refusal for the association (the status write then brings the PlaceholderJob back
-    Failed, and its pods are ended)."""
+    Failed, and its pods are ended). One the bridge made itself for good (``final``): Failed at once,
+    its pods ended."""
+    if refused.final:
+        return refused_unsent(phj, refused.present, refused.final, refused.message, now.wall)
     rejected = rejected_status(phj, refused.message, now.wall, association=refused.association)
     final = rejected.phase == names.PHASE_FAILED
     reason = names.REASON_SLURM_ASSOCIATION_REJECTED if final else names.REASON_SUBMIT_REJECTED

@@ -131,7 +131,7 @@ async def health_server(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/stats", stats)
     app.router.add_get("/stats/starts", started_jobs)
-    app.router.add_post("/slurm/hook", slurm_hook(ctrl.hints, elector, token))
+    app.router.add_post("/slurm/hook", slurm_hook(ctrl.hints, elector, token, accept_bearer=cfg.slurmHookAcceptBearer))
     app.router.add_get("/metrics", metrics.handler(metrics.OPERATOR))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_SECONDS)
     await runner.setup()

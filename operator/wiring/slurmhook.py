@@ -5,16 +5,16 @@ beside the health endpoints when ``slurmHookTokenFile`` is set (docs/configurati
 The body is ``{"event": "started"|"ended", "jobId": N, "time": T}``, and a start's may add where
 and when it started (``nodes``: a hostlist, ``partition``, ``startTime``, ``endTime``) and whose it
 is (``user``, ``uid``, ``group``, ``gid``, ``account``, ``qos``), as slurmctld gave them to its script.
-The caller proves it holds the shared secret one of two ways:
+The caller proves it holds the shared secret by signing: ``X-Slurm-Bridge-Signature:
+sha256=<hex>``, an HMAC-SHA256 of the body with the secret, whose ``time`` is within
+MAX_SKEW_SECONDS of the operator's clock. The secret never travels, and a captured notice cannot be
+changed or replayed later. A signed start is applied at once (the pods are released on it) and
+still read back from Slurm (:mod:`...placeholderjobs.slurmjobs.hints`).
 
-- **signed** (the script, where the host has ``sha256sum``): ``X-Slurm-Bridge-Signature:
-  sha256=<hex>``, an HMAC-SHA256 of the body with the secret, whose ``time`` is within
-  MAX_SKEW_SECONDS of the operator's clock. The secret never travels, and a captured notice cannot
-  be changed or replayed later. A signed start is applied at once (the pods are released on it)
-  and still read back from Slurm (:mod:`...placeholderjobs.slurmjobs.hints`);
-- ``Authorization: Bearer <secret>`` (an older script, or a host without ``sha256sum``): a hint
-  only, read back from Slurm before anything changes, so it costs at most a read of a job of the
-  bridge's.
+``Authorization: Bearer <secret>`` (a script older than signing) carries the secret itself, in
+clear over plain HTTP, replayable for ever by anyone who saw one request: refused (401) unless
+``slurmHookAcceptBearer`` allows it while the scripts are replaced; then a hint only, read back from
+Slurm before anything changes.
 
 Only the leader acts (a standby answers 503 and the notice is lost: polling finds the same a
 period later).
@@ -50,6 +50,13 @@ MAX_SKEW_SECONDS = 60
 _MAX_NODES = 10_000
 _MAX_BODY = 65536
 _USAGE = 'expected {"event": "started"|"ended", "jobId": N, "time": T}'
+_UNSIGNED = (
+    f"notices must be signed ({SIGNATURE_HEADER}: sha256=<HMAC-SHA256 of the body with the secret>): install the "
+    "current slurm-hooks/slurm-bridge-notify.sh on the slurmctld host(s); a bearer token is refused unless "
+    "slurmHookAcceptBearer is set (docs/configuration.md#slurm-hooks)"
+)
+# A refused bearer notice is logged at most this often: anyone who reaches the port can send one.
+_BEARER_LOG_SECONDS = 600.0
 
 
 class HookToken:
@@ -148,8 +155,12 @@ def _is_time(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**40
 
 
-def slurm_hook(hints: SlurmHints, elector: LeaderElector, token: HookToken | None) -> Any:
-    """The request handler (aiohttp)."""
+def slurm_hook(
+    hints: SlurmHints, elector: LeaderElector, token: HookToken | None, *, accept_bearer: bool = False
+) -> Any:
+    """The request handler (aiohttp). ``accept_bearer``: take ``Authorization: Bearer <secret>``
+    notices as hints too (``slurmHookAcceptBearer``); otherwise only signed ones."""
+    logged = [-_BEARER_LOG_SECONDS]  # when a refused bearer notice was last logged (monotonic)
 
     async def handle(request: web.Request) -> web.Response:
         if token is None:
@@ -163,6 +174,13 @@ def slurm_hook(hints: SlurmHints, elector: LeaderElector, token: HookToken | Non
             return web.Response(
                 status=401, text=f"{SIGNATURE_HEADER} is not the HMAC-SHA256 of the body with the secret"
             )
+        if not signed and not accept_bearer:
+            if "Authorization" in request.headers and time.monotonic() - logged[0] >= _BEARER_LOG_SECONDS:
+                logged[0] = time.monotonic()
+                log.warning(
+                    "a Slurm hook notice from %s carried a bearer token, refused: %s", request.remote, _UNSIGNED
+                )
+            return web.Response(status=401, text=_UNSIGNED)
         if not signed and not token.matches(request.headers.get("Authorization", "")):
             return web.Response(
                 status=401, text=f"a valid {SIGNATURE_HEADER} or 'Authorization: Bearer <token>' is required"

@@ -168,6 +168,9 @@ class Config(_Model):
     # The shared secret of slurmctld's hooks (slurm-hooks/slurm-bridge-notify.sh): when set, the
     # operator takes their notices of job starts and ends at POST /slurm/hook (docs/configuration.md).
     slurmHookTokenFile: Path | None = None
+    # Take a notice that carries the secret itself (Authorization: Bearer, from a hook script older
+    # than signing) rather than a signature: only while every slurmctld host's script is replaced.
+    slurmHookAcceptBearer: bool = False
     # What a managed namespace that no TenantPolicy selects may do (docs/tenancy.md): "open" submits
     # its pods as today (annotations pass through, as in the Go slurm-bridge); "strict" refuses them.
     tenancy: Literal["open", "strict"] = "open"

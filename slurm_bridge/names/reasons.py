@@ -27,6 +27,10 @@ REASON_TENANT_POLICY_CONFLICT: Final = "TenantPolicyConflict"
 # A job field only a Slurm operator may set (priority), asked for in a namespace no TenantPolicy
 # selects while the config's untenantedOperatorFields does not list it (docs/security.md).
 REASON_OPERATOR_FIELD_REFUSED: Final = "OperatorFieldRefused"
+# A tenant's job the bridge would queue with its own token (a heterogeneous job, a group that is not
+# the user's primary one) in a partition its tenant could not submit to (RootOnly): Failed, nothing
+# submitted (slurm_bridge/rules/partitionaccess.py).
+REASON_PARTITION_REFUSES_TENANT: Final = "PartitionRefusesTenant"
 # A PlaceholderJob whose job Slurm refused for its association, account, QOS or wckey twice (Failed).
 REASON_SLURM_ASSOCIATION_REJECTED: Final = "SlurmAssociationRejected"
 # The Submitted condition's reason after Slurm refused a job for its association, QOS or wckey

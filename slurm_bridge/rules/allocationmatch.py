@@ -15,11 +15,16 @@ What Slurm holds comes from the job's record (``JobInfo``): its TRES (allocated 
 requested while it waits), its GRES per node and its MCS label. A field not read (None) is not
 compared. CPUs and memory per node are the TRES divided by the job's node count: Slurm gives each
 node of a bridge job the same (it asks so many tasks of so many CPUs per node).
+
+A heterogeneous job (a CompositePodGroup's) is compared component by component
+(:func:`compare_components`): each component is a job of its own in Slurm (the leader's id plus
+its offset), with its own record, which its owner may change on its own; what the bridge asked for
+that component against that record, with the pods placed in it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -28,7 +33,18 @@ import hostlist
 from slurm_bridge.rules.dra import gres_items
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
-__all__ = ["Difference", "Held", "Need", "Verdict", "compare", "held_of", "need_of", "parse_tres"]
+__all__ = [
+    "Difference",
+    "Held",
+    "HetVerdict",
+    "Need",
+    "Verdict",
+    "compare",
+    "compare_components",
+    "held_of",
+    "need_of",
+    "parse_tres",
+]
 
 Kind = Literal["nodes", "cpus", "memory", "gres", "mcs"]
 # A TRES memory amount's unit -> MiB (Slurm writes mem=100M, mem=2G, ...; no unit is MiB).
@@ -63,6 +79,36 @@ class Verdict:
         return f"Slurm job {self.job_id} holds less than its pods need: " + "; ".join(
             d.message for d in self.differences
         )
+
+
+@dataclass(frozen=True)
+class HetVerdict:
+    """Each component's verdict (by offset) of heterogeneous job ``leader``: all match, or none of
+    the job's pods runs on it (Slurm starts and ends the components together). ``labels``: how a
+    user knows each component (its PodGroup), by offset."""
+
+    leader: int
+    parts: tuple[Verdict, ...]
+    labels: tuple[str, ...] = ()
+
+    @property
+    def matches(self) -> bool:
+        return all(p.matches for p in self.parts)
+
+    @property
+    def short(self) -> tuple[int, ...]:
+        """The offsets of the components that differ."""
+        return tuple(offset for offset, p in enumerate(self.parts) if not p.matches)
+
+    def message(self) -> str:
+        """One sentence for the PlaceholderJob and its Events, each difference under its component."""
+        said = []
+        for offset in self.short:
+            part = self.parts[offset]
+            label = self.labels[offset] if offset < len(self.labels) else ""
+            named = f"{label}, Slurm job {part.job_id}" if label else f"Slurm job {part.job_id}"
+            said.append(f"in component {offset} ({named}), " + "; ".join(d.message for d in part.differences))
+        return f"heterogeneous Slurm job {self.leader} holds less than its pods need: " + "; ".join(said)
 
 
 @dataclass(frozen=True)
@@ -164,6 +210,16 @@ def compare(request: JobRequest, job: JobInfo, placed: Mapping[str, str]) -> Ver
             )
         )
     return Verdict(job.job_id, tuple(found))
+
+
+def compare_components(
+    leader: int,
+    parts: Sequence[tuple[JobRequest, JobInfo, Mapping[str, str]]],
+    labels: Sequence[str] = (),
+) -> HetVerdict:
+    """Heterogeneous job ``leader``, component by component (by offset): what the bridge asked for
+    the component, the component's own record in Slurm, and the pods placed in it (pod -> node)."""
+    return HetVerdict(leader, tuple(compare(r, job, placed) for r, job, placed in parts), tuple(labels))
 
 
 def _gres(gres: str | None) -> dict[str, int]:

@@ -292,7 +292,8 @@ class AnswerDecoder:
         )
 
     def decode_partition_limits(self, body: Any) -> list[PartitionLimits]:
-        """Each partition's time limits and account and QOS lists (``""``: all allowed)."""
+        """Each partition's time limits, account and QOS lists (``""``: all allowed) and, where
+        the version shows them, its RootOnly and Default flags."""
         out = []
         for raw in listed(body, "partitions", "partitions"):
             w = validate(PartitionLimitsWire, raw, "partition")
@@ -305,6 +306,8 @@ class AnswerDecoder:
                     deny_accounts=csv_items(w.accounts.deny),
                     allow_qos=csv_items(w.qos.allowed) or None,
                     deny_qos=csv_items(w.qos.deny),
+                    root_only=None if w.flags is None else "ROOT_ONLY" in w.flags,
+                    default=None if w.flags is None else "DEFAULT" in w.flags,
                 )
             )
         return out

@@ -176,7 +176,8 @@ class JobSettings(BaseModel):
 class PartitionLimits(BaseModel):
     """A partition's limits that Slurm does not apply to a job update sent with an operator's
     token (SlurmUser's: docs/annotations.md), so the bridge checks them before it sends one, and its
-    default time limit (what a job that names none gets)."""
+    default time limit (what a job that names none gets); whether it is RootOnly, which Slurm does
+    not apply to a tenant's job the bridge submits with that token (docs/tenancy.md)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -188,6 +189,10 @@ class PartitionLimits(BaseModel):
     deny_accounts: tuple[str, ...] = ()
     allow_qos: tuple[str, ...] | None = None
     deny_qos: tuple[str, ...] = ()
+    # RootOnly=YES (only root and SlurmUser may submit there), and whether it is Slurm's default
+    # partition; None: the REST API version does not show a partition's flags (before v0.0.45).
+    root_only: bool | None = None
+    default: bool | None = None
 
 
 class JobStates:

@@ -286,6 +286,8 @@ class PartitionLimitsWire(_Wire):
     qos: AllowDeny = Field(default_factory=AllowDeny)
     maximums: PartitionTimes = Field(default_factory=PartitionTimes)
     defaults: PartitionTimes = Field(default_factory=PartitionTimes)
+    # Its flags (DEFAULT, HIDDEN, ROOT_ONLY, ...): v0.0.45 and later only; absent before.
+    flags: list[str] | None = None
 
 
 class SubmitWire(WireResponse):

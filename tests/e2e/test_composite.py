@@ -19,6 +19,8 @@ starts only in a backfill pass: ``SchedulerParameters=bf_interval=2`` locally).
 from __future__ import annotations
 
 import contextlib
+import secrets
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import hostlist
@@ -28,6 +30,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from slurm_bridge import names
+from tests.e2e.test_tenancy import wait_selected
+from tests.e2e.test_tenant_rights import alice
 from tests.e2e.util import API, bridge_jobs_in, get_phj, has_gate, make_pod, read_pod
 from tests.harness import CLUSTER_SH, SlurmEnv, holds_for, run, wait_for
 
@@ -239,6 +243,45 @@ def test_a_composite_slurm_cannot_place_starts_no_pod_of_any_podgroup(
         "no pod of the composite released while Slurm cannot place all of it",
         interval=0.5,
     )  # fmt: skip
+
+
+@pytest.fixture
+def root_only_partition(slurm_env: SlurmEnv) -> Iterator[str]:
+    """A RootOnly partition over the kwok nodes (DOWN: nothing would start there), deleted after."""
+    name = f"rootonly-{secrets.token_hex(3)}"
+    slurm_env.scontrol("create", f"PartitionName={name}", f"Nodes={','.join(slurm_env.nodes)}", "RootOnly=YES",
+                       "State=DOWN")  # fmt: skip
+    yield name
+    slurm_env.slurm("scancel", "--partition", name, check=False)
+    wait_for(
+        lambda: slurm_env.slurm("scontrol", "delete", f"PartitionName={name}", check=False).returncode == 0,
+        60,
+        f"partition {name} deleted",
+    )
+
+
+def test_a_tenants_composite_is_refused_in_a_root_only_partition(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, slurm_env: SlurmEnv,
+    policy: Callable[[Obj], str], root_only_partition: str,
+) -> None:  # fmt: skip
+    """A heterogeneous job is queued with the bridge's token, alice in its user_id, which Slurm lets
+    into a RootOnly partition that alice could not submit to: the bridge refuses it itself, nothing
+    is submitted, and the PlaceholderJob fails naming the partition (docs/tenancy.md)."""
+    wait_selected(custom, policy(alice(ns)), ns)
+    where = {P + "partition": root_only_partition}
+    pods = hierarchy(custom, core, ns, "locked", annotations={"workload": where, "composite": where})
+    phj = wait_for(
+        lambda: (p := get_phj(custom, ns, "cpg-locked")) and (p.get("status") or {}).get("phase") == "Failed" and p,
+        90,
+        "the tenant's composite refused",
+    )  # fmt: skip
+    status = phj["status"]
+    assert status["reason"] == names.REASON_PARTITION_REFUSES_TENANT, status
+    assert f"partition {root_only_partition} is RootOnly" in status["message"] and "heterogeneous" in status["message"]
+    assert not status.get("jobId"), "nothing was submitted"
+    queued = slurm_env.slurm("squeue", "--noheader", "--partition", root_only_partition, "-o", "%i").stdout
+    assert queued.strip() == "", queued
+    wait_for(lambda: ended(core, ns, pods), 60, "the composite's pods ended")
 
 
 def test_scancel_of_one_component_ends_every_pod_and_the_whole_job(

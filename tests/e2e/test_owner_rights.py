@@ -5,7 +5,10 @@ slurmctld, the hybrid nodes' real slurmd and the real API server.
 (a) alice shrinks her running gang's job off the node one of its pods runs on: the bridge sees it
 within a bounded time (measured and printed), drains that node in Slurm naming the pod, ends the
 pods, and lifts the drain once they are gone. (b) alice shrinks her waiting job below what its pod
-was sized for: the pod is never released onto it, and the PlaceholderJob says why.
+was sized for: the pod is never released onto it, and the PlaceholderJob says why. (c) alice shrinks
+one component of her CompositePodGroup's heterogeneous job off a node one of its pods runs on: that
+node is drained naming the pod and the component's job, the PlaceholderJob says which component,
+and every pod of every component ends with the whole job.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.e2e import util
+from tests.e2e.test_composite import BACKFILL_WAIT, CPG_V, PG_V, G, all_done, composite_api, het_records
 from tests.e2e.test_tenancy import wait_selected
 from tests.e2e.util import get_phj, make_pod, read_pod, slurm_job
 from tests.harness import TENANTS, SlurmEnv, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
+__all__ = ["composite_api"]  # a fixture, used by name
 Obj = dict[str, Any]
 A = TENANTS["a"]
 P = names.SLURMJOB_PREFIX
@@ -178,3 +183,94 @@ def test_a_tenants_shrink_of_its_pending_job_never_releases_the_pod_onto_less(
     annotations = (pod.metadata.annotations or {}) if pod is not None else {}
     assert names.ANN_SLURM_NODE not in annotations and (pod is None or not pod.spec.node_name), "never released"
     wait_for(lambda: (j := slurm_job(slurm_env, job_id)) is None or j["job_state"][0] != "PENDING", 30, "cancelled")
+
+
+def composite(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, ns: str, name: str,
+              parts: dict[str, tuple[int, str]]) -> list[str]:  # fmt: skip
+    """A Workload, its CompositePodGroup (``gang.minGroupCount`` the number of PodGroups) and for
+    each part a gang PodGroup ``<name>-<part>`` of ``parts[part][0]`` coResident pods (1 CPU, 64Mi)
+    in partition ``parts[part][1]``, as the PodGroup's annotations say (components go in PodGroup
+    name order); the pods' names."""
+    gang = {"gang": {"minGroupCount": len(parts)}}
+    templates = [{"name": t, "schedulingPolicy": {"gang": {"minCount": n}}} for t, (n, _) in parts.items()]
+    workload = {"apiVersion": f"{G}/{PG_V}", "kind": "Workload", "metadata": {"name": name},
+                "spec": {"compositePodGroupTemplates": [{"name": "all", "schedulingPolicy": gang,
+                                                         "podGroupTemplates": templates}]}}  # fmt: skip
+    custom.create_namespaced_custom_object(G, PG_V, ns, "workloads", workload)
+    ref = {"workloadName": name, "templateName": "all"}
+    group = {"apiVersion": f"{G}/{CPG_V}", "kind": "CompositePodGroup", "metadata": {"name": name},
+             "spec": {"workloadRef": ref, "schedulingPolicy": gang}}  # fmt: skip
+    custom.create_namespaced_custom_object(G, CPG_V, ns, "compositepodgroups", group)
+    pods = []
+    for part, (count, partition) in parts.items():
+        options = {names.ANN_NODE_SHARING: names.NODE_SHARING_CO_RESIDENT, names.ANN_PARTITION: partition}
+        spec = {"parentCompositePodGroupName": name, "workloadRef": {"workloadName": name, "templateName": part},
+                "schedulingPolicy": {"gang": {"minCount": count}}}  # fmt: skip
+        meta = {"name": f"{name}-{part}", "annotations": options}
+        custom.create_namespaced_custom_object(
+            G, PG_V, ns, "podgroups", {"apiVersion": f"{G}/{PG_V}", "kind": "PodGroup", "metadata": meta, "spec": spec}
+        )
+        for i in range(count):
+            pod = make_pod(f"{name}-{part}-{i}", cpu="1", memory="64Mi")
+            for c in pod["spec"]["containers"]:
+                c["resources"]["limits"] = {"cpu": "1", "memory": "64Mi"}
+            pod["spec"]["schedulingGroup"] = {"podGroupName": f"{name}-{part}"}
+            core.create_namespaced_pod(ns, pod)
+            pods.append(pod["metadata"]["name"])
+    return pods
+
+
+@pytest.mark.kubernetes(37)
+@pytest.mark.usefixtures("composite_api")
+@pytest.mark.parametrize(
+    "workload_kinds",
+    [((G, CPG_V, "compositepodgroups"), (G, PG_V, "podgroups"), (G, PG_V, "workloads"))],
+    ids=["composite"],
+)
+def test_a_tenants_shrink_of_one_component_drains_its_pods_node_and_ends_every_pod(
+    ns: str, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, slurm_env: SlurmEnv,
+    policy: Callable[[Obj], str], undrain: list[str], job_shrink_allowed: None,
+) -> None:  # fmt: skip
+    assert len(slurm_env.hybrid_nodes) >= 2, f"two hybrid nodes are needed, the cluster has {slurm_env.hybrid_nodes}"
+    wait_selected(custom, policy(alice(ns)), ns)
+    # Component 0 (PodGroup h-a): one pod in the bridge's partition; component 1 (h-b): a pod on
+    # each hybrid node. (Slurm's backfill starts a heterogeneous job when each component can have
+    # nodes of its own: the hybrid partition has two.)
+    parts = {"a": (1, slurm_env.partition), "b": (2, slurm_env.hybrid_partition)}
+    pods = composite(custom, core, ns, "h", parts)
+    status = wait_for(
+        lambda: (s := phj_status(custom, ns, "cpg-h")).get("phase") == names.PHASE_RUNNING and s,
+        BACKFILL_WAIT,
+        "the composite running",
+    )
+    leader = int(status["jobId"])
+    records = het_records(slurm_env, leader)
+    assert [r["user_name"] for r in records] == [A.user, A.user], "every component is alice's in Slurm"
+    component = int(records[1]["job_id"])
+    on = {a["node"]: a["pod"] for a in status["assignments"] if a.get("offset") == 1}
+    assert set(on) == set(slurm_env.hybrid_nodes), on
+    undrain += list(on)
+
+    kept, lose = sorted(on)
+    gone = on[lose]
+    moved = slurm_env.native(A.user, "scontrol", "update", f"JobId={component}", f"NodeList={kept}")
+    began = time.monotonic()
+    assert moved.returncode == 0, f"alice's scontrol update failed: {moved.stdout}{moved.stderr}"
+    wait_for(lambda: drained_for(slurm_env, lose, ns, gone, component), 30, f"{lose} drained naming {gone}", 0.05)
+    detected = time.monotonic() - began
+    print(
+        f"\nthe owner's shrink of component {component} off {lose}: node drained naming the pod after {detected:.2f}s"
+    )
+    assert detected <= DETECTION_BOUND_SECONDS, f"seen after {detected:.2f}s"
+
+    ended = wait_for(
+        lambda: (s := phj_status(custom, ns, "cpg-h")).get("phase") == names.PHASE_FAILED and s, 30, "Failed"
+    )
+    assert ended["reason"] == names.REASON_ALLOCATION_CHANGED, ended
+    said = ended["message"]
+    assert f"heterogeneous Slurm job {leader} holds less than its pods need" in said, said
+    assert f"in component 1 (PodGroup h-b, Slurm job {component}), pod {gone} is on node {lose}" in said, said
+    assert "DRAIN" not in node_line(slurm_env, kept), "the node the component still holds is not drained"
+    wait_for(lambda: all(read_pod(core, ns, p) is None for p in pods), 90, "every pod of every component gone")
+    wait_for(lambda: "DRAIN" not in node_line(slurm_env, lose), 120, f"the handoff to lift its drain of {lose}")
+    wait_for(lambda: all_done(slurm_env, leader), 60, "the whole heterogeneous job cancelled")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurm_bridge.rules.allocationmatch import compare, held_of, parse_tres
+from slurm_bridge.rules.allocationmatch import compare, compare_components, held_of, parse_tres
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from slurm_bridge.slurm.versions import codec_for
 
@@ -113,6 +113,33 @@ def test_every_difference_is_named(
     said = verdict.message() if kinds else ""
     for w in words:
         assert w in said, said
+
+
+def het_part(job_id: int, nodes: tuple[str, ...], tres: str) -> JobInfo:
+    return JobInfo(job_id=job_id, states=("RUNNING",), nodes=nodes, tres=tres, het_job_id=10,
+                   het_job_offset=job_id - 10)  # fmt: skip
+
+
+def test_a_heterogeneous_job_is_compared_component_by_component() -> None:
+    """Each component's request against its own record with its own pods: a component may hold
+    enough for another's pods and still too little for its own."""
+    small, big = JobRequest(cpus_per_task=1), JobRequest(nodes=2, cpus_per_task=4)
+    as_asked = [(small, het_part(10, ("na",), "cpu=1,node=1"), {"a0": "na"}),
+                (big, het_part(11, ("nb1", "nb2"), "cpu=8,node=2"), {"b0": "nb1", "b1": "nb2"})]  # fmt: skip
+    assert compare_components(10, as_asked).matches
+    # Component 1 holds what component 0's pod needs, not what its own need; component 0 moved.
+    changed = [(small, het_part(10, ("nz",), "cpu=1,node=1"), {"a0": "na"}),
+               (big, het_part(11, ("nb1", "nb2"), "cpu=2,node=2"), {"b0": "nb1", "b1": "nb2"})]  # fmt: skip
+    verdict = compare_components(10, changed, ["PodGroup a", "PodGroup b"])
+    assert not verdict.matches and verdict.short == (0, 1)
+    assert [p.kinds for p in verdict.parts] == [("nodes",), ("cpus",)]
+    assert verdict.message() == (
+        "heterogeneous Slurm job 10 holds less than its pods need: in component 0 (PodGroup a, Slurm job 10), "
+        "pod a0 is on node na, which Slurm no longer holds for it (it holds nz); in component 1 (PodGroup b, "
+        "Slurm job 11), 1 CPU(s) per node where the pods need 4"
+    )
+    unnamed = compare_components(10, [as_asked[0], changed[1]])
+    assert unnamed.short == (1,) and "in component 1 (Slurm job 11), 1 CPU(s)" in unnamed.message()
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,14 @@ async def test_a_queued_pods_start_is_read_once_after_the_hooks_notice() -> None
     assert r.hints_read == PODS, "every start read after its notice"
     assert r.notices == {"started": PODS}, "no end notice: the released mark's comment asks for none"
     assert r.hook_answers == {202: PODS}, "the start notices are news"
-    assert r.slurm == {"POST job/submit": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
+    # and the partitions' flags, before a job goes with the bridge's token, read once and kept
+    assert r.slurm == {
+        "POST job/submit": PODS,
+        "GET job/{id}": PODS,
+        "POST job/{id}": PODS,
+        "DELETE job/{id}": PODS,
+        "GET partitions/": 1,
+    }
     assert r.cancels == {"marked": PODS}
     assert {k: n / PODS for k, n in r.placed_requests.items()} == PLACED
     assert r.released == Counter({f"b{i:04d}": 1 for i in range(PODS)})

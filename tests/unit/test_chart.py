@@ -1010,6 +1010,10 @@ def test_slurm_hooks_off_by_default_and_on_with_the_token_the_service_and_the_co
     assert not [d for d in off if d["kind"] == "Service" and d["metadata"]["name"].endswith("-operator-hook")]
     on = render({"slurmHooks": {"enabled": True, "token": "s3cret"}})
     assert rendered_config(on)["slurmHookTokenFile"] == "/var/run/secrets/slurm-bridge-hook/token"
+    assert rendered_config(off)["slurmHookAcceptBearer"] is False
+    assert rendered_config(on)["slurmHookAcceptBearer"] is False, "signed notices only, by default"
+    migrating = render({"slurmHooks": {"enabled": True, "acceptBearer": True}})
+    assert rendered_config(migrating)["slurmHookAcceptBearer"] is True, "bearer notices only when asked"
     op = deployment(on, "operator")["spec"]["template"]["spec"]
     mount = next(m for m in op["containers"][0]["volumeMounts"] if m["name"] == "slurm-hook")
     volume = next(v for v in op["volumes"] if v["name"] == "slurm-hook")

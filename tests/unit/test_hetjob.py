@@ -190,15 +190,19 @@ def test_a_component_short_of_nodes_fails_the_composite_and_cancels_the_job() ->
     assert isinstance(cancel, pl.Cancel) and cancel.released, "no member runs: nothing to hold"
 
 
-def test_a_component_shrunk_under_running_pods_is_never_marked_released() -> None:
-    """Its owner took a node from a running component: the pods may still run, so the job's
-    cancel leaves the handoff's script to hold their cores (docs/security.md)."""
+def test_a_component_shrunk_under_running_pods_is_never_cancelled_under_them() -> None:
+    """Its owner took a node from a running component: the pods may still run, so the node it
+    gave away is drained naming the pod, every pod is ended, and the job is cancelled (marked
+    released) only once they stopped (docs/security.md; tests/unit/test_owner_changes.py)."""
     both = side("RUNNING", "RUNNING")
     short = both.components[1].model_copy(update={"nodes": ("nb1",)})
     slurm = dataclasses.replace(both, components=(both.components[0], short))
     got = decide_in(PlaceholderJob.parse(composite_phj("Running")), slurm, members("running"), NOW, scheduler="s")
-    cancel = next(a for a in got.actions if isinstance(a, pl.Cancel))
-    assert not cancel.released
+    assert not any(isinstance(a, pl.Cancel) for a in got.actions)
+    drain = got.actions[0]
+    assert isinstance(drain, pl.DrainNodes) and (drain.job_id, drain.pods) == (OTHER, (("nb2", "b1"),))
+    ended = [a for a in got.actions if isinstance(a, pl.EndPods)]
+    assert ended and set(ended[0].pods) == set(NODES)
 
 
 def test_a_component_the_view_lacks_is_looked_for_at_most_every_full_list_period() -> None:

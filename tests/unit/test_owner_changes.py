@@ -28,6 +28,7 @@ from tests.builders import bridge_job, make_phj, make_pod, phj_ref, slurm_job
 from tests.unit.fakes import FakeJobReads, FakeNodes, FakeSlurm
 from tests.unit.kubefakes import FakeKube
 from tests.unit.situations import decide_in
+from tests.unit.test_hetjob import composite_phj
 
 pytestmark = pytest.mark.unit
 
@@ -274,3 +275,192 @@ async def test_a_signed_start_of_another_owners_job_waits_for_its_read(user: str
     assert poller.snapshot is not None
     taken = poller.snapshot.by_id[1]
     assert (taken.signed, taken.tres is None) == (waits, waits)
+
+
+# ---- a heterogeneous job: every component is the tenant's job too -------------------------------------
+# CompositePodGroup c (tests/unit/test_hetjob.py): component 0 (the leader, job 10, PodGroup a: pod a0
+# on na; 1 CPU asked) and component 1 (job 11, PodGroup b: b0 and b1 on nb1 and nb2; 4 CPUs a node).
+LEADER, OTHER = 10, 11
+A_HELD, B_HELD = "cpu=1,node=1", "cpu=8,node=2"
+B_NODES = ("nb1", "nb2")
+
+
+def part(job_id: int, nodes: tuple[str, ...], tres: str) -> JobInfo:
+    return slurm_job(job_id, "RUNNING", nodes=nodes, tres=tres, het=(LEADER, job_id - LEADER))
+
+
+def het_side(a: JobInfo, b: JobInfo) -> lc.SlurmSide:
+    return lc.SlurmSide(poll_period=1.0, job_id=LEADER, job=a, found=a, components=(a, b), taken_at=NOW.mono)
+
+
+def het_members(state: str, ended: tuple[str, ...] = ()) -> dict[str, Obj | None]:
+    where = {"a0": "na", "b0": "nb1", "b1": "nb2"}
+    return {p: pod("succeeded" if p in ended else state, p, n) for p, n in where.items()}
+
+
+def het_decide(phase: str, a: JobInfo, b: JobInfo, members: dict[str, Obj | None], **status: Any) -> pl.Plan:
+    p = PlaceholderJob.parse(composite_phj(phase, **status))
+    return decide_in(p, het_side(a, b), members, NOW, confirmed=members, scheduler="slurm-bridge")
+
+
+CHANGED, SHORT = names.REASON_ALLOCATION_CHANGED, names.REASON_ALLOCATION_SHORT
+END_ALL = ("end", ("a0", "b0", "b1"), CHANGED)
+# (name, phase, component 0, component 1, members, ended pods, the plan, words its message holds)
+HET_CASES: list[tuple[str, str, JobInfo, JobInfo, str, tuple[str, ...], list[tuple[Any, ...]], tuple[str, ...]]] = [
+    (
+        "every component as asked",
+        "Pending",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, B_NODES, B_HELD),
+        "gated",
+        (),
+        [("status", "Allocated", ""), ("release", (("a0", "na"), ("b0", "nb1"), ("b1", "nb2"))), ("ReportPodGroup",)],
+        (),
+    ),
+    (
+        "component 1 shrunk while it waited: nothing released, the whole job cancelled",
+        "Pending",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, B_NODES, "cpu=4,node=2"),
+        "gated",
+        (),
+        [("status", "Failed", SHORT), ("event", SHORT, True), ("cancel", LEADER, True)],
+        (
+            "heterogeneous Slurm job 10 holds less than its pods need: in component 1 (PodGroup b, Slurm job 11), "
+            "2 CPU(s) per node where the pods need 4",
+            "no pod was released onto it",
+        ),
+    ),
+    (
+        "both components moved: each named, each one's lost node drained with its own job id",
+        "Running",
+        part(LEADER, ("nz",), A_HELD),
+        part(OTHER, ("nb1", "nb3"), B_HELD),
+        "running",
+        (),
+        [
+            ("drain", LEADER, (("na", "a0"),)),
+            ("drain", OTHER, (("nb2", "b1"),)),
+            ("status", "Failed", CHANGED),
+            ("event", CHANGED, True),
+            END_ALL,
+        ],
+        (
+            "in component 0 (PodGroup a, Slurm job 10), pod a0 is on node na, which Slurm no longer holds for it "
+            "(it holds nz); in component 1 (PodGroup b, Slurm job 11), pod b1 is on node nb2",
+            "(na for pod a0, nb2 for pod b1)",
+        ),
+    ),
+    (
+        "component 1 moved off b1's node (scontrol update JobId=11 NodeList=nb1,nb3)",
+        "Running",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, ("nb1", "nb3"), B_HELD),
+        "running",
+        (),
+        [("drain", OTHER, (("nb2", "b1"),)), ("status", "Failed", CHANGED), ("event", CHANGED, True), END_ALL],
+        ("in component 1 (PodGroup b, Slurm job 11), pod b1 is on node nb2", "(nb2 for pod b1)"),
+    ),
+    (
+        "component 1 shrunk on each node under released pods: both its nodes drained, not component 0's",
+        "Allocated",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, B_NODES, "cpu=2,node=2"),
+        "released",
+        (),
+        [
+            ("drain", OTHER, (("nb1", "b0"), ("nb2", "b1"))),
+            ("status", "Failed", CHANGED),
+            ("event", CHANGED, True),
+            END_ALL,
+        ],
+        ("1 CPU(s) per node where the pods need 4",),
+    ),
+    (
+        "the leader moved off a0's node",
+        "Running",
+        part(LEADER, ("nz",), A_HELD),
+        part(OTHER, B_NODES, B_HELD),
+        "running",
+        (),
+        [("drain", LEADER, (("na", "a0"),)), ("status", "Failed", CHANGED), ("event", CHANGED, True), END_ALL],
+        ("in component 0 (PodGroup a, Slurm job 10), pod a0 is on node na",),
+    ),
+    (
+        "component 1 shrunk after its pods ended: component 0's pod ends with it, nothing drained",
+        "Running",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, B_NODES, "cpu=2,node=2"),
+        "running",
+        ("b0", "b1"),
+        [("status", "Failed", CHANGED), ("event", CHANGED, True), ("end", ("a0",), CHANGED)],
+        ("the job's components end together, so its pods are ended",),
+    ),
+    (
+        "too few nodes in component 1 under a bound pod: drained and ended, never cancelled under it",
+        "Running",
+        part(LEADER, ("na",), A_HELD),
+        part(OTHER, ("nb1",), "cpu=4,node=1"),
+        "running",
+        ("b1",),
+        [
+            ("drain", OTHER, (("nb1", "b0"),)),
+            ("status", "Failed", names.REASON_ALLOCATION_MISMATCH),
+            ("event", names.REASON_ALLOCATION_MISMATCH, True),
+            ("end", ("a0", "b0"), names.REASON_ALLOCATION_MISMATCH),
+        ],
+        ("Slurm allocated 1 node(s) to component 1 (PodGroup b) of heterogeneous job 10 for 2 pods",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("phase", "a", "b", "state", "ended", "expected", "words"),
+    [c[1:] for c in HET_CASES],
+    ids=[c[0] for c in HET_CASES],
+)
+def test_each_component_holds_what_its_pods_need(
+    phase: str,
+    a: JobInfo,
+    b: JobInfo,
+    state: str,
+    ended: tuple[str, ...],
+    expected: list[tuple[Any, ...]],
+    words: tuple[str, ...],
+) -> None:
+    plan = het_decide(phase, a, b, het_members(state, ended))
+    assert summary(plan) == expected
+    said = status_of(plan) if words else ""
+    for w in words:
+        assert w in said, said
+
+
+def test_a_moved_components_cancel_waits_for_every_pod_of_the_job_and_is_marked_released_only_then() -> None:
+    """The whole job is cancelled (its leader) once every member stopped, whichever component moved."""
+    a, moved = part(LEADER, ("na",), A_HELD), part(OTHER, ("nb1", "nb3"), B_HELD)
+    failed = {"reason": CHANGED, "message": "moved"}
+    still = het_decide("Failed", a, moved, het_members("running", ("b0", "b1")), **failed)
+    assert summary(still) == [("end", ("a0",), CHANGED)]
+    done = het_decide("Failed", a, moved, het_members("running", ("a0", "b0", "b1")), **failed)
+    assert ("cancel", LEADER, True) in summary(done)
+
+
+async def test_a_running_component_on_a_node_whose_allocation_changed_is_read_by_its_own_id() -> None:
+    """Each component is a job of its own in Slurm's lists (leader + offset), with its own record:
+    the one its owner moved is read again, and its PlaceholderJob decided on the new record."""
+    slurm, changed = FakeJobReads(), list[str]()
+    slurm.add_strangers()
+    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
+    poller.watch_nodes(lambda: True)
+    slurm.set(bridge_job(LEADER, "c", "RUNNING", ("na",), het=(LEADER, 0), tres=A_HELD))
+    slurm.set(bridge_job(OTHER, "c", "RUNNING", B_NODES, het=(LEADER, 1), tres=B_HELD))
+    await poller.poll_once()
+    await poller.poll_once()
+    slurm.set(bridge_job(OTHER, "c", "RUNNING", ("nb1", "nb3"), het=(LEADER, 1), tres=B_HELD))
+    slurm.calls.clear()
+    changed.clear()
+    poller.nodes_changed({"nb2", "nb3"})
+    await poller.poll_once()
+    assert slurm.calls == ["states", f"get {OTHER}"], "only the component on a node that moved"
+    assert changed == ["phj-c"]
+    assert [c.nodes for c in poller.side("c", LEADER).components] == [("na",), ("nb1", "nb3")]

@@ -25,7 +25,7 @@ from slurm_bridge.slurm.errors import (
 )
 from slurm_bridge.slurm.formats import expand_nodes, gres_to_tres_per_node
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
-from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, codec_for
+from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, codec_for, version_key
 
 pytestmark = pytest.mark.unit
 
@@ -936,6 +936,30 @@ async def test_job_settings_and_partition_limits_are_read(token_file: Path, vers
         name="pend", max_time_minutes=30, default_time_minutes=10, allow_accounts=("team-a", "team-b"),
         deny_qos=("low",),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("version", SPOKEN_VERSIONS)
+async def test_a_partitions_root_only_and_default_flags_are_read_where_the_version_shows_them(
+    token_file: Path, version: str
+) -> None:
+    """v0.0.45 on shows a partition's ``flags`` (checked on Slurm 26.05: ``RootOnly=YES`` is
+    ``["ROOT_ONLY"]``); v0.0.43 and v0.0.44 do not: unknown (None), not False."""
+    fake = FakeSlurmrestd()
+    shown = version_key(version) >= version_key("v0.0.45")
+    parts = [
+        {"name": "root", **({"flags": ["ROOT_ONLY"]} if shown else {})},
+        {"name": "main", **({"flags": ["DEFAULT"]} if shown else {})},
+        {"name": "plain", **({"flags": []} if shown else {})},
+    ]
+    fake.on("GET", f"/slurm/{version}/partitions/", lambda r: ok({"partitions": parts}))
+    async with client(fake, token_file, api_version=version) as c:
+        limits = {p.name: p for p in await c.partition_limits()}
+    if shown:
+        assert (limits["root"].root_only, limits["root"].default) == (True, False)
+        assert (limits["main"].root_only, limits["main"].default) == (False, True)
+        assert (limits["plain"].root_only, limits["plain"].default) == (False, False)
+    else:
+        assert all(p.root_only is None and p.default is None for p in limits.values())
 
 
 async def test_update_job_results(token_file: Path) -> None:

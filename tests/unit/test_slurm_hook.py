@@ -28,6 +28,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from slurm_bridge import names
+from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, notice_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import JobOwner, SignedStart
 from slurm_bridge.operator.wiring.slurmhook import MAX_SKEW_SECONDS, SIGNATURE_HEADER, HookToken, slurm_hook
@@ -150,22 +151,16 @@ def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener
     assert listener.got.pop() == ("signed", {"event": "ended", "jobId": 42}), "an end says no nodes"
 
 
-@pytest.mark.parametrize("with_curl", [True, False])
+@pytest.mark.parametrize("sender", ["curl", "bash+sha256sum", "bash+openssl"])
 @pytest.mark.parametrize("secret", ["666\\6%s", "x" * 64, "y" * 65 + "6\\", "  spaced  "])
-def test_the_signature_is_rfc_2104_for_any_secret(
-    tmp_path: Path, listener: Listener, secret: str, with_curl: bool
-) -> None:
+def test_the_signature_is_rfc_2104_for_any_secret(tmp_path: Path, listener: Listener, secret: str, sender: str) -> None:
     """Bytes that become NUL once padded ('6' ^ 0x36, '\\' ^ 0x5c), printf's own '%', a secret of
     a whole block and one longer (hashed first), spaces around it (left out, as the operator does);
-    sent by curl, and by bash alone with sha256sum (the local cluster's Slurm root has no curl)."""
+    sent by curl, and by bash alone (the local cluster's Slurm root has no curl) hashing with
+    sha256sum, or with openssl where coreutils' sha256sum is missing."""
     (tmp_path / "token").write_text(secret + "\nsecond line, not read\n")
     (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
-    path = "/usr/bin:/bin"
-    if not with_curl:
-        bin_dir = _bash_only_bin(tmp_path)
-        if not (bin_dir / "sha256sum").exists():
-            os.symlink(shutil.which("sha256sum") or "/usr/bin/sha256sum", bin_dir / "sha256sum")
-        path = str(bin_dir)
+    path = "/usr/bin:/bin" if sender == "curl" else str(_bash_only_bin(tmp_path, hasher=sender.removeprefix("bash+")))
     env = {
         "PATH": path,
         "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
@@ -192,21 +187,46 @@ def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(tmp_path: Path, li
 
 
 def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: Listener) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("bash",):  # no other program: bash alone sends it
-        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
-        os.symlink(found, bin_dir / tool)
-    run_hook(tmp_path, listener.url, path=str(bin_dir), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    run_hook(tmp_path, listener.url, path=str(_bash_only_bin(tmp_path)), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     wait_for(lambda: len(listener.got) == 1, 5, "the notice over /dev/tcp")
-    assert listener.got == [("Bearer s3cret", {"event": "ended", "jobId": 42})]
+    assert listener.got == [("signed", {"event": "ended", "jobId": 42})]
 
 
-def _bash_only_bin(tmp: Path) -> Path:
-    bin_dir = tmp / "bin-bash-only"
+@pytest.mark.parametrize("with_curl", [True, False])
+def test_a_host_that_cannot_sign_sends_nothing_and_says_why(
+    tmp_path: Path, listener: Listener, with_curl: bool
+) -> None:
+    """Neither sha256sum nor openssl: no notice at all (never the secret itself, which the operator
+    refuses anyway), the reason on stderr and in LOG; still exit 0 at once (a failing
+    PrologSlurmctld would cancel the job)."""
+    bin_dir = _bash_only_bin(tmp_path, *(("curl",) if with_curl else ()), hasher=None)
+    (tmp_path / "token").write_text("s3cret\n")
+    log = tmp_path / "logs" / "notify.log"
+    log.parent.mkdir()
+    conf = f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\nLOG={log}\n"
+    (tmp_path / "notify.conf").write_text(conf)
+    env = {"PATH": str(bin_dir), "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"), "SLURM_JOB_ID": "42",
+           "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}  # fmt: skip
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "job 42 started: not sent: neither sha256sum nor openssl" in proc.stderr, proc.stderr
+    assert "not sent: neither sha256sum nor openssl" in log.read_text()
+    assert "s3cret" not in proc.stderr + log.read_text()
+    time.sleep(0.5)
+    assert listener.got == [], "nothing is sent that is not signed"
+    (tmp_path / "notify.conf").write_text(conf.replace(f"LOG={log}", f"LOG={tmp_path / 'absent' / 'x.log'}"))
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0 and "not sent" in proc.stderr, "a log directory that is not there: stderr alone"
+
+
+def _bash_only_bin(tmp: Path, *more: str, hasher: str | None = "sha256sum") -> Path:
+    """A PATH of bash alone (it sends the notice itself over /dev/tcp), with the ``hasher`` that
+    signs it and ``more`` programs."""
+    bin_dir = tmp / f"bin-bash-{hasher}-{'-'.join(more)}"
     bin_dir.mkdir(exist_ok=True)
-    for tool in ("bash",):  # no other program: bash alone sends it
-        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+    for tool in ("bash", *((hasher,) if hasher else ()), *more):
+        found = shutil.which(tool)
+        assert found, f"{tool} is not installed"
         if not (bin_dir / tool).exists():
             os.symlink(found, bin_dir / tool)
     return bin_dir
@@ -339,22 +359,48 @@ class Hints:
         return job_id == 7
 
 
-async def _client(token: HookToken | None, leader: bool, hints: Hints) -> TestClient[Any, Any]:
+async def _client(
+    token: HookToken | None, leader: bool, hints: Hints, *, accept_bearer: bool = False
+) -> TestClient[Any, Any]:
     elector = SimpleNamespace(is_leader=asyncio.Event())
     if leader:
         elector.is_leader.set()
     app = web.Application()
-    app.router.add_post("/slurm/hook", slurm_hook(hints, elector, token))  # type: ignore[arg-type]
+    app.router.add_post("/slurm/hook", slurm_hook(hints, elector, token, accept_bearer=accept_bearer))  # type: ignore[arg-type]
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     return client
 
 
+async def test_a_bearer_notice_is_refused_unless_the_config_allows_it(tmp_path: Path) -> None:
+    """The secret in clear (an older script) is refused, right or wrong, saying that notices must be
+    signed and where to read why; nothing is taken. slurmHookAcceptBearer lets it in (a migration)."""
+    (tmp_path / "token").write_text("s3cret\n")
+    hints, token = Hints(), HookToken(tmp_path / "token")
+    client = await _client(token, True, hints)
+    try:
+        for header in ({"Authorization": "Bearer s3cret"}, {"Authorization": "Bearer wrong"}, {}):
+            r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=header)
+            text = await r.text()
+            assert r.status == 401 and "notices must be signed" in text and "slurmHookAcceptBearer" in text, text
+            assert "docs/configuration.md#slurm-hooks" in text
+        assert hints.got == []
+        now = int(time.time())
+        raw, headers = _signed({"event": "started", "jobId": 7, "time": now})
+        assert (await client.post("/slurm/hook", data=raw, headers=headers)).status == 202, "signed: taken"
+        assert hints.got == [(7, "started")]
+    finally:
+        await client.close()
+    assert Config().slurmHookAcceptBearer is False, "refused unless a site says otherwise"
+
+
 async def test_the_endpoint_acts_only_on_the_leader_with_the_token(tmp_path: Path) -> None:
+    """With slurmHookAcceptBearer (a migration from scripts that did not sign), a bearer notice
+    with the right secret is a hint."""
     (tmp_path / "token").write_text("s3cret\n")
     hints, token = Hints(), HookToken(tmp_path / "token")
     ok = {"Authorization": "Bearer s3cret"}
-    client = await _client(token, True, hints)
+    client = await _client(token, True, hints, accept_bearer=True)
     try:
         r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=ok)
         assert r.status == 202 and await r.json() == {"read": True}
@@ -377,7 +423,7 @@ async def test_the_endpoint_acts_only_on_the_leader_with_the_token(tmp_path: Pat
         assert (await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)).status == 202
     finally:
         await client.close()
-    client = await _client(token, False, hints)
+    client = await _client(token, False, hints, accept_bearer=True)
     try:
         r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7}, headers=headers)
         assert r.status == 503 and "standby" in await r.text()
@@ -430,7 +476,7 @@ async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_
         assert hints.starts.pop() is None, "an end's nodes are not taken"
         bearer = {"Authorization": "Bearer s3cret"}
         r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7, **where}, headers=bearer)
-        assert r.status == 202 and hints.starts.pop() is None, "an unsigned start is only a hint"
+        assert r.status == 401 and hints.starts == [], "an unsigned start is refused"
         taken = len(hints.got)
         refused: list[tuple[int, dict[str, Any], bytes]] = [
             (401, {"event": "started", "jobId": 7, "time": now - MAX_SKEW_SECONDS - 5}, b"s3cret"),  # replayed
@@ -458,6 +504,12 @@ async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_
         r = await client.post("/slurm/hook", data=raw, headers={**headers, SIGNATURE_HEADER: "sha1=00"})
         assert r.status == 401
         assert len(hints.got) == taken, "nothing refused was taken"
+    finally:
+        await client.close()
+    client = await _client(token, True, hints, accept_bearer=True)
+    try:
+        r = await client.post("/slurm/hook", json={"event": "started", "jobId": 7, **where}, headers=bearer)
+        assert r.status == 202 and hints.starts.pop() is None, "an unsigned start, when allowed, is only a hint"
     finally:
         await client.close()
 

@@ -232,15 +232,16 @@ def _resize(pod: Obj, config: Config) -> Any:
 def test_a_coresident_pods_resize_is_refused_saying_why_and_what_to_do() -> None:
     pod = bridge_pod(cpu="1")
     refused = _resize(pod, CO_RESIDENT)
-    assert not refused.allowed and "pods/resize" in refused.message
-    assert "limits are its Slurm job's size" in refused.message and "delete the pod" in refused.message
+    assert not refused.allowed and "pods/resize" in refused.message and "delete the pod" in refused.message
     stamped = bridge_pod({names.ANN_JOB_NODE_SHARING: "coResident"}, cpu="1")
-    assert not _resize(stamped, CONFIG).allowed, "the job's mode as the operator stamped it"
+    refused = _resize(stamped, CONFIG)
+    assert not refused.allowed, "the job's mode as the operator stamped it"
+    assert "limits are its Slurm job's size" in refused.message and "delete the pod" in refused.message
 
 
 def test_other_pods_may_be_resized() -> None:
-    assert _resize(bridge_pod(cpu="1"), CONFIG).allowed, "timeShared"
-    assert _resize(bridge_pod({names.ANN_NODE_SHARING: "exclusive"}, cpu="1"), CO_RESIDENT).allowed
+    assert _resize(bridge_pod({names.ANN_JOB_NODE_SHARING: "timeShared"}, cpu="1"), CONFIG).allowed
+    assert _resize(bridge_pod({names.ANN_JOB_NODE_SHARING: "exclusive"}, cpu="1"), CO_RESIDENT).allowed
     other = bridge_pod(cpu="1")
     other["spec"]["schedulerName"] = "default-scheduler"
     assert _resize(other, CO_RESIDENT).allowed
@@ -254,6 +255,15 @@ def test_a_workload_pod_not_yet_released_cannot_be_resized_its_mode_is_its_group
     assert not _resize(member, CONFIG).allowed
     member["metadata"]["annotations"] = {names.ANN_JOB_NODE_SHARING: "timeShared"}
     assert _resize(member, CONFIG).allowed
+
+
+def test_no_pod_is_resized_before_its_release_whatever_its_author_says_of_it() -> None:
+    """Whether a pod is its own job is read from labels and owner references its author may edit
+    (a workload's pod stripped of its owner looks like its own job, whose annotations say
+    exclusive); only the mode the operator stamps at the release counts."""
+    for said in ({}, {names.ANN_NODE_SHARING: "exclusive"}, {names.ANN_NODE_SHARING: "timeShared"}):
+        refused = _resize(bridge_pod(said, cpu="1"), CONFIG)
+        assert not refused.allowed and "not allocated yet" in refused.message, said
 
 
 def test_the_webhook_configuration_covers_pods_resize() -> None:

@@ -214,6 +214,7 @@ matchExpressions:
   "hybridPartitions" ($c.hybridPartitions | default list)
   "devicePluginFollowsSlurm" ($c.devicePluginFollowsSlurm | default false)
   "slurmHookTokenFile" (ternary (printf "/var/run/secrets/slurm-bridge-hook/%s" .Values.slurmHooks.secretKey) nil .Values.slurmHooks.enabled)
+  "slurmHookAcceptBearer" (and .Values.slurmHooks.enabled (.Values.slurmHooks.acceptBearer | default false))
 }}
 {{- with $c.handoff }}
 {{- $_ := set $cfg "handoff" (dict "maxGracePeriodSeconds" (int .maxGracePeriodSeconds) "marginSeconds" (int .marginSeconds)) }}

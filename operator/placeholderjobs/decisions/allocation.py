@@ -157,32 +157,57 @@ def held_short(
     reason: str | None = None,
 ) -> Plan:
     """Slurm holds less for the job than its pods need (``why``; its owner changed it in Slurm:
-    slurm_bridge/rules/allocationmatch.py). The PlaceholderJob fails, saying why, and is not
-    submitted again: the job's owner changed it on purpose, and a new job would undo that.
+    slurm_bridge/rules/allocationmatch.py): :func:`short_plan`, draining the nodes it gave away
+    under its placed members (:func:`lost_drain`)."""
+    drains = (lost_drain(job, placed),) if placed else ()
+    return short_plan(phj, job, why, drains, placed, now, conditions, reason=reason)
+
+
+def lost_drain(job: JobInfo, placed: Mapping[str, str]) -> DrainNodes:
+    """The nodes of ``placed`` (pod -> node) Slurm gave away from job ``job``, each naming its
+    pod; where it holds them all (less of each), every pod's node."""
+    lost = {pod: node for pod, node in placed.items() if node not in job.nodes} or placed
+    return DrainNodes(job.job_id, tuple(sorted((node, pod) for pod, node in lost.items())))
+
+
+def short_plan(
+    phj: PlaceholderJob,
+    job: JobInfo,
+    why: str,
+    drains: Sequence[DrainNodes],
+    placed: Mapping[str, str],
+    now: Clock,
+    conditions: list[Condition] | None = None,
+    *,
+    reason: str | None = None,
+) -> Plan:
+    """The PlaceholderJob of job ``job`` (a heterogeneous job's leader: the whole job) fails,
+    saying why, and is not submitted again: the job's owner changed it on purpose, and a new job
+    would undo that.
 
     No member released yet (``placed`` empty): none is released onto it, and the job is cancelled
     at once (nothing runs on it). Members released or bound: they may run on what Slurm gave away,
-    so their nodes are drained in Slurm first (those it no longer holds for the job; all of theirs
-    when it holds less on each), naming each pod (the handoff loop lifts the drain once the pod
-    stopped), then the pods are ended; the terminal rows cancel the job once every
-    member ended, marked released only then."""
+    so ``drains`` come first (the nodes drained in Slurm, naming each pod: the handoff loop lifts
+    the drain once the pod stopped), then every placed pod is ended; the terminal rows cancel the
+    job once every member ended, marked released only then."""
     if not placed:
         message = f"{why}: no pod was released onto it, and the job is cancelled"
         reason = reason or names.REASON_ALLOCATION_SHORT
         ended = terminal_status(phj, names.PHASE_FAILED, reason, message, now.wall, job, conditions=conditions)
         return Plan((ended, Event(reason, message, warning=True), Cancel(job.job_id)), requeue=0.0)
-    # The nodes Slurm gave away; where it holds them all (less of each), every pod's node.
-    lost = {pod: node for pod, node in placed.items() if node not in job.nodes} or placed
-    drains = DrainNodes(job.job_id, tuple(sorted((node, pod) for pod, node in lost.items())))
-    pods = ", ".join(f"{node} for pod {pod}" for node, pod in drains.pods)
-    message = (
-        f"{why}: its pods may run on what Slurm gave away, so Slurm node(s) are drained ({pods}) "
-        "and the pods ended; the job is cancelled once they stopped"
+    pods = ", ".join(f"{node} for pod {pod}" for d in drains for node, pod in d.pods)
+    # No drain: no placed pod is in a part that differs (a heterogeneous job's other component's
+    # pods ended already), yet its parts end together.
+    drained = (
+        f"its pods may run on what Slurm gave away, so Slurm node(s) are drained ({pods}) and the pods ended"
+        if pods
+        else "the job's components end together, so its pods are ended"
     )
+    message = f"{why}: {drained}; the job is cancelled once they stopped"
     reason = reason or names.REASON_ALLOCATION_CHANGED
     ended = terminal_status(phj, names.PHASE_FAILED, reason, message, now.wall, job, conditions=conditions)
     live = tuple(sorted(placed))
-    return Plan((drains, ended, Event(reason, message, warning=True), EndPods(live, reason, message)), requeue=0.0)
+    return Plan((*drains, ended, Event(reason, message, warning=True), EndPods(live, reason, message)), requeue=0.0)
 
 
 def placed_members(live: Mapping[str, Obj]) -> dict[str, str]:

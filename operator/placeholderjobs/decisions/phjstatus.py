@@ -166,13 +166,18 @@ def fencing(phj: PlaceholderJob, what: str) -> Fence:
 def refused_by_policy(phj: PlaceholderJob, members: Mapping[str, Obj | None], verdict: Verdict, wall: datetime) -> Plan:
     """The namespace's TenantPolicy refuses the job: Failed, nothing submitted, the pods ended with
     the policy's words (a Warning Event on each, as on the PlaceholderJob)."""
-    gen = phj.metadata.generation
     message = f"refused by the tenant policy, nothing was submitted to Slurm: {verdict.message}"
-    conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, verdict.reason, message, gen)
-    ended = terminal_status(phj, names.PHASE_FAILED, verdict.reason, message, wall, conditions=conditions)
-    live = live_members(members)
-    end: tuple[Action, ...] = (EndPods(live, verdict.reason, message),) if live else ()
-    return Plan((ended, Event(verdict.reason, message, warning=True), *end))
+    return refused_unsent(phj, live_members(members), verdict.reason, message, wall)
+
+
+def refused_unsent(phj: PlaceholderJob, live: tuple[str, ...], reason: str, message: str, wall: datetime) -> Plan:
+    """The bridge refuses the job for good before sending it: Failed (``Submitted=False``), a
+    Warning Event, and the ``live`` member pods ended with the same words."""
+    gen = phj.metadata.generation
+    conditions = set_condition(phj.status.conditions, names.COND_SUBMITTED, False, reason, message, gen)
+    ended = terminal_status(phj, names.PHASE_FAILED, reason, message, wall, conditions=conditions)
+    end: tuple[Action, ...] = (EndPods(live, reason, message),) if live else ()
+    return Plan((ended, Event(reason, message, warning=True), *end))
 
 
 def waiting_for_pods(phj: PlaceholderJob, message: str) -> Plan:

@@ -268,11 +268,13 @@ class Placed:
 @dataclass(frozen=True)
 class Refused:
     """Slurm refused the job with ``message``; ``association``: for its association, QOS, wckey or
-    accounting policy; ``present``: the live members to tell."""
+    accounting policy; ``present``: the live members to tell. ``final``: the bridge refused it
+    itself, for good (no retry: Failed with this reason)."""
 
     message: str
     association: bool
     present: tuple[str, ...]
+    final: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ them all when the leader is cancelled. So:
   its member pods; the TenantPolicy judges each component's request;
 - **all or nothing**: pods are released only when every component is RUNNING with nodes; each
   pod gets a node of its own component's, recorded with its offset before any pod is touched;
+- **each component holds what its pods need**: the tenant owns the job in Slurm and may change
+  any component on its own (``scontrol update JobId=<leader+offset>``), so each component's record
+  is compared with what the bridge asked for it (rules/allocationmatch.py), before the release
+  (any component short: nothing released, the job cancelled) and on every read of the running job
+  (the short components' lost nodes drained naming their pods, and every pod ended);
 - **ending any part ends the whole**: a component that ends (``scancel`` of the leader, or of
   one component, a time limit, a node failure) or a leader that vanishes ends every member pod
   and cancels what is left of the job; every member pod ending cancels it (the leader, hence
@@ -21,8 +26,8 @@ them all when the leader is cancelled. So:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from slurm_bridge import names
 from slurm_bridge.kube.conditions import set_condition
@@ -37,7 +42,9 @@ from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.allocation import (
     assign_nodes,
     compress_hostlist,
+    lost_drain,
     placed_members,
+    short_plan,
     unreleased_members,
     with_running,
 )
@@ -69,10 +76,11 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS
+from slurm_bridge.rules.allocationmatch import compare_components
 from slurm_bridge.slurm.models import JobInfo
 
 
@@ -212,18 +220,16 @@ def allocation(
 
     Components may share a node (Slurm sizes each component on its own): two pods of different
     components may then run on one node, each in its component's share of it."""
-    spec = phj.spec
-    gen = phj.metadata.generation
-    leader = parts[0]
-    conditions = status.conditions
+    spec, gen, leader, conditions = phj.spec, phj.metadata.generation, parts[0], status.conditions
     current = {a.pod: a.node for a in status.assignments or []}
-    placed = place_pods(phj, parts, current, now)
-    if isinstance(placed, WriteStatus):  # too few nodes in a component
-        # Never marked released while a member may run on it: the handoff's script then holds its cores.
-        return Plan((placed, Cancel(leader.job_id, released=not placed_members(holding_allocation(members)))))
+    live = holding_allocation(members)
+    if (short := not_held(phj, parts, live, now, status)) is not None:
+        return short
+    placed = place_pods(phj, parts, current)
+    if isinstance(placed, TooFew):
+        return too_few(phj, parts, placed, live, now, status)
     assignment, where = placed
     nodes = compress_hostlist(list(dict.fromkeys(n for job in parts for n in job.nodes)))
-    live = holding_allocation(members)
     bound = all_bound(live, assignment)
     write: PlaceholderJobStatus | None = None
     if assignment != current or status.phase not in (names.PHASE_ALLOCATED, names.PHASE_RUNNING):
@@ -259,11 +265,19 @@ def allocation(
     return Plan(tuple(actions))
 
 
+@dataclass(frozen=True)
+class TooFew:
+    """Component ``offset`` has fewer nodes than pods (``message`` says so)."""
+
+    offset: int
+    message: str
+
+
 def place_pods(
-    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str], now: Clock
-) -> tuple[dict[str, str], dict[str, tuple[int, int]]] | WriteStatus:
+    phj: PlaceholderJob, parts: Sequence[JobInfo], current: dict[str, str]
+) -> tuple[dict[str, str], dict[str, tuple[int, int]]] | TooFew:
     """Each pod's node, one of its own component's (assignments made already kept), and where it
-    runs: (its component's job id, offset); else the status that fails the job for too few nodes."""
+    runs: (its component's job id, offset); else the component with too few nodes."""
     assignment: dict[str, str] = {}
     where: dict[str, tuple[int, int]] = {}
     for offset, (component, job) in enumerate(zip(phj.spec.components or [], parts, strict=True)):
@@ -273,10 +287,62 @@ def place_pods(
                 f"Slurm allocated {len(job.nodes)} node(s) to component {offset} (PodGroup {component.pod_group}) "
                 f"of heterogeneous job {parts[0].job_id} for {len(component.pods)} pods"
             )
-            return terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, message, now.wall)
+            return TooFew(offset, message)
         assignment.update(mine)
         where.update({p: (job.job_id, offset) for p in component.pods})
     return assignment, where
+
+
+def placed_by_component(phj: PlaceholderJob, live: Mapping[str, Obj]) -> list[dict[str, str]]:
+    """By offset: the component's live members released or bound to a node (pod -> node)."""
+    placed = placed_members(live)
+    return [{p: n for p, n in placed.items() if p in c.pods} for c in phj.spec.components or []]
+
+
+def not_held(
+    phj: PlaceholderJob, parts: Sequence[JobInfo], live: Mapping[str, Obj], now: Clock, status: PlaceholderJobStatus
+) -> Plan | None:
+    """Why the job cannot hold its live members (a plan that says so), or None: some component
+    holds less than its pods need (slurm_bridge/rules/allocationmatch.py; its owner changed that
+    component in Slurm: each is a job of its own). All or nothing, as the release: no pod is
+    released onto a job any component of which is short; under placed pods, the nodes each short
+    component gave away are drained naming the pod, and every pod of the job is ended
+    (:func:`.allocation.short_plan`)."""
+    specs = phj.spec.components or []
+    by_part = placed_by_component(phj, live)
+    verdict = compare_components(
+        parts[0].job_id,
+        [(c.slurm, job, placed) for c, job, placed in zip(specs, parts, by_part, strict=True)],
+        [f"PodGroup {c.pod_group}" for c in specs],
+    )
+    if verdict.matches:
+        return None
+    drains = tuple(lost_drain(parts[o], by_part[o]) for o in verdict.short if by_part[o])
+    placed = {p: n for mine in by_part for p, n in mine.items()}
+    return short_plan(phj, parts[0], verdict.message(), drains, placed, now, status.conditions)
+
+
+def too_few(
+    phj: PlaceholderJob,
+    parts: Sequence[JobInfo],
+    short: TooFew,
+    live: Mapping[str, Obj],
+    now: Clock,
+    status: PlaceholderJobStatus,
+) -> Plan:
+    """A component has fewer nodes than pods: the composite fails (AllocationMismatch). Nothing
+    placed: the job is cancelled at once. Else, as a short component (:func:`not_held`): never
+    cancelled, nor marked released, while a member may run on it."""
+    by_part = placed_by_component(phj, live)
+    placed = {p: n for mine in by_part for p, n in mine.items()}
+    leader = parts[0]
+    if not placed:
+        failed = terminal_status(phj, names.PHASE_FAILED, names.REASON_ALLOCATION_MISMATCH, short.message, now.wall)
+        return Plan((failed, Cancel(leader.job_id)))
+    mine = by_part[short.offset]
+    drains = (lost_drain(parts[short.offset], mine),) if mine else ()
+    reason = names.REASON_ALLOCATION_MISMATCH
+    return short_plan(phj, leader, short.message, drains, placed, now, status.conditions, reason=reason)
 
 
 def component_status(parts: Sequence[Component], jobs: Sequence[JobInfo | None]) -> list[ComponentStatus]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from slurm_bridge import names
 from slurm_bridge.core import metrics
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
 from slurm_bridge.operator.runtime import starts
+from slurm_bridge.rules.partitionaccess import own_token_refusal
 from slurm_bridge.slurm.errors import ESLURM_INVALID_GROUP_ID, SlurmAuthError, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
@@ -41,6 +43,11 @@ class SlurmSubmits(Protocol):
     async def mark_job(self, job_id: int, admin_comment: str) -> None: ...
     async def set_priority(self, job_id: int, priority: int) -> None: ...
     async def cancel_job(self, job_id: int) -> None: ...
+
+
+class PartitionRefusesTenant(Exception):
+    """A tenant's job the bridge would queue with its own token, in a partition its tenant could not
+    submit to (rules/partitionaccess.py): nothing was sent."""
 
 
 def _user(request: JobRequest) -> str | None:
@@ -91,7 +98,9 @@ class Placer:
     whose ``priority`` Slurm keeps (docs/security.md). Slurm takes from the user only the user's
     primary group: a job that names another group (Slurm refuses it, or ``verify`` learnt it) is
     queued by the bridge, with ``user_id``/``group_id``; the bridge has refused the operator-only
-    fields before (slurm_bridge/rules/tenancy.py). A ``priority`` that reached here for a tenant's job was
+    fields before (slurm_bridge/rules/tenancy.py), and refuses such a job in a ``RootOnly`` partition, which
+    Slurm opens to the bridge's token (``PartitionRefusesTenant``, slurm_bridge/rules/partitionaccess.py;
+    ``partitions`` reads them). A ``priority`` that reached here for a tenant's job was
     delegated by its TenantPolicy (``allowedOperatorFields``; the policy refuses it otherwise): the
     tenant's submit goes without it, and the bridge sets it after, with its token (only that field).
 
@@ -103,9 +112,14 @@ class Placer:
     """
 
     def __init__(
-        self, slurm: SlurmSubmits, immediate: bool, may_preempt: Callable[[JobRequest], bool] | None = None
+        self,
+        slurm: SlurmSubmits,
+        immediate: bool,
+        may_preempt: Callable[[JobRequest], bool] | None = None,
+        partitions: Partitions | None = None,
     ) -> None:
         self.slurm = slurm
+        self.partitions = partitions
         self.immediate = immediate
         self.may_preempt = may_preempt
         # partition -> (queue directly until, current backoff) after refused immediate allocations
@@ -214,7 +228,29 @@ class Placer:
                 if request.priority is not None:  # delegated by the policy: set as the bridge
                     await self.slurm.set_priority(job_id, request.priority)
                 return job_id
+        if request.names_identity:
+            await self._stand_in([request], self._why_own_token(request))
         return await self.slurm.submit_external_job(request, name=name, admin_comment=admin_comment)
+
+    def _why_own_token(self, request: JobRequest) -> str:
+        """Why a tenant's job goes with the bridge's token (for the message of a refusal)."""
+        user = _user(request)
+        if user is None:
+            return "it names a group and no user"
+        if not self.as_tenant:
+            return "the bridge's token may not submit as another user"
+        group = request.group_name or request.group_id
+        return f"its group {group} is not {user}'s primary group, the only one Slurm takes from the user"
+
+    async def _stand_in(self, requests: Sequence[JobRequest], why: str) -> None:
+        """The bridge's check for what Slurm does not judge when it sends a tenant's job with its
+        own token: raises PartitionRefusesTenant, before anything is sent."""
+        if self.partitions is None:
+            return
+        wanted = [p for r in requests for p in (r.partition or "").split(",") if p]
+        refusal = own_token_refusal(requests, why, await self.partitions.limits(wanted))
+        if refusal is not None:
+            raise PartitionRefusesTenant(refusal)
 
     async def _mark(self, job_id: int, admin_comment: str) -> None:
         """Make a job allocated as a tenant the bridge's: its ``admin_comment`` (which only the
@@ -294,6 +330,8 @@ class Placer:
         heterogeneous immediate allocation (error 2078) and starts such a job only in a backfill
         pass. Returns the leader's id."""
         sent = time.time()
+        if any(r.names_identity for r in requests):
+            await self._stand_in(requests, "it is a heterogeneous job (a CompositePodGroup's)")
         job_id = await self.slurm.submit_het_job(requests, name=name, admin_comment=admin_comment)
         metrics.job_queued()
         self._started(job_id, sent, "queue")

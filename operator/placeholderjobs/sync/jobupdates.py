@@ -1,24 +1,21 @@
 """The shell's side of a changed spec (decisions/specupdate.py decides): the inputs it is decided
 on, read only when the spec changed (what the job asks Slurm for: one GET; the partitions'
-limits: at most every PARTITIONS_TTL_SECONDS, and at once for a partition not read yet), the
-update sent, and the Event on the workload whose annotations were changed."""
+limits: slurmjobs/partitions.py), the update sent, and the Event on the workload whose annotations were changed."""
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Protocol
 
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
 from slurm_bridge.slurm.errors import ESLURM_JOB_NOT_PENDING, SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 
 log = logging.getLogger(__name__)
-# The partitions' limits a job update is checked against are read again after this long.
-PARTITIONS_TTL_SECONDS = 30.0
 
 
 class SlurmJobWrites(Protocol):
@@ -40,10 +37,9 @@ class SlurmJobWrites(Protocol):
 
 
 class JobUpdates:
-    def __init__(self, kube: KubeClient, slurm: SlurmJobWrites) -> None:
+    def __init__(self, kube: KubeClient, slurm: SlurmJobWrites, partitions: Partitions | None = None) -> None:
         self.kube, self.slurm = kube, slurm
-        # The partitions' limits, and when they were read (monotonic).
-        self._partitions: tuple[float, dict[str, PartitionLimits] | None] = (0.0, None)
+        self.partitions = partitions if partitions is not None else Partitions(slurm)
 
     async def inputs(
         self, phj: PlaceholderJob, slurm: SlurmSide, held: pl.Held | None = None
@@ -60,13 +56,8 @@ class JobUpdates:
         if not (job.is_pending or job.is_running):
             return None, None
         settings = await self.slurm.job_settings(job.job_id)
-        stamp, partitions = self._partitions
-        listed = {p for p in (phj.spec.slurm.partition or "").split(",") if p}
-        stale = partitions is None or time.monotonic() - stamp > PARTITIONS_TTL_SECONDS
-        if stale or not listed <= set(partitions or {}):  # a partition made since is read at once
-            partitions = {p.name: p for p in await self.slurm.partition_limits()}
-            self._partitions = (time.monotonic(), partitions)
-        return settings, partitions
+        listed = [p for p in (phj.spec.slurm.partition or "").split(",") if p]
+        return settings, await self.partitions.limits(listed)
 
     async def send(self, action: pl.UpdateJob) -> pl.Updated | pl.UpdateRefused:
         """Send the update; Slurm's refusal is an outcome, an outage is raised (retried with backoff:

@@ -41,8 +41,9 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     encode_admin_comment,
 )
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
-from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer, SlurmSubmits
+from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import PartitionRefusesTenant, Placer, SlurmSubmits
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, SlurmJobDevices
 from slurm_bridge.operator.placeholderjobs.sync.groupconditions import CompositeReporter, PodGroupReporter
 from slurm_bridge.operator.placeholderjobs.sync.handoffwrites import DescribePreemptor, HandoffWrites, SlurmReleaseMarks
@@ -140,13 +141,16 @@ class PlaceholderJobs:
         # Slurm's preemption and time-limit settings (kept current by operator/slurmsettings), and how to
         # name a preempted job's likely preemptor (docs/colocation.md).
         self.policy = policy or PolicyHolder()
-        self.placer = Placer(slurm, config.immediateAllocation, lambda r: self.policy.current.may_preempt(r))
+        self.partitions = Partitions(slurm)  # read for an update's checks and a tenant's queued job's
+        self.placer = Placer(
+            slurm, config.immediateAllocation, lambda r: self.policy.current.may_preempt(r), self.partitions
+        )
         self.podgroups = PodGroupReporter(kube)
         self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         self.member_pods = MemberPods(kube, pods, self.devices)
         self.handoff = HandoffWrites(kube, slurm, poller, self.member_pods, self.policy, describe_preemptor)
-        self.updates = JobUpdates(kube, slurm)
+        self.updates = JobUpdates(kube, slurm, self.partitions)
         # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (the node
         # controller's, set by the wiring; none without it).
         self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
@@ -360,6 +364,9 @@ class PlaceholderJobs:
             return Again(phj, outcome=pl.Refused(str(e), False, action.present))
         try:
             job_id, job = await self._place(sent, ref, name, scope)
+        except PartitionRefusesTenant as e:  # the bridge's own check: nothing was sent, and never will be
+            final = names.REASON_PARTITION_REFUSES_TENANT
+            return Again(phj, outcome=pl.Refused(f"not submitted: {e}", False, action.present, final=final))
         except SlurmUnavailable as e:
             # The job may exist: a full list (it finds the job by admin_comment) must say so
             # before anything is submitted again.
