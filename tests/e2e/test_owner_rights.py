@@ -63,6 +63,22 @@ def drained_for(slurm: SlurmEnv, node: str, ns: str, pod: str, job_id: int) -> b
     return bool(state and "DRAIN" in state.group(1) and f"pod {ns}/{pod} of Slurm job {job_id} " in line)
 
 
+def shrink_off_one_node(slurm: SlurmEnv, ns: str, job_id: int, on: dict[str, str]) -> tuple[str, str, str]:
+    """alice moves Slurm job ``job_id`` (its pods ``on`` two nodes) off one of them with her own
+    ``scontrol update``; the bridge must drain that node naming its pod within the bound. Returns the
+    node kept, the node lost and the pod left on it."""
+    kept, lose = sorted(on)
+    gone = on[lose]
+    moved = slurm.native(A.user, "scontrol", "update", f"JobId={job_id}", f"NodeList={kept}")
+    began = time.monotonic()
+    assert moved.returncode == 0, f"alice's scontrol update failed: {moved.stdout}{moved.stderr}"
+    wait_for(lambda: drained_for(slurm, lose, ns, gone, job_id), 30, f"{lose} drained naming {gone}", 0.05)
+    detected = time.monotonic() - began
+    print(f"\nthe owner's shrink of Slurm job {job_id} off {lose}: node drained naming the pod after {detected:.2f}s")
+    assert detected <= DETECTION_BOUND_SECONDS, f"seen after {detected:.2f}s"
+    return kept, lose, gone
+
+
 def phj_status(custom: k8s.CustomObjectsApi, ns: str, name: str) -> Obj:
     return (get_phj(custom, ns, name) or {}).get("status") or {}
 
@@ -138,16 +154,8 @@ def test_a_tenants_shrink_of_its_running_job_drains_the_pods_node_and_ends_the_p
     assert set(on) == set(slurm_env.hybrid_nodes), on
     undrain += list(on)
 
-    kept, lose = sorted(on)
-    gone = on[lose]
     # Slurm 26.05 refuses NumNodes on the bridge's (external) running job, but takes a NodeList.
-    moved = slurm_env.native(A.user, "scontrol", "update", f"JobId={job_id}", f"NodeList={kept}")
-    began = time.monotonic()
-    assert moved.returncode == 0, f"alice's scontrol update failed: {moved.stdout}{moved.stderr}"
-    wait_for(lambda: drained_for(slurm_env, lose, ns, gone, job_id), 30, f"{lose} drained naming {gone}", 0.05)
-    detected = time.monotonic() - began
-    print(f"\nthe owner's shrink of Slurm job {job_id} off {lose}: node drained naming the pod after {detected:.2f}s")
-    assert detected <= DETECTION_BOUND_SECONDS, f"seen after {detected:.2f}s"
+    kept, lose, gone = shrink_off_one_node(slurm_env, ns, job_id, on)
 
     ended = wait_for(
         lambda: (s := phj_status(custom, ns, "podgroup-g")).get("phase") == names.PHASE_FAILED and s, 30, "Failed"
@@ -251,17 +259,7 @@ def test_a_tenants_shrink_of_one_component_drains_its_pods_node_and_ends_every_p
     assert set(on) == set(slurm_env.hybrid_nodes), on
     undrain += list(on)
 
-    kept, lose = sorted(on)
-    gone = on[lose]
-    moved = slurm_env.native(A.user, "scontrol", "update", f"JobId={component}", f"NodeList={kept}")
-    began = time.monotonic()
-    assert moved.returncode == 0, f"alice's scontrol update failed: {moved.stdout}{moved.stderr}"
-    wait_for(lambda: drained_for(slurm_env, lose, ns, gone, component), 30, f"{lose} drained naming {gone}", 0.05)
-    detected = time.monotonic() - began
-    print(
-        f"\nthe owner's shrink of component {component} off {lose}: node drained naming the pod after {detected:.2f}s"
-    )
-    assert detected <= DETECTION_BOUND_SECONDS, f"seen after {detected:.2f}s"
+    kept, lose, gone = shrink_off_one_node(slurm_env, ns, component, on)
 
     ended = wait_for(
         lambda: (s := phj_status(custom, ns, "cpg-h")).get("phase") == names.PHASE_FAILED and s, 30, "Failed"
