@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from slurm_bridge.webhook.nodeguard import NAME_SUFFIX
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -25,12 +27,9 @@ def deploy_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
 
-NODE_GUARD_SUFFIX = "-node-guard"  # webhook/nodeguard.py's NAME_SUFFIX (bench/ imports no bridge code)
-
-
 def node_guards(policy_names: list[str]) -> list[str]:
     """The bridge's node-guard policies among a cluster's ValidatingAdmissionPolicies."""
-    return [n for n in policy_names if n.endswith(NODE_GUARD_SUFFIX)]
+    return [n for n in policy_names if n.endswith(NAME_SUFFIX)]
 
 
 def refuse_node_guard(policy_names: list[str]) -> None:

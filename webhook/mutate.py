@@ -21,7 +21,7 @@ from .review import JSON, AdmissionRequest, Decision, InvalidObject
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 # Mirror pods stand for static pods the kubelet already runs on its node; they are not scheduled.
-MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
+MIRROR_POD_ANNOTATION: Final = names.ANN_K8S_CONFIG_MIRROR
 
 
 def goes_to_bridge(scheduler: Any, scheduler_name: str) -> bool:

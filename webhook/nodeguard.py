@@ -41,7 +41,7 @@ DAEMON_SET_CONTROLLER: Final = "system:serviceaccount:kube-system:daemon-set-con
 CONTROLLER_MANAGER: Final = "system:kube-controller-manager"
 # A kubelet writes as system:node:<node>; a static pod's mirror pod carries this annotation.
 NODE_USER_PREFIX: Final = "system:node:"
-MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
+MIRROR_POD_ANNOTATION: Final = names.ANN_K8S_CONFIG_MIRROR
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from slurm_bridge.operator.nodes.nodesync import slurm_name_of
 from slurm_bridge.operator.runtime.departures import on_node
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.rules.workloadkinds import controller_of
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -80,7 +81,7 @@ def slim_pod(pod: Obj) -> Obj:
     mirror = (meta.get("annotations") or {}).get(names.ANN_K8S_CONFIG_MIRROR)
     if mirror is not None:
         kept["annotations"] = {names.ANN_K8S_CONFIG_MIRROR: mirror}
-    owner = next((r for r in meta.get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")), None)
+    owner = controller_of(pod)
     if owner is not None:
         ref = {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"), "controller": True}
         kept["ownerReferences"] = [ref]

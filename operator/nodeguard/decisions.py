@@ -31,6 +31,7 @@ from typing import Any
 from slurm_bridge import names
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import parse_iso
+from slurm_bridge.rules.workloadkinds import controller_of
 from slurm_bridge.slurm.formats import expand_nodes
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -110,10 +111,6 @@ class Intruder:
         return f"{self.namespace}/{self.name}"
 
 
-def _controller(meta: Obj) -> Obj:
-    return next((r for r in meta.get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")), {})
-
-
 def _released_here(meta: Obj, node: str) -> int | None:
     """The Slurm job of a pod the bridge released onto ``node`` (its release names the node and
     labels the job); None if it was not."""
@@ -145,7 +142,7 @@ def judge(pod: Obj, node: str, slurm_node: str, member: Member | None, rules: Ru
         return Verdict(Kind.ALLOWED, "not running on this node")
     if names.ANN_K8S_CONFIG_MIRROR in (meta.get("annotations") or {}):
         return Verdict(Kind.ALLOWED, "a static pod of the node's kubelet")
-    owner = _controller(meta)
+    owner = controller_of(pod) or {}
     daemon = owner.get("kind") == "DaemonSet" and str(owner.get("apiVersion", "")).startswith("apps/")
     if daemon and ns in rules.daemon_namespaces:
         return Verdict(Kind.ALLOWED, f"a DaemonSet's pod in {ns} (nodeGuard.daemonNamespaces)")
