@@ -60,6 +60,8 @@ bindTimeoutSeconds: $SB_BIND_TIMEOUT
 hybridPartitions: [$SB_HYBRID_PARTITION, $SB_REAL_NODE_PARTITION${SB_MISSIZED_NODE:+, $SB_MISSIZED_PARTITION}]
 # SB_NODE_GUARD=false also stops the operator's drains of Slurm nodes where other pods run.
 nodeGuard: {drainNodes: $SB_NODE_GUARD}
+# Preempted work comes back at its place (docs/colocation.md): once, so that the tests see the bound.
+preemption: {returnToPlace: true, maxReturns: 1, returnWindowSeconds: 600}
 CFG
   # slurmctld's hook tells this operator of job starts and ends (docs/configuration.md#slurm-hooks).
   if [ "$SB_SLURM_HOOKS" = true ] && [ -f "$HOOK_TOKEN_FILE" ]; then

@@ -29,6 +29,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHo
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
 from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources
+from slurm_bridge.operator.placeholderjobs.places import Places, policy_of
 from slurm_bridge.operator.placeholderjobs.reconfigure import Reconfigure
 from slurm_bridge.operator.placeholderjobs.slurmjobs.hints import SlurmHints
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import OrphanSweeper
@@ -77,6 +78,7 @@ class Controller:
         *,
         policy: PolicyHolder | None = None,
         describe_preemptor: DescribePreemptor | None = None,
+        places_namespace: str | None = None,
     ) -> None:
         self.config = config
         self.tenants = tenants
@@ -96,6 +98,11 @@ class Controller:
         self.hints = SlurmHints(self.poller)
         # Slurm's preemption and time-limit settings, kept current by operator/slurmsettings.
         self.policy = policy or PolicyHolder()
+        # Preempted work comes back at its place: the places, kept in the operator's namespace
+        # (operator/placeholderjobs/places.py); none without one (unit tests of other parts).
+        self.places = (
+            Places(kube, places_namespace, config.bridgeId, policy_of(config)) if places_namespace is not None else None
+        )
         self.jobs = PlaceholderJobs(
             config,
             kube,
@@ -107,9 +114,10 @@ class Controller:
             self.policy,
             describe_preemptor,
             departures=self.departures,
+            places=self.places,
         )
         managed = ManagedNamespaces(config, tenants.namespace_labels if tenants is not None else None)
-        self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller, managed)
+        self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller, managed, self.places)
         self.reconfigure = Reconfigure(
             config, kube, self.pods, self.phjs, self.poller, self.members.groups, self.queue, tenants
         )
@@ -134,6 +142,8 @@ class Controller:
         """Start the work, once the pod and PlaceholderJob stores hold their first lists."""
         self.start_polling()
         self._started = True
+        if self.places is not None:
+            self.places.reset()  # another leader may have written places meanwhile
         self.queue.start()
         for obj in self.pods.values():
             self.queue.add(PodItem.of(obj))

@@ -22,6 +22,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
+from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.shapes.registry import shape_for
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
@@ -93,13 +94,14 @@ class Membership:
         queue: WorkQueue[WorkItem],
         poller: SlurmPoller,
         namespaces: ManagedNamespaces | None = None,
+        places: Places | None = None,
     ) -> None:
         self.pods, self.phjs, self.queue = pods, phjs, queue
         # Only pods of managed namespaces get a PlaceholderJob (slurm_bridge/rules/namespaces.py). None:
         # the config's rule, with no labels known (a selector then waits).
         self.namespaces = namespaces or ManagedNamespaces(config)
         self.groups = GroupResolver(kube.get)
-        self.joins = Joins(config, kube, pods, phjs, queue, poller)
+        self.joins = Joins(config, kube, pods, phjs, queue, poller, places)
 
     def forget(self, uid: str) -> None:
         """The pod is gone."""

@@ -18,6 +18,7 @@ from typing import Protocol
 from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.rules.resume import preempt_mode
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.handoffcalls import QosInfo
 from slurm_bridge.slurm.models import SlurmConf
@@ -53,8 +54,13 @@ def policy_problems(policy: SlurmPolicy, config: Config, used: frozenset[str]) -
     for q in sorted(policy.qos.values(), key=lambda q: q.name):
         if q.name not in used or not policy.preemptable(q.name):
             continue
-        if "SUSPEND" in q.mode:
-            out.append(f"QOS {q.name} may be preempted with PreemptMode=SUSPEND, which cannot stop a pod: use CANCEL")
+        mode = preempt_mode(q.mode, conf.preempt_mode if conf is not None else ())
+        if mode in ("SUSPEND", "GANG"):
+            out.append(
+                f"QOS {q.name} may be preempted with PreemptMode={mode}, which Slurm cannot do to a pod's job (an "
+                "external job is neither suspended nor time-sliced: the pod would run on beside its preemptor): use "
+                "REQUEUE (the work comes back at its place) or CANCEL (it does not; docs/colocation.md)"
+            )
         elif q.grace_seconds < need:
             out.append(
                 f"QOS {q.name} may be preempted with GraceTime {q.grace_seconds}s, shorter than "

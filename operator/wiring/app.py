@@ -151,7 +151,16 @@ def build(
     # Slurm's preemption and time-limit settings: read in one place (operator/slurmsettings/),
     # decided with by the PlaceholderJob controller and the handoff loop (docs/colocation.md).
     policy = PolicyHolder()
-    ctrl = Controller(cfg, kube, slurm, tenants, policy=policy, describe_preemptor=PreemptorFinder(slurm, policy))
+    # Preempted workloads' places are kept beside the Lease, in the operator's own namespace.
+    ctrl = Controller(
+        cfg,
+        kube,
+        slurm,
+        tenants,
+        policy=policy,
+        describe_preemptor=PreemptorFinder(slurm, policy),
+        places_namespace=lease_namespace,
+    )
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
     nodes = NodeController(cfg, kube, slurm)
     # An exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md).

@@ -113,6 +113,20 @@ class NodeGuardConfig(_Model):
         return namespace_names(v)
 
 
+class PreemptionConfig(_Model):
+    """Preempted work comes back at its place (docs/colocation.md, "Preemption").
+
+    ``returnToPlace``: a workload whose job Slurm preempts under ``PreemptMode=REQUEUE`` gets that
+    job's place in the queue for its replacement (the bridge sets the preempted job's priority on
+    the new job); ``maxReturns``: how many times in a row a workload comes back so, after which its
+    replacement queues at the back (no workload holds the head of the queue by being preempted);
+    ``returnWindowSeconds``: how soon after the preemption the replacement must come."""
+
+    returnToPlace: bool = True
+    maxReturns: int = Field(default=3, ge=0, le=100)
+    returnWindowSeconds: int = Field(default=600, ge=10, le=86400)
+
+
 Listen = Annotated[str, Field(description="host:port to listen on")]
 
 
@@ -188,6 +202,8 @@ class Config(_Model):
     devicePluginFollowsSlurm: bool = False
     # Kubernetes' other doors onto Slurm's nodes: who besides the bridge may run there.
     nodeGuard: NodeGuardConfig = Field(default_factory=NodeGuardConfig)
+    # Preempted work comes back at its place (docs/colocation.md, "Preemption").
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
 
     @field_validator("schedulerName", "bridgeId")
     @classmethod

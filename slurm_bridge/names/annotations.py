@@ -80,6 +80,10 @@ ANN_SLURM_HET_OFFSET: Final = SLINKY_PREFIX + "slurm-het-offset"
 # On a released pod: its Slurm job's node sharing (one of NODE_SHARING_MODES), so that admission can
 # refuse a resize of a pod whose limits are its job's size (coResident; docs/colocation.md).
 ANN_JOB_NODE_SHARING: Final = SCHEDULER_PREFIX + "job-node-sharing"
+# On a PlaceholderJob whose pods replace a preempted workload's: the place it took (JSON of
+# slurm_bridge/rules/resume.py's Place: the preempted job, its priority, when and by whom), which its
+# Slurm job gets (docs/colocation.md, "Preemption"). Written by the bridge at the PlaceholderJob's create.
+ANN_RESUMES: Final = SCHEDULER_PREFIX + "resumes"
 RESERVED_POD_ANNOTATIONS: Final = frozenset(
     {
         ANN_SLURM_NODE,

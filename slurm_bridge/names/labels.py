@@ -27,6 +27,7 @@ LABEL_OS: Final = "kubernetes.io/os"
 LABEL_APP_NAME: Final = "app.kubernetes.io/name"
 LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_APP_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_APP_INSTANCE: Final = "app.kubernetes.io/instance"
 # The Go slurm-bridge's keys: a node with this label (any value) is registered in Slurm ...
 LABEL_EXTERNAL_NODE: Final = SCHEDULER_PREFIX + "external-node"
 # A pod's coscheduling PodGroup (scheduler-plugins, scheduling.x-k8s.io/v1alpha1).
@@ -34,3 +35,6 @@ LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
 # The LeaderWorkerSet and group a pod belongs to (set by the LeaderWorkerSet controller).
 LABEL_LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
 LABEL_LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+# The preempted workloads' places (slurm_bridge/rules/resume.py), one ConfigMap a workload in the
+# operator's namespace, labelled with this component name (docs/colocation.md, "Preemption").
+PLACES_COMPONENT: Final = "preemption-places"

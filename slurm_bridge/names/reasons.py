@@ -152,6 +152,12 @@ REASON_COMPOSITE_FULL: Final = "CompositeFull"
 REASON_MEMBER_REPLACED: Final = "MemberReplaced"
 REASON_REPLACED: Final = "Replaced"
 REASON_GANG_WILL_NOT_START: Final = "GangWillNotStart"
+# Preempted work comes back at its place (docs/colocation.md, "Preemption"): on a preempted
+# PlaceholderJob, whether its workload's replacement gets its place (PlaceKept) or not (PlaceNotKept,
+# with why); on the replacement's PlaceholderJob, whose place its new job took (ResumedAtPlace).
+REASON_PLACE_KEPT: Final = "PlaceKept"
+REASON_PLACE_NOT_KEPT: Final = "PlaceNotKept"
+REASON_RESUMED_AT_PLACE: Final = "ResumedAtPlace"
 
 # --- Why a pod's group cannot be known yet (the pod waits gated, with a Warning Event) --------------
 # The owner walk (a pod's controllers, up to its workload).

@@ -29,6 +29,8 @@ ADMIN_COMMENT_RELEASED: Final = "released"
 # an external job the bridge ended is always CANCELLED (docs/tenancy.md, "What sacct shows").
 ADMIN_COMMENT_OUTCOME: Final = "outcome"  # the PlaceholderJob's phase: Completed, Failed, Cancelled
 ADMIN_COMMENT_EXIT_CODE: Final = "exit_code"  # the highest exit code of the member pods' containers
+# The job a resumed workload's job took the place of (`sacct -o AdminComment` links the two).
+ADMIN_COMMENT_RESUMES: Final = "resumes"
 HANDOFF_SCOPE_CORES: Final = "cores"  # hold the job's CPU count on each node
 HANDOFF_SCOPE_NODE: Final = "node"  # hold every free core of each node (exact cores, exclusivity)
 HANDOFF_CONF_FILE: Final = "slurm-bridge-handoff.conf"

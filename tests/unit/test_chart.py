@@ -505,6 +505,8 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
     assert _rules(find(docs, "Role", f"{RELEASE}-operator-lease")) == (
         _grant("coordination.k8s.io", "leases", "create")
         | _grant("coordination.k8s.io", "leases", "get", "update", names=("slurm-bridge-operator",))
+        # The places of preempted workloads (operator/placeholderjobs/places.py), in its namespace only.
+        | _grant("", "configmaps", "get", "list", "create", "patch", "delete")
     )
     assert not [r for r in find_all(docs, "ClusterRole") if "extender" in r["metadata"]["name"]], (
         "the extender binds as the scheduler's ServiceAccount (system:kube-scheduler grants pods/binding)"

@@ -219,6 +219,9 @@ matchExpressions:
 {{- with $c.handoff }}
 {{- $_ := set $cfg "handoff" (dict "maxGracePeriodSeconds" (int .maxGracePeriodSeconds) "marginSeconds" (int .marginSeconds)) }}
 {{- end }}
+{{- with $c.preemption }}
+{{- $_ := set $cfg "preemption" (dict "returnToPlace" (ternary true .returnToPlace (kindIs "invalid" .returnToPlace)) "maxReturns" (int (.maxReturns | default 0)) "returnWindowSeconds" (int (.returnWindowSeconds | default 600))) }}
+{{- end }}
 {{- $_ := set $cfg "nodeGuard" (dict "daemonNamespaces" .Values.nodeGuard.daemonNamespaces) }}
 {{- $sel := $c.managedNamespaceSelector | default dict }}
 {{- if or $sel.matchLabels $sel.matchExpressions }}

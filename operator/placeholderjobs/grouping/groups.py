@@ -36,6 +36,7 @@ from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError, resource_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJobSpec
 from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.resume import Place
 from slurm_bridge.rules.translate import time_limit_from_deadline
 from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
 from slurm_bridge.slurm.models import JobRequest
@@ -378,9 +379,11 @@ def new_phj(
     *,
     components: list[Component] | None = None,
     min_components: int | None = None,
+    resumes: Place | None = None,
 ) -> Obj:
     """A new PlaceholderJob for ``group``: owned by its root, with the bridge's finalizer;
-    ``components``, ``min_components``: a CompositePodGroup's heterogeneous job."""
+    ``components``, ``min_components``: a CompositePodGroup's heterogeneous job; ``resumes``: the
+    place of a preempted job of the same workload it takes (slurm_bridge/rules/resume.py)."""
     spec = PlaceholderJobSpec(
         pods=pods,
         pod_uids=pod_uids,
@@ -400,7 +403,10 @@ def new_phj(
                 names.LABEL_APP_NAME: names.APP_NAME,
                 names.LABEL_APP_MANAGED_BY: names.APP_NAME,
             },
-            "annotations": {names.ANN_JOB_OPTIONS: options_value(group.options())},
+            "annotations": {
+                names.ANN_JOB_OPTIONS: options_value(group.options()),
+                **({names.ANN_RESUMES: resumes.encode()} if resumes is not None else {}),
+            },
             "ownerReferences": [group.owner],
             "finalizers": [names.FINALIZER_PLACEHOLDER_JOB],
         },

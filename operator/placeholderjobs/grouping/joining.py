@@ -27,10 +27,12 @@ from slurm_bridge.kube.placeholderjob import Component, GroupSource, Placeholder
 from slurm_bridge.operator.placeholderjobs.decisions.pods import pod_ended, pod_terminating
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, JoinState, Vacancies
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj, same_group
+from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.rules.resume import Place, workload_key
 from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest
 
@@ -64,9 +66,12 @@ class Joins:
         phjs: ParsedStore[PlaceholderJob],
         queue: WorkQueue[WorkItem],
         poller: SlurmPoller,
+        places: Places | None = None,
     ) -> None:
         self.config, self.kube = config, kube
         self.pods, self.phjs, self.queue, self.poller = pods, phjs, queue, poller
+        # The places of preempted workloads a new PlaceholderJob takes (slurm_bridge/rules/resume.py).
+        self.places = places
         # pod uid -> the group PlaceholderJob it joined, so pod events need no owner walk. A cache:
         # membership is read from the PlaceholderJob's spec.
         self.member_of: dict[str, Key] = {}
@@ -255,6 +260,7 @@ class Joins:
             pod_uids={meta["name"]: meta["uid"]},
             components=components,
             min_components=min_components,
+            resumes=await self.take_place(group, group.name),
         )
         try:
             created = await self.kube.create(phj_path(group.namespace), phj)
@@ -273,6 +279,22 @@ class Joins:
         self.member_of[meta["uid"]] = (group.namespace, group.name)
         self.queue.add(PhjItem(group.namespace, group.name))
         return created
+
+    async def take_place(self, group: Group, slot: str) -> Place | None:
+        """The preempted place of the group's workload its new PlaceholderJob takes (None: none,
+        the common case, known without a read; slurm_bridge/rules/resume.py)."""
+        if self.places is None:
+            return None
+        workload = workload_key(
+            group.namespace, str(group.source.get("kind", "")), str(group.source.get("uid", "")), slot
+        )
+        try:
+            return await self.places.take(workload, group.name)
+        except KubeError as e:
+            log.warning(
+                "taking the place of %s for %s/%s failed: it queues anew: %s", workload, group.namespace, group.name, e
+            )
+            return None
 
     async def group_request(self, group: Group, members: list[str], pod: Obj) -> JobRequest:
         """The job for every member pod, sized for the whole group, with the root's options."""

@@ -14,6 +14,7 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
+from slurm_bridge.rules.resume import single_slot
 from slurm_bridge.rules.translate import job_request
 
 Obj = dict[str, Any]
@@ -43,7 +44,8 @@ class SinglePod(PlainJob):
             message = f"cannot build a Slurm job request: {e}"
             await joins.kube.event(pod, names.REASON_INVALID_SLURM_OPTIONS, message, warning=True)
             return None
-        phj = new_phj(group, [pod["metadata"]["name"]], request)
+        place = await joins.take_place(group, single_slot(pod))
+        phj = new_phj(group, [pod["metadata"]["name"]], request, resumes=place)
         try:
             created = await joins.kube.create(phj_path(group.namespace), phj)
         except Invalid as e:

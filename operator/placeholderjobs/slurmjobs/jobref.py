@@ -32,14 +32,19 @@ class PhjRef:
         return (self.namespace, self.name)
 
 
-def encode_admin_comment(ref: PhjRef, *, handoff: str | None = None, released: bool = False) -> str:
+def encode_admin_comment(
+    ref: PhjRef, *, handoff: str | None = None, released: bool = False, resumes: int | None = None
+) -> str:
     """The bridge's mark on a job: ``handoff``, the scope the EpilogSlurmctld holds the job's nodes
     in should Slurm end it under its pods (``cores``, ``node``); ``released``, the bridge released
-    the job itself (its pods stopped): nothing to hold. Compact JSON without spaces: the script
-    reads it with bash, field by field."""
+    the job itself (its pods stopped): nothing to hold; ``resumes``, the preempted job whose place
+    it took (slurm_bridge/rules/resume.py). Compact JSON without spaces: the script reads it with
+    bash, field by field."""
     payload = _ref_payload(ref)
     if handoff is not None:
         payload[names.ADMIN_COMMENT_HANDOFF] = handoff
+    if resumes is not None:
+        payload[names.ADMIN_COMMENT_RESUMES] = resumes
     if released:
         payload[names.ADMIN_COMMENT_RELEASED] = True
     return names.ADMIN_COMMENT_PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Protocol
 
 from slurm_bridge import names
-from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.client import KubeClient, KubeError
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, PhjRef, notice_comment, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.rules import resume
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.models import JobInfo
+from slurm_bridge.slurm.models import JobInfo, JobSettings
 
 log = logging.getLogger(__name__)
 # The likely preemptor of a job, in words (operator/handoff/preemptor.py; a bounded read of Slurm).
@@ -28,6 +31,10 @@ DescribePreemptor = Callable[[JobInfo], Awaitable[str]]
 
 class SlurmReleaseMarks(Protocol):
     async def mark_released(self, job_id: int, admin_comment: str, comment: str | None = None) -> None: ...
+
+
+class SlurmJobSettings(Protocol):
+    async def job_settings(self, job_id: int) -> JobSettings | None: ...
 
 
 class HandoffWrites:
@@ -39,10 +46,16 @@ class HandoffWrites:
         member_pods: MemberPods,
         policy: PolicyHolder,
         describe_preemptor: DescribePreemptor | None = None,
+        places: Places | None = None,
+        settings: SlurmJobSettings | None = None,
     ) -> None:
         self.kube, self.slurm, self.poller, self.member_pods = kube, slurm, poller, member_pods
         self.policy = policy
         self.describe_preemptor = describe_preemptor
+        # Preempted work comes back at its place (slurm_bridge/rules/resume.py): where places are
+        # kept, and how the preempted job's priority is read (one GET, at the preemption only).
+        self.places = places
+        self.settings = settings
 
     async def mark_released(self, job_id: int, ref: PhjRef, outcome: JobOutcome | None = None) -> None:
         """Mark each live part of the job released (its admin_comment, which only an operator
@@ -86,13 +99,70 @@ class HandoffWrites:
     ) -> None:
         """Slurm preempts the job: name the likely preemptor (best effort: Slurm's answers name
         none), then post SlurmJobPreempted on the PlaceholderJob and end the pods gracefully with it."""
-        message = action.message
+        message, by = action.message, ""
         if self.describe_preemptor is not None:
             try:
-                message = f"{message}; {await self.describe_preemptor(action.job)}"
+                by = await self.describe_preemptor(action.job)
+                message = f"{message}; {by}"
             except SlurmError as e:
                 log.info("looking for the preemptor of Slurm job %d failed: %s", action.job.job_id, e)
         await self.kube.event(phj.raw, names.REASON_SLURM_JOB_PREEMPTED, message, warning=True)
+        # The place is kept before the pods end: their replacements may come at once.
+        kept = await self._keep_place(phj, action, members, by)
         for name in action.pods:
             if (pod := members.get(name)) is not None:
-                await self.member_pods.end(pod, names.REASON_SLURM_JOB_PREEMPTED, message)
+                await self.member_pods.end(pod, names.REASON_SLURM_JOB_PREEMPTED, message, disrupted=kept.disrupted)
+
+    async def _keep_place(
+        self, phj: PlaceholderJob, action: pl.EndPreempted, members: Mapping[str, Obj | None], by: str
+    ) -> resume.AtPreemption:
+        """Whether the workload's replacement gets this job's place (slurm_bridge/rules/resume.py),
+        the place recorded where it is, and said on the PlaceholderJob either way."""
+        job, group = action.job, phj.spec.group
+        current = self.policy.current
+        qos = current.qos.get(job.qos) if job.qos else None
+        mode = resume.preempt_mode(
+            qos.mode if qos is not None else (), current.conf.preempt_mode if current.conf else ()
+        )
+        if group is None:
+            workload = None
+        elif phj.is_gang() or phj.is_composite():
+            workload = resume.workload_key(phj.metadata.namespace, group.kind or "", group.uid or "", phj.metadata.name)
+        else:
+            pod = next((p for p in members.values() if p is not None), None)
+            slot = resume.single_slot(pod) if pod is not None else ""
+            workload = resume.workload_key(phj.metadata.namespace, group.kind or "", group.uid or "", slot)
+        before = resume.decode_place((phj.metadata.annotations or {}).get(names.ANN_RESUMES))
+        policy = self.places.policy if self.places is not None else resume.ResumePolicy(keep_place=False)
+        priority = None
+        if mode == "REQUEUE" and workload is not None and policy.keep_place and self.settings is not None:
+            try:
+                settings = await self.settings.job_settings(job.het_leader)
+                priority = settings.priority if settings is not None else None
+            except SlurmError as e:
+                log.info("reading the priority of preempted Slurm job %d failed: %s", job.het_leader, e)
+        decided = resume.at_preemption(
+            policy,
+            workload,
+            mode,
+            job_id=job.het_leader,
+            priority=priority,
+            preempted_at=job.preempt_time or datetime.now(UTC),
+            by=by,
+            returns=before.next_returns if before is not None else 0,
+        )
+        if decided.place is not None and self.places is not None:
+            try:
+                await self.places.record(decided.place)
+            except KubeError as e:
+                log.warning("keeping the place of preempted Slurm job %d failed: %s", job.het_leader, e)
+                await self.kube.event(
+                    phj.raw,
+                    names.REASON_PLACE_NOT_KEPT,
+                    f"the place could not be kept ({e}): the replacement queues anew",
+                    warning=True,
+                )
+                return decided
+        reason = names.REASON_PLACE_KEPT if decided.place is not None else names.REASON_PLACE_NOT_KEPT
+        await self.kube.event(phj.raw, reason, f"Slurm job {job.het_leader} preempted: {decided.message}")
+        return decided

@@ -34,6 +34,7 @@ from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
+from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     JobOutcome,
     PhjRef,
@@ -53,7 +54,7 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.rules import dra, tenancy, topology
+from slurm_bridge.rules import dra, resume, tenancy, topology
 from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
@@ -126,20 +127,18 @@ class PlaceholderJobs:
         describe_preemptor: DescribePreemptor | None = None,
         *,
         departures: Departures | None = None,
+        places: Places | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.departures = departures if departures is not None else Departures()
-        # Whether a Slurm node runs native work (a slurmd, not EXTERNAL; None: not known): a
-        # vanished pod holds its job only there (decisions/vanished.py). Set by the wiring.
+        # Whether a Slurm node runs native work (None: not known; decisions/vanished.py). Set by the wiring.
         self.runs_native: Callable[[str], bool | None] = lambda _: None
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
-        # The largest CPU count of a Slurm node in given partitions (the node controller's table):
-        # an exclusive job's CPUs under a TenantPolicy's maxCPUs. None: such jobs are counted as their
-        # pods ask (wired in operator/wiring/app.py).
+        # The largest CPU count of a Slurm node in given partitions (an exclusive job's CPUs under a
+        # TenantPolicy's maxCPUs; None: counted as its pods ask). Set by the wiring.
         self.node_cpus: tenancy.NodeCpus | None = None
-        # Slurm's preemption and time-limit settings (kept current by operator/slurmsettings), and how to
-        # name a preempted job's likely preemptor (docs/colocation.md).
+        # Slurm's preemption and time-limit settings (kept current by operator/slurmsettings).
         self.policy = policy or PolicyHolder()
         self.partitions = Partitions(slurm)  # read for an update's checks and a tenant's queued job's
         self.placer = Placer(
@@ -149,10 +148,12 @@ class PlaceholderJobs:
         self.composites = CompositeReporter(kube)
         self.devices = DeviceBinder(kube, slurm)
         self.member_pods = MemberPods(kube, pods, self.devices)
-        self.handoff = HandoffWrites(kube, slurm, poller, self.member_pods, self.policy, describe_preemptor)
+        # How to name a preempted job's likely preemptor, and where its place is kept (docs/colocation.md).
+        self.handoff = HandoffWrites(
+            kube, slurm, poller, self.member_pods, self.policy, describe_preemptor, places, slurm
+        )
         self.updates = JobUpdates(kube, slurm, self.partitions)
-        # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (the node
-        # controller's, set by the wiring; none without it).
+        # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (set by the wiring).
         self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
         self.mig_nodes: Callable[[], frozenset[str]] = frozenset
         self.mismatched_nodes: Callable[[], frozenset[str]] = frozenset
@@ -362,8 +363,17 @@ class PlaceholderJobs:
             sent = self._without_unfit(action)
         except ValueError as e:  # it requires a node kube-scheduler would refuse: not sent to Slurm
             return Again(phj, outcome=pl.Refused(str(e), False, action.present))
+        # Preempted work comes back at its place: the preempted job's priority, set by the bridge
+        # (slurm_bridge/rules/resume.py; the place was taken when this PlaceholderJob was made).
+        place = resume.decode_place((meta.annotations or {}).get(names.ANN_RESUMES))
+        if place is not None:
+            sent = replace(
+                sent,
+                request=resume.at_place(sent.request, place),
+                components=tuple(resume.at_place(c, place) for c in sent.components),
+            )
         try:
-            job_id, job = await self._place(sent, ref, name, scope)
+            job_id, job = await self._place(sent, ref, name, scope, place.job_id if place is not None else None)
         except PartitionRefusesTenant as e:  # the bridge's own check: nothing was sent, and never will be
             final = names.REASON_PARTITION_REFUSES_TENANT
             return Again(phj, outcome=pl.Refused(f"not submitted: {e}", False, action.present, final=final))
@@ -377,6 +387,10 @@ class PlaceholderJobs:
         snap = self.poller.snapshot
         parts = snap.components(job_id) if action.components and snap is not None else ()
         log.info("submitted Slurm job %d for %s/%s", job_id, meta.namespace, meta.name)
+        if place is not None:
+            await self.kube.event(
+                phj.raw, names.REASON_RESUMED_AT_PLACE, f"Slurm job {job_id} {await self._resumed(place)}"
+            )
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
     async def _topology_problem(self, action: pl.Submit) -> str | None:
@@ -445,11 +459,26 @@ class PlaceholderJobs:
             f"; submitted without node(s) {listed} (docs/gpus.md, docs/colocation.md): tried again while the pod waits"
         )
 
-    async def _place(self, action: pl.Submit, ref: PhjRef, name: str, scope: str) -> tuple[int, JobInfo | None]:
+    async def _resumed(self, place: resume.Place) -> str:
+        """The words of a resumed job's Event; its place is used, so it is dropped (best effort:
+        one left over expires with the window)."""
+        places = self.handoff.places
+        if places is None:
+            return resume.resumed_message(place, resume.ResumePolicy())
+        try:
+            await places.drop(place)
+        except KubeError as e:
+            log.info("dropping the used place of Slurm job %d failed (it expires): %s", place.job_id, e)
+        return resume.resumed_message(place, places.policy)
+
+    async def _place(
+        self, action: pl.Submit, ref: PhjRef, name: str, scope: str, resumes: int | None = None
+    ) -> tuple[int, JobInfo | None]:
         """Place the job, note it as made, read it back. A job allocated as a tenant that does
         not run as the request says (``Placer.verify``) is cancelled before anything uses it and
-        placed once more (queued then)."""
-        comment = encode_admin_comment(ref, handoff=scope)
+        placed once more (queued then). ``resumes``: the preempted job whose place it takes, named
+        in its admin_comment (``sacct`` shows the link)."""
+        comment = encode_admin_comment(ref, handoff=scope, resumes=resumes)
         for _ in range(2):
             if action.components:  # a CompositePodGroup: one heterogeneous job, always queued
                 job_id = await self.placer.place_het(list(action.components), name, comment)

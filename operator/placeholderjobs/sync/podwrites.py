@@ -136,8 +136,10 @@ class MemberPods:
             await self.kube.event(updated, names.REASON_SLURM_ALLOCATED, message)
         return None
 
-    async def end(self, pod: Obj, reason: str, message: str) -> None:
-        """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete."""
+    async def end(self, pod: Obj, reason: str, message: str, *, disrupted: bool = True) -> None:
+        """End a pod as Kubernetes' own evictors do: DisruptionTarget condition, then fail or delete.
+        ``disrupted`` False: without the condition, so a workload's podFailurePolicy counts the
+        failure (a job preempted by CANCEL: the work does not come back, slurm_bridge/rules/resume.py)."""
         meta = pod["metadata"]
         path = pod_path(meta["namespace"], meta["name"])
         cond = {
@@ -147,14 +149,16 @@ class MemberPods:
             "message": message,
             "lastTransitionTime": now_iso(),
         }
+        conditions = [cond] if disrupted else []
         await self.kube.event(pod, reason, f"ending pod: {message}", warning=True)
         try:
             if pod.get("spec", {}).get("nodeName"):
-                await self.kube.patch(f"{path}/status", {"status": {"conditions": [cond]}}, "strategic")
+                if disrupted:
+                    await self.kube.patch(f"{path}/status", {"status": {"conditions": conditions}}, "strategic")
                 updated = await self.kube.delete(path, uid=meta["uid"])
             else:
                 # Never started anywhere: fail it in place so its status keeps the reason.
-                status = {"phase": "Failed", "reason": reason, "message": message, "conditions": [cond]}
+                status = {"phase": "Failed", "reason": reason, "message": message, "conditions": conditions}
                 updated = await self.kube.patch(f"{path}/status", {"status": status}, "strategic")
         except (NotFound, Conflict):
             return

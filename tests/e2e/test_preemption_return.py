@@ -1,0 +1,254 @@
+"""Preempted work comes back at its place (docs/colocation.md, "Preemption"; slurm_bridge/rules/resume.py).
+
+On the local cluster the QOS ``pods-requeue`` is preempted by ``native-urgent`` native jobs with
+``PreemptMode=REQUEUE`` and a GraceTime (hack/accounting.env), and the local bridge keeps a place
+for one return (``preemption.maxReturns: 1``, hack/bridge.sh). The pods take whole hybrid nodes
+(kwok plays their kubelet, a real slurmd runs the native jobs), so that only a preemption lets
+the other side start, and the queue order decides who starts when the nodes free up.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from slurm_bridge import names
+from slurm_bridge.rules import resume
+from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, job_fields, list_phjs, pod_events
+from tests.harness import TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
+
+pytestmark = pytest.mark.usefixtures("bridge")
+ALICE = TENANTS["a"]
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+QOS = "pods-requeue"
+
+
+@pytest.fixture
+def workload_kinds() -> tuple[tuple[str, str, str], ...]:
+    """The custom workloads the `ns` fixture (tests/e2e/conftest.py) deletes after a test."""
+    return (JOBSET,)
+
+
+@pytest.fixture
+def hybrid(slurm_env: SlurmEnv) -> list[str]:
+    assert len(slurm_env.hybrid_nodes) >= 2, (
+        f"these tests need two hybrid nodes, the cluster has {slurm_env.hybrid_nodes}"
+    )
+    qos = slurm_env.slurm("sacctmgr", "-n", "-P", "list", "qos", QOS, "format=name,preemptmode").stdout
+    assert f"{QOS}|requeue" in qos, (
+        f"QOS {QOS} with PreemptMode=requeue is missing: restart the cluster (hack/accounting.env)"
+    )
+    return slurm_env.hybrid_nodes[:2]
+
+
+@pytest.fixture
+def natives(slurm_env: SlurmEnv) -> Iterator[list[int]]:
+    """Native jobs a test submits, cancelled after it."""
+    jobs: list[int] = []
+    yield jobs
+    for job_id in jobs:
+        slurm_env.slurm("scancel", str(job_id), check=False)
+    for job_id in jobs:
+        wait_for(lambda j=job_id: squeue_state(slurm_env, j) == "", 60, f"native job {job_id} to leave the queue")
+
+
+def annotations(slurm: SlurmEnv, qos: str = QOS) -> dict[str, str]:
+    return {
+        names.ANN_PARTITION: slurm.hybrid_partition,
+        names.ANN_QOS: qos,
+        names.ANN_NODE_SHARING: names.NODE_SHARING_EXCLUSIVE,
+    }
+
+
+def pod_template(slurm: SlurmEnv) -> dict[str, Any]:
+    cpu = str(slurm.node_cpus(slurm.hybrid_nodes[0]))
+    container = {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
+    return {
+        "metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s"}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "containers": [container]},
+    }
+
+
+def native(slurm: SlurmEnv, qos: str, *options: str) -> int:
+    """A native batch job of alice's on the hybrid nodes (``options`` say which and how many)."""
+    script = "#!/bin/sh\nexec sleep 600\n"
+    base = ["-p", slurm.hybrid_partition, "-A", ALICE.accounts[0], "--mem=64", "-o", "/dev/null", "--qos", qos]
+    return sbatch_as(slurm, ALICE.user, script, *base, "-J", f"native-{qos}-{secrets.token_hex(2)}", *options)
+
+
+def priority(slurm: SlurmEnv, job_id: int) -> int:
+    return int(job_fields(slurm, job_id)["Priority"])
+
+
+def phj_job(custom: k8s.CustomObjectsApi, ns: str, name: str, other_than: int | None = None) -> int | None:
+    status = (get_phj(custom, ns, name) or {}).get("status") or {}
+    job = status.get("jobId")
+    return int(job) if job and int(job) != other_than else None
+
+
+def events(core: k8s.CoreV1Api, ns: str, name: str, reason: str) -> list[str]:
+    """The messages of ``reason`` Events on the PlaceholderJob ``name`` (Events outlive it)."""
+    found = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [e.message for e in found if e.reason == reason]
+
+
+def running_pods(core: k8s.CoreV1Api, ns: str, selector: str) -> list[Any]:
+    pods = core.list_namespaced_pod(ns, label_selector=selector).items
+    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+
+def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, hybrid: list[str],
+    natives: list[int],
+) -> None:  # fmt: skip
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "annotations": annotations(slurm_env)},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 3},
+            "replicatedJobs": [{
+                "name": "w", "replicas": 1,
+                "template": {"spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0,
+                                      "template": pod_template(slurm_env)}},
+            }],
+        },
+    }  # fmt: skip
+    custom.create_namespaced_custom_object(JOBSET[0], JOBSET[1], ns, JOBSET[2], body)
+    selector = "jobset.sigs.k8s.io/jobset-name=train"
+    wait_for(lambda: len(running_pods(core, ns, selector)) == 2, 120, "the JobSet's two pods running")
+    phj_name = next(p["metadata"]["name"] for p in list_phjs(custom, ns) if p["spec"]["group"]["kind"] == "JobSet")
+    first = phj_job(custom, ns, phj_name)
+    assert first is not None
+    place = priority(slurm_env, first)
+
+    # Three jobs queue while it runs, each for both hybrid nodes, behind it (a lower priority).
+    waiting = [native(slurm_env, "native", "-N2", "--exclusive") for _ in range(3)]
+    natives.extend(waiting)
+    for job in waiting:
+        wait_for(lambda j=job: squeue_state(slurm_env, j) == "PENDING", 30, f"native job {job} pending")
+        own = priority(slurm_env, job)
+        if own >= place:  # behind it, as a job queued later with the same weights is
+            slurm_env.native(ALICE.user, "scontrol", "update", f"JobId={job}", f"Nice={own - place + 1}")
+        wait_for(lambda j=job: priority(slurm_env, j) < place, 30, f"native job {job} behind Slurm job {first}")
+
+    # An urgent native job preempts it; it ends whole, and its place is kept.
+    urgent = native(slurm_env, "native-urgent", "-w", hybrid[0], "--exclusive")
+    natives.append(urgent)
+    wait_for(
+        lambda: events(core, ns, phj_name, names.REASON_PLACE_KEPT), 90, f"{names.REASON_PLACE_KEPT} on {phj_name}"
+    )
+    wait_for(lambda: squeue_state(slurm_env, urgent) == "RUNNING", 120, f"the urgent job {urgent} running")
+
+    # The JobSet restarts: one new Slurm job for its new pods, at the preempted job's place.
+    second = wait_for(lambda: phj_job(custom, ns, phj_name, other_than=first), 120, "the JobSet's new Slurm job")
+    resumed = resume.decode_place((get_phj(custom, ns, phj_name) or {})["metadata"]["annotations"][names.ANN_RESUMES])
+    assert resumed is not None and resumed.job_id == first and resumed.priority == place, resumed
+    assert priority(slurm_env, second) == place
+    said = wait_for(lambda: events(core, ns, phj_name, names.REASON_RESUMED_AT_PLACE), 30, "the ResumedAtPlace Event")
+    assert any(f"place of Slurm job {first}" in m and f"Slurm job {urgent}" in m for m in said), said
+    assert squeue_state(slurm_env, second) == "PENDING"  # the urgent job holds a node it needs
+
+    # The urgent job ends: the JobSet starts before the three jobs queued while it ran.
+    slurm_env.slurm("scancel", str(urgent))
+    wait_for(lambda: len(running_pods(core, ns, selector)) == 2, 120, "the JobSet's new pods running")
+    assert squeue_state(slurm_env, second) == "RUNNING"
+    assert [squeue_state(slurm_env, j) for j in waiting] == ["PENDING"] * 3
+    comment = json.loads(job_fields_json(slurm_env, second)["admin_comment"].split(":", 1)[1])
+    assert comment[names.ADMIN_COMMENT_RESUMES] == first  # sacct -o AdminComment shows the link
+
+
+def job_fields_json(slurm: SlurmEnv, job_id: int) -> dict[str, Any]:
+    out = slurm.scontrol("--json", "show", "job", str(job_id))
+    job: dict[str, Any] = json.loads(out)["jobs"][0]
+    return job
+
+
+def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_come_back(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, ns: str,
+    hybrid: list[str], natives: list[int],
+) -> None:  # fmt: skip
+    node = hybrid[1]
+    template = pod_template(slurm_env)
+    template["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+
+    def job(name: str, qos: str, ignore_disruption: bool = True) -> dict[str, Any]:
+        spec: dict[str, Any] = {"completionMode": "Indexed", "completions": 1, "parallelism": 1,
+                                "backoffLimit": 0, "template": template}  # fmt: skip
+        if ignore_disruption:  # preemption is no failure of the work: its pod is made again
+            spec["podFailurePolicy"] = {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            }
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {"app": "work"},
+                "annotations": annotations(slurm_env, qos)}, "spec": spec}  # fmt: skip
+
+    def running(name: str, *but: str) -> Any:
+        pods = running_pods(core, ns, f"job-name={name}")
+        return next((p for p in pods if p.metadata.name not in but), None)
+
+    def gone(name: str) -> None:
+        batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
+        wait_for(lambda: not core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items, 120, f"{name} gone")
+
+    def preempt(pod: str) -> None:
+        """An urgent native job on the node until the pod's PlaceholderJob says how it ended."""
+        urgent = native(slurm_env, "native-urgent", "-w", node, "--exclusive")
+        natives.append(urgent)
+        wait_for(
+            lambda: events(core, ns, pod, names.REASON_PLACE_KEPT) + events(core, ns, pod, names.REASON_PLACE_NOT_KEPT),
+            90, f"the place of {pod}'s job decided",
+        )  # fmt: skip
+        wait_for(lambda: squeue_state(slurm_env, urgent) == "RUNNING", 120, f"the urgent job {urgent} running")
+        slurm_env.slurm("scancel", str(urgent))
+
+    batch.create_namespaced_job(ns, job("work", QOS))
+    first = wait_for(lambda: running("work"), 120, "the Job's pod running").metadata.name
+    first_job = phj_job(custom, ns, first)
+    assert first_job is not None
+    place = priority(slurm_env, first_job)
+    preempt(first)
+    assert events(core, ns, first, names.REASON_PLACE_KEPT), pod_events(core, ns, first)
+
+    # Its replacement (index 0 again) takes the place: once (maxReturns 1 here).
+    second = wait_for(lambda: running("work", first), 120, "the Job's replacement running").metadata.name
+    resumed = resume.decode_place((get_phj(custom, ns, second) or {})["metadata"]["annotations"].get(names.ANN_RESUMES))
+    assert resumed is not None and resumed.job_id == first_job and resumed.priority == place, resumed
+    preempt(second)
+    bound = events(core, ns, second, names.REASON_PLACE_NOT_KEPT)
+    assert any("1 times already" in m for m in bound), bound
+    third = wait_for(
+        lambda: running("work", {first, second}), 120, "the Job's second replacement running"
+    ).metadata.name
+    assert names.ANN_RESUMES not in ((get_phj(custom, ns, third) or {})["metadata"].get("annotations") or {})
+
+    # A copy of another workload (its name and labels, a new uid) takes no place of the old one's:
+    # "lead" counts its preemption as a failure (no podFailurePolicy), so its place stays free.
+    gone("work")
+    batch.create_namespaced_job(ns, job("lead", QOS, ignore_disruption=False))
+    lead = wait_for(lambda: running("lead"), 120, "the Job lead running").metadata.name
+    preempt(lead)
+    assert events(core, ns, lead, names.REASON_PLACE_KEPT), pod_events(core, ns, lead)
+    gone("lead")
+    batch.create_namespaced_job(ns, job("lead", QOS))  # the same name and labels: another workload
+    copy = wait_for(lambda: running("lead"), 120, "the new Job lead running").metadata.name
+    assert names.ANN_RESUMES not in ((get_phj(custom, ns, copy) or {})["metadata"].get("annotations") or {})
+    gone("lead")
+
+    # Under CANCEL the work does not come back at its place: its pod fails (no DisruptionTarget), so
+    # the Job counts it (backoffLimit 0: the Job fails, and makes no new pod).
+    batch.create_namespaced_job(ns, job("once", "pods"))
+    once = wait_for(lambda: running("once"), 120, "the Job once running").metadata.name
+    preempt(once)
+    assert any("CANCEL" in m for m in events(core, ns, once, names.REASON_PLACE_NOT_KEPT))
+
+    def failed() -> bool:
+        status = batch.read_namespaced_job("once", ns).status
+        return any(c.type == "Failed" and c.status == "True" for c in status.conditions or [])
+
+    wait_for(failed, 120, "the Job once failed (its preempted pod counted)")
+    assert [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector="job-name=once").items] in ([], [once])
