@@ -44,7 +44,8 @@ from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, Registered
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.rules import dra, topology
+from slurm_bridge.rules import topology
+from slurm_bridge.rules.dra.gres import mig_node
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -198,10 +199,10 @@ class NodeController:
         )
 
     def mig_slurm_nodes(self) -> frozenset[str]:
-        """The Slurm nodes with MIG instances among their GPUs (``dra.mig_node``): jobs asking for
+        """The Slurm nodes with MIG instances among their GPUs (``mig_node``): jobs asking for
         untyped GPUs are submitted without them (``translate.exclude_mig_nodes``). From the last
         node list; no call."""
-        return frozenset(n.name for n in (self.table.listed or {}).values() if dra.mig_node(n.gres))
+        return frozenset(n.name for n in (self.table.listed or {}).values() if mig_node(n.gres))
 
     def device_mismatch_slurm_nodes(self) -> frozenset[str]:
         """The Slurm nodes whose Kubernetes node says ``SlurmDevicesMatch=False`` (a MIG layout

@@ -14,7 +14,7 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.operator.nodes import nodesync, registration
 from slurm_bridge.operator.placeholderjobs.decisions import pods as st
 from slurm_bridge.operator.runtime.store import ObjectStore, project, project_node, project_pod
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.admission import consistency_problems
 from slurm_bridge.rules.nodeplacement import pod_placement
 from slurm_bridge.rules.podresources import pod_resources
 from slurm_bridge.rules.translate import job_request
@@ -107,7 +107,7 @@ def test_pod_readers_get_the_same_answers() -> None:
     assert st.pod_is_released(kept, "n1") == st.pod_is_released(pod, "n1")
     assert st.pod_ended(kept) == st.pod_ended(pod)
     assert st.pod_phase(kept) == st.pod_phase(pod)
-    assert dra.consistency_problems(kept) == dra.consistency_problems(pod)
+    assert consistency_problems(kept) == consistency_problems(pod)
     for field in ("uid", "resourceVersion", "labels", "annotations", "ownerReferences"):
         assert kept["metadata"][field] == pod["metadata"][field]
 

@@ -53,7 +53,8 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.rules import dra, tenancy, topology
+from slurm_bridge.rules import tenancy, topology
+from slurm_bridge.rules.dra.gres import typed_gpu_request, untyped_gpu_request
 from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
@@ -430,8 +431,8 @@ class PlaceholderJobs:
         dropped = sorted(set(sent.excluded_nodes or ()) - set(asked.excluded_nodes or ()))
         if not dropped:
             return ""
-        mig = self.mig_nodes() if dra.untyped_gpu_request(sent.gres) else frozenset()
-        mismatched = self.mismatched_nodes() if dra.typed_gpu_request(sent.gres) else frozenset()
+        mig = self.mig_nodes() if untyped_gpu_request(sent.gres) else frozenset()
+        mismatched = self.mismatched_nodes() if typed_gpu_request(sent.gres) else frozenset()
 
         def why(node: str) -> str:
             if node in mig:
