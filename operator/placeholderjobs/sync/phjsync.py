@@ -31,15 +31,10 @@ from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, 
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
-    JobOutcome,
-    PhjRef,
-    default_job_name,
-    encode_admin_comment,
-)
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
@@ -53,6 +48,8 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules import tenancy, topology
 from slurm_bridge.rules.dra.gres import typed_gpu_request, untyped_gpu_request
 from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
@@ -216,8 +213,8 @@ class PlaceholderJobs:
                 outcome=step.outcome,
                 held=self._unwritten.get(uid),
                 told=self._told.get(uid),
-                handoff=self.policy.current.handoff(
-                    self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
+                handoff=Handoff.of_policy(
+                    self.policy.current, self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
                 ),
             )
             plan = lc.decide(situation)
