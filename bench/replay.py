@@ -104,16 +104,15 @@ from slurm_bridge.operator.placeholderjobs import lifecycle
 from slurm_bridge.operator.placeholderjobs import members as membership
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import SlurmPolicy
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released, told_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime.leader import LeaderElector
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot
+from slurm_bridge.operator.views.slurmpolicy import SlurmPolicy
 from slurm_bridge.operator.wiring.slurmhook import SIGNATURE_HEADER, HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
-from slurm_bridge.slurm.handoffcalls import QosInfo
-from slurm_bridge.slurm.models import JobSettings, PartitionLimits, SlurmConf
+from slurm_bridge.slurm.models import JobSettings, PartitionLimits, QosInfo, SlurmConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_memory import admitted_pod_spec  # bench/ is not a package

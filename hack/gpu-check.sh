@@ -11,7 +11,7 @@
 # Its slurm.conf and gres.conf (AutoDetect=nvml; AutoDetect=nvidia where this slurmd has no NVML)
 # are written to a temporary directory. With --node (and KUBECONFIG or --kubeconfig), the node's
 # gpu.nvidia.com ResourceSlices are mapped as the operator maps them
-# (slurm_bridge.rules.dra.node_devices) and compared UUID by UUID; exit 1 when they disagree.
+# (slurm_bridge.rules.dra.inventory.node_devices) and compared UUID by UUID; exit 1 when they disagree.
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=cluster/slurm-conf.sh
 . "$HACK_DIR/cluster/slurm-conf.sh"   # slurm_conf_common: the lines every Slurm of the project shares
@@ -114,7 +114,7 @@ fi
 [ -x "$REPO_DIR/.venv/bin/python" ] || die "no $REPO_DIR/.venv; run hack/setup-python.sh"
 kubectl --kubeconfig "$kcfg" get resourceslices -o json > "$tmp/slices.json" \
   || die "kubectl get resourceslices failed (kubeconfig $kcfg); see the output above"
-echo "== the bridge's DRA mapping on node $node (slurm_bridge.rules.dra.node_devices), and slurmd's device at each index"
+echo "== the bridge's DRA mapping on node $node (slurm_bridge.rules.dra.inventory.node_devices), and slurmd's device at each index"
 # The venv's editable install maps slurm_bridge (PYTHONPATH=$REPO_DIR would not: the repository's
 # operator/ folder would hide the standard library's operator module).
 "$REPO_DIR/.venv/bin/python" -P "$HELPER" compare "$tmp/slurmd.out" "$tmp/smi.csv" "$tmp/slices.json" "$node"

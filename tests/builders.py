@@ -15,7 +15,8 @@ from typing import Any, Self
 
 from slurm_bridge import names
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.slurm.models import JobInfo
 
 Obj = dict[str, Any]

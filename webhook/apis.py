@@ -26,7 +26,8 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.clusterapis import Discovery
-from slurm_bridge.rules import dra, workloadkinds
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.dra.admission import device_requests
 
 from .mutate import goes_to_bridge
 from .review import AdmissionRequest
@@ -67,7 +68,7 @@ def needs(request: AdmissionRequest, config: Config) -> Needs:
             out.workload.append(f"{where}.schedulingGroup")
         if schedulingapi.v1alpha1_workload_ref(spec):
             out.v1alpha1.append(f"{where}.workloadRef")
-        if dra.device_requests(spec, where)[0]:
+        if device_requests(spec, where)[0]:
             out.devices.append(f"{where}.containers[*].resources")
     return out
 

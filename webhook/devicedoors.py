@@ -3,9 +3,9 @@
 On a hybrid node Slurm allocates every GPU and a bridge pod's CPUs; only the bridge's claim, which
 the operator allocates to exactly what Slurm chose, may give them to a pod. So, in the managed
 namespaces: a pod's own claim entries may not name a claim or template of a class the bridge maps,
-nor another pod's claim (slurm_bridge/rules/dra.py, :func:`dra.own_claim_problems`); the bridge's
+nor another pod's claim (slurm_bridge/rules/dra/userclaims.py, :func:`own_claim_problems`); the bridge's
 entry may not name a claim that exists already; only the bridge makes a claim or template of such a
-class (:func:`dra.claim_object_problems`, the operator being a trusted user); and an ephemeral
+class (:func:`claim_object_problems`, the operator being a trusted user); and an ephemeral
 container may not join a pod bound to exact ``dra.cpu`` cores (:func:`ephemeral_problems`).
 
 :func:`read_claims` is the thin I/O shell: a GET of each claim or template a pod's create names.
@@ -23,7 +23,15 @@ import aiohttp
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeError
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, RESOURCE_API
+from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
+from slurm_bridge.rules.dra.userclaims import (
+    ClaimRef,
+    bridge_claim_problem,
+    claim_object_problems,
+    own_claim_problems,
+    own_claim_refs,
+)
 
 from .review import AdmissionRequest
 from .templates import spec_of
@@ -40,7 +48,7 @@ _PATHS: Final = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "re
 class PodClaims:
     """What a pod's create names: each own entry's object, and the bridge entry's claim (if any)."""
 
-    found: dict[dra.ClaimRef, Found] = field(default_factory=dict)
+    found: dict[ClaimRef, Found] = field(default_factory=dict)
     bridge: tuple[str, Found] | None = None
 
 
@@ -56,14 +64,14 @@ def reads_claims(request: AdmissionRequest) -> bool:
 
 
 def _path(namespace: str, kind: str, name: str) -> str:
-    return f"/apis/{dra.RESOURCE_API}/namespaces/{namespace}/{_PATHS[kind]}/{name}"
+    return f"/apis/{RESOURCE_API}/namespaces/{namespace}/{_PATHS[kind]}/{name}"
 
 
 async def read_claims(request: AdmissionRequest, get: Get) -> PodClaims:
     """GET what the pod's entries name, all at once; a read that fails is refused with why (fail closed)."""
     spec = spec_of(request.object)
-    refs = dra.own_claim_refs(spec)
-    bridge = dra.claim_name_of(request.object or {})
+    refs = own_claim_refs(spec)
+    bridge = claim_name_of(request.object or {})
     wanted = [(_path(request.namespace, r.kind, r.name), f"{r.kind} {r.name}") for r in refs]
     if bridge:
         wanted.append((_path(request.namespace, "ResourceClaim", bridge), f"ResourceClaim {bridge}"))
@@ -81,10 +89,10 @@ async def read_claims(request: AdmissionRequest, get: Get) -> PodClaims:
 
 
 def pod_claim_problems(claims: PodClaims) -> list[str]:
-    """The verdict on what a pod's create names (slurm_bridge/rules/dra.py)."""
-    problems = dra.own_claim_problems(list(claims.found), claims.found)
+    """The verdict on what a pod's create names (slurm_bridge/rules/dra/userclaims.py)."""
+    problems = own_claim_problems(list(claims.found), claims.found)
     if claims.bridge is not None:
-        problem = dra.bridge_claim_problem(*claims.bridge)
+        problem = bridge_claim_problem(*claims.bridge)
         problems += [problem] if problem else []
     return problems
 
@@ -94,7 +102,7 @@ def claim_create_problems(request: AdmissionRequest, config: Config) -> list[str
     bridge (its trustedUsers: the operator makes the pods' claims) may not ask for a class it maps."""
     if request.operation != "CREATE" or request.username in config.trustedUsers:
         return []
-    return dra.claim_object_problems(request.kind, request.object or {})
+    return claim_object_problems(request.kind, request.object or {})
 
 
 def _ephemeral_names(pod: Obj | None) -> set[str]:
@@ -109,7 +117,7 @@ def ephemeral_problems(pod: Obj, old: Obj | None, config: Config) -> list[str]:
     if spec_of(pod).get("schedulerName") != config.schedulerName:
         return []
     try:
-        counts = dra.recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
     except ValueError:
         return []  # such a pod was refused at its create
     added = sorted(_ephemeral_names(pod) - _ephemeral_names(old))
@@ -117,7 +125,7 @@ def ephemeral_problems(pod: Obj, old: Obj | None, config: Config) -> list[str]:
         return []
     return [
         f"spec.ephemeralContainers: {', '.join(added)} cannot be added: the pod runs on the exact CPU cores Slurm "
-        f"allocated ({dra.EXTENDED_PREFIX}dra.cpu, annotation {names.ANN_SLURM_DEVICES}), and an ephemeral "
+        f"allocated ({EXTENDED_PREFIX}dra.cpu, annotation {names.ANN_SLURM_DEVICES}), and an ephemeral "
         "container cannot be bound to them, so it would run on cores Slurm may have given another job; debug a "
         "copy instead (kubectl debug --copy-to=<name>, which makes a new pod the bridge places), or a pod without "
         "exact cores"

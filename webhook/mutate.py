@@ -15,7 +15,7 @@ from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import pointer
 from slurm_bridge.kube.taints import managed_toleration, tolerates_managed
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.admission import rewrite
 
 from .review import JSON, AdmissionRequest, Decision, InvalidObject
 
@@ -91,8 +91,8 @@ def mutate_pod(pod: Mapping[str, Any], scheduler_name: str) -> PodMutation:
         result.patch.append({"op": "add", "path": pointer("spec", "tolerations", "-"), "value": toleration})
         result.changes.append("tolerations")
 
-    # DRA device requests become a claim of the devices Slurm allocates (slurm_bridge/rules/dra.py).
-    dra_patch, result.problems = dra.rewrite(pod)
+    # DRA device requests become a claim of the devices Slurm allocates (slurm_bridge/rules/dra/admission.py).
+    dra_patch, result.problems = rewrite(pod)
     if dra_patch:
         result.patch.extend(dra_patch)
         result.changes.append("resourceClaims")

@@ -20,7 +20,8 @@ from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, is_dns_label, is_dns_subdomain
 from slurm_bridge.kube import schedulingapi
-from slurm_bridge.rules import dra, workloadkinds
+from slurm_bridge.rules import workloadkinds
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
 
 from .validate import PLACEMENT_FIELDS
 
@@ -89,7 +90,7 @@ BRIDGE_KEY_MARK: Final = names.SLINKY_PREFIX
 
 def _requests_devices(containers: str) -> str:
     res = "c.resources.{0}.exists(r, r.startsWith('{1}'))"
-    prefix = dra.EXTENDED_PREFIX
+    prefix = EXTENDED_PREFIX
     return (
         f"has(object.spec.{containers}) && object.spec.{containers}.exists(c, has(c.resources) && "
         f"((has(c.resources.requests) && {res.format('requests', prefix)}) || "

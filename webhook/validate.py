@@ -20,7 +20,16 @@ from typing import Any, Final, Protocol
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube import schedulingapi
-from slurm_bridge.rules import dra, tenancy, workloadkinds
+from slurm_bridge.rules import tenancy, workloadkinds
+from slurm_bridge.rules.dra.admission import (
+    consistency_problems,
+    device_plugin_problem,
+    device_requests,
+    plugin_gpu_fields,
+)
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, SHARD_CAPACITY, device_class
+from slurm_bridge.rules.dra.inventory import largest_request
+from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.rules.handoff import grace_problems
 from slurm_bridge.rules.jobannotations import annotation_values, validate_annotations
 from slurm_bridge.rules.nodeplacement import Placement, parse_placement
@@ -196,26 +205,26 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
     if spec_of(pod).get("schedulerName") != config.schedulerName:
         return []
     try:
-        counts = dra.recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
     except ValueError:
         return []  # told by _pod_devices
     problems = []
     for name, count in sorted(counts.items()):
-        cls = dra.device_class(name)
-        most = dra.largest_request(slices, cls) if cls is not None else None
+        cls = device_class(name)
+        most = largest_request(slices, cls) if cls is not None else None
         if cls is None or most is None or count <= most:
             continue
         where = f"metadata.annotations[{names.ANN_DEVICE_REQUESTS}]"
         if cls.shared:
             problems.append(
-                f"{where}: {count} {dra.SHARD_CAPACITY} of DeviceClass {name} asked ({dra.EXTENDED_PREFIX}{name}); "
+                f"{where}: {count} {SHARD_CAPACITY} of DeviceClass {name} asked ({EXTENDED_PREFIX}{name}); "
                 f"no GPU has more than {most} (the ResourceSlices of driver {cls.driver}: a GPU that allows several "
-                f"allocations, with a {dra.SHARD_CAPACITY!r} capacity; Kubernetes >= 1.36 keeps those fields): a "
+                f"allocations, with a {SHARD_CAPACITY!r} capacity; Kubernetes >= 1.36 keeps those fields): a "
                 "pod's shards come from one GPU" + (f", so ask for at most {most}" if most else "")
             )
         else:
             problems.append(
-                f"{where}: {count} device(s) of DeviceClass {name} asked ({dra.EXTENDED_PREFIX}{name}); no node has "
+                f"{where}: {count} device(s) of DeviceClass {name} asked ({EXTENDED_PREFIX}{name}); no node has "
                 f"more than {most} (the ResourceSlices of driver {cls.driver}): a pod's devices come from one node, "
                 f"so ask for at most {most}"
             )
@@ -224,14 +233,14 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
 
 def _plugin_gpus(pod: Mapping[str, Any], config: Config) -> list[str]:
     """A bridge pod asking a device plugin's GPUs for a job in a partition of hybrid nodes
-    (dra.device_plugin_problem), when it is its own job: its partition is its annotation's or the
+    (device_plugin_problem), when it is its own job: its partition is its annotation's or the
     config's. A workload member's is its group's, which the operator checks at submit (translate)."""
     if spec_of(pod).get("schedulerName") != config.schedulerName or not _own_group(pod):
         return []
     own = annotation_values(slurmjob_annotations((_metadata(pod) or ({}, {}))[1])).get("partition")
     partition = own if isinstance(own, str) else config.partition or None
-    fields = dra.plugin_gpu_fields(spec_of(pod))
-    problem = dra.device_plugin_problem(fields, partition, config.hybridPartitions, config.devicePluginFollowsSlurm)
+    fields = plugin_gpu_fields(spec_of(pod))
+    problem = device_plugin_problem(fields, partition, config.hybridPartitions, config.devicePluginFollowsSlurm)
     return [problem] if problem else []
 
 
@@ -248,8 +257,8 @@ def _template_plugin_gpus(
     for where, spec in managed.items():
         meta = (_metadata(templates.get(where[: -len(".spec")])) or ({}, {}))[1]
         partition = root or annotation_values(slurmjob_annotations(meta)).get("partition") or config.partition
-        problem = dra.device_plugin_problem(
-            dra.plugin_gpu_fields(spec, where),
+        problem = device_plugin_problem(
+            plugin_gpu_fields(spec, where),
             partition if isinstance(partition, str) and partition else None,
             config.hybridPartitions,
             config.devicePluginFollowsSlurm,
@@ -259,14 +268,14 @@ def _template_plugin_gpus(
 
 
 def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: Config) -> list[str]:
-    """DRA requests of a bridge pod (slurm_bridge/rules/dra.py): the mutating webhook turned them into
+    """DRA requests of a bridge pod (slurm_bridge/rules/dra/admission.py): the mutating webhook turned them into
     the bridge's claim and a request annotation, which must agree and not change afterwards. A pod
     that still requests DRA extended resources missed that rewrite: kube-scheduler would pick its
     devices, not Slurm."""
     spec = spec_of(pod)
     if spec.get("schedulerName") != config.schedulerName:
         return []
-    counts, _, problems = dra.device_requests(spec)
+    counts, _, problems = device_requests(spec)
     if problems:
         return problems
     if counts:
@@ -283,7 +292,7 @@ def _pod_devices(pod: Mapping[str, Any], old: Mapping[str, Any] | None, config: 
                 "made from its device requests at creation; delete the pod and create it again"
             ]
         return []
-    return dra.consistency_problems(pod)
+    return consistency_problems(pod)
 
 
 class Tenants(Protocol):
@@ -581,7 +590,7 @@ def _check_templates(
         if goes_to_bridge(spec.get("schedulerName"), config.schedulerName):
             managed[f"{where}.spec"] = spec
             # The pods' DRA requests would be refused one by one: say it on the workload.
-            invalid += dra.device_requests(spec, f"{where}.spec")[2]
+            invalid += device_requests(spec, f"{where}.spec")[2]
             before = spec_of(old_templates.get(where)).get("terminationGracePeriodSeconds") if update else None
             if not update or before != spec.get("terminationGracePeriodSeconds"):  # an unchanged one stands
                 invalid += grace_problems(spec, config.handoff.maxGracePeriodSeconds, f"{where}.spec")

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
             print(gres_count(sys.stdin.read()))
             return 0
         case ["compare", slurmd_out, smi_csv, slices_json, node, *rest]:
-            from slurm_bridge.rules.dra import node_devices
+            from slurm_bridge.rules.dra.inventory import node_devices
 
             proc = Path(rest[0] if rest else "/proc/driver/nvidia/gpus")
             info = [p.read_text() for p in sorted(proc.glob("*/information"))] if proc.is_dir() else []

@@ -21,7 +21,7 @@ consumable capacity) or ``TYPE:PROFILE+PROFILE...`` (a GPU in MIG mode with that
   gpus.py manifests           the DeviceClasses and ResourceSlices, as a JSON List (kubectl apply -f -)
 
 Slurm numbers a node's ``gpu`` GRES in gres.conf order; the records here go GPU by GPU, and within
-a MIG GPU instance by instance, which is the order slurm_bridge/rules/dra.py maps Slurm's indices
+a MIG GPU instance by instance, which is the order slurm_bridge/rules/dra/inventory.py maps Slurm's indices
 back to devices in (``index``, or ``parentIndex`` then ``minor`` for MIG devices).
 """
 
@@ -112,7 +112,7 @@ def gres(gpus: list[Gpu]) -> str:
 
 def gres_conf(nodes: dict[str, list[Gpu]]) -> list[str]:
     """One record per whole GPU and per MIG instance, in Slurm's index order; then a node's
-    ``shard`` records, one per GPU that has shards, in the same order (slurm_bridge/rules/dra.py
+    ``shard`` records, one per GPU that has shards, in the same order (slurm_bridge/rules/dra/claims.py
     reads the n-th shard record as the n-th such GPU)."""
     gpu_records = [
         f"NodeName={node} Name=gpu Type={kind} File={path}"

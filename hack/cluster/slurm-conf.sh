@@ -217,7 +217,7 @@ gres_conf() { # [worker_gpus=LAYOUT] : the local cluster's, or only a kind clust
   [ "$SB_GPU_NODES" -gt 0 ] && echo "NodeName=${SB_NODE_PREFIX}[$((n_cpu + 1))-$SB_NODES] Name=gpu Count=$SB_NODE_GPUS"
   # slurmctld refuses a dynamic node's GPUs unless gres.conf gives them device files; with them it
   # also keeps which GPU indices each job holds (IDX in the job's GRES detail), which exact DRA
-  # devices need (slurm_bridge/rules/dra.py). A slurm.conf node without slurmd gets no indices from
+  # devices need (slurm_bridge/rules/dra/claims.py). A slurm.conf node without slurmd gets no indices from
   # File= lines (checked: Slurm 26.05 reports "gpu(CNT:2)"), so the static GPU nodes count only.
   [ "$SB_DYN_NODE_GPUS" -gt 0 ] && echo "NodeName=${SB_DYN_NODE_PREFIX}[1-$SB_DYN_NODE_MAX] Name=gpu File=/dev/nvidia[0-$((SB_DYN_NODE_GPUS - 1))]"
   # The hybrid nodes' GPUs (SB_HYBRID_GPUS, hack/cluster/gpus.py): a record per GPU and per MIG

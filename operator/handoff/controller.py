@@ -19,9 +19,10 @@
   polls do not see (the 30 s full list would, later). A change queues its PlaceholderJob, whose
   decision ends the pods gracefully (lifecycle, ``decisions/handoff.py``).
 
-Slurm's settings (which QOS may be preempted) come from the :class:`PolicyHolder` that
-operator/slurmsettings/ keeps current. The node drains are written by the node controller, the one
-writer of Slurm node states (:class:`NodeDrains`): its table shows them at once.
+Slurm's settings (which QOS may be preempted) come from the
+:class:`~slurm_bridge.operator.views.slurmpolicy.PolicyHolder` that operator/slurmsettings/ keeps
+current. The node drains are written by the node controller, the one writer of Slurm node states
+(:class:`~slurm_bridge.operator.views.slurmnodes.NodeDrains`): its table shows them at once.
 """
 
 from __future__ import annotations
@@ -47,17 +48,19 @@ from slurm_bridge.operator.handoff.decisions import (
     preemption_checks,
     unheld,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
 from slurm_bridge.operator.runtime.departures import Departures, by_job, running_in
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, SlurmJobView
+from slurm_bridge.operator.views.slurmnodes import NodeDrains
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules.handoff import drain_of, drain_prefix, pod_grace_seconds, reservations_of
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import NodeInfo, ReservationRecord
 
 log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
 
 # A running job of a preemptable QOS is read again at least this often, at most
 # PREEMPTION_CHECKS_PER_PASS jobs a pass (the longest unread first): a preemption is seen within
@@ -76,14 +79,6 @@ class SlurmHandoff(Protocol):
     async def delete_reservation(self, name: str) -> bool: ...
 
 
-class NodeDrains(Protocol):
-    """Slurm's nodes as the node controller knows them now (its last list and its own writes
-    since), and its drain and undrain: the node controller is the one writer of node states."""
-
-    def slurm_nodes_now(self) -> dict[str, NodeInfo] | None: ...
-    async def set_drain(self, slurm_name: str, reason: str | None) -> None: ...
-
-
 class HandoffController:
     def __init__(
         self,
@@ -91,7 +86,7 @@ class HandoffController:
         kube: KubeClient,
         slurm: SlurmHandoff,
         pods: ObjectStore,
-        poller: SlurmPoller,
+        poller: SlurmJobView,
         policy: PolicyHolder,
         drains: NodeDrains,
         departures: Departures | None = None,

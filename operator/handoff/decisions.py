@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
 from slurm_bridge.operator.runtime.departures import Departure, slurm_job_of
 from slurm_bridge.rules.handoff import (
     HandoffDrain,
@@ -40,7 +40,10 @@ from slurm_bridge.rules.handoff import (
     pod_grace_seconds,
     unheld_drain_reason,
 )
+from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.slurm.models import NodeInfo
+
+Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

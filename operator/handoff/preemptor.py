@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol
 
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.slurm.models import JobInfo, JobStates
 
 # Job reads per preemption at most (the newest pending or running jobs).

@@ -1,6 +1,6 @@
 """The node guard's shell (leader only): one pass per poll period, deciding with :mod:`.decisions`
 and draining through the node controller, the one writer of Slurm node states
-(:class:`~slurm_bridge.operator.handoff.controller.NodeDrains`).
+(:class:`~slurm_bridge.operator.views.slurmnodes.NodeDrains`).
 
 What it reads, and what that costs (docs/performance.md: the operator's CPU per pod):
 
@@ -35,7 +35,6 @@ from slurm_bridge.kube.cache import Informer
 from slurm_bridge.kube.client import KubeClient, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.taints import managed_taint, same_taint
-from slurm_bridge.operator.handoff.controller import NodeDrains
 from slurm_bridge.operator.nodeguard.decisions import (
     Drain,
     Intruder,
@@ -50,10 +49,11 @@ from slurm_bridge.operator.nodeguard.decisions import (
     judge,
     step,
 )
-from slurm_bridge.operator.nodes.nodesync import slurm_name_of
 from slurm_bridge.operator.runtime.departures import on_node
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmnodes import NodeDrains
+from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.rules.workloadkinds import controller_of
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,9 @@ from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, Registered
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
-from slurm_bridge.rules import dra, topology
+from slurm_bridge.rules import topology
+from slurm_bridge.rules.dra.gres import mig_node
+from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
@@ -150,7 +152,7 @@ class NodeController:
             self.nodes.upsert(node)
             current = self.nodes.get(("", name))
             if current is not None:
-                self._remap(name, nodesync.slurm_name_of(current))
+                self._remap(name, slurm_name_of(current))
                 if old is None or self._view(old) != self._view(current):
                     self._changed_at[name] = time.monotonic()
                 if old is not None and _same_but_version(old, current):
@@ -158,7 +160,7 @@ class NodeController:
         self.queue.add(NodeItem(name))
 
     def _view(self, node: Obj) -> tuple[nodesync.KubeView, str]:
-        return nodesync.kube_view(node, self.config.schedulerName), nodesync.slurm_name_of(node)
+        return nodesync.kube_view(node, self.config.schedulerName), slurm_name_of(node)
 
     def _remap(self, name: str, slurm_name: str | None) -> None:
         """Keep the Slurm -> Kubernetes index; nodes sharing a Slurm node may change roles."""
@@ -192,22 +194,22 @@ class NodeController:
         less than Slurm counts): new jobs are submitted without them (``translate.exclude_unfit``).
         Read from the node store, which keeps that one condition; no call."""
         return frozenset(
-            nodesync.slurm_name_of(node)
+            slurm_name_of(node)
             for node in self.nodes.values()
             if (resourcesfit.current(node) or {}).get("status") == "False"
         )
 
     def mig_slurm_nodes(self) -> frozenset[str]:
-        """The Slurm nodes with MIG instances among their GPUs (``dra.mig_node``): jobs asking for
+        """The Slurm nodes with MIG instances among their GPUs (``mig_node``): jobs asking for
         untyped GPUs are submitted without them (``translate.exclude_mig_nodes``). From the last
         node list; no call."""
-        return frozenset(n.name for n in (self.table.listed or {}).values() if dra.mig_node(n.gres))
+        return frozenset(n.name for n in (self.table.listed or {}).values() if mig_node(n.gres))
 
     def device_mismatch_slurm_nodes(self) -> frozenset[str]:
         """The Slurm nodes whose Kubernetes node says ``SlurmDevicesMatch=False`` (a MIG layout
         Slurm and the DRA driver do not share): MIG jobs are submitted without them
         (``translate.exclude_mig_nodes``). From the node store; no call."""
-        return frozenset(nodesync.slurm_name_of(node) for node in self.nodes.values() if devicematch.differs(node))
+        return frozenset(slurm_name_of(node) for node in self.nodes.values() if devicematch.differs(node))
 
     # ---- Slurm side --------------------------------------------------------------------------
     @property
@@ -276,7 +278,7 @@ class NodeController:
         node = self.nodes.get(("", name))
         if node is None or self.slurm_nodes is None:
             return None  # the first node list queues every node again
-        slurm_name = nodesync.slurm_name_of(node)
+        slurm_name = slurm_name_of(node)
         info = self.slurm_node(slurm_name)
         ours = info is not None and reg.registered_for(info, self.config.bridgeId) is not None
         if reg.labelled(node) or reg.registration(node) is not None or ours:

@@ -7,7 +7,7 @@ once, while slurmd keeps its gres.conf until it is restarted (or the other way r
 indices then no longer name the devices the bridge would give, so while the condition is False
 no new MIG job is submitted with that node in reach (``translate.exclude_nodes_for_mig``); a pod
 already running keeps its devices, and a whole-GPU job there is checked device by device at
-release (``dra.plan_claim`` fails closed). The condition's message names both sides' counts.
+release (``plan_claim`` fails closed). The condition's message names both sides' counts.
 
 The ResourceSlices come from one watch (:class:`~slurm_bridge.kube.cache.WatchCache`); a change
 to a node's slices queues that node, and the condition is decided at its reconcile, with the
@@ -25,7 +25,8 @@ from slurm_bridge import names
 from slurm_bridge.kube.cache import slices_cache
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.resourcesfit import Fit, condition_of, write_condition
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.gres import mig_node
+from slurm_bridge.rules.dra.inventory import devices_differ, said, slurm_gpu_inventory
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -38,15 +39,15 @@ def decide(info: NodeInfo, slices: list[Obj], node: str) -> Fit | None:
     of the driver's kind to compare (no condition: nodes without DRA GPUs are not concerned)."""
     mine = [s for s in slices if (s.get("spec") or {}).get("nodeName") == node]
     published = any((s.get("spec") or {}).get("driver") == DRIVER for s in mine)
-    if not published and not dra.mig_node(info.gres):
+    if not published and not mig_node(info.gres):
         return None
-    differ = dra.devices_differ(info.gres, mine, node, DRIVER)
+    differ = devices_differ(info.gres, mine, node, DRIVER)
     if not differ:
-        seen = dra.slurm_gpu_inventory(info.gres)
+        seen = slurm_gpu_inventory(info.gres)
         return Fit(
             "True",
             names.REASON_SLURM_DEVICES_MATCH,
-            f"Slurm's GRES and driver {DRIVER}'s ResourceSlices on node {node} agree: {dra.said(seen, 'no GPUs')}",
+            f"Slurm's GRES and driver {DRIVER}'s ResourceSlices on node {node} agree: {said(seen, 'no GPUs')}",
         )
     return Fit(
         "False",

@@ -77,12 +77,6 @@ def drain_reason(node: str) -> str:
     return f"{names.SLURM_NODE_REASON_PREFIX} Kubernetes node {node} is unschedulable"
 
 
-def slurm_name_of(node: Obj) -> str:
-    """The Slurm node a Kubernetes node stands for: the mapping label, else the same name."""
-    meta = node.get("metadata", {})
-    return str((meta.get("labels") or {}).get(names.LABEL_SLURM_NODENAME) or meta.get("name", ""))
-
-
 def _state_taint(outage: str) -> Obj:
     return {"key": names.TAINT_SLURM_STATE, "value": outage, "effect": names.TAINT_SLURM_STATE_EFFECT}
 

@@ -25,7 +25,6 @@ from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
 from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources
@@ -39,6 +38,7 @@ from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem
 from slurm_bridge.operator.runtime.departures import Departures, pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, project
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules.namespaces import ManagedNamespaces
 from slurm_bridge.slurm.client import SlurmClient
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from slurm_bridge.core import metrics
 from slurm_bridge.kube.client import resource_version
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 
 Obj = dict[str, Any]
 

@@ -18,7 +18,7 @@ from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
@@ -30,6 +30,7 @@ from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.namespaces import ManagedNamespaces
+from slurm_bridge.rules.podphase import pod_ended
 
 log = logging.getLogger(__name__)
 # A pod whose namespace's labels are not read yet (managedNamespaceSelector) is looked at again.

@@ -30,7 +30,7 @@ from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import Conflict, KubeError, NotFound, phj_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.seams import ReconfigureKube
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, pod_ended
+from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,
@@ -47,6 +47,7 @@ from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.rules import jobchanges
 from slurm_bridge.rules.jobannotations import ANNOTATION_FIELDS
+from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest
 

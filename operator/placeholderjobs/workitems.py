@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.runtime.store import Key
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 
 
 @dataclass(frozen=True, slots=True, order=True)

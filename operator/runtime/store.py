@@ -36,7 +36,7 @@ P = TypeVar("P")
 
 # ---- projections --------------------------------------------------------------------------------
 # What the bridge reads of each kind (grep the readers before dropping anything: operator/*.py,
-# slurm_bridge/rules/translate.py, nodeplacement.py and dra.py read pods; nodesync.py and registration.py
+# slurm_bridge/rules/translate.py, nodeplacement.py and dra/ read pods; nodesync.py and registration.py
 # read nodes). Lists such as taints, annotations and labels are kept whole: the bridge's patches
 # are computed from them.
 _META = ("name", "namespace", "uid", "resourceVersion", "generation", "generateName", "labels",

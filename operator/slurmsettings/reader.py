@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from slurm_bridge.core.config import Config
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.rules.resume import preempt_mode
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.handoffcalls import QosInfo
-from slurm_bridge.slurm.models import SlurmConf
+from slurm_bridge.slurm.models import QosInfo, SlurmConf
 
 log = logging.getLogger(__name__)
 

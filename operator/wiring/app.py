@@ -24,12 +24,12 @@ from slurm_bridge.operator.nodeguard.controller import NodeGuard
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.controller import Controller
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.slurmsettings.reader import SlurmSettings
 from slurm_bridge.operator.tenantpolicies.controller import TenantStatusController
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
 from slurm_bridge.operator.wiring.kopfsetup import build_registry, run_kopf
 from slurm_bridge.operator.wiring.watches import HotWatches

@@ -3,7 +3,7 @@ RFC 1123 checks, bounded names and label values, JSON pointers for patches, and 
 containers' exit codes (read by the operator's pod store and its decisions alike).
 
 They live below the Kubernetes client (slurm_bridge/kube/client.py) because the configuration
-(slurm_bridge/core/config.py) and the pure rules (slurm_bridge/rules/dra.py) check and write them
+(slurm_bridge/core/config.py) and the pure rules (slurm_bridge/rules/dra/) check and write them
 too, and neither may import the floor that talks to the API server (docs/architecture.md).
 """
 

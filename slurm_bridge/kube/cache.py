@@ -440,7 +440,8 @@ RESOURCE_SLICES_PATH: Final = resource_path("resource.k8s.io/v1", "resourceslice
 
 def project_slice(obj: Obj) -> Obj:
     """What the bridge reads of a ResourceSlice: its node, driver, pool and devices' Slurm-order and
-    kind attributes and shards (slurm_bridge/rules/dra.py); uid and resourceVersion for the informer's relist."""
+    kind attributes and shards (slurm_bridge/rules/dra/inventory.py);
+    uid and resourceVersion for the informer's relist."""
     spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
     keep = ("type", "index", "parentIndex", "minor", "profile")
     devices = [

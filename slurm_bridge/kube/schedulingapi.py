@@ -31,7 +31,7 @@ from slurm_bridge.rules.topology import topology_of_key
 
 GROUP: Final = workloadkinds.SCHED_PODGROUP.group
 PODGROUPS: Final = workloadkinds.SCHED_PODGROUP.plural
-# resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/rules/dra.py).
+# resource.k8s.io/v1: the ResourceClaims and ResourceSlices of the bridge's DRA path (slurm_bridge/rules/dra/).
 RESOURCE_GROUP: Final = "resource.k8s.io"
 RESOURCE_VERSION: Final = "v1"
 RESOURCE_CLAIMS: Final = "resourceclaims"

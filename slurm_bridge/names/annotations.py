@@ -71,7 +71,7 @@ ANN_JOB_OPTIONS: Final = SCHEDULER_PREFIX + "job-options"
 # terminal phase), each with the time its containers have stopped at the latest (JSON {pod: RFC
 # 3339}); its Slurm job is released only after them (docs/colocation.md, "A pod that vanishes").
 ANN_VANISHED_PODS: Final = SCHEDULER_PREFIX + "vanished-pods"
-# The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/rules/dra.py).
+# The Slurm device indices a pod's DRA claim holds, e.g. "gpu:0,2" (slurm_bridge/rules/dra/claims.py).
 ANN_SLURM_DEVICES: Final = SLINKY_PREFIX + "slurm-devices"
 # A pod of a CompositePodGroup runs in one component of a heterogeneous Slurm job: the job's id (its
 # leader's) and the component's offset. The pod's LABEL_SLURM_JOB_ID is the component's own job id.

@@ -30,7 +30,7 @@ from typing import Final, Literal
 
 import hostlist
 
-from slurm_bridge.rules.dra import gres_items
+from slurm_bridge.rules.dra.gres import gres_items
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 __all__ = [

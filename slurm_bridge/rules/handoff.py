@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.rules.dra import recorded_requests
+from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.slurm.models import JobRequest, ReservationRecord
 
 # Kubernetes' default terminationGracePeriodSeconds.

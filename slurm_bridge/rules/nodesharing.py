@@ -9,7 +9,7 @@ the config's ``nodeSharing``.
 
 ``coResident`` shares a node core by core with native jobs, so Slurm's reservation must be what
 holds the pod: every container (init and sidecar containers too) has a memory limit, and a CPU
-limit or the pod's ``dra.cpu`` devices (which every container of the pod is given: slurm_bridge/rules/dra.py),
+limit or the pod's ``dra.cpu`` devices (which every container of the pod is given: slurm_bridge/rules/dra/admission.py),
 and the job is sized from them; the ``cpu-per-task`` and ``mem-per-node`` annotations, which could
 only restate or contradict the limits, are refused.
 """
@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from slurm_bridge import names
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
+from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.slurm.models import NodeSharing
 
 __all__ = [
@@ -35,7 +36,7 @@ CO_RESIDENT_SIZING_ANNOTATIONS: Final = {
     "cpus_per_task": names.ANN_CPU_PER_TASK,
     "memory_per_node_mib": names.ANN_MEM_PER_NODE,
 }
-_DRA_CPU: Final = dra.EXTENDED_PREFIX + "dra.cpu"
+_DRA_CPU: Final = EXTENDED_PREFIX + "dra.cpu"
 _WHY: Final = (
     "in coResident node sharing Slurm reserves what the limits say beside native jobs, and only limits hold a "
     "container to it"
@@ -86,10 +87,10 @@ def _requests_dra_cpu(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -
     """Whether the pod's CPUs are dra.cpu devices: recorded by the mutating webhook, or (in a pod
     template, which the webhook never rewrites) still in a container's resources."""
     try:
-        if "dra.cpu" in dra.recorded_requests(annotations):
+        if "dra.cpu" in recorded_requests(annotations):
             return True
     except ValueError:
-        pass  # a bad annotation is refused on its own (dra.consistency_problems)
+        pass  # a bad annotation is refused on its own (consistency_problems)
     for _, _, c in _containers(spec):
         resources = c.get("resources")
         for part in ("requests", "limits"):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.gres import slurm_needs
+from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
 
 __all__ = ["PodResources", "pod_label", "pod_requests", "pod_resources"]
@@ -127,13 +128,13 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     memory = total.get("memory", Fraction(0))
     cpus = max(1, math.ceil(total.get("cpu", Fraction(0))))
     gpus = {g: math.ceil(total[g]) for g in GPU_RESOURCES if total.get(g, 0) > 0}
-    # DRA requests, which the webhook took out of the containers (slurm_bridge/rules/dra.py): a GPU
+    # DRA requests, which the webhook took out of the containers (slurm_bridge/rules/dra/admission.py): a GPU
     # DeviceClass is its GRES, dra.cpu the pod's CPUs (native cpu is refused beside it).
     try:
-        counts = dra.recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
     except ValueError as e:
         raise ValueError(f"{label}: {e}") from None
-    dra_gres, dra_cpus = dra.slurm_needs(counts)
+    dra_gres, dra_cpus = slurm_needs(counts)
     if dra_cpus is not None:
         cpus = dra_cpus
     for gres, count in dra_gres.items():  # gpu, gpu:<MIG profile>, or shard (GPU shares)

@@ -1,7 +1,7 @@
 """Kubernetes resource quantities, read exactly, and the resource names the bridge counts as GPUs.
 
 Shared by the job request (:mod:`slurm_bridge.rules.podresources`), DRA admission
-(:mod:`slurm_bridge.rules.dra`) and node registration, so that what a pod may ask Slurm for as GPUs is
+(:mod:`slurm_bridge.rules.dra.admission`) and node registration, so that what a pod may ask Slurm for as GPUs is
 exactly what a registered node offers as them. Pure: no I/O.
 """
 

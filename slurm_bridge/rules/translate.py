@@ -16,7 +16,10 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
-from slurm_bridge.rules import dra, nodesharing
+from slurm_bridge.rules import nodesharing
+from slurm_bridge.rules.dra.admission import device_plugin_problem, plugin_gpu_fields
+from slurm_bridge.rules.dra.classes import MIG_CLASS_EXAMPLE, SHARD_GRES
+from slurm_bridge.rules.dra.gres import shard_request, typed_gpu_request, untyped_gpu_request
 from slurm_bridge.rules.jobannotations import parse_annotations, read_annotations
 from slurm_bridge.rules.nodeplacement import Placement, pod_placement
 from slurm_bridge.rules.podresources import pod_label, pod_resources
@@ -150,7 +153,7 @@ def gpu_gres(per_pod: Sequence[Mapping[str, int]]) -> str:
     for gpus in per_pod:
         kinds: dict[str, int] = {}
         for key, count in gpus.items():
-            if key == f"dra/{dra.SHARD_GRES}":
+            if key == f"dra/{SHARD_GRES}":
                 shards = max(shards, count)
                 continue
             _, _, typed = key.removeprefix("dra/").partition(":") if key.startswith("dra/") else ("", "", "")
@@ -158,7 +161,7 @@ def gpu_gres(per_pod: Sequence[Mapping[str, int]]) -> str:
         for typed, count in kinds.items():
             need[typed] = max(need.get(typed, 0), count)
     items = [f"gres/gpu:{t + ':' if t else ''}{n}" for t, n in sorted(need.items()) if n]
-    return ",".join(items + ([f"gres/{dra.SHARD_GRES}:{shards}"] if shards else []))
+    return ",".join(items + ([f"gres/{SHARD_GRES}:{shards}"] if shards else []))
 
 
 def _sharing_fields(
@@ -266,11 +269,11 @@ def job_request(
 
 
 def _check_plugin_gpus(pods: Sequence[Mapping[str, Any]], partition: object, config: Config) -> None:
-    """Device-plugin GPUs in a partition of hybrid nodes (dra.device_plugin_problem): the operator's
+    """Device-plugin GPUs in a partition of hybrid nodes (device_plugin_problem): the operator's
     last word, for the pods whose partition the webhook could not know (a workload member's)."""
-    fields = [f"{pod_label(p)}: {f}" for p in pods for f in dra.plugin_gpu_fields(p.get("spec") or {})]
+    fields = [f"{pod_label(p)}: {f}" for p in pods for f in plugin_gpu_fields(p.get("spec") or {})]
     where = partition if isinstance(partition, str) else None
-    problem = dra.device_plugin_problem(fields, where, config.hybridPartitions, config.devicePluginFollowsSlurm)
+    problem = device_plugin_problem(fields, where, config.hybridPartitions, config.devicePluginFollowsSlurm)
     if problem:
         raise ValueError(problem)
 
@@ -306,21 +309,21 @@ def exclude_unfit(request: JobRequest, unfit: Iterable[str]) -> JobRequest:
 
 def exclude_mig_nodes(request: JobRequest, mig_nodes: Iterable[str], mismatched: Iterable[str] = ()) -> JobRequest:
     """The request as submitted (docs/gpus.md): a job asking for untyped GPUs (``gres/gpu:N``)
-    without the nodes that have MIG instances among their GPUs (``mig_nodes``: :func:`dra.mig_node`
+    without the nodes that have MIG instances among their GPUs (``mig_nodes``: :func:`mig_node`
     of each Slurm node's Gres), where Slurm would meet it with MIG slices; a job asking for MIG
     slices (``gres/gpu:<profile>:N``) without the nodes whose ``SlurmDevicesMatch`` is False
     (``mismatched``: Slurm's indices there no longer name the driver's devices). Like
     :func:`exclude_unfit`, at each submit, never in the spec; ValueError, naming the nodes, when
     the job requires one."""
     bad: set[str] = set()
-    if dra.untyped_gpu_request(request.gres):
+    if untyped_gpu_request(request.gres):
         bad |= set(mig_nodes)
         why = (
             f"the job asks for whole GPUs ({request.gres}) and requires node(s) {{nodes}}, whose GPUs are MIG "
-            f"instances: Slurm would give it MIG slices; ask for a MIG profile ({dra.MIG_CLASS_EXAMPLE}) or "
+            f"instances: Slurm would give it MIG slices; ask for a MIG profile ({MIG_CLASS_EXAMPLE}) or "
             "select nodes with whole GPUs"
         )
-    if dra.typed_gpu_request(request.gres) or dra.shard_request(request.gres):
+    if typed_gpu_request(request.gres) or shard_request(request.gres):
         bad |= set(mismatched)
         why = (
             f"the job asks for MIG slices or GPU shards ({request.gres}) and requires node(s) {{nodes}}, whose GPU "

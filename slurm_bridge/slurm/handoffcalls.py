@@ -8,32 +8,19 @@ PreemptType). A part of :class:`.client.SlurmClient`."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
 from .errors import ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID, ESLURM_JOB_FINISHED, SlurmError
 from .formats import time_of
-from .models import ReservationRecord
+from .jwtfile import token_user
+from .models import QosInfo, ReservationRecord
 from .session import SlurmSession
 from .wire import NoVal, PartitionWire, _Wire, listed, validate
 
 # Deleting a reservation that is gone: "Requested reservation is invalid".
 ESLURM_RESERVATION_INVALID = 2053
-
-
-@dataclass(frozen=True)
-class QosInfo:
-    """One QOS as preemption sees it: which QOS it preempts, how it is preempted, its GraceTime."""
-
-    name: str
-    preempts: tuple[str, ...] = ()
-    mode: tuple[str, ...] = ()  # CANCEL, REQUEUE, SUSPEND, GANG, DISABLED (= the cluster's)
-    grace_seconds: int = 0
 
 
 class _ResvWire(_Wire):
@@ -70,16 +57,6 @@ def _minutes(raw: Any) -> int | None:
     if v.infinite:
         return None
     return v.number if v.set and v.number is not None else 0
-
-
-def token_user(token: str) -> str:
-    """The Slurm user a JWT names (its ``sun`` claim; not verified: only for reading)."""
-    try:
-        payload = token.split(".")[1]
-        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError, binascii.Error):
-        return ""
-    return str(data.get("sun") or "") if isinstance(data, dict) else ""
 
 
 class HandoffCalls(SlurmSession):

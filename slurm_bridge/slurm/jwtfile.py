@@ -3,6 +3,9 @@ so a rotated token needs no restart."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 from pathlib import Path
 
@@ -15,6 +18,16 @@ log = logging.getLogger("slurm_bridge.slurm.client")
 # Keys the Go slurm-bridge's JWT Secret uses: a missing token file is also looked for under these
 # names in its directory, so a Secret made for the Go bridge works unchanged (docs/migrating.md).
 GO_SECRET_KEYS = ("SLURM_JWT", "auth-token")
+
+
+def token_user(token: str) -> str:
+    """The Slurm user a JWT names (its ``sun`` claim; not verified: only for reading)."""
+    try:
+        payload = token.split(".")[1]
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return ""
+    return str(data.get("sun") or "") if isinstance(data, dict) else ""
 
 
 class JwtFile:

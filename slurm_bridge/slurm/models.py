@@ -257,6 +257,16 @@ class NodeDevices(BaseModel):
 
 
 @dataclass(frozen=True)
+class QosInfo:
+    """One QOS as preemption sees it: which QOS it preempts, how it is preempted, its GraceTime."""
+
+    name: str
+    preempts: tuple[str, ...] = ()
+    mode: tuple[str, ...] = ()  # CANCEL, REQUEUE, SUSPEND, GANG, DISABLED (= the cluster's)
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True)
 class ReservationRecord:
     """A Slurm reservation as the client lists it (plain data: which ones are the handoff's, and
     whose, is the bridge's rule, slurm_bridge/rules/handoff.py)."""

@@ -26,7 +26,8 @@ from datetime import datetime
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from tests.harness import REPO, TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
 
 ALICE = TENANTS["a"]

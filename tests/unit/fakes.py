@@ -23,7 +23,6 @@ from typing import Any
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
 from slurm_bridge.rules.handoff import HandoffReservation
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.handoffcalls import QosInfo
 from slurm_bridge.slurm.models import (
     JobInfo,
     JobRequest,
@@ -33,6 +32,7 @@ from slurm_bridge.slurm.models import (
     NodeInfo,
     PartitionInfo,
     PartitionLimits,
+    QosInfo,
     ReservationRecord,
     SlurmConf,
 )

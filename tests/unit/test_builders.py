@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from slurm_bridge import names
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import decode_admin_comment
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from tests.builders import make_phj, make_pod, slurm_job
 from tests.e2e.phj_schema import assert_matches_crd
 

@@ -16,11 +16,12 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from tests.unit.fakes import FakeSlurm
 
 from .test_compositepodgroups import API, composite, member, podgroup, workload

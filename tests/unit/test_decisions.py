@@ -13,11 +13,12 @@ from slurm_bridge.kube import conditions
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import allocation, phjstatus, pods
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
-    PhjRef,
     decode_admin_comment,
     default_job_name,
     encode_admin_comment,
 )
+from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.rules import podphase
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 
@@ -188,7 +189,7 @@ def _member(phase: str, terminating: bool = False) -> dict[str, Any]:
     ],
 )
 def test_a_pod_holds_its_allocation_until_it_is_gone_or_terminal(pod: dict[str, Any] | None, holds: bool) -> None:
-    assert pods.pod_ended(pod) is not holds
+    assert podphase.pod_ended(pod) is not holds
     assert (list(pods.holding_allocation({"p": pod}).values()) == [pod]) is holds
 
 

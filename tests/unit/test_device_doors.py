@@ -1,7 +1,7 @@
 """Only the bridge hands out Slurm's devices in the managed namespaces (docs/security.md, "Devices"):
 a pod's own claims and templates, another pod's claim, claims made by hand, ephemeral containers on
-exact cores (webhook/devicedoors.py, slurm_bridge/rules/dra.py), and device-plugin GPUs in hybrid
-partitions (dra.device_plugin_problem, at admission and in translate.job_request)."""
+exact cores (webhook/devicedoors.py, slurm_bridge/rules/dra/userclaims.py), and device-plugin GPUs in hybrid
+partitions (device_plugin_problem, at admission and in translate.job_request)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ import pytest
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeError
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.admission import device_plugin_problem
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
+from slurm_bridge.rules.dra.userclaims import (
+    ClaimRef,
+    bridge_claim_problem,
+    claim_classes,
+    own_claim_problems,
+    own_claim_refs,
+)
 from slurm_bridge.rules.translate import job_request
 from slurm_bridge.webhook import devicedoors
 from slurm_bridge.webhook.certs import write_certs
@@ -58,8 +66,8 @@ def pod(*entries: Obj, annotations: Obj | None = None, scheduler: str = SCHED, l
 
 CLAIM_ENTRY = {"name": "mine", "resourceClaimName": "c"}
 TEMPLATE_ENTRY = {"name": "mine", "resourceClaimTemplateName": "t"}
-CLAIM_REF = dra.ClaimRef("mine", "ResourceClaim", "c")
-TEMPLATE_REF = dra.ClaimRef("mine", "ResourceClaimTemplate", "t")
+CLAIM_REF = ClaimRef("mine", "ResourceClaim", "c")
+TEMPLATE_REF = ClaimRef("mine", "ResourceClaimTemplate", "t")
 
 
 # ---- what a claim asks for ----------------------------------------------------------------------------
@@ -78,20 +86,20 @@ TEMPLATE_REF = dra.ClaimRef("mine", "ResourceClaimTemplate", "t")
     ids=["exactly", "first-available", "v1beta1", "empty", "malformed"],
 )  # fmt: skip
 def test_the_classes_a_claim_asks_for_in_every_shape(spec: Obj, classes: list[str]) -> None:
-    assert dra.claim_classes(spec) == classes
+    assert claim_classes(spec) == classes
 
 
 def test_the_pods_own_entries_leave_out_the_bridges() -> None:
     spec = pod(CLAIM_ENTRY, {"name": "t", "resourceClaimTemplateName": "t"},
                {"name": names.POD_CLAIM_ENTRY, "resourceClaimName": "x"})["spec"]  # fmt: skip
-    assert dra.own_claim_refs(spec) == [CLAIM_REF, dra.ClaimRef("t", "ResourceClaimTemplate", "t")]
+    assert own_claim_refs(spec) == [CLAIM_REF, ClaimRef("t", "ResourceClaimTemplate", "t")]
 
 
 # ---- a pod's own entries -------------------------------------------------------------------------------
 OWNED = claim(["nic.example.com"], ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "victim", "uid": "v"}])
 GENERATED = claim(["nic.example.com"], annotations={names.ANN_K8S_POD_CLAIM_NAME: "gpu"})
 # (case, ref, what it names, fragments of the one problem or None)
-OWN_TABLE: list[tuple[str, dra.ClaimRef, Any, list[str] | None]] = [
+OWN_TABLE: list[tuple[str, ClaimRef, Any, list[str] | None]] = [
     ("a claim of a GPU class", CLAIM_REF, claim(["gpu.nvidia.com"]),
      ["spec.resourceClaims[mine]", "ResourceClaim c requests DeviceClass gpu.nvidia.com", "only slurm-bridge",
       "deviceclass.resource.kubernetes.io/gpu.nvidia.com: N", "docs/gpus.md"]),
@@ -112,8 +120,8 @@ OWN_TABLE: list[tuple[str, dra.ClaimRef, Any, list[str] | None]] = [
 
 
 @pytest.mark.parametrize(("case", "ref", "found", "words"), OWN_TABLE, ids=[c[0] for c in OWN_TABLE])
-def test_a_pods_own_claim_entries(case: str, ref: dra.ClaimRef, found: Any, words: list[str] | None) -> None:
-    problems = dra.own_claim_problems([ref], {ref: found})
+def test_a_pods_own_claim_entries(case: str, ref: ClaimRef, found: Any, words: list[str] | None) -> None:
+    problems = own_claim_problems([ref], {ref: found})
     if words is None:
         assert problems == [], case
         return
@@ -123,10 +131,10 @@ def test_a_pods_own_claim_entries(case: str, ref: dra.ClaimRef, found: Any, word
 
 
 def test_the_bridge_entry_must_name_a_claim_not_made_yet() -> None:
-    assert dra.bridge_claim_problem("p-slurm-devices-1", None) == ""
-    taken = dra.bridge_claim_problem("victim-claim", OWNED)
+    assert bridge_claim_problem("p-slurm-devices-1", None) == ""
+    taken = bridge_claim_problem("victim-claim", OWNED)
     assert "ResourceClaim victim-claim already exists" in taken and names.ANN_DEVICE_REQUESTS in taken
-    assert "cannot read" in dra.bridge_claim_problem("x", "slurm-bridge cannot read ResourceClaim x")
+    assert "cannot read" in bridge_claim_problem("x", "slurm-bridge cannot read ResourceClaim x")
 
 
 def _with_claims(obj: Obj, claims: devicedoors.PodClaims) -> Any:
@@ -191,7 +199,7 @@ def test_only_the_bridge_makes_claims_of_its_classes(case: str, kind: str, obj: 
     assert d.allowed is not refused, (case, d.message)
     if refused:
         assert d.code == 403 and "only slurm-bridge allocates in this namespace" in d.message
-        assert dra.EXTENDED_PREFIX in d.message
+        assert EXTENDED_PREFIX in d.message
 
 
 # ---- ephemeral containers ---------------------------------------------------------------------------------
@@ -262,7 +270,7 @@ PLUGIN_TABLE: list[tuple[str, list[str], str | None, list[str], bool, bool]] = [
 def test_device_plugin_gpus_in_hybrid_partitions(
     case: str, fields: list[str], partition: str | None, hybrid: list[str], follows: bool, refused: bool
 ) -> None:
-    problem = dra.device_plugin_problem(fields, partition, hybrid, follows)
+    problem = device_plugin_problem(fields, partition, hybrid, follows)
     assert bool(problem) is refused, case
     if refused:
         assert problem.startswith(F[0]) and "deviceclass.resource.kubernetes.io/gpu.nvidia.com" in problem

@@ -15,7 +15,9 @@ from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
 from slurm_bridge.operator.placeholderjobs.sync.devices import SLICES_PATH, DeviceBinder, wants_devices
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.claims import ClaimPlan, allocation_status, claim_object, plan_claim
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
+from slurm_bridge.rules.dra.inventory import Device
 from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.formats import parse_gres_detail
 from slurm_bridge.slurm.models import NodeDevices
@@ -30,8 +32,8 @@ from .test_webhook import CONFIG, JOB, SCHED, _job_with, apply, make_pod, make_r
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
-GPU = dra.EXTENDED_PREFIX + "gpu.nvidia.com"
-CPU = dra.EXTENDED_PREFIX + "dra.cpu"
+GPU = EXTENDED_PREFIX + "gpu.nvidia.com"
+CPU = EXTENDED_PREFIX + "dra.cpu"
 
 
 def container(name: str = "c", **resources: Obj) -> Obj:
@@ -82,7 +84,7 @@ def test_generate_name_pod_claims_are_distinct_and_init_container_may_hold_them(
 
 REFUSED: list[tuple[str, Obj, list[str]]] = [
     ("a DeviceClass the bridge cannot map",
-     {"containers": [container(limits={dra.EXTENDED_PREFIX + "fpga.example.com": "1"})]},
+     {"containers": [container(limits={EXTENDED_PREFIX + "fpga.example.com": "1"})]},
      ['spec.containers[0].resources.limits["deviceclass.resource.kubernetes.io/fpga.example.com"]',
       "cannot be mapped to Slurm", "gpu.nvidia.com"]),
     ("native cpu beside dra.cpu",
@@ -95,7 +97,7 @@ REFUSED: list[tuple[str, Obj, list[str]]] = [
      {"containers": [container(limits={GPU: "1", "nvidia.com/gpu": "1"})]},
      ['resources.limits["nvidia.com/gpu"]', "cannot also request device-plugin GPUs"]),
     ("two GPU DeviceClasses: both are the gpu GRES",
-     {"containers": [container(limits={GPU: "1", dra.EXTENDED_PREFIX + "gpu.example.com": "1"})]},
+     {"containers": [container(limits={GPU: "1", EXTENDED_PREFIX + "gpu.example.com": "1"})]},
      ["are all the Slurm GRES 'gpu'"]),
     ("a fraction of a device",
      {"containers": [container(limits={GPU: "500m"})]}, ["'500m' is not a whole number of devices"]),
@@ -111,7 +113,7 @@ def test_refused_at_admission_naming_the_field(case: str, spec: Obj, words: list
 
 
 def test_unmanaged_pods_keep_their_dra_requests() -> None:
-    pod = make_pod({"schedulerName": "other", "containers": [container(limits={dra.EXTENDED_PREFIX + "x": "1"})]})
+    pod = make_pod({"schedulerName": "other", "containers": [container(limits={EXTENDED_PREFIX + "x": "1"})]})
     assert mutate(make_request(pod), CONFIG).allowed
 
 
@@ -139,7 +141,7 @@ VALIDATED: list[tuple[str, dict[str, Any], list[str]]] = [
     ("the Slurm devices annotation is the bridge's",
      {"obj": managed_pod(annotations={names.ANN_SLURM_DEVICES: "gpu:0"})}, [names.ANN_SLURM_DEVICES, "reserved"]),
     ("a Job whose pods would be refused",
-     {"obj": _job_with({"containers": [container(limits={dra.EXTENDED_PREFIX + "fpga.example.com": "1"})]}), **JOB},
+     {"obj": _job_with({"containers": [container(limits={EXTENDED_PREFIX + "fpga.example.com": "1"})]}), **JOB},
      ["spec.template.spec.containers[0]", "cannot be mapped"]),
 ]  # fmt: skip
 
@@ -242,8 +244,8 @@ def dev(name: str, index: int | None = None) -> Obj:
 
 def test_devices_by_index_attribute() -> None:
     slices = [rslice("n1", [dev("gpu-a", 1), dev("gpu-b", 0), dev("gpu-c", 2)]), rslice("n2", [dev("x", 0)])]
-    plan = dra.plan_claim({"gpu.nvidia.com": 2}, "n1", NodeDevices(gres={"gpu": (0, 2)}), slices, 5)
-    assert isinstance(plan, dra.ClaimPlan)
+    plan = plan_claim({"gpu.nvidia.com": 2}, "n1", NodeDevices(gres={"gpu": (0, 2)}), slices, 5)
+    assert isinstance(plan, ClaimPlan)
     assert [d.name for d in plan.results["gpu"]] == ["gpu-b", "gpu-c"]
     assert plan.annotation() == "gpu:0,2"
 
@@ -251,16 +253,16 @@ def test_devices_by_index_attribute() -> None:
 def test_devices_by_natural_name_order_without_the_attribute_and_newest_pool_generation() -> None:
     old = rslice("n1", [dev(f"stale-{i}") for i in range(12)], gen=1)
     new = rslice("n1", [dev(f"gpu-{i}") for i in (10, 2, 0, 1, 11, 3, 4, 5, 6, 7, 8, 9)], gen=2)
-    plan = dra.plan_claim({"gpu.nvidia.com": 2}, "n1", NodeDevices(gres={"gpu": (2, 10)}), [old, new], 5)
-    assert isinstance(plan, dra.ClaimPlan)
+    plan = plan_claim({"gpu.nvidia.com": 2}, "n1", NodeDevices(gres={"gpu": (2, 10)}), [old, new], 5)
+    assert isinstance(plan, ClaimPlan)
     assert [d.name for d in plan.results["gpu"]] == ["gpu-2", "gpu-10"]
 
 
 def test_cpus_and_gpus_in_one_claim() -> None:
     slices = [rslice("n1", [dev(f"cpu{i}", i) for i in range(8)], driver="dra.cpu"), rslice("n1", [dev("g", 0)])]
     held = NodeDevices(gres={"gpu": (0,)}, cpus=(4, 5))
-    plan = dra.plan_claim({"dra.cpu": 2, "gpu.nvidia.com": 1}, "n1", held, slices, 5)
-    assert isinstance(plan, dra.ClaimPlan)
+    plan = plan_claim({"dra.cpu": 2, "gpu.nvidia.com": 1}, "n1", held, slices, 5)
+    assert isinstance(plan, ClaimPlan)
     assert plan.annotation() == "cpu:4,5;gpu:0"
     assert [(d.driver, d.name) for d in plan.results["cpu"]] == [("dra.cpu", "cpu4"), ("dra.cpu", "cpu5")]
 
@@ -275,13 +277,13 @@ def test_cpus_and_gpus_in_one_claim() -> None:
      (NodeDevices(gres={"gpu": (0,)}), [rslice("n2", [dev("g0", 0)])], "(0 published)")],
 )  # fmt: skip
 def test_why_no_devices(held: NodeDevices | None, slices: list[Obj], words: str) -> None:
-    plan = dra.plan_claim({"gpu.nvidia.com": 1}, "n1", held, slices, 5)
+    plan = plan_claim({"gpu.nvidia.com": 1}, "n1", held, slices, 5)
     assert isinstance(plan, str) and words in plan, plan
 
 
 def test_claim_and_its_allocation() -> None:
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
-    claim = dra.claim_object(pod, "p-claim", {"gpu.nvidia.com": 2})
+    claim = claim_object(pod, "p-claim", {"gpu.nvidia.com": 2})
     assert claim["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1", "controller": True, "blockOwnerDeletion": False}
     ]
@@ -289,8 +291,8 @@ def test_claim_and_its_allocation() -> None:
     assert claim["spec"]["devices"]["requests"] == [
         {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}
     ]
-    plan = dra.ClaimPlan("n1", {"gpu": [dra.Device("gpu.nvidia.com", "n1", "g1")]}, {"gpu": [1]})
-    status = dra.allocation_status(pod, plan)
+    plan = ClaimPlan("n1", {"gpu": [Device("gpu.nvidia.com", "n1", "g1")]}, {"gpu": [1]})
+    status = allocation_status(pod, plan)
     assert status["allocation"]["devices"]["results"] == [
         {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "g1"}
     ]

@@ -21,11 +21,11 @@ from slurm_bridge.kube.client import phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, Vacancies
 from slurm_bridge.operator.placeholderjobs.members import Membership, member_pods
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
 from tests.unit.fakes import FakeJobReads, FakeSlurm

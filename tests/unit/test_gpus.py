@@ -19,7 +19,11 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.devicematch import DeviceMatch
 from slurm_bridge.operator.nodes.devicematch import decide as decide_match
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.admission import device_requests
+from slurm_bridge.rules.dra.claims import ClaimPlan, allocation_status, claim_object, plan_claim
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, device_class
+from slurm_bridge.rules.dra.gres import mig_node, shard_request, slurm_needs, untyped_gpu_request
+from slurm_bridge.rules.dra.inventory import largest_request, node_devices
 from slurm_bridge.rules.handoff import job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, gpu_gres, job_request
 from slurm_bridge.slurm.formats import parse_gres_detail
@@ -54,7 +58,7 @@ LAYOUT = "n1=h100,h100 n2=h100:1g.10gb+1g.10gb+1g.10gb+1g.10gb+3g.40gb n3=h100,h
 
 
 def test_a_mig_profile_class_is_its_typed_gres() -> None:
-    cls = dra.device_class(MIG1)
+    cls = device_class(MIG1)
     assert cls is not None
     assert (cls.driver, cls.slurm_gres, cls.profile, cls.request) == (
         "gpu.nvidia.com",
@@ -62,9 +66,9 @@ def test_a_mig_profile_class_is_its_typed_gres() -> None:
         "1g.10gb",
         "mig-1g-10gb",
     )
-    assert dra.device_class("gpu.nvidia.com") is not None and dra.device_class("gpu.nvidia.com").slurm_gres == "gpu"  # type: ignore[union-attr]
+    assert device_class("gpu.nvidia.com") is not None and device_class("gpu.nvidia.com").slurm_gres == "gpu"  # type: ignore[union-attr]
     for unknown in ("mig.nvidia.com", "mig-9g.10gb.nvidia.com", "mig-1g.10gb.example.com", "mig-1g10gb.nvidia.com"):
-        assert dra.device_class(unknown) is None, unknown
+        assert device_class(unknown) is None, unknown
 
 
 @pytest.mark.parametrize(
@@ -77,8 +81,8 @@ def test_a_mig_profile_class_is_its_typed_gres() -> None:
      ({SHARD: 2, MIG1: 1}, "a GPU is Slurm's either whole or as shards")],
 )  # fmt: skip
 def test_admission_of_mig_and_shard_requests(counts: Obj, problem: str | None) -> None:
-    resources = {"limits": {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
-    got, _, problems = dra.device_requests({"containers": [{"name": "c", "resources": resources}]})
+    resources = {"limits": {EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}}
+    got, _, problems = device_requests({"containers": [{"name": "c", "resources": resources}]})
     if problem is None:
         assert problems == [] and got == counts
     else:
@@ -104,7 +108,7 @@ def test_a_mig_pods_job_asks_for_typed_gres_never_an_untyped_gpu() -> None:
     pod["metadata"]["namespace"] = "ns"
     request = job_request([pod], config=Config())
     assert request.gres == "gres/gpu:1g.10gb:2,gres/gpu:3g.40gb:1"
-    assert not dra.untyped_gpu_request(request.gres)
+    assert not untyped_gpu_request(request.gres)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +117,7 @@ def test_a_mig_pods_job_asks_for_typed_gres_never_an_untyped_gpu() -> None:
      ("gres/gpu:1g.10gb:1,gres/gpu:1", True), (None, False), ("gres/gpu:h100:1", False)],
 )  # fmt: skip
 def test_untyped_gpu_requests(gres: str | None, untyped: bool) -> None:
-    assert dra.untyped_gpu_request(gres) is untyped
+    assert untyped_gpu_request(gres) is untyped
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,7 @@ def test_untyped_gpu_requests(gres: str | None, untyped: bool) -> None:
      ("gpu:h100_1g.10gb:7(S:0)", True), ("gpu:h100:1,gpu:1g.10gb:2", True), ("", False), ("shard:8", False)],
 )  # fmt: skip
 def test_mig_nodes(node_gres: str, mig: bool) -> None:
-    assert dra.mig_node(node_gres) is mig
+    assert mig_node(node_gres) is mig
 
 
 def test_whole_gpu_jobs_are_submitted_without_mig_nodes() -> None:
@@ -159,7 +163,7 @@ def test_the_local_clusters_gres_conf_and_slices_number_alike() -> None:
     nodes = gpus_layout.layout(LAYOUT)
     for node in nodes:
         records = [r for r in gpus_layout.gres_conf(nodes) if r.startswith(f"NodeName={node} ")]
-        by_index = dra.node_devices(node_slices(node), "gpu.nvidia.com", node)
+        by_index = node_devices(node_slices(node), "gpu.nvidia.com", node)
         assert len(by_index) == len(records)
         for i, record in enumerate(records):
             slurm_type = record.split("Type=")[1].split()[0]
@@ -170,8 +174,8 @@ def test_the_local_clusters_gres_conf_and_slices_number_alike() -> None:
 
 def test_mig_slices_are_given_by_slurms_index_and_profile() -> None:
     held = NodeDevices(**_held("gpu:1g.10gb:2(IDX:1-2),gpu:3g.40gb:1(IDX:4)"))
-    plan = dra.plan_claim({MIG1: 2, MIG3: 1}, "n2", held, node_slices("n2"), 7)
-    assert isinstance(plan, dra.ClaimPlan), plan
+    plan = plan_claim({MIG1: 2, MIG3: 1}, "n2", held, node_slices("n2"), 7)
+    assert isinstance(plan, ClaimPlan), plan
     assert [d.name for d in plan.results["mig-1g-10gb"]] == ["gpu-0-mig-1g10gb-1", "gpu-0-mig-1g10gb-2"]
     assert [d.name for d in plan.results["mig-3g-40gb"]] == ["gpu-0-mig-3g40gb-4"]
     assert plan.annotation() == "mig-1g-10gb:1,2;mig-3g-40gb:4"
@@ -179,11 +183,11 @@ def test_mig_slices_are_given_by_slurms_index_and_profile() -> None:
 
 def test_a_whole_gpu_beside_a_mig_gpu_on_one_node() -> None:
     held = NodeDevices(**_held("gpu:h100:1(IDX:0)"))
-    plan = dra.plan_claim({"gpu.nvidia.com": 1}, "n3", held, node_slices("n3"), 7)
-    assert isinstance(plan, dra.ClaimPlan) and [d.name for d in plan.results["gpu"]] == ["gpu-0"]
+    plan = plan_claim({"gpu.nvidia.com": 1}, "n3", held, node_slices("n3"), 7)
+    assert isinstance(plan, ClaimPlan) and [d.name for d in plan.results["gpu"]] == ["gpu-0"]
     held = NodeDevices(**_held("gpu:3g.40gb:1(IDX:2)"))
-    plan = dra.plan_claim({MIG3: 1}, "n3", held, node_slices("n3"), 7)
-    assert isinstance(plan, dra.ClaimPlan) and [d.name for d in plan.results["mig-3g-40gb"]] == ["gpu-1-mig-3g40gb-1"]
+    plan = plan_claim({MIG3: 1}, "n3", held, node_slices("n3"), 7)
+    assert isinstance(plan, ClaimPlan) and [d.name for d in plan.results["mig-3g-40gb"]] == ["gpu-1-mig-3g40gb-1"]
 
 
 @pytest.mark.parametrize(
@@ -196,7 +200,7 @@ def test_a_whole_gpu_beside_a_mig_gpu_on_one_node() -> None:
      ({MIG1: 1}, "gpu:1g.10gb:1(IDX:0)", "n2=h100", "not a MIG device of profile 1g.10gb")],
 )  # fmt: skip
 def test_disagreeing_views_give_nothing(counts: Obj, detail: str, slices_layout: str, words: str) -> None:
-    plan = dra.plan_claim(counts, "n2", NodeDevices(**_held(detail)), node_slices("n2", slices_layout), 7)
+    plan = plan_claim(counts, "n2", NodeDevices(**_held(detail)), node_slices("n2", slices_layout), 7)
     assert isinstance(plan, str), plan
     assert "disagree" in plan and words in plan, plan
 
@@ -204,7 +208,7 @@ def test_disagreeing_views_give_nothing(counts: Obj, detail: str, slices_layout:
 def test_a_partitionable_device_is_never_given() -> None:
     slices = node_slices("n1")
     slices[0]["spec"]["devices"][1]["consumesCounters"] = [{"counterSet": "gpu-1-counters", "counters": {}}]
-    by_index = dra.node_devices(slices, "gpu.nvidia.com", "n1")
+    by_index = node_devices(slices, "gpu.nvidia.com", "n1")
     assert [d.name for d in by_index.values()] == ["gpu-0"]
 
 
@@ -244,10 +248,10 @@ def test_mig_jobs_are_submitted_without_nodes_whose_views_differ() -> None:
 
 def test_admission_knows_the_largest_request_a_node_can_hold() -> None:
     slices = node_slices("n1") + node_slices("n2")
-    assert dra.largest_request(slices, dra.device_class(MIG1)) == 4  # type: ignore[arg-type]
-    assert dra.largest_request(slices, dra.device_class(MIG3)) == 1  # type: ignore[arg-type]
-    assert dra.largest_request(slices, dra.device_class("gpu.nvidia.com")) == 2  # type: ignore[arg-type]
-    assert dra.largest_request(slices, dra.device_class("gpu.example.com")) is None  # type: ignore[arg-type]
+    assert largest_request(slices, device_class(MIG1)) == 4  # type: ignore[arg-type]
+    assert largest_request(slices, device_class(MIG3)) == 1  # type: ignore[arg-type]
+    assert largest_request(slices, device_class("gpu.nvidia.com")) == 2  # type: ignore[arg-type]
+    assert largest_request(slices, device_class("gpu.example.com")) is None  # type: ignore[arg-type]
 
 
 def test_the_current_nvidia_drivers_names_order_mig_devices_without_index_attributes() -> None:
@@ -265,7 +269,7 @@ def test_the_current_nvidia_drivers_names_order_mig_devices_without_index_attrib
         mig("gpu-1-mig-19-1-1", "1g.10gb"),
     ]
     spec = {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n"}, "devices": devices}
-    by_index = dra.node_devices([{"spec": spec}], "gpu.nvidia.com", "n")
+    by_index = node_devices([{"spec": spec}], "gpu.nvidia.com", "n")
     assert [d.name for _, d in sorted(by_index.items())] == [
         "gpu-0",
         "gpu-1-mig-19-0-1",
@@ -278,7 +282,7 @@ def test_admission_refuses_a_request_no_nodes_slices_can_hold_naming_the_class()
     slices = node_slices("n1") + node_slices("n2")
 
     def decide(counts: Obj, listed: list[Obj] | None) -> Any:
-        limits = {dra.EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}
+        limits = {EXTENDED_PREFIX + c: str(n) for c, n in counts.items()}
         pod = make_pod({"containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]})
         pod["metadata"]["namespace"] = "slurm"
         mutated = mutate(make_request(pod), CONFIG)
@@ -323,7 +327,7 @@ def test_the_local_layouts_shards_are_slurm_records_and_shareable_devices() -> N
         "NodeName=n1 Name=shard Count=8 File=/dev/nvidia0",
         "NodeName=n1 Name=shard Count=8 File=/dev/nvidia1",
     ]
-    by_index = dra.node_devices(node_slices("n1", SHARDED), "gpu.nvidia.com", "n1")
+    by_index = node_devices(node_slices("n1", SHARDED), "gpu.nvidia.com", "n1")
     assert [(d.name, d.shards) for d in by_index.values()] == [("gpu-0", 8), ("gpu-1", 8)]
     classes = [i["metadata"]["name"] for i in gpus_layout.manifests(nodes)["items"] if i["kind"] == "DeviceClass"]
     assert SHARD in classes
@@ -333,12 +337,12 @@ def test_the_local_layouts_shards_are_slurm_records_and_shareable_devices() -> N
 
 
 def test_a_shard_class_asks_slurm_for_shards_and_its_claim_for_one_gpus_capacity() -> None:
-    cls = dra.device_class(SHARD)
+    cls = device_class(SHARD)
     assert cls is not None and cls.shared and cls.slurm_gres == "shard" and cls.request == "shard"
-    assert dra.slurm_needs({SHARD: 3}) == ({"shard": 3}, None)
+    assert slurm_needs({SHARD: 3}) == ({"shard": 3}, None)
     assert gpu_gres([{"dra/shard": 3}, {"dra/shard": 2}]) == "gres/shard:3"
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
-    request = dra.claim_object(pod, "c", {SHARD: 3})["spec"]["devices"]["requests"][0]
+    request = claim_object(pod, "c", {SHARD: 3})["spec"]["devices"]["requests"][0]
     assert request == {
         "name": "shard",
         "exactly": {"deviceClassName": SHARD, "allocationMode": "ExactCount", "count": 1,
@@ -365,17 +369,17 @@ def _shard_held(detail: str) -> NodeDevices:
 
 def test_shards_are_given_on_the_gpu_slurm_chose_with_their_capacity() -> None:
     slices = node_slices("n1", SHARDED)
-    plan = dra.plan_claim({SHARD: 3}, "n1", _shard_held("shard:3(0/8,3/8)"), slices, 7)
-    assert isinstance(plan, dra.ClaimPlan), plan
+    plan = plan_claim({SHARD: 3}, "n1", _shard_held("shard:3(0/8,3/8)"), slices, 7)
+    assert isinstance(plan, ClaimPlan), plan
     assert [d.name for d in plan.results["shard"]] == ["gpu-1"] and plan.annotation() == "shard:1"
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
-    (result,) = dra.allocation_status(pod, plan)["allocation"]["devices"]["results"]
+    (result,) = allocation_status(pod, plan)["allocation"]["devices"]["results"]
     assert result["device"] == "gpu-1" and result["consumedCapacity"] == {"shards": "3"}
-    again = dra.allocation_status(pod, plan)["allocation"]["devices"]["results"][0]
+    again = allocation_status(pod, plan)["allocation"]["devices"]["results"][0]
     assert result["shareID"] == again["shareID"], "the same share each time the operator computes it"
-    whole = dra.plan_claim({"gpu.nvidia.com": 1}, "n1", _shard_held("gpu:h100:1(IDX:0)"), slices, 8)
-    assert isinstance(whole, dra.ClaimPlan)
-    assert "shareID" not in dra.allocation_status(pod, whole)["allocation"]["devices"]["results"][0]
+    whole = plan_claim({"gpu.nvidia.com": 1}, "n1", _shard_held("gpu:h100:1(IDX:0)"), slices, 8)
+    assert isinstance(whole, ClaimPlan)
+    assert "shareID" not in allocation_status(pod, whole)["allocation"]["devices"]["results"][0]
 
 
 @pytest.mark.parametrize(
@@ -386,7 +390,7 @@ def test_shards_are_given_on_the_gpu_slurm_chose_with_their_capacity() -> None:
      ("gpu:h100:1(IDX:0)", SHARDED, "does not say which GPU")],
 )  # fmt: skip
 def test_shards_fail_closed_when_the_views_disagree(detail: str, layout: str, words: str) -> None:
-    plan = dra.plan_claim({SHARD: 4}, "n1", _shard_held(detail), node_slices("n1", layout), 7)
+    plan = plan_claim({SHARD: 4}, "n1", _shard_held(detail), node_slices("n1", layout), 7)
     assert isinstance(plan, str) and words in plan, plan
 
 
@@ -399,7 +403,7 @@ def test_shards_in_the_node_condition_and_admission() -> None:
     assert agree is not None and agree.status == "True" and "16 shard(s)" in agree.message, agree
     differ = decide_match(NodeInfo(name="n1", gres="gpu:h100:2,shard:8"), slices, "n1")
     assert differ is not None and differ.status == "False", differ
-    assert dra.largest_request(slices, dra.device_class(SHARD)) == 8  # type: ignore[arg-type]
-    assert dra.shard_request("gres/shard:2") and not dra.shard_request("gres/gpu:2")
+    assert largest_request(slices, device_class(SHARD)) == 8  # type: ignore[arg-type]
+    assert shard_request("gres/shard:2") and not shard_request("gres/gpu:2")
     job = JobRequest(gres="gres/shard:2")
     assert exclude_mig_nodes(job, {"n2"}, {"n1"}).excluded_nodes == ["n1"], "shards: not where the views differ"

@@ -23,19 +23,20 @@ from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder, is_likely
 from slurm_bridge.operator.nodes.slurmnodes import SlurmNodeTable
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
-    PhjRef,
     decode_admin_comment,
     encode_admin_comment,
     is_released,
     released_comment,
 )
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
 from slurm_bridge.operator.runtime.departures import pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.slurmsettings.reader import SlurmSettings, policy_problems, queueing
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.rules.handoff import (
     HandoffReservation,
     drain_of,
@@ -49,8 +50,8 @@ from slurm_bridge.rules.handoff import (
 )
 from slurm_bridge.slurm.client import SlurmClient
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.handoffcalls import QosInfo, token_user
-from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo, SlurmConf
+from slurm_bridge.slurm.jwtfile import token_user
+from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo, QosInfo, SlurmConf
 from slurm_bridge.webhook.render import webhook_configurations
 from slurm_bridge.webhook.validate import validate
 from tests.builders import make_pod, slurm_job
@@ -248,7 +249,7 @@ def test_the_policy_names_preemptors_preemptable_qos_and_over_time_limits() -> N
     policy = SlurmPolicy(True, CONF, QOS, over_time_minutes={"long": 5, "free": None})
     assert policy.preemptors_of("pods") == ("native-urgent",) and policy.preemptable("pods")
     assert not policy.preemptable("normal")
-    h = policy.handoff(10)
+    h = Handoff.of_policy(policy, 10)
     assert (h.margin, h.over_time_of("long"), h.over_time_of("free"), h.over_time_of("x")) == (
         10, timedelta(minutes=5), None, timedelta(0),
     )  # fmt: skip

@@ -21,12 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
-    JobOutcome,
-    PhjRef,
-    encode_admin_comment,
-    released_comment,
-)
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, encode_admin_comment, released_comment
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.rules.handoff import reservation_of
 from tests.unit.handoffroot import REPO, SCRIPT, HandoffRoot
 

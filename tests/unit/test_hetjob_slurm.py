@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.models import JobInfo, JobRequest, JobStates
 from slurm_bridge.slurm.versions import SPOKEN_VERSIONS, codec_for
 from tests.builders import slurm_job

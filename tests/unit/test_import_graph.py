@@ -4,6 +4,9 @@ top shows), the folders named as the runtime names them (pyproject.toml's mappin
 
 - no module takes part in an import circle;
 - the operator's ground floor, ``runtime/``, imports no controller (nor the wiring above them);
+- a controller imports no other controller's rooms: what several read (the Slurm policy holder, the
+  poller's job snapshot, the node controller's drains) stands in ``views/``, which imports no
+  controller; only ``wiring/`` (not a controller) imports them all;
 - the rooms of the PlaceholderJob controller (its sub-packages) are layered: taken each as one
   node, with the modules beside them, they form no circle either;
 - the shared core stands in floors (issue 40 §4), each a sub-package of ``slurm_bridge``: a module
@@ -26,6 +29,12 @@ ROOT_PACKAGE = "slurm_bridge"
 OPERATOR = "slurm_bridge.operator"
 RUNTIME = "slurm_bridge.operator.runtime"
 PHJ_CONTROLLER = "slurm_bridge.operator.placeholderjobs"
+# The operator's controllers, each a package of rooms no other controller enters; ``wiring/`` and
+# ``runtime/`` are not controllers, and ``views/`` holds what several of them read.
+CONTROLLERS = tuple(
+    f"{OPERATOR}.{c}" for c in ("placeholderjobs", "handoff", "nodes", "nodeguard", "slurmsettings", "tenantpolicies")
+)
+VIEWS = "slurm_bridge.operator.views"
 # The shared core's floors, lowest first (docs/architecture.md, "Layout"): the well-known names; the
 # configuration, logs, metrics and process plumbing; the Slurm client; the pure rules between
 # Kubernetes and Slurm; Kubernetes access. The components (operator, webhook, extender) stand on top.
@@ -166,6 +175,55 @@ def test_the_ground_floor_imports_no_controller() -> None:
     assert not upward, f"runtime/ modules that import the floors above it: {upward}"
 
 
+def controller_of(module: str, controllers: Iterable[str]) -> str | None:
+    """The controller package ``module`` belongs to (None: none)."""
+    return next((c for c in controllers if module == c or module.startswith(c + ".")), None)
+
+
+def crossings(graph: Mapping[str, set[str]], controllers: Iterable[str]) -> list[str]:
+    """Each import from one controller's rooms into another's, as ``importer -> imported``."""
+    owners = tuple(controllers)
+    found: list[str] = []
+    for m, imports in sorted(graph.items()):
+        mine = controller_of(m, owners)
+        if mine is None:
+            continue
+        found += [f"{m} -> {i}" for i in sorted(imports) if controller_of(i, owners) not in (None, mine)]
+    return found
+
+
+def test_no_controller_imports_another_controllers_rooms() -> None:
+    found = crossings(import_graph(), CONTROLLERS)
+    assert not found, (
+        f"controllers that import another controller's rooms (move what both read into {VIEWS}, or "
+        f"below the operator into slurm_bridge/): {found}"
+    )
+
+
+def test_a_controllers_import_of_another_is_found() -> None:
+    controllers = ("p.a", "p.b")
+    graph = {
+        "p.a.x": {"p.a.y", "p.views.v", "p.b.z"},  # p.a.x -> p.b.z crosses
+        "p.a.y": set(),
+        "p.b.z": {"p.views.v"},
+        "p.views.v": set(),
+        "p.wiring.app": {"p.a.x", "p.b.z"},  # the wiring is no controller: it may import them all
+    }
+    assert crossings(graph, controllers) == ["p.a.x -> p.b.z"]
+
+
+def test_the_views_import_no_controller() -> None:
+    graph = import_graph()
+    assert any(m.startswith(VIEWS + ".") for m in graph), f"{VIEWS} has no modules: the rule would check nothing"
+    upward = {
+        m: sorted(i for i in imports if controller_of(i, CONTROLLERS) or i.startswith(f"{OPERATOR}.wiring"))
+        for m, imports in graph.items()
+        if m == VIEWS or m.startswith(VIEWS + ".")
+    }
+    upward = {m: i for m, i in upward.items() if i}
+    assert not upward, f"views/ modules that import a controller (or the wiring): {upward}"
+
+
 def test_the_placeholderjob_controllers_rooms_are_layered() -> None:
     found = circles(rooms(import_graph(), PHJ_CONTROLLER))
     assert not found, f"rooms of the PlaceholderJob controller that import each other: {found}"
@@ -182,12 +240,13 @@ def test_the_slurm_client_reaches_up_to_no_bridge_rule() -> None:
     above it (issue 40 §1: ``handoffcalls`` parsed the handoff's reservation names with
     ``slurm_bridge.rules.handoff``, and through it imported ``dra``)."""
     client = "slurm_bridge.slurm"
-    rules = {"slurm_bridge.rules.handoff", "slurm_bridge.rules.dra"}
+    rules = ("slurm_bridge.rules.handoff", "slurm_bridge.rules.dra")
     up = {
         f"{m} -> {i}"
         for m, imports in import_graph().items()
         if m == client or m.startswith(client + ".")
-        for i in imports & rules
+        for i in imports
+        if any(i == r or i.startswith(r + ".") for r in rules)
     }
     assert not up, f"the Slurm client imports the bridge's rules: {sorted(up)}"
 

@@ -11,15 +11,15 @@ from slurm_bridge import names
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import highest_exit_code
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
     JobOutcome,
-    PhjRef,
     decode_admin_comment,
     encode_admin_comment,
     is_released,
     released_comment,
 )
+from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder, SlurmPolicy
 from slurm_bridge.slurm.models import SlurmConf
 from tests.builders import slurm_job
 from tests.unit import test_lifecycle as lt

@@ -13,7 +13,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config, ConfigError, parse_config
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
 from slurm_bridge.rules.jobannotations import validate_annotations
 from slurm_bridge.rules.nodesharing import limit_problems, sharing_mode
 from slurm_bridge.rules.translate import job_request
@@ -28,7 +28,7 @@ from .test_webhook import BRIDGE_USER, SCHED, apply, make_pod, make_request, man
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
 MODE = names.ANN_NODE_SHARING
-CPU_DRA = dra.EXTENDED_PREFIX + "dra.cpu"
+CPU_DRA = EXTENDED_PREFIX + "dra.cpu"
 CO = Config(schedulerName=SCHED, managedNamespaces=["slurm"], trustedUsers=[BRIDGE_USER], nodeSharing="coResident")
 TS = CO.model_copy(update={"nodeSharing": "timeShared"})
 EX = CO.model_copy(update={"nodeSharing": "exclusive"})
@@ -436,7 +436,7 @@ def test_every_container_of_a_dra_cpu_pod_runs_on_the_slurm_allocated_cores() ->
 
 
 def test_gpu_only_dra_pods_still_give_the_claim_to_one_container() -> None:
-    gpu = dra.EXTENDED_PREFIX + "gpu.nvidia.com"
+    gpu = EXTENDED_PREFIX + "gpu.nvidia.com"
     raw = make_pod({"containers": [ctr("main", limits={gpu: "1"}), ctr("side")]})
     out = apply(raw, mutate(make_request(raw), TS).patch)
     assert "claims" not in (out["spec"]["containers"][1].get("resources") or {})

@@ -34,10 +34,10 @@ from slurm_bridge.operator.nodes.nodesync import (
     drain_reason,
     kube_view,
     node_patch,
-    slurm_name_of,
     slurm_view,
 )
 from slurm_bridge.operator.nodes.workitems import NodeItem
+from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.slurm.models import NodeInfo
 from tests.unit.fakes import FakeNodes
 from tests.unit.kubefakes import FakeKube, merge_patch

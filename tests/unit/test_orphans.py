@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.orphans import candidates
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.models import JobInfo
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()

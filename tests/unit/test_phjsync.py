@@ -17,11 +17,11 @@ from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import pending as pd
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.devices import Prepared
 from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job

@@ -19,11 +19,10 @@ from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolve
 from slurm_bridge.operator.placeholderjobs.members import Membership, own_options_changed, phj_index
 from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources, watched
 from slurm_bridge.operator.placeholderjobs.reconfigure import Reconfigure
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.rules import jobchanges, tenancy
 from slurm_bridge.slurm.models import JobRequest
 from tests.builders import make_phj, make_pod, slurm_job

@@ -29,8 +29,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment, notice_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment, notice_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import JobOwner, SignedStart
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.operator.wiring.slurmhook import MAX_SKEW_SECONDS, SIGNATURE_HEADER, HookToken, slurm_hook
 from tests.harness import wait_for
 

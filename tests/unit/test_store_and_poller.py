@@ -11,11 +11,12 @@ import pytest
 
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.slurmjobs import poller as poller_module
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime import store as store_module
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import slurm_job
@@ -231,7 +232,7 @@ async def test_a_pending_jobs_new_expected_start_is_a_change(monkeypatch: pytest
 
 
 def test_refused_submit_is_not_adopted() -> None:
-    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+    from slurm_bridge.operator.views.slurmjobs import JobSnapshot
 
     failed = _job(5, "x", "FAILED")
     ref = PhjRef("bridge", "ns", "phj-x", "x")
@@ -244,7 +245,7 @@ def test_refused_submit_is_not_adopted() -> None:
 
 @pytest.mark.parametrize("live_state", ["PENDING", "RUNNING"])
 def test_live_job_wins_over_ended_ones(live_state: str) -> None:
-    from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot
+    from slurm_bridge.operator.views.slurmjobs import JobSnapshot
 
     ref = PhjRef("bridge", "ns", "p", "u")
     old, live = _job(1, "u", "CANCELLED", ("n1",)), _job(2, "u", live_state)

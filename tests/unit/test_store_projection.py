@@ -14,7 +14,9 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.operator.nodes import nodesync, registration
 from slurm_bridge.operator.placeholderjobs.decisions import pods as st
 from slurm_bridge.operator.runtime.store import ObjectStore, project, project_node, project_pod
-from slurm_bridge.rules import dra
+from slurm_bridge.rules import podphase
+from slurm_bridge.rules.dra.admission import consistency_problems
+from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.rules.nodeplacement import pod_placement
 from slurm_bridge.rules.podresources import pod_resources
 from slurm_bridge.rules.translate import job_request
@@ -105,9 +107,9 @@ def test_pod_readers_get_the_same_answers() -> None:
     assert pod_placement(kept["spec"]) == pod_placement(pod["spec"])
     assert st.release_pod_patch(kept, "n1", 5, "p1", {"a": "b"}) == st.release_pod_patch(pod, "n1", 5, "p1", {"a": "b"})
     assert st.pod_is_released(kept, "n1") == st.pod_is_released(pod, "n1")
-    assert st.pod_ended(kept) == st.pod_ended(pod)
-    assert st.pod_phase(kept) == st.pod_phase(pod)
-    assert dra.consistency_problems(kept) == dra.consistency_problems(pod)
+    assert podphase.pod_ended(kept) == podphase.pod_ended(pod)
+    assert podphase.pod_phase(kept) == podphase.pod_phase(pod)
+    assert consistency_problems(kept) == consistency_problems(pod)
     for field in ("uid", "resourceVersion", "labels", "annotations", "ownerReferences"):
         assert kept["metadata"][field] == pod["metadata"][field]
 
@@ -143,7 +145,7 @@ def test_node_readers_get_the_same_answers() -> None:
     node = full_node()
     kept = project(copy.deepcopy(node))
     assert nodesync.kube_view(kept, "slurm-bridge") == nodesync.kube_view(node, "slurm-bridge")
-    assert nodesync.slurm_name_of(kept) == nodesync.slurm_name_of(node)
+    assert slurm_name_of(kept) == slurm_name_of(node)
     want = nodesync.KubeView(False, False, False, None, None, False)
     assert nodesync.node_patch(kept, want, "slurm-bridge") == nodesync.node_patch(node, want, "slurm-bridge")
     assert registration.labelled(kept) == registration.labelled(node)
@@ -176,7 +178,7 @@ def test_store_holds_projections_and_still_orders_by_resource_version() -> None:
     newer["metadata"]["resourceVersion"] = "43"
     newer["status"]["phase"] = "Running"
     assert store.upsert(newer)
-    assert st.pod_phase(store.get(("ns", "p1"))) == "Running"
+    assert podphase.pod_phase(store.get(("ns", "p1"))) == "Running"
     store.delete(newer)
     assert store.get(("ns", "p1")) is None
     assert not store.upsert(pod)  # an older version after the delete does not bring it back

@@ -11,8 +11,9 @@ import pytest
 
 from slurm_bridge.core.config import Config
 from slurm_bridge.operator.placeholderjobs.slurmjobs import submit as controller_module
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment, encode_admin_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import decode_admin_comment, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.submit import Placer
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 from tests.unit.fakes import FakeSubmits

@@ -30,7 +30,7 @@ from slurm_bridge.core.config import Config, LabelSelector
 from slurm_bridge.core.kubeformats import is_dns_subdomain, pointer
 from slurm_bridge.core.logs import JsonFormatter
 from slurm_bridge.kube.taints import managed_toleration, tolerates
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
 from slurm_bridge.webhook import server as server_mod
 from slurm_bridge.webhook.certs import CertError, is_host_name, subject_alt_names, write_certs
 from slurm_bridge.webhook.main import main
@@ -789,7 +789,7 @@ def _has_something_to_check(pod: JSON) -> bool:
     return (
         any(BRIDGE_KEY_MARK in k for k in keys)
         or any(f in spec for f in (*PLACEMENT_FIELDS, "resourceClaims"))
-        or any(r.startswith(dra.EXTENDED_PREFIX) for r in resources)
+        or any(r.startswith(EXTENDED_PREFIX) for r in resources)
     )
 
 
@@ -797,7 +797,7 @@ def test_the_skip_condition_names_what_its_mirror_checks() -> None:
     for field in (*PLACEMENT_FIELDS, "resourceClaims"):
         assert f"has(object.spec.{field})" in PLAIN_POD_CREATE_CHECK
     assert f"k.contains('{BRIDGE_KEY_MARK}')" in PLAIN_POD_CREATE_CHECK
-    assert f"r.startsWith('{dra.EXTENDED_PREFIX}')" in PLAIN_POD_CREATE_CHECK
+    assert f"r.startsWith('{EXTENDED_PREFIX}')" in PLAIN_POD_CREATE_CHECK
     assert PLAIN_POD_CREATE_CHECK.startswith("request.operation != 'CREATE' || request.resource.resource != 'pods' || ")
 
 

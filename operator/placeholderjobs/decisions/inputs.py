@@ -11,6 +11,7 @@ from typing import Final
 
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held, Updated, UpdateRefused
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
+from slurm_bridge.operator.views.slurmpolicy import SlurmPolicy
 from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits
 
@@ -90,3 +91,13 @@ class Handoff:
 
     def over_time_of(self, partition: str) -> timedelta | None:
         return self.over_time.get(partition, self.default_over_time)
+
+    @classmethod
+    def of_policy(cls, policy: SlurmPolicy, margin: int, max_grace: int = 300) -> Handoff:
+        """The handoff rows' input: the margin, the longest grace, every partition's OverTimeLimit."""
+
+        def td(minutes: int | None) -> timedelta | None:
+            return None if minutes is None else timedelta(minutes=minutes)
+
+        default = td(policy.conf.over_time_limit_minutes) if policy.conf is not None else timedelta(0)
+        return cls(margin, {p: td(m) for p, m in policy.over_time_minutes.items()}, default, max_grace)

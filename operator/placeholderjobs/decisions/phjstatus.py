@@ -16,9 +16,9 @@ from slurm_bridge.operator.placeholderjobs.decisions.pods import (
     Obj,
     holding_allocation,
     live_members,
-    pod_phase,
     pod_terminating,
 )
+from slurm_bridge.rules.podphase import pod_phase
 from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobInfo, JobRequest
 

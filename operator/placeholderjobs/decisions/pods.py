@@ -8,18 +8,9 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import escape_pointer, exit_codes, label_value
+from slurm_bridge.rules.podphase import pod_ended
 
 Obj = dict[str, Any]
-
-
-def pod_phase(pod: Obj | None) -> str | None:
-    return None if pod is None else str(pod.get("status", {}).get("phase") or "Pending")
-
-
-def pod_ended(pod: Obj | None) -> bool:
-    """Gone, or in a terminal phase. A terminating pod (deletionTimestamp) has not ended: its
-    containers run until they exit or its grace period is over, on the node it holds."""
-    return pod is None or pod_phase(pod) in ("Succeeded", "Failed")
 
 
 def pod_terminating(pod: Obj) -> bool:

@@ -24,7 +24,7 @@ from slurm_bridge import names
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.decisions.pods import pod_ended, pod_terminating
+from slurm_bridge.operator.placeholderjobs.decisions.pods import pod_terminating
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, JoinState, Vacancies
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj, same_group
 from slurm_bridge.operator.placeholderjobs.places import Places
@@ -32,6 +32,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.rules.resume import Place, workload_key
 from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest

@@ -22,7 +22,6 @@ import logging
 import time
 
 from slurm_bridge.core.tasks import cancel_and_wait
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import (
     GET_CONCURRENCY,
     HintEvent,
@@ -30,6 +29,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import (
     ViewReads,
 )
 from slurm_bridge.operator.runtime import starts
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)

@@ -18,18 +18,7 @@ from typing import Final
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import bounded
-
-
-@dataclass(frozen=True)
-class PhjRef:
-    bridge: str
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
+from slurm_bridge.operator.views.slurmjobs import PhjRef
 
 
 def encode_admin_comment(

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient, KubeError, phj_path
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import JobSnapshot, SlurmPoller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)

@@ -20,13 +20,12 @@ from collections.abc import Callable
 
 from slurm_bridge import names
 from slurm_bridge.core.tasks import cancel_and_wait
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot as JobSnapshot
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import SlurmJobReads as SlurmJobReads
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import ViewReads
 from slurm_bridge.operator.runtime import heap, starts
 from slurm_bridge.operator.runtime.pollloop import PollLoop
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import PhjRef, decode_admin_comment
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import JobSnapshot
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import decode_admin_comment
+from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobStates
 

@@ -1,7 +1,7 @@
 """Exact DRA devices at release: each pod's ResourceClaim names the devices Slurm allocated.
 
 Called by the controller after Slurm allocated a job and before it releases the job's pods
-(slurm_bridge/rules/dra.py says why and how devices are mapped). For every member pod that asked for
+(slurm_bridge/rules/dra/ says why and how devices are mapped). For every member pod that asked for
 DRA devices: read which indices the job holds on the pod's node (one fresh job read), find them
 in that node's ResourceSlices, and make the pod's claim allocated to exactly those and reserved
 for the pod. A device that cannot be found stops the release of the whole group (a gang starts
@@ -22,17 +22,19 @@ from slurm_bridge import names
 from slurm_bridge.kube.client import Conflict, KubeError
 from slurm_bridge.kube.seams import DeviceKube
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
-from slurm_bridge.rules import dra
+from slurm_bridge.rules.dra.claims import ClaimPlan, allocated_to, allocation_status, claim_object, plan_claim
+from slurm_bridge.rules.dra.classes import RESOURCE_API
+from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
 from slurm_bridge.slurm.models import NodeDevices
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-SLICES_PATH: Final = f"/apis/{dra.RESOURCE_API}/resourceslices"
+SLICES_PATH: Final = f"/apis/{RESOURCE_API}/resourceslices"
 
 
 def claims_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/{dra.RESOURCE_API}/namespaces/{namespace}/resourceclaims"
+    base = f"/apis/{RESOURCE_API}/namespaces/{namespace}/resourceclaims"
     return f"{base}/{name}" if name else base
 
 
@@ -46,7 +48,7 @@ class Prepared:
 
 def wants_devices(pod: Mapping[str, Any]) -> bool:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return names.ANN_DEVICE_REQUESTS in annotations and dra.claim_name_of(pod) is not None
+    return names.ANN_DEVICE_REQUESTS in annotations and claim_name_of(pod) is not None
 
 
 class SlurmJobDevices(Protocol):
@@ -71,13 +73,13 @@ class DeviceBinder:
         if held is None:
             return Prepared(problem=f"Slurm no longer knows job {job_id}")
         slices: dict[str, list[Obj]] = {}
-        plans: dict[str, tuple[Obj, dra.ClaimPlan, dict[str, int]]] = {}
+        plans: dict[str, tuple[Obj, ClaimPlan, dict[str, int]]] = {}
         for name, (pod, node) in sorted(wanting.items()):
-            counts = dra.recorded_requests(pod["metadata"]["annotations"])
+            counts = recorded_requests(pod["metadata"]["annotations"])
             if node not in slices:
                 found = await self.kube.get(SLICES_PATH, params={"fieldSelector": f"spec.nodeName={node}"})
                 slices[node] = list((found or {}).get("items") or [])
-            plan = dra.plan_claim(counts, node, held.get(node), slices[node], job_id)
+            plan = plan_claim(counts, node, held.get(node), slices[node], job_id)
             if isinstance(plan, str):
                 await self._tell(phj, pod, names.REASON_SLURM_DEVICES_NOT_FOUND, plan)
                 return Prepared(problem=f"pod {name}: {plan}")
@@ -92,17 +94,17 @@ class DeviceBinder:
             self._told.pop(pod["metadata"]["uid"], None)
         return out
 
-    async def _bind(self, pod: Obj, plan: dra.ClaimPlan, counts: Mapping[str, int]) -> str:
+    async def _bind(self, pod: Obj, plan: ClaimPlan, counts: Mapping[str, int]) -> str:
         """The pod's claim exists, allocated to the plan's devices and reserved for the pod; or
         why it cannot be."""
         meta = pod["metadata"]
-        claim_name = dra.claim_name_of(pod)
+        claim_name = claim_name_of(pod)
         assert claim_name is not None
         path = claims_path(meta["namespace"], claim_name)
         claim = await self.kube.get(path)
         if claim is None:
             try:
-                body = dra.claim_object(pod, claim_name, counts)
+                body = claim_object(pod, claim_name, counts)
                 claim = await self.kube.create(claims_path(meta["namespace"]), body)
             except Conflict:
                 claim = await self.kube.get(path)
@@ -114,10 +116,10 @@ class DeviceBinder:
                 f"ResourceClaim {claim_name} exists and does not belong to this pod; delete it, or the pod "
                 "(its claim name is fixed at creation)"
             )
-        status = dra.allocation_status(pod, plan)
-        wanted = dra.allocated_to({"status": status})
+        status = allocation_status(pod, plan)
+        wanted = allocated_to({"status": status})
         if (claim.get("status") or {}).get("allocation"):
-            held = dra.allocated_to(claim)
+            held = allocated_to(claim)
             if held != wanted:
                 return (
                     f"ResourceClaim {claim_name} is already allocated to other devices "

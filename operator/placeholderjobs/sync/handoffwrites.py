@@ -15,11 +15,12 @@ from slurm_bridge.kube.client import KubeClient, KubeError
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.places import Places
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, PhjRef, notice_comment, released_comment
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, notice_comment, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.placeholderjobs.sync.podwrites import MemberPods
+from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules import resume
 from slurm_bridge.slurm.errors import SlurmError
 from slurm_bridge.slurm.models import JobInfo, JobSettings

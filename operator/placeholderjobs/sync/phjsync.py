@@ -31,16 +31,11 @@ from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, 
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
+from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
-from slurm_bridge.operator.placeholderjobs.decisions.slurmpolicy import PolicyHolder
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.places import Places
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
-    JobOutcome,
-    PhjRef,
-    default_job_name,
-    encode_admin_comment,
-)
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
@@ -54,7 +49,10 @@ from slurm_bridge.operator.placeholderjobs.sync.steps import Again, Done
 from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
-from slurm_bridge.rules import dra, resume, tenancy, topology
+from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
+from slurm_bridge.rules import resume, tenancy, topology
+from slurm_bridge.rules.dra.gres import typed_gpu_request, untyped_gpu_request
 from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
 from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
@@ -216,8 +214,8 @@ class PlaceholderJobs:
                 outcome=step.outcome,
                 held=self._unwritten.get(uid),
                 told=self._told.get(uid),
-                handoff=self.policy.current.handoff(
-                    self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
+                handoff=Handoff.of_policy(
+                    self.policy.current, self.config.handoff.marginSeconds, self.config.handoff.maxGracePeriodSeconds
                 ),
             )
             plan = lc.decide(situation)
@@ -444,8 +442,8 @@ class PlaceholderJobs:
         dropped = sorted(set(sent.excluded_nodes or ()) - set(asked.excluded_nodes or ()))
         if not dropped:
             return ""
-        mig = self.mig_nodes() if dra.untyped_gpu_request(sent.gres) else frozenset()
-        mismatched = self.mismatched_nodes() if dra.typed_gpu_request(sent.gres) else frozenset()
+        mig = self.mig_nodes() if untyped_gpu_request(sent.gres) else frozenset()
+        mismatched = self.mismatched_nodes() if typed_gpu_request(sent.gres) else frozenset()
 
         def why(node: str) -> str:
             if node in mig:

@@ -1,19 +1,16 @@
-"""What Slurm's configuration says about preemption and time limits, as the PlaceholderJob
-controller needs it (docs/colocation.md): which QOS may preempt which (the submit's rule, the likely
-preemptor, which running jobs can be preempted), and each partition's OverTimeLimit (the time-limit
-ending). Read by operator/slurmsettings/, which keeps :class:`PolicyHolder` current;
-pure data here, so the lifecycle's inputs and the placer's rule (slurmjobs/submit.py, given
-``may_preempt``) are decided without I/O."""
+"""What Slurm's configuration says about preemption and time limits (docs/colocation.md): which QOS
+may preempt which (the submit's rule, the likely preemptor, which running jobs can be preempted),
+and each partition's OverTimeLimit (the time-limit ending). Read by three controllers: the
+PlaceholderJob controller (the placer's ``may_preempt``, the handoff rows' input:
+``decisions.inputs.Handoff.of_policy``), the handoff loop, and operator/slurmsettings/, which keeps
+:class:`PolicyHolder` current; pure data here, so each decides without I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 
-from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
-from slurm_bridge.slurm.handoffcalls import QosInfo
-from slurm_bridge.slurm.models import JobRequest, SlurmConf
+from slurm_bridge.slurm.models import JobRequest, QosInfo, SlurmConf
 
 # slurm.conf's PreemptType that preempts nothing.
 NO_PREEMPTION = ("", "preempt/none")
@@ -69,19 +66,10 @@ class SlurmPolicy:
         """Whether jobs of ``qos`` can be preempted (some QOS lists it in Preempt=)."""
         return self.preemption_on and any(qos in q.preempts for q in self.qos.values())
 
-    def handoff(self, margin: int, max_grace: int = 300) -> Handoff:
-        """The handoff rows' input: the margin, the longest grace, every partition's OverTimeLimit."""
-
-        def td(minutes: int | None) -> timedelta | None:
-            return None if minutes is None else timedelta(minutes=minutes)
-
-        default = td(self.conf.over_time_limit_minutes) if self.conf is not None else timedelta(0)
-        return Handoff(margin, {p: td(m) for p, m in self.over_time_minutes.items()}, default, max_grace)
-
 
 class PolicyHolder:
-    """The current :class:`SlurmPolicy`, shared by the placer, the shell and the handoff loop
-    (operator/slurmsettings replaces it at each reading)."""
+    """The current :class:`SlurmPolicy`, shared by the PlaceholderJob controller (the placer, the
+    shell), the handoff loop and its preemptor finder (operator/slurmsettings replaces it at each reading)."""
 
     def __init__(self, policy: SlurmPolicy | None = None) -> None:
         self.current = policy or SlurmPolicy()
