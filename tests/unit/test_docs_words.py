@@ -18,7 +18,7 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 def worded_files() -> list[Path]:
     """Every page that must not name an internal issue."""
-    return sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "bench" / "log").glob("*.md")])
+    return sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "bench" / "log").glob("*.md")])
 
 
 def linked_files() -> list[Path]:
@@ -128,3 +128,14 @@ def test_the_benchmark_log_indexes_every_entry() -> None:
     listed = set(links((log / "README.md").read_text()))
     entries = {p.name for p in log.glob("*.md") if p.name != "README.md"}
     assert entries and entries <= listed
+
+
+def test_the_architecture_map_stays_a_map() -> None:
+    """docs/architecture.md is the newcomer's map (components, floors, flows, where each concern
+    lives); protocols and internals live in docs/design/, one page per concern, each linked from it."""
+    page = REPO / "docs" / "architecture.md"
+    text = page.read_text()
+    assert len(text.splitlines()) <= 400, "move the detail into a page of docs/design/ and link it"
+    linked = {(page.parent / t.partition("#")[0]).resolve() for t in links(text)}
+    design = sorted((REPO / "docs" / "design").glob("*.md"))
+    assert design and not [p.name for p in design if p.resolve() not in linked], "link each design page from the map"
