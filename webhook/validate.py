@@ -8,7 +8,7 @@ was allocated); ``slurmjob.slinky.slurm.net/*`` annotations must parse, so a typ
 because Slurm chooses its node and anything else would be ignored or leave the pod Pending; and a
 built-in PodGroup, a Workload's PodGroup template or a Job's ``spec.scheduling`` must not ask for
 what Slurm cannot give a gang it places: claims the group shares, topology constraints
-(slurm_bridge/kube/schedulingapi.py, docs/workloadkinds.md); and node sharing (webhook/sharing.py).
+(slurm_bridge/kube/schedulingapi.py, docs/workloads.md); and node sharing (webhook/sharing.py).
 Slurm's devices reach a pod only through the bridge's claim (webhook/devicedoors.py).
 """
 

@@ -1,4 +1,4 @@
-"""The handoff loop (leader only; docs/colocation.md, "The handoff"): one pass per poll period.
+"""The handoff loop (leader only; docs/design/handoff.md, "The handoff loop"): one pass per poll period.
 
 - **Reservations.** Lists the ``handoff-<job>_<bridge>_<node>`` reservations the project's
   EpilogSlurmctld made when Slurm ended a bridge job under its pods (one small ``GET

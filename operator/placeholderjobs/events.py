@@ -1,6 +1,6 @@
 """What each event queues: the one place that maps the PlaceholderJob controller's events to its
 work items (as the Go bridge's event handlers do), and drops the events that provably bring
-nothing new (docs/architecture.md, "Dropped before the queue").
+nothing new (docs/design/watches.md, "Dropped before the queue").
 
 - a pod event (the bridge's pods only) -> that pod (:class:`.workitems.PodItem`);
 - a PlaceholderJob event, or a change of a Slurm job the poller sees -> that PlaceholderJob

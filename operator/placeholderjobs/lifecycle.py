@@ -4,7 +4,7 @@
 its Slurm job (known, vanished, not seen yet, or no job at all) and its member pods, and returns
 the actions that bring the two sides together, in order. It does no I/O: the shell
 (``sync.phjsync``) gathers the inputs, applies the actions and re-queues. The table of cases is in
-docs/architecture.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
+docs/design/placeholderjob-lifecycle.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
 every phase x Slurm state x member state, and the crash-recovery cases.
 
 Some actions end a plan because what follows depends on what only the shell can learn; the shell
@@ -153,8 +153,8 @@ class Situation:
 
 
 def decide(s: Situation) -> Plan:
-    """The PlaceholderJob's next steps in situation ``s`` (docs/architecture.md, "The
-    PlaceholderJob decision table")."""
+    """The PlaceholderJob's next steps in situation ``s`` (docs/design/placeholderjob-lifecycle.md,
+    "The PlaceholderJob decision table")."""
     if isinstance(s.outcome, Placed):
         return after_submit(s.phj, s.outcome, s.members, s.now, s.scheduler)
     if s.held is not None and s.phj.status.job_id is not None:

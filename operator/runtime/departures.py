@@ -1,5 +1,5 @@
 """Pods that left: how each bridge pod was last seen before its object was deleted, and when the
-bridge noticed (docs/colocation.md, "A pod that vanishes").
+bridge noticed (docs/design/handoff.md, "A pod that vanishes").
 
 A pod whose object is deleted after it reached Succeeded or Failed ended properly: a kubelet (1.27
 and later, and the local cluster's kwok stages) stops the containers, reports the terminal phase,

@@ -1,4 +1,4 @@
-"""Slurm's settings, read in one place (leader only; docs/colocation.md, "Slurm's settings"): every
+"""Slurm's settings, read in one place (leader only; docs/design/handoff.md, "Slurm's settings"): every
 POLICY_SECONDS, slurm.conf (EpilogSlurmctld, PreemptType, OverTimeLimit), the QOS preemption
 settings, the bridge user's default QOS and the partitions' OverTimeLimit, into the
 :class:`PolicyHolder` that the PlaceholderJob controller (the placer's queue-or-allocate rule, the

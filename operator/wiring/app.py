@@ -2,7 +2,7 @@
 informers for pods and PlaceholderJobs, kopf for nodes: :mod:`.kopfsetup`), to leader election and
 to the health endpoints (:mod:`.health`), leads when elected, and hands over on SIGTERM: the
 process's stop (slurm_bridge/core/shutdown.py) cancels :func:`run` wherever it is, and its ``finally``
-blocks stop what had started, the Lease's release last (docs/architecture.md, "Stopping")."""
+blocks stop what had started, the Lease's release last (docs/design/processes.md, "Stopping")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """kopf's share of the operator: its settings, its login from the bridge's own credentials, and
 the one watch kopf still runs, the nodes'; and how kopf runs inside the operator's process, whose
 start and stop are the bridge's own (:func:`run_kopf`). Pods and PlaceholderJobs, which carry
-every per-pod event, are the operator's own informers (:mod:`.watches`; docs/architecture.md,
+every per-pod event, are the operator's own informers (:mod:`.watches`; docs/design/watches.md,
 "The hot watches go around kopf")."""
 
 from __future__ import annotations

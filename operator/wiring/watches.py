@@ -3,7 +3,7 @@
 The bridge's pods (a field selector on ``spec.schedulerName``: no other pod is sent at all) and the
 PlaceholderJobs carry every per-pod event, about 11 in a pod's life. kopf's per-event machinery (a
 worker per object, ``process_resource_event``, field paths resolved per event) cost as much CPU
-as the operator's own work on them (docs/architecture.md, "Watches"), so these two are watched by
+as the operator's own work on them (docs/design/watches.md), so these two are watched by
 :class:`~slurm_bridge.kube.cache.Informer` and their events handed to ``Controller.on_pod_event`` and
 ``Controller.on_phj_event`` as they are decoded. kopf keeps everything else (start-up and
 cleanup, its login, the node watch).

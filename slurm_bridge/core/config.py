@@ -173,7 +173,7 @@ class Config(_Model):
     orphanGraceSeconds: float = Field(default=30.0, ge=0)
     # An allocation whose released pods kube-scheduler has not bound this long after Slurm started
     # the job (a node whose kubelet offers less than Slurm counts, a taint, ...) is released: the
-    # PlaceholderJob ends Failed AllocationNotBound and its pods are ended (docs/architecture.md).
+    # PlaceholderJob ends Failed AllocationNotBound and its pods are ended (docs/design/managed-pods-and-nodes.md).
     bindTimeoutSeconds: float = Field(default=300.0, ge=5, le=86400)
     # New jobs leave out the nodes whose SlurmResourcesFit is False (translate.exclude_unfit). False
     # for a cluster whose Slurm counts more than its kubelets on purpose (a test bed, pods that

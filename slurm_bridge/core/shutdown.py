@@ -12,7 +12,7 @@ held until it expires. So the process owns its signals from its first line to it
   order (the operator: its controllers, then the Lease's release);
 * whatever still hangs (a thread, a task that swallowed its cancellation) is cut off by a
   watchdog thread STOP_DEADLINE_SECONDS after the request, with EXIT_STOP_TIMEOUT and a log line
-  naming what still ran (docs/architecture.md, "Stopping").
+  naming what still ran (docs/design/processes.md, "Stopping").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ CompositePodGroups at ``v1beta1`` too (1.37: ``v1alpha3``; the operator reads th
 
 Also here: what the bridge refuses in a PodGroup, a Workload's PodGroup template or a Job's
 ``spec.scheduling`` (claims shared by the whole group, topology keys Slurm cannot place by; see
-docs/workloadkinds.md), and the messages that name the Kubernetes version found and the feature gate
+docs/workloads.md), and the messages that name the Kubernetes version found and the feature gate
 and runtime-config it lacks. Pure: callers pass the API objects and discovery documents as dicts.
 """
 

@@ -19,7 +19,7 @@ TP_REASON_ACCOUNTING_UNAVAILABLE: Final = "AccountingUnavailable"
 # Event on a TenantPolicy when live jobs it selects no longer fit it (they are never cancelled).
 REASON_JOBS_OUTSIDE_POLICY: Final = "JobsOutsidePolicy"
 
-# --- A PlaceholderJob's life (docs/architecture.md, "The PlaceholderJob decision table") ------------
+# --- A PlaceholderJob's life (docs/design/placeholderjob-lifecycle.md, "The PlaceholderJob decision table") -
 # Refused for its namespace's policy (phase Failed).
 REASON_TENANT_POLICY_VIOLATION: Final = "TenantPolicyViolation"
 REASON_NO_TENANT_POLICY: Final = "NoTenantPolicy"

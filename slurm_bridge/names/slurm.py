@@ -26,7 +26,7 @@ SLURM_REGISTRATION_REASON_PREFIX: Final = "slurm-bridge-registration:"
 ADMIN_COMMENT_HANDOFF: Final = "handoff"
 ADMIN_COMMENT_RELEASED: Final = "released"
 # With the released mark, what the pods' end was, for `sacct -o AdminComment`: Slurm's own state of
-# an external job the bridge ended is always CANCELLED (docs/tenancy.md, "What sacct shows").
+# an external job the bridge ended is always CANCELLED (docs/tenancy.md, "What Slurm's accounting says").
 ADMIN_COMMENT_OUTCOME: Final = "outcome"  # the PlaceholderJob's phase: Completed, Failed, Cancelled
 ADMIN_COMMENT_EXIT_CODE: Final = "exit_code"  # the highest exit code of the member pods' containers
 # The job a resumed workload's job took the place of (`sacct -o AdminComment` links the two).

@@ -1,6 +1,6 @@
 """Which namespaces are the bridge's: the one rule the webhook's ``namespaceSelector``, the operator
-and the extender share (docs/architecture.md, "Only the bridge's pods, and nodes kube-scheduler
-can use").
+and the extender share (docs/design/managed-pods-and-nodes.md, "Only the bridge's pods, and nodes
+kube-scheduler can use").
 
 The webhook sees only managed namespaces, so only their pods pass its checks (reserved keys,
 annotations, the TenantPolicy). A pod elsewhere may still name the bridge's scheduler

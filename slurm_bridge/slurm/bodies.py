@@ -107,7 +107,7 @@ class RequestBodies:
         Its working directory is /tmp: nothing runs there. A job's user can set it, so it proves
         nothing; the handoff's EpilogSlurmctld only takes it as "perhaps the bridge's" and holds
         such a job provisionally, for milliseconds, until it has read the admin comment
-        (docs/colocation.md, "The provisional hold"): keep the two in step.
+        (docs/design/handoff.md, "The provisional hold"): keep the two in step.
         ``admin_comment`` is the bridge's mark (only an operator can set it), which the handoff's
         EpilogSlurmctld also reads (slurm_bridge/rules/handoff.py).
 

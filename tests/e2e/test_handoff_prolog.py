@@ -1,5 +1,5 @@
 """The handoff's PrologSlurmctld on the real Slurm: a native batch job it held starts when the hold
-and a drain of its node are lifted together (docs/colocation.md, "The prolog").
+and a drain of its node are lifted together (docs/design/handoff.md, "The prolog").
 
 Slurm 26.05 marks a node whose drain is lifted NOT_RESPONDING and pings it again (its answer comes
 at slurmctld's next whole second). A batch job whose configuration ends meanwhile is not launched

@@ -133,7 +133,7 @@ def test_a_tenants_forged_job_reserves_nothing_and_the_node_stays_usable(jobs: J
 
 def test_a_tenants_job_from_the_bridges_working_directory_is_held_for_milliseconds_only(jobs: Jobs) -> None:
     """A candidate (its working directory is /tmp, the bridge's) is held before it is read, so the
-    script wins Slurm's scheduler (docs/colocation.md, "The provisional hold"); a tenant's forged
+    script wins Slurm's scheduler (docs/design/handoff.md, "The provisional hold"); a tenant's forged
     one is let go once its admin comment is read: the provisional reservation was made and
     deleted, within a second, and a native job for the whole node starts."""
     offset = jobs.slurm.handoff_log_size()

@@ -1,6 +1,6 @@
 """What sacct shows for a pod's job (issue 38 §6), on the real cluster and the real Slurm: Slurm
 records an external job the bridge ends as CANCELLED, whatever its pod did (no REST call completes
-an external job: docs/tenancy.md, "What sacct shows"), so the bridge writes the pod's outcome and
+an external job: docs/tenancy.md, "What Slurm's accounting says"), so the bridge writes the pod's outcome and
 exit code into the job's admin comment with the released mark, and ``sacct -o AdminComment``
 shows them beside the state."""
 

@@ -1,6 +1,6 @@
 """An allocation kube-scheduler cannot bind is released after ``bindTimeoutSeconds``, measured from
-Slurm's record of the job's start (operator/placeholderjobs/decisions/bindtimeout.py; docs/architecture.md,
-the decision table's row "an allocation not bound")."""
+Slurm's record of the job's start (operator/placeholderjobs/decisions/bindtimeout.py;
+docs/design/placeholderjob-lifecycle.md, the decision table's row "an allocation not bound")."""
 
 from __future__ import annotations
 

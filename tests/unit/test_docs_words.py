@@ -18,7 +18,7 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 def worded_files() -> list[Path]:
     """Every page that must not name an internal issue."""
-    return sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "bench" / "log").glob("*.md")])
+    return sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "bench" / "log").glob("*.md")])
 
 
 def linked_files() -> list[Path]:
@@ -128,3 +128,57 @@ def test_the_benchmark_log_indexes_every_entry() -> None:
     listed = set(links((log / "README.md").read_text()))
     entries = {p.name for p in log.glob("*.md") if p.name != "README.md"}
     assert entries and entries <= listed
+
+
+def test_the_architecture_map_stays_a_map() -> None:
+    """docs/architecture.md is the newcomer's map (components, floors, flows, where each concern
+    lives); protocols and internals live in docs/design/, one page per concern, each linked from it."""
+    page = REPO / "docs" / "architecture.md"
+    text = page.read_text()
+    assert len(text.splitlines()) <= 400, "move the detail into a page of docs/design/ and link it"
+    linked = {(page.parent / t.partition("#")[0]).resolve() for t in links(text)}
+    design = sorted((REPO / "docs" / "design").glob("*.md"))
+    assert design and not [p.name for p in design if p.resolve() not in linked], "link each design page from the map"
+
+
+# Where code, charts, scripts and configuration name a page of docs/ ("docs/colocation.md",
+# "docs/design/processes.md#stopping"): top-level folders of the project that may hold such names.
+NAMING_DIRS = [
+    ".ci",
+    "bench",
+    "crds",
+    "examples",
+    "extender",
+    "hack",
+    "helm",
+    "operator",
+    "slurm-hooks",
+    "slurm_bridge",
+    "tests",
+    "webhook",
+]
+NAMING_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".tpl", ".conf", ".env", ".md", ".toml", ".go"}
+DOC_NAME = re.compile(r"(?<![\w/.])(?:\.\./)*(docs/[\w/-]+\.md)(?:#([\w-]+))?")
+
+
+def naming_files() -> list[Path]:
+    """The project's files outside docs/ that may name a docs page (build outputs and caches left out)."""
+    found = [REPO / "Dockerfile", REPO / "pyproject.toml"]
+    for top in NAMING_DIRS:
+        found += [p for p in (REPO / top).rglob("*") if p.suffix in NAMING_SUFFIXES and "__pycache__" not in p.parts]
+    return sorted(p for p in found if p.is_file())
+
+
+def test_every_docs_page_the_code_names_exists_with_its_heading() -> None:
+    """A page moved or a heading renamed leaves no comment, chart description or message pointing
+    at nothing: each `docs/<page>.md` named outside docs/ exists, and each `#anchor` is a heading of it."""
+    pages: dict[Path, set[str]] = {}
+    problems: list[str] = []
+    for f in naming_files():
+        for m in DOC_NAME.finditer(f.read_text(errors="replace")):
+            page = REPO / m.group(1)
+            if not page.is_file():
+                problems.append(f"{f.relative_to(REPO)}: no {m.group(1)}")
+            elif m.group(2) and m.group(2) not in pages.setdefault(page, anchors(page.read_text())):
+                problems.append(f"{f.relative_to(REPO)}: no heading #{m.group(2)} in {m.group(1)}")
+    assert not problems, "\n".join(problems)

@@ -4,9 +4,9 @@ the rows of operator/placeholderjobs/lifecycle.py it shares), with no servers.
 The job has two components: component 0 (the leader, job 10, PodGroup ``a``: pod a0 on node na)
 and component 1 (job 11, PodGroup ``b``: pods b0 and b1 on nb1 and nb2). Every PlaceholderJob
 phase (and a deleted one) x every state of each component (and a component that vanished) x
-every member state is checked against ``expected``, a rule written here from docs/architecture.md
-("Heterogeneous jobs") independently of the code. Single cases follow: submission, the release's
-labels and offsets, a short allocation, a component missing just after the submit.
+every member state is checked against ``expected``, a rule written here from
+docs/design/placeholderjob-lifecycle.md ("Heterogeneous jobs") independently of the code. Single cases
+follow: submission, the release's labels and offsets, a short allocation, a component missing just after the submit.
 """
 
 from __future__ import annotations

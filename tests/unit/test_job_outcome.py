@@ -1,6 +1,6 @@
 """The pods' outcome written with the released mark (issue 38 §6): Slurm records an external job the
 bridge ends as CANCELLED whatever its pods did, so the mark says how they ended, and
-``sacct -o AdminComment`` shows it (docs/tenancy.md, "What sacct shows")."""
+``sacct -o AdminComment`` shows it (docs/tenancy.md, "What Slurm's accounting says")."""
 
 from __future__ import annotations
 

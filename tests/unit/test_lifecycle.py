@@ -2,7 +2,7 @@
 
 Every PlaceholderJob phase (and a deleted one) x every Slurm state the bridge reacts to (and a
 job that vanished from Slurm) x every member pod state is checked against ``expected``: a short
-rule written here from docs/architecture.md, independently of ``decide``. Crash-recovery cases
+rule written here from docs/design/placeholderjob-lifecycle.md, independently of ``decide``. Crash-recovery cases
 (a job id status does not have yet, an uncertain submit, a submit Slurm's view does not show yet,
 a missing finalizer, the first list not read yet) follow as single cases.
 """
@@ -162,8 +162,8 @@ PODS_END = {"succeeded": ("Completed", "PodsSucceeded"), "failed": ("Failed", "P
 
 
 def expected(phase: str, slurm: str, member: str) -> tuple[list[tuple[Any, ...]], float | None]:
-    """docs/architecture.md, "The PlaceholderJob decision table", for one member bound to NODE (or
-    still gated)."""
+    """docs/design/placeholderjob-lifecycle.md, "The PlaceholderJob decision table", for one member
+    bound to NODE (or still gated)."""
     holds_node = member in ("running", "terminating", "gated")  # a terminating pod still runs on its node
     slurm_may_hold = slurm in ("PENDING", "RUNNING", "vanished")  # (a vanished job is cancelled anyway)
     if phase == "Deleted":
@@ -638,7 +638,7 @@ def test_the_times_a_decision_writes_are_its_clocks() -> None:
     assert [s.submit_time for s in written(refused)] == [stamp]
 
 
-# ---- the handoff (docs/architecture.md, the table's handoff rows; docs/colocation.md) --------------
+# ---- the handoff (docs/design/placeholderjob-lifecycle.md, the table's handoff rows; docs/colocation.md)
 MARGIN = 10
 
 

@@ -1,7 +1,7 @@
 """A pod that names the bridge's scheduler in a namespace the bridge does not manage never passed
 the webhook's checks: the operator makes no PlaceholderJob for it (one Warning Event says why), and
-the extender never lets it bind (slurm_bridge/rules/namespaces.py; docs/architecture.md, "Only the
-bridge's pods, and nodes kube-scheduler can use")."""
+the extender never lets it bind (slurm_bridge/rules/namespaces.py; docs/design/managed-pods-and-nodes.md,
+"Only the bridge's pods, and nodes kube-scheduler can use")."""
 
 from __future__ import annotations
 

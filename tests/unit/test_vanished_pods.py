@@ -1,4 +1,4 @@
-"""A pod that vanishes is not a pod that stopped (docs/colocation.md, "A pod that vanishes"): the
+"""A pod that vanishes is not a pod that stopped (docs/design/handoff.md, "A pod that vanishes"): the
 departures the pod watch records, the lifecycle's release held for a vanished member
 (operator/placeholderjobs/decisions/vanished.py), across a restart, and the shell's record."""
 

@@ -1,5 +1,5 @@
-"""An allocation kube-scheduler cannot place (docs/architecture.md, "The PlaceholderJob decision
-table"): Slurm started the job and the bridge released its pods, but a pod is not bound to its node
+"""An allocation kube-scheduler cannot place (docs/design/placeholderjob-lifecycle.md, "The PlaceholderJob
+decision table"): Slurm started the job and the bridge released its pods, but a pod is not bound to its node
 ``bindTimeoutSeconds`` after the job's start. Typically the node's kubelet offers less than Slurm
 counts (``SlurmResourcesFit=False``), a taint the pod does not tolerate, or a node that went away.
 Without this row the job would hold its cores for ever. Pure.

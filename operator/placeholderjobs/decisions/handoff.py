@@ -1,4 +1,4 @@
-"""The handoff's rows of the decision table (docs/architecture.md; docs/colocation.md, "The
+"""The handoff's rows of the decision table (docs/design/placeholderjob-lifecycle.md; docs/colocation.md, "The
 handoff"), for every job shape: a running job whose end Slurm announces -- a preemption with its
 QOS GraceTime, a time limit -- has its pods ended by the bridge first, and is released (marked
 released, then cancelled) only once their containers stopped, so native work never starts under them. Pure.

@@ -1,4 +1,4 @@
-"""A job's release waits for the containers of its vanished member pods (pure; docs/colocation.md,
+"""A job's release waits for the containers of its vanished member pods (pure; docs/design/handoff.md,
 "A pod that vanishes").
 
 A member whose object is gone stopped only if it was seen in a terminal phase first (a kubelet,

@@ -5,7 +5,7 @@ from, and how pods join.
 A built-in PodGroup names its parent in ``spec.parentCompositePodGroupName``. When that parent
 has a ``gang`` policy, every pod of every child gang PodGroup belongs to one PlaceholderJob,
 ``cpg-<composite>``, owned by the CompositePodGroup, and to one heterogeneous Slurm job with a
-component per child PodGroup (docs/workloadkinds.md, "CompositePodGroups"):
+component per child PodGroup (docs/workloads.md, "CompositePodGroups"):
 
 - each component holds one node per member pod (at least the child's ``gang.minCount``), sized
   and configured on its own: options merge Workload <- controller <- CompositePodGroup <- child

@@ -83,7 +83,7 @@ def plan_join(
     terminal: bool,
     ended: Collection[str],
 ) -> Join:
-    """Membership rules for a gang (docs/workloadkinds.md, "Late members").
+    """Membership rules for a gang (docs/workloads.md, "Late members").
 
     ``pods``/``uids`` are the PlaceholderJob's spec; ``ended`` the members whose recorded pod
     has ended or is gone. Before submission the gang grows (ended members drop out, so they hold

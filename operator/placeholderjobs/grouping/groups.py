@@ -1,6 +1,6 @@
 """Which PlaceholderJob a pod belongs to, and where that job's options come from.
 
-The rules (docs/workloadkinds.md) follow the Go slurm-bridge where it has them:
+The rules (docs/workloads.md) follow the Go slurm-bridge where it has them:
 
 - A pod whose ``spec.schedulingGroup.podGroupName`` names a built-in PodGroup (the Kubernetes
   Workload API, ``scheduling.k8s.io`` v1beta1 or v1alpha2, read through

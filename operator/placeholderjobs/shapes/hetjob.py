@@ -1,6 +1,6 @@
 """A CompositePodGroup's heterogeneous Slurm job: the decisions of the composite job shape
 (:mod:`.composite`), which ``lifecycle.decide`` hands over through the shape's interface. Pure,
-like the rest of the decision table (docs/architecture.md, "Heterogeneous jobs");
+like the rest of the decision table (docs/design/placeholderjob-lifecycle.md, "Heterogeneous jobs");
 ``sync.phjsync`` applies the plans.
 
 The job has a component per child PodGroup (``spec.components``, offset = place in the list).
