@@ -27,6 +27,11 @@ PODGROUP_COND_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
 # whole tree scheduled with: kube-scheduler's for the groups it places, the bridge's for the
 # heterogeneous Slurm jobs it makes of them (operator/placeholderjobs/grouping/compositereader.py). True is final.
 COMPOSITE_COND_SCHEDULED: Final = "CompositePodGroupInitiallyScheduled"
+# Kubernetes' condition and reason on a PodGroup or CompositePodGroup whose gang is being preempted
+# (kube-scheduler's workload-aware preemption): the bridge sets them when Slurm preempts the gang's
+# job (operator/placeholderjobs/sync/groupconditions.py).
+GROUP_COND_DISRUPTION_TARGET: Final = "DisruptionTarget"
+GROUP_REASON_PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 # Node condition (the node controller's, on every Kubernetes node that is a Slurm node): whether the
 # CPUs and memory Slurm may allocate there fit in the kubelet's allocatable minus what pods the
 # bridge does not place request (docs/colocation.md).

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +24,8 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from slurm_bridge.rules import resume
-from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, job_fields, list_phjs, pod_events
+from tests.e2e.test_hybrid_real_node import node_image  # noqa: F401
+from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, job_fields, list_phjs, pod_events, read_pod
 from tests.harness import TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
@@ -54,10 +60,14 @@ def natives(slurm_env: SlurmEnv) -> Iterator[list[int]]:
     for job_id in jobs:
         slurm_env.slurm("scancel", str(job_id), check=False)
     for job_id in jobs:
-        wait_for(lambda j=job_id: squeue_state(slurm_env, j) == "", 60, f"native job {job_id} to leave the queue")
+
+        def gone(j: int = job_id) -> bool:
+            return squeue_state(slurm_env, j) == ""
+
+        wait_for(gone, 60, f"native job {job_id} to leave the queue")
 
 
-def annotations(slurm: SlurmEnv, qos: str = QOS) -> dict[str, str]:
+def slurm_annotations(slurm: SlurmEnv, qos: str = QOS) -> dict[str, str]:
     return {
         names.ANN_PARTITION: slurm.hybrid_partition,
         names.ANN_QOS: qos,
@@ -109,7 +119,7 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
     body = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": "train", "annotations": annotations(slurm_env)},
+        "metadata": {"name": "train", "annotations": slurm_annotations(slurm_env)},
         "spec": {
             "failurePolicy": {"maxRestarts": 3},
             "replicatedJobs": [{
@@ -131,11 +141,18 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
     waiting = [native(slurm_env, "native", "-N2", "--exclusive") for _ in range(3)]
     natives.extend(waiting)
     for job in waiting:
-        wait_for(lambda j=job: squeue_state(slurm_env, j) == "PENDING", 30, f"native job {job} pending")
+
+        def pending(j: int = job) -> bool:
+            return squeue_state(slurm_env, j) == "PENDING"
+
+        def behind(j: int = job) -> bool:
+            return priority(slurm_env, j) < place
+
+        wait_for(pending, 30, f"native job {job} pending")
         own = priority(slurm_env, job)
         if own >= place:  # behind it, as a job queued later with the same weights is
             slurm_env.native(ALICE.user, "scontrol", "update", f"JobId={job}", f"Nice={own - place + 1}")
-        wait_for(lambda j=job: priority(slurm_env, j) < place, 30, f"native job {job} behind Slurm job {first}")
+        wait_for(behind, 30, f"native job {job} behind Slurm job {first}")
 
     # An urgent native job preempts it; it ends whole, and its place is kept.
     urgent = native(slurm_env, "native-urgent", "-w", hybrid[0], "--exclusive")
@@ -181,11 +198,10 @@ def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_c
         spec: dict[str, Any] = {"completionMode": "Indexed", "completions": 1, "parallelism": 1,
                                 "backoffLimit": 0, "template": template}  # fmt: skip
         if ignore_disruption:  # preemption is no failure of the work: its pod is made again
-            spec["podFailurePolicy"] = {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            }
+            ignore = {"action": "Ignore", "onPodConditions": [{"type": names.POD_COND_DISRUPTION_TARGET}]}
+            spec["podFailurePolicy"] = {"rules": [ignore]}
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {"app": "work"},
-                "annotations": annotations(slurm_env, qos)}, "spec": spec}  # fmt: skip
+                "annotations": slurm_annotations(slurm_env, qos)}, "spec": spec}  # fmt: skip
 
     def running(name: str, *but: str) -> Any:
         pods = running_pods(core, ns, f"job-name={name}")
@@ -221,9 +237,7 @@ def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_c
     preempt(second)
     bound = events(core, ns, second, names.REASON_PLACE_NOT_KEPT)
     assert any("1 times already" in m for m in bound), bound
-    third = wait_for(
-        lambda: running("work", {first, second}), 120, "the Job's second replacement running"
-    ).metadata.name
+    third = wait_for(lambda: running("work", first, second), 120, "the Job's second replacement running").metadata.name
     assert names.ANN_RESUMES not in ((get_phj(custom, ns, third) or {})["metadata"].get("annotations") or {})
 
     # A copy of another workload (its name and labels, a new uid) takes no place of the old one's:
@@ -252,3 +266,81 @@ def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_c
 
     wait_for(failed, 120, "the Job once failed (its preempted pod counted)")
     assert [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector="job-name=once").items] in ([], [once])
+
+
+class Calls(BaseHTTPRequestHandler):
+    """Notes when each path is called (the kubelet calling a pod's preStop hook)."""
+
+    seen: dict[str, float]
+
+    def do_GET(self) -> None:
+        self.seen[self.path] = time.time()
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hook_server() -> Iterator[tuple[int, dict[str, float]]]:
+    """An HTTP server on this machine that a real kubelet's preStop hook calls."""
+    seen: dict[str, float] = {}
+    handler = type("Seen", (Calls,), {"seen": seen})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = HTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield port, seen
+    server.shutdown()
+
+
+def test_a_preempted_pods_prestop_hook_runs_within_the_grace_time_before_its_preemptor_starts(
+    slurm_env: SlurmEnv, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, ns: str,
+    natives: list[int], node_image: str, hook_server: tuple[int, dict[str, float]],  # noqa: F811
+) -> None:  # fmt: skip
+    """A training job checkpoints in its preStop hook (docs/colocation.md, "Checkpointing within the
+    grace time"): on the real node (a real kubelet runs the hook), a native job preempts the pod's
+    job; the hook runs after the preemption is said and before the preemptor starts, within the
+    QOS's GraceTime."""
+    port, seen = hook_server
+    node = slurm_env.real_node
+    assert node, "the local cluster has no real node (hack/node.sh)"
+    cpus = slurm_env.node_cpus(node)
+    container = {
+        "name": "main",
+        "image": node_image,
+        "resources": {"requests": {"cpu": str(cpus), "memory": "64Mi"}},
+        "lifecycle": {"preStop": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/checkpoint"}}},
+    }
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "containers": [container],
+            "nodeSelector": {"kubernetes.io/hostname": node}}  # fmt: skip
+    annotations = {names.ANN_PARTITION: slurm_env.real_partition, names.ANN_QOS: QOS,
+                   names.ANN_NODE_SHARING: names.NODE_SHARING_EXCLUSIVE}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ckpt", "annotations": annotations},
+           "spec": {"backoffLimit": 0, "template": {"spec": spec}}}  # fmt: skip
+    batch.create_namespaced_job(ns, job)
+
+    def running() -> Any:
+        found = core.list_namespaced_pod(ns, label_selector="job-name=ckpt").items
+        return next((p for p in found if p.status.phase == "Running"), None)
+
+    pod = wait_for(running, 120, "the pod running")
+    name = pod.metadata.name
+    marker = f"/tmp/ckpt-{secrets.token_hex(4)}.start"
+    script = f"#!/bin/sh\ndate +%s.%N >> {marker}\nexec sleep 600\n"
+    urgent = sbatch_as(slurm_env, ALICE.user, script, "-p", slurm_env.real_partition, "-w", node, "--exclusive",
+                       "-A", ALICE.accounts[0], "--mem=64", "--qos", "native-urgent", "-o", "/dev/null")  # fmt: skip
+    natives.append(urgent)
+    wait_for(lambda: events(core, ns, name, names.REASON_PLACE_KEPT), 90, f"{name} preempted, its place kept")
+    preempted = time.time()
+    wait_for(lambda: "/checkpoint" in seen, 60, f"{name}'s preStop hook called")
+    wait_for(lambda: squeue_state(slurm_env, urgent) == "RUNNING", 120, f"the urgent job {urgent} running")
+    start_file = Path(f"{slurm_env.root}{marker}")
+    wait_for(start_file.exists, 30, f"the urgent job {urgent} noted its start")
+    started = float(start_file.read_text().split()[0])
+    assert seen["/checkpoint"] - preempted < 90, "the hook ran past the QOS's GraceTime"
+    assert seen["/checkpoint"] <= started, "the preemptor started before the pod's hook ran"
+    wait_for(lambda: read_pod(core, ns, name) is None, 60, f"{name} gone")

@@ -193,6 +193,26 @@ async def test_a_failed_discovery_writes_at_the_recorded_version() -> None:
     assert api.patches == [f"/apis/{G}/v1beta1/namespaces/{NS}/compositepodgroups/c/status"]
 
 
+async def test_slurms_preemption_of_the_composites_job_says_disruption_target_once() -> None:
+    """The bridge, the composite's scheduler, says its gang is preempted as kube-scheduler would:
+    ``DisruptionTarget``, reason ``PreemptionByScheduler``, beside the scheduled condition."""
+    cpg = cpg_v1beta1()
+    cpg["metadata"].update(resourceVersion="4", generation=1)
+    scheduled = {"type": "CompositePodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled",
+                 "message": "m", "lastTransitionTime": "2026-12-02T06:00:00Z"}  # fmt: skip
+    cpg["status"] = {"conditions": [scheduled]}
+    api = API(cpg, composites=("v1beta1",))
+    reporter = CompositeReporter(api)  # type: ignore[arg-type]
+    await reporter.disrupted(phj_for(f"{G}/v1beta1"), "Slurm job 5 is preempted")
+    await reporter.disrupted(phj_for(f"{G}/v1beta1"), "Slurm job 5 is preempted")  # said once
+    assert api.patches == [f"/apis/{G}/v1beta1/namespaces/{NS}/compositepodgroups/c/status"]
+    conditions = {c["type"]: c for c in api.bodies[0]["status"]["conditions"]}
+    assert conditions["CompositePodGroupInitiallyScheduled"]["status"] == "True"
+    disrupted = conditions[names.GROUP_COND_DISRUPTION_TARGET]
+    assert (disrupted["status"], disrupted["reason"]) == ("True", names.GROUP_REASON_PREEMPTION_BY_SCHEDULER)
+    assert disrupted["message"] == "Slurm job 5 is preempted"
+
+
 # --- admission: disruptionMode nesting in a Workload -------------------------------------------------
 
 GANG_ALL: Obj = {"name": "all", "schedulingPolicy": {"gang": {"minGroupCount": 2}}, "disruptionMode": {"all": {}}}

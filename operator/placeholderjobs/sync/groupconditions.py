@@ -59,13 +59,38 @@ class ConditionWriter:
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        self._said: dict[str, tuple[bool, str, str]] = {}  # object uid -> last condition written
+        # (object uid, condition type) -> last condition written
+        self._said: dict[tuple[str, str], tuple[bool, str, str]] = {}
 
-    def told(self, uid: str, said: tuple[bool, str, str]) -> bool:
-        return self._said.get(uid) == said
+    def told(self, uid: str, said: tuple[bool, str, str], ctype: str = "") -> bool:
+        return self._said.get((uid, ctype)) == said
+
+    async def write_disrupted(self, path: str, uid: str, message: str) -> None:
+        """``DisruptionTarget`` (reason ``PreemptionByScheduler``) on the group: Slurm preempts its
+        gang's job, as kube-scheduler says of a gang it preempts. Once per object and message."""
+        ctype, reason = names.GROUP_COND_DISRUPTION_TARGET, names.GROUP_REASON_PREEMPTION_BY_SCHEDULER
+        said = (True, reason, message)
+        if self.told(uid, said, ctype):
+            return
+
+        def needed(conditions: list[Obj]) -> bool:
+            current = next((c for c in conditions if c.get("type") == ctype), None)
+            return current is None or (current.get("status"), current.get("reason"), current.get("message")) != (
+                "True",
+                reason,
+                message,
+            )
+
+        await self.write(path, uid, ctype, said, needed, key=ctype)
 
     async def write(
-        self, path: str, uid: str, ctype: str, said: tuple[bool, str, str], needed: Callable[[list[Obj]], bool]
+        self,
+        path: str,
+        uid: str,
+        ctype: str,
+        said: tuple[bool, str, str],
+        needed: Callable[[list[Obj]], bool],
+        key: str = "",
     ) -> None:
         """Set condition ``ctype`` to ``said`` on the object at ``path`` when ``needed`` says its
         conditions lack it; the resourceVersion is tested, so a concurrent change wins."""
@@ -76,7 +101,7 @@ class ConditionWriter:
                 return  # deleted; its PlaceholderJob goes with it
             conditions = (obj.get("status") or {}).get("conditions") or []
             if not needed(conditions):
-                self._said[uid] = said
+                self._said[(uid, key)] = said
                 return
             new = set_condition_dicts(conditions, ctype, scheduled, reason, message, obj["metadata"].get("generation"))
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"conditions": new}}
@@ -86,12 +111,13 @@ class ConditionWriter:
         except KubeError as e:
             log.warning("cannot set %s on %s: %s", ctype, path, e)
             if e.status in (403, 404, 422):
-                self._said[uid] = said  # asking again will not help: say it once, try the next change
+                self._said[(uid, key)] = said  # asking again will not help: say it once, try the next change
             return
-        self._said[uid] = said
+        self._said[(uid, key)] = said
 
     def forget_uid(self, uid: str) -> None:
-        self._said.pop(uid, None)
+        for key in [k for k in self._said if k[0] == uid]:
+            self._said.pop(key, None)
 
 
 class PodGroupReporter(ConditionWriter):
@@ -125,6 +151,17 @@ class PodGroupReporter(ConditionWriter):
         await self.write(
             path, uid, version.condition, said, lambda c: condition_change(version, c, scheduled, reason, message)
         )
+
+    async def disrupted(self, phj: Obj, message: str) -> None:
+        """Slurm preempts the PodGroup's gang: ``DisruptionTarget`` on it (the served version)."""
+        source = podgroup_of(phj)
+        if source is None:
+            return
+        version = await self._version(str(source.get("apiVersion")))
+        if version is None:
+            return
+        path = resource_path(version.api_version, "podgroups", phj["metadata"]["namespace"], str(source.get("name")))
+        await self.write_disrupted(path, str(source.get("uid")), message)
 
     def forget(self, phj: Mapping[str, Any]) -> None:
         source = podgroup_of(phj)
@@ -178,6 +215,15 @@ class CompositeReporter(ConditionWriter):
             return (current.get("status"), current.get("reason"), current.get("message")) != wanted
 
         await self.write(path, uid, ctype, said, needed)
+
+    async def disrupted(self, phj: Obj, message: str) -> None:
+        """Slurm preempts the composite's heterogeneous job: ``DisruptionTarget`` on it."""
+        source = composite_of(phj)
+        if source is None:
+            return
+        api_version = await self._api_version(str(source.get("apiVersion")))
+        path = resource_path(api_version, COMPOSITE_PLURAL, phj["metadata"]["namespace"], str(source.get("name")))
+        await self.write_disrupted(path, str(source.get("uid")), message)
 
     def forget(self, phj: Mapping[str, Any]) -> None:
         source = composite_of(phj)

@@ -620,6 +620,9 @@ class PlaceholderJobs:
     ) -> None:
         """The handoff's steps of a plan: a preempted job's pods ended, or nodes drained."""
         if isinstance(action, pl.EndPreempted):
+            # The gang's PodGroup or CompositePodGroup says it too, as kube-scheduler's preemption does.
+            await self.podgroups.disrupted(phj.raw, action.message)
+            await self.composites.disrupted(phj.raw, action.message)
             await self.handoff.end_preempted(phj, action, members)
         else:
             await self._drain(phj, action, members)
