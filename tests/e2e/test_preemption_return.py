@@ -32,6 +32,7 @@ pytestmark = pytest.mark.usefixtures("bridge")
 ALICE = TENANTS["a"]
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 QOS = "pods-requeue"
+URGENT_PRIORITY = 1_000_000
 
 
 @pytest.fixture
@@ -89,6 +90,15 @@ def native(slurm: SlurmEnv, qos: str, *options: str) -> int:
     script = "#!/bin/sh\nexec sleep 600\n"
     base = ["-p", slurm.hybrid_partition, "-A", ALICE.accounts[0], "--mem=64", "-o", "/dev/null", "--qos", qos]
     return sbatch_as(slurm, ALICE.user, script, *base, "-J", f"native-{qos}-{secrets.token_hex(2)}", *options)
+
+
+def urgent_job(slurm: SlurmEnv, *options: str) -> int:
+    """A native job of QOS native-urgent, which preempts the pods' QOS, and first in the queue: an
+    urgent job is (its priority set by the administrator, here), so no job queued before it takes
+    the nodes its preemption frees."""
+    job = native(slurm, "native-urgent", *options)
+    slurm.scontrol("update", f"JobId={job}", f"Priority={URGENT_PRIORITY}")
+    return job
 
 
 def priority(slurm: SlurmEnv, job_id: int) -> int:
@@ -155,7 +165,7 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
         wait_for(behind, 30, f"native job {job} behind Slurm job {first}")
 
     # An urgent native job preempts it; it ends whole, and its place is kept.
-    urgent = native(slurm_env, "native-urgent", "-w", hybrid[0], "--exclusive")
+    urgent = urgent_job(slurm_env, "-w", hybrid[0], "--exclusive")
     natives.append(urgent)
     wait_for(
         lambda: events(core, ns, phj_name, names.REASON_PLACE_KEPT), 90, f"{names.REASON_PLACE_KEPT} on {phj_name}"
@@ -176,14 +186,15 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
     wait_for(lambda: len(running_pods(core, ns, selector)) == 2, 120, "the JobSet's new pods running")
     assert squeue_state(slurm_env, second) == "RUNNING"
     assert [squeue_state(slurm_env, j) for j in waiting] == ["PENDING"] * 3
-    comment = json.loads(job_fields_json(slurm_env, second)["admin_comment"].split(":", 1)[1])
-    assert comment[names.ADMIN_COMMENT_RESUMES] == first  # sacct -o AdminComment shows the link
 
+    def linked() -> bool:
+        """sacct shows the link: the new job's admin comment names the job it resumes."""
+        out = slurm_env.sacct("-j", str(second), "-X", "-n", "-P", "-o", "AdminComment%400").strip()
+        if not out.startswith(names.ADMIN_COMMENT_PREFIX):
+            return False
+        return bool(json.loads(out.removeprefix(names.ADMIN_COMMENT_PREFIX)).get(names.ADMIN_COMMENT_RESUMES) == first)
 
-def job_fields_json(slurm: SlurmEnv, job_id: int) -> dict[str, Any]:
-    out = slurm.scontrol("--json", "show", "job", str(job_id))
-    job: dict[str, Any] = json.loads(out)["jobs"][0]
-    return job
+    wait_for(linked, 60, f"sacct linking Slurm job {second} to {first}")
 
 
 def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_come_back(
@@ -209,11 +220,16 @@ def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_c
 
     def gone(name: str) -> None:
         batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
-        wait_for(lambda: not core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items, 120, f"{name} gone")
+
+        def deleted() -> bool:
+            jobs = batch.list_namespaced_job(ns, field_selector=f"metadata.name={name}").items
+            return not jobs and not core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+
+        wait_for(deleted, 120, f"the Job {name} and its pods gone")
 
     def preempt(pod: str) -> None:
         """An urgent native job on the node until the pod's PlaceholderJob says how it ended."""
-        urgent = native(slurm_env, "native-urgent", "-w", node, "--exclusive")
+        urgent = urgent_job(slurm_env, "-w", node, "--exclusive")
         natives.append(urgent)
         wait_for(
             lambda: events(core, ns, pod, names.REASON_PLACE_KEPT) + events(core, ns, pod, names.REASON_PLACE_NOT_KEPT),
@@ -308,11 +324,12 @@ def test_a_preempted_pods_prestop_hook_runs_within_the_grace_time_before_its_pre
     port, seen = hook_server
     node = slurm_env.real_node
     assert node, "the local cluster has no real node (hack/node.sh)"
-    cpus = slurm_env.node_cpus(node)
+    # Exclusive: its Slurm job holds the whole node whatever the pod asks, so only a preemption lets
+    # the native job start there.
     container = {
         "name": "main",
         "image": node_image,
-        "resources": {"requests": {"cpu": str(cpus), "memory": "64Mi"}},
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
         "lifecycle": {"preStop": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/checkpoint"}}},
     }
     spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "containers": [container],
