@@ -8,7 +8,7 @@
 # stage 2 installs them into a slim Python without compilers or build tools and runs as an
 # unprivileged user.
 #
-# PYTHON_VERSION is the Python CI tests (tests/unit/test_image.py checks it). BASE_IMAGE is the
+# PYTHON_VERSION is the Python CI tests (tests/repo/test_image.py checks it). BASE_IMAGE is the
 # public python image by default; hack/image.sh, which builds with buildah where no registry is
 # reachable, passes a Debian root with the same Python made locally.
 ARG PYTHON_VERSION=3.11

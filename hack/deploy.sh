@@ -8,7 +8,7 @@
 #   hack/deploy.sh uninstall   helm uninstall (the CRD and any PlaceholderJobs stay: docs/quickstart.md)
 #   hack/deploy.sh env         RELEASE, RELEASE_NAMESPACE, IMAGE_TAG and the values file, for tests
 #
-# The helm install below is the one docs/quickstart.md shows (tests/unit/test_deploy_docs.py keeps
+# The helm install below is the one docs/quickstart.md shows (tests/repo/test_deploy_docs.py keeps
 # them the same). The process bridge (hack/bridge.sh) must be down: both use the same names.
 . "$(dirname "$0")/lib.sh"
 cd "$REPO_DIR"

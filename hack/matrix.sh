@@ -55,7 +55,7 @@ failed=0
 # Unit and integration once, on the default version's cluster.
 bash hack/cluster.sh down >/dev/null 2>&1 || true
 bash hack/cluster.sh up >/dev/null
-unit=$(run_tier "unit" "$out/unit.xml" tests/unit)
+unit=$(run_tier "unit" "$out/unit.xml" tests/unit tests/repo)
 integration=$(run_tier "integration" "$out/integration.xml" tests/integration)
 case "$unit $integration" in *FAIL*) failed=1 ;; esac
 

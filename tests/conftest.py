@@ -30,6 +30,9 @@ from tests.harness import (
 )
 
 LAYERS = ("unit", "integration", "e2e", "deployed", "kind")
+# Folders of a layer named otherwise: tests/repo (the repository's own checks: chart, image, docs,
+# scripts, benches, code shape) needs no servers, as the unit tests of the code in tests/unit.
+FOLDER_LAYERS = {"repo": "unit"}
 # The layers a session on each cluster runs (SB_CLUSTER, tests.harness.on_kind): the local cluster
 # runs all but the kind layer; the kind tier runs the chart's tests (deployed) and the hybrid-node
 # tests (tests/kind) on the kind cluster, where no local processes exist for integration and e2e.
@@ -68,13 +71,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _layer(item: pytest.Item) -> str | None:
-    """The layer of a test: its directory under tests/ (not any directory of that name above the
-    repository, which a clone into .../kind/... would have)."""
+    """The layer of a test: its directory under tests/ (tests/repo's is unit; not any directory of
+    that name above the repository, which a clone into .../kind/... would have)."""
     path = Path(str(item.fspath))
     try:
         first = path.relative_to(Path(__file__).resolve().parent).parts[0]
     except ValueError:
         return None
+    first = FOLDER_LAYERS.get(first, first)
     return first if first in LAYERS else None
 
 

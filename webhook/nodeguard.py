@@ -16,7 +16,7 @@ in every namespace, a pod whose tolerations tolerate the taint, unless it is:
 - an UPDATE that leaves the tolerations as they were (pods from before the install stay editable).
 
 The CEL is written here once: ``render-config`` (hack/bridge.sh) renders it, and
-tests/unit/test_nodeguard_admission.py checks that the chart's templates/nodeguard.yaml renders the same.
+tests/unit/webhook/test_nodeguard_admission.py checks that the chart's templates/nodeguard.yaml renders the same.
 Pure: the policy is plain data.
 """
 

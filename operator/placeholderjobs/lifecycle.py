@@ -4,8 +4,9 @@
 its Slurm job (known, vanished, not seen yet, or no job at all) and its member pods, and returns
 the actions that bring the two sides together, in order. It does no I/O: the shell
 (``sync.phjsync``) gathers the inputs, applies the actions and re-queues. The table of cases is in
-docs/design/placeholderjob-lifecycle.md ("The PlaceholderJob decision table"); tests/unit/test_lifecycle.py checks
-every phase x Slurm state x member state, and the crash-recovery cases.
+docs/design/placeholderjob-lifecycle.md ("The PlaceholderJob decision table");
+tests/unit/operator/placeholderjobs/test_lifecycle.py checks every phase x Slurm state x member state,
+and the crash-recovery cases.
 
 Some actions end a plan because what follows depends on what only the shell can learn; the shell
 then decides again with it. ``ConfirmMembers``: members the watch cache lacks are read with a

@@ -2,7 +2,7 @@
 the rules read off it (``PlaceholderJob.is_gang``, ``is_member``, ``resubmit_wait``).
 
 ``crds/placeholderjobs.slinky.slurm.net.yaml`` is the contract with users and the Go bridge; a
-unit test (tests/unit/test_placeholderjob_models.py) checks these models against it both ways,
+unit test (tests/unit/kube/test_placeholderjob_models.py) checks these models against it both ways,
 so the operator reads and writes the same fields the API server keeps. ``spec.slurm`` is the
 ``JobRequest`` the job is submitted with. The operator parses a PlaceholderJob once per stored
 version (operator/runtime/store.py, ``ParsedStore``) and hands the typed object on.

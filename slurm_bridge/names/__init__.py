@@ -1,5 +1,5 @@
 """Every well-known name, split by kind as the Go slurm-bridge's ``internal/wellknown`` is, and
-re-exported here as ``names.X`` (tests/unit/test_names_by_kind.py); a new name goes into the module
+re-exported here as ``names.X`` (tests/unit/names/test_names_by_kind.py); a new name goes into the module
 of its kind. Keys shared with the Go bridge keep its spelling and meaning."""
 
 # Each kind module's public names, re-exported as ``names.X`` by star imports: a new name is written

@@ -1,7 +1,7 @@
 """Every reason the bridge gives: of its Events (on pods, PlaceholderJobs, nodes, TenantPolicies), of
 its conditions, and of a pod's wait for its group (docs/troubleshooting.md lists them). A reason is
 CamelCase and says what happened. Code passes these names, never a literal:
-tests/unit/test_names_by_kind.py checks every call that carries a reason, and that no reason's value is
+tests/unit/names/test_names_by_kind.py checks every call that carries a reason, and that no reason's value is
 written anywhere else.
 """
 

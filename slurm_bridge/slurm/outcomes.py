@@ -12,7 +12,7 @@ what came back. An answer is read into a :class:`Reply` (its JSON and Slurm's ``
 
 A request that got no answer at all becomes an outcome too (:func:`classify_failure`). slurmrestd
 can answer HTTP 200 and still report a failure in ``errors[]``, so the status alone never decides.
-Every shape of answer met so far is a case of tests/unit/test_slurm_outcomes.py.
+Every shape of answer met so far is a case of tests/unit/slurm/test_slurm_outcomes.py.
 """
 
 from __future__ import annotations

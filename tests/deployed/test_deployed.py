@@ -26,7 +26,7 @@ from slurm_bridge import names
 from tests.deployed.conftest import Deployed, deploy
 from tests.e2e.util import bridge_jobs_in, get_phj, has_gate, list_phjs, make_pod, read_pod, slurm_job
 from tests.harness import SlurmEnv, wait_for
-from tests.unit.test_chart import helm
+from tests.repo.test_chart import helm
 
 pytestmark = pytest.mark.usefixtures("deployed")
 

@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.unit.test_chart import CHART, helm, helm_binary
+from tests.repo.test_chart import CHART, helm, helm_binary
 
 Obj = dict[str, Any]
 

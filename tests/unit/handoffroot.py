@@ -1,5 +1,5 @@
 """The handoff script installed in a scratch directory for the unit tests that run it
-(tests/unit/test_handoff_script.py, the epilog; tests/unit/test_handoff_prolog.py, the prolog):
+(tests/unit/slurm_hooks/test_handoff_script.py, the epilog; tests/unit/slurm_hooks/test_handoff_prolog.py, the prolog):
 the script in ``etc`` next to its configuration file, fake Slurm tools in ``fake``."""
 
 from __future__ import annotations
