@@ -61,6 +61,7 @@ class Stats:
     # running jobs read again on a node whose allocation changed (a job its owner moved changes no state)
     slurm_moved_reads: int
     slurm_hints: dict[str, int]  # slurmctld's notices of job starts and ends (slurmjobs/hints.py)
+    slurm_cancels: dict[str, int]  # cancel calls and the jobs they cancelled (slurmjobs/cancels.py)
     queue: int
     pods: int
     placeholderjobs: int
@@ -186,6 +187,7 @@ class Controller:
                 "failed": self.hints.failed,
                 "signed_starts": self.hints.signed_starts,
             },
+            slurm_cancels={"calls": self.jobs.cancels.calls, "jobs": self.jobs.cancels.jobs},
             queue=len(self.queue),
             pods=len(self.pods),
             placeholderjobs=len(self.phjs),

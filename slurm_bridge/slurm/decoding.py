@@ -97,6 +97,24 @@ class AnswerDecoder:
             if s.error.code
         ]
 
+    def decode_kill_jobs(self, body: Any) -> dict[int, list[SlurmErrorDetail]]:
+        """A kill-jobs answer (``DELETE jobs/``): the jobs it failed for, each with its errors. A
+        failure names its job in ``step_id`` ("123", "123.batch", "123_4"), ``job_id`` unset for an
+        unknown one."""
+        r = validate(KillWire, body if body is not None else {}, "jobs cancel answer")
+        failed: dict[int, list[SlurmErrorDetail]] = {}
+        for s in r.status:
+            if not s.error.code:
+                continue
+            head = s.step_id.split(".", 1)[0].split("_", 1)[0]
+            job = int(head) if head.isdigit() else number_of(s.job_id)
+            if not job:
+                continue
+            failed.setdefault(job, []).append(
+                SlurmErrorDetail(s.error.string, s.error.code, s.error.message, "jobs cancel")
+            )
+        return failed
+
     def decode_ping(self, body: Any) -> list[ControllerPing]:
         return validate(PingWire, body, "ping answer").pings
 

@@ -4,6 +4,7 @@ lists, one job, its devices), update and cancel. A part of :class:`.client.Slurm
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import (
@@ -271,6 +272,21 @@ class JobCalls(SlurmSession):
         if reply.status == 404:
             return None
         return codec.decode_job_devices(reply.body, job_id)
+
+    async def cancel_jobs(self, job_ids: Sequence[int]) -> dict[int, SlurmError]:
+        """Cancel several jobs in one call (``DELETE jobs/``, slurmctld's kill-jobs request: one
+        RPC and one lock for all). Returns the jobs Slurm could not cancel, each with its error; a
+        job unknown or already finished counts as cancelled, as in :meth:`cancel_job`."""
+        codec = await self._get_codec()
+        path = codec.path("jobs/")
+        body = {"jobs": [str(int(j)) for j in job_ids]}
+        reply = await self._request("DELETE", path, json_body=body, ok_errors=_CANCEL_OK)
+        out: dict[int, SlurmError] = {}
+        for job_id, errors in codec.decode_kill_jobs(reply.body).items():
+            failed = [e for e in errors if e.error_number not in _CANCEL_OK]
+            if failed:
+                out[job_id] = refusal(f"DELETE {path}: Slurm could not cancel job {job_id}", reply.status, failed)
+        return out
 
     async def cancel_job(self, job_id: int) -> None:
         """Cancel the job; a job that is unknown or already finished counts as cancelled."""

@@ -315,6 +315,7 @@ class KillError(_Wire):
 class KillStatus(_Wire):
     error: KillError = Field(default_factory=KillError)
     job_id: NoVal | int | None = None
+    step_id: str = ""  # "123", "123.batch", "123_4": which job a kill-jobs failure is of
 
 
 class KillWire(WireResponse):

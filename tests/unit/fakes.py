@@ -18,6 +18,7 @@ Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
@@ -165,6 +166,10 @@ class FakeSubmits(_Jobs):
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
 
+    async def cancel_jobs(self, job_ids: Sequence[int]) -> dict[int, SlurmError]:
+        self.calls.append(f"cancel {' '.join(str(j) for j in job_ids)}")
+        return {}
+
     async def submit_het_job(self, reqs: list[JobRequest], *, name: str, admin_comment: str) -> int:
         self.comments.append(admin_comment)
         self.calls.append(f"submit het {len(reqs)} {name}")
@@ -234,6 +239,10 @@ class FakeJobWrites(_Jobs):
 
     async def cancel_job(self, job_id: int) -> None:
         self.calls.append(f"cancel {job_id}")
+
+    async def cancel_jobs(self, job_ids: Sequence[int]) -> dict[int, SlurmError]:
+        self.calls.append(f"cancel {' '.join(str(j) for j in job_ids)}")
+        return {}
 
     async def mark_released(self, job_id: int, admin_comment: str, comment: str | None = None) -> None:
         self.calls.append(f"released {job_id}")

@@ -35,6 +35,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.places import Places
+from slurm_bridge.operator.placeholderjobs.slurmjobs.cancels import Cancels, SlurmCancels
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, default_job_name, encode_admin_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
@@ -105,7 +106,7 @@ async def _no_partition(_name: str) -> str | None:
     return None
 
 
-class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, Protocol):
+class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, SlurmCancels, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
 
@@ -150,7 +151,7 @@ class PlaceholderJobs:
         self.handoff = HandoffWrites(
             kube, slurm, poller, self.member_pods, self.policy, describe_preemptor, places, slurm
         )
-        self.updates = JobUpdates(kube, slurm, self.partitions)
+        self.updates, self.cancels = JobUpdates(kube, slurm, self.partitions), Cancels(slurm)
         # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (set by the wiring).
         self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
         self.mig_nodes: Callable[[], frozenset[str]] = frozenset
@@ -668,7 +669,7 @@ class PlaceholderJobs:
         ``outcome``."""
         if released:
             await self.handoff.mark_released(job_id, ref, outcome)
-        await self.slurm.cancel_job(job_id)
+        await self.cancels.cancel(job_id)
         metrics.job_cancelled()
         self.poller.assume_cancelled(job_id)
         log.info("cancelled Slurm job %d", job_id)

@@ -1002,6 +1002,30 @@ async def test_cancel_is_idempotent(token_file: Path) -> None:
         assert c.request_count == 6
 
 
+async def test_several_jobs_are_cancelled_in_one_call_each_failure_named(token_file: Path) -> None:
+    """``DELETE jobs/`` (kill-jobs): one call for a list; Slurm lists only the jobs it failed for, by
+    ``step_id``; an unknown or finished job counts as cancelled, as for one job."""
+    bodies: list[object] = []
+
+    def answer(r: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(r.content))
+        failed = [
+            {"error": {"string": "Invalid job id specified", "code": 2017, "message": "x"}, "step_id": "3",
+             "job_id": {"set": False, "number": 0}},
+            {"error": {"string": "Job/step already completing or completed", "code": 2021, "message": "x"},
+             "step_id": "4.batch"},
+            {"error": {"string": "Access/permission denied", "code": 2002, "message": "x"}, "step_id": "5"},
+        ]  # fmt: skip
+        return ok({"status": failed})
+
+    fake = FakeSlurmrestd()
+    fake.on("DELETE", "/slurm/v0.0.45/jobs/", answer)
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        failed = await c.cancel_jobs([2, 3, 4, 5])
+    assert bodies == [{"jobs": ["2", "3", "4", "5"]}]
+    assert list(failed) == [5] and "permission denied" in str(failed[5])
+
+
 async def test_update_node_body_and_state_check(token_file: Path) -> None:
     fake = FakeSlurmrestd()
     fake.on("POST", "/slurm/v0.0.45/node/kwok-node-1", lambda r: ok())
