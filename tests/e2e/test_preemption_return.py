@@ -25,6 +25,7 @@ from kubernetes import client as k8s
 from slurm_bridge import names
 from slurm_bridge.rules import resume
 from tests.e2e.test_hybrid_real_node import node_image  # noqa: F401
+from tests.e2e.test_node_sharing import REAL_NODE_TAINT
 from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, job_fields, list_phjs, pod_events, read_pod
 from tests.harness import TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
 
@@ -187,14 +188,17 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
     assert squeue_state(slurm_env, second) == "RUNNING"
     assert [squeue_state(slurm_env, j) for j in waiting] == ["PENDING"] * 3
 
+    # sacct shows the link once slurmdbd has the job's record (at its end): the JobSet is deleted.
+    custom.delete_namespaced_custom_object(JOBSET[0], JOBSET[1], ns, JOBSET[2], "train")
+
     def linked() -> bool:
-        """sacct shows the link: the new job's admin comment names the job it resumes."""
+        """The new job's admin comment, as sacct shows it, names the job it resumes."""
         out = slurm_env.sacct("-j", str(second), "-X", "-n", "-P", "-o", "AdminComment%400").strip()
         if not out.startswith(names.ADMIN_COMMENT_PREFIX):
             return False
         return bool(json.loads(out.removeprefix(names.ADMIN_COMMENT_PREFIX)).get(names.ADMIN_COMMENT_RESUMES) == first)
 
-    wait_for(linked, 60, f"sacct linking Slurm job {second} to {first}")
+    wait_for(linked, 120, f"sacct linking Slurm job {second} to {first}")
 
 
 def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_come_back(
@@ -333,7 +337,8 @@ def test_a_preempted_pods_prestop_hook_runs_within_the_grace_time_before_its_pre
         "lifecycle": {"preStop": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/checkpoint"}}},
     }
     spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "containers": [container],
-            "nodeSelector": {"kubernetes.io/hostname": node}}  # fmt: skip
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]}  # fmt: skip
     annotations = {names.ANN_PARTITION: slurm_env.real_partition, names.ANN_QOS: QOS,
                    names.ANN_NODE_SHARING: names.NODE_SHARING_EXCLUSIVE}  # fmt: skip
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ckpt", "annotations": annotations},
