@@ -106,8 +106,10 @@ from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import is_released, told_of
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import user_not_known
 from slurm_bridge.operator.runtime.leader import LeaderElector
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot
+from slurm_bridge.operator.views.slurmnodes import NodesNotRead
 from slurm_bridge.operator.views.slurmpolicy import SlurmPolicy
 from slurm_bridge.operator.wiring.slurmhook import SIGNATURE_HEADER, HookToken, slurm_hook
 from slurm_bridge.operator.wiring.watches import HotWatches
@@ -829,7 +831,9 @@ async def replay(
         hook_token = Path(tmp, "slurm-hook-token")
         await asyncio.to_thread(hook_token.write_text, HOOK_TOKEN + "\n")
         config = Config(managedNamespaces=[NAMESPACE], slurmHookTokenFile=hook_token)
-        ctrl = Controller(config, kube, slurm)
+        # No node controller here: Slurm's nodes are not known (a topology gang or an exclusive job
+        # under a CPU cap waits); nor is the bridge's Slurm user (a signed start waits for its read).
+        ctrl = Controller(config, kube, slurm, nodes=NodesNotRead(), own_user=user_not_known)
         # The poller's first full list is done (an empty Slurm); it is not started: polls cost
         # per second, not per pod. Slurm's settings are read (the local cluster's).
         ctrl.poller.snapshot = JobSnapshot({}, {}, time.monotonic())

@@ -39,7 +39,7 @@ from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.nodes.devicematch import DeviceMatch
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit
 from slurm_bridge.operator.nodes.setupcheck import SetupCheck
-from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable
+from slurm_bridge.operator.nodes.slurmnodes import SlurmNodes, SlurmNodeTable, largest_cpus, runs_native
 from slurm_bridge.operator.nodes.workitems import NodeItem, NodeWork, RegisteredNodeItem
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore
@@ -71,7 +71,15 @@ def _same_but_version(a: Obj, b: Obj) -> bool:
 class NodeController:
     """Watches Kubernetes nodes (fed by kopf), lists Slurm nodes once a period, and reconciles."""
 
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmNodes, *, workers: int = 4) -> None:
+    def __init__(
+        self,
+        config: Config,
+        kube: KubeClient,
+        slurm: SlurmNodes,
+        *,
+        workers: int = 4,
+        on_slurm_change: Callable[[set[str] | None], None] | None = None,
+    ) -> None:
         self.config = config
         self.kube = kube
         self.slurm = slurm
@@ -112,7 +120,7 @@ class NodeController:
         # which skips its state polls while no job can have started or ended).
         # With the nodes whose allocation changed (None: any may have), so that the running jobs
         # there are read again (a job its owner moved or shrank: docs/security.md).
-        self.on_slurm_change: Callable[[set[str] | None], None] | None = None
+        self._on_slurm_change = on_slurm_change
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
@@ -211,10 +219,36 @@ class NodeController:
         (``translate.exclude_mig_nodes``). From the node store; no call."""
         return frozenset(slurm_name_of(node) for node in self.nodes.values() if devicematch.differs(node))
 
+    def excluded_unfit_nodes(self) -> frozenset[str]:
+        """The Slurm nodes new jobs are submitted without for their fit: :meth:`unfit_slurm_nodes`
+        while excludeUnfitNodes is on, else none."""
+        return self.unfit_slurm_nodes() if self.config.excludeUnfitNodes else frozenset()
+
     # ---- Slurm side --------------------------------------------------------------------------
     @property
     def slurm_nodes(self) -> dict[str, NodeInfo] | None:
         return self.table.listed
+
+    # What the PlaceholderJob controller reads of Slurm's nodes (views.slurmnodes.NodeView).
+    def listed_nodes(self) -> dict[str, NodeInfo] | None:
+        """Slurm's nodes as last listed (None before the first list)."""
+        return self.table.listed
+
+    def runs_native(self, name: str) -> bool | None:
+        """Whether Slurm node ``name`` runs native work: a vanished pod holds its job only there
+        (docs/colocation.md); None while not known."""
+        return runs_native(self.table.listed, name)
+
+    def largest_cpus(self, partitions: str | None) -> int | None:
+        """The largest CPU count of a node in ``partitions`` (None: the bridge's default partition):
+        an exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md)."""
+        return largest_cpus(self.table.listed, partitions, self.config.partition)
+
+    async def partition_topology(self, partition: str) -> str | None:
+        """A partition's Topology= ("" the cluster's default; None: Slurm has no such partition): a
+        gang placed by a topology goes only where one unit holds it (docs/workloads.md#topology)."""
+        found = await self.slurm.partition(partition)
+        return None if found is None else found.topology
 
     @property
     def polls(self) -> int:
@@ -241,8 +275,8 @@ class NodeController:
         for a list newer than their change."""
         changed = await self.table.list()
         await self.setup.maybe_run()
-        if self.table.moved and self.on_slurm_change is not None:
-            self.on_slurm_change(self.table.allocation_changed)
+        if self.table.moved and self._on_slurm_change is not None:
+            self._on_slurm_change(self.table.allocation_changed)
         waiting, self._after_poll = self._after_poll, set()
         for name in waiting:
             self.queue.add(NodeItem(name))

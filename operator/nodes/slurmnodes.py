@@ -137,3 +137,10 @@ def largest_cpus(nodes: Mapping[str, NodeInfo] | None, partitions: str | None, d
         return None
     wanted = {p for p in (partitions or default).split(",") if p}
     return max((n.cpus for n in nodes.values() if wanted & set(n.partitions)), default=0)
+
+
+def runs_native(nodes: Mapping[str, NodeInfo] | None, name: str) -> bool | None:
+    """Whether Slurm node ``name`` runs native work (it has a slurmd: not EXTERNAL); None when the
+    node table is not read yet or lacks it."""
+    info = (nodes or {}).get(name)
+    return None if info is None else "EXTERNAL" not in info.states

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, PhjItem
 from slurm_bridge.operator.runtime.departures import Departures, pod_job_index
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore, project
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
+from slurm_bridge.operator.views.slurmnodes import NodeView
 from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules.namespaces import ManagedNamespaces
 from slurm_bridge.slurm.client import SlurmClient
@@ -70,6 +72,10 @@ class Stats:
 
 
 class Controller:
+    """The PlaceholderJob controller's parts. ``nodes``: Slurm's nodes as the node controller knows
+    them (views/slurmnodes.py), read by the shell at each submit; ``own_user``: the Slurm user of the
+    bridge's token (a tenant's job's signed start waits for its read)."""
+
     def __init__(
         self,
         config: Config,
@@ -77,14 +83,13 @@ class Controller:
         slurm: SlurmClient,
         tenants: TenantCache | None = None,
         *,
+        nodes: NodeView,
+        own_user: Callable[[], str],
         policy: PolicyHolder | None = None,
         describe_preemptor: DescribePreemptor | None = None,
         places_namespace: str | None = None,
     ) -> None:
-        self.config = config
-        self.tenants = tenants
-        self.kube = kube
-        self.slurm = slurm
+        self.config, self.tenants, self.kube, self.slurm = config, tenants, kube, slurm
         self.watch_events: Counter[str] = Counter()  # by resource, for /stats
         self.pods = ObjectStore(index=pod_job_index)
         # How each bridge pod was last seen before its object went (a pod that vanished while it
@@ -94,7 +99,12 @@ class Controller:
         self.queue: WorkQueue[WorkItem] = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.events = EventHandlers(config.schedulerName, self.pods, self.phjs, self.queue, self._pod_gone)
         self.poller = SlurmPoller(
-            slurm, config.bridgeId, config.pollPeriodSeconds, self.events.on_job_change, self._on_poll
+            slurm,
+            config.bridgeId,
+            config.pollPeriodSeconds,
+            self.events.on_job_change,
+            self._on_poll,
+            own_user=own_user,
         )
         self.hints = SlurmHints(self.poller)
         # Slurm's preemption and time-limit settings, kept current by operator/slurmsettings.
@@ -104,19 +114,7 @@ class Controller:
         self.places = (
             Places(kube, places_namespace, config.bridgeId, policy_of(config)) if places_namespace is not None else None
         )
-        self.jobs = PlaceholderJobs(
-            config,
-            kube,
-            slurm,
-            self.pods,
-            self.phjs,
-            self.poller,
-            tenants,
-            self.policy,
-            describe_preemptor,
-            departures=self.departures,
-            places=self.places,
-        )
+        self.jobs = self._shell(nodes, describe_preemptor)
         managed = ManagedNamespaces(config, tenants.namespace_labels if tenants is not None else None)
         self.members = Membership(config, kube, self.pods, self.phjs, self.queue, self.poller, managed, self.places)
         self.reconfigure = Reconfigure(
@@ -130,6 +128,23 @@ class Controller:
         self._parked: set[PhjItem] = set()
         self._waiting: asyncio.Task[None] | None = None
         self._polling = self._started = False
+
+    def _shell(self, nodes: NodeView, describe_preemptor: DescribePreemptor | None) -> PlaceholderJobs:
+        """The PlaceholderJob shell over the controller's stores, poller, policy and places."""
+        return PlaceholderJobs(
+            self.config,
+            self.kube,
+            self.slurm,
+            self.pods,
+            self.phjs,
+            self.poller,
+            self.tenants,
+            self.policy,
+            describe_preemptor,
+            nodes=nodes,
+            departures=self.departures,
+            places=self.places,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start_polling(self) -> None:

@@ -22,7 +22,6 @@ from slurm_bridge.operator.handoff.controller import HandoffController
 from slurm_bridge.operator.handoff.preemptor import PreemptorFinder
 from slurm_bridge.operator.nodeguard.controller import NodeGuard
 from slurm_bridge.operator.nodes.controller import NodeController
-from slurm_bridge.operator.nodes.slurmnodes import largest_cpus
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 from slurm_bridge.operator.runtime import heap
 from slurm_bridge.operator.runtime.leader import LeaderElector
@@ -34,7 +33,6 @@ from slurm_bridge.operator.wiring.health import StandbyProbe, health_server
 from slurm_bridge.operator.wiring.kopfsetup import build_registry, run_kopf
 from slurm_bridge.operator.wiring.watches import HotWatches
 from slurm_bridge.slurm.client import SlurmClient
-from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -114,23 +112,6 @@ def used_qos(snapshot: JobSnapshot | None) -> set[str]:
     return {j.qos for j in snapshot.by_id.values()} if snapshot is not None else set()
 
 
-def runs_native(table: dict[str, NodeInfo] | None, name: str) -> bool | None:
-    """Whether Slurm node ``name`` runs native work (it has a slurmd: not EXTERNAL); None when the
-    node table is not read yet or lacks it."""
-    info = (table or {}).get(name)
-    return None if info is None else "EXTERNAL" not in info.states
-
-
-def partition_topology(slurm: SlurmClient) -> Callable[[str], Awaitable[str | None]]:
-    """A partition's Topology= ("" the cluster's default; None: Slurm has no such partition)."""
-
-    async def read(name: str) -> str | None:
-        found = await slurm.partition(name)
-        return None if found is None else found.topology
-
-    return read
-
-
 async def _each(*steps: tuple[str, Callable[[], Awaitable[None]]]) -> None:
     """Run every step of a stop in order; one that fails is logged and the next still runs."""
     for what, step in steps:
@@ -151,44 +132,36 @@ def build(
     # Slurm's preemption and time-limit settings: read in one place (operator/slurmsettings/),
     # decided with by the PlaceholderJob controller and the handoff loop (docs/colocation.md).
     policy = PolicyHolder()
+    # The node controller: the one reader of Slurm's node table and writer of node states. A job
+    # starts and ends only on nodes, and every allocation moves Slurm's node table, which it reads
+    # each period anyway: the job poller reads job states only then (``ctrl`` is built next).
+    nodes = NodeController(cfg, kube, slurm, on_slurm_change=lambda moved: ctrl.poller.nodes_changed(moved))
+    # The PlaceholderJob controller reads Slurm's nodes through it (views/slurmnodes.py NodeView): an
+    # exclusive job's CPUs under a TenantPolicy's maxCPUs (docs/tenancy.md), a vanished pod's hold
+    # where native work runs (docs/colocation.md), each submit without the unfit nodes, whole GPUs
+    # never from MIG nodes, MIG slices never where Slurm and the DRA driver disagree (docs/gpus.md),
+    # a topology gang only where one unit holds it (docs/workloads.md#topology), and the drains of a
+    # job whose owner took from it what its pods use (docs/security.md).
     # Preempted workloads' places are kept beside the Lease, in the operator's own namespace.
     ctrl = Controller(
         cfg,
         kube,
         slurm,
         tenants,
+        nodes=nodes,
+        own_user=slurm.jwt_user,
         policy=policy,
         describe_preemptor=PreemptorFinder(slurm, policy),
         places_namespace=lease_namespace,
     )
+    ctrl.poller.watch_nodes(lambda: nodes.healthy)
     tenant_status = TenantStatusController(cfg, kube, slurm, tenants, ctrl.phjs)
-    nodes = NodeController(cfg, kube, slurm)
-    # An exclusive job under a TenantPolicy's maxCPUs counts as its nodes' CPUs (docs/tenancy.md).
-    ctrl.jobs.node_cpus = lambda partitions: largest_cpus(nodes.slurm_nodes, partitions, cfg.partition)
     # The handoff's drains are written by the node controller, the one writer of node states.
     handoff = HandoffController(cfg, kube, slurm, ctrl.pods, ctrl.poller, policy, nodes, departures=ctrl.departures)
     settings = SlurmSettings(cfg, slurm, policy, lambda: used_qos(ctrl.poller.snapshot), slurm.jwt_user)
     # Nothing but the bridge's pods with an allocation, and allowed node daemons, on Slurm's nodes
     # (docs/nodes.md); its drains are the node controller's writes. own_namespace: see operator/main.py.
     guard = NodeGuard(cfg, kube, nodes.nodes, nodes, ctrl.pods, ctrl.phjs, own_namespace=own_namespace)
-    # A vanished pod holds its job only where native work runs (docs/colocation.md).
-    ctrl.jobs.runs_native = lambda name: runs_native(nodes.slurm_nodes, name)
-    # A job whose owner took from it what its pods use drains their nodes at once (docs/security.md).
-    ctrl.jobs.set_drain = nodes.set_drain
-    ctrl.poller.own_user = slurm.jwt_user
-    # A job starts and ends only on nodes, and every allocation moves Slurm's node table, which
-    # the node controller reads each period anyway: the job poller reads job states only then.
-    nodes.on_slurm_change = ctrl.poller.nodes_changed
-    # New jobs are submitted without the nodes whose kubelet offers less than Slurm counts.
-    if cfg.excludeUnfitNodes:
-        ctrl.jobs.unfit_nodes = nodes.unfit_slurm_nodes
-    # Whole GPUs never from MIG nodes; MIG slices never where Slurm and the DRA driver disagree (docs/gpus.md).
-    ctrl.jobs.mig_nodes = nodes.mig_slurm_nodes
-    ctrl.jobs.mismatched_nodes = nodes.device_mismatch_slurm_nodes
-    # A gang placed by a topology goes only where one unit holds it, by that topology (docs/workloads.md#topology).
-    ctrl.jobs.slurm_nodes = lambda: nodes.slurm_nodes
-    ctrl.jobs.partition_topology = partition_topology(slurm)
-    ctrl.poller.watch_nodes(lambda: nodes.healthy)
     # The Lease has its own connections: a renewal must not queue behind the workers' requests
     # (at 10,000 PlaceholderJobs a restarted leader missed its renew deadline that way).
     lease_kube = KubeClient.from_credentials(creds, component="slurm-bridge-operator", max_connections=2)

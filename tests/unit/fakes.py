@@ -8,7 +8,9 @@ Each consumer of Slurm takes a narrow Protocol of the calls it makes, as the Go 
 node controller's ``SlurmNodes``), ``FakePing`` (a standby's ``SlurmPing``), ``FakeAccounting``
 (the TenantPolicy status's ``SlurmAccounting``), ``FakeHandoff`` (the handoff loop's ``SlurmHandoff``).
 A consumer of several (the PlaceholderJob shell and
-its poller) gets ``FakeSlurm``, which is all of the job ones over one job table.
+its poller) gets ``FakeSlurm``, which is all of the job ones over one job table. Beside them,
+``FakeNodeView``: Slurm's nodes as the node controller shows them to the PlaceholderJob shell
+(``views.slurmnodes.NodeView``).
 
 Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "get all 10",
 "allocate p", "submit p", "submit het 2 c", "cancel 7", "update 7", "released 7", "settings 7",
@@ -18,7 +20,7 @@ Every call is written to ``calls`` ("list", "list since 3", "states", "get 7", "
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_bridge.operator.nodes.nodesync import SlurmAction, after_slurm_action
@@ -411,3 +413,61 @@ class FakeAccounting:
 
     async def list_qos(self) -> list[str] | None:
         return self.qos
+
+
+class FakeNodeView:
+    """Slurm's nodes as the node controller shows them to the PlaceholderJob shell: ``listed`` (None:
+    not listed yet), the nodes a submit leaves out (``unfit``, ``mig``, ``mismatched``), ``native``
+    (node -> whether it runs native work; absent: not known), ``cpus`` (the largest node's CPUs;
+    None: not known), ``topologies`` (partition -> its Topology=, or the error its read raises;
+    absent: no such partition), and the drains asked, in order (``drained``)."""
+
+    def __init__(
+        self,
+        listed: Mapping[str, NodeInfo] | None = None,
+        *,
+        unfit: frozenset[str] = frozenset(),
+        mig: frozenset[str] = frozenset(),
+        mismatched: frozenset[str] = frozenset(),
+        native: Mapping[str, bool] | None = None,
+        cpus: int | None = None,
+        topologies: Mapping[str, str | Exception] | None = None,
+    ) -> None:
+        self.listed = listed
+        self.unfit, self.mig, self.mismatched = unfit, mig, mismatched
+        self.native = dict(native or {})
+        self.cpus = cpus
+        self.topologies = dict(topologies or {})
+        self.topology_reads: list[str] = []
+        self.drained: list[tuple[str, str | None]] = []
+
+    def listed_nodes(self) -> Mapping[str, NodeInfo] | None:
+        return self.listed
+
+    def slurm_nodes_now(self) -> dict[str, NodeInfo] | None:
+        return None if self.listed is None else dict(self.listed)
+
+    def excluded_unfit_nodes(self) -> frozenset[str]:
+        return self.unfit
+
+    def mig_slurm_nodes(self) -> frozenset[str]:
+        return self.mig
+
+    def device_mismatch_slurm_nodes(self) -> frozenset[str]:
+        return self.mismatched
+
+    def runs_native(self, name: str) -> bool | None:
+        return self.native.get(name)
+
+    def largest_cpus(self, partitions: str | None) -> int | None:
+        return self.cpus
+
+    async def partition_topology(self, partition: str) -> str | None:
+        self.topology_reads.append(partition)
+        found = self.topologies.get(partition)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    async def set_drain(self, slurm_name: str, reason: str | None) -> None:
+        self.drained.append((slurm_name, reason))

@@ -22,7 +22,7 @@ from slurm_bridge import names
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import SlurmJobReads as SlurmJobReads
-from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import ViewReads
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import ViewReads, user_not_known
 from slurm_bridge.operator.runtime import heap, starts
 from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
@@ -109,10 +109,11 @@ class SlurmPoller(ViewReads):
         period: float,
         on_change: Callable[[PhjRef], None],
         on_poll: Callable[[JobSnapshot], None] | None = None,
+        *,
+        own_user: Callable[[], str] = user_not_known,
     ) -> None:
-        super().__init__(slurm, bridge_id, on_change)
-        self.period = period
-        self._on_poll = on_poll
+        super().__init__(slurm, bridge_id, on_change, own_user=own_user)
+        self.period, self._on_poll = period, on_poll
         # What the bridge made that this view may not show yet (besides ``_expected``): PlaceholderJob
         # uid -> (job id, when): submits a poll has not shown yet; and uid -> when a submit failed in
         # a way that may still have made the job: nothing is submitted for it again before a full
@@ -148,8 +149,7 @@ class SlurmPoller(ViewReads):
         self.purge_reads = 0
         self.last_duration = 0.0
         self.synced = asyncio.Event()
-        self.polls = 0
-        self.full_lists = 0
+        self.polls = self.full_lists = 0
         self._loop = PollLoop(
             "slurm-poller",
             period,

@@ -67,10 +67,22 @@ class SlurmJobReads(Protocol):
     async def get_jobs(self, job_id: int) -> list[JobInfo]: ...
 
 
+def user_not_known() -> str:
+    """The Slurm user of the bridge's token, not known: every signed start waits for its job's read."""
+    return ""
+
+
 class ViewReads(ABC):
     """The view (``snapshot``), when each job in it was read, and the reads of named jobs."""
 
-    def __init__(self, slurm: SlurmJobReads, bridge_id: str, on_change: Callable[[PhjRef], None]) -> None:
+    def __init__(
+        self,
+        slurm: SlurmJobReads,
+        bridge_id: str,
+        on_change: Callable[[PhjRef], None],
+        *,
+        own_user: Callable[[], str] = user_not_known,
+    ) -> None:
         self._slurm = slurm
         self._bridge_id = bridge_id
         self._on_change = on_change
@@ -87,9 +99,9 @@ class ViewReads(ABC):
         # as a tenant and never given their admin_comment (submit.Placer._mark was interrupted),
         # or made by a user who copied the mark. Never the view's; the orphan sweep cancels them.
         self.unmarked: dict[int, tuple[JobInfo, PhjRef]] = {}
-        # The Slurm user of the bridge's token (set by the wiring): a job of another owner may have
-        # been changed while it waited, so its signed start waits for the read (allocationmatch).
-        self.own_user: Callable[[], str] = lambda: ""
+        # The Slurm user of the bridge's token: a job of another owner may have been changed while
+        # it waited, so its signed start waits for the read (allocationmatch).
+        self.own_user = own_user
 
     @abstractmethod
     def _apply(self, job: JobInfo, ref: PhjRef, at: float, *, notify: bool, listed: bool = False) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -30,6 +30,7 @@ from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
+from slurm_bridge.operator.placeholderjobs.decisions import placement
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
 from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
@@ -51,13 +52,12 @@ from slurm_bridge.operator.runtime import starts
 from slurm_bridge.operator.runtime.departures import Departures
 from slurm_bridge.operator.runtime.store import Key, ObjectStore, ParsedStore
 from slurm_bridge.operator.views.slurmjobs import PhjRef
+from slurm_bridge.operator.views.slurmnodes import NodeView
 from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
-from slurm_bridge.rules import resume, tenancy, topology
-from slurm_bridge.rules.dra.gres import typed_gpu_request, untyped_gpu_request
+from slurm_bridge.rules import resume, tenancy
 from slurm_bridge.rules.handoff import changed_drain_reason, drain_of, job_handoff_scope
-from slurm_bridge.rules.translate import exclude_mig_nodes, exclude_unfit
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
-from slurm_bridge.slurm.models import JobInfo, JobRequest, NodeInfo
+from slurm_bridge.slurm.models import JobInfo, JobRequest
 
 log = logging.getLogger(__name__)
 __all__ = ["DescribePreemptor", "PlaceholderJobs"]
@@ -101,11 +101,6 @@ def departed_of(
     return out
 
 
-async def _no_partition(_name: str) -> str | None:
-    """No partition is known (the wiring sets the Slurm read)."""
-    return None
-
-
 class ShellSlurm(SlurmSubmits, SlurmJobDevices, SlurmJobWrites, SlurmReleaseMarks, SlurmCancels, Protocol):
     """Every Slurm call the shell makes: its own, the placer's and the device binder's."""
 
@@ -125,18 +120,19 @@ class PlaceholderJobs:
         policy: PolicyHolder | None = None,
         describe_preemptor: DescribePreemptor | None = None,
         *,
+        nodes: NodeView,
         departures: Departures | None = None,
         places: Places | None = None,
     ) -> None:
         self.config, self.kube, self.slurm = config, kube, slurm
         self.departures = departures if departures is not None else Departures()
-        # Whether a Slurm node runs native work (None: not known; decisions/vanished.py). Set by the wiring.
-        self.runs_native: Callable[[str], bool | None] = lambda _: None
+        # Slurm's nodes as the node controller knows them (its one reader and writer): which run
+        # native work (a vanished pod's hold, decisions/vanished.py), the largest one's CPUs (an
+        # exclusive job under a TenantPolicy's maxCPUs), where a new job may go (the submit's
+        # placement) and the drains of DrainNodes, which the handoff loop lifts.
+        self.nodes = nodes
         self.pods, self.phjs, self.poller = pods, phjs, poller
         self.tenants = tenants
-        # The largest CPU count of a Slurm node in given partitions (an exclusive job's CPUs under a
-        # TenantPolicy's maxCPUs; None: counted as its pods ask). Set by the wiring.
-        self.node_cpus: tenancy.NodeCpus | None = None
         # Slurm's preemption and time-limit settings (kept current by operator/slurmsettings).
         self.policy = policy or PolicyHolder()
         self.partitions = Partitions(slurm)  # read for an update's checks and a tenant's queued job's
@@ -152,18 +148,6 @@ class PlaceholderJobs:
             kube, slurm, poller, self.member_pods, self.policy, describe_preemptor, places, slurm
         )
         self.updates, self.cancels = JobUpdates(kube, slurm, self.partitions), Cancels(slurm)
-        # The Slurm nodes whose SlurmResourcesFit is False, left out of each submit (set by the wiring).
-        self.unfit_nodes: Callable[[], frozenset[str]] = frozenset
-        self.mig_nodes: Callable[[], frozenset[str]] = frozenset
-        self.mismatched_nodes: Callable[[], frozenset[str]] = frozenset
-        # For gangs placed by a topology (docs/workloads.md#topology): Slurm's nodes (the node
-        # controller's last list; None before it) and a partition's Topology= ("" the cluster's
-        # default, None no such partition), set by the wiring; without it a topology gang is not submitted.
-        self.slurm_nodes: Callable[[], Mapping[str, NodeInfo] | None] = lambda: None
-        # Drain (a reason) or undrain (None) a Slurm node: the node controller's, the one writer of
-        # node states, set by the wiring; the handoff loop lifts the drains made here (DrainNodes).
-        self.set_drain: Callable[[str, str | None], Awaitable[None]] | None = None
-        self.partition_topology: Callable[[str], Awaitable[str | None]] = _no_partition
         # uids of deleted PlaceholderJobs already told to wait for their pods (one Event each)
         self._releasing: set[str] = set()
         # uid -> the status a plan held back (plan.Held), given to the next decision: in memory
@@ -189,7 +173,7 @@ class PlaceholderJobs:
         slurm = self.observe(phj)
         logs.bind(jobId=slurm.job_id)
         members = members_of(phj, self.pods) if slurm.synced else {}
-        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds, self.runs_native)
+        departed = departed_of(phj, members, self.departures, self.config.handoff.marginSeconds, self.nodes.runs_native)
         now = lc.Clock(time.monotonic())
         policy = self.tenancy_for(ns)
         settings, partitions = await self.updates.inputs(phj, slurm, self._unwritten.get(uid))
@@ -332,7 +316,7 @@ class PlaceholderJobs:
                 request,
                 mode,
                 untenanted_fields=self.config.untenantedOperatorFields,
-                node_cpus=self.node_cpus,
+                node_cpus=self.nodes.largest_cpus,
             )
 
         return verdict
@@ -350,18 +334,13 @@ class PlaceholderJobs:
         exclusive = any(r.exclusive or r.mcs_label for r in action.components)
         scope_of = request.model_copy(update={"exclusive": True}) if exclusive else request
         scope = job_handoff_scope(scope_of, pods)
+        sets = self._node_sets()
         try:
-            placement = await self._topology_problem(action)
+            sent = await self._placement(action, sets)
         except SlurmUnavailable as e:  # its partition unread: nothing is sent, the submit tried again
             return Again(phj, outcome=pl.Unavailable(False), error=e)
-        except SlurmError as e:
-            placement = f"its partition could not be read: {e}"
-        if placement is not None:  # Slurm would spread it, or place it by another topology: not sent
-            return Again(phj, outcome=pl.Refused(f"not submitted: {placement}", False, action.present))
-        try:
-            sent = self._without_unfit(action)
-        except ValueError as e:  # it requires a node kube-scheduler would refuse: not sent to Slurm
-            return Again(phj, outcome=pl.Refused(str(e), False, action.present))
+        if isinstance(sent, placement.Refusal):  # nothing reaches Slurm
+            return Again(phj, outcome=pl.Refused(sent.words, False, action.present))
         # Preempted work comes back at its place: the preempted job's priority, set by the bridge
         # (slurm_bridge/rules/resume.py; the place was taken when this PlaceholderJob was made).
         place = resume.decode_place((meta.annotations or {}).get(names.ANN_RESUMES))
@@ -381,7 +360,7 @@ class PlaceholderJobs:
             # before anything is submitted again.
             return Again(phj, outcome=pl.Unavailable(e.maybe_applied), error=e)
         except SlurmError as e:
-            said = f"Slurm refused the job: {e}{self._left_out(action.request, sent.request)}"
+            said = f"Slurm refused the job: {e}{placement.left_out(action.request, sent.request, sets)}"
             return Again(phj, outcome=pl.Refused(said, e.is_association_refusal, action.present))
         snap = self.poller.snapshot
         parts = snap.components(job_id) if action.components and snap is not None else ()
@@ -392,71 +371,29 @@ class PlaceholderJobs:
             )
         return Again(phj, outcome=pl.Placed(job_id, job, request, action.components, parts))
 
-    async def _topology_problem(self, action: pl.Submit) -> str | None:
-        """Why a request placed by a topology (each component's, for a heterogeneous job) cannot be
-        honoured where it would go (``topology.placement_problem``): its partition places jobs by
-        another topology, or no unit there holds it. One read per partition named, for such submits
-        only."""
-        placed = [r for r in (action.components or (action.request,)) if r.topology]
-        if not placed:
-            return None
-        nodes = self.slurm_nodes()
-        if nodes is None:
-            return "Slurm's node list is not read yet, so where the topology's units are is not known; tried again"
-        read: dict[str, str | None] = {}
-        for request in placed:
-            assert request.topology is not None
-            if not request.partition:
-                return (
-                    f"{names.LABEL_TOPOLOGY_PREFIX}{request.topology}: the job names no partition, and Slurm's default "
-                    f"one may place by another topology; name a partition with Topology={request.topology} "
-                    f"({names.ANN_PARTITION})"
-                )
-            for partition in request.partition.split(","):
-                if partition not in read:
-                    read[partition] = await self.partition_topology(partition)
-                sizes = topology.unit_sizes(nodes.values(), partition, request.topology)
-                found = topology.placement_problem(request.topology, request.nodes, partition, read[partition], sizes)
-                if found:
-                    return found
-        return None
-
-    def _without_unfit(self, action: pl.Submit) -> pl.Submit:
-        """The submit without the nodes whose SlurmResourcesFit is False (translate.exclude_unfit)
-        and, for GPUs, without the nodes where they would be MIG slices or Slurm's and the driver's MIG
-        layouts differ (translate.exclude_mig_nodes), for each component of
-        a heterogeneous job too. Raises ValueError when a request requires one."""
-        unfit, mig, mismatched = self.unfit_nodes(), self.mig_nodes(), self.mismatched_nodes()
-        if not unfit and not mig and not mismatched:
-            return action
-
-        def submitted(request: JobRequest) -> JobRequest:
-            return exclude_mig_nodes(exclude_unfit(request, unfit), mig, mismatched)
-
-        return replace(
-            action, request=submitted(action.request), components=tuple(submitted(c) for c in action.components)
+    def _node_sets(self) -> placement.NodeSets:
+        """The nodes a new job is submitted without, as the node controller knows them now."""
+        nodes = self.nodes
+        return placement.NodeSets(
+            nodes.excluded_unfit_nodes(), nodes.mig_slurm_nodes(), nodes.device_mismatch_slurm_nodes()
         )
 
-    def _left_out(self, asked: JobRequest, sent: JobRequest) -> str:
-        """What a refusal's message adds when the bridge submitted the job without some nodes: which,
-        and why (the job may fit only there: then it is refused until they are in reach again)."""
-        dropped = sorted(set(sent.excluded_nodes or ()) - set(asked.excluded_nodes or ()))
-        if not dropped:
-            return ""
-        mig = self.mig_nodes() if untyped_gpu_request(sent.gres) else frozenset()
-        mismatched = self.mismatched_nodes() if typed_gpu_request(sent.gres) else frozenset()
-
-        def why(node: str) -> str:
-            if node in mig:
-                return "whose GPUs are MIG instances"
-            if node in mismatched:
-                return f"{names.NODE_COND_SLURM_DEVICES_MATCH}=False"
-            return f"{names.NODE_COND_SLURM_RESOURCES_FIT}=False"
-
-        listed = ", ".join(f"{n} ({why(n)})" for n in dropped)
-        return (
-            f"; submitted without node(s) {listed} (docs/gpus.md, docs/colocation.md): tried again while the pod waits"
-        )
+    async def _placement(self, action: pl.Submit, sets: placement.NodeSets) -> pl.Submit | placement.Refusal:
+        """The submit as sent, or why nothing is (:func:`.decisions.placement.decide`). Reads each
+        partition a request placed by a topology names once, for such submits only; raises
+        SlurmUnavailable when one cannot be read."""
+        placed = placement.placed_by_topology(action)
+        nodes = self.nodes.listed_nodes() if placed else None
+        topologies: dict[str, str | None] = {}
+        if nodes is not None:
+            try:
+                for partition in placement.partitions_to_read(placed):
+                    topologies[partition] = await self.nodes.partition_topology(partition)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as e:
+                return placement.partition_unread(str(e))
+        return placement.decide(action, sets, nodes, topologies)
 
     async def _resumed(self, place: resume.Place) -> str:
         """The words of a resumed job's Event; its place is used, so it is dropped (best effort:
@@ -631,7 +568,7 @@ class PlaceholderJobs:
     async def _drain(self, phj: PlaceholderJob, action: pl.DrainNodes, members: Mapping[str, Obj | None]) -> None:
         """Drain each pod's Slurm node at once, naming the pod (the handoff's form, which the
         handoff loop lifts once the pod stopped); a node someone else drained keeps its reason."""
-        ns, known, job_id = phj.metadata.namespace, self.slurm_nodes() or {}, action.job_id
+        ns, known, job_id = phj.metadata.namespace, self.nodes.listed_nodes() or {}, action.job_id
         for node, pod in action.pods:
             info = known.get(node)
             if info is not None and "DRAIN" in info.states and drain_of(info.reason, self.config.bridgeId) is None:
@@ -640,10 +577,7 @@ class PlaceholderJobs:
                 f"Slurm job {job_id} no longer holds what pod {ns}/{pod} uses: Slurm node {node} is drained "
                 "until the pod's containers stopped"
             )
-            if self.set_drain is None:
-                log.warning("%s (not drained: no node writer)", message)
-                continue
-            await self.set_drain(node, changed_drain_reason(self.config.bridgeId, ns, pod, job_id))
+            await self.nodes.set_drain(node, changed_drain_reason(self.config.bridgeId, ns, pod, job_id))
             log.warning("%s", message)
             if (member := members.get(pod)) is not None:
                 await self.kube.event(member, names.REASON_HANDOFF_NODE_DRAINED, message, warning=True)

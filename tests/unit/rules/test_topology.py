@@ -4,8 +4,6 @@ exactly those places (the node controller writes them)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import pytest
 
 from slurm_bridge import names
@@ -20,7 +18,7 @@ from slurm_bridge.rules.topology import (
 from slurm_bridge.slurm.errors import SlurmError, SlurmUnavailable
 from slurm_bridge.slurm.models import NodeInfo
 from slurm_bridge.slurm.versions import codec_for
-from tests.unit.fakes import FakeSlurm
+from tests.unit.fakes import FakeNodeView, FakeSlurm
 from tests.unit.kubefakes import FakeKube
 from tests.unit.operator.placeholderjobs.test_phjsync import gated_pod, placeholderjob, shell, shell_kube, status_writes
 
@@ -102,31 +100,29 @@ def test_a_gang_goes_only_where_one_unit_of_its_topology_holds_it(
 # ---- the shell's submit (operator/placeholderjobs/sync/phjsync.py) ----------------------------------
 
 
-def _topology_shell(slurm: FakeSlurm, read: Callable[[str], Awaitable[str | None]]) -> tuple[FakeKube, PlaceholderJobs]:
+def _topology_shell(
+    slurm: FakeSlurm, tb: str | Exception = "block", listed: list[NodeInfo] | None = NODES
+) -> tuple[FakeKube, PlaceholderJobs]:
+    """A gang of 2 placed by block in partition tb (``tb``: its Topology=, or its read's error);
+    ``listed``: Slurm's nodes as the node controller last listed them (None: not yet)."""
     kube = shell_kube({})
     phj = placeholderjob()
     phj["spec"]["slurm"] = {"nodes": 2, "topology": "block", "partition": "tb"}
-    jobs = shell(kube, slurm, phj, gated_pod(), [])
-    jobs.slurm_nodes = lambda: {n.name: n for n in NODES}
-    jobs.partition_topology = read
+    table = None if listed is None else {n.name: n for n in listed}
+    jobs = shell(kube, slurm, phj, gated_pod(), [], FakeNodeView(table, topologies={"tb": tb}))
     return kube, jobs
-
-
-async def _block(_name: str) -> str | None:
-    return "block"
 
 
 async def test_a_gang_one_unit_holds_is_submitted_with_its_topology() -> None:
     slurm = FakeSlurm(next_id=7)
-    _, jobs = _topology_shell(slurm, _block)
+    _, jobs = _topology_shell(slurm)
     await jobs.reconcile(("ns", "p"))
     assert [(r.topology, r.nodes, r.partition) for r in slurm.requests] == [("block", 2, "tb")]
 
 
 async def test_a_gang_no_unit_holds_is_not_sent_and_says_why() -> None:
     slurm = FakeSlurm(next_id=7)
-    kube, jobs = _topology_shell(slurm, _block)
-    jobs.slurm_nodes = lambda: {n.name: n for n in NODES[2:]}  # b2 has one node of tb
+    kube, jobs = _topology_shell(slurm, listed=NODES[2:])  # b2 has one node of tb
     requeue = await jobs.reconcile(("ns", "p"))
     assert slurm.requests == [], "nothing reaches Slurm"
     written = status_writes(kube)[-1]
@@ -138,11 +134,8 @@ async def test_a_gang_no_unit_holds_is_not_sent_and_says_why() -> None:
 
 
 async def test_a_partition_slurm_cannot_be_asked_about_sends_nothing_and_is_retried() -> None:
-    async def down(_name: str) -> str | None:
-        raise SlurmUnavailable("slurmrestd unreachable")
-
     slurm = FakeSlurm(next_id=7)
-    _, jobs = _topology_shell(slurm, down)
+    _, jobs = _topology_shell(slurm, SlurmUnavailable("slurmrestd unreachable"))
     with pytest.raises(SlurmUnavailable):  # the work queue's backoff retries it, as any unreachable Slurm
         await jobs.reconcile(("ns", "p"))
     assert slurm.requests == []
@@ -150,18 +143,14 @@ async def test_a_partition_slurm_cannot_be_asked_about_sends_nothing_and_is_retr
 
 async def test_without_slurms_node_list_nothing_is_sent() -> None:
     slurm = FakeSlurm(next_id=7)
-    kube, jobs = _topology_shell(slurm, _block)
-    jobs.slurm_nodes = lambda: None
+    kube, jobs = _topology_shell(slurm, listed=None)
     await jobs.reconcile(("ns", "p"))
     assert slurm.requests == [] and "node list is not read yet" in status_writes(kube)[-1]["message"]
 
 
 async def test_a_partition_slurm_refuses_to_describe_is_said_on_the_placeholderjob() -> None:
-    async def refused(_name: str) -> str | None:
-        raise SlurmError("Access/permission denied")
-
     slurm = FakeSlurm(next_id=7)
-    kube, jobs = _topology_shell(slurm, refused)
+    kube, jobs = _topology_shell(slurm, SlurmError("Access/permission denied"))
     requeue = await jobs.reconcile(("ns", "p"))
     assert slurm.requests == [] and requeue is not None and requeue > 0
     assert "its partition could not be read: Access/permission denied" in status_writes(kube)[-1]["message"]

@@ -1,7 +1,8 @@
 """Nodes whose kubelet offers less than Slurm counts (``SlurmResourcesFit=False``) are left out of
 every new job's submit (slurm_bridge/rules/translate.py ``exclude_unfit``; the node controller's
-``unfit_slurm_nodes``; the shell's submit), and a job that requires such a node is not sent to
-Slurm at all but refused with a reason that names the node and the condition."""
+``unfit_slurm_nodes``, ``excluded_unfit_nodes`` while excludeUnfitNodes is on; the shell's submit),
+and a job that requires such a node is not sent to Slurm at all but refused with a reason that
+names the node and the condition."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.controller import NodeController
 from slurm_bridge.rules.translate import exclude_unfit
 from slurm_bridge.slurm.models import JobInfo, JobRequest
-from tests.unit.fakes import FakeNodes, FakeSlurm
+from tests.unit.fakes import FakeNodes, FakeNodeView, FakeSlurm
 from tests.unit.operator.placeholderjobs.test_phjsync import gated_pod, placeholderjob, shell, shell_kube, status_writes
 
 Obj = dict[str, Any]
@@ -54,12 +55,15 @@ def test_the_node_controller_names_the_slurm_nodes_whose_condition_is_false() ->
     for n in (node("k1", "True"), node("k2", "False"), node("k3", None), node("k4", "False", slurm_name="s4")):
         ctrl.on_node_event("ADDED", n)
     assert ctrl.unfit_slurm_nodes() == frozenset({"k2", "s4"})
+    assert ctrl.excluded_unfit_nodes() == frozenset({"k2", "s4"}), "left out of new jobs"
+    off = NodeController(Config(excludeUnfitNodes=False), KubeClient("http://127.0.0.1:0"), FakeNodes([]))
+    off.on_node_event("ADDED", node("k2", "False"))
+    assert off.unfit_slurm_nodes() == frozenset({"k2"}) and off.excluded_unfit_nodes() == frozenset(), "kept in"
 
 
 async def test_the_submit_leaves_the_unfit_nodes_out() -> None:
     kube, slurm = shell_kube({}), FakeSlurm(next_id=7)
-    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [])
-    jobs.unfit_nodes = lambda: frozenset({"bad-1"})
+    jobs = shell(kube, slurm, placeholderjob(), gated_pod(), [], FakeNodeView(unfit=frozenset({"bad-1"})))
     await jobs.reconcile(("ns", "p"))
     assert [r.excluded_nodes for r in slurm.requests] == [["bad-1"]]
 
@@ -68,8 +72,7 @@ async def test_a_pod_pinned_to_an_unfit_node_is_told_why_and_nothing_is_sent() -
     kube, slurm = shell_kube({}), FakeSlurm(JobInfo(job_id=7, states=("RUNNING",), nodes=("bad-1",)), next_id=7)
     phj = placeholderjob()
     phj["spec"]["slurm"]["requiredNodes"] = ["bad-1"]
-    jobs = shell(kube, slurm, phj, gated_pod(), [])
-    jobs.unfit_nodes = lambda: frozenset({"bad-1"})
+    jobs = shell(kube, slurm, phj, gated_pod(), [], FakeNodeView(unfit=frozenset({"bad-1"})))
     requeue = await jobs.reconcile(("ns", "p"))
     assert slurm.requests == [], "nothing reaches Slurm"
     written = status_writes(kube)[-1]

@@ -22,7 +22,7 @@ from slurm_bridge.operator.placeholderjobs.sync.phjsync import PlaceholderJobs
 from slurm_bridge.operator.placeholderjobs.workitems import WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
-from tests.unit.fakes import FakeSlurm
+from tests.unit.fakes import FakeNodeView, FakeSlurm
 from tests.unit.operator.placeholderjobs.test_compositepodgroups import API, composite, member, podgroup, workload
 
 pytestmark = pytest.mark.unit
@@ -63,7 +63,7 @@ def cluster() -> tuple[API, FakeSlurm, Membership, PlaceholderJobs, ObjectStore]
     poller.synced.set()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
     m = Membership(config, kube, pods, phjs, Queue(), poller)  # type: ignore[arg-type]
-    jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]
+    jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=FakeNodeView())  # type: ignore[arg-type]
     return kube, slurm, m, jobs, pods
 
 

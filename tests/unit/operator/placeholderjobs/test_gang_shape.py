@@ -28,7 +28,7 @@ from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.models import JobInfo
 from tests.builders import make_pod
-from tests.unit.fakes import FakeJobReads, FakeSlurm
+from tests.unit.fakes import FakeJobReads, FakeNodeView, FakeSlurm
 from tests.unit.kubefakes import FakeKube
 from tests.unit.operator.placeholderjobs.test_composite_shape import PHJ as CPG_PHJ
 from tests.unit.operator.placeholderjobs.test_composite_shape import Queue
@@ -353,7 +353,7 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
     uid = g.kube.objects[PHJ]["metadata"]["uid"]
     job = JobInfo(job_id=JOB_ID, states=("RUNNING",), nodes=("n1", "n2"))
     g.poller.snapshot = JobSnapshot({JOB_ID: job}, {JOB_ID: PhjRef(g.config.bridgeId, NS, GANG, uid)}, 0.0)
-    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller)  # type: ignore[arg-type]
+    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller, nodes=FakeNodeView())  # type: ignore[arg-type]
 
     g.terminate("g-1")
     g.add("g-2")

@@ -25,7 +25,7 @@ from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.rules.handoff import HandoffDrain, changed_drain_reason, drain_of
 from slurm_bridge.slurm.models import JobInfo, NodeInfo
 from tests.builders import bridge_job, make_phj, make_pod, phj_ref, slurm_job
-from tests.unit.fakes import FakeJobReads, FakeNodes, FakeSlurm
+from tests.unit.fakes import FakeJobReads, FakeNodes, FakeNodeView, FakeSlurm
 from tests.unit.kubefakes import FakeKube
 from tests.unit.operator.placeholderjobs.test_hetjob import composite_phj
 from tests.unit.situations import decide_in
@@ -241,17 +241,12 @@ async def test_the_shell_drains_each_pods_node_naming_the_pod_unless_someone_els
     config = Config()
     slurm, kube = FakeSlurm(), FakeKube({}, stub_absent=True)
     poller = SlurmPoller(slurm, config.bridgeId, 1.0, lambda _: None)
-    jobs = PlaceholderJobs(config, kube, slurm, ObjectStore(), ParsedStore(PlaceholderJob.parse), poller)  # type: ignore[arg-type]  # FakeKube
-    drained: list[tuple[str, str | None]] = []
-
-    async def set_drain(node: str, reason: str | None) -> None:
-        drained.append((node, reason))
-
-    jobs.set_drain = set_drain
-    jobs.slurm_nodes = lambda: {
+    view = FakeNodeView({
         "n1": NodeInfo(name="n1", states=("MIXED",)),
         "n3": NodeInfo(name="n3", states=("IDLE", "DRAIN"), reason="disk replaced"),
-    }
+    })  # fmt: skip
+    jobs = PlaceholderJobs(config, kube, slurm, ObjectStore(), ParsedStore(PlaceholderJob.parse), poller, nodes=view)  # type: ignore[arg-type]  # FakeKube
+    drained = view.drained
     members: dict[str, Obj | None] = {"a": pod("running", "a", "n1"), "b": pod("running", "b", "n3")}
     await jobs.apply(
         phj("Running", pods=("a", "b")), pl.Plan((pl.DrainNodes(JOB, (("n1", "a"), ("n3", "b"))),)), members
@@ -266,8 +261,7 @@ async def test_a_signed_start_of_another_owners_job_waits_for_its_read(user: str
     """The bridge's own job is released on slurmctld's notice; a tenant's, which its owner may have
     shrunk while it waited, once the read says what it holds."""
     slurm = FakeJobReads()
-    poller = SlurmPoller(slurm, "bridge", 1.0, lambda _: None)
-    poller.own_user = lambda: "slurm"
+    poller = SlurmPoller(slurm, "bridge", 1.0, lambda _: None, own_user=lambda: "slurm")
     slurm.set(bridge_job(1, "a", "PENDING", partition="pods", user_name=user, tres="cpu=2,mem=2G,node=1"))
     await poller.poll_once()
     start = SignedStart(nodes=("n1",), partition="pods", start_time=datetime.now(UTC))

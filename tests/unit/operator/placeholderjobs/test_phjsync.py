@@ -25,7 +25,7 @@ from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.slurm.errors import SlurmError, SlurmErrorDetail, SlurmUnavailable
 from slurm_bridge.slurm.models import JobInfo, PartitionLimits
 from tests.builders import make_phj, make_pod, slurm_job
-from tests.unit.fakes import FakeSlurm
+from tests.unit.fakes import FakeNodeView, FakeSlurm
 from tests.unit.kubefakes import FakeKube
 
 Obj = dict[str, Any]
@@ -52,7 +52,11 @@ def gated_pod() -> Obj:
     return make_pod("p").uid("pod-uid").rv(2).scheduler().gated().phase("Pending").obj()
 
 
-def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: list[JobInfo]) -> PlaceholderJobs:
+def shell(
+    kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: list[JobInfo], nodes: FakeNodeView | None = None
+) -> PlaceholderJobs:
+    """The shell over one PlaceholderJob; ``nodes``: Slurm's nodes as the node controller shows them
+    (none listed yet, none left out, by default)."""
     config = Config()
     poller = SlurmPoller(slurm, config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     ref = PhjRef(config.bridgeId, "ns", "p", "phj-uid")
@@ -64,7 +68,8 @@ def shell(kube: FakeKube, slurm: FakeSlurm, phj: Obj, pod: Obj | None, jobs: lis
     if pod is not None:
         pods.upsert(pod)
         kube.objects[POD_PATH] = copy.deepcopy(pod)
-    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller)  # type: ignore[arg-type]  # FakeKube
+    view = nodes if nodes is not None else FakeNodeView()
+    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=view)  # type: ignore[arg-type]  # FakeKube
 
 
 def status_writes(kube: FakeKube) -> list[Obj]:

@@ -14,8 +14,10 @@ import httpx
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.placeholderjobs.controller import Controller
+from slurm_bridge.operator.placeholderjobs.slurmjobs.viewreads import user_not_known
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem
 from slurm_bridge.operator.runtime.store import ObjectStore
+from slurm_bridge.operator.views.slurmnodes import NodesNotRead
 from slurm_bridge.slurm.client import SlurmClient
 from tests.builders import make_phj, make_pod
 
@@ -54,7 +56,7 @@ def controller(tmp_path: Path) -> Controller:
     token.write_text("t\n")
     slurm = SlurmClient("http://slurm.invalid:6820", token, api_version="v0.0.44",
                         transport=httpx.MockTransport(lambda r: httpx.Response(500)))  # fmt: skip
-    return Controller(Config(), KubeClient("http://127.0.0.1:0"), slurm)
+    return Controller(Config(), KubeClient("http://127.0.0.1:0"), slurm, nodes=NodesNotRead(), own_user=user_not_known)
 
 
 def phj(rv: int, **status: Any) -> Obj:
