@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.handoff.decisions import (
     Drain,
@@ -60,7 +61,6 @@ from slurm_bridge.slurm.models import NodeInfo, ReservationRecord
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 # A running job of a preemptable QOS is read again at least this often, at most
 # PREEMPTION_CHECKS_PER_PASS jobs a pass (the longest unread first): a preemption is seen within

@@ -31,6 +31,7 @@ from typing import Any
 from slurm_bridge import names
 from slurm_bridge.core import metrics
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer
 from slurm_bridge.kube.client import KubeClient, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
@@ -57,7 +58,6 @@ from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.rules.workloadkinds import controller_of
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 # Every pod on a Slurm node is judged again this often even if nothing told of a change (a
 # PlaceholderJob's, which only a rare state turns against its pod; a missed event).
 SWEEP_SECONDS = 60.0

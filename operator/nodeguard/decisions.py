@@ -26,16 +26,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import parse_iso
 from slurm_bridge.rules.workloadkinds import controller_of
 from slurm_bridge.slurm.formats import expand_nodes
 from slurm_bridge.slurm.models import NodeInfo
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 # How long a bridge pod may stay unexplained before it drains its node: longer than a watch lags
 # behind the operator's own writes, and than a PlaceholderJob's deletion takes to end its pods.

@@ -26,12 +26,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core import metrics
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
 from slurm_bridge.operator.nodes import devicematch, nodesync, resourcesfit
@@ -51,7 +51,6 @@ from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.

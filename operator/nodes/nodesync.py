@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.taints import managed_taint, same_taint
 from slurm_bridge.slurm.models import NodeInfo
 
-Obj = dict[str, Any]
 Outage = Literal["drain", "down", "fail"]
 
 

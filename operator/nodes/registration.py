@@ -26,13 +26,11 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
-
-Obj = dict[str, Any]
 
 # Partition and feature names, and a topology line: nothing that could end the node line early.
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any, Final, NamedTuple
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient, KubeError, node_path, resource_path
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.rules.podresources import pod_requests
@@ -31,7 +32,6 @@ from slurm_bridge.rules.resources import parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 _MIB: Final = 2**20
 # A node's other pods are listed again at most this often (while neither side's size changes),
 # and while the node does not fit (every new job leaves it out), this often.

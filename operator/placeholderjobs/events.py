@@ -10,16 +10,14 @@ nothing new (docs/design/watches.md, "Dropped before the queue").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from slurm_bridge.core import metrics
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import resource_version
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.operator.views.slurmjobs import PhjRef
-
-Obj = dict[str, Any]
 
 
 class EventHandlers:

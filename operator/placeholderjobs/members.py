@@ -16,9 +16,9 @@ from typing import Final
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver

@@ -18,9 +18,10 @@ Bare pods are their own workload: the pod watch finds their changes (:mod:`.memb
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import Final
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer, key_of
 from slurm_bridge.kube.client import METADATA_ONLY, KubeClient, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
@@ -32,7 +33,6 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.workloadkinds import GroupKind, WorkloadKind
 
-Obj = dict[str, Any]
 # The versions watched of the kinds the bridge otherwise reads only as owners (any version an
 # ownerReference names): the ones their controllers serve.
 OWNER_VERSIONS: Final[dict[GroupKind, tuple[str, ...]]] = {

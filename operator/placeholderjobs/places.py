@@ -23,11 +23,11 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, resource_path
 from slurm_bridge.rules.resume import Place, ResumePolicy, choose_place, decode_place, expired
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 def policy_of(config: Any) -> ResumePolicy:

@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.handoff import pod_grace_seconds
 
-Obj = dict[str, Any]
 # A vanished pod's departure is kept this long after it was noticed: longer than the longest grace
 # period the webhook admits by default (300 s) and the margin. A reader that misses one fails safe
 # (it takes the longest grace from then).

@@ -20,11 +20,11 @@ from typing import Any, Generic, TypeVar
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import exit_codes
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import resource_version
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 # How long a deleted object's resourceVersion is remembered (see ObjectStore._deleted_rv).
 TOMBSTONE_SECONDS = 600.0

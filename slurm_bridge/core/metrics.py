@@ -32,11 +32,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 
 if TYPE_CHECKING:
     from collections.abc import Sized
 
-Obj = dict[str, Any]
 NS = "slurm_bridge"
 
 

@@ -23,18 +23,18 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import aiohttp
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
 from slurm_bridge.rules.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 Handler = Callable[[str, Obj], None]
 LIST_PAGE: Final = 500

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import PatchType
-
-Obj = dict[str, Any]
 
 
 class KubeReads(Protocol):

@@ -9,6 +9,7 @@ from datetime import datetime
 import hostlist
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.conditions import Condition, set_condition
 from slurm_bridge.kube.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.kube.times import iso
@@ -26,7 +27,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     ReportPodGroup,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation, pod_is_released
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation, pod_is_released
 from slurm_bridge.rules.allocationmatch import compare
 from slurm_bridge.slurm.models import JobInfo
 

@@ -4,13 +4,11 @@ and the one patch that releases a pod to its Slurm node."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import escape_pointer, exit_codes, label_value
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.podphase import pod_ended
-
-Obj = dict[str, Any]
 
 
 def pod_terminating(pod: Obj) -> bool:

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, bounded, escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError, resource_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJobSpec
@@ -41,7 +42,6 @@ from slurm_bridge.rules.translate import time_limit_from_deadline
 from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
 from slurm_bridge.slurm.models import JobRequest
 
-Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
 Getter = Callable[[str], Awaitable[Obj | None]]
 

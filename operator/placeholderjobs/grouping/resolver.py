@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeError, api_prefix, resource_path
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import parent_name
@@ -26,7 +27,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Getter,
     Group,
     GroupError,
-    Obj,
     gang_min_count,
     jobset_group,
     lws_group,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, resource_path
 from slurm_bridge.kube.clusterapis import Discovery
@@ -32,7 +33,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
 from slurm_bridge.rules.workloadkinds import group_kind
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 def podgroup_of(phj: Mapping[str, Any]) -> Obj | None:

@@ -26,13 +26,13 @@ from typing import Protocol
 from slurm_bridge import names
 from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.cancels import Cancels, SlurmCancels

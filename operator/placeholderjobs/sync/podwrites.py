@@ -10,11 +10,12 @@ from collections.abc import Mapping
 
 from slurm_bridge import names
 from slurm_bridge.core import metrics
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, release_pod_patch
+from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, Prepared
 from slurm_bridge.operator.runtime.store import ObjectStore
 

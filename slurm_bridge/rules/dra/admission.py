@@ -12,11 +12,10 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.kubeformats import pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.dra.classes import DEVICE_CLASSES, EXTENDED_PREFIX, SHARD_GRES, device_class, known_classes
 from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
-
-Obj = dict[str, Any]
 
 
 def _containers(spec: Mapping[str, Any]) -> Iterable[tuple[str, int, Mapping[str, Any]]]:
