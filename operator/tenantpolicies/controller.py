@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
@@ -86,7 +87,7 @@ def outside_policy(policy: tenancy.TenantPolicy, phjs: Iterable[Obj], selected: 
     if spec is None:
         return out
     for phj in phjs:
-        meta = phj.get("metadata") or {}
+        meta = objects.meta(phj)
         if meta.get("namespace") not in selected:
             continue
         typed = PlaceholderJob.parse(phj)

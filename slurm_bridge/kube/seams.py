@@ -33,6 +33,14 @@ class KubeEvents(Protocol):
     async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False, action: str = "") -> None: ...
 
 
+class StatusKube(Protocol):
+    """The group-condition writers' calls: GET an object by path, patch its status."""
+
+    async def get(self, path: str) -> Obj | None: ...
+
+    async def patch(self, path: str, patch: Any, patch_type: PatchType = "merge") -> Obj: ...
+
+
 class DeviceKube(KubeReads, KubeWrites, KubeEvents, Protocol):
     """The DRA binder's calls: reads slices and claims, creates and patches claims, tells of a miss."""
 

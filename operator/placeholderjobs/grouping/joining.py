@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol, TypeVar
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
@@ -272,7 +273,7 @@ class Joins:
             return 30.0
         except Conflict:
             existing = await self.kube.get(phj_path(group.namespace, group.name))
-            if existing is None or existing["metadata"].get("deletionTimestamp"):
+            if existing is None or objects.deletion_timestamp(existing):
                 return 1.0
             self.phjs.upsert(existing)
             return 0.05  # another member created it: join it

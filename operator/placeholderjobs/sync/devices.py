@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeError
 from slurm_bridge.kube.seams import DeviceKube
@@ -47,7 +48,7 @@ class Prepared:
 
 
 def wants_devices(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     return names.ANN_DEVICE_REQUESTS in annotations and claim_name_of(pod) is not None
 
 

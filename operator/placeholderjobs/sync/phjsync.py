@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Protocol
 
 from slurm_bridge import names
-from slurm_bridge.core import logs, metrics
+from slurm_bridge.core import logs, metrics, objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import TenantCache
@@ -94,7 +94,7 @@ def departed_of(
             continue
         d = departures.of(ns, name)
         if d is not None and phj.is_member(d.pod):
-            node = (d.pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE) or d.node
+            node = objects.annotations(d.pod).get(names.ANN_SLURM_NODE) or d.node
             out[name] = None if node and runs_native(node) is False else d.runs_until(margin)
         elif name in assigned and runs_native(assigned[name]) is False:
             out[name] = None  # gone unseen, from a node where nothing native runs
@@ -687,6 +687,6 @@ class PlaceholderJobs:
         """The API's answer to a write, stored and parsed (once: the store keeps the parse)."""
         self.phjs.upsert(answer)
         stored = self.phjs.get(ObjectStore.key_of(answer))
-        if stored is not None and stored["metadata"].get("uid") == answer["metadata"].get("uid"):
+        if stored is not None and objects.uid(stored) == objects.uid(answer):
             return self.phjs.model_of(stored)
         return PlaceholderJob.parse(answer)  # deleted meanwhile
