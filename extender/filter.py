@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
 
 
 def _node_name(node: dict[str, Any]) -> str:
-    return str(node.get("metadata", {}).get("name", ""))
+    return objects.name(node) or ""
 
 
 def filter_nodes(args: ExtenderArgs, *, managed: bool = True, why: str = "") -> ExtenderFilterResult:
@@ -20,7 +21,7 @@ def filter_nodes(args: ExtenderArgs, *, managed: bool = True, why: str = "") -> 
     does not manage (``managed`` False, ``why`` the message; slurm_bridge/rules/namespaces.py): the
     webhook never checked it, so even a node annotation its author wrote is not honoured.
     """
-    annotations = args.Pod.get("metadata", {}).get("annotations") or {}
+    annotations = objects.annotations(args.Pod)
     allocated = annotations.get(names.ANN_SLURM_NODE, "")
     candidates = [_node_name(n) for n in args.Nodes.items] if args.Nodes else list(args.NodeNames or [])
     if not managed:

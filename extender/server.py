@@ -14,7 +14,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from slurm_bridge import names
-from slurm_bridge.core import logs, metrics
+from slurm_bridge.core import logs, metrics, objects
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.extender.filter import filter_nodes
 from slurm_bridge.extender.protocol import (
@@ -74,7 +74,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         if isinstance(e, web.HTTPBadRequest):
             raise
         raise web.HTTPBadRequest(text=f"not ExtenderArgs: {e}") from None
-    meta = args.Pod.get("metadata", {})
+    meta = objects.meta(args.Pod)
     label = str((meta.get("labels") or {}).get(names.LABEL_SLURM_JOB_ID, ""))
     job_id = int(label) if label.isdigit() else None
     logs.bind(namespace=meta.get("namespace"), name=meta.get("name"), jobId=job_id)

@@ -19,25 +19,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.rules import jobchanges, tenancy
 from slurm_bridge.rules.workloadkinds import controller_of, scheduling_group_name, slurmjob_annotations
 
 
-def _annotations(obj: Mapping[str, Any] | None) -> dict[str, str]:
-    meta = (obj or {}).get("metadata") or {}
-    return slurmjob_annotations(meta.get("annotations") if isinstance(meta, Mapping) else None)
-
-
 def configured_by(pod: Mapping[str, Any]) -> str | None:
     """What configures the pod's Slurm job when the pod does not (None: the pod itself)."""
-    meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     podgroup = scheduling_group_name(spec) if isinstance(spec, Mapping) else None
     if podgroup:
         return f"its PodGroup {podgroup} (with its Job or JobSet and its Workload)"
-    labels = meta.get("labels") or {}
-    if isinstance(labels, Mapping) and labels.get(names.LABEL_POD_GROUP):
+    labels = objects.labels(pod)
+    if labels.get(names.LABEL_POD_GROUP):
         return f"its PodGroup {labels[names.LABEL_POD_GROUP]}"
     owner = controller_of(pod)
     if owner is not None:
@@ -47,10 +42,8 @@ def configured_by(pod: Mapping[str, Any]) -> str | None:
 
 def allocated_job(pod: Mapping[str, Any]) -> str | None:
     """``Slurm job N`` when the pod's job was allocated (the bridge released the pod), else None."""
-    meta = pod.get("metadata") or {}
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    job_id = labels.get(names.LABEL_SLURM_JOB_ID) if isinstance(labels, Mapping) else None
-    released = isinstance(annotations, Mapping) and names.ANN_SLURM_NODE in annotations
+    job_id = objects.labels(pod).get(names.LABEL_SLURM_JOB_ID)
+    released = names.ANN_SLURM_NODE in objects.annotations(pod)
     if job_id is None and not released and not (pod.get("spec") or {}).get("nodeName"):
         return None
     return f"Slurm job {job_id}" if job_id else "its Slurm job"
@@ -61,7 +54,7 @@ def pod_change_problems(
 ) -> list[str]:
     """Why a change of a managed pod's slurmjob annotations cannot be made (none when it reaches
     its waiting job)."""
-    before, after = _annotations(old), _annotations(pod)
+    before, after = slurmjob_annotations(objects.annotations(old)), slurmjob_annotations(objects.annotations(pod))
     if before == after or (pod.get("spec") or {}).get("schedulerName") != config.schedulerName:
         return []
     where = configured_by(old)
@@ -84,7 +77,7 @@ def pod_change_problems(
 
 def workload_change_warnings(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> list[str]:
     """What a change of a workload's slurmjob annotations reaches, as admission warnings."""
-    before, after = _annotations(old), _annotations(obj)
+    before, after = slurmjob_annotations(objects.annotations(old)), slurmjob_annotations(objects.annotations(obj))
     warnings = []
     for key in jobchanges.changed_keys(before, after):
         what = jobchanges.describe(key, before, after)

@@ -21,6 +21,7 @@ from typing import Any, Final
 import aiohttp
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, RESOURCE_API
@@ -117,7 +118,7 @@ def ephemeral_problems(pod: Obj, old: Obj | None, config: Config) -> list[str]:
     if spec_of(pod).get("schedulerName") != config.schedulerName:
         return []
     try:
-        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests(objects.annotations(pod))
     except ValueError:
         return []  # such a pod was refused at its create
     added = sorted(_ephemeral_names(pod) - _ephemeral_names(old))

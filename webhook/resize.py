@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 
 from .templates import spec_of
@@ -39,16 +40,10 @@ def _resources(pod: Mapping[str, Any] | None) -> list[Any]:
     return out
 
 
-def _meta(pod: Mapping[str, Any] | None, field: str) -> dict[str, str]:
-    meta = (pod or {}).get("metadata")
-    found = meta.get(field) if isinstance(meta, Mapping) else None
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
-
-
 def job_mode(pod: Mapping[str, Any]) -> str | None:
     """The node sharing of the pod's Slurm job, as the operator stamped it at the release; None
     before (admission cannot tell it from what only the bridge sets)."""
-    stamped = _meta(pod, "annotations").get(names.ANN_JOB_NODE_SHARING)
+    stamped = objects.annotations(pod).get(names.ANN_JOB_NODE_SHARING)
     return stamped if stamped in names.NODE_SHARING_MODES else None
 
 

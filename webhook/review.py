@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from slurm_bridge.core import objects
+
 API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
 OPERATIONS: Final = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
@@ -46,12 +48,11 @@ class AdmissionRequest:
         """A name for logs: pods created from generateName have none yet, so show the prefix."""
         if self.name:
             return self.name
-        meta = (self.object or {}).get("metadata") or {}
-        if isinstance(meta, dict):
-            if meta.get("name"):
-                return str(meta["name"])
-            if meta.get("generateName"):
-                return f"{meta['generateName']}*"
+        meta = objects.meta(self.object)
+        if meta.get("name"):
+            return str(meta["name"])
+        if meta.get("generateName"):
+            return f"{meta['generateName']}*"
         return ""
 
 

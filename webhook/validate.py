@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.rules import tenancy, workloadkinds
@@ -61,10 +62,7 @@ def _metadata(obj: Mapping[str, Any] | None) -> Meta | None:
     """(labels, annotations) of an object or pod template, None if there is no such object."""
     if not isinstance(obj, Mapping):
         return None
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
-        return {}, {}
-    return _str_map(meta.get("labels")), _str_map(meta.get("annotations"))
+    return _str_map(objects.labels(obj)), _str_map(objects.annotations(obj))
 
 
 def reserved_key_violations(
@@ -205,7 +203,7 @@ def _devices_no_node_has(pod: Mapping[str, Any], config: Config, slices: Sequenc
     if spec_of(pod).get("schedulerName") != config.schedulerName:
         return []
     try:
-        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests(objects.annotations(pod))
     except ValueError:
         return []  # told by _pod_devices
     problems = []

@@ -34,8 +34,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
-from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.core.objects import Obj
+from slurm_bridge.kube.seams import KubeEvents
 from slurm_bridge.operator.handoff.decisions import (
     Drain,
     Held,
@@ -60,7 +62,6 @@ from slurm_bridge.slurm.models import NodeInfo, ReservationRecord
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 # A running job of a preemptable QOS is read again at least this often, at most
 # PREEMPTION_CHECKS_PER_PASS jobs a pass (the longest unread first): a preemption is seen within
@@ -83,7 +84,7 @@ class HandoffController:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: KubeEvents,
         slurm: SlurmHandoff,
         pods: ObjectStore,
         poller: SlurmJobView,
@@ -216,11 +217,9 @@ class HandoffController:
         gone = [d for ds in self.departures.by_job(ended).values() for d in ds]
         found = unheld(pods, gone, ended, held, native, now, self.rules.margin)
         at = time.monotonic()
-        keys = {(u.pod["metadata"].get("uid", ""), u.node) for u in found}
+        keys = {(objects.uid(u.pod) or "", u.node) for u in found}
         self._suspects = {k: self._suspects.get(k, at) for k in keys}
-        return [
-            u for u in found if at - self._suspects[(u.pod["metadata"].get("uid", ""), u.node)] >= UNSETTLED_SECONDS
-        ]
+        return [u for u in found if at - self._suspects[(objects.uid(u.pod) or "", u.node)] >= UNSETTLED_SECONDS]
 
     def _ended_jobs(self, snap: JobSnapshot) -> set[int]:
         """The jobs of bridge pods that ended for sure: finished in the snapshot, or missing from

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.operator.runtime.departures import Departure, slurm_job_of
 from slurm_bridge.rules.handoff import (
     HandoffDrain,
@@ -42,8 +42,6 @@ from slurm_bridge.rules.handoff import (
 )
 from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.slurm.models import NodeInfo
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.core import metrics
+from slurm_bridge.core import metrics, objects
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer
 from slurm_bridge.kube.client import KubeClient, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
@@ -57,7 +58,6 @@ from slurm_bridge.rules.nodenames import slurm_name_of
 from slurm_bridge.rules.workloadkinds import controller_of
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 # Every pod on a Slurm node is judged again this often even if nothing told of a change (a
 # PlaceholderJob's, which only a rare state turns against its pod; a missed event).
 SWEEP_SECONDS = 60.0
@@ -76,7 +76,7 @@ def other_pods_selector(scheduler_name: str) -> dict[str, str]:
 def slim_pod(pod: Obj) -> Obj:
     """What the guard reads of another scheduler's pod: who it is, where it runs, whether it is a
     static pod or a DaemonSet's, its scheduler and phase."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    meta, spec = objects.meta(pod), pod.get("spec") or {}
     kept: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
     mirror = (meta.get("annotations") or {}).get(names.ANN_K8S_CONFIG_MIRROR)
     if mirror is not None:
@@ -103,7 +103,7 @@ class NodePods:
 
     @staticmethod
     def _key(obj: Obj) -> Key:
-        meta = obj.get("metadata") or {}
+        meta = objects.meta(obj)
         return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
     def get(self, key: Key) -> Obj | None:
@@ -121,7 +121,7 @@ class NodePods:
         if self._on_change is not None:
             self._on_change(key)
         if etype == "DELETED":
-            if held is not None and held["metadata"].get("uid") == (obj.get("metadata") or {}).get("uid"):
+            if held is not None and objects.uid(held) == objects.uid(obj):
                 self._drop(key, held)
             return
         if held is not None:
@@ -249,7 +249,7 @@ class NodeGuard:
             slurm = slurm_name_of(node)
             taints: list[Obj] = (node.get("spec") or {}).get("taints") or []
             if slurm in table and any(same_taint(t, taint) for t in taints):
-                out[str(node["metadata"].get("name", ""))] = slurm
+                out[objects.name(node) or ""] = slurm
         return out
 
     def _member(self, pod: Obj, listing: tuple[Obj, ...]) -> Member | None:
@@ -323,7 +323,7 @@ class NodeGuard:
         since: dict[str, float] = {}
         for key in sorted(self._watching):
             j = self._judged[key]
-            uid = str(j.pod["metadata"].get("uid", ""))
+            uid = objects.uid(j.pod) or ""
             if j.verdict.kind is Kind.UNEXPLAINED:
                 since[uid] = self._since.get(uid, clock)
             if counts(j.verdict, since.get(uid), clock, self.rules):

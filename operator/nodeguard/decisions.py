@@ -23,19 +23,20 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import parse_iso
 from slurm_bridge.rules.workloadkinds import controller_of
 from slurm_bridge.slurm.formats import expand_nodes
 from slurm_bridge.slurm.models import NodeInfo
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 # How long a bridge pod may stay unexplained before it drains its node: longer than a watch lags
 # behind the operator's own writes, and than a PlaceholderJob's deletion takes to end its pods.
@@ -111,7 +112,7 @@ class Intruder:
         return f"{self.namespace}/{self.name}"
 
 
-def _released_here(meta: Obj, node: str) -> int | None:
+def _released_here(meta: Mapping[str, Any], node: str) -> int | None:
     """The Slurm job of a pod the bridge released onto ``node`` (its release names the node and
     labels the job); None if it was not."""
     if (meta.get("annotations") or {}).get(names.ANN_SLURM_NODE) != node:
@@ -120,7 +121,7 @@ def _released_here(meta: Obj, node: str) -> int | None:
     return int(label) if isinstance(label, str) and label.isdigit() else None
 
 
-def _terminating_until(meta: Obj, margin: int) -> datetime | None:
+def _terminating_until(meta: Mapping[str, Any], margin: int) -> datetime | None:
     """Until when a terminating pod may still run: its deletion deadline (the request plus its
     grace period) and the margin; None when it is not terminating."""
     at = meta.get("deletionTimestamp")
@@ -136,7 +137,7 @@ def judge(pod: Obj, node: str, slurm_node: str, member: Member | None, rules: Ru
     """Whether ``pod``, bound to Kubernetes node ``node`` (Slurm node ``slurm_node``), may run there.
     ``member``: the PlaceholderJob that counts the pod as its member (``PlaceholderJob.is_member``),
     None when none does."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    meta, spec = objects.meta(pod), pod.get("spec") or {}
     ns, scheduler = str(meta.get("namespace") or ""), str(spec.get("schedulerName") or "default-scheduler")
     if spec.get("nodeName") != node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return Verdict(Kind.ALLOWED, "not running on this node")

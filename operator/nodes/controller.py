@@ -26,12 +26,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from slurm_bridge import names
-from slurm_bridge.core import metrics
+from slurm_bridge.core import metrics, objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
 from slurm_bridge.operator.nodes import devicematch, nodesync, resourcesfit
@@ -51,7 +51,6 @@ from slurm_bridge.slurm.errors import SlurmError, SlurmNotFound
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 # Every node is looked at again this often even without a change on either side, so a missed
 # watch event or a failed write cannot leave a node out of step for long.
@@ -62,7 +61,7 @@ PARTITIONS_TTL_SECONDS = 30.0
 
 def _same_but_version(a: Obj, b: Obj) -> bool:
     """Two stored nodes (projections) equal apart from their resourceVersion."""
-    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    ma, mb = objects.meta(a), objects.meta(b)
     if ma.keys() != mb.keys() or a.keys() != b.keys():
         return False
     return all(ma[k] == mb[k] for k in ma if k != "resourceVersion") and all(a[k] == b[k] for k in a if k != "metadata")
@@ -147,7 +146,7 @@ class NodeController:
     # ---- Kubernetes side -----------------------------------------------------------------------
     def on_node_event(self, etype: str, node: Obj) -> None:
         metrics.node_event()
-        name = node.get("metadata", {}).get("name", "")
+        name = objects.name(node) or ""
         if not name:
             return
         old = self.nodes.get(("", name))
@@ -404,7 +403,7 @@ class NodeController:
             await self.kube.event(ref, names.REASON_TOPOLOGY_NOT_LABELLED, message, warning=True)
         elif not told:
             self._told_topology.pop(name, None)
-        change = topology.topology_labels(node["metadata"].get("labels") or {}, places)
+        change = topology.topology_labels(objects.labels(node), places)
         if not change:
             return
         try:
@@ -460,7 +459,7 @@ class NodeController:
     ) -> bool:
         if plan.action is None:
             return False
-        ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **((node or {}).get("metadata") or {})}}
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **objects.meta(node)}}
         action = plan.action
         if action in (reg.Action.ANNOTATE, reg.Action.UNANNOTATE):
             await self._annotate(name, plan.message if action == reg.Action.ANNOTATE else None)
@@ -535,12 +534,12 @@ class NodeController:
         """Record (or drop) the registered node line on the Kubernetes node."""
         key = escape_pointer(names.ANN_SLURM_REGISTRATION)
         node = self.nodes.get(("", name))
-        has = node is not None and names.ANN_SLURM_REGISTRATION in (node["metadata"].get("annotations") or {})
+        has = node is not None and names.ANN_SLURM_REGISTRATION in objects.annotations(node)
         if value is None:
             if not has:
                 return
             op: list[Obj] = [{"op": "remove", "path": f"/metadata/annotations/{key}"}]
-        elif node is not None and node["metadata"].get("annotations"):
+        elif node is not None and objects.annotations(node):
             op = [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
         else:
             op = [{"op": "add", "path": "/metadata/annotations", "value": {names.ANN_SLURM_REGISTRATION: value}}]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import slices_cache
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.operator.nodes.resourcesfit import Fit, condition_of, write_condition
@@ -30,7 +31,6 @@ from slurm_bridge.rules.dra.inventory import devices_differ, said, slurm_gpu_inv
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 DRIVER: Final = "gpu.nvidia.com"  # the driver whose MIG devices Slurm's typed GRES mirror
 
 

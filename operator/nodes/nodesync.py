@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.taints import managed_taint, same_taint
 from slurm_bridge.slurm.models import NodeInfo
 
-Obj = dict[str, Any]
 Outage = Literal["drain", "down", "fail"]
 
 
@@ -82,7 +83,7 @@ def _state_taint(outage: str) -> Obj:
 
 
 def kube_view(node: Obj, scheduler_name: str) -> KubeView:
-    meta, spec = node.get("metadata", {}), node.get("spec") or {}
+    meta, spec = objects.meta(node), node.get("spec") or {}
     ann = meta.get("annotations") or {}
     taints: list[Obj] = spec.get("taints") or []
     value = next((t.get("value") for t in taints if t.get("key") == names.TAINT_SLURM_STATE), None)
@@ -239,7 +240,7 @@ def node_patch(node: Obj, want: KubeView, scheduler_name: str) -> Obj | None:
     It carries the node's resourceVersion, so it fails with 409 instead of overwriting a change
     made meanwhile (``spec.taints`` is replaced as a whole list).
     """
-    meta, spec = node.get("metadata", {}), node.get("spec") or {}
+    meta, spec = objects.meta(node), node.get("spec") or {}
     have = kube_view(node, scheduler_name)
     ann: dict[str, str | None] = {}
     owner = names.NODE_SYNC_OWNER

@@ -26,13 +26,12 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
-
-Obj = dict[str, Any]
 
 # Partition and feature names, and a topology line: nothing that could end the node line early.
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -122,12 +121,12 @@ NOTHING = Plan(None)
 
 
 def labelled(node: Obj) -> bool:
-    return names.LABEL_EXTERNAL_NODE in (node["metadata"].get("labels") or {})
+    return names.LABEL_EXTERNAL_NODE in objects.labels(node)
 
 
 def registration(node: Obj) -> str | None:
     """The node line the bridge registered for this node, from its annotation."""
-    return (node["metadata"].get("annotations") or {}).get(names.ANN_SLURM_REGISTRATION)
+    return objects.annotations(node).get(names.ANN_SLURM_REGISTRATION)
 
 
 def bridge_comment(bridge_id: str, node: str) -> str:

@@ -24,6 +24,8 @@ from fractions import Fraction
 from typing import Any, Final, NamedTuple
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient, KubeError, node_path, resource_path
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.rules.podresources import pod_requests
@@ -31,7 +33,6 @@ from slurm_bridge.rules.resources import parse_quantity
 from slurm_bridge.slurm.models import NodeInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 _MIB: Final = 2**20
 # A node's other pods are listed again at most this often (while neither side's size changes),
 # and while the node does not fit (every new job leaves it out), this often.
@@ -225,6 +226,6 @@ async def write_condition(kube: KubeClient, name: str, node: Mapping[str, Any], 
         return None
     log.info("node %s: %s=%s: %s", name, ctype, fit.status, fit.message)
     if changed and (fit.status == "False" or old is not None):
-        ref = {"apiVersion": "v1", "kind": "Node", "metadata": dict(node.get("metadata") or {})}
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": dict(objects.meta(node))}
         await kube.event(ref, fit.reason, fit.message, warning=fit.status == "False")
     return written

@@ -22,6 +22,7 @@ from typing import Any
 from slurm_bridge import names
 from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import KubeClient
@@ -43,8 +44,6 @@ from slurm_bridge.operator.views.slurmnodes import NodeView
 from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules.namespaces import ManagedNamespaces
 from slurm_bridge.slurm.client import SlurmClient
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

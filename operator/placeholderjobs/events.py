@@ -10,16 +10,14 @@ nothing new (docs/design/watches.md, "Dropped before the queue").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from slurm_bridge.core import metrics
+from slurm_bridge.core import metrics, objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import resource_version
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem, PodItem, WorkItem
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.operator.views.slurmjobs import PhjRef
-
-Obj = dict[str, Any]
 
 
 class EventHandlers:
@@ -58,7 +56,7 @@ class EventHandlers:
         new: a MODIFIED event that changes nothing the store keeps (``ObjectStore.observe``), or
         any event but DELETED at or below the resourceVersion a reconcile of that object already
         began with (the echo of the operator's own write read since, a stale event)."""
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         if etype == "DELETED":
             store.delete(obj)
             self._read.pop(item, None)
@@ -78,4 +76,4 @@ class EventHandlers:
         if obj is None:
             self._read.pop(item, None)
         else:
-            self._read[item] = (obj["metadata"].get("uid", ""), resource_version(obj))
+            self._read[item] = (objects.uid(obj) or "", resource_version(obj))

@@ -15,10 +15,11 @@ from collections.abc import Hashable
 from typing import Final
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
@@ -39,7 +40,7 @@ NAMESPACES_WAIT_SECONDS: Final = 2.0
 
 def member_pods(phj: Obj) -> list[Key]:
     """The (namespace, name) of each pod a PlaceholderJob lists."""
-    ns = phj.get("metadata", {}).get("namespace", "")
+    ns = objects.namespace(phj) or ""
     pods = (phj.get("spec") or {}).get("pods") or []
     return [(ns, name) for name in pods if isinstance(name, str)]
 
@@ -70,7 +71,7 @@ def phj_index(phj: Obj) -> list[Hashable]:
     if isinstance(source, dict) and source.get("uid"):
         keys.append(by_group(str(source["uid"])))
         if workloadkinds.group_kind(source) in MERGED_OPTIONS:
-            keys.append(merged_in(str(phj.get("metadata", {}).get("namespace", ""))))
+            keys.append(merged_in(objects.namespace(phj) or ""))
     return keys
 
 
@@ -78,9 +79,9 @@ def own_options_changed(pod: Obj, phj: PlaceholderJob) -> bool:
     """A pod that is its own group (a bare pod: its PlaceholderJob's ``spec.group``) whose slurmjob
     annotations are not those its PlaceholderJob was made from."""
     source = phj.spec.group
-    if source is None or source.kind != "Pod" or source.uid != pod["metadata"].get("uid"):
+    if source is None or source.kind != "Pod" or source.uid != objects.uid(pod):
         return False
-    return recorded_options(phj.raw) != workloadkinds.slurmjob_annotations(pod["metadata"].get("annotations"))
+    return recorded_options(phj.raw) != workloadkinds.slurmjob_annotations(objects.annotations(pod))
 
 
 class Membership:
@@ -110,7 +111,7 @@ class Membership:
 
     async def reconcile(self, key: Key) -> float | None:
         pod = self.pods.get(key)
-        if pod is None or pod["metadata"].get("deletionTimestamp") or pod_ended(pod):
+        if pod is None or objects.deletion_timestamp(pod) or pod_ended(pod):
             # The PlaceholderJob decides whether the Slurm job must end with it; a member that
             # ended (not one still terminating) frees its place for a pod waiting for one.
             for phj in self._phjs_with_member(key):

@@ -18,9 +18,11 @@ Bare pods are their own workload: the pod watch finds their changes (:mod:`.memb
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import Final
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer, key_of
 from slurm_bridge.kube.client import METADATA_ONLY, KubeClient, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
@@ -32,7 +34,6 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.workloadkinds import GroupKind, WorkloadKind
 
-Obj = dict[str, Any]
 # The versions watched of the kinds the bridge otherwise reads only as owners (any version an
 # ownerReference names): the ones their controllers serve.
 OWNER_VERSIONS: Final[dict[GroupKind, tuple[str, ...]]] = {
@@ -102,7 +103,7 @@ class OptionSources:
             await i.stop()
 
     def on_event(self, kind: WorkloadKind, held: Annotated, etype: str, obj: Obj) -> None:
-        key, meta = key_of(obj), obj.get("metadata") or {}
+        key, meta = key_of(obj), objects.meta(obj)
         if etype == "DELETED":
             held.objects.pop(key, None)
             return
@@ -111,7 +112,7 @@ class OptionSources:
         old = held.objects.get(key)
         stored = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}}
         held.objects[key] = {**stored, "options": new}
-        if old is not None and old["metadata"].get("uid") == uid and old.get("options") == new:
+        if old is not None and objects.uid(old) == uid and old.get("options") == new:
             return  # nothing the bridge reads changed (a Job's status, say)
         listed = old is None  # first seen: a list, or a new object (its PlaceholderJobs are made after)
         for phj in self.phjs.indexed(by_group(uid)):

@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, resource_path
 from slurm_bridge.rules.resume import Place, ResumePolicy, choose_place, decode_place, expired
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 def policy_of(config: Any) -> ResumePolicy:
@@ -183,7 +184,7 @@ class Places:
             cm = await self.kube.get(self._path(name)) or {}
         if cm and not cm.get("data"):
             try:
-                await self.kube.delete(self._path(name), uid=(cm.get("metadata") or {}).get("uid"))
+                await self.kube.delete(self._path(name), uid=objects.uid(cm))
             except KubeError as e:
                 log.info("deleting the empty places %s failed: %s", name, e)
         if not self._by_workload.get(workload):

@@ -26,11 +26,11 @@ from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import Conflict, KubeError, NotFound, phj_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.seams import ReconfigureKube
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import CompositeGroup
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Group,

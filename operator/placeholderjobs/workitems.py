@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from slurm_bridge.core import objects
 from slurm_bridge.operator.runtime.store import Key
 from slurm_bridge.operator.views.slurmjobs import PhjRef
 
@@ -28,7 +29,7 @@ class PodItem:
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> PodItem:
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         return cls(meta.get("namespace", ""), meta.get("name", ""))
 
 
@@ -46,7 +47,7 @@ class PhjItem:
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> PhjItem:
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         return cls(meta.get("namespace", ""), meta.get("name", ""))
 
     @classmethod
@@ -70,7 +71,7 @@ class OptionsItem:
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> OptionsItem:
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         return cls(meta.get("namespace", ""), meta.get("name", ""))
 
 

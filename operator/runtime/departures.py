@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.handoff import pod_grace_seconds
 
-Obj = dict[str, Any]
 # A vanished pod's departure is kept this long after it was noticed: longer than the longest grace
 # period the webhook admits by default (300 s) and the margin. A reader that misses one fails safe
 # (it takes the longest grace from then).
@@ -64,7 +64,7 @@ class Departure:
 
 def slurm_job_of(pod: Obj) -> int | None:
     """The Slurm job a released pod runs in (the ``slurm-jobid`` label the release gives it)."""
-    label = (pod["metadata"].get("labels") or {}).get(names.LABEL_SLURM_JOB_ID)
+    label = objects.labels(pod).get(names.LABEL_SLURM_JOB_ID)
     return int(label) if isinstance(label, str) and label.isdigit() else None
 
 
@@ -101,7 +101,7 @@ def pod_job_index(pod: Obj) -> list[Hashable]:
 def _slim(pod: Obj) -> Obj:
     """What a departure's readers need of the pod: who it was (membership: uid, owners), its job,
     node and grace period, and its last phase."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    meta, spec = objects.meta(pod), pod.get("spec") or {}
     kept = ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
     return {
         "metadata": {k: meta[k] for k in kept if k in meta},

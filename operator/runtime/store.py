@@ -19,12 +19,13 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import exit_codes
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import resource_version
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 # How long a deleted object's resourceVersion is remembered (see ObjectStore._deleted_rv).
 TOMBSTONE_SECONDS = 600.0
@@ -155,7 +156,7 @@ class ObjectStore:
 
     @staticmethod
     def key_of(obj: Obj) -> Key:
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         return (meta.get("namespace", ""), meta.get("name", ""))
 
     def upsert(self, obj: Obj) -> bool:
@@ -163,7 +164,7 @@ class ObjectStore:
         key = self.key_of(obj)
         rv = resource_version(obj)
         cur = self._objs.get(key)
-        if cur is not None and resource_version(cur) >= rv and cur["metadata"].get("uid") == obj["metadata"].get("uid"):
+        if cur is not None and resource_version(cur) >= rv and objects.uid(cur) == objects.uid(obj):
             return False
         if self._deleted_rv.get(key, (-1, 0.0))[0] >= rv:
             return False
@@ -180,11 +181,7 @@ class ObjectStore:
         as changes: the reconcile that wrote may wait for them."""
         key = self.key_of(obj)
         cur = self._objs.get(key)
-        if (
-            cur is None
-            or resource_version(obj) <= resource_version(cur)
-            or cur["metadata"].get("uid") != obj["metadata"].get("uid")
-        ):
+        if cur is None or resource_version(obj) <= resource_version(cur) or objects.uid(cur) != objects.uid(obj):
             self.upsert(obj)
             return True
         stored = project(obj)
@@ -199,7 +196,7 @@ class ObjectStore:
     def delete(self, obj: Obj) -> None:
         key = self.key_of(obj)
         cur = self._objs.get(key)
-        if cur is not None and cur["metadata"].get("uid") != obj["metadata"].get("uid"):
+        if cur is not None and objects.uid(cur) != objects.uid(obj):
             return  # a newer incarnation with the same name already replaced it
         self._reindex(key, self._objs.pop(key, None), None)
         now = time.monotonic()

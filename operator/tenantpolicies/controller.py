@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import KubeClient, KubeError, resource_path
@@ -29,7 +31,6 @@ from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 # Slurm's accounts and QOS are read again this often (and when a policy changes, at most every
 # ACCOUNTS_MIN_SECONDS): not on every poll.
@@ -86,7 +87,7 @@ def outside_policy(policy: tenancy.TenantPolicy, phjs: Iterable[Obj], selected: 
     if spec is None:
         return out
     for phj in phjs:
-        meta = phj.get("metadata") or {}
+        meta = objects.meta(phj)
         if meta.get("namespace") not in selected:
             continue
         typed = PlaceholderJob.parse(phj)

@@ -32,11 +32,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 
 if TYPE_CHECKING:
     from collections.abc import Sized
 
-Obj = dict[str, Any]
 NS = "slurm_bridge"
 
 
@@ -149,7 +150,7 @@ WATCH_EVENTS = Counter(
 
 
 def _created(pod: Obj) -> float | None:
-    ts = pod.get("metadata", {}).get("creationTimestamp")
+    ts = objects.meta(pod).get("creationTimestamp")
     try:
         return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp() if ts else None
     except ValueError:
@@ -174,7 +175,7 @@ class PodTimes:
         _child(WATCH_EVENTS, "pods").inc()
         if pod.get("spec", {}).get("schedulerName") != scheduler_name:
             return
-        uid = pod.get("metadata", {}).get("uid", "")
+        uid = objects.uid(pod) or ""
         if etype == "DELETED":
             self._first_seen.pop(uid, None)
             self._released.pop(uid, None)
@@ -187,7 +188,7 @@ class PodTimes:
             POD_BIND_SECONDS.observe(time.monotonic() - released)
 
     def released(self, pod: Obj) -> None:
-        uid = pod.get("metadata", {}).get("uid", "")
+        uid = objects.uid(pod) or ""
         if uid in self._released or len(self._released) >= self.LIMIT:
             return
         now, created, seen = time.time(), _created(pod), self._first_seen.get(uid)

@@ -23,18 +23,19 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import aiohttp
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
 from slurm_bridge.rules.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 Handler = Callable[[str, Obj], None]
 LIST_PAGE: Final = 500
@@ -52,7 +53,7 @@ NAMESPACES_PATH: Final = resource_path("v1", "namespaces", None)
 
 
 def project_namespace(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     return {
         "metadata": {
             "name": meta.get("name"),
@@ -65,7 +66,7 @@ def project_namespace(obj: Obj) -> Obj:
 
 def project_policy(obj: Obj) -> Obj:
     """What the rules and the status writer read: no managedFields or annotations."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     kept = {k: meta.get(k) for k in ("name", "uid", "generation", "resourceVersion", "creationTimestamp")}
     return {
         "apiVersion": obj.get("apiVersion"),
@@ -77,13 +78,8 @@ def project_policy(obj: Obj) -> Obj:
 
 
 def key_of(obj: Obj) -> Key:
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     return (meta.get("namespace") or "", meta.get("name") or "")
-
-
-def _uid(obj: Obj) -> str | None:
-    uid: str | None = (obj.get("metadata") or {}).get("uid")
-    return uid
 
 
 class Known(Protocol):
@@ -210,7 +206,7 @@ class Informer:
                 self.last_error = ""
                 self.synced.set()
                 return False
-            meta = page.get("metadata") or {}
+            meta = objects.meta(page)
             if not snapshot:
                 snapshot, upto = meta.get("resourceVersion") or "", resource_version(page)
             kind = str(page.get("kind") or "").removesuffix("List")
@@ -220,10 +216,10 @@ class Informer:
                     obj.setdefault("kind", kind)
                 if api_version:
                     obj.setdefault("apiVersion", api_version)
-                key, uid = key_of(obj), _uid(obj)
+                key, uid = key_of(obj), objects.uid(obj)
                 listed[key] = uid
                 held = self.known.get(key)
-                if held is not None and _uid(held) != uid:
+                if held is not None and objects.uid(held) != uid:
                     if resource_version(held) > upto > 0:
                         continue  # the consumer holds a newer incarnation than the list's
                     self._hand("DELETED", held)  # the one it held is gone: its delete fell in the gap
@@ -245,7 +241,7 @@ class Informer:
         taken (the operator's own, stored from the API's answer): its fate is the watch's."""
         for held in self.known.values():
             key = key_of(held)
-            if key in listed and listed[key] == _uid(held):
+            if key in listed and listed[key] == objects.uid(held):
                 continue
             if upto is not None and resource_version(held) > upto:
                 continue
@@ -273,7 +269,7 @@ class Informer:
                     raise Gone(410, reason, message or "too old resource version")
                 raise KubeError(int(code), reason, message or str(obj))
             self.events += 1
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            rv = objects.meta(obj).get("resourceVersion")
             if etype in ("ADDED", "MODIFIED", "DELETED"):
                 self._hand(etype, obj)
             elif etype != "BOOKMARK":
@@ -318,7 +314,7 @@ class WatchCache:
         return list(self.objects.values())
 
     def _apply(self, etype: str, obj: Obj) -> None:
-        name = (obj.get("metadata") or {}).get("name")
+        name = objects.name(obj)
         if not name:
             return
         if etype == "DELETED":
@@ -351,7 +347,7 @@ async def namespace_labels(cache: WatchCache, namespace: str) -> dict[str, str] 
         if got is None:
             return None
         obj = cache.objects.setdefault(namespace, project_namespace(got))
-    return dict((obj.get("metadata") or {}).get("labels") or {})
+    return dict(objects.labels(obj))
 
 
 class TenantCache:
@@ -442,7 +438,7 @@ def project_slice(obj: Obj) -> Obj:
     """What the bridge reads of a ResourceSlice: its node, driver, pool and devices' Slurm-order and
     kind attributes and shards (slurm_bridge/rules/dra/inventory.py);
     uid and resourceVersion for the informer's relist."""
-    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    spec, meta = obj.get("spec") or {}, objects.meta(obj)
     keep = ("type", "index", "parentIndex", "minor", "profile")
     devices = [
         {

@@ -26,6 +26,7 @@ import aiohttp
 import pydantic_core
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
 from slurm_bridge.kube import kubeconfig as kubeconfig_loader
 from slurm_bridge.kube.kubeconfig import TokenSource
@@ -80,7 +81,7 @@ def resource_version(obj: Mapping[str, Any]) -> int:
     """An object's resourceVersion as a number (the API server's are etcd revisions), to tell a
     newer version from an older one; 0 when it has none or it is not a number."""
     try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+        return int(objects.meta(obj).get("resourceVersion") or 0)
     except (TypeError, ValueError):
         return 0
 
@@ -356,7 +357,7 @@ class KubeClient:
             await asyncio.gather(*self._event_tasks, return_exceptions=True)
 
     async def _post_event(self, obj: dict[str, Any], reason: str, message: str, *, warning: bool, action: str) -> None:
-        meta = obj.get("metadata", {})
+        meta = objects.meta(obj)
         ns = meta.get("namespace") or "default"
         ts = now_iso()
         suffix = f"{secrets.token_hex(6)}{next(self._event_seq):x}"

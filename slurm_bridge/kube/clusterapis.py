@@ -16,11 +16,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.schedulingapi import KubeVersion
 
-Obj = dict[str, Any]
 # GET an API path: the document, None when the server answers 404; other errors raise KubeError.
 Getter = Callable[[str], Awaitable[Obj | None]]
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.kube.conditions import Camel as _Camel
 from slurm_bridge.kube.conditions import Condition
 from slurm_bridge.kube.times import parse_iso
@@ -179,14 +180,14 @@ class PlaceholderJob(_Camel):
         if pod is None:
             return False
         owner = self.pod_owner_uid()
-        return owner is not None and owner != pod["metadata"].get("uid")
+        return owner is not None and owner != objects.uid(pod)
 
     def is_member(self, pod: dict[str, Any]) -> bool:
         """Whether ``pod`` is the incarnation the PlaceholderJob counts as its member of that name:
         a gang records each member's uid in spec.podUIDs, a single pod is the PlaceholderJob's owner."""
         if self.is_gang():
             uid = (self.spec.pod_uids or {}).get(pod["metadata"]["name"])
-            return uid is None or uid == pod["metadata"].get("uid")
+            return uid is None or uid == objects.uid(pod)
         return not self.owned_by_other_pod(pod)
 
     def resubmit_wait(self, retry_seconds: float, now: datetime | None = None) -> float:

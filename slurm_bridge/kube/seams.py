@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import PatchType
-
-Obj = dict[str, Any]
 
 
 class KubeReads(Protocol):
@@ -32,6 +31,14 @@ class KubeEvents(Protocol):
     """Events about an object, for the person who owns it."""
 
     async def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False, action: str = "") -> None: ...
+
+
+class StatusKube(Protocol):
+    """The group-condition writers' calls: GET an object by path, patch its status."""
+
+    async def get(self, path: str) -> Obj | None: ...
+
+    async def patch(self, path: str, patch: Any, patch_type: PatchType = "merge") -> Obj: ...
 
 
 class DeviceKube(KubeReads, KubeWrites, KubeEvents, Protocol):

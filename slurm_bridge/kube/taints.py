@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
-
-Obj = dict[str, Any]
+from slurm_bridge.core.objects import Obj
 
 MANAGED_KEY = names.TAINT_MANAGED_NODE
 MANAGED_EFFECT = names.TAINT_MANAGED_NODE_EFFECT

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.slurm.models import JobRequest, ReservationRecord
 
@@ -184,6 +185,6 @@ def job_handoff_scope(request: JobRequest, pods: Iterable[dict[str, Any]]) -> st
 
 def _exact_cores(pod: dict[str, Any]) -> bool:
     try:
-        return "dra.cpu" in recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        return "dra.cpu" in recorded_requests(objects.annotations(pod))
     except ValueError:
         return False

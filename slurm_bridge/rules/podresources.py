@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from slurm_bridge.core import objects
 from slurm_bridge.rules.dra.gres import slurm_needs
 from slurm_bridge.rules.dra.recorded import recorded_requests
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
@@ -70,7 +71,7 @@ def _max(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> dict[str, Frac
 
 def pod_label(pod: Mapping[str, Any]) -> str:
     """``pod <namespace>/<name>`` (or its generateName) for messages that must say which pod."""
-    meta = pod.get("metadata") or {}
+    meta = objects.meta(pod)
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
     return f"pod {ns}/{name}" if ns else f"pod {name}"
@@ -131,7 +132,7 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     # DRA requests, which the webhook took out of the containers (slurm_bridge/rules/dra/admission.py): a GPU
     # DeviceClass is its GRES, dra.cpu the pod's CPUs (native cpu is refused beside it).
     try:
-        counts = recorded_requests((pod.get("metadata") or {}).get("annotations") or {})
+        counts = recorded_requests(objects.annotations(pod))
     except ValueError as e:
         raise ValueError(f"{label}: {e}") from None
     dra_gres, dra_cpus = slurm_needs(counts)

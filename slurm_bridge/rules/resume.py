@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
+from slurm_bridge.core import objects
 from slurm_bridge.slurm.models import JobRequest
 
 # The job of a Job's pod: its completion index (an Indexed Job's), set by the Job controller.
@@ -107,7 +108,7 @@ def workload_key(namespace: str, group_kind: str, group_uid: str, slot: str) -> 
 def single_slot(pod: Mapping[str, Any]) -> str:
     """The slot of a pod that is its own group under a controller: an Indexed Job's completion
     index (set by the Job controller at create); "" otherwise (any replacement takes any place)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     index = annotations.get(JOB_COMPLETION_INDEX)
     return f"index-{index}" if isinstance(index, str) and index.isdigit() else ""
 

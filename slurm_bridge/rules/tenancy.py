@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import LabelSelector
 from slurm_bridge.slurm.models import JobRequest, NodeSharing
 
@@ -126,7 +127,7 @@ class TenantPolicy:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> TenantPolicy:
-        meta = obj.get("metadata") or {}
+        meta = objects.meta(obj)
         name, generation = str(meta.get("name", "")), int(meta.get("generation") or 0)
         spec = obj.get("spec") or {}
         try:
@@ -518,7 +519,7 @@ class TenantIndex:
     def build(cls, policies: Iterable[Mapping[str, Any]], namespaces: Iterable[Mapping[str, Any]]) -> TenantIndex:
         labels: dict[str, dict[str, str]] = {}
         for ns in namespaces:
-            meta = ns.get("metadata") or {}
+            meta = objects.meta(ns)
             labels[str(meta.get("name", ""))] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         return cls([TenantPolicy.from_object(p) for p in policies], labels)
 

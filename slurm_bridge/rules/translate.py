@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.rules import nodesharing
 from slurm_bridge.rules.dra.admission import device_plugin_problem, plugin_gpu_fields
@@ -173,7 +174,7 @@ def _sharing_fields(
     if mode == names.NODE_SHARING_CO_RESIDENT:
         problems = nodesharing.annotation_problems(from_annotations, mode)
         for p in pods:
-            meta = p.get("metadata") or {}
+            meta = objects.meta(p)
             found = nodesharing.limit_problems(p.get("spec") or {}, meta.get("annotations") or {})
             problems += [f"{pod_label(p)}: {f}" for f in found]
         if problems:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 
 GroupKind = tuple[str, str]  # (API group, kind)
 # Where a pod template sits in a workload, key by key; "*" walks a list.
@@ -161,12 +162,7 @@ def slurmjob_annotations(annotations: Mapping[str, Any] | None) -> dict[str, str
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The object's controller ownerReference (the owner a pod's group is looked up through)."""
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-    for ref in refs or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return dict(ref)
-    return None
+    return next((dict(ref) for ref in objects.owner_references(obj) if ref.get("controller")), None)
 
 
 def scheduling_group_name(spec: Mapping[str, Any]) -> str | None:

@@ -9,6 +9,8 @@ from datetime import datetime
 import hostlist
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.conditions import Condition, set_condition
 from slurm_bridge.kube.placeholderjob import Assignment, PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.kube.times import iso
@@ -26,7 +28,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     ReportPodGroup,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation, pod_is_released
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation, pod_is_released
 from slurm_bridge.rules.allocationmatch import compare
 from slurm_bridge.slurm.models import JobInfo
 
@@ -217,7 +219,7 @@ def placed_members(live: Mapping[str, Obj]) -> dict[str, str]:
     placed: dict[str, str] = {}
     for name, pod in live.items():
         bound = (pod.get("spec") or {}).get("nodeName")
-        named = (pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE)
+        named = objects.annotations(pod).get(names.ANN_SLURM_NODE)
         if bound or (named and pod_is_released(pod, named)):
             placed[name] = str(named or bound)
     return placed

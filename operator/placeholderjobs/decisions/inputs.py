@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Held, Updated, UpdateRefused
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.views.slurmpolicy import SlurmPolicy
 from slurm_bridge.rules.tenancy import Verdict
 from slurm_bridge.slurm.models import JobRequest, JobSettings, PartitionLimits

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.conditions import Condition, set_condition
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.kube.times import iso
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, EndPods, Event, Fence, Plan, WriteStatus
 from slurm_bridge.operator.placeholderjobs.decisions.pods import (
-    Obj,
     holding_allocation,
     live_members,
     pod_terminating,

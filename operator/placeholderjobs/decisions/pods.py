@@ -4,17 +4,16 @@ and the one patch that releases a pod to its Slurm node."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import escape_pointer, exit_codes, label_value
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.podphase import pod_ended
-
-Obj = dict[str, Any]
 
 
 def pod_terminating(pod: Obj) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
+    return bool(objects.deletion_timestamp(pod))
 
 
 def holding_allocation(members: Mapping[str, Obj | None]) -> dict[str, Obj]:
@@ -43,7 +42,7 @@ def all_bound(live: Mapping[str, Obj], assignment: Mapping[str, str]) -> bool:
 
 
 def pod_is_released(pod: Obj, node: str) -> bool:
-    annotations = pod["metadata"].get("annotations") or {}
+    annotations = objects.annotations(pod)
     gates = pod.get("spec", {}).get("schedulingGates") or []
     return annotations.get(names.ANN_SLURM_NODE) == node and all(g.get("name") != names.SCHEDULING_GATE for g in gates)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     JOB,
     Group,
@@ -41,8 +42,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.translate import time_limit_from_deadline
 from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
-
-Obj = dict[str, Any]
 
 COMPOSITE: Final[GroupKind] = workloadkinds.COMPOSITE_PODGROUP.group_kind
 API_GROUP: Final = workloadkinds.COMPOSITE_PODGROUP.group

@@ -7,9 +7,9 @@ PodGroup is read). The composite's scheduled condition is written by
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.clusterapis import Discovery
@@ -26,7 +26,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import (
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Getter, Group, GroupError, read_group_object
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 KIND = "CompositePodGroup"
 
 

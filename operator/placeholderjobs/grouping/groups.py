@@ -31,7 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH, bounded, escape_pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
 from slurm_bridge.kube.client import KubeError, resource_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJobSpec
@@ -41,7 +43,6 @@ from slurm_bridge.rules.translate import time_limit_from_deadline
 from slurm_bridge.rules.workloadkinds import GroupKind, group_kind
 from slurm_bridge.slurm.models import JobRequest
 
-Obj = dict[str, Any]
 # GET an API path: the object, None when it does not exist (404); other errors raise KubeError.
 Getter = Callable[[str], Awaitable[Obj | None]]
 
@@ -150,7 +151,7 @@ def options_value(options: Mapping[str, Any]) -> str:
 def recorded_options(phj: Mapping[str, Any]) -> Options | None:
     """The options a PlaceholderJob recorded (None: made before the bridge recorded them, or not
     readable)."""
-    raw = ((phj.get("metadata") or {}).get("annotations") or {}).get(names.ANN_JOB_OPTIONS)
+    raw = objects.annotations(phj).get(names.ANN_JOB_OPTIONS)
     if not isinstance(raw, str):
         return None
     try:
@@ -162,7 +163,7 @@ def recorded_options(phj: Mapping[str, Any]) -> Options | None:
 
 def options_ops(phj: Mapping[str, Any], options: Mapping[str, Any]) -> list[Obj]:
     """JSON-patch operations that record ``options`` on the PlaceholderJob (other annotations kept)."""
-    if (phj.get("metadata") or {}).get("annotations"):
+    if objects.annotations(phj):
         path = f"/metadata/annotations/{escape_pointer(names.ANN_JOB_OPTIONS)}"
         return [{"op": "add", "path": path, "value": options_value(options)}]
     return [{"op": "add", "path": "/metadata/annotations", "value": {names.ANN_JOB_OPTIONS: options_value(options)}}]
@@ -170,7 +171,7 @@ def options_ops(phj: Mapping[str, Any], options: Mapping[str, Any]) -> list[Obj]
 
 def slurmjob_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     """The object's own slurmjob annotations (the filter is slurm_bridge/rules/workloadkinds.py's)."""
-    return workloadkinds.slurmjob_annotations((obj.get("metadata") or {}).get("annotations"))
+    return workloadkinds.slurmjob_annotations(objects.annotations(obj))
 
 
 def phj_name(*parts: str) -> str:
@@ -254,7 +255,7 @@ def jobset_group(pod: Obj, jobset: Obj) -> Group:
             "waits for every pod: the JobSet will not start"
         )
     annotated = [jobset, *((r.get("template") or {}) for r in spec.get("replicatedJobs") or [])]
-    if any(_JOBSET_EXCLUSIVE in (((o.get("metadata") or {}).get("annotations")) or {}) for o in annotated):
+    if any(_JOBSET_EXCLUSIVE in objects.annotations(o) for o in annotated):
         warnings.append(
             f"{_JOBSET_EXCLUSIVE} admits follower pods only once their leader is scheduled, but the gang's Slurm "
             "job waits for every pod: the JobSet will not start"
@@ -268,7 +269,7 @@ def jobset_group(pod: Obj, jobset: Obj) -> Group:
 
 
 def lws_group(pod: Obj, lws: Obj) -> Group:
-    labels = pod["metadata"].get("labels") or {}
+    labels = objects.labels(pod)
     index = labels.get(names.LABEL_LWS_GROUP_INDEX)
     if not index:
         raise GroupError(
@@ -283,7 +284,7 @@ def lws_group(pod: Obj, lws: Obj) -> Group:
             "startupPolicy LeaderReady creates workers only once the leader is ready, but the gang's Slurm "
             "job waits for every pod: the group will not start"
         )
-    if _LWS_EXCLUSIVE in ((lws.get("metadata") or {}).get("annotations") or {}):
+    if _LWS_EXCLUSIVE in objects.annotations(lws):
         warnings.append(
             f"{_LWS_EXCLUSIVE} creates workers only once the leader is scheduled, but the gang's Slurm job "
             "waits for every pod: the group will not start"
@@ -322,7 +323,7 @@ def unsupported_podgroup(podgroup: Mapping[str, Any]) -> GroupError | None:
     problems = schedulingapi.group_problems(podgroup.get("spec") or {}, "spec")
     if not problems:
         return None
-    name = (podgroup.get("metadata") or {}).get("name")
+    name = objects.name(podgroup)
     return GroupError(names.REASON_PODGROUP_UNSUPPORTED, f"PodGroup {name}: " + "; ".join(problems), 60.0)
 
 

@@ -18,10 +18,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions.pods import pod_terminating
@@ -38,7 +40,6 @@ from slurm_bridge.rules.translate import job_request
 from slurm_bridge.slurm.models import JobRequest
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 G = TypeVar("G", bound=Group, contravariant=True)
 Attempt = tuple[bool, float | None]  # (done, re-queue after); not done: the PlaceholderJob changed
 
@@ -272,7 +273,7 @@ class Joins:
             return 30.0
         except Conflict:
             existing = await self.kube.get(phj_path(group.namespace, group.name))
-            if existing is None or existing["metadata"].get("deletionTimestamp"):
+            if existing is None or objects.deletion_timestamp(existing):
                 return 1.0
             self.phjs.upsert(existing)
             return 0.05  # another member created it: join it

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeError, api_prefix, resource_path
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import parent_name
@@ -26,7 +28,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import (
     Getter,
     Group,
     GroupError,
-    Obj,
     gang_min_count,
     jobset_group,
     lws_group,
@@ -58,7 +59,7 @@ class GroupResolver:
             group = await self._workload_podgroup(pod, scheduling_group)
             if group is not None:
                 return group
-        labels = pod["metadata"].get("labels") or {}
+        labels = objects.labels(pod)
         podgroup = labels.get(names.LABEL_POD_GROUP)
         if podgroup:
             return podgroup_group(pod, await self._podgroup(pod, podgroup))
@@ -147,7 +148,7 @@ class GroupResolver:
         ns = pod["metadata"]["namespace"]
         recognized: Obj | None = None
         highest: Obj | None = None
-        seen = {pod["metadata"].get("uid")}
+        seen = {objects.uid(pod)}
         obj: Obj = pod
         depth = 0
         while (ref := controller_of(obj)) is not None:
@@ -180,7 +181,7 @@ class GroupResolver:
                 raise GroupError(
                     names.REASON_OWNER_UNREADABLE, f"cannot read the pod's owner {what}: {e}", 10.0
                 ) from None
-            if owner is None or (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+            if owner is None or objects.uid(owner) != ref.get("uid"):
                 # Usually a workload being deleted: the garbage collector removes the pod soon.
                 raise GroupError(names.REASON_OWNER_NOT_FOUND, f"the pod's owner {what} does not exist", 10.0)
             owner.setdefault("apiVersion", ref.get("apiVersion"))

@@ -12,9 +12,10 @@ is computed from its own pods and options (``CompositeGroup``); ``spec.slurm`` r
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import Component, PlaceholderJob, PlaceholderJobSpec, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
@@ -34,7 +35,6 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.slurm.models import JobInfo
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 def parts_of(spec: PlaceholderJobSpec) -> tuple[Part, ...]:

@@ -5,15 +5,14 @@ and start together on one Slurm job with a node per member. Its decisions are a 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import Join, JoinState, gang_full, plan_join
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, options_ops
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Attempt, Joins
 from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
-
-Obj = dict[str, Any]
 
 
 class Gang(PlainJob):

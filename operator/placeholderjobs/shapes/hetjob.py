@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.conditions import set_condition
 from slurm_bridge.kube.placeholderjob import (
     Assignment,
@@ -76,7 +77,7 @@ from slurm_bridge.operator.placeholderjobs.decisions.plan import (
     Submit,
     WriteStatus,
 )
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, all_bound, holding_allocation
+from slurm_bridge.operator.placeholderjobs.decisions.pods import all_bound, holding_allocation
 from slurm_bridge.operator.placeholderjobs.shapes.shape import Followed
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import FULL_RESYNC_SECONDS

@@ -12,16 +12,15 @@ A new shape (job arrays, elastic jobs) is a new class here and a line in :mod:`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Clock, Follow, Members, Tenancy
 from slurm_bridge.operator.placeholderjobs.decisions.plan import Action, Placed, Plan
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

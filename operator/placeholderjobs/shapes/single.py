@@ -5,9 +5,9 @@ status is written (``decisions.allocation``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, Invalid, phj_path
 from slurm_bridge.kube.placeholderjob import GroupSource
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj
@@ -16,8 +16,6 @@ from slurm_bridge.operator.placeholderjobs.shapes.plainjob import PlainJob
 from slurm_bridge.operator.placeholderjobs.workitems import PhjItem
 from slurm_bridge.rules.resume import single_slot
 from slurm_bridge.rules.translate import job_request
-
-Obj = dict[str, Any]
 
 
 class SinglePod(PlainJob):
@@ -53,7 +51,7 @@ class SinglePod(PlainJob):
             return None  # no job exists yet; the same object would be refused again
         except Conflict:
             found = await joins.kube.get(phj_path(*key))
-            if found is None or found["metadata"].get("deletionTimestamp"):
+            if found is None or objects.deletion_timestamp(found):
                 return 1.0  # an older incarnation is still being finalized
             created = found
         joins.phjs.upsert(created)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeError
 from slurm_bridge.kube.seams import DeviceKube
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import DEVICES_RETRY_SECONDS
@@ -28,7 +30,6 @@ from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
 from slurm_bridge.slurm.models import NodeDevices
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 SLICES_PATH: Final = f"/apis/{RESOURCE_API}/resourceslices"
 
@@ -47,7 +48,7 @@ class Prepared:
 
 
 def wants_devices(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     return names.ANN_DEVICE_REQUESTS in annotations and claim_name_of(pod) is not None
 
 

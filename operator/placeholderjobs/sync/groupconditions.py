@@ -19,11 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube import schedulingapi
-from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, resource_path
+from slurm_bridge.kube.client import Conflict, KubeError, resource_path
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.kube.conditions import set_condition_dicts
 from slurm_bridge.kube.schedulingapi import APIVersion
+from slurm_bridge.kube.seams import StatusKube
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import API_GROUP as COMPOSITE_GROUP
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import PLURAL as COMPOSITE_PLURAL
 from slurm_bridge.operator.placeholderjobs.grouping.compositepodgroups import is_composite
@@ -32,7 +35,6 @@ from slurm_bridge.operator.placeholderjobs.grouping.groups import SCHED_PODGROUP
 from slurm_bridge.rules.workloadkinds import group_kind
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 
 def podgroup_of(phj: Mapping[str, Any]) -> Obj | None:
@@ -57,7 +59,7 @@ class ConditionWriter:
     the object's uid (a cache: after a restart the first report reads the object and finds the
     condition already there). Shared by PodGroups and CompositePodGroups."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: StatusKube) -> None:
         self.kube = kube
         # (object uid, condition type) -> last condition written
         self._said: dict[tuple[str, str], tuple[bool, str, str]] = {}
@@ -97,7 +99,7 @@ class ConditionWriter:
         scheduled, reason, message = said
         try:
             obj = await self.kube.get(path)
-            if obj is None or obj["metadata"].get("uid") != uid:
+            if obj is None or objects.uid(obj) != uid:
                 return  # deleted; its PlaceholderJob goes with it
             conditions = (obj.get("status") or {}).get("conditions") or []
             if not needed(conditions):
@@ -123,7 +125,7 @@ class ConditionWriter:
 class PodGroupReporter(ConditionWriter):
     """The PodGroup's scheduled condition, at the Workload API version the cluster serves."""
 
-    def __init__(self, kube: KubeClient, apis: Discovery | None = None) -> None:
+    def __init__(self, kube: StatusKube, apis: Discovery | None = None) -> None:
         super().__init__(kube)
         self.apis = apis or Discovery(kube.get)
 
@@ -181,7 +183,7 @@ class CompositeReporter(ConditionWriter):
     Written at the newest version the API server serves now (v1beta1 on Kubernetes 1.38, v1alpha3 on
     1.37), as for PodGroups: the one recorded in the PlaceholderJob may be gone after an upgrade."""
 
-    def __init__(self, kube: KubeClient, apis: Discovery | None = None) -> None:
+    def __init__(self, kube: StatusKube, apis: Discovery | None = None) -> None:
         super().__init__(kube)
         self.apis = apis or Discovery(kube.get)
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import KubeClient, KubeError
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, notice_comment, released_comment
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller

@@ -24,8 +24,9 @@ from datetime import datetime
 from typing import Protocol
 
 from slurm_bridge import names
-from slurm_bridge.core import logs, metrics
+from slurm_bridge.core import logs, metrics, objects
 from slurm_bridge.core.config import Config
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import TenantCache
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
@@ -33,7 +34,6 @@ from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import placement
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.inputs import Handoff
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.operator.placeholderjobs.decisions.vanished import record_value
 from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.cancels import Cancels, SlurmCancels
@@ -94,7 +94,7 @@ def departed_of(
             continue
         d = departures.of(ns, name)
         if d is not None and phj.is_member(d.pod):
-            node = (d.pod["metadata"].get("annotations") or {}).get(names.ANN_SLURM_NODE) or d.node
+            node = objects.annotations(d.pod).get(names.ANN_SLURM_NODE) or d.node
             out[name] = None if node and runs_native(node) is False else d.runs_until(margin)
         elif name in assigned and runs_native(assigned[name]) is False:
             out[name] = None  # gone unseen, from a node where nothing native runs
@@ -621,6 +621,6 @@ class PlaceholderJobs:
         """The API's answer to a write, stored and parsed (once: the store keeps the parse)."""
         self.phjs.upsert(answer)
         stored = self.phjs.get(ObjectStore.key_of(answer))
-        if stored is not None and stored["metadata"].get("uid") == answer["metadata"].get("uid"):
+        if stored is not None and objects.uid(stored) == objects.uid(answer):
             return self.phjs.model_of(stored)
         return PlaceholderJob.parse(answer)  # deleted meanwhile

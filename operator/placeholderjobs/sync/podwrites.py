@@ -9,12 +9,13 @@ import logging
 from collections.abc import Mapping
 
 from slurm_bridge import names
-from slurm_bridge.core import metrics
+from slurm_bridge.core import metrics, objects
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj, release_pod_patch
+from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
 from slurm_bridge.operator.placeholderjobs.sync.devices import DeviceBinder, Prepared
 from slurm_bridge.operator.runtime.store import ObjectStore
 
@@ -116,7 +117,7 @@ class MemberPods:
                 # patch no longer fits the pod (built from a stale copy), or the API server refuses
                 # the pod as patched, which no retry can mend: tell these apart with a fresh read.
                 live = await self.kube.get(path)
-                if live is None or live["metadata"].get("uid") != meta["uid"]:
+                if live is None or objects.uid(live) != meta["uid"]:
                     return None
                 if attempt == 2:
                     log.warning("the API server refused to release pod %s/%s: %s", meta["namespace"], meta["name"], e)

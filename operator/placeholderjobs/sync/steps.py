@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
-from slurm_bridge.operator.placeholderjobs.decisions.pods import Obj
 from slurm_bridge.slurm.errors import SlurmUnavailable
 
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.core.kubeformats import pointer
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.dra.classes import DEVICE_CLASSES, EXTENDED_PREFIX, SHARD_GRES, device_class, known_classes
 from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
 from slurm_bridge.rules.resources import GPU_RESOURCES, parse_quantity
-
-Obj = dict[str, Any]
 
 
 def _containers(spec: Mapping[str, Any]) -> Iterable[tuple[str, int, Mapping[str, Any]]]:
@@ -145,7 +145,7 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
     counts, holder, problems = device_requests(spec)
     if problems or not counts:
         return [], problems
-    meta = pod.get("metadata") or {}
+    meta = objects.meta(pod)
     base = str(meta.get("name") or meta.get("generateName") or "pod")[:200].rstrip("-.")
     claim_name = f"{base}-{names.POD_CLAIM_ENTRY}-{secrets.token_hex(4)}"
     patch: list[Obj] = []
@@ -186,7 +186,7 @@ def rewrite(pod: Mapping[str, Any]) -> tuple[list[Obj], list[str]]:
 def consistency_problems(pod: Mapping[str, Any]) -> list[str]:
     """The request annotation and the claim entry come together and the annotation parses (a
     user who writes both by hand asks for Slurm-allocated devices, which is fine)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = objects.annotations(pod)
     has_annotation = names.ANN_DEVICE_REQUESTS in annotations
     has_entry = any(
         isinstance(e, Mapping) and e.get("name") == names.POD_CLAIM_ENTRY

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_bridge import names
+from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.dra.classes import RESOURCE_API, SHARD_CAPACITY, DeviceClass, mapped_class
 from slurm_bridge.rules.dra.inventory import Device, node_devices
 from slurm_bridge.slurm.models import NodeDevices
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from slurm_bridge import names
+from slurm_bridge.core import objects
 from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, device_class
 
 # Only the bridge allocates the classes it maps, in the managed namespaces: a claim of the pod's own
@@ -84,7 +85,7 @@ def ask_instead(classes: Sequence[str]) -> str:
 def claim_owner(claim: Mapping[str, Any]) -> str:
     """The pod a ResourceClaim belongs to ("" when none): the owner of the bridge's claims and of
     those Kubernetes generates from a template, or the generated claim's annotation."""
-    meta = claim.get("metadata") or {}
+    meta = objects.meta(claim)
     for ref in meta.get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
             return f"pod {ref.get('name')}"
@@ -146,7 +147,7 @@ def claim_object_problems(kind: str, obj: Mapping[str, Any]) -> list[str]:
     classes = managed_classes(claim_classes(claim_spec_of(kind, obj)))
     if not classes:
         return []
-    name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName") or ""
+    name = objects.name(obj) or objects.meta(obj).get("generateName") or ""
     return [
         f"{kind} {name}: requests DeviceClass {', '.join(classes)}, which only slurm-bridge allocates in this "
         "namespace (Slurm picks those devices on its nodes; a claim made by hand would let Kubernetes give a pod "

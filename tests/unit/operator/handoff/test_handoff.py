@@ -435,7 +435,7 @@ def loop(
     kube = FakeKube()
     ctrl = HandoffController(
         cfg,
-        kube,  # type: ignore[arg-type]  # Events only
+        kube,
         slurm,
         store,
         poller,

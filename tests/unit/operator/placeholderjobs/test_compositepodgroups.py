@@ -327,7 +327,7 @@ async def test_the_composite_reports_scheduled_once_and_never_back() -> None:
     cpg = composite()
     cpg["metadata"].update(resourceVersion="4", generation=2)
     api = FakeStatusAPI(cpg)
-    reporter = CompositeReporter(api)  # type: ignore[arg-type]
+    reporter = CompositeReporter(api)
     await reporter.report(phj_for(cpg), False, "Unschedulable", "Slurm job 5 is pending")
     await reporter.report(phj_for(cpg), True, "Scheduled", "Slurm heterogeneous job 5 allocated n[1-3]")
     await reporter.report(phj_for(cpg), True, "Scheduled", "Slurm heterogeneous job 5 allocated n[1-3]")
@@ -338,7 +338,7 @@ async def test_the_composite_reports_scheduled_once_and_never_back() -> None:
     assert (cond["type"], cond["status"], cond["reason"], cond["observedGeneration"]) == (
         names.COMPOSITE_COND_SCHEDULED, "True", "Scheduled", 2)  # fmt: skip
     # True is final (Kubernetes' rule): a later pending report does not turn it back.
-    await CompositeReporter(api).report(phj_for(cpg), False, "Unschedulable", "pending again")  # type: ignore[arg-type]
+    await CompositeReporter(api).report(phj_for(cpg), False, "Unschedulable", "pending again")
     assert len(api.patches) == 2
 
 
@@ -346,5 +346,5 @@ async def test_other_placeholderjobs_are_not_reported() -> None:
     api = FakeStatusAPI(composite())
     pg = {"metadata": {"namespace": NS, "name": "pg-x"},
           "spec": {"group": {"apiVersion": f"{G}/v1beta1", "kind": "PodGroup", "name": "x", "uid": "u"}}}  # fmt: skip
-    await CompositeReporter(api).report(pg, True, "Scheduled", "m")  # type: ignore[arg-type]
+    await CompositeReporter(api).report(pg, True, "Scheduled", "m")
     assert api.patches == []

@@ -174,7 +174,7 @@ async def test_the_composite_condition_is_written_at_the_served_version(
     cpg["metadata"].update(resourceVersion="4", generation=1)
     api = API(cpg, composites=composites)
     api.objects.setdefault(f"/apis/{recorded}/namespaces/{NS}/compositepodgroups/c", cpg)
-    await CompositeReporter(api).report(phj_for(recorded), True, "Scheduled", "Slurm heterogeneous job 5 allocated")  # type: ignore[arg-type]
+    await CompositeReporter(api).report(phj_for(recorded), True, "Scheduled", "Slurm heterogeneous job 5 allocated")
     assert api.patches == [f"/apis/{G}/{written}/namespaces/{NS}/compositepodgroups/c/status"]
     (cond,) = api.bodies[0]["status"]["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == (
@@ -188,7 +188,7 @@ async def test_a_failed_discovery_writes_at_the_recorded_version() -> None:
     cpg = cpg_v1beta1()
     cpg["metadata"].update(resourceVersion="4")
     api = API(cpg, composites=("v1beta1",), fail={f"/apis/{G}": 503})
-    await CompositeReporter(api).report(phj_for(f"{G}/v1beta1"), False, "Unschedulable", "pending")  # type: ignore[arg-type]
+    await CompositeReporter(api).report(phj_for(f"{G}/v1beta1"), False, "Unschedulable", "pending")
     assert api.patches == [f"/apis/{G}/v1beta1/namespaces/{NS}/compositepodgroups/c/status"]
 
 
@@ -201,7 +201,7 @@ async def test_slurms_preemption_of_the_composites_job_says_disruption_target_on
                  "message": "m", "lastTransitionTime": "2026-12-02T06:00:00Z"}  # fmt: skip
     cpg["status"] = {"conditions": [scheduled]}
     api = API(cpg, composites=("v1beta1",))
-    reporter = CompositeReporter(api)  # type: ignore[arg-type]
+    reporter = CompositeReporter(api)
     await reporter.disrupted(phj_for(f"{G}/v1beta1"), "Slurm job 5 is preempted")
     await reporter.disrupted(phj_for(f"{G}/v1beta1"), "Slurm job 5 is preempted")  # said once
     assert api.patches == [f"/apis/{G}/v1beta1/namespaces/{NS}/compositepodgroups/c/status"]

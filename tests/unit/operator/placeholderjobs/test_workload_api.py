@@ -357,7 +357,7 @@ def reporter(api: FakeStatusAPI, served: Shape) -> PodGroupReporter:
     async def discover(path: str) -> Obj | None:
         return docs.get(path)
 
-    return PodGroupReporter(api, Discovery(discover))  # type: ignore[arg-type]
+    return PodGroupReporter(api, Discovery(discover))
 
 
 def phj_for(pg: Obj) -> Obj:
