@@ -582,17 +582,17 @@ class ReplaySlurm:
             # job, this replay's queued path: rules/partitionaccess.py); kept 30 s by the operator.
             partition = {"name": "slurm-bridge", "flags": ["DEFAULT"]}
             return httpx.Response(200, json=meta | {"partitions": [partition], "last_update": {}})
+        if request.method == "DELETE" and path == "jobs/":  # cancels that came together (slurmjobs/cancels.py)
+            for job_id in (int(j) for j in json.loads(request.content)["jobs"]):
+                self._cancel(job_id)
+            return httpx.Response(200, json=meta | {"status": []})
         if path.startswith("job/") and path[4:].isdigit():
             job_id = int(path[4:])
             found = self.jobs.get(job_id)
             if request.method == "GET" and found is not None:
                 return httpx.Response(200, json=meta | {"jobs": [found], "last_backfill": {}, "last_update": {}})
             if request.method == "DELETE":
-                if found is not None:  # forgotten at once: nothing reads an ended job, and Slurm's
-                    # records kept would be garbage the operator's collections walk through
-                    self.cancels["marked" if is_released(found["admin_comment"]) else "unmarked"] += 1
-                    del self.jobs[job_id]
-                    self.later(lambda: self._notice(job_id, "ended", found))  # its EpilogSlurmctld
+                self._cancel(job_id)
                 return httpx.Response(200, json=meta | {"status": []})
             if request.method == "POST" and found is not None:
                 # A job update: the released mark before the bridge's own cancel (a bare
@@ -605,6 +605,14 @@ class ReplaySlurm:
                 return httpx.Response(200, json=meta | {"results": None})
         self.unknown.append(kind)
         return httpx.Response(404, text="Unable to find requested URL endpoint.")
+
+    def _cancel(self, job_id: int) -> None:
+        found = self.jobs.get(job_id)
+        if found is not None:  # forgotten at once: nothing reads an ended job, and Slurm's records
+            # kept would be garbage the operator's collections walk through
+            self.cancels["marked" if is_released(found["admin_comment"]) else "unmarked"] += 1
+            del self.jobs[job_id]
+            self.later(lambda: self._notice(job_id, "ended", found))  # its EpilogSlurmctld
 
     def _start(self, job_id: int, running: Obj) -> None:
         found = self.jobs.get(job_id)
@@ -1009,9 +1017,13 @@ def check(r: Result) -> list[str]:
     # notice; a read for a spec update, or of a notice that was no news, would be more.
     if r.slurm.get("GET job/{id}") != r.pods:
         problems.append(f"GET job/{{id}}: {r.slurm.get('GET job/{id}')} for {r.pods} pods")
-    for kind in ("POST job/{id}", "DELETE job/{id}"):  # the released mark, the cancel: one each per job
-        if r.slurm.get(kind) != r.pods:
-            problems.append(f"{kind}: {r.slurm.get(kind)} for {r.pods} pods")
+    if r.slurm.get("POST job/{id}") != r.pods:  # the released mark: one per job
+        problems.append(f"POST job/{{id}}: {r.slurm.get('POST job/{id}')} for {r.pods} pods")
+    # The cancels: one call per job at most (those that come together go in one, DELETE jobs/); that
+    # each job was cancelled once, marked released first, is the cancels' check below.
+    cancel_calls = r.slurm.get("DELETE job/{id}", 0) + r.slurm.get("DELETE jobs/", 0)
+    if not 0 < cancel_calls <= r.pods:
+        problems.append(f"cancel calls: {cancel_calls} for {r.pods} pods")
     if r.cancels != {"marked": r.pods}:
         problems.append(f"jobs cancelled with and without the released mark first: {r.cancels} for {r.pods} pods")
     # The hook tells only of a queued job's start: an allocated job's start is in the allocation's

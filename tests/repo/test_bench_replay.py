@@ -32,6 +32,12 @@ PLACED = {
 }
 
 
+def cancel_calls(r: replay.Result) -> int:
+    """The cancel calls (taken out of ``r.slurm``): one job's, or those of jobs that ended together
+    in one (``DELETE jobs/``); every job cancelled exactly once is ``r.cancels``' check."""
+    return r.slurm.pop("DELETE job/{id}", 0) + r.slurm.pop("DELETE jobs/", 0)
+
+
 @pytest.mark.parametrize("mode", ["watch", "direct", "kopf"])
 async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_once(mode: str) -> None:
     r = await replay.replay(PODS, mode, settle_seconds=30)
@@ -44,7 +50,8 @@ async def test_the_replay_sends_the_seven_writes_per_pod_and_releases_each_pod_o
     # mark (the job's admin_comment) before the cancel, so the handoff's EpilogSlurmctld holds
     # nothing for a pod that stopped
     # (docs/colocation.md; skipped where Slurm's configuration has no EpilogSlurmctld)
-    assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "DELETE job/{id}": PODS}
+    assert cancel_calls(r) in range(1, PODS + 1), "cancels that come together go in one call"
+    assert r.slurm == {"POST job/allocate": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS}
     assert r.cancels == {"marked": PODS}, "every job carried the released mark when it was cancelled"
     # slurmctld's hook sends nothing: an allocated job's comment asks for no start notice (the
     # answer said it started), and the released mark's for no end notice (the bridge ends it)
@@ -73,13 +80,8 @@ async def test_a_queued_pods_start_is_read_once_after_the_hooks_notice() -> None
     assert r.notices == {"started": PODS}, "no end notice: the released mark's comment asks for none"
     assert r.hook_answers == {202: PODS}, "the start notices are news"
     # and the partitions' flags, before a job goes with the bridge's token, read once and kept
-    assert r.slurm == {
-        "POST job/submit": PODS,
-        "GET job/{id}": PODS,
-        "POST job/{id}": PODS,
-        "DELETE job/{id}": PODS,
-        "GET partitions/": 1,
-    }
+    assert cancel_calls(r) in range(1, PODS + 1)
+    assert r.slurm == {"POST job/submit": PODS, "GET job/{id}": PODS, "POST job/{id}": PODS, "GET partitions/": 1}
     assert r.cancels == {"marked": PODS}
     assert {k: n / PODS for k, n in r.placed_requests.items()} == PLACED
     assert r.released == Counter({f"b{i:04d}": 1 for i in range(PODS)})
