@@ -453,7 +453,8 @@ reasons() {
 # whose epilog has not noted a decision since (<id>.done newer than the note): their states, in one
 # read of these ids only; then, for each that ended, its end time (one read each: rare, a handoff in
 # flight). Notes of jobs Slurm no longer knows, or that ended before PROVISIONAL_SECONDS, are
-# removed (their epilog never ran: a slurmctld restart, a full disk).
+# removed (their epilog never ran: a slurmctld restart, a full disk), and so is one older than its
+# job's done marker (its epilog ran but could not remove it).
 undecided() {
   local node note id out state end list
   local -a ids=() stale=()
@@ -463,11 +464,12 @@ undecided() {
       [ -e "$note" ] || continue
       id=${note##*@} id=${id%.run}
       [[ $id =~ ^[0-9]+$ ]] && [ "$id" != "$job" ] && [ -z "${seen[$id]:-}" ] || continue
-      [ "$state_dir/$id.done" -nt "$note" ] && continue
-      seen[$id]=1 ids+=("$id")
+      seen[$id]=1
+      # decided since it started: its epilog ran, and should have removed the note
+      if [ "$state_dir/$id.done" -nt "$note" ]; then stale+=("$id"); else ids+=("$id"); fi
     done
   done
-  [ ${#ids[@]} -gt 0 ] || return 0
+  [ ${#ids[@]} -gt 0 ] || { [ ${#stale[@]} -eq 0 ] || forget "${stale[@]}"; return 0; }
   printf -v list '%s,' "${ids[@]}"
   if ! out=$(squeue --only-job-state -h -t all -j "${list%,}" -o '%A %T' 2>&1); then
     echo "squeue failed: ${out//$'\n'/ }"

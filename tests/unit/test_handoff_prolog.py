@@ -234,7 +234,7 @@ def test_noted_jobs_that_need_no_wait(
         os.utime(prolog.state / f"n1@{job}.run", (time.time() - 5, time.time() - 5))
     done, took = prolog.timed()
     assert done.returncode == 0 and took < 2, f"{why}: {done} after {took:.2f}s"
-    stale = not state or (ago or 0) > 30
+    stale = not state or (ago or 0) > 30 or decided
     assert (prolog.state / f"n1@{job}.run").exists() == (not stale or job == JOB), f"{why}: a stale note is removed"
 
 
