@@ -1,4 +1,4 @@
-#!/bin/bash -p
+#!/bin/sh
 # slurm-bridge's handoff (docs/colocation.md, "The handoff"): slurmctld's EpilogSlurmctld and
 # PrologSlurmctld, one script for both (SLURM_SCRIPT_CONTEXT says which).
 #
@@ -21,7 +21,9 @@
 #   install -d -o <SlurmUser> -m 0755 /var/spool/slurm-bridge      (STATE_DIR)
 #   slurm.conf:  EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
 #                PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
-# SlurmUser must be allowed to create reservations (it is an operator of its own cluster).
+# SlurmUser must be allowed to create reservations (it is an operator of its own cluster). /bin/sh
+# reads the file first (the front, below: a job on no guarded node starts no bash) and /bin/bash
+# does the rest: both must be there.
 #
 # What it trusts (anything a job's user can set -- its name, comment, working directory, output
 # paths, its environment -- is never trusted; `-p` above: no BASH_ENV, no functions from the
@@ -58,7 +60,9 @@
 #   slurmctld's own description of the allocation: SLURM_JOB_ID, SLURM_JOB_NODELIST,
 #     SLURM_JOB_CPUS_PER_NODE ("2(x2),1"), SLURM_JOB_EXCLUSIVE (NO, NODE, MCS, USER)
 #   in the prolog: the reservations (only an operator names one), the nodes' CPU counts and states,
-#     the ids and end times of the jobs that ended on the job's nodes, and the job's flags (EXTERNAL_JOB:
+#     the states and end times of the jobs noted on the job's nodes (STATE_DIR/<node>@<id>.run, the
+#     prolog's own notes; without STATE_DIR, the ended jobs of the whole job table on those nodes),
+#     and the job's flags (EXTERNAL_JOB:
 #     a bridge's job launches nothing, and Kubernetes keeps a new pod off a stopping pod's
 #     resources itself): nothing a job's user sets
 # What the epilog makes, one per node (a reservation's per-node CoreCnt list is refused by Slurm 26.05):
@@ -70,7 +74,8 @@
 #                  marker without a scope): the whole node (Flags=IGNORE_JOBS: jobs running there go
 #                  on; nothing new starts)
 #     a count that does not fit (another job took the cores first) falls back to the node scope
-#   and, once done, STATE_DIR/<job id>.done (the prolog's sign that this job's handoff is decided)
+#   and, once done, STATE_DIR/<job id>.done (the prolog's sign that this job's handoff is decided),
+#   removing the job's STATE_DIR/<node>@<job id>.run notes, which its prolog wrote
 # The epilog always exits 0 (a failing EpilogSlurmctld is logged by slurmctld but changes nothing
 # for an ended job) and returns within milliseconds: slurmctld runs it beside its scheduling. The
 # prolog exits 0 at once for a job on no guarded node and for one that need not wait; it exits 1
@@ -78,6 +83,135 @@
 # epilog holds anything either).
 # Log: one line per action to /var/log/slurm-bridge/handoff.log when that directory is writable,
 # and why it did nothing, when it refused its configuration, to stderr too.
+# ---- the front: a small shell decides "nothing to do" --------------------------------------------
+# Every job's start and end runs this file, and bash's start alone costs slurmctld's host several
+# times what a small POSIX shell's does (/bin/sh, dash on Debian). So that shell reads the file
+# first and, with builtins only, decides whether the job is one the handoff has nothing to do for:
+# none of its nodes guarded (NODES, its host lists expanded as Slurm does) and, in the prolog, no
+# NOTIFY to run. Then it exits 0 having started nothing, which is all bash would have done (decided
+# on the file's words alone, as below: a refused file makes it do nothing too). Anything else -- a
+# guarded node, no NODES, a NOTIFY to run, a file or a host list it does not fully understand --
+# goes to bash (`-p`: no BASH_ENV, no functions from the environment), which does all, checks the
+# file and says why it refuses one. bash runs this file from the top and skips the front: its
+# options ($-, which no environment sets) hold B, a POSIX shell's never do.
+case $- in *B*) ;; *)
+  PATH=/usr/bin:/bin:/usr/sbin:/sbin
+  # fb: hand the job to bash, this same file
+  fb() { exec /bin/bash -p -- "$0"; }
+  # fnum N: N's value without leading zeros (sh reads 010 as octal), in fn
+  fnum() { fn=${1#"${1%%[!0]*}"}; fn=${fn:-0}; }
+  # felem E: one host list element, prefix[ranges]suffix (one pair of brackets) or a plain name, into
+  # fpre, franges (empty for a plain name), fsuf; anything else goes to bash
+  felem() {
+    case $1 in
+      *'['*'['* | *']'*']'* | *']'*'['*) fb ;;
+      *'['*']'*) fpre=${1%%'['*} franges=${1#*'['} fsuf=${franges#*']'} franges=${franges%%']'*}
+        case $franges in '' | *[!0-9,-]* | ,* | *, | *,,*) fb ;; esac ;;
+      *'['* | *']'*) fb ;;
+      *) fpre=$1 franges='' fsuf='' ;;
+    esac
+  }
+  # frange R: one range of a bracket, LO or LO-HI, into flo, fhi (values) and fw (the width: LO's
+  # digits, as Slurm pads); a padded range whose ends differ in width, or a number of more than 9
+  # digits, goes to bash
+  frange() {
+    case $1 in *-*-* | -* | *- | '') fb ;; esac
+    fl=${1%-*} fh=${1#*-}
+    [ ${#fl} -le 9 ] && [ ${#fh} -le 9 ] || fb
+    case $fl in 0?*) [ ${#fl} = ${#fh} ] || fb ;; esac
+    fw=${#fl}; fnum "$fl"; flo=$fn; fnum "$fh"; fhi=$fn
+    [ "$flo" -le "$fhi" ] || fb
+  }
+  # fguarded NAME: NAME is one of NODES
+  fguarded() {
+    fname=$1 fpart=''
+    set -f; IFS=,
+    for fp in $fnodes; do
+      IFS=$fifs
+      case $fpart in '') ;; *) fp="$fpart,$fp" ;; esac
+      case $fp in *'['*) case $fp in *']'*) fpart='' ;; *) fpart=$fp; IFS=,; continue ;; esac ;; esac
+      felem "$fp"
+      if [ -z "$franges" ]; then [ "$fname" = "$fp" ] && return 0; IFS=,; continue; fi
+      case $fname in "$fpre"*"$fsuf") ;; *) IFS=,; continue ;; esac
+      fm=${fname#"$fpre"} fm=${fm%"$fsuf"}
+      case $fm in '' | *[!0-9]*) IFS=,; continue ;; esac
+      fnum "$fm"; fv=$fn
+      if [ ${#fv} -le 9 ]; then
+        set -f; IFS=,
+        for fr in $franges; do
+          IFS=$fifs; frange "$fr"
+          [ ${#fm} -lt "$fw" ] && continue
+          [ ${#fm} -gt "$fw" ] && case $fm in 0*) continue ;; esac
+          [ "$fv" -ge "$flo" ] && [ "$fv" -le "$fhi" ] && return 0
+        done
+      fi
+      IFS=,
+    done
+    IFS=$fifs
+    [ -z "$fpart" ] || fb   # a bracket left open
+    return 1
+  }
+  fifs=$IFS
+  case ${SLURM_JOB_ID:-} in '' | *[!0-9]*) exit 0 ;; esac
+  [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
+  case $0 in /*) ;; *) fb ;; esac
+  fconf=${0%/*}/slurm-bridge-handoff.conf
+  [ -f "$fconf" ] && [ ! -L "$fconf" ] && [ -r "$fconf" ] || fb
+  fnodes='' fnotify='' fseen=' '
+  while IFS= read -r fline || [ -n "$fline" ]; do
+    case $fline in '' | '#'*) continue ;; *=*) ;; *) fb ;; esac
+    fkey=${fline%%=*}
+    case $fseen in *" $fkey "*) fb ;; esac
+    fseen="$fseen$fkey "
+    case $fkey in
+      NODES) fnodes=${fline#*=} ;;
+      NOTIFY) fnotify=${fline#*=} ;;
+      BRIDGE_IDS | MAX_HOLD_SECONDS | SLURM_BIN_DIR | STATE_DIR | PROLOG_WAIT_SECONDS) ;;
+      *) fb ;;
+    esac
+  done < "$fconf"
+  case $fnodes in '' | *[!][A-Za-z0-9_.,-]*) fb ;; esac   # every node guarded, or a list to refuse
+  # every node of the job (a list of 4096 or more goes to bash), each looked up in NODES
+  fcount=0 fpart=''
+  case $SLURM_JOB_NODELIST in *[!][A-Za-z0-9_.,-]*) fb ;; esac
+  set -f; IFS=,
+  for fj in $SLURM_JOB_NODELIST; do
+    IFS=$fifs
+    case $fpart in '') ;; *) fj="$fpart,$fj" ;; esac
+    case $fj in *'['*) case $fj in *']'*) fpart='' ;; *) fpart=$fj; IFS=,; continue ;; esac ;; esac
+    felem "$fj"
+    if [ -z "$franges" ]; then
+      fcount=$((fcount + 1)); fguarded "$fj" && fb
+    else
+      fjpre=$fpre fjsuf=$fsuf fjranges=$franges
+      set -f; IFS=,
+      for fjr in $fjranges; do
+        IFS=$fifs; frange "$fjr"
+        fcount=$((fcount + fhi - flo + 1))
+        [ "$fcount" -lt 4096 ] || fb
+        fk=$flo fjw=$fw fjhi=$fhi
+        while [ "$fk" -le "$fjhi" ]; do
+          fd=$fk
+          while [ ${#fd} -lt "$fjw" ]; do fd=0$fd; done
+          fguarded "$fjpre$fd$fjsuf" && fb
+          fk=$((fk + 1))
+        done
+        IFS=,
+      done
+    fi
+    IFS=,
+  done
+  IFS=$fifs
+  [ -z "$fpart" ] && [ "$fcount" -gt 0 ] || fb
+  # no guarded node: the epilog has nothing to do; the prolog, only NOTIFY, when it runs it
+  [ "${SLURM_SCRIPT_CONTEXT:-}" = prolog_slurmctld ] && [ -n "$fnotify" ] || exit 0
+  case ${SLURM_JOB_COMMENT:-} in slurm-bridge:*'"notify":"ended"'* | slurm-bridge:*'"notify":"none"'*) exit 0 ;; esac
+  # the bridge's notify hook tells of a job in /tmp only (the bridge's working directory): for any
+  # other it would start, read its own file and exit
+  case $fnotify in */slurm-bridge-notify.sh) case ${SLURM_JOB_WORK_DIR:-/tmp} in /tmp) ;; *) exit 0 ;; esac ;; esac
+  exec /bin/bash -p -- "$0" --no-guarded-node ;;   # bash runs NOTIFY and exits: no node list to expand
+esac
+
 PATH=/usr/bin:/bin:/usr/sbin:/sbin
 IFS=$' \t\n'
 
@@ -251,24 +385,33 @@ extend() {
 
 # ---- the prolog ----------------------------------------------------------------------------------
 # A starting job waits while, on any of its guarded nodes,
-#   a job that ended there within PROVISIONAL_SECONDS has no STATE_DIR/<id>.done yet: its epilog has
-#     not decided what to hold (slurmctld may have given its CPUs to this job before the epilog ran);
+#   a job that ended there within PROVISIONAL_SECONDS has no STATE_DIR/<id>.done since it started:
+#     its epilog has not decided what to hold (slurmctld may have given its CPUs to this job before
+#     the epilog ran);
 #   the node is overbooked: its allocated CPUs (this job's among them) and those a live hold of a
 #     listed bridge covers exceed its CPUs. A whole-node hold covers them all (nothing started after
 #     it may run there); a count hold, what the pod had. Counted as Slurm counts, not core by core:
 #     the hold takes the lowest free cores, the job the ones Slurm gave it.
+# Which jobs ran on a node, the prolog notes itself: STATE_DIR/<node>@<job id>.run for each guarded
+# node of each job that starts (note_start), removed by the job's epilog once it decided. So a start
+# reads from slurmctld only the states of the jobs noted on its own nodes and not decided (one
+# `squeue --only-job-state` of those ids), and the end time of one that ended: the same few reads
+# with 10,000 jobs in Slurm as with 10. Without STATE_DIR, one read of Slurm's whole job table
+# (squeue -w: its filter is the client's) finds the ended ones.
 # reasons NODE...: one line per reason to wait, none when the job may start; a failed read is a
-# reason too (the safe side). Reads: squeue, scontrol show res, and scontrol show node per held node.
+# reason too (the safe side). Reads: the jobs (above), scontrol show res, and scontrol show node per
+# held node.
 reasons() {
-  local list out id end now since line node cpus alloc tot
+  local list out id end now since line node cpus alloc tot noted=1
   local -A held=() mine=()
-  for node in "$@"; do mine[$node]=1; done
-  list=$(IFS=,; echo "$*")
+  for node in "$@"; do mine[$node]=1; [[ $node =~ ^[A-Za-z0-9_.-]+$ ]] || noted=''; done
   # squeue's end times are local times to the second, in an order strings keep: compared as such,
   # no fork per line (a node may have hundreds of ended jobs within MinJobAge)
   printf -v now '%(%Y-%m-%dT%H:%M:%S)T' -1
   printf -v since '%(%Y-%m-%dT%H:%M:%S)T' "$((EPOCHSECONDS - PROVISIONAL_SECONDS))"
-  if ! out=$(squeue -h -t "$ENDED" -w "$list" -o '%A %e' 2>&1); then
+  if [ -n "$state_dir" ] && [ -n "$noted" ]; then
+    undecided "$@"
+  elif printf -v list '%s,' "$@"; ! out=$(squeue -h -t "$ENDED" -w "${list%,}" -o '%A %e' 2>&1); then
     echo "squeue failed: ${out//$'\n'/ }"
   else
     while read -r id end; do
@@ -304,6 +447,68 @@ reasons() {
     [ "$cpus" != all ] || cpus=$tot
     (( alloc + cpus <= tot )) || echo "node $node: $alloc CPUs allocated and $cpus held for a stopping pod, of $tot"
   done
+}
+
+# undecided NODE...: as reasons, from the jobs noted on these nodes (STATE_DIR/<node>@<id>.run)
+# whose epilog has not noted a decision since (<id>.done newer than the note): their states, in one
+# read of these ids only; then, for each that ended, its end time (one read each: rare, a handoff in
+# flight). Notes of jobs Slurm no longer knows, or that ended before PROVISIONAL_SECONDS, are
+# removed (their epilog never ran: a slurmctld restart, a full disk), and so is one older than its
+# job's done marker (its epilog ran but could not remove it).
+undecided() {
+  local node note id out state end list
+  local -a ids=() stale=()
+  local -A seen=() state_of=()
+  for node in "$@"; do
+    for note in "$state_dir/$node@"*.run; do
+      [ -e "$note" ] || continue
+      id=${note##*@} id=${id%.run}
+      [[ $id =~ ^[0-9]+$ ]] && [ "$id" != "$job" ] && [ -z "${seen[$id]:-}" ] || continue
+      seen[$id]=1
+      # decided since it started: its epilog ran, and should have removed the note
+      if [ "$state_dir/$id.done" -nt "$note" ]; then stale+=("$id"); else ids+=("$id"); fi
+    done
+  done
+  [ ${#ids[@]} -gt 0 ] || { [ ${#stale[@]} -eq 0 ] || forget "${stale[@]}"; return 0; }
+  printf -v list '%s,' "${ids[@]}"
+  if ! out=$(squeue --only-job-state -h -t all -j "${list%,}" -o '%A %T' 2>&1); then
+    echo "squeue failed: ${out//$'\n'/ }"
+    return
+  fi
+  while read -r id state; do [[ $id =~ ^[0-9]+$ ]] && state_of[$id]=$state; done <<< "$out"
+  for id in "${ids[@]}"; do
+    state=${state_of[$id]:-}
+    [ -n "$state" ] || { stale+=("$id"); continue; }
+    [[ ,$ENDED, == *,"$state",* ]] || continue   # running, completing, or pending again
+    if ! out=$(squeue -h -t all -j "$id" -o '%e' 2>&1); then echo "squeue failed: ${out//$'\n'/ }"; continue; fi
+    end=${out%%$'\n'*}
+    if [[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$ ]] && [[ $end < $since ]]; then
+      stale+=("$id")
+      continue
+    fi
+    echo "job $id ended at $end and its handoff is not decided yet"
+  done
+  [ ${#stale[@]} -eq 0 ] || forget "${stale[@]}"
+}
+
+# note_start NODE...: STATE_DIR/<node>@<job id>.run for each of the job's guarded nodes (a node
+# name fit for a file name; reasons reads the whole job table for a job with any other)
+note_start() {
+  local node
+  [ -n "$state_dir" ] || return 0
+  for node in "$@"; do
+    [[ $node =~ ^[A-Za-z0-9_.-]+$ ]] || continue
+    : > "$state_dir/$node@$job.run" 2> /dev/null || log "cannot write $state_dir/$node@$job.run"
+  done
+}
+# forget ID...: remove the jobs' notes (one process for all, none when there are none)
+forget() {
+  local id note
+  local -a notes=()
+  for id in "$@"; do
+    for note in "$state_dir/"*"@$id.run"; do [ -e "$note" ] && notes+=("$note"); done
+  done
+  [ ${#notes[@]} -eq 0 ] || rm -f -- "${notes[@]}" 2> /dev/null || log "cannot remove ${notes[*]}"
 }
 
 # is_external: the job is an external job (a bridge's): it launches nothing, so it never waits (and
@@ -372,6 +577,7 @@ prolog() {
   [ ${#mine[@]} -gt 0 ] || exit 0
   check_conf
   check_state_dir
+  note_start "${mine[@]}"
   while why=$(reasons "${mine[@]}"); [ -n "$why" ] || [ -n "$first" ] || why=$(unanswered "$SLURM_JOB_NODELIST"); [ -n "$why" ]; do
     why=${why//$'\n'/; }
     if [ -n "$first" ]; then
@@ -396,6 +602,7 @@ prolog() {
 mark_done() {
   [ -n "$state_dir" ] || return 0
   : > "$state_dir/$job.done" 2> /dev/null || log "cannot write $state_dir/$job.done"
+  forget "$job"   # its prolog's notes (note_start)
   (( job % 64 )) || find "$state_dir" -maxdepth 1 -type f -name '*.done' -mmin +10 -delete 2> /dev/null
   return 0
 }
@@ -416,6 +623,8 @@ if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start n
       [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
       ;;
   esac
+  # the front found no guarded node (its only argument; slurmctld gives none): nothing else to do
+  [ "${1:-}" != --no-guarded-node ] || exit 0
 fi
 me=''   # SlurmUser's name, read when a hold is first made (make)
 

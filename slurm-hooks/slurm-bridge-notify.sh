@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/sh
 # slurm-bridge's hook for slurmctld: tells the bridge's operator that a job started
 # (PrologSlurmctld) or ended (EpilogSlurmctld), so that it reads that one job at once instead of
 # at its next poll. Install on the slurmctld host(s) (docs/configuration.md#slurm-hooks):
@@ -32,9 +32,22 @@
 # clean-up of the script's process group does not kill it), at most 5 s in all. A notice that is
 # lost costs only time: the operator's polls find the same. With curl (HTTPS too) the subshell runs
 # curl; without it, bash alone speaks HTTP (/dev/tcp). The token never appears on a command line.
-# Each job's start and end runs it: it starts no program but sha256sum (or openssl, twice) and curl, and for
-# a job outside /tmp (not the bridge's), or one whose comment says the bridge needs no such notice
-# (below), none.
+# Each job's start and end runs it: it starts no program but sha256sum (once for both of the
+# signature's hashes; openssl twice) and curl, and for a job outside /tmp (not the bridge's), or one
+# whose comment says the bridge needs no such notice (below), none, not even bash: a small POSIX
+# shell (/bin/sh, dash on Debian) reads the file first and exits for such a job without starting
+# bash, whose start alone costs several times its own; any other job it hands to bash, this same
+# file (which skips the front: bash's options, $-, hold B).
+case $- in *B*) ;; *)
+  case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld | epilog_slurmctld) ;; *) exit 0 ;; esac
+  case ${SLURM_JOB_ID:-} in '' | *[!0-9]*) exit 0 ;; esac
+  [ "${SLURM_JOB_WORK_DIR:-/tmp}" = /tmp ] || exit 0   # the tests below, in the same order
+  case ${SLURM_JOB_COMMENT:-} in
+    slurm-bridge:*'"notify":"none"'*) exit 0 ;;
+    slurm-bridge:*'"notify":"ended"'*) [ "$SLURM_SCRIPT_CONTEXT" = epilog_slurmctld ] || exit 0 ;;
+  esac
+  exec /bin/bash -- "$0" ;;
+esac
 
 conf=${SLURM_BRIDGE_NOTIFY_CONF:-/etc/slurm/slurm-bridge-notify.conf}
 case ${SLURM_SCRIPT_CONTEXT:-} in
@@ -112,24 +125,67 @@ sha256_of() {
   sum_=${BASH_REMATCH[1]}
 }
 
+# hmac_one IPAD OPAD BODY (the pads as \x escapes): sets outer to the HMAC's hex, both hashes from
+# one sha256sum: "sha256sum - /dev/fd/4", its stdin the inner hash's input and fd 4 a pipe this
+# shell writes the outer's into once the inner sum is back (coreutils writes each file's sum as it
+# is done). One hasher process instead of two; the pipe is a process substitution's (a fork, no
+# program). Fails (the caller hashes twice instead) on anything else, within 2 s.
+hmac_one() {
+  local p r w pid line inner i
+  [ "${hasher[0]}" = sha256sum ] || return 1
+  exec {p}<> <(:) || return 1
+  coproc { exec 4< "/dev/fd/$p" {p}>&-; exec "${hasher[@]}" - /dev/fd/4; } 2> /dev/null
+  pid=$COPROC_PID w=${COPROC[1]}
+  exec {r}<&"${COPROC[0]}"   # a copy: bash closes the coprocess's own fds when it reaps it
+  printf '%b%s' "$1" "$3" >&"$w"
+  exec {w}>&-
+  IFS= read -r -t 2 line <&"$r" || line=''
+  if [[ $line =~ ^([0-9a-f]{64})\  ]]; then
+    inner=${BASH_REMATCH[1]}
+    escaped inner "$inner"
+    printf '%b' "$2$inner" >&"$p"
+  fi
+  exec {p}>&-
+  [ -z "$inner" ] || IFS= read -r -t 2 line <&"$r" || line=''
+  exec {r}<&-
+  wait "$pid" 2> /dev/null
+  [ -n "$inner" ] && [[ $line =~ ^([0-9a-f]{64})\  ]] || return 1
+  outer=${BASH_REMATCH[1]}
+}
+
+# escaped VAR HEX: VAR is set to HEX as printf's \x escapes, two digits each (no subshell)
+escaped() {
+  local -n out_=$1
+  local hex=$2 i
+  if shopt -q patsub_replacement 2> /dev/null; then out_=${hex//??/\\x&}   # bash 5.2: & is the match
+  else out_=''; for ((i = 0; i < ${#hex}; i += 2)); do out_+="\\x${hex:i:2}"; done; fi
+}
+
 # auth_header TOKEN_FILE BODY: sets auth to the header line that authenticates the notice, from the
 # secret's first line (spaces around it left out): HMAC-SHA256 (RFC 2104) of the body, with
-# builtins and the hasher only.
+# builtins and the hasher only. The pads are the key XOR 0x36.. and 0x5c.., 8 bytes at a time
+# (bash's integers have 64 bits).
 auth_header() {
-  local LC_ALL=C key hex= i c ipad= opad= inner outer
+  local LC_ALL=C key hex='' i c ipad='' opad='' inner outer=''
+  local -a chars=()
   IFS= read -r key < "$1" || [ -n "$key" ] || return 1
   key=${key#"${key%%[![:space:]]*}"}; key=${key%"${key##*[![:space:]]}"}
   [ -n "$key" ] || return 1
   if ((${#key} > 64)); then sha256_of hex '%s' "$key" || return 1
-  else for ((i = 0; i < ${#key}; i++)); do printf -v c '%02x' "'${key:i:1}"; hex+=$c; done; fi
-  while ((${#hex} < 128)); do hex+=00; done
-  for ((i = 0; i < 128; i += 2)); do
-    printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x36)); ipad+=$c
-    printf -v c '\\x%02x' $((16#${hex:i:2} ^ 0x5c)); opad+=$c
+  else for ((i = 0; i < ${#key}; i++)); do chars+=("'${key:i:1}"); done; printf -v hex '%02x' "${chars[@]}"; fi
+  while ((${#hex} < 128)); do hex+=0000000000000000; done
+  hex=${hex:0:128}
+  for ((i = 0; i < 128; i += 16)); do
+    printf -v c '%016x' $((16#${hex:i:16} ^ 0x3636363636363636)); ipad+=$c
+    printf -v c '%016x' $((16#${hex:i:16} ^ 0x5c5c5c5c5c5c5c5c)); opad+=$c
   done
-  sha256_of inner '%b%s' "$ipad" "$2" || return 1
-  for ((i = 0; i < 64; i += 2)); do opad+="\\x${inner:i:2}"; done
-  sha256_of outer '%b' "$opad" || return 1
+  escaped ipad "$ipad"
+  escaped opad "$opad"
+  if ! hmac_one "$ipad" "$opad" "$2"; then
+    sha256_of inner '%b%s' "$ipad" "$2" || return 1
+    escaped inner "$inner"
+    sha256_of outer '%b' "$opad$inner" || return 1
+  fi
   auth="X-Slurm-Bridge-Signature: sha256=$outer"
 }
 

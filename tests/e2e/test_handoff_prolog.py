@@ -10,12 +10,12 @@ away test of tests/e2e/test_handoff_failsafe.py). The handoff loop lifts its dra
 reservation, so the prolog lets a job it held go only once its nodes answer.
 
 The test holds a tenant's job the way the handoff does, on a hybrid node (a real slurmd): a job
-that ended there a moment ago has no epilog's done marker yet (removed), so the next job, for the
-whole node, waits in CONFIGURING; then the "epilog" holds the node (a whole-node ``handoff-*``
-reservation, made as the script makes it) and notes its decision, and the node is drained. Once the
-held job's allocation is older than Slurm's limit, the reservation and the drain go at the same
-moment, just after a whole second (the longest time before slurmctld's ping), as the handoff loop
-lifts them. The job must run, never requeued.
+that ended there a moment ago has no epilog's done marker yet (removed, its prolog's note put
+back), so the next job, for the whole node, waits in CONFIGURING; then the "epilog" holds the
+node (a whole-node ``handoff-*`` reservation, made as the script makes it) and notes its
+decision, and the node is drained. Once the held job's allocation is older than Slurm's limit,
+the reservation and the drain go at the same moment, just after a whole second (the longest time
+before slurmctld's ping), as the handoff loop lifts them. The job must run, never requeued.
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted_together(j
     jobs.ended(ended)
     marker = slurm.root / "var" / "spool" / "slurm-bridge" / f"{ended}.done"
     wait_for(marker.exists, 10, f"job {ended}'s epilog to note its handoff decided ({marker})")
-    marker.unlink()  # as when the epilog has not run yet: a job starting on the node waits for it
+    # as when the epilog has not run yet: the prolog's note that the job ran on the node is there
+    # (the epilog removes it) and no done marker: a job starting on the node waits for it
+    (marker.parent / f"{node}@{ended}.run").touch()
+    marker.unlink()
     held = jobs.submit("--job-name=held", script="#!/bin/sh\nexec sleep 300\n", cpus=slurm.node_cpus(node))
     wait_for(lambda: squeue_state(slurm, held) == "CONFIGURING", 20, f"job {held} held in CONFIGURING by the prolog")
     given = time.time()

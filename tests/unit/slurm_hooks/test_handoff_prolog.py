@@ -50,7 +50,12 @@ FAKE_SQUEUE = r"""#!/bin/bash
 d={d}
 echo "squeue $*" >> $d/calls
 [ -f $d/squeue.fail ] && { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }
-[ -f $d/ended ] && cat $d/ended; exit 0
+case "$*" in
+  "--only-job-state -h -t all -j "*" -o %A %T")   # the noted jobs' states: of the ids asked only
+    for id in ${6//,/ }; do [ -f $d/state.$id ] && echo "$id $(cat $d/state.$id)"; done; exit 0 ;;
+  "-h -t all -j "*" -o %e") cat $d/end.$5; exit 0 ;;   # one job's end time
+esac
+[ -f $d/ended ] && cat $d/ended; exit 0   # the whole table's ended jobs (without STATE_DIR)
 """
 EPILOG_SCONTROL = """#!/bin/bash
 [ "$1 $2" = '--json show' ] && echo '{"jobs": []}'
@@ -95,6 +100,12 @@ class Prolog(HandoffRoot):
         self.write(f"node.{name}", f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc={alloc} CPUEfctv={tot} "
                                    f"CPUTot={tot} CPULoad=0.10 AvailableFeatures=real State={state} "
                                    "ThreadsPerCore=1 NextState=RESUME Reason=x State=IDLE")  # fmt: skip
+
+    def noted(self, job: int, node: str = "n1", state: str = "RUNNING", ended_ago: float | None = None) -> None:
+        """A job whose prolog noted it on ``node`` (STATE_DIR/<node>@<id>.run), as Slurm has it now."""
+        (self.state / f"{node}@{job}.run").touch()
+        self.write(f"state.{job}", state)
+        self.write(f"end.{job}", stamp(ended_ago) if ended_ago is not None else "N/A")
 
     def hostnames(self, hostlist: str, *names: str) -> None:
         self.write("hostnames." + hostlist.translate(str.maketrans("/[],", "____")), "\n".join(names))
@@ -142,13 +153,36 @@ def prolog(tmp_path: Path) -> Iterator[Prolog]:
 
 
 # ---- when a job starts at once ------------------------------------------------------------------------
-def test_a_job_on_a_quiet_node_starts_at_once_after_two_reads(prolog: Prolog) -> None:
+def test_a_job_on_a_quiet_node_starts_at_once_after_one_read(prolog: Prolog) -> None:
+    """No job noted on its node: the reservations only. Its own note is written for the next start."""
     done, took = prolog.timed()
     assert done.returncode == 0, done
     assert took < 2, f"the prolog took {took:.2f}s"
-    assert [c.split()[0] + " " + c.split()[1] for c in prolog.reads()] == ["squeue -h", "scontrol show"], prolog.calls
-    squeue = prolog.reads()[0]
-    assert "-w n1" in squeue and "-o %A %e" in squeue and "CANCELLED" in squeue, squeue
+    assert prolog.reads() == ["scontrol show res -o"], prolog.calls
+    assert (prolog.state / f"n1@{JOB}.run").exists()
+
+
+def test_the_jobs_noted_on_its_nodes_are_read_by_id_never_the_whole_job_table(prolog: Prolog) -> None:
+    """The jobs running beside it (their notes): one read of their states, by id, whatever else is
+    in Slurm; a note its epilog answered since (<id>.done, newer) is not read."""
+    for job in (41, 42, 43):
+        prolog.noted(job)
+    prolog.noted(44, node="n2")  # another node's
+    (prolog.state / "43.done").touch()
+    os.utime(prolog.state / "n1@43.run", (time.time() - 5, time.time() - 5))
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2, f"{done} after {took:.2f}s"
+    squeues = [c for c in prolog.reads() if c.startswith("squeue")]
+    assert squeues == ["squeue --only-job-state -h -t all -j 41,42 -o %A %T"], prolog.calls
+
+
+def test_an_epilog_removes_its_jobs_notes(prolog: Prolog) -> None:
+    (prolog.fake / "scontrol").write_text(EPILOG_SCONTROL)
+    prolog.noted(JOB)
+    prolog.noted(JOB, node="n2")
+    prolog.noted(41)
+    assert prolog.run("n1", context="epilog_slurmctld").returncode == 0
+    assert sorted(p.name for p in prolog.state.iterdir()) == [f"{JOB}.done", "n1@41.run"]
 
 
 def test_a_job_on_no_guarded_node_reads_nothing(prolog: Prolog) -> None:
@@ -163,8 +197,45 @@ def test_only_the_guarded_nodes_of_a_job_are_read(prolog: Prolog) -> None:
     prolog.configure("NODES=h[1-2]")
     prolog.hostnames("h[1-2]", "h1", "h2")
     prolog.hostnames("n1,h2", "n1", "h2")
+    prolog.noted(41, node="n1")
+    prolog.noted(42, node="h2")
     assert prolog.run("n1,h2").returncode == 0
-    assert "-w h2 " in prolog.reads()[0], prolog.calls
+    assert "-j 42 " in prolog.reads()[0], prolog.calls
+    assert (prolog.state / f"h2@{JOB}.run").exists() and not (prolog.state / f"n1@{JOB}.run").exists()
+
+
+def test_without_a_state_directory_the_ended_jobs_of_its_nodes_are_read_from_the_job_table(prolog: Prolog) -> None:
+    prolog.configure(state_dir=prolog.root / "missing")
+    assert prolog.run().returncode == 0
+    squeue = prolog.reads()[0]
+    assert "-w n1" in squeue and "-o %A %e" in squeue and "CANCELLED" in squeue, squeue
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "ago", "decided", "why"),
+    [
+        (41, "COMPLETED", 2, True, "its epilog is done"),
+        (41, "RUNNING", None, False, "it runs"),
+        (41, "COMPLETING", None, False, "it is completing: its CPUs are still its own"),
+        (41, "PENDING", None, False, "requeued"),
+        (41, "", None, False, "Slurm no longer knows it"),
+        (41, "CANCELLED", 90, False, "it ended long ago (its epilog never ran)"),
+        (JOB, "COMPLETED", 1, False, "the job itself (a requeued one)"),
+    ],
+)
+def test_noted_jobs_that_need_no_wait(
+    prolog: Prolog, job: int, state: str, ago: float | None, decided: bool, why: str
+) -> None:
+    prolog.noted(job, state=state, ended_ago=ago)
+    if not state:
+        (prolog.fake / f"state.{job}").unlink()
+    if decided:
+        (prolog.state / f"{job}.done").touch()
+        os.utime(prolog.state / f"n1@{job}.run", (time.time() - 5, time.time() - 5))
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2, f"{why}: {done} after {took:.2f}s"
+    stale = not state or (ago or 0) > 30 or decided
+    assert (prolog.state / f"n1@{job}.run").exists() == (not stale or job == JOB), f"{why}: a stale note is removed"
 
 
 @pytest.mark.parametrize(
@@ -177,23 +248,26 @@ def test_only_the_guarded_nodes_of_a_job_are_read(prolog: Prolog) -> None:
         ("41+0 2026-11-28T15:00:00\nUnknown N/A", "lines that are not an id and a time"),
     ],
 )
-def test_ended_jobs_that_need_no_wait(prolog: Prolog, ended: str, why: str) -> None:
+def test_ended_jobs_that_need_no_wait_without_notes(prolog: Prolog, ended: str, why: str) -> None:
+    """A node name unfit for a file name: the whole job table's ended jobs, as without STATE_DIR."""
     (prolog.state / "41.done").touch()
     prolog.write("ended", ended)
-    done, took = prolog.timed()
+    done, took = prolog.timed(nodes="n+1")
     assert done.returncode == 0 and took < 2, f"{why}: {done} after {took:.2f}s"
+    assert any("-w n+1 " in c for c in prolog.calls), prolog.calls
 
 
 # ---- when it waits ---------------------------------------------------------------------------------------
 def test_a_job_waits_for_the_epilog_of_a_job_that_just_ended_on_its_node(prolog: Prolog) -> None:
     """slurmctld gave the CPUs of job 41 away before 41's epilog ran: the start waits until the
     epilog has noted its decision (STATE_DIR/41.done), then looks again."""
-    prolog.write("ended", f"41 {stamp(1)}")
+    prolog.noted(41, state="COMPLETED", ended_ago=1)
     prolog.later(1.6, lambda: (prolog.state / "41.done").touch())
     done, took = prolog.timed()
     assert done.returncode == 0, done
     assert took >= 1.5, f"it went on after {took:.2f}s, before the epilog was done"
-    assert sum(c.startswith("squeue") for c in prolog.calls) >= 3, prolog.calls
+    assert sum(c.startswith("squeue --only-job-state") for c in prolog.calls) >= 3, prolog.calls
+    assert "squeue -h -t all -j 41 -o %e" in prolog.calls, prolog.calls
 
 
 def test_without_a_state_directory_a_job_waits_until_the_ended_job_is_old_enough(prolog: Prolog) -> None:
@@ -269,6 +343,7 @@ def test_a_job_that_did_not_wait_starts_on_a_node_not_answering_yet(prolog: Prol
 
 
 def test_a_failed_read_is_a_reason_to_wait(prolog: Prolog) -> None:
+    prolog.noted(41)
     (prolog.fake / "squeue.fail").touch()
     prolog.later(1.2, lambda: (prolog.fake / "squeue.fail").unlink())
     done, took = prolog.timed()
@@ -315,10 +390,21 @@ def test_a_refused_configuration_lets_every_job_start(prolog: Prolog) -> None:
 # ---- the notify hook -------------------------------------------------------------------------------------
 def test_the_notify_hook_runs_first_with_the_jobs_environment(prolog: Prolog) -> None:
     prolog.configure(f"NOTIFY={prolog.fake}/notify")
-    prolog.write("ended", f"41 {stamp(1)}")
+    prolog.noted(41, state="COMPLETED", ended_ago=1)
     prolog.later(1.2, lambda: (prolog.state / "41.done").touch())
     assert prolog.run().returncode == 0
     assert (prolog.fake / "notified").read_text().splitlines() == [f"prolog_slurmctld {JOB}"]
+
+
+def test_on_no_guarded_node_the_notify_hook_is_all_that_runs(prolog: Prolog) -> None:
+    """The front found no guarded node: bash runs NOTIFY (after checking the file) and nothing else,
+    not even the expansion of the job's node list."""
+    prolog.configure(f"NOTIFY={prolog.fake}/notify", "NODES=h[1-2]")
+    done = prolog.run("n[1-2]")
+    assert done.returncode == 0, done
+    assert (prolog.fake / "notified").read_text().splitlines() == [f"prolog_slurmctld {JOB}"]
+    assert prolog.calls == [], "no Slurm call, no hostnames"
+    assert list(prolog.state.iterdir()) == [], "no note"
 
 
 @pytest.mark.parametrize(

@@ -234,8 +234,9 @@ def test_guarded_nodes_named_by_a_range_are_expanded(epilog: Epilog) -> None:
 
 
 def test_guarded_nodes_that_cannot_be_expanded_guard_every_node(epilog: Epilog) -> None:
-    """The safe side: when NODES cannot be expanded, every node of the job is held, and the log says why."""
-    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\nNODES=n[3-4]\n")
+    """The safe side: when NODES cannot be expanded, every node of the job is held, and the log says why
+    (a list of two brackets, which the front leaves to bash: tests/unit/test_handoff_front.py)."""
+    epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\nNODES=n[3-4]x[1-2]\n")
     epilog.job(marker("node"), nodes="n1")
     (epilog.fake / "hostnames.fail").touch()
     epilog.run()
@@ -372,8 +373,9 @@ def test_a_missing_open_or_malformed_configuration_file_holds_nothing_and_says_w
     ("nodes", "nodelist", "checked"),
     [
         ("NODES=n2\n", "n1", False),  # one plain node, not guarded: decided on the file's words alone
-        ("NODES=n[2-3]\n", "n1", True),  # NODES needs scontrol (from SLURM_BIN_DIR): checked first
-        ("NODES=n2\n", "n[1-2]", True),  # so do the job's nodes
+        ("NODES=n[2-3]\n", "n1", False),  # a range too (expanded by the front, tests/unit/test_handoff_front.py)
+        ("NODES=n2\n", "n[1-3]", True),  # a job on a guarded node among others
+        ("NODES=n[2-3]x[1-2]\n", "n1", True),  # NODES the front leaves to bash: scontrol, checked first
         ("NODES=n1\n", "n1", True),  # a guarded node: checked before anything is held
         ("", "n1", True),  # no NODES: every node is guarded
     ],
@@ -382,8 +384,9 @@ def test_the_file_is_checked_before_anything_it_says_is_used(
     epilog: Epilog, nodes: str, nodelist: str, checked: bool
 ) -> None:
     """The owner and mode check is a process (stat), so a job on no guarded node, the most common
-    one where pods and native jobs do not share, is decided without it: it then does nothing,
-    as a refused file would make it do. Nothing the file names runs before the check."""
+    one where pods and native jobs do not share, is decided without it (by the front, without bash):
+    it then does nothing, as a refused file would make it do. Nothing the file names runs before the
+    check."""
     epilog.write_conf(f"BRIDGE_IDS={BRIDGE}\nSLURM_BIN_DIR={epilog.fake}\n{nodes}", 0o664)
     epilog.job(marker("node"), nodes=nodelist, hostnames="n1 n2")
     done = epilog.run()

@@ -88,13 +88,14 @@ def listener() -> Iterator[Listener]:
 
 
 def run_hook(tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> float:
-    """Run the script as slurmctld would; returns how long it took (it must not wait)."""
+    """Run the script as slurmctld would (its first line: /bin/sh's front, then bash); returns how
+    long it took (it must not wait)."""
     if not (tmp / "token").exists():  # not rewritten: an earlier run's child may be reading it
         (tmp / "token").write_text("s3cret\n")
     (tmp / "notify.conf").write_text(f"URL={url}\nTOKEN_FILE={tmp / 'token'}  # the secret\nTRIES=3\n")
     full = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp / "notify.conf"), "SLURM_JOB_ID": "42", **env}
     began = time.monotonic()
-    proc = subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=10)
+    proc = subprocess.run([str(SCRIPT)], env=full, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     return time.monotonic() - began
 

@@ -1,0 +1,183 @@
+"""The hooks' fronts (slurm-hooks/slurm-bridge-handoff.sh and slurm-bridge-notify.sh, run by
+/bin/sh): every job's start and end runs the handoff script (and the notify hook), so a small POSIX
+shell decides, with builtins only, whether the job is one the hook has nothing to do for (the
+handoff: no guarded node and, in the prolog, no NOTIFY to run) and exits without starting bash;
+anything else, or anything it does not fully understand, goes to bash, the whole script. Run here
+under ``sh -x``, whose trace shows which: ``exit 0`` or ``exec /bin/bash``. What bash then does is
+tests/unit/test_handoff_script.py's, test_handoff_prolog.py's and test_slurm_hook.py's."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
+from tests.unit.handoffroot import REPO, SCRIPT, HandoffRoot
+
+pytestmark = pytest.mark.unit
+
+SH = "/bin/sh"
+NOTIFY_HOOK = "/etc/slurm/slurm-bridge-notify.sh"  # the bridge's notify hook, as installed
+
+
+def decide(root: HandoffRoot, conf: str | None, nodelist: str, **env: str) -> str:
+    """What the front did with a job on ``nodelist``: "nothing" (exit 0, no bash) or "bash"."""
+    if conf is not None:
+        root.write_conf("BRIDGE_IDS=slurm-bridge\n" + conf)
+    elif root.conf.exists():
+        root.conf.unlink()
+    base = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": nodelist, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+    return traced(root.etc / SCRIPT.name, {**base, **env})
+
+
+def traced(script: Path, env: dict[str, str]) -> str:
+    """Run ``script`` under ``sh -x``: "bash" once its front hands over, else "nothing" (exit 0)."""
+    with subprocess.Popen(
+        [SH, "-x", str(script)],
+        env={"PATH": "/nonexistent", **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as run:
+        assert run.stderr is not None
+        trace: list[str] = []
+        for line in run.stderr:
+            if line.startswith("+ exec /bin/bash "):
+                run.kill()  # bash's whole script from here (a prolog would wait for Slurm): not the front's
+                return "bash"
+            if line.startswith("+ "):
+                trace.append(line.rstrip("\n"))
+        assert run.wait(timeout=30) == 0
+    assert trace and trace[-1] == "+ exit 0", trace
+    return "nothing"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> HandoffRoot:
+    r = HandoffRoot(tmp_path)
+    r.install({})
+    return r
+
+
+@pytest.mark.parametrize(
+    ("nodes", "nodelist", "decided"),
+    [
+        ("n2,n4", "n1", "nothing"),
+        ("n2,n4", "n2", "bash"),
+        ("n2,n4", "n[1,3]", "nothing"),
+        ("n2,n4", "n[1-4]", "bash"),
+        ("n[1-3,5]", "n4", "nothing"),
+        ("n[1-3,5]", "n5", "bash"),
+        ("n[1-3,5]", "n[4,6-9]", "nothing"),
+        ("n[1-3,5]", "m1,n[6-7],n3", "bash"),
+        ("n[1-3,5]", "n10", "nothing"),  # 1 0 is not 1-3
+        ("n[8-12]", "n10", "bash"),  # unpadded: n8 .. n12
+        ("n[01-10]", "n1", "nothing"),  # padded to two digits: n01 .. n10
+        ("n[01-10]", "n01", "bash"),
+        ("n[01-10]", "n[09-11]", "bash"),
+        ("n[01-10]", "n[11-20]", "nothing"),
+        ("n[1-3]", "n01", "nothing"),  # another host than n1
+        ("gpu[01-16],hyb[1-4]", "hyb[5-8],gpu17", "nothing"),
+        ("gpu[01-16],hyb[1-4]", "kwok-[1-100]", "nothing"),
+        ("gpu[01-16],hyb[1-4]", "kwok-[1-100],hyb4", "bash"),
+        ("rack1-n[1-2]", "rack1-n[3-4]", "nothing"),  # a prefix with digits and a dash
+        ("rack1-n[1-2]", "rack2-n1", "nothing"),
+        ("n[1-2].lan", "n1.lan", "bash"),  # a suffix
+        ("n[1-2].lan", "n1", "nothing"),
+        ("hybrid-node-1,real-node-1", "kwok-node-7", "nothing"),
+        ("hybrid-node-1,real-node-1", "real-node-1", "bash"),
+    ],
+)
+def test_a_job_on_no_guarded_node_starts_no_bash_and_one_on_a_guarded_node_gets_the_whole_script(
+    root: HandoffRoot, nodes: str, nodelist: str, decided: str
+) -> None:
+    """Host lists expanded as Slurm does (ranges, lists in brackets, zero padding to the low end's
+    width), on both sides: NODES and the job's SLURM_JOB_NODELIST."""
+    assert decide(root, f"NODES={nodes}\n", nodelist) == decided
+    prolog = decide(root, f"NODES={nodes}\n", nodelist, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    assert prolog == decided
+
+
+@pytest.mark.parametrize(
+    ("conf", "nodelist"),
+    [
+        (None, "n1"),  # no file: bash says why
+        ("", "n1"),  # no NODES: every node is guarded
+        ("NODES=\n", "n1"),
+        ("NODES=n2\nNODES=n3\n", "n1"),  # twice: refused, by bash
+        ("NODES=n2\nHOLD=5\n", "n1"),  # an unknown key
+        ("NODES=n2\n$(touch /tmp/x)\n", "n1"),  # not KEY=VALUE
+        ("NODES=n2 n3\n", "n1"),  # not a host list
+        ("NODES=n[2-3]x[1-2]\n", "n1"),  # two brackets: Slurm's, not the front's
+        ("NODES=n[3-2]\n", "n1"),  # a range backwards
+        ("NODES=n[2-3\n", "n1"),  # a bracket left open
+        ("NODES=n[02-3]\n", "n1"),  # padded ends of different widths
+        ("NODES=n[1-9999999999]\n", "n1"),  # more than 9 digits
+        ("NODES=n2\r\n", "n1"),  # a line ending bash strips
+        ("NODES=n2\n", "n[1-5000]"),  # 4096 nodes or more
+        ("NODES=n2\n", "n[1-3"),
+        ("NODES=n2\n", "n1 n3"),
+    ],
+)
+def test_a_file_or_host_list_it_does_not_fully_understand_goes_to_bash(
+    root: HandoffRoot, conf: str | None, nodelist: str
+) -> None:
+    """The safe side: bash decides (and refuses a bad file, saying why), never the front's guess."""
+    assert decide(root, conf, nodelist) == "bash"
+
+
+def test_a_job_that_never_ran_or_has_no_id_starts_nothing(root: HandoffRoot) -> None:
+    assert decide(root, "NODES=n1\n", "") == "nothing"
+    assert decide(root, "NODES=n1\n", "n1", SLURM_JOB_ID="4x") == "nothing"
+
+
+@pytest.mark.parametrize(
+    ("notify", "env", "decided"),
+    [
+        ("", {}, "nothing"),
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/home/u"}, "nothing"),  # the bridge's hook: not the bridge's job
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp"}, "bash"),  # perhaps the bridge's: told of
+        (NOTIFY_HOOK, {}, "bash"),  # no working directory: the hook tells
+        (
+            NOTIFY_HOOK,
+            {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_NONE)},
+            "nothing",
+        ),
+        (
+            NOTIFY_HOOK,
+            {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_ENDED)},
+            "nothing",
+        ),
+        ("/etc/slurm/site-prolog.sh", {"SLURM_JOB_WORK_DIR": "/home/u"}, "bash"),  # a site's own: always run
+    ],
+)
+def test_the_prolog_of_a_job_on_no_guarded_node_hands_to_bash_only_to_run_notify(
+    root: HandoffRoot, notify: str, env: dict[str, str], decided: str
+) -> None:
+    conf = "NODES=n2\n" + (f"NOTIFY={notify}\n" if notify else "")
+    assert decide(root, conf, "n1", SLURM_SCRIPT_CONTEXT="prolog_slurmctld", **env) == decided
+    assert decide(root, conf, "n1", **env) == "nothing", "the epilog never runs NOTIFY"
+
+
+@pytest.mark.parametrize(
+    ("env", "decided"),
+    [
+        ({"SLURM_JOB_WORK_DIR": "/home/alice"}, "nothing"),  # a native job: told of by no one
+        ({"SLURM_JOB_WORK_DIR": "/tmp"}, "bash"),  # perhaps the bridge's: signed and sent by bash
+        ({}, "bash"),  # no working directory: told of
+        ({"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_NONE)}, "nothing"),
+        ({"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_ID": "4x"}, "nothing"),
+        ({"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}, "nothing"),
+    ],
+)
+def test_the_notify_hooks_front_starts_bash_only_for_a_notice(env: dict[str, str], decided: str) -> None:
+    base = {"SLURM_JOB_ID": "42", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+    assert traced(REPO / "slurm-hooks" / "slurm-bridge-notify.sh", {**base, **env}) == decided
+    ended = {**base, "SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_ENDED)}
+    assert traced(REPO / "slurm-hooks" / "slurm-bridge-notify.sh", ended) == "bash"
+    started = {**ended, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
+    assert traced(REPO / "slurm-hooks" / "slurm-bridge-notify.sh", started) == "nothing"
