@@ -79,6 +79,10 @@ def pod_counts(s: Obj) -> Counter[str]:
     # without its state: docs/security.md, "A job's owner in Slurm").
     reads = ("slurm_preemption_reads", "slurm_reason_reads", "slurm_purge_reads", "slurm_moved_reads")
     c["slurm GET /job/{id}"] -= sum(int(s.get(k, 0)) for k in reads)
+    # The cancels: each job cancelled once (the operator's count), in as many calls as ended apart:
+    # those that end together go in one (DELETE /jobs/, operator/placeholderjobs/slurmjobs/cancels.py).
+    c["slurm cancel calls"] = c.pop("slurm DELETE /job/{id}", 0) + c.pop("slurm DELETE /jobs/", 0)
+    c["slurm jobs cancelled"] = int((s.get("slurm_cancels") or {}).get("jobs", 0))
     for kind, n in (s.get("kube_writes_by_kind") or {}).items():
         if kind.split(" ", 1)[1] in POD_RESOURCES:
             c[f"kube {kind}"] = n
@@ -193,7 +197,7 @@ def check(
 # measured): the pod's create, release, bind, kubelet status, deletion, terminal phase and delete;
 # the PlaceholderJob's create, its two status writes, the finalizer's removal and delete.
 PLACED: dict[str, float] = {
-    "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm DELETE /job/{id}": 1,
+    "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm jobs cancelled": 1,
     "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube POST events": 1, "kube PATCH placeholderjobs": 1,
 }  # fmt: skip
 # The read after the allocation, and at most one more: a job read while its PrologSlurmctld still
@@ -206,6 +210,8 @@ PLACED: dict[str, float] = {
 WATCH: dict[str, tuple[float, float]] = {
     "watch pods": (7, 9), "watch placeholderjobs": (4, 6), "slurm GET /job/{id}": (1, 2),
     "kube PATCH placeholderjobs/status": (1, 2),
+    # the N pods of a test end together: their cancels go in one call, or one each (N = 4)
+    "slurm cancel calls": (0.25, 1),
 }  # fmt: skip
 
 
@@ -282,7 +288,8 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     # the finalizer and a retry on a conflict, and 7 status writes, "1 of 4" ... Running ... the
     # end): a floor and a ceiling of 3 patches and 2 status writes a member.
     exact = {
-        "slurm POST /job/allocate": per_job, "slurm POST /job/{id}": per_job, "slurm DELETE /job/{id}": per_job,
+        "slurm POST /job/allocate": per_job, "slurm POST /job/{id}": per_job, "slurm jobs cancelled": per_job,
+        "slurm cancel calls": per_job,
         "kube POST placeholderjobs": per_job, "kube PATCH pods": 1,
     }  # fmt: skip
     within = {
