@@ -64,6 +64,7 @@ class TaintedDevice:
 
     @property
     def text(self) -> str:
+        """The words of the drain's reason and Events (``sinfo -R`` shows them)."""
         by = f" (DeviceTaintRule {self.rule})" if self.rule else ""
         return f"device {self.device} taint {self.taint}{by}"
 
