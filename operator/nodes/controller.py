@@ -18,6 +18,8 @@ It also registers labelled Kubernetes nodes as Slurm dynamic nodes and takes the
 Slurm administrator's). The partitions are read only when a node is about to be created. And it
 keeps each node's ``SlurmResourcesFit`` condition (:mod:`.resourcesfit`; RBAC: core
 ``nodes/status`` patch, pods list) and checks Slurm's side of node sharing (:mod:`.setupcheck`).
+A node one of whose GPUs is tainted in Kubernetes is drained in Slurm (:mod:`.devicetaints`;
+RBAC: ``resourceslices`` and ``devicetaintrules`` list, watch).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
+from slurm_bridge.kube.cache import taint_rules_cache
 from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
-from slurm_bridge.operator.nodes import devicematch, nodesync, resourcesfit
+from slurm_bridge.operator.nodes import devicematch, devicetaints, nodesync, resourcesfit
 from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.nodes.devicematch import DeviceMatch
 from slurm_bridge.operator.nodes.resourcesfit import ResourcesFit
@@ -89,6 +92,9 @@ class NodeController:
         # Slurm's GPUs and the DRA driver's, node by node (docs/gpus.md): a slice change queues its node.
         self.devices = DeviceMatch(kube, lambda node: self.queue.add(NodeItem(node)))
         self._slices_task: asyncio.Task[None] | None = None
+        # The DeviceTaintRules (docs/gpus.md, "Device taints"): a change may select any node's devices.
+        self.taint_rules = taint_rules_cache(kube, lambda _name, _obj: self._queue_every_node())
+        self._rules_task: asyncio.Task[None] | None = None
         self.setup = SetupCheck(config, slurm)
         self._loop = PollLoop(
             "slurm-node-poller",
@@ -135,11 +141,13 @@ class NodeController:
         self._last_resync = time.monotonic()
         self._loop.start()
         self._slices_task = asyncio.create_task(self.devices.slices.run(), name="resourceslices-watch")
+        self._rules_task = asyncio.create_task(self.taint_rules.run(), name="devicetaintrules-watch")
 
     async def stop(self) -> None:
-        if self._slices_task is not None:
-            await cancel_and_wait([self._slices_task])
-            self._slices_task = None
+        tasks = [t for t in (self._slices_task, self._rules_task) if t is not None]
+        if tasks:
+            await cancel_and_wait(tasks)
+        self._slices_task = self._rules_task = None
         await self._loop.stop()
         await self.queue.stop()
 
@@ -165,6 +173,10 @@ class NodeController:
                 if old is not None and _same_but_version(old, current):
                     return  # a status heartbeat (the projection has no conditions): nothing to decide
         self.queue.add(NodeItem(name))
+
+    def _queue_every_node(self) -> None:
+        for obj in self.nodes.values():
+            self.queue.add(NodeItem(obj["metadata"]["name"]))
 
     def _view(self, node: Obj) -> tuple[nodesync.KubeView, str]:
         return nodesync.kube_view(node, self.config.schedulerName), slurm_name_of(node)
@@ -355,15 +367,21 @@ class NodeController:
         patch = nodesync.node_patch(node, plan.kube, self.config.schedulerName)
         await self._apply_patch(name, node, patch, plan.events)
         if info is not None and primary:
-            await self._topology(name, self.nodes.get(("", name)) or node, info)
-            fitted = await self.fit.reconcile(name, self.nodes.get(("", name)) or node, info)
-            if fitted is not None:
-                self.nodes.upsert(fitted)
-            matched = await self.devices.reconcile(name, self.nodes.get(("", name)) or node, info)
-            if matched is not None:
-                self.nodes.upsert(matched)
-            return self.fit.recheck_in(name)
+            return await self._in_slurm(name, node, slurm_name, info)
         return None
+
+    async def _in_slurm(self, name: str, node: Obj, slurm_name: str, info: NodeInfo) -> float | None:
+        """What the primary node of a Slurm node keeps beside the state sync: the device-taint drain,
+        the topology labels, the two conditions; when to look again."""
+        await self._device_taints(name, node, slurm_name)
+        await self._topology(name, self.nodes.get(("", name)) or node, info)
+        fitted = await self.fit.reconcile(name, self.nodes.get(("", name)) or node, info)
+        if fitted is not None:
+            self.nodes.upsert(fitted)
+        matched = await self.devices.reconcile(name, self.nodes.get(("", name)) or node, info)
+        if matched is not None:
+            self.nodes.upsert(matched)
+        return self.fit.recheck_in(name)
 
     async def _apply_patch(
         self, name: str, node: Obj, patch: Obj | None, events: tuple[nodesync.NodeEvent, ...]
@@ -389,6 +407,42 @@ class NodeController:
             for e in events:
                 if e.side == "kubernetes":
                     await self.kube.event(ref, e.reason, e.message, warning=e.warning)
+
+    async def _device_taints(self, name: str, node: Obj, slurm_name: str) -> None:
+        """Drain Slurm node ``slurm_name`` while a GPU of it is tainted in Kubernetes, and lift the
+        drain after (docs/gpus.md, "Device taints"). Nothing is decided before both the slices and
+        the DeviceTaintRules are listed: a taint not read yet would lift a drain it still holds."""
+        if not (self.devices.slices.synced.is_set() and self.taint_rules.synced.is_set()):
+            return
+        mapped = sorted(self._k8s_names.get(slurm_name) or {name})  # every Kubernetes node of this Slurm node
+        slices = [obj for k8s in mapped for obj in self.devices.slices_of(k8s)]
+        found = devicetaints.tainted(slices, self.taint_rules.values())
+        s = devicetaints.step(slurm_name, self.slurm_node(slurm_name), found, self.config.bridgeId)
+        if s is None:
+            return
+        try:
+            await self.table.set_drain(slurm_name, s.reason if isinstance(s, devicetaints.Drain) else None)
+        except SlurmNotFound:
+            log.info("Slurm node %s vanished before its device-taint drain; waiting for the next list", slurm_name)
+            return
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]}
+        if isinstance(s, devicetaints.Drain):
+            metrics.node_sync("device_taint", "DRAIN")
+            message = (
+                f"{s.found[0].text} on node {name} keeps pods off it: Slurm node {slurm_name} is drained "
+                f'("{s.reason}") until no such taint is left (Slurm cannot take one GPU of a node out of service)'
+            )
+            log.warning("node %s: %s", name, message)
+            await self.kube.event(ref, names.REASON_DEVICE_TAINT_NODE_DRAINED, message, warning=True)
+        else:
+            metrics.node_sync("device_taint", "UNDRAIN")
+            device, taint = s.named
+            message = (
+                f"no GPU of node {name} is tainted NoSchedule or NoExecute any more (the drain named device "
+                f"{device} taint {taint}): the drain of Slurm node {slurm_name} is lifted"
+            )
+            log.info("node %s: %s", name, message)
+            await self.kube.event(ref, names.REASON_DEVICE_TAINT_NODE_UNDRAINED, message)
 
     async def _topology(self, name: str, node: Obj, info: NodeInfo) -> None:
         """The node's labels of its place in Slurm's topologies, kept exactly as Slurm says

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import aiohttp
 
@@ -436,8 +436,8 @@ RESOURCE_SLICES_PATH: Final = resource_path("resource.k8s.io/v1", "resourceslice
 
 def project_slice(obj: Obj) -> Obj:
     """What the bridge reads of a ResourceSlice: its node, driver, pool and devices' Slurm-order and
-    kind attributes and shards (slurm_bridge/rules/dra/inventory.py);
-    uid and resourceVersion for the informer's relist."""
+    kind attributes and shards (slurm_bridge/rules/dra/inventory.py), their taints' key, value and
+    effect (operator/nodes/devicetaints.py); uid and resourceVersion for the informer's relist."""
     spec, meta = obj.get("spec") or {}, objects.meta(obj)
     keep = ("type", "index", "parentIndex", "minor", "profile")
     devices = [
@@ -451,6 +451,7 @@ def project_slice(obj: Obj) -> Obj:
                 if d.get("allowMultipleAllocations") is True and "shards" in (d.get("capacity") or {})
                 else {}
             ),
+            **({"taints": taints} if (taints := project_taints(d.get("taints"))) else {}),
         }
         for d in spec.get("devices") or []
         if isinstance(d, dict)
@@ -466,9 +467,47 @@ def project_slice(obj: Obj) -> Obj:
     }
 
 
+def project_taints(taints: Any) -> list[Obj]:
+    """A device's taints as the bridge reads them: key, value and effect (not ``timeAdded``, which
+    changes nothing the bridge decides)."""
+    if not isinstance(taints, list):
+        return []
+    return [{k: t.get(k) or "" for k in ("key", "value", "effect")} for t in taints if isinstance(t, dict)]
+
+
 def slices_cache(kube: KubeClient, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
     """Every ResourceSlice (the operator's SlurmDevicesMatch condition, the webhook's check that some
     node can hold a pod's DRA request: docs/gpus.md); a cluster without the DRA API has none."""
     return WatchCache(
         kube, RESOURCE_SLICES_PATH, "resourceslices", project=project_slice, on_change=on_change, missing_ok=True
+    )
+
+
+DEVICE_TAINT_RULES_PATH: Final = resource_path("resource.k8s.io/v1", "devicetaintrules", None)
+
+
+def project_taint_rule(obj: Obj) -> Obj:
+    """What the bridge reads of a DeviceTaintRule: which devices it selects and its one taint."""
+    spec, meta = obj.get("spec") or {}, objects.meta(obj)
+    selector = spec.get("deviceSelector") or {}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "uid", "resourceVersion")},
+        "spec": {
+            "deviceSelector": {k: selector[k] for k in ("driver", "pool", "device") if selector.get(k) is not None},
+            "taint": (project_taints([spec.get("taint")]) or [{}])[0],
+        },
+    }
+
+
+def taint_rules_cache(kube: KubeClient, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
+    """Every DeviceTaintRule (the operator's drains for tainted GPUs: docs/gpus.md, "Device taints");
+    an API server that does not serve them (before Kubernetes 1.36, or with the DRADeviceTaints
+    gate off) has none."""
+    return WatchCache(
+        kube,
+        DEVICE_TAINT_RULES_PATH,
+        "devicetaintrules",
+        project=project_taint_rule,
+        on_change=on_change,
+        missing_ok=True,
     )

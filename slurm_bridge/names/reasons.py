@@ -113,6 +113,11 @@ REASON_HANDOFF_NODE_UNDRAINED: Final = "HandoffNodeUndrained"
 # node: the Slurm node is drained, and the drain lifted once no such pod is left (docs/nodes.md).
 REASON_UNALLOCATED_POD_NODE_DRAINED: Final = "UnallocatedPodNodeDrained"
 REASON_UNALLOCATED_POD_NODE_UNDRAINED: Final = "UnallocatedPodNodeUndrained"
+# Events on a node one of whose GPUs (a device the bridge maps to Slurm GRES) is tainted NoSchedule or
+# NoExecute in its ResourceSlice or by a DeviceTaintRule: the Slurm node is drained naming the device
+# and taint, and the drain lifted once no such taint is left (docs/gpus.md, "Device taints").
+REASON_DEVICE_TAINT_NODE_DRAINED: Final = "DeviceTaintNodeDrained"
+REASON_DEVICE_TAINT_NODE_UNDRAINED: Final = "DeviceTaintNodeUndrained"
 # Member pods vanished while they ran: their job is held until their grace period passed.
 REASON_PODS_VANISHED: Final = "PodsVanished"
 

@@ -60,3 +60,10 @@ HANDOFF_DRAIN_REASON_PREFIX: Final = "slurm-bridge-handoff["
 # SLURM_NODE_REASON_PREFIX, for the same reason as the handoff's: the node sync mirrors it as an
 # outage and never lifts it; the guard of that bridge lifts it once no such pod is left.
 NODE_GUARD_DRAIN_REASON_PREFIX: Final = "slurm-bridge-guard["
+# The Slurm node reason of a device taint's drain (a GPU the bridge maps to Slurm GRES is tainted
+# NoSchedule or NoExecute in Kubernetes: docs/gpus.md, "Device taints"):
+# slurm-bridge-device-taint[<bridgeId>]: device <device> taint <key>=<value>:<effect> ..., matched by
+# the exact bridgeId. Not SLURM_NODE_REASON_PREFIX, for the same reason as the guard's: the node sync
+# mirrors it as an outage and never lifts it; the node controller of that bridge lifts it once no
+# such taint is left.
+DEVICE_TAINT_DRAIN_REASON_PREFIX: Final = "slurm-bridge-device-taint["

@@ -483,6 +483,7 @@ def test_rbac_grants_exactly_what_the_code_uses() -> None:
         | _grant("resource.k8s.io", "resourceclaims/status", "patch")
         | _grant("resource.k8s.io", "resourceclaims/binding", "patch")  # 1.37 checks it for status.allocation
         | _grant("resource.k8s.io", "resourceslices", "list", "watch")
+        | _grant("resource.k8s.io", "devicetaintrules", "list", "watch")  # device taints drain Slurm nodes
         | _grant("slinky.slurm.net", "placeholderjobs", "get", "list", "watch", "create", "patch", "delete")
         | _grant("slinky.slurm.net", "placeholderjobs/status", "patch")
         | _grant("slinky.slurm.net", "placeholderjobs/finalizers", "update")
