@@ -19,10 +19,10 @@ import hashlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from slurm_bridge import names
 from slurm_bridge.core import objects
+from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, resource_path
@@ -31,7 +31,7 @@ from slurm_bridge.rules.resume import Place, ResumePolicy, choose_place, decode_
 log = logging.getLogger(__name__)
 
 
-def policy_of(config: Any) -> ResumePolicy:
+def policy_of(config: Config) -> ResumePolicy:
     """The config's ``preemption`` section as the rules take it."""
     section = config.preemption
     return ResumePolicy(section.returnToPlace, section.maxReturns, section.returnWindowSeconds)

@@ -109,6 +109,9 @@ ANN_K8S_POD_CLAIM_NAME: Final = "resource.kubernetes.io/pod-claim-name"
 # Kubernetes': on a mirror pod, the static pod its kubelet runs from a file (a node daemon the
 # node guard allows on Slurm's nodes: operator/nodeguard/).
 ANN_K8S_CONFIG_MIRROR: Final = "kubernetes.io/config.mirror"
+# Kubernetes': on an Indexed Job's pod, its completion index (set by the Job controller): the slot a
+# preempted pod's replacement takes back (slurm_bridge/rules/resume.py).
+ANN_K8S_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 # ... in these partitions (a comma list, passed as node features; default: the config's partition)
 ANN_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
 # ... with this Slurm dynamic topology (the node line's Topology=, e.g. "topo-1:block-2").

@@ -31,13 +31,11 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
+from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.slurm.models import JobRequest
-
-# The job of a Job's pod: its completion index (an Indexed Job's), set by the Job controller.
-JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 
 Mode = Literal["REQUEUE", "CANCEL", "SUSPEND", "GANG", "OFF"]
 
@@ -109,7 +107,7 @@ def single_slot(pod: Mapping[str, Any]) -> str:
     """The slot of a pod that is its own group under a controller: an Indexed Job's completion
     index (set by the Job controller at create); "" otherwise (any replacement takes any place)."""
     annotations = objects.annotations(pod)
-    index = annotations.get(JOB_COMPLETION_INDEX)
+    index = annotations.get(names.ANN_K8S_JOB_COMPLETION_INDEX)
     return f"index-{index}" if isinstance(index, str) and index.isdigit() else ""
 
 

@@ -26,6 +26,7 @@ from slurm_bridge import names
 from slurm_bridge.rules import resume
 from tests.e2e.test_hybrid_real_node import node_image  # noqa: F401
 from tests.e2e.test_node_sharing import REAL_NODE_TAINT
+from tests.e2e.test_preemption import natives  # noqa: F401  (the native jobs a test submits, cancelled after it)
 from tests.e2e.util import KWOK_COMPLETE_DELAY, get_phj, job_fields, list_phjs, pod_events, read_pod
 from tests.harness import TENANTS, SlurmEnv, sbatch_as, squeue_state, wait_for
 
@@ -52,21 +53,6 @@ def hybrid(slurm_env: SlurmEnv) -> list[str]:
         f"QOS {QOS} with PreemptMode=requeue is missing: restart the cluster (hack/accounting.env)"
     )
     return slurm_env.hybrid_nodes[:2]
-
-
-@pytest.fixture
-def natives(slurm_env: SlurmEnv) -> Iterator[list[int]]:
-    """Native jobs a test submits, cancelled after it."""
-    jobs: list[int] = []
-    yield jobs
-    for job_id in jobs:
-        slurm_env.slurm("scancel", str(job_id), check=False)
-    for job_id in jobs:
-
-        def gone(j: int = job_id) -> bool:
-            return squeue_state(slurm_env, j) == ""
-
-        wait_for(gone, 60, f"native job {job_id} to leave the queue")
 
 
 def slurm_annotations(slurm: SlurmEnv, qos: str = QOS) -> dict[str, str]:
@@ -125,7 +111,7 @@ def running_pods(core: k8s.CoreV1Api, ns: str, selector: str) -> list[Any]:
 
 def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, hybrid: list[str],
-    natives: list[int],
+    natives: list[int],  # noqa: F811
 ) -> None:  # fmt: skip
     body = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -203,7 +189,7 @@ def test_a_preempted_jobset_comes_back_ahead_of_the_jobs_queued_while_it_ran(
 
 def test_an_indexed_job_returns_once_a_copy_takes_no_place_and_cancel_does_not_come_back(
     slurm_env: SlurmEnv, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi, ns: str,
-    hybrid: list[str], natives: list[int],
+    hybrid: list[str], natives: list[int],  # noqa: F811
 ) -> None:  # fmt: skip
     node = hybrid[1]
     template = pod_template(slurm_env)

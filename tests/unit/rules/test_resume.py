@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from slurm_bridge import names
 from slurm_bridge.rules import resume
 from slurm_bridge.rules.resume import Place, ResumePolicy
 from slurm_bridge.slurm.models import JobRequest
@@ -49,8 +50,8 @@ def test_a_workload_is_known_by_its_uid_and_slot_never_by_names(
 
 
 @pytest.mark.parametrize(("annotations", "slot"), [
-    ({resume.JOB_COMPLETION_INDEX: "2"}, "index-2"),
-    ({resume.JOB_COMPLETION_INDEX: "x"}, ""),  # not an index
+    ({names.ANN_K8S_JOB_COMPLETION_INDEX: "2"}, "index-2"),
+    ({names.ANN_K8S_JOB_COMPLETION_INDEX: "x"}, ""),  # not an index
     ({}, ""),
 ])  # fmt: skip
 def test_a_single_pods_slot_is_its_completion_index(annotations: dict[str, str], slot: str) -> None:
