@@ -80,10 +80,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pagetables  # bench/ is not a package
 import profiles
 import schedclient
+import slurm_ref
 import starts
 import sysstats
 from clusterenv import cluster_env, deploy_env, refuse_node_guard
 from sysstats import RequestKey
+
+from slurm_bridge.operator.slurmsettings.reader import POLICY_SECONDS
 
 MANAGED_LABEL = "slurm-bridge.local/managed"
 JOB_ID_LABEL = "scheduler.slinky.slurm.net/slurm-jobid"
@@ -339,6 +342,21 @@ def main() -> None:
         help="the default scheduler's API client: the cluster's as it runs (stock), or a second default "
         "kube-scheduler at the bridge kube-scheduler's qps/burst (bridge) or at QPS/BURST: the fair CPU comparison",
     )
+    ap.add_argument(
+        "--calibrate-jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="S_ref, Slurm's own CPU per job, measured in this run before the pods (bench/slurm_ref.py): N "
+        "allocations read and cancelled (default: --pods; 0 leaves it out)",
+    )
+    ap.add_argument(
+        "--slurm-hooks",
+        choices=("on", "off", "both"),
+        default="on",
+        help="slurmctld's hooks as the cluster configures them (on), left out of slurm.conf for the run (off: a "
+        "site without hybrid nodes), or each in turn (both), each with its own S_ref",
+    )
     args = ap.parse_args()
     try:
         client = schedclient.parse_client(args.default_client)
@@ -378,13 +396,23 @@ def main() -> None:
     refuse_node_guard([p.metadata.name for p in policies])
     args.pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES) if not args.deployed else {}
     args.webhook = None if args.deployed else local_webhook(Path(env["SB_STATE_DIR"]))
+    calibrate = args.pods if args.calibrate_jobs is None else args.calibrate_jobs
+    states = ("on", "off") if args.slurm_hooks == "both" else (args.slurm_hooks,)
+    rows = []
     with contextlib.ExitStack() as stack:
         schedulers = default_scheduler(stack, args, api, client)
-        # The machine's CPU with nothing submitted over the same window as the API server's background.
-        with sysstats.ProcSampler(args.pids) as quiet:
-            bg = sysstats.Background.measure(api, args.background_seconds)
-        args.idle = quiet.idle_baseline()
-        rows = runs(api, args, rates, bg, sampler, schedulers)
+        for hooks in states:
+            with slurm_ref.HooksOff(env, HOOKS_WAIT_S) if hooks == "off" else contextlib.nullcontext():
+                # The machine's CPU with nothing submitted over the same window as the API server's background.
+                with sysstats.ProcSampler(args.pids) as quiet:
+                    bg = sysstats.Background.measure(api, args.background_seconds)
+                args.idle = quiet.idle_baseline()
+                args.s_ref = None
+                if calibrate:  # Slurm's own CPU per job, with the hooks as this pass has them
+                    args.s_ref = slurm_ref.calibrate(env, args.pids, args.idle, calibrate, args.concurrency)
+                for row in runs(api, args, rates, bg, sampler, schedulers):
+                    s_ref = (args.s_ref or {}).get("s_ref_ms_per_job")
+                    rows.append({**row, "slurm_hooks": hooks, "s_ref": args.s_ref, "s_ref_ms_per_job": s_ref})
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -393,6 +421,9 @@ def main() -> None:
     print("\n" + "\n".join(pagetables.pipeline_tables([rows])), file=sys.stderr if args.json else sys.stdout)
     print(verdict(rows, args.pods), file=sys.stderr)
 
+
+# How long the operator may take to see slurm.conf's hooks change: its settings reader's period.
+HOOKS_WAIT_S = POLICY_SECONDS + 5
 
 BENCH_SCHEDULER_PROCESS = "bench kube-scheduler"  # ProcSampler's name for schedclient.DefaultScheduler
 
@@ -586,6 +617,9 @@ def one_run(api: k8s.ApiClient, args: argparse.Namespace, rate: float, bg: sysst
         # what a bridge pod adds to the machine's CPU over a default scheduler's pod, and the API server's ratio
         bridge["added_cpu_ms_per_pod"] = sysstats.added_ms(b, d)
         bridge["apiserver_cpu_ratio"] = sysstats.cpu_ratio(b, d, "kube-apiserver")
+        # ... and beyond Slurm's own work for its job (S_ref, measured in this run): the bridge's cost
+        s_ref = (args.s_ref or {}).get("s_ref_ms_per_job")
+        bridge["beyond_slurm_ms_per_pod"] = slurm_ref.beyond_slurm(bridge["added_cpu_ms_per_pod"], s_ref)
     return [*bridges, default]
 
 
@@ -702,8 +736,10 @@ def cpu_checks(r: dict[str, Any]) -> list[str]:
     """A bridge row's CPU per pod against the CPU targets (those the row has figures for)."""
     steady = int(r.get("mode") != "burst")
     out = []
-    if r.get("added_cpu_ms_per_pod") is not None:
-        out.append(f"added machine CPU ms/pod {cmp(r['added_cpu_ms_per_pod'], ADDED_CPU_MS[steady], True)}")
+    if r.get("beyond_slurm_ms_per_pod") is not None:  # the target's measure: less S_ref
+        out.append(f"added CPU less S_ref ms/pod {cmp(r['beyond_slurm_ms_per_pod'], ADDED_CPU_MS[steady], True)}")
+    elif r.get("added_cpu_ms_per_pod") is not None:
+        out.append(f"added machine CPU ms/pod (no S_ref) {r['added_cpu_ms_per_pod']}")
     if r.get("operator_cpu_ms_per_pod") is not None:
         out.append(f"operator CPU ms/pod {cmp(r['operator_cpu_ms_per_pod'], OPERATOR_CPU_MS[steady], True)}")
     if r.get("apiserver_cpu_ratio") is not None:
@@ -714,10 +750,11 @@ def cpu_checks(r: dict[str, Any]) -> list[str]:
 def verdict(rows: list[dict[str, Any]], pods: int) -> str:
     """The targets in force (TARGETS, and the CPU targets of ``cpu_checks``) against the bridge rows."""
     t, lines = TARGETS, []
-    plain = {r["mode"]: r for r in rows if r["scheduler"] == "slurm-bridge"}
+    plain = {(r["mode"], r.get("slurm_hooks")): r for r in rows if r["scheduler"] == "slurm-bridge"}
     for r in (r for r in rows if r["scheduler"].startswith("slurm-bridge")):
+        who = r["scheduler"] + (", slurmctld's hooks off" if r.get("slurm_hooks") == "off" else "")
         if r.get("bound") != pods:
-            lines.append(f"{r['mode']} {r['scheduler']}: only {r.get('bound')}/{pods} pods bound")
+            lines.append(f"{r['mode']} {who}: only {r.get('bound')}/{pods} pods bound")
             continue
         checks = [
             f"calls/pod {cmp(r['slurm_calls_per_pod'], t['slurm_calls'], True)}",
@@ -736,11 +773,11 @@ def verdict(rows: list[dict[str, Any]], pods: int) -> str:
         if gap and (r["breakdown"]["paths"].get("queue") or 0):
             checks.append(f"queued: start->released p50 {cmp(gap['p50'], t['start_to_release_p50'], True)} s")
             checks.append(f"p99 {cmp(gap['p99'], t['start_to_release_p99'], True)} s")
-        base = plain.get(r["mode"])
+        base = plain.get((r["mode"], r.get("slurm_hooks")))
         if r["scheduler"] != "slurm-bridge" and base is not None and r["mode"] != "burst":
             checks.append(f"p50 vs plain bridge {cmp(round(r['p50_s'] / max(base['p50_s'], 1e-3), 2), 2, True)}x")
             checks.append(f"p99 {cmp(r['p99_s'], t['tenant_p99_s'], True)} s")
-        lines.append(f"{r['mode']} {r['scheduler']}: " + ", ".join(checks))
+        lines.append(f"{r['mode']} {who}: " + ", ".join(checks))
     return "targets: " + "; ".join(lines)
 
 

@@ -84,9 +84,9 @@ class Calls:
     refused: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None, api: str = API) -> Any:
         req = urllib.request.Request(
-            f"{self.url.rstrip('/')}/{API}/{path}",
+            f"{self.url.rstrip('/')}/{api}/{path}",
             method=method,
             data=json.dumps(body).encode() if body is not None else None,
             headers={"X-SLURM-USER-TOKEN": self.token, "Content-Type": "application/json"},
@@ -115,6 +115,71 @@ class Calls:
                 self.call("DELETE", f"job/{job['job_id']}")
 
 
+def calibrate(
+    env: dict[str, str], pids: dict[str, int], idle: sysstats.IdleBaseline | None, jobs: int, concurrency: int
+) -> dict[str, Any]:
+    """S_ref on the running cluster: ``jobs`` allocated, read and cancelled, ``concurrency`` at a
+    time, with ``pids`` sampled (``idle``: the baseline to subtract, measured by the caller)."""
+    token = Path(env["SLURM_JWT_FILE"]).read_text().strip().removeprefix("SLURM_JWT=")
+    calls = Calls(env["SLURM_REST_URL"], token)
+    calls.clean()
+    with sysstats.ProcSampler(pids, idle=idle) as procs, ThreadPoolExecutor(concurrency) as pool:
+        done = list(pool.map(lambda i: calls.one(f"{PREFIX}{i}", env["SB_PARTITION"]), range(jobs)))
+    row = procs.row()
+    result = {**s_ref(row, sum(done)), "refused": len(calls.refused), "seconds": row["seconds"]}
+    if calls.refused:
+        print(f"note: Slurm refused {len(calls.refused)} allocations, e.g. {calls.refused[0]}", file=sys.stderr)
+    return result
+
+
+# slurm.conf's two hook lines: the handoff script (hack/slurm-policy.conf) and slurmctld's notify
+# hook; a site without hybrid nodes runs neither.
+HOOK_KEYS = ("PrologSlurmctld=", "EpilogSlurmctld=")
+
+
+def without_hooks(conf: str) -> str:
+    """slurm.conf's text with its PrologSlurmctld and EpilogSlurmctld lines left out."""
+    return "".join(line for line in conf.splitlines(keepends=True) if not line.lstrip().startswith(HOOK_KEYS))
+
+
+class HooksOff:
+    """slurmctld without its hooks for the ``with`` block (the local cluster's slurm.conf rewritten,
+    ``reconfigure`` through slurmrestd, and put back after), so one benchmark run measures a site
+    without hybrid nodes beside the configured one. It waits until Slurm's answer to ``GET conf``
+    shows the change and then one settings period of the operator (``wait_s``), which re-reads
+    slurm.conf (the released mark is written only where an EpilogSlurmctld reads it)."""
+
+    def __init__(self, env: dict[str, str], wait_s: float) -> None:
+        self.path = Path(env["SLURM_ROOT"], "etc", "slurm", "slurm.conf")
+        token = Path(env["SLURM_JWT_FILE"]).read_text().strip().removeprefix("SLURM_JWT=")
+        self.calls = Calls(env["SLURM_REST_URL"], token)
+        self.wait_s = wait_s
+        self.saved = ""
+
+    def _apply(self, text: str, hooks: bool) -> None:
+        self.path.write_text(text)
+        self.calls.call("GET", "reconfigure")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            conf = self.calls.call("GET", "conf", api="slurm/v0.0.45").get("slurm_conf") or {}
+            if bool(conf.get("EpilogSlurmctld")) == hooks:  # slurm.conf's names
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"slurmctld did not take {self.path} within 60 s of its reconfigure")
+        print(f"note: slurmctld's hooks {'back' if hooks else 'off'}; waiting {self.wait_s:g} s for the "
+              "operator's settings reader", file=sys.stderr)  # fmt: skip
+        time.sleep(self.wait_s)  # the operator's period: no condition of its own to wait on
+
+    def __enter__(self) -> HooksOff:
+        self.saved = self.path.read_text()
+        self._apply(without_hooks(self.saved), hooks=False)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._apply(self.saved, hooks=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=200)
@@ -123,20 +188,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     env = cluster_env()
-    token = Path(env["SLURM_JWT_FILE"]).read_text().strip().removeprefix("SLURM_JWT=")
-    calls = Calls(env["SLURM_REST_URL"], token)
-    calls.clean()
     pids = sysstats.local_pids(env["SB_STATE_DIR"], sysstats.PROCESSES)
     with sysstats.ProcSampler(pids) as idle:
         time.sleep(args.idle_seconds)  # the idle window itself
-    with (
-        sysstats.ProcSampler(pids, idle=idle.idle_baseline()) as procs,
-        ThreadPoolExecutor(args.concurrency) as pool,
-    ):
-        done = list(pool.map(lambda i: calls.one(f"{PREFIX}{i}", env["SB_PARTITION"]), range(args.jobs)))
-    result = {**s_ref(procs.row(), sum(done)), "refused": len(calls.refused), "seconds": procs.row()["seconds"]}
-    if calls.refused:
-        print(f"note: Slurm refused {len(calls.refused)} allocations, e.g. {calls.refused[0]}", file=sys.stderr)
+    result = calibrate(env, pids, idle.idle_baseline(), args.jobs, args.concurrency)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

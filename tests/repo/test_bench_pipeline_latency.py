@@ -44,18 +44,31 @@ def test_a_port_file_that_holds_no_port_is_a_note(tmp_path: Path, capsys: pytest
 
 
 def test_cpu_targets_depend_on_the_mode() -> None:
-    """A burst: added machine CPU <= 8 ms, operator <= 5 ms; a steady rate: <= 12 ms and <= 7 ms;
-    kube-apiserver's CPU per bridge pod <= 1.5x a default pod's in both."""
-    figures = {"added_cpu_ms_per_pod": 10.0, "operator_cpu_ms_per_pod": 6.0, "apiserver_cpu_ratio": 1.6}
+    """A burst: the CPU a bridge pod adds over a default pod's, less S_ref, <= 8 ms, operator <= 5 ms;
+    a steady rate: <= 12 ms and <= 7 ms; kube-apiserver's CPU per bridge pod <= 1.5x a default
+    pod's in both. Without S_ref the added CPU is shown, checked against nothing."""
+    figures = {
+        "added_cpu_ms_per_pod": 20.0, "beyond_slurm_ms_per_pod": 10.0, "operator_cpu_ms_per_pod": 6.0,
+        "apiserver_cpu_ratio": 1.6,
+    }  # fmt: skip
     assert pipeline_latency.cpu_checks({"mode": "burst", **figures}) == [
-        "added machine CPU ms/pod 10.0 > 8", "operator CPU ms/pod 6.0 > 5",
+        "added CPU less S_ref ms/pod 10.0 > 8", "operator CPU ms/pod 6.0 > 5",
         "kube-apiserver CPU/pod vs default 1.6 > 1.5",
     ]  # fmt: skip
     assert pipeline_latency.cpu_checks({"mode": "20/s", **figures}) == [
-        "added machine CPU ms/pod 10.0 <= 12", "operator CPU ms/pod 6.0 <= 7",
+        "added CPU less S_ref ms/pod 10.0 <= 12", "operator CPU ms/pod 6.0 <= 7",
         "kube-apiserver CPU/pod vs default 1.6 > 1.5",
     ]  # fmt: skip
+    no_ref = {**figures, "beyond_slurm_ms_per_pod": None}
+    assert pipeline_latency.cpu_checks({"mode": "burst", **no_ref})[0] == "added machine CPU ms/pod (no S_ref) 20.0"
     assert pipeline_latency.cpu_checks({"mode": "burst"}) == [], "no figure, no check"
+
+
+def test_the_targets_line_names_the_pass_without_slurmctlds_hooks() -> None:
+    row = {"scheduler": "slurm-bridge", "mode": "burst", "bound": 5, "slurm_calls_per_pod": 2.0,
+           "api_writes_per_pod": 7.0}  # fmt: skip
+    line = pipeline_latency.verdict([{**row, "slurm_hooks": "on"}, {**row, "slurm_hooks": "off"}], 5)
+    assert "burst slurm-bridge: " in line and "burst slurm-bridge, slurmctld's hooks off: " in line
 
 
 def test_the_default_schedulers_pods_name_the_benchs_scheduler_only_when_it_runs() -> None:

@@ -38,3 +38,18 @@ def test_the_calibration_jobs_are_immediate_external_jobs_the_bridge_leaves_alon
     assert job["immediate"] and job["flags"] == ["EXTERNAL_JOB"] and job["partition"] == "slurm-bridge"
     assert job["name"].startswith(slurm_ref.PREFIX)
     assert "admin_comment" not in job and "comment" not in job, "no bridge mark: not taken for an orphan"
+
+
+def test_hooks_off_leaves_out_slurmctlds_two_hook_lines_and_nothing_else() -> None:
+    conf = (
+        "ClusterName=local\n"
+        "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh\n"
+        "# PrologSlurmctld in a comment stays\n"
+        "  PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh\n"
+        "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh\n"
+        "PreemptType=preempt/qos\n"
+    )
+    assert slurm_ref.without_hooks(conf) == (
+        "ClusterName=local\n# PrologSlurmctld in a comment stays\nPreemptType=preempt/qos\n"
+    )
+    assert slurm_ref.without_hooks("NodeName=a\n") == "NodeName=a\n"

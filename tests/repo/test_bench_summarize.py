@@ -179,3 +179,14 @@ def test_summarize_shows_the_default_schedulers_client_idle_steal_and_own_cpu() 
         "steal CPU ms/pod 0.5", "slurmctld own / children ms/pod 6 - 7 / 2.5 - 3",
     ]  # fmt: skip
     assert {"added_cpu_ms_per_pod", "apiserver_cpu_ratio", "pod_watchers"} <= set(summarize.FIELDS)
+
+
+def test_a_pass_without_slurmctlds_hooks_is_its_own_column_paired_with_its_own_default_row() -> None:
+    on = {"scheduler": "slurm-bridge", "mode": "burst", "pods": 200, "slurm_hooks": "on"}
+    off = {**on, "slurm_hooks": "off"}
+    d_on = {"scheduler": "default-scheduler", "mode": "burst", "pods": 200, "slurm_hooks": "on", "p50_s": 1.0}
+    d_off = {**d_on, "slurm_hooks": "off", "p50_s": 2.0}
+    run = [on, d_on, off, d_off]
+    assert pagetables.kind(on) == "plain" and pagetables.kind(off) == "plain, slurmctld's hooks off"
+    assert pagetables.partner(run, off, "default") is d_off and pagetables.partner(run, on, "default") is d_on
+    assert pagetables.kind({**on, "slurm_hooks": None}) == "plain", "runs recorded before the flag"
