@@ -771,12 +771,14 @@ async def _quiet(
     server: ApiServer,
     slurm: ReplaySlurm,
     ctrl: Controller,
+    kube: ReplayKube,
     delivered: Counter[str],
     notices: set[asyncio.Task[None]],
     deadline: float,
 ) -> None:
     """Until every watch event was handled and nothing is queued, in flight or scheduled: the
-    other writers' steps, Slurm's (a start, a notice), the notices' handling and their reads."""
+    other writers' steps, Slurm's (a start, a notice), the notices' handling and their reads
+    (``kube``: the controller's, whose Events may still be in flight)."""
     still = 0
     while still < 3:
         await asyncio.sleep(0.001)
@@ -787,7 +789,7 @@ async def _quiet(
             and ctrl.hints.in_flight == 0
             and sum(delivered.values()) == sum(server.events_sent.values())
             and ctrl.queue.idle
-            and not ctrl.kube._event_tasks
+            and not kube._event_tasks
         )
         still = still + 1 if done else 0
         if time.monotonic() > deadline:
@@ -915,7 +917,7 @@ async def replay(
                 t0, s0 = time.process_time(), StandIn.seconds
                 for i in range(pods):
                     act(f"b{i:04d}")
-                await _quiet(server, slurm_api, ctrl, delivered, notices, deadline)
+                await _quiet(server, slurm_api, ctrl, kube, delivered, notices, deadline)
                 cpu[name] = (time.process_time() - t0 - (StandIn.seconds - s0)) * 1000
                 standin[name] = (StandIn.seconds - s0) * 1000
 

@@ -24,11 +24,12 @@ from slurm_bridge.extender.protocol import (
     ExtenderFilterResult,
 )
 from slurm_bridge.kube.cache import WatchCache
-from slurm_bridge.kube.client import KubeClient, KubeError
+from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.seams import ExtenderKube
 from slurm_bridge.rules.namespaces import ManagedNamespaces
 
 log = logging.getLogger(__name__)
-KUBE_KEY = web.AppKey("kube", KubeClient)
+KUBE_KEY = web.AppKey("kube", ExtenderKube)
 
 
 class JobIds:
@@ -136,7 +137,7 @@ def make_health_app() -> web.Application:
     return app
 
 
-def make_app(kube: KubeClient, namespaces: ManagedNamespaces, cache: WatchCache | None = None) -> web.Application:
+def make_app(kube: ExtenderKube, namespaces: ManagedNamespaces, cache: WatchCache | None = None) -> web.Application:
     """``namespaces``: which pods the extender may place (slurm_bridge/rules/namespaces.py); ``cache``:
     the namespaces' labels it reads them from (managedNamespaceSelector), run with the app."""
     # Nodes lists can be large; each request's log lines name its own pod only.

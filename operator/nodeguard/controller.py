@@ -33,8 +33,9 @@ from slurm_bridge.core import metrics, objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer
-from slurm_bridge.kube.client import KubeClient, resource_path
+from slurm_bridge.kube.client import resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import GuardKube
 from slurm_bridge.kube.taints import managed_taint, same_taint
 from slurm_bridge.operator.nodeguard.decisions import (
     Drain,
@@ -172,7 +173,7 @@ class NodeGuard:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: GuardKube,
         nodes: ObjectStore,
         drains: NodeDrains,
         pods: ObjectStore,

@@ -36,7 +36,8 @@ from slurm_bridge.core.kubeformats import escape_pointer
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import taint_rules_cache
-from slurm_bridge.kube.client import Conflict, KubeClient, NotFound, node_path
+from slurm_bridge.kube.client import Conflict, NotFound, node_path
+from slurm_bridge.kube.seams import NodeKube
 from slurm_bridge.operator.nodes import devicematch, devicetaints, nodesync, resourcesfit
 from slurm_bridge.operator.nodes import registration as reg
 from slurm_bridge.operator.nodes.devicematch import DeviceMatch
@@ -76,7 +77,7 @@ class NodeController:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: NodeKube,
         slurm: SlurmNodes,
         *,
         workers: int = 4,

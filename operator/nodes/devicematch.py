@@ -24,7 +24,7 @@ from typing import Any, Final
 from slurm_bridge import names
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import slices_cache
-from slurm_bridge.kube.client import KubeClient
+from slurm_bridge.kube.seams import DeviceMatchKube
 from slurm_bridge.operator.nodes.resourcesfit import Fit, condition_of, write_condition
 from slurm_bridge.rules.dra.gres import mig_node
 from slurm_bridge.rules.dra.inventory import devices_differ, said, slurm_gpu_inventory
@@ -60,7 +60,7 @@ def decide(info: NodeInfo, slices: list[Obj], node: str) -> Fit | None:
 class DeviceMatch:
     """Keeps each node's condition from the slices' watch and the Slurm node list."""
 
-    def __init__(self, kube: KubeClient, on_node: Callable[[str], None]) -> None:
+    def __init__(self, kube: DeviceMatchKube, on_node: Callable[[str], None]) -> None:
         self.kube = kube
         self.on_node = on_node
         self.slices = slices_cache(kube, self._changed)

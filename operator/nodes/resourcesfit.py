@@ -26,7 +26,8 @@ from typing import Any, Final, NamedTuple
 from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import KubeClient, KubeError, node_path, resource_path
+from slurm_bridge.kube.client import KubeError, node_path, resource_path
+from slurm_bridge.kube.seams import ConditionKube, FitKube
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.rules.podresources import pod_requests
 from slurm_bridge.rules.resources import parse_quantity
@@ -130,7 +131,7 @@ def _size(info: NodeInfo, allocatable: Mapping[str, Any]) -> tuple[object, ...]:
 class ResourcesFit:
     """Keeps the condition of each Kubernetes node that is a Slurm node."""
 
-    def __init__(self, kube: KubeClient, scheduler_name: str) -> None:
+    def __init__(self, kube: FitKube, scheduler_name: str) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
         self._checked: dict[str, _Checked] = {}
@@ -202,7 +203,7 @@ def _as_stored(old: Obj | None, fit: Fit) -> Obj | None:
     return None
 
 
-async def write_condition(kube: KubeClient, name: str, node: Mapping[str, Any], ctype: str, fit: Fit) -> Obj | None:
+async def write_condition(kube: ConditionKube, name: str, node: Mapping[str, Any], ctype: str, fit: Fit) -> Obj | None:
     """One of the bridge's node conditions (``nodes/status``, a strategic merge on its type), only
     when it changed; a Warning Event with a change to False, a Normal one with the way back. The
     node as written (None: nothing written, or the write failed, logged)."""

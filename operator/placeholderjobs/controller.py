@@ -25,8 +25,8 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import TenantCache
-from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import PlaceholderJobsKube
 from slurm_bridge.operator.placeholderjobs.events import EventHandlers
 from slurm_bridge.operator.placeholderjobs.members import Membership, phj_index
 from slurm_bridge.operator.placeholderjobs.optionwatch import OptionSources
@@ -78,7 +78,7 @@ class Controller:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: PlaceholderJobsKube,
         slurm: SlurmClient,
         tenants: TenantCache | None = None,
         *,

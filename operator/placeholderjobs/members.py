@@ -18,8 +18,8 @@ from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import MembershipKube
 from slurm_bridge.operator.placeholderjobs.grouping.groups import GroupError, recorded_options
 from slurm_bridge.operator.placeholderjobs.grouping.joining import Joins
 from slurm_bridge.operator.placeholderjobs.grouping.resolver import GroupResolver
@@ -90,7 +90,7 @@ class Membership:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: MembershipKube,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],
         queue: WorkQueue[WorkItem],

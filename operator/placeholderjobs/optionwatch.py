@@ -24,8 +24,9 @@ from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import Informer, key_of
-from slurm_bridge.kube.client import METADATA_ONLY, KubeClient, resource_path
+from slurm_bridge.kube.client import METADATA_ONLY, resource_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import KubeListWatch
 from slurm_bridge.operator.placeholderjobs.grouping.groups import recorded_options
 from slurm_bridge.operator.placeholderjobs.members import MERGED_OPTIONS, by_group, merged_in
 from slurm_bridge.operator.placeholderjobs.workitems import OptionsItem, WorkItem
@@ -76,7 +77,7 @@ class Annotated:
 class OptionSources:
     """The informers of the configuring workloads, mapping their annotation changes to work items."""
 
-    def __init__(self, kube: KubeClient, phjs: ParsedStore[PlaceholderJob], queue: WorkQueue[WorkItem]) -> None:
+    def __init__(self, kube: KubeListWatch, phjs: ParsedStore[PlaceholderJob], queue: WorkQueue[WorkItem]) -> None:
         self.phjs, self.queue = phjs, queue
         self.informers: list[Informer] = []
         for kind, version in watched():

@@ -25,7 +25,8 @@ from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.kubeformats import escape_pointer
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, resource_path
+from slurm_bridge.kube.client import Conflict, KubeError, NotFound, resource_path
+from slurm_bridge.kube.seams import PlacesKube
 from slurm_bridge.rules.resume import Place, ResumePolicy, choose_place, decode_place, expired
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class Places:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: PlacesKube,
         namespace: str,
         bridge_id: str,
         policy: ResumePolicy,

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slurm_bridge.kube.client import Conflict, KubeClient
+from slurm_bridge.kube.client import Conflict
+from slurm_bridge.kube.seams import LeaseKube
 
 log = logging.getLogger(__name__)
 # The release at shutdown waits no longer for the API server: a stop must end within seconds.
@@ -50,7 +51,7 @@ class _Record:
 class LeaderElector:
     def __init__(
         self,
-        kube: KubeClient,
+        kube: LeaseKube,
         namespace: str,
         name: str,
         *,

@@ -24,9 +24,10 @@ from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.cache import TenantCache
-from slurm_bridge.kube.client import KubeClient, KubeError, resource_path
+from slurm_bridge.kube.client import KubeError, resource_path
 from slurm_bridge.kube.conditions import set_condition_dicts
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import ConditionKube
 from slurm_bridge.rules import tenancy
 from slurm_bridge.slurm.errors import SlurmError
 
@@ -188,7 +189,7 @@ class TenantStatusController:
     """Writes each TenantPolicy's status while this replica leads."""
 
     def __init__(
-        self, config: Config, kube: KubeClient, slurm: SlurmAccounting, tenants: TenantCache, phjs: Any
+        self, config: Config, kube: ConditionKube, slurm: SlurmAccounting, tenants: TenantCache, phjs: Any
     ) -> None:
         self.config, self.kube, self.slurm, self.tenants, self.phjs = config, kube, slurm, tenants, phjs
         self.slurm_names = SlurmNames()

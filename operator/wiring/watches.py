@@ -18,7 +18,8 @@ import asyncio
 from typing import Any
 
 from slurm_bridge.kube.cache import Handler, Informer
-from slurm_bridge.kube.client import KubeClient, phj_path, resource_path
+from slurm_bridge.kube.client import phj_path, resource_path
+from slurm_bridge.kube.seams import KubeListWatch
 from slurm_bridge.operator.placeholderjobs.controller import Controller
 
 
@@ -42,7 +43,7 @@ class HotWatches:
     """The pod and PlaceholderJob informers of one controller; ``on_pod``: also told of each pod
     event, after the controller (the node guard: a bridge pod bound to a Slurm node)."""
 
-    def __init__(self, kube: KubeClient, ctrl: Controller, on_pod: Handler | None = None) -> None:
+    def __init__(self, kube: KubeListWatch, ctrl: Controller, on_pod: Handler | None = None) -> None:
         self.pods = Informer(
             kube,
             resource_path("v1", "pods", None),

@@ -259,7 +259,9 @@ def reconciled(func: Callable[[Any, ItemT], Awaitable[R]]) -> Callable[[Any, Ite
 
 def node_sync(direction: str, action: str) -> None:
     """``direction``: ``to_slurm`` (drain/undrain a Slurm node), ``to_kubernetes`` (taint, cordon,
-    markers on a Node) or ``registration`` (dynamic nodes created, drained, deleted)."""
+    markers on a Node), ``registration`` (dynamic nodes created, drained, deleted), ``guard`` (the
+    node guard's drain/undrain where a pod runs without a Slurm allocation) or ``device_taint``
+    (drain/undrain of a Slurm node one of whose GPUs is tainted)."""
     _child(NODE_SYNC_ACTIONS, direction, action).inc()
 
 

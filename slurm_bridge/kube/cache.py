@@ -32,6 +32,7 @@ from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
 from slurm_bridge.kube.client import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
+from slurm_bridge.kube.seams import CacheKube, KubeListWatch
 from slurm_bridge.rules.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: KubeListWatch,
         path: str,
         what: str,
         handle: Handler,
@@ -285,7 +286,7 @@ class WatchCache:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: CacheKube,
         path: str,
         what: str,
         *,
@@ -330,7 +331,7 @@ class WatchCache:
             self.on_change(name, obj)
 
 
-def namespaces_cache(kube: KubeClient) -> WatchCache:
+def namespaces_cache(kube: CacheKube) -> WatchCache:
     """Every namespace's labels (the extender's, for ``managedNamespaceSelector``)."""
     return WatchCache(kube, NAMESPACES_PATH, "namespaces", project=project_namespace)
 
@@ -354,7 +355,7 @@ class TenantCache:
     """Every TenantPolicy and every namespace's labels, and the index built from them."""
 
     def __init__(
-        self, kube: KubeClient | None, on_change: Callable[[str, str], None] | None = None, *, unavailable: str = ""
+        self, kube: CacheKube | None, on_change: Callable[[str, str], None] | None = None, *, unavailable: str = ""
     ) -> None:
         """``kube`` None: no credentials (``unavailable`` says why); never synced, so every check
         that needs a policy fails closed with that message."""
@@ -475,7 +476,7 @@ def project_taints(taints: Any) -> list[Obj]:
     return [{k: t.get(k) or "" for k in ("key", "value", "effect")} for t in taints if isinstance(t, dict)]
 
 
-def slices_cache(kube: KubeClient, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
+def slices_cache(kube: CacheKube, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
     """Every ResourceSlice (the operator's SlurmDevicesMatch condition, the webhook's check that some
     node can hold a pod's DRA request: docs/gpus.md); a cluster without the DRA API has none."""
     return WatchCache(
@@ -499,7 +500,7 @@ def project_taint_rule(obj: Obj) -> Obj:
     }
 
 
-def taint_rules_cache(kube: KubeClient, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
+def taint_rules_cache(kube: CacheKube, on_change: Callable[[str, Obj], None] | None = None) -> WatchCache:
     """Every DeviceTaintRule (the operator's drains for tainted GPUs: docs/gpus.md, "Device taints");
     an API server that does not serve them (before Kubernetes 1.36, or with the DRADeviceTaints
     gate off) has none."""

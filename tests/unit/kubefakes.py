@@ -2,7 +2,7 @@
 ``tests/unit/fakes.py`` does the same for Slurm).
 
 A consumer of the API server declares the calls it makes (``slurm_bridge.kube.seams``:
-``KubeReads``, ``KubeWrites``, ``KubeEvents``; the caches' list and watch are ``KubeClient``'s own),
+``KubeReads``, ``KubeWrites``, ``KubeEvents``, ``KubeListWatch`` and the rest, composed per consumer),
 and each seam has one fake here over one object table: ``FakeReads`` (GETs by path, lists by field selector,
 chosen paths refused), ``FakeWrites`` (create, delete and the three patch types with the API
 server's resourceVersion rules), ``FakeEvents`` (every Event as a ``Said``), ``FakeListWatch``
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, NamedTuple
 
 from slurm_bridge.kube.client import Conflict, KubeError, NotFound
@@ -270,13 +270,17 @@ class FakeListWatch:
         self.pages, self.watch_events, self.missing = pages or [], watch_events or [], missing
         self.list_calls = 0
 
-    async def request(self, method: str, path: str, *, params: dict[str, str] | None = None) -> Obj:
+    async def request(
+        self, method: str, path: str, *, params: dict[str, str] | None = None, accept: str | None = None
+    ) -> Obj:
         self.list_calls += 1
         if self.missing:
             raise NotFound(404, "NotFound", "the server could not find the requested resource")
         return self.pages[0] if not params or "continue" not in params else self.pages[1]
 
-    async def watch(self, path: str, rv: str, **_: Any) -> AsyncIterator[Obj]:
+    async def watch(
+        self, path: str, rv: str, *, timeout_seconds: int, params: dict[str, str], accept: str | None = None
+    ) -> AsyncGenerator[Obj, None]:
         for e in self.watch_events:
             yield e
         self.watch_events = []

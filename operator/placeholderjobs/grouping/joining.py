@@ -24,8 +24,9 @@ from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import Conflict, Invalid, KubeClient, KubeError, phj_path, pod_path
+from slurm_bridge.kube.client import Conflict, Invalid, KubeError, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import Component, GroupSource, PlaceholderJob
+from slurm_bridge.kube.seams import MembershipKube
 from slurm_bridge.operator.placeholderjobs.decisions.pods import pod_terminating
 from slurm_bridge.operator.placeholderjobs.grouping.gangjoin import WAIT_SECONDS, JoinState, Vacancies
 from slurm_bridge.operator.placeholderjobs.grouping.groups import Group, new_phj, same_group
@@ -63,7 +64,7 @@ class Joins:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: MembershipKube,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],
         queue: WorkQueue[WorkItem],

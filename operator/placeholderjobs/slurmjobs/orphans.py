@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 
 from slurm_bridge.core import logs, metrics
 from slurm_bridge.core.config import Config
-from slurm_bridge.kube.client import KubeClient, KubeError, phj_path
+from slurm_bridge.kube.client import KubeError, phj_path
+from slurm_bridge.kube.seams import KubeGets
 from slurm_bridge.operator.placeholderjobs.slurmjobs.poller import SlurmPoller
 from slurm_bridge.operator.runtime.store import ObjectStore
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
@@ -54,7 +55,7 @@ class OrphanSweeper:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: KubeGets,
         phjs: ObjectStore,
         poller: SlurmPoller,
         cancel: Callable[[int, PhjRef], Awaitable[None]],

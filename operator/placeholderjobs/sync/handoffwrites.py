@@ -12,8 +12,9 @@ from typing import Protocol
 
 from slurm_bridge import names
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import KubeClient, KubeError
+from slurm_bridge.kube.client import KubeError
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import KubeEvents
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.places import Places
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, notice_comment, released_comment
@@ -41,7 +42,7 @@ class SlurmJobSettings(Protocol):
 class HandoffWrites:
     def __init__(
         self,
-        kube: KubeClient,
+        kube: KubeEvents,
         slurm: SlurmReleaseMarks,
         poller: SlurmPoller,
         member_pods: MemberPods,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from slurm_bridge.kube.client import KubeClient
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import KubeEvents
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobview import SlurmSide
 from slurm_bridge.operator.placeholderjobs.slurmjobs.partitions import Partitions
@@ -37,7 +37,7 @@ class SlurmJobWrites(Protocol):
 
 
 class JobUpdates:
-    def __init__(self, kube: KubeClient, slurm: SlurmJobWrites, partitions: Partitions | None = None) -> None:
+    def __init__(self, kube: KubeEvents, slurm: SlurmJobWrites, partitions: Partitions | None = None) -> None:
         self.kube, self.slurm = kube, slurm
         self.partitions = partitions if partitions is not None else Partitions(slurm)
 

@@ -28,8 +28,9 @@ from slurm_bridge.core import logs, metrics, objects
 from slurm_bridge.core.config import Config
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.cache import TenantCache
-from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, phj_path, pod_path
+from slurm_bridge.kube.client import Conflict, KubeError, NotFound, phj_path, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob, PlaceholderJobStatus
+from slurm_bridge.kube.seams import ShellKube
 from slurm_bridge.operator.placeholderjobs import lifecycle as lc
 from slurm_bridge.operator.placeholderjobs.decisions import placement
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
@@ -111,7 +112,7 @@ class PlaceholderJobs:
     def __init__(
         self,
         config: Config,
-        kube: KubeClient,
+        kube: ShellKube,
         slurm: ShellSlurm,
         pods: ObjectStore,
         phjs: ParsedStore[PlaceholderJob],

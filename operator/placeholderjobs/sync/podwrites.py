@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from slurm_bridge import names
 from slurm_bridge.core import metrics, objects
 from slurm_bridge.core.objects import Obj
-from slurm_bridge.kube.client import Conflict, KubeClient, KubeError, NotFound, pod_path
+from slurm_bridge.kube.client import Conflict, KubeError, NotFound, pod_path
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
+from slurm_bridge.kube.seams import PodWritesKube
 from slurm_bridge.kube.times import now_iso
 from slurm_bridge.operator.placeholderjobs.decisions import plan as pl
 from slurm_bridge.operator.placeholderjobs.decisions.pods import release_pod_patch
@@ -32,7 +33,7 @@ def job_node_sharing(phj: PlaceholderJob, offset: int | None) -> str | None:
 class MemberPods:
     """Releases and ends member pods; each write is stored from the API's answer at once."""
 
-    def __init__(self, kube: KubeClient, pods: ObjectStore, devices: DeviceBinder) -> None:
+    def __init__(self, kube: PodWritesKube, pods: ObjectStore, devices: DeviceBinder) -> None:
         self.kube, self.pods, self.devices = kube, pods, devices
 
     async def release(

@@ -116,7 +116,7 @@ async def test_the_bind_log_line_names_the_slurm_job_the_filter_saw() -> None:
     pod = {"metadata": {"name": "p", "namespace": "n", "uid": "uid-1", "labels": {names.LABEL_SLURM_JOB_ID: "4242"},
                         "annotations": {names.ANN_SLURM_NODE: "node-1"}}}  # fmt: skip
     managed = ManagedNamespaces(Config(managedNamespaces=["n"]))
-    client = TestClient(TestServer(make_app(_BindingKube(), managed)))  # type: ignore[arg-type]
+    client = TestClient(TestServer(make_app(_BindingKube(), managed)))
     await client.start_server()
     try:
         assert (await client.post("/filter", json={"Pod": pod, "NodeNames": ["node-1"]})).status == 200

@@ -8,7 +8,7 @@ integration test tests/integration/test_informer.py checks it against the local 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import aiohttp
@@ -79,7 +79,7 @@ class Api:
 
     async def watch(
         self, path: str, rv: str, *, timeout_seconds: int, params: dict[str, str], accept: str | None = None
-    ) -> AsyncIterator[Obj]:
+    ) -> AsyncGenerator[Obj, None]:
         self.watch_calls.append((rv, params))
         self.accepts.append(("watch", accept))
         self.called.set()
@@ -141,7 +141,7 @@ async def run_until(inf: Informer, api: Api, done: Any, what: str) -> None:
 
 
 def informer(api: Api, consumer: Consumer, sleeps: Sleeps | None = None, **kw: Any) -> Informer:
-    return Informer(api, PATH, "pods", consumer.handle, consumer.store, params=SELECTOR,  # type: ignore[arg-type]
+    return Informer(api, PATH, "pods", consumer.handle, consumer.store, params=SELECTOR,
                     sleep=sleeps or Sleeps(), **kw)  # fmt: skip
 
 
@@ -261,7 +261,7 @@ async def test_a_handler_that_raises_loses_that_event_only() -> None:
             raise RuntimeError("a bug")
         seen.append(obj["metadata"]["name"])
 
-    inf = Informer(api, PATH, "pods", handle, ObjectStore(), sleep=Sleeps())  # type: ignore[arg-type]
+    inf = Informer(api, PATH, "pods", handle, ObjectStore(), sleep=Sleeps())
     await run_until(inf, api, lambda: seen, "the next event")
     assert seen == ["a"] and inf.resource_version == "12"
 

@@ -57,7 +57,7 @@ def membership(config: Config, labels: Mapping[str, str] | None) -> tuple[Member
         return labels
 
     managed = ManagedNamespaces(config, labels_of)
-    members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller, managed)  # type: ignore[arg-type]
+    members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller, managed)
     return members, kube
 
 
@@ -108,7 +108,7 @@ async def test_the_extender_server_neither_filters_in_nor_binds_a_pod_of_an_unma
     from tests.unit.extender.test_extender import _BindingKube
 
     managed = ManagedNamespaces(Config(managedNamespaces=["hpc"]))
-    client = TestClient(TestServer(make_app(_BindingKube(), managed)))  # type: ignore[arg-type]
+    client = TestClient(TestServer(make_app(_BindingKube(), managed)))
     await client.start_server()
     try:
         pod = {

@@ -151,7 +151,7 @@ async def test_the_cache_lists_in_pages_then_follows_the_watch() -> None:
         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}},
     ]
     changes: list[str] = []
-    cache = WatchCache(FakeKube(pages=[page1, page2], watch_events=events), "/x", "things",  # type: ignore[arg-type]
+    cache = WatchCache(FakeKube(pages=[page1, page2], watch_events=events), "/x", "things",
                        on_change=lambda name, _: changes.append(name))  # fmt: skip
     task = await _run_until_synced(cache)
     try:
@@ -163,7 +163,7 @@ async def test_the_cache_lists_in_pages_then_follows_the_watch() -> None:
 
 
 async def test_a_missing_crd_means_no_policy_and_is_synced() -> None:
-    cache = WatchCache(FakeKube(missing=True), "/x", "TenantPolicies", missing_ok=True)  # type: ignore[arg-type]
+    cache = WatchCache(FakeKube(missing=True), "/x", "TenantPolicies", missing_ok=True)
     task = await _run_until_synced(cache)
     try:
         assert cache.objects == {} and cache.synced.is_set()
@@ -180,7 +180,7 @@ async def test_without_credentials_the_tenant_cache_never_syncs_and_says_why() -
 
 async def test_a_namespace_created_a_moment_ago_is_read_once() -> None:
     fresh = {"metadata": {"name": "fresh", "labels": {"team": "a"}}}
-    cache = TenantCache(FakeKube({"/api/v1/namespaces/fresh": fresh}))  # type: ignore[arg-type]
+    cache = TenantCache(FakeKube({"/api/v1/namespaces/fresh": fresh}))
     cache.namespaces.synced.set()
     await cache.ensure_namespace("fresh")
     assert cache.index().labels("fresh") == {"team": "a"}

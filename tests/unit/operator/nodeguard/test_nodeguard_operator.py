@@ -245,7 +245,7 @@ class Guarded:
         self.phjs: ParsedStore[PlaceholderJob] = ParsedStore(PlaceholderJob.parse, index=_phj_index)
         self.guard = NodeGuard(
             cfg,
-            self.kube,  # type: ignore[arg-type]  # Events and the watch only
+            self.kube,
             self.nodes,
             self.drains,
             self.pods,

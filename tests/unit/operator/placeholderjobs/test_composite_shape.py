@@ -63,7 +63,7 @@ def cluster() -> tuple[API, FakeSlurm, Membership, PlaceholderJobs, ObjectStore]
     poller.synced.set()
     pods, phjs = ObjectStore(), ParsedStore(PlaceholderJob.parse, index=member_pods)  # as the controller makes it
     m = Membership(config, kube, pods, phjs, Queue(), poller)  # type: ignore[arg-type]
-    jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=FakeNodeView())  # type: ignore[arg-type]
+    jobs = PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=FakeNodeView())
     return kube, slurm, m, jobs, pods
 
 

@@ -353,7 +353,7 @@ async def test_the_replacement_gets_the_node_only_once_the_terminating_member_is
     uid = g.kube.objects[PHJ]["metadata"]["uid"]
     job = JobInfo(job_id=JOB_ID, states=("RUNNING",), nodes=("n1", "n2"))
     g.poller.snapshot = JobSnapshot({JOB_ID: job}, {JOB_ID: PhjRef(g.config.bridgeId, NS, GANG, uid)}, 0.0)
-    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller, nodes=FakeNodeView())  # type: ignore[arg-type]
+    jobs = PlaceholderJobs(g.config, g.kube, FakeSlurm(), g.pods, g.phjs, g.poller, nodes=FakeNodeView())
 
     g.terminate("g-1")
     g.add("g-2")

@@ -39,7 +39,7 @@ async def test_a_refused_placeholderjob_is_reported_on_the_pod_and_not_retried()
     pods.upsert(pod)
     poller = SlurmPoller(FakeJobReads(), config.bridgeId, config.pollPeriodSeconds, lambda _: None)
     poller.synced.set()
-    members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)  # type: ignore[arg-type]
+    members = Membership(config, kube, pods, phjs, WorkQueue(_noop, 1), poller)
     assert await members.reconcile(("ns", "p")) is None, "not looked at again on a timer"
     assert kube.creates == 1
     [(reason, message)] = kube.told("reason", "message")

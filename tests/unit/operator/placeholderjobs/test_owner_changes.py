@@ -245,7 +245,7 @@ async def test_the_shell_drains_each_pods_node_naming_the_pod_unless_someone_els
         "n1": NodeInfo(name="n1", states=("MIXED",)),
         "n3": NodeInfo(name="n3", states=("IDLE", "DRAIN"), reason="disk replaced"),
     })  # fmt: skip
-    jobs = PlaceholderJobs(config, kube, slurm, ObjectStore(), ParsedStore(PlaceholderJob.parse), poller, nodes=view)  # type: ignore[arg-type]  # FakeKube
+    jobs = PlaceholderJobs(config, kube, slurm, ObjectStore(), ParsedStore(PlaceholderJob.parse), poller, nodes=view)
     drained = view.drained
     members: dict[str, Obj | None] = {"a": pod("running", "a", "n1"), "b": pod("running", "b", "n3")}
     await jobs.apply(

@@ -69,7 +69,7 @@ def shell(
         pods.upsert(pod)
         kube.objects[POD_PATH] = copy.deepcopy(pod)
     view = nodes if nodes is not None else FakeNodeView()
-    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=view)  # type: ignore[arg-type]  # FakeKube
+    return PlaceholderJobs(config, kube, slurm, pods, phjs, poller, nodes=view)
 
 
 def status_writes(kube: FakeKube) -> list[Obj]:

@@ -83,7 +83,7 @@ class Clocks:
 
 def elector(store: FakeLeases, identity: str, clocks: Clocks) -> LeaderElector:
     return LeaderElector(
-        store,  # type: ignore[arg-type]  # the three calls the elector makes
+        store,
         "ns",
         "bridge-operator",
         identity=identity,
@@ -236,7 +236,7 @@ async def test_a_release_the_api_server_does_not_answer_gives_up_within_its_time
 
 def running_elector(store: FakeLeases, lost: asyncio.Event, **kw: Any) -> LeaderElector:
     return LeaderElector(
-        store,  # type: ignore[arg-type]
+        store,
         "ns",
         "bridge-operator",
         identity="leader",
@@ -280,4 +280,4 @@ async def test_failed_renewals_are_retried_within_the_deadline() -> None:
 
 def test_the_renew_deadline_must_fit_in_the_lease() -> None:
     with pytest.raises(ValueError, match="renew_deadline < lease_seconds"):
-        LeaderElector(FakeLeases(), "ns", "x", lease_seconds=10, renew_deadline=10)  # type: ignore[arg-type]
+        LeaderElector(FakeLeases(), "ns", "x", lease_seconds=10, renew_deadline=10)
