@@ -56,6 +56,7 @@ from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.runtime.store import ObjectStore, ParsedStore
 from slurm_bridge.operator.views.slurmnodes import NodeDrains
 from slurm_bridge.rules.nodenames import slurm_name_of
+from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.rules.workloadkinds import controller_of
 
 log = logging.getLogger(__name__)
@@ -269,7 +270,7 @@ class NodeGuard:
         pod = bridge if bridge is not None else self.others.get(key)
         node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
         slurm = self._slurm_of.get(node)
-        if pod is None or slurm is None or ((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+        if pod is None or slurm is None or pod_ended(pod):
             self._judged.pop(key, None)
             self._watching.discard(key)
             return

@@ -33,6 +33,7 @@ from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.kube.placeholderjob import PlaceholderJob
 from slurm_bridge.kube.times import parse_iso
+from slurm_bridge.rules.podphase import pod_ended
 from slurm_bridge.rules.workloadkinds import controller_of
 from slurm_bridge.slurm.formats import expand_nodes
 from slurm_bridge.slurm.models import NodeInfo
@@ -139,7 +140,7 @@ def judge(pod: Obj, node: str, slurm_node: str, member: Member | None, rules: Ru
     None when none does."""
     meta, spec = objects.meta(pod), pod.get("spec") or {}
     ns, scheduler = str(meta.get("namespace") or ""), str(spec.get("schedulerName") or "default-scheduler")
-    if spec.get("nodeName") != node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if spec.get("nodeName") != node or pod_ended(pod):
         return Verdict(Kind.ALLOWED, "not running on this node")
     if names.ANN_K8S_CONFIG_MIRROR in (meta.get("annotations") or {}):
         return Verdict(Kind.ALLOWED, "a static pod of the node's kubelet")

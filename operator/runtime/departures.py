@@ -24,6 +24,7 @@ from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.rules.handoff import pod_grace_seconds
+from slurm_bridge.rules.podphase import pod_ended
 
 # A vanished pod's departure is kept this long after it was noticed: longer than the longest grace
 # period the webhook admits by default (300 s) and the margin. A reader that misses one fails safe
@@ -48,7 +49,7 @@ class Departure:
     @property
     def ended(self) -> bool:
         """It reached a terminal phase first: its containers had stopped."""
-        return (self.pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        return pod_ended(self.pod)
 
     @property
     def job_id(self) -> int | None:
@@ -88,9 +89,8 @@ def pod_job_index(pod: Obj) -> list[Hashable]:
     """The pod store's index: a released pod by its Slurm job's id, and again while it is bound
     and has not ended (the handoff loop asks for the pods of a few jobs each pass, and for the
     jobs with pods that run); any pod bound to a node that has not ended, by its node."""
-    phase = (pod.get("status") or {}).get("phase")
     node = (pod.get("spec") or {}).get("nodeName")
-    running = bool(node) and phase not in ("Succeeded", "Failed")
+    running = bool(node) and not pod_ended(pod)
     keys: list[Hashable] = [on_node(str(node))] if running else []
     job_id = slurm_job_of(pod)
     if job_id is None:

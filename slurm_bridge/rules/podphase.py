@@ -8,7 +8,8 @@ from typing import Any
 
 
 def pod_phase(pod: Mapping[str, Any] | None) -> str | None:
-    return None if pod is None else str(pod.get("status", {}).get("phase") or "Pending")
+    """The pod's phase; "Pending" before the API server gave it one (a null status too)."""
+    return None if pod is None else str((pod.get("status") or {}).get("phase") or "Pending")
 
 
 def pod_ended(pod: Mapping[str, Any] | None) -> bool:
