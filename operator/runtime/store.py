@@ -121,7 +121,15 @@ def _compact(value: Any) -> Any:
     """A deep copy with interned keys and short strings: about half the memory of the decoded
     JSON, and nothing of the watch's own object is kept alive."""
     if isinstance(value, dict):
-        return {sys.intern(k) if isinstance(k, str) else k: _compact(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = sys.intern(k) if isinstance(k, str) else k
+            # A decoded string, the most common value, is answered here (a call each cost more).
+            if type(v) is str:
+                out[key] = sys.intern(v) if len(v) <= _INTERN_MAX else v
+            else:
+                out[key] = _compact(v)
+        return out
     if isinstance(value, list):
         return [_compact(v) for v in value]
     if isinstance(value, str) and len(value) <= _INTERN_MAX:

@@ -150,7 +150,9 @@ class PlaceholderJob(_Camel):
 
     @property
     def raw(self) -> dict[str, Any]:
-        return self._raw
+        # pydantic's private-attribute lookup takes about 1.6 us; its dict, 0.05 (a reconcile asks often)
+        raw: dict[str, Any] = self.__pydantic_private__["_raw"]  # type: ignore[index]
+        return raw
 
     @property
     def deleted(self) -> bool:

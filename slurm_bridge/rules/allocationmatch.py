@@ -180,9 +180,9 @@ def compare(request: JobRequest, job: JobInfo, placed: Mapping[str, str]) -> Ver
     need, held = need_of(request), held_of(job)
     found: list[Difference] = []
     if held.nodes:
-        holds = str(hostlist.collect_hostlist(list(held.nodes)))
         for pod, node in sorted(placed.items()):
             if node not in held.nodes:
+                holds = str(hostlist.collect_hostlist(list(held.nodes)))  # named only in a difference
                 found.append(
                     Difference(
                         "nodes", f"pod {pod} is on node {node}, which Slurm no longer holds for it (it holds {holds})"

@@ -15,6 +15,7 @@ import logging
 import random
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ _DB_VERSION_IN_PATH = re.compile(r"^/slurmdb/v\d+\.\d+\.\d+/")
 _ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+|/reservation/[^/]+")
 # Answers larger than this are parsed off the event loop (job lists run to megabytes).
 _LARGE_BODY = 512 * 1024
+# How many merged request URLs the client keeps (the paths used last: jobs' own, and the fixed ones).
+_MERGED_URLS = 1024
 
 
 class _NoCookies(httpx.Cookies):
@@ -79,6 +82,10 @@ class _CookielessClient(httpx.AsyncClient):
 
     _jar = _NoCookies()
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._merged_urls: OrderedDict[str, httpx.URL] = OrderedDict()
+
     @property
     def cookies(self) -> httpx.Cookies:
         return self._jar
@@ -86,6 +93,22 @@ class _CookielessClient(httpx.AsyncClient):
     @cookies.setter
     def cookies(self, cookies: object) -> None:
         """Nothing is kept: the jar stays empty."""
+
+    def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
+        """httpx's merge of ``url`` with the base URL, kept for the paths used last: it parses the
+        URL twice (about 20 us a request), and a job's paths come again (its read, its released
+        mark, its cancel) while the others are the same few."""
+        if not isinstance(url, str):
+            return super()._merge_url(url)
+        urls = self._merged_urls
+        merged = urls.get(url)
+        if merged is None:
+            merged = urls[url] = super()._merge_url(url)
+            if len(urls) > _MERGED_URLS:
+                urls.popitem(last=False)
+        else:
+            urls.move_to_end(url)
+        return merged
 
 
 class SlurmSession:

@@ -3,6 +3,7 @@ Running once they are bound; a release the API server refuses for good fails the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -272,4 +273,10 @@ def assign_nodes(pods: Sequence[str], nodes: Sequence[str], current: Mapping[str
 
 
 def compress_hostlist(nodes: Sequence[str]) -> str:
-    return str(hostlist.collect_hostlist(list(nodes))) if nodes else ""
+    return _compressed(tuple(nodes)) if nodes else ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _compressed(nodes: tuple[str, ...]) -> str:
+    """Slurm's short form of a node list, once per list: each decision about a running job asks."""
+    return str(hostlist.collect_hostlist(list(nodes)))

@@ -520,6 +520,33 @@ async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> No
             await c.job_states()
 
 
+async def test_each_path_is_merged_with_the_base_url_once_while_it_is_among_the_last_used(
+    token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx's merge of a path with the base URL (two URL parses) is kept per path: a job's read,
+    released mark and cancel name it again. The URL sent is httpx's own merge, and only the paths
+    used last are kept."""
+    monkeypatch.setattr("slurm_bridge.slurm.session._MERGED_URLS", 2)
+    merged: list[str] = []
+    merge = httpx.AsyncClient._merge_url
+
+    def counted(self: httpx.AsyncClient, url: httpx.URL | str) -> httpx.URL:
+        merged.append(str(url))
+        return merge(self, url)
+
+    monkeypatch.setattr(httpx.AsyncClient, "_merge_url", counted)
+    fake = FakeSlurmrestd()
+    for job_id in (7, 8, 9):
+        fake.on("GET", f"/slurm/v0.0.45/job/{job_id}", lambda r: ok({"jobs": [job_json()]}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        for job_id in (7, 7, 8, 7, 9, 8, 8):
+            await c.get_job(job_id)
+    # 7 and 8 kept; 9 pushes out 8 (7 was used after it), so 8 is merged again.
+    assert merged == [f"/slurm/v0.0.45/job/{i}" for i in (7, 8, 9, 8)]
+    sent = [str(r.url) for r in fake.requests]
+    assert sent == [f"http://slurm.test:6820/slurm/v0.0.45/job/{i}?flags=ALL" for i in (7, 7, 8, 7, 9, 8, 8)]
+
+
 # --- JWT -------------------------------------------------------------------------------------
 
 

@@ -150,6 +150,9 @@ def test_release_patch_tests_the_pod_uid() -> None:
 def test_hostlist_compression() -> None:
     assert allocation.compress_hostlist(["kwok-node-1", "kwok-node-2", "kwok-node-4"]) == "kwok-node-[1-2,4]"
     assert allocation.compress_hostlist([]) == ""
+    # A list compressed before is answered from the cache, whatever sequence carries it.
+    assert allocation.compress_hostlist(("kwok-node-1", "kwok-node-2", "kwok-node-4")) == "kwok-node-[1-2,4]"
+    assert allocation.compress_hostlist(["kwok-node-4", "kwok-node-1"]) == "kwok-node-[1,4]"
 
 
 def resubmit_wait(status: dict[str, Any], generation: int, retry: float, now: Any) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -191,6 +192,40 @@ def test_stored_objects_share_nothing_with_the_given_one_and_intern_short_string
     other = project(full_pod())
     assert kept["status"]["phase"] is other["status"]["phase"]  # one string for every copy
     assert next(iter(kept["metadata"])) is next(iter(other["metadata"]))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": "short", "b": "x" * 65, "c": 1, "d": 1.5, "e": True, "f": None, "g": [], "h": {}},
+        {"nested": {"list": ["s", {"k": "v"}, 3, ["deep"]], "sub": "t"}},
+        ["top", {"k": "v" * 70}],
+        "a string",
+        7,
+    ],
+)
+def test_compact_is_an_equal_deep_copy_that_interns_only_short_strings(value: Any) -> None:
+    from slurm_bridge.operator.runtime.store import _INTERN_MAX, _compact
+
+    out = _compact(value)
+    assert out == value
+
+    def walk(a: Any, b: Any) -> None:
+        if isinstance(a, dict):
+            assert a is not b
+            for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
+                assert ka is sys.intern(kb)
+                walk(va, vb)
+        elif isinstance(a, list):
+            assert a is not b
+            for va, vb in zip(a, b, strict=True):
+                walk(va, vb)
+        elif isinstance(a, str) and len(a) > _INTERN_MAX:
+            assert a is b  # a long string is kept as it is
+        elif isinstance(a, str):
+            assert a is sys.intern("".join(list(b)))  # a short one is the interned copy
+
+    walk(out, value)
 
 
 def test_tombstones_expire(monkeypatch: pytest.MonkeyPatch) -> None:
