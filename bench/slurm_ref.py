@@ -33,16 +33,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sysstats  # bench/ is not a package
 from clusterenv import cluster_env
 
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
+
 PREFIX = "bench-sref-"
 API = "slurm/v0.0.44"
 # Slurm's processes (sysstats' names): their CPU per job is S_ref's breakdown.
 SLURM = ("slurmctld", "slurmrestd", "slurmdbd", "mariadb", "munged")
 
 
+# The comment the bridge gives the jobs it allocates and ends itself: slurmctld's hooks have nothing
+# to tell of them and exit in their small shell (a job without it would cost two signed notices).
+QUIET = notice_comment(names.NOTIFY_NONE)
+
+
 def job_body(name: str, partition: str) -> dict[str, Any]:
-    """An external job of one CPU and 64 MiB on one node, allocated now or refused."""
+    """An external job of one CPU and 64 MiB on one node, allocated now or refused; to slurmctld's
+    hooks, a job as the bridge allocates a pod's."""
     return {"job": {
-        "name": name, "partition": partition, "flags": ["EXTERNAL_JOB"], "immediate": True,
+        "name": name, "partition": partition, "flags": ["EXTERNAL_JOB"], "immediate": True, "comment": QUIET,
         "minimum_nodes": 1, "maximum_nodes": 1, "tasks_per_node": 1,
         "memory_per_node": {"set": True, "number": 64}, "time_limit": {"set": True, "number": 10},
         "current_working_directory": "/tmp", "environment": ["PATH=/usr/bin:/bin"],
@@ -125,11 +134,58 @@ def calibrate(
     calls.clean()
     with sysstats.ProcSampler(pids, idle=idle) as procs, ThreadPoolExecutor(concurrency) as pool:
         done = list(pool.map(lambda i: calls.one(f"{PREFIX}{i}", env["SB_PARTITION"]), range(jobs)))
+        settle(pids.get("slurmctld"))  # the jobs' epilogs are theirs: counted here, not in what follows
     row = procs.row()
     result = {**s_ref(row, sum(done)), "refused": len(calls.refused), "seconds": row["seconds"]}
     if calls.refused:
         print(f"note: Slurm refused {len(calls.refused)} allocations, e.g. {calls.refused[0]}", file=sys.stderr)
     return result
+
+
+def children(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The child processes of ``pid`` (every thread's)."""
+    out: list[int] = []
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return out  # gone meanwhile
+    for task in tasks:
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
+def hooks_running(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether slurmctld (``pid``) runs a hook of a job: a child of its script daemon
+    (``slurmscriptd``, a child that lives as long as slurmctld), or a child that is
+    not slurmctld's own (a Slurm without that daemon)."""
+    for child in children(pid, proc):
+        try:
+            own = (proc / str(child) / "comm").read_text().strip() in ("slurmscriptd", "slurmctld")
+        except OSError:
+            continue
+        if not own or children(child, proc):
+            return True
+    return False
+
+
+def settle(pid: int | None, timeout: float = 60.0) -> None:
+    """Wait until slurmctld has run every hook it started (none running for 0.5 s), so that what
+    a phase set off is counted in that phase; at most ``timeout`` seconds."""
+    if pid is None:
+        return
+    deadline, quiet_since = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        if hooks_running(pid):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= 0.5:
+            return
+        time.sleep(0.05)
+    print(f"note: slurmctld still ran hooks {timeout:g} s after the calibration", file=sys.stderr)
 
 
 # slurm.conf's two hook lines: the handoff script (hack/slurm-policy.conf) and slurmctld's notify
@@ -172,12 +228,17 @@ class HooksOff:
         time.sleep(self.wait_s)  # the operator's period: no condition of its own to wait on
 
     def __enter__(self) -> HooksOff:
+        backup = self.path.with_name(self.path.name + ".bench-saved")
+        if backup.exists():  # a run killed inside the block: its slurm.conf back first
+            self.path.write_text(backup.read_text())
         self.saved = self.path.read_text()
+        backup.write_text(self.saved)
         self._apply(without_hooks(self.saved), hooks=False)
         return self
 
     def __exit__(self, *_: object) -> None:
         self._apply(self.saved, hooks=True)
+        self.path.with_name(self.path.name + ".bench-saved").unlink(missing_ok=True)
 
 
 def main() -> None:

@@ -37,7 +37,8 @@ def test_the_calibration_jobs_are_immediate_external_jobs_the_bridge_leaves_alon
     job = slurm_ref.job_body("bench-sref-7", "slurm-bridge")["job"]
     assert job["immediate"] and job["flags"] == ["EXTERNAL_JOB"] and job["partition"] == "slurm-bridge"
     assert job["name"].startswith(slurm_ref.PREFIX)
-    assert "admin_comment" not in job and "comment" not in job, "no bridge mark: not taken for an orphan"
+    assert "admin_comment" not in job, "no bridge mark: not taken for an orphan"
+    assert job["comment"] == 'slurm-bridge:{"notify":"none"}', "to slurmctld's hooks, a job as the bridge's pods'"
 
 
 def test_hooks_off_leaves_out_slurmctlds_two_hook_lines_and_nothing_else() -> None:
@@ -53,3 +54,23 @@ def test_hooks_off_leaves_out_slurmctlds_two_hook_lines_and_nothing_else() -> No
         "ClusterName=local\n# PrologSlurmctld in a comment stays\nPreemptType=preempt/qos\n"
     )
     assert slurm_ref.without_hooks("NodeName=a\n") == "NodeName=a\n"
+
+
+def test_slurmctlds_hooks_are_running_while_its_script_daemon_has_a_child(tmp_path: Path) -> None:
+    def proc(pid: int, comm: str, *tasks: tuple[int, str]) -> None:
+        (tmp_path / str(pid)).mkdir(exist_ok=True)
+        (tmp_path / str(pid) / "comm").write_text(comm + "\n")
+        for tid, kids in tasks:
+            (tmp_path / str(pid) / "task" / str(tid)).mkdir(parents=True, exist_ok=True)
+            (tmp_path / str(pid) / "task" / str(tid) / "children").write_text(kids)
+
+    proc(100, "slurmctld", (100, ""), (101, "200 "))
+    proc(200, "slurmscriptd", (200, ""))  # there as long as slurmctld
+    assert not slurm_ref.hooks_running(100, tmp_path)
+    proc(200, "slurmscriptd", (200, "300"))
+    proc(300, "sh", (300, ""))  # a hook it runs
+    assert slurm_ref.hooks_running(100, tmp_path)
+    proc(100, "slurmctld", (100, "400"), (101, "200 "))
+    proc(200, "slurmscriptd", (200, ""))
+    proc(400, "sh", (400, ""))  # a Slurm that runs its hooks itself
+    assert slurm_ref.hooks_running(100, tmp_path)

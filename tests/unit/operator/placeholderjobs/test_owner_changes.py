@@ -211,6 +211,28 @@ async def test_running_jobs_on_a_node_whose_allocation_changed_are_read_again() 
     assert slurm.calls == ["states"]
 
 
+@pytest.mark.parametrize(("may_shrink", "want"), [(True, ["states", "get 2"]), (False, ["states"])])
+async def test_only_jobs_an_owner_could_shrink_are_read_again_after_a_move(may_shrink: bool, want: list[str]) -> None:
+    """A plain pod's job is the bridge's own Slurm user's: no tenant can shrink it, so a node's
+    allocation moving (another pod allocated there) reads none of those again; a tenant's job is.
+    Where Slurm refuses shrinking (disable_job_shrink) none is: owners cannot shrink running jobs."""
+    slurm = FakeJobReads()
+    slurm.add_strangers()
+    poller = SlurmPoller(
+        slurm, "bridge", 1.0, lambda ref: None, own_user=lambda: "slurm-bridge", may_shrink=lambda: may_shrink
+    )
+    poller.watch_nodes(lambda: True)
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",), tres=HELD, user_name="slurm-bridge"))
+    slurm.set(bridge_job(2, "b", "RUNNING", ("n1",), tres=HELD, user_name="alice"))
+    await poller.poll_once()
+    await poller.poll_once()
+    slurm.calls.clear()
+    poller.nodes_changed({"n1"})
+    await poller.poll_once()
+    assert slurm.calls == want
+    assert poller.moved_reads == len(want) - 1
+
+
 async def test_a_shrink_of_a_pending_job_is_a_change_of_the_view() -> None:
     slurm, changed = FakeJobReads(), list[str]()
     poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: changed.append(ref.name))
