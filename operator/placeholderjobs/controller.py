@@ -43,7 +43,6 @@ from slurm_bridge.operator.runtime.workqueue import WorkQueue
 from slurm_bridge.operator.views.slurmnodes import NodeView
 from slurm_bridge.operator.views.slurmpolicy import PolicyHolder
 from slurm_bridge.rules.namespaces import ManagedNamespaces
-from slurm_bridge.rules.slurmsetup import owners_may_shrink
 from slurm_bridge.slurm.client import SlurmClient
 
 
@@ -98,8 +97,8 @@ class Controller:
         self.phjs = ParsedStore(PlaceholderJob.parse, index=phj_index)
         self.queue: WorkQueue[WorkItem] = WorkQueue(self._reconcile, workers=config.operatorWorkers)
         self.events = EventHandlers(config.schedulerName, self.pods, self.phjs, self.queue, self._pod_gone)
-        # Slurm's preemption, time-limit and shrink settings, kept current by operator/slurmsettings.
-        self.policy = holder = policy or PolicyHolder()
+        # Slurm's preemption and time-limit settings, kept current by operator/slurmsettings.
+        self.policy = policy or PolicyHolder()
         self.poller = SlurmPoller(
             slurm,
             config.bridgeId,
@@ -107,7 +106,6 @@ class Controller:
             self.events.on_job_change,
             self._on_poll,
             own_user=own_user,
-            may_shrink=lambda: owners_may_shrink(holder.current.conf),
         )
         self.hints = SlurmHints(self.poller)
         # Preempted work comes back at its place: the places, kept in the operator's namespace

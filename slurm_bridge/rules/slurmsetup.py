@@ -146,22 +146,13 @@ def job_shrink(config: Config, view: SiteView) -> Finding | None:
     )
 
 
-def owners_may_shrink(conf: SlurmConf | None) -> bool:
-    """Whether a running job's owner may shrink it (``scontrol update NumNodes=``/``NodeList=``):
-    yes unless slurm.conf's SchedulerParameters say ``disable_job_shrink`` (not read yet: yes)."""
-    if conf is None:
-        return True
-    return JOB_SHRINK_SETTING not in (p.strip().lower() for p in conf.scheduler_parameters)
-
-
-def rereads_after_move(job_owner: str, bridge_user: str, may_shrink: bool) -> bool:
+def rereads_after_move(job_owner: str, bridge_user: str) -> bool:
     """Whether a running bridge job on a node whose allocation moved is read again to compare what
     it holds with its pods (allocationmatch): only where someone but an operator could have shrunk
-    it. Its owner can, unless Slurm refuses shrinking (``disable_job_shrink``); a job the bridge's
-    own Slurm user owns (a plain pod's) no tenant can touch. Every job is still compared at the
-    poller's full list; an operator's own change is seen there."""
-    if not may_shrink:
-        return False
+    it, its owner being a tenant. A job the bridge's own Slurm user owns (a plain pod's) no tenant
+    can touch; an operator's change to it is seen at the poller's full list. (Not decided from
+    ``disable_job_shrink``: the operator reads slurm.conf once a minute, and a site that drops the
+    setting would leave its owners a minute unwatched.)"""
     return not (bridge_user and job_owner == bridge_user)
 
 

@@ -112,13 +112,9 @@ class SlurmPoller(ViewReads):
         on_poll: Callable[[JobSnapshot], None] | None = None,
         *,
         own_user: Callable[[], str] = user_not_known,
-        may_shrink: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__(slurm, bridge_id, on_change, own_user=own_user)
         self.period, self._on_poll = period, on_poll
-        # Whether a running job's owner may shrink it (Slurm's disable_job_shrink not set): only
-        # then are the running jobs on a node whose allocation moved read again (_running_on).
-        self._may_shrink = may_shrink
         # What the bridge made that this view may not show yet (besides ``_expected``): PlaceholderJob
         # uid -> (job id, when): submits a poll has not shown yet; and uid -> when a submit failed in
         # a way that may still have made the job: nothing is submitted for it again before a full
@@ -399,22 +395,18 @@ class SlurmPoller(ViewReads):
         """Add the running bridge jobs on ``nodes`` (None: on any node) to the jobs this poll reads:
         what a job holds can change without its state (its owner's ``scontrol update``), and every
         such change moves the allocation of a node it held. Only jobs an owner other than the
-        bridge's Slurm user could have shrunk (``rereads_after_move``: none where Slurm refuses
-        shrinking), and only with the node table's signal (without it the full list every
-        FULL_RESYNC_SECONDS sees it); how many."""
+        bridge's Slurm user could have shrunk (``rereads_after_move``), and only with the node
+        table's signal (without it the full list every FULL_RESYNC_SECONDS sees it); how many."""
         snap = self.snapshot
         if snap is None or self._nodes_healthy is None or nodes == set():
             return 0
         if not self._nodes_healthy():
             return 0  # the node table is not read: which nodes moved is not known
-        may_shrink, bridge_user = self._may_shrink(), self.own_user()
-        if not may_shrink:
-            return 0
-        added = 0
+        bridge_user, added = self.own_user(), 0
         for job_id, job in snap.by_id.items():
             if job_id in wanted or not job.is_running or not job.nodes:
                 continue
-            if not rereads_after_move(job.user_name or "", bridge_user, may_shrink):
+            if not rereads_after_move(job.user_name or "", bridge_user):
                 continue
             if nodes is None or not nodes.isdisjoint(job.nodes):
                 wanted[job_id] = snap.refs[job_id]

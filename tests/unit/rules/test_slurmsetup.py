@@ -14,7 +14,7 @@ from slurm_bridge.core import metrics
 from slurm_bridge.core.config import Config
 from slurm_bridge.operator.nodes import setupcheck
 from slurm_bridge.operator.nodes.setupcheck import SetupCheck
-from slurm_bridge.rules.slurmsetup import SiteView, findings, owners_may_shrink, rereads_after_move
+from slurm_bridge.rules.slurmsetup import SiteView, findings, rereads_after_move
 from slurm_bridge.slurm.errors import SlurmUnavailable
 from slurm_bridge.slurm.models import PartitionInfo, SlurmConf
 from slurm_bridge.slurm.versions import CODECS
@@ -220,31 +220,13 @@ async def test_a_failed_read_is_logged_and_tried_again_sooner(
 
 
 @pytest.mark.parametrize(
-    ("params", "may_shrink"),
+    ("owner", "bridge_user", "reread"),
     [
-        (None, True),  # slurm.conf not read yet: assume owners may
-        ((), True),
-        (("batch_sched_delay=0", "bf_interval=1"), True),
-        (("batch_sched_delay=0", "disable_job_shrink"), False),
-        ((" DISABLE_JOB_SHRINK ",), False),
+        ("slurm-bridge", "slurm-bridge", False),  # a plain pod's job: no tenant owns it
+        ("alice", "slurm-bridge", True),  # a tenant's job: its owner may have shrunk it
+        ("", "slurm-bridge", True),  # the owner not read: read it
+        ("slurm-bridge", "", True),  # the bridge's user not known: read it
     ],
 )
-def test_owners_may_shrink_unless_slurm_refuses_it(params: tuple[str, ...] | None, may_shrink: bool) -> None:
-    conf = None if params is None else SlurmConf(scheduler_parameters=params)
-    assert owners_may_shrink(conf) is may_shrink
-
-
-@pytest.mark.parametrize(
-    ("owner", "bridge_user", "may_shrink", "reread"),
-    [
-        ("slurm-bridge", "slurm-bridge", True, False),  # a plain pod's job: no tenant owns it
-        ("alice", "slurm-bridge", True, True),  # a tenant's job: its owner may have shrunk it
-        ("", "slurm-bridge", True, True),  # the owner not read: read it
-        ("slurm-bridge", "", True, True),  # the bridge's user not known: read it
-        ("alice", "slurm-bridge", False, False),  # Slurm refuses shrinking a running job
-    ],
-)
-def test_which_running_jobs_are_read_again_after_their_node_moved(
-    owner: str, bridge_user: str, may_shrink: bool, reread: bool
-) -> None:
-    assert rereads_after_move(owner, bridge_user, may_shrink) is reread
+def test_which_running_jobs_are_read_again_after_their_node_moved(owner: str, bridge_user: str, reread: bool) -> None:
+    assert rereads_after_move(owner, bridge_user) is reread

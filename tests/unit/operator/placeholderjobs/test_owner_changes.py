@@ -211,16 +211,12 @@ async def test_running_jobs_on_a_node_whose_allocation_changed_are_read_again() 
     assert slurm.calls == ["states"]
 
 
-@pytest.mark.parametrize(("may_shrink", "want"), [(True, ["states", "get 2"]), (False, ["states"])])
-async def test_only_jobs_an_owner_could_shrink_are_read_again_after_a_move(may_shrink: bool, want: list[str]) -> None:
+async def test_only_jobs_an_owner_could_shrink_are_read_again_after_a_move() -> None:
     """A plain pod's job is the bridge's own Slurm user's: no tenant can shrink it, so a node's
-    allocation moving (another pod allocated there) reads none of those again; a tenant's job is.
-    Where Slurm refuses shrinking (disable_job_shrink) none is: owners cannot shrink running jobs."""
+    allocation moving (another pod allocated there) reads none of those again; a tenant's job is."""
     slurm = FakeJobReads()
     slurm.add_strangers()
-    poller = SlurmPoller(
-        slurm, "bridge", 1.0, lambda ref: None, own_user=lambda: "slurm-bridge", may_shrink=lambda: may_shrink
-    )
+    poller = SlurmPoller(slurm, "bridge", 1.0, lambda ref: None, own_user=lambda: "slurm-bridge")
     poller.watch_nodes(lambda: True)
     slurm.set(bridge_job(1, "a", "RUNNING", ("n1",), tres=HELD, user_name="slurm-bridge"))
     slurm.set(bridge_job(2, "b", "RUNNING", ("n1",), tres=HELD, user_name="alice"))
@@ -229,8 +225,8 @@ async def test_only_jobs_an_owner_could_shrink_are_read_again_after_a_move(may_s
     slurm.calls.clear()
     poller.nodes_changed({"n1"})
     await poller.poll_once()
-    assert slurm.calls == want
-    assert poller.moved_reads == len(want) - 1
+    assert slurm.calls == ["states", "get 2"], "the tenant's job only"
+    assert poller.moved_reads == 1
 
 
 async def test_a_shrink_of_a_pending_job_is_a_change_of_the_view() -> None:
