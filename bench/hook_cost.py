@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
+
 REPO = Path(__file__).resolve().parents[1]
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 HOOKS = ("slurm-bridge-handoff.sh", "slurm-bridge-notify.sh")
@@ -71,6 +74,11 @@ def cases() -> list[Case]:
         Case("handoff, epilog: a native job on unguarded nodes", HOOKS[0], job_env("epilog", "/home/alice")),
         Case("handoff, prolog: a native job on unguarded nodes", HOOKS[0], job_env("prolog", "/home/alice")),
         Case("handoff, prolog: a bridge job on unguarded nodes (NOTIFY)", HOOKS[0], job_env("prolog", "/tmp")),
+        Case(
+            "handoff, epilog: a bridge job on unguarded nodes, comment ended (NOTIFY)",
+            HOOKS[0],
+            job_env("epilog", "/tmp", SLURM_JOB_COMMENT=notice_comment(names.NOTIFY_ENDED)),
+        ),
         Case("notify, epilog: a native job", HOOKS[1], job_env("epilog", "/home/alice")),
         Case("notify, prolog: a signed start notice", HOOKS[1], job_env("prolog", "/tmp")),
     ]

@@ -26,8 +26,8 @@ requests the operator sends:
   JSON body, then ``SlurmHints.hint``), which reads the job back (one ``GET job/{id}``) only when
   the notice is news.
 
-Slurm's settings are the local cluster's (``LOCAL_POLICY``: the handoff's EpilogSlurmctld and the
-notify hook, ``preempt/qos``, the bridge's jobs in a QOS that preempts nothing), as the operator's
+Slurm's settings are the local cluster's (``LOCAL_POLICY``: the handoff's EpilogSlurmctld alone, the notify
+hook run by it, ``preempt/qos``, the bridge's jobs in a QOS that preempts nothing), as the operator's
 settings reader would have read them. The spec-update check runs as on the cluster: each pod event
 of a member asks whether the pod's slurmjob annotations still are those its PlaceholderJob
 recorded (``members.own_options_changed``), and each PlaceholderJob reconcile whether its spec's
@@ -139,14 +139,15 @@ SLURM_API = "v0.0.45"
 ACTOR_DELAY_TURNS = 3
 # Slurm's settings as the operator's reader (operator/slurmsettings/) finds the local cluster's
 # (hack/slurm-policy.conf, hack/cluster/slurm-conf.sh, hack/accounting.env): the handoff's
-# EpilogSlurmctld beside slurmctld's notify hook, preemption by QOS, the bridge's jobs in QOS
-# normal (which preempts nothing: they are allocated at once), the pods' QOS preemptable.
+# EpilogSlurmctld (it runs slurmctld's notify hook, which has no line of its own), preemption by
+# QOS, the bridge's jobs in QOS normal (which preempts nothing: they are allocated at once), the
+# pods' QOS preemptable.
 LOCAL_POLICY: Final = SlurmPolicy(
     known=True,
     conf=SlurmConf(
         mcs_plugin="mcs/label",
         mcs_parameters=("ondemand", "ondemandselect"),
-        epilog_slurmctld=("/etc/slurm/slurm-bridge-handoff.sh", f"/etc/slurm/{names.NOTIFY_HOOK_SCRIPT}"),
+        epilog_slurmctld=("/etc/slurm/slurm-bridge-handoff.sh",),
         preempt_type="preempt/qos",
         preempt_mode=("REQUEUE",),
         over_time_limit_minutes=0,

@@ -21,6 +21,7 @@
 #   install -d -o <SlurmUser> -m 0755 /var/spool/slurm-bridge      (STATE_DIR)
 #   slurm.conf:  EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
 #                PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh
+# (the bridge's notify hook is no line of its own then: this script runs it, NOTIFY below)
 # SlurmUser must be allowed to create reservations (it is an operator of its own cluster). /bin/sh
 # reads the file first (the front, below: a job on no guarded node starts no bash) and /bin/bash
 # does the rest: both must be there.
@@ -46,11 +47,17 @@
 #       PROLOG_WAIT_SECONDS=<n>     the longest a job waits in the prolog (default 900: more than the
 #                                   longest grace period the bridge lets a pod ask for); then the
 #                                   prolog fails, and Slurm requeues the job (a batch job) or ends it
-#       NOTIFY=<path>               another PrologSlurmctld to run first (the bridge's notify hook,
-#                                   slurm-bridge-notify.sh): this script must be the only
-#                                   PrologSlurmctld, as Slurm 26.05 ends a job's configuration when
-#                                   the first of several ends. Root's (or SlurmUser's), not writable
-#                                   by group or others (else it is not run); its exit status is ignored
+#       NOTIFY=<path>               a hook to run at every job's start and end (the bridge's notify
+#                                   hook, slurm-bridge-notify.sh): the prolog runs it first, the
+#                                   epilog last (once its holds are made). This script must be the
+#                                   only PrologSlurmctld, as Slurm 26.05 ends a job's configuration
+#                                   when the first of several ends, and runs it at the end too, so
+#                                   that slurmctld starts one script a job's start and one its end
+#                                   (each costs its host milliseconds of CPU). Root's (or SlurmUser's),
+#                                   not writable by group or others (else it is not run); its exit
+#                                   status is ignored. Neither runs it for a job whose comment says
+#                                   the bridge needs no notice (slurm-bridge:{..."notify":"none"}),
+#                                   nor the prolog for one whose start it knows ("notify":"ended")
 #   the job's AdminComment, which only an operator (the bridge's SlurmUser token) can set, read with
 #     one `scontrol --json show job <id>` (its "admin_comment" key: JSON keeps every user-set string
 #     on its key's line, escaped; in `show job -o` the job's name, submit line and working directory
@@ -87,8 +94,9 @@
 # Every job's start and end runs this file, and bash's start alone costs slurmctld's host several
 # times what a small POSIX shell's does (/bin/sh, dash on Debian). So that shell reads the file
 # first and, with builtins only, decides whether the job is one the handoff has nothing to do for:
-# none of its nodes guarded (NODES, its host lists expanded as Slurm does) and, in the prolog, no
-# NOTIFY to run. Then it exits 0 having started nothing, which is all bash would have done (decided
+# none of its nodes guarded (NODES, its host lists expanded as Slurm does) and no NOTIFY to run
+# (none set, the job's comment says no notice, or the bridge's notify hook would exit at its own
+# front). Then it exits 0 having started nothing, which is all bash would have done (decided
 # on the file's words alone, as below: a refused file makes it do nothing too). Anything else -- a
 # guarded node, no NODES, a NOTIFY to run, a file or a host list it does not fully understand --
 # goes to bash (`-p`: no BASH_ENV, no functions from the environment), which does all, checks the
@@ -203,12 +211,19 @@ case $- in *B*) ;; *)
   done
   IFS=$fifs
   [ -z "$fpart" ] && [ "$fcount" -gt 0 ] || fb
-  # no guarded node: the epilog has nothing to do; the prolog, only NOTIFY, when it runs it
-  [ "${SLURM_SCRIPT_CONTEXT:-}" = prolog_slurmctld ] && [ -n "$fnotify" ] || exit 0
-  case ${SLURM_JOB_COMMENT:-} in slurm-bridge:*'"notify":"ended"'* | slurm-bridge:*'"notify":"none"'*) exit 0 ;; esac
-  # the bridge's notify hook tells of a job in /tmp only (the bridge's working directory): for any
-  # other it would start, read its own file and exit
-  case $fnotify in */slurm-bridge-notify.sh) case ${SLURM_JOB_WORK_DIR:-/tmp} in /tmp) ;; *) exit 0 ;; esac ;; esac
+  # no guarded node: nothing to do but NOTIFY, where bash would run it (run_notify's tests: "none",
+  # no notice; "ended", none of its start; bash takes any context but the prolog's for the epilog's)
+  [ -n "$fnotify" ] || exit 0
+  case ${SLURM_JOB_COMMENT:-} in
+    slurm-bridge:*'"notify":"none"'*) exit 0 ;;
+    slurm-bridge:*'"notify":"ended"'*) [ "${SLURM_SCRIPT_CONTEXT:-}" != prolog_slurmctld ] || exit 0 ;;
+  esac
+  # nor the bridge's notify hook where it would exit at its own front: outside slurmctld's prolog
+  # and epilog, and for a job not in /tmp (the bridge's working directory)
+  case $fnotify in */slurm-bridge-notify.sh)
+    case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld | epilog_slurmctld) ;; *) exit 0 ;; esac
+    case ${SLURM_JOB_WORK_DIR:-/tmp} in /tmp) ;; *) exit 0 ;; esac ;;
+  esac
   exec /bin/bash -p -- "$0" --no-guarded-node ;;   # bash runs NOTIFY and exits: no node list to expand
 esac
 
@@ -223,7 +238,7 @@ ENDED='BOOT_FAIL,CANCELLED,COMPLETED,DEADLINE,FAILED,NODE_FAIL,OUT_OF_MEMORY,PRE
 case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld) context=prolog ;; *) context=epilog ;; esac
 PREFIX='slurm-bridge:'
 log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB_ID:-?} $*" >> "$LOG_DIR/handoff.log"; }
-refuse() { echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
+refuse() { notify=''; echo "slurm-bridge-handoff: $*: nothing held (docs/colocation.md, \"The handoff\")" >&2; log "$*: nothing held"; exit 0; }
 
 # ---- the configuration file ----------------------------------------------------------------------
 # read_conf parses the file with builtins only; check_conf, its owner and mode (a process: stat),
@@ -296,6 +311,29 @@ check_notify() {
   if [[ $notify =~ ^/[A-Za-z0-9_./+-]*$ ]] && owned_safely "$notify" && [ -x "$notify" ]; then return 0; fi
   log "$conf: NOTIFY=$notify is not an executable file of root's or $(id -un)'s that group and others cannot write: not run"
   notify=''
+}
+# run_notify: NOTIFY, with the job's environment, unless its comment says the bridge needs no
+# notice of this (the notify hook's own test, two processes fewer): "none", of nothing; "ended",
+# not of its start (allocated inside the bridge's call). The job's user can set it, and so only
+# makes their own pods wait for the operator's next poll. The bridge's notify hook is not started
+# where it would exit at its own front: outside slurmctld's prolog and epilog, and for a job not in
+# /tmp (the bridge's working directory). The front (above) decides the same. The file is checked
+# first; a refused one runs nothing (refuse empties notify).
+run_notify() {
+  case ${SLURM_JOB_COMMENT:-} in
+    slurm-bridge:*'"notify":"none"'*) return 0 ;;
+    slurm-bridge:*'"notify":"ended"'*) [ "$context" = epilog ] || return 0 ;;
+  esac
+  case $notify in
+    '') return 0 ;;
+    */slurm-bridge-notify.sh)
+      case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld | epilog_slurmctld) ;; *) return 0 ;; esac
+      [ "${SLURM_JOB_WORK_DIR:-/tmp}" = /tmp ] || return 0 ;;
+  esac
+  check_conf
+  check_notify
+  [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "$context: $notify failed (ignored)"
+  notify=''   # once
 }
 # check_state_dir: STATE_DIR, a directory only SlurmUser (or root) can change, else markers could be
 # forged or removed; without one, the epilog notes nothing and the prolog waits the longer way.
@@ -612,20 +650,13 @@ job=${SLURM_JOB_ID:-}
 [[ $job =~ ^[0-9]+$ ]] || exit 0
 [ -n "${SLURM_JOB_NODELIST:-}" ] || exit 0   # never allocated: nothing to hold
 read_conf
-if [ "$context" = prolog ]; then   # the notify hook first: the bridge's start notice waits for nothing
-  case ${SLURM_JOB_COMMENT:-} in
-    # a start the bridge asked not to be told of (the notify hook's own test, two processes fewer);
-    # the job's user can set it, and so only makes their own pods wait for the operator's next poll
-    slurm-bridge:*'"notify":"ended"'* | slurm-bridge:*'"notify":"none"'*) ;;
-    *)
-      [ -z "$notify" ] || check_conf
-      check_notify
-      [ -z "$notify" ] || "$notify" < /dev/null > /dev/null 2>&1 || log "prolog: $notify failed (ignored)"
-      ;;
-  esac
-  # the front found no guarded node (its only argument; slurmctld gives none): nothing else to do
-  [ "${1:-}" != --no-guarded-node ] || exit 0
-fi
+# The notify hook: the prolog's first (the bridge's start notice waits for nothing); the epilog's
+# last, on every exit (the trap; a refused file runs none), once its holds are made: they are a race
+# with slurmctld's scheduling that the notice's few milliseconds would widen, and the bridge, told
+# of the end, finds them there. It returns at once (it detaches its sender), as the epilog must.
+if [ "$context" = prolog ]; then run_notify; else trap run_notify EXIT; fi
+# the front found no guarded node (its only argument; slurmctld gives none): nothing else to do
+[ "${1:-}" != --no-guarded-node ] || exit 0
 me=''   # SlurmUser's name, read when a hold is first made (make)
 
 # SLURM_JOB_CPUS_PER_NODE in node order: "4,2(x3)" -> 4 2 2 2
@@ -658,7 +689,7 @@ if [ ${#mine_i[@]} -lt ${#nodes[@]} ]; then
 fi
 check_conf
 check_state_dir
-trap mark_done EXIT
+trap 'mark_done; run_notify' EXIT   # the prolog's sign first: a job may be waiting for it
 
 # The provisional hold, before the job is read: Slurm frees the job's CPUs as it ends it and
 # schedules at once, and a read of the job (tens of ms) loses that race. A candidate -- a job with

@@ -7,6 +7,8 @@
 #   EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh
 #
 # (slurm.conf takes several PrologSlurmctld and EpilogSlurmctld lines: a site's own scripts stay.)
+# With hybrid nodes it has no line of its own: the handoff script (slurm-bridge-handoff.sh) is the
+# one PrologSlurmctld and EpilogSlurmctld and runs it at both (its NOTIFY).
 # Its settings are KEY=VALUE lines in /etc/slurm/slurm-bridge-notify.conf (or
 # $SLURM_BRIDGE_NOTIFY_CONF), readable by SlurmUser:
 #

@@ -31,9 +31,6 @@
 #   worker_gpus the workers' GPUs, hack/cluster/gpus.py's       (empty: none)
 #               format (a kind cluster's SB_KIND_GPUS):
 #               their Gres= (gres_conf takes it too)
-#   notify_hook PrologSlurmctld and EpilogSlurmctld: the path   (empty: none; a path the
-#               of slurm-hooks/slurm-bridge-notify.sh on      controller lacks would cancel
-#               the controller (docs/configuration.md)          every job, so it is opt-in)
 # slurmdbd_conf also takes dbd_addr (DbdAddr, 127.0.0.1; empty: none), storage_host (127.0.0.1),
 # storage_port ($SB_MARIADB_PORT) and storage_pass (required; "-" leaves StoragePass out, for a
 # container that appends it from a Secret).
@@ -75,8 +72,8 @@ EOF
 slurm_conf() { # [KEY=VALUE...] : the local cluster's slurm.conf
   local cluster=$SB_SLURM_CLUSTER ctld_host=localhost ctld_port=$SB_SLURMCTLD_PORT dbd_host=localhost
   local dbd_port=$SB_SLURMDBD_PORT state_dir=$SLURM_STATE_IN_ROOT node_host=localhost spool_dir= slurmd_pid=
-  local workers= worker_cpus=4 worker_memory_mib=8192 worker_gpus= notify_hook=
-  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib worker_gpus notify_hook" "$@"
+  local workers= worker_cpus=4 worker_memory_mib=8192 worker_gpus=
+  conf_settings "cluster ctld_host ctld_port dbd_host dbd_port state_dir node_host spool_dir slurmd_pid workers worker_cpus worker_memory_mib worker_gpus" "$@"
   if [ -n "$workers" ]; then
     echo "# Written by hack/cluster/slurm-conf.sh: slurmd on every worker of a kind cluster."
   else
@@ -98,13 +95,9 @@ MinJobAge=$SB_MIN_JOB_AGE
 DefMemPerCPU=256
 GresTypes=gpu,shard
 EOF
-  if [ -n "$notify_hook" ]; then
-    # Its start notices come from the handoff script, the one PrologSlurmctld (hack/slurm-policy.conf;
-    # Slurm 26.05 ends a job's configuration when the first of several PrologSlurmctld ends, which
-    # would cut the handoff's wait short): the handoff's NOTIFY (install_handoff_script) runs it.
-    echo "# The bridge hears of every job start and end at once (docs/configuration.md#slurm-hooks)."
-    echo "EpilogSlurmctld=$notify_hook"
-  fi
+  # slurmctld's hooks are the handoff script's lines there, its one PrologSlurmctld and
+  # EpilogSlurmctld: the bridge's notify hook has no line of its own, the handoff runs it at every
+  # job's start and end (handoff_conf's notify: its NOTIFY), one script each instead of two.
   echo "# ---- scheduling, priority and preemption: hack/slurm-policy.conf ----"
   grep -v '^[[:space:]]*$' "$HACK_DIR/slurm-policy.conf"
   echo "# ---- nodes and partitions ----"
@@ -240,8 +233,8 @@ EOF
 # The handoff script's configuration (slurm-hooks/slurm-bridge-handoff.conf, the example): the
 # bridges whose jobs it holds for (the local bridge's bridgeId, hack/bridge.sh: the default), the
 # longest hold, where its epilog notes a handoff decided, the nodes it guards, its epilog and prolog alike (empty: all)
-# the longest a job waits in it, and the notify hook its prolog runs first (the bridge's start
-# notices). Installed root's, mode 0644, next to the script.
+# the longest a job waits in it, and the notify hook it runs at every job's start and end (the
+# bridge's notices: slurm.conf names no other hook). Installed root's, mode 0644, next to the script.
 handoff_conf() { # [bridge_ids=ID[,ID...]] [max_hold=SECONDS] [state_dir=DIR] [nodes=HOSTLIST] [prolog_wait=SECONDS] [notify=PATH]
   local bridge_ids=slurm-bridge max_hold=86400 state_dir=/var/spool/slurm-bridge nodes='' prolog_wait=900 notify=''
   conf_settings "bridge_ids max_hold state_dir nodes prolog_wait notify" "$@"

@@ -10,7 +10,7 @@ in_root() { chroot "$SLURM_ROOT" "$@"; }
 write_slurm_files() {
   local etc="$SLURM_ROOT/etc/slurm"
   install_notify_script
-  slurm_conf notify_hook=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm.conf"
+  slurm_conf > "$etc/slurm.conf"
   gres_conf > "$etc/gres.conf"
   topology_yaml > "$etc/topology.yaml"
   python3 -P "$HACK_DIR/cluster/gpus.py" device-files "$SLURM_ROOT" || die "creating the hybrid nodes' stand-in GPU device files failed"
@@ -22,8 +22,9 @@ write_slurm_files() {
 # PrologSlurmctld at the path slurm.conf names (hack/slurm-policy.conf), its configuration file next
 # to it (root's, mode 0644: the script does nothing otherwise) naming the local bridge (hack/bridge.sh:
 # bridgeId slurm-bridge, the default) and the nodes where pods and native jobs share (the slurmd
-# nodes: hack/cluster/slurm-conf.sh's handoff_conf) and the notify hook its prolog runs (the one
-# PrologSlurmctld), and its log and state directories, SlurmUser's, who runs it.
+# nodes: hack/cluster/slurm-conf.sh's handoff_conf) and the notify hook it runs at every job's start
+# and end (slurm.conf's one PrologSlurmctld and EpilogSlurmctld), and its log and state directories,
+# SlurmUser's, who runs it.
 install_handoff_script() {
   local etc="$SLURM_ROOT/etc/slurm" shared
   shared=$( { hybrid_node_names; missized_node_names; echo "$SB_REAL_NODE"; } | paste -sd, -)
@@ -37,8 +38,8 @@ install_handoff_script() {
 }
 
 # slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks)
-# at the path slurm.conf names; its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh):
-# without it, it does nothing.
+# at the path the handoff's configuration names (its NOTIFY: the handoff script runs it); its URL is
+# the bridge's to write (hack/bridge.sh, hack/deploy.sh): without it, it does nothing.
 install_notify_script() {
   install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-notify.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify.sh"
 }

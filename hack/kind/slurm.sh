@@ -11,7 +11,8 @@
 #   slurmrestd  Deployment + Service slurmrestd:6820     JWT authentication; NodePort for the host
 #   slurmd      DaemonSet on every worker, host network, Slurm node name = Kubernetes node name; the
 #               workers' GPUs (SB_KIND_GPUS) in gres.conf, on stand-in device files in its container
-# slurmctld runs the handoff's EpilogSlurmctld (slurm-hooks/slurm-bridge-handoff.sh, from the ConfigMap).
+# slurmctld runs the handoff script (slurm-hooks/slurm-bridge-handoff.sh, from the ConfigMap), its one
+# PrologSlurmctld and EpilogSlurmctld.
 # Secrets: slurm-munge-key, slurm-jwt-key (the JWT key), slurm-db. ConfigMap: slurm-config (slurm.conf,
 # gres.conf, topology.yaml, gpu-device-files, ...).
 # The controller side runs on the control-plane node, as the bridge does: workers are Slurm nodes,
@@ -25,9 +26,10 @@ KIND_SLURMDBD_ADDR="slurmdbd.$KIND_SLURM_NS.svc.cluster.local"
 KIND_MARIADB_ADDR="mariadb.$KIND_SLURM_NS.svc.cluster.local"
 KIND_SLURMRESTD_URL_FOR_PODS="http://slurmrestd.$KIND_SLURM_NS:6820"
 
-# slurmctld's hook to the bridge (PrologSlurmctld/EpilogSlurmctld, docs/configuration.md#slurm-hooks) is
-# not installed here: the image and the slurm-config ConfigMap lack the script, and a PrologSlurmctld
-# line without it would cancel every job. docs/development.md ("The Slurm hook on kind") says what it takes.
+# slurmctld's hook to the bridge (docs/configuration.md#slurm-hooks: the handoff script, slurmctld's one
+# PrologSlurmctld and EpilogSlurmctld, runs it as its NOTIFY) is not installed here: the image and the
+# slurm-config ConfigMap lack the script, and handoff_conf names none. docs/development.md ("The Slurm
+# hook on kind") says what it takes.
 kind_slurm_conf() { # "name=address ..." of the workers: the one writer's slurm.conf, kind's hosts
   slurm_conf cluster="$KIND_SLURM_CLUSTER" ctld_host="slurmctld($KIND_SLURMCTLD_ADDR)" ctld_port=6817 \
     dbd_host="$KIND_SLURMDBD_ADDR" dbd_port=6819 state_dir=/var/spool/slurmctld \

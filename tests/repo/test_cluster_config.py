@@ -379,7 +379,7 @@ def test_the_handoff_conf_names_the_local_bridge_and_is_installed_roots_and_clos
         and "bridgeId" not in (HACK / "kind" / "values.yaml").read_text()
     )
     installer = (HACK / "cluster" / "slurm.sh").read_text()
-    # the local cluster's: the nodes with a slurmd guarded, the notify hook run by the one PrologSlurmctld
+    # the local cluster's: the nodes with a slurmd guarded, the notify hook run by slurmctld's one hook
     assert (
         'handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm-bridge-handoff.conf.new"'
         in installer

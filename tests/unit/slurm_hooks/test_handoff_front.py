@@ -1,7 +1,7 @@
 """The hooks' fronts (slurm-hooks/slurm-bridge-handoff.sh and slurm-bridge-notify.sh, run by
 /bin/sh): every job's start and end runs the handoff script (and the notify hook), so a small POSIX
 shell decides, with builtins only, whether the job is one the hook has nothing to do for (the
-handoff: no guarded node and, in the prolog, no NOTIFY to run) and exits without starting bash;
+handoff: no guarded node and no NOTIFY to run) and exits without starting bash;
 anything else, or anything it does not fully understand, goes to bash, the whole script. Run here
 under ``sh -x``, whose trace shows which: ``exit 0`` or ``exec /bin/bash``. What bash then does is
 tests/unit/test_handoff_script.py's, test_handoff_prolog.py's and test_slurm_hook.py's."""
@@ -135,32 +135,68 @@ def test_a_job_that_never_ran_or_has_no_id_starts_nothing(root: HandoffRoot) -> 
     assert decide(root, "NODES=n1\n", "n1", SLURM_JOB_ID="4x") == "nothing"
 
 
+ENDED = notice_comment(names.NOTIFY_ENDED)
+NONE = notice_comment(names.NOTIFY_NONE)
+
+
 @pytest.mark.parametrize(
-    ("notify", "env", "decided"),
+    ("notify", "env", "prolog", "epilog"),
     [
-        ("", {}, "nothing"),
-        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/home/u"}, "nothing"),  # the bridge's hook: not the bridge's job
-        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp"}, "bash"),  # perhaps the bridge's: told of
-        (NOTIFY_HOOK, {}, "bash"),  # no working directory: the hook tells
-        (
-            NOTIFY_HOOK,
-            {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_NONE)},
-            "nothing",
-        ),
-        (
-            NOTIFY_HOOK,
-            {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_ENDED)},
-            "nothing",
-        ),
-        ("/etc/slurm/site-prolog.sh", {"SLURM_JOB_WORK_DIR": "/home/u"}, "bash"),  # a site's own: always run
+        ("", {}, "nothing", "nothing"),
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/home/u"}, "nothing", "nothing"),  # the bridge's hook: not its job
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp"}, "bash", "bash"),  # perhaps the bridge's: told of
+        (NOTIFY_HOOK, {}, "bash", "bash"),  # no working directory: the hook tells
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": NONE}, "nothing", "nothing"),
+        (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": ENDED}, "nothing", "bash"),  # its end only
+        ("/etc/slurm/site-prolog.sh", {"SLURM_JOB_WORK_DIR": "/home/u"}, "bash", "bash"),  # a site's own: always run
+        ("/etc/slurm/site-prolog.sh", {"SLURM_JOB_COMMENT": ENDED}, "nothing", "bash"),
     ],
 )
-def test_the_prolog_of_a_job_on_no_guarded_node_hands_to_bash_only_to_run_notify(
-    root: HandoffRoot, notify: str, env: dict[str, str], decided: str
+def test_a_job_on_no_guarded_node_hands_to_bash_only_to_run_notify(
+    root: HandoffRoot, notify: str, env: dict[str, str], prolog: str, epilog: str
 ) -> None:
+    """The prolog and the epilog alike: NOTIFY is all there is to do, and not for a job whose comment
+    says the bridge needs no notice, nor the bridge's hook for a job it would not tell of."""
     conf = "NODES=n2\n" + (f"NOTIFY={notify}\n" if notify else "")
-    assert decide(root, conf, "n1", SLURM_SCRIPT_CONTEXT="prolog_slurmctld", **env) == decided
-    assert decide(root, conf, "n1", **env) == "nothing", "the epilog never runs NOTIFY"
+    assert decide(root, conf, "n1", SLURM_SCRIPT_CONTEXT="prolog_slurmctld", **env) == prolog
+    assert decide(root, conf, "n1", **env) == epilog
+
+
+RECORDER = """#!/bin/sh
+env > "$0.env"
+"""
+
+
+@pytest.mark.parametrize("context", ["prolog_slurmctld", "epilog_slurmctld", "prolog_slurmd"])
+@pytest.mark.parametrize("hook", ["slurm-bridge-notify.sh", "site-notify.sh"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": ENDED},  # a bridge job, allocated at once
+        {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": NONE},  # one the bridge ends itself
+        {"SLURM_JOB_WORK_DIR": "/tmp"},
+        {},
+        {"SLURM_JOB_WORK_DIR": "/home/alice"},  # a native job
+        {"SLURM_JOB_WORK_DIR": "/home/alice", "SLURM_JOB_COMMENT": ENDED},
+        {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": 'mine: "notify":"none"'},  # not the bridge's form
+    ],
+)
+def test_the_fronts_decision_is_bashs(root: HandoffRoot, context: str, hook: str, env: dict[str, str]) -> None:
+    """The front starts bash for a job on no guarded node exactly when bash, the whole script, would
+    run NOTIFY, and then the bridge's notify hook would not exit at its own front either."""
+    recorder = root.fake / hook
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    job = {"SLURM_SCRIPT_CONTEXT": context, **env}
+    front = decide(root, f"NODES=n2\nNOTIFY={recorder}\n", "n1", **job)
+    full = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n1", **job}
+    done = subprocess.run(["/bin/bash", "-p", str(root.etc / SCRIPT.name)], env=full, capture_output=True, text=True)
+    assert done.returncode == 0 and not done.stderr, done
+    told = root.fake / f"{hook}.env"
+    assert (front == "bash") == told.exists(), f"the front: {front}; bash ran NOTIFY: {told.exists()}"
+    if told.exists() and hook == NOTIFY_HOOK.rsplit("/", 1)[-1]:
+        seen = dict(line.split("=", 1) for line in told.read_text().splitlines() if "=" in line)
+        assert traced(REPO / "slurm-hooks" / hook, seen) == "bash", "NOTIFY would have done nothing"
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import JobOutcome, encode_admin_comment, released_comment
+from slurm_bridge import names
+from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import (
+    JobOutcome,
+    encode_admin_comment,
+    notice_comment,
+    released_comment,
+)
 from slurm_bridge.operator.views.slurmjobs import PhjRef
 from slurm_bridge.rules.handoff import reservation_of
 from tests.unit.handoffroot import REPO, SCRIPT, HandoffRoot
@@ -475,6 +481,78 @@ def test_a_job_that_is_no_candidate_is_read_before_anything_is_held(epilog: Epil
     epilog.job(marker("cores"), SLURM_JOB_WORK_DIR="/home/alice")
     epilog.run()
     assert epilog.calls == ["--json show", "create reservation"] and epilog.changes == []
+
+
+# ---- the notify hook (NOTIFY): run last, one EpilogSlurmctld for both --------------------------------------
+# The bridge's notify hook, as the handoff runs it: what it was told, and the holds made by then.
+NOTIFY_RECORDER = r"""#!/bin/sh
+{ echo "$SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID"; cat {d}/reservations 2>/dev/null; } >> {d}/notified
+"""
+NOTIFY_ENDED_COMMENT = notice_comment(names.NOTIFY_ENDED)
+
+
+def with_notify(epilog: Epilog, *lines: str) -> Path:
+    """The configuration naming the recorder as NOTIFY (the bridge's hook's file name); its record."""
+    hook = epilog.fake / names.NOTIFY_HOOK_SCRIPT
+    hook.write_text(NOTIFY_RECORDER.replace("{d}", shlex.quote(str(epilog.fake))))
+    hook.chmod(0o755)
+    epilog.write_conf("\n".join([f"BRIDGE_IDS={BRIDGE}", f"SLURM_BIN_DIR={epilog.fake}", f"NOTIFY={hook}", *lines]))
+    return epilog.fake / "notified"
+
+
+def test_the_epilog_runs_the_notify_hook_last_once_its_holds_are_made(epilog: Epilog) -> None:
+    """One EpilogSlurmctld: the handoff runs the bridge's notify hook once its holds are made (a race
+    with slurmctld's scheduling, which the notice's start would widen); the bridge, told, finds them."""
+    notified = with_notify(epilog)
+    epilog.job(marker("cores"), SLURM_JOB_COMMENT=NOTIFY_ENDED_COMMENT, **CANDIDATE)
+    epilog.run()
+    told = notified.read_text().splitlines()
+    assert told[0] == "epilog_slurmctld 42" and len(told) == 2, told
+    assert told[1].startswith(NAME) and "EndTime=now+30seconds" in told[1], "the provisional hold is made first"
+    assert epilog.changes == [f"update {NAME} EndTime=now+86400seconds"]
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+@pytest.mark.parametrize(
+    ("env", "told"),
+    [
+        ({"SLURM_JOB_COMMENT": NOTIFY_ENDED_COMMENT, **CANDIDATE}, True),  # allocated at once: its end only
+        ({"SLURM_JOB_COMMENT": notice_comment(names.NOTIFY_NONE), **CANDIDATE}, False),  # the bridge ends it
+        ({"SLURM_JOB_COMMENT": 'mine: "notify":"none"', **CANDIDATE}, True),  # not the bridge's form
+        (CANDIDATE, True),
+        ({}, True),  # no working directory: the hook tells
+        ({"SLURM_JOB_WORK_DIR": "/home/alice"}, False),  # a native job: the hook would exit at its front
+    ],
+)
+def test_every_jobs_end_runs_the_notify_hook_unless_it_would_tell_nothing(
+    epilog: Epilog, guarded: bool, env: dict[str, str], told: bool
+) -> None:
+    """On a guarded node (bash's epilog) or none (the front, then bash for NOTIFY alone): the same."""
+    notified = with_notify(epilog, "" if guarded else "NODES=n9")
+    epilog.job(marker("cores"), **env)
+    epilog.run()
+    assert notified.exists() == told
+    if told:
+        assert notified.read_text().splitlines()[0] == "epilog_slurmctld 42"
+    assert bool(epilog.reservations) == bool(epilog.calls) == guarded, "no guarded node: no Slurm call"
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_refused_configuration_file_runs_no_notify_hook_at_the_end(epilog: Epilog, guarded: bool) -> None:
+    notified = with_notify(epilog, "" if guarded else "NODES=n9")
+    os.chmod(epilog.conf, 0o664)
+    epilog.job(marker("cores"), **CANDIDATE)
+    done = epilog.run()
+    assert "writable by group or others" in done.stderr
+    assert not notified.exists() and epilog.reservations == []
+
+
+def test_a_notify_hook_that_others_may_write_is_not_run_and_the_holds_go_on(epilog: Epilog) -> None:
+    notified = with_notify(epilog)
+    (epilog.fake / names.NOTIFY_HOOK_SCRIPT).chmod(0o777)
+    epilog.job(marker("cores"), **CANDIDATE)
+    epilog.run()
+    assert not notified.exists() and epilog.changes == [f"update {NAME} EndTime=now+86400seconds"]
 
 
 # ---- failures: always exit 0, never more than asked -------------------------------------------------------

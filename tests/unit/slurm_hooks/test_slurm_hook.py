@@ -327,25 +327,29 @@ def test_the_partition_filter(tmp_path: Path, listener: Listener) -> None:
     assert [b["jobId"] for _, b in listener.got] == [42], "job 43 is in a partition not listed"
 
 
-def test_slurm_conf_runs_the_hook_only_when_asked() -> None:
-    def conf(*settings: str) -> list[str]:
-        out = subprocess.run(["bash", str(SLURM_CONF_SH), "slurm.conf", *settings], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.splitlines()
-
-    # The handoff script (hack/slurm-policy.conf, installed by both clusters) is always the one
-    # PrologSlurmctld: Slurm 26.05 ends a job's configuration when the first of several ends, which
-    # would cut the handoff's wait short. The notify hook only when asked: its EpilogSlurmctld, and
-    # its start notices from the handoff's prolog (NOTIFY in the handoff's configuration file).
-    handoff = "PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh"
-    plain = conf()
-    assert not [ln for ln in plain if "notify" in ln], "a path the controller lacks would fail every job's end"
-    assert [ln for ln in plain if ln.startswith("PrologSlurmctld=")] == [handoff]
-    hooked = conf("notify_hook=/etc/slurm/slurm-bridge-notify.sh")
-    assert "EpilogSlurmctld=/etc/slurm/slurm-bridge-notify.sh" in hooked
-    assert [ln for ln in hooked if ln.startswith("PrologSlurmctld=")] == [handoff]
+def test_slurm_conf_names_the_handoff_as_slurmctlds_one_hook_and_it_runs_the_notify_hook() -> None:
+    """The handoff script (hack/slurm-policy.conf, installed by both clusters) is the one
+    PrologSlurmctld (Slurm 26.05 ends a job's configuration when the first of several ends, which
+    would cut the handoff's wait short) and the one EpilogSlurmctld: each script run costs
+    slurmctld's host milliseconds, so the notify hook has no line of its own and the handoff runs it
+    at every job's start and end (NOTIFY in the handoff's configuration file)."""
+    out = subprocess.run(["bash", str(SLURM_CONF_SH), "slurm.conf"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    conf = out.stdout.splitlines()
+    handoff = "/etc/slurm/slurm-bridge-handoff.sh"
+    assert [ln for ln in conf if ln.startswith(("PrologSlurmctld=", "EpilogSlurmctld="))] == [
+        f"EpilogSlurmctld={handoff}",
+        f"PrologSlurmctld={handoff}",
+    ]
+    assert not [ln for ln in conf if "notify" in ln], "a path the controller lacks would fail every job's end"
+    refused = subprocess.run(
+        ["bash", str(SLURM_CONF_SH), "slurm.conf", "notify_hook=/etc/slurm/slurm-bridge-notify.sh"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0 and "unknown setting 'notify_hook'" in refused.stderr
     installer = (REPO / "hack" / "cluster" / "slurm.sh").read_text()
-    assert "notify_hook=/etc/slurm/slurm-bridge-notify.sh" in installer
+    assert "notify_hook" not in installer
     assert "notify=/etc/slurm/slurm-bridge-notify.sh" in installer
 
 
