@@ -1,13 +1,16 @@
 """Benchmark: S_ref, what a job costs Slurm itself on this machine, to set the bridge's CPU against.
 
 N immediate allocations through slurmrestd (external jobs of one CPU in the bridge's partition,
-as the bridge allocates a pod's), each read once and cancelled, ``--concurrency`` at a time (the
-pipeline benchmark's), with the machine's and every process's CPU sampled over them
-(sysstats.py: steal apart, less an idle baseline measured first). S_ref is the machine's CPU per
-job less the benchmark client's own (which plays the bridge's calls): what any allocator through
-slurmrestd pays Slurm per job (slurmctld with its hooks, slurmrestd, slurmdbd, MariaDB, munged).
-A bridge pod's added CPU (pipeline_latency.py's ``added_cpu_ms_per_pod``) less S_ref is what the
-bridge costs beyond Slurm's own work.
+as the bridge allocates a pod's, with the comment the bridge gives them), each read once, then all
+cancelled, ``--concurrency`` at a time (the pipeline benchmark's), with the machine's and every
+process's CPU sampled over each phase (sysstats.py: steal apart, less an idle baseline measured
+first) until slurmctld's hooks for it have run. S_ref is the machine's CPU per job in the first
+phase (the allocation, its read, the PrologSlurmctld) less the benchmark client's own (which plays
+the bridge's calls): what any allocator through slurmrestd pays Slurm per job started
+(slurmctld with its hooks, slurmrestd, slurmdbd, MariaDB, munged), over the same part of a job's
+life as the pipeline benchmark's create -> bound window. ``end`` is the same for the cancels
+(with the EpilogSlurmctld). A bridge pod's added CPU (pipeline_latency.py's
+``added_cpu_ms_per_pod``) less S_ref is what the bridge costs beyond Slurm's own work.
 
     .venv/bin/python bench/slurm_ref.py [--jobs 200] [--concurrency 16] [--idle-seconds 10] [--json]
 
@@ -103,19 +106,23 @@ class Calls:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.load(r)
 
-    def one(self, name: str, partition: str) -> bool:
-        """Allocate, read, cancel: True when Slurm allocated the job."""
+    def start(self, name: str, partition: str) -> int | None:
+        """Allocate and read back, as the bridge starts a pod's job: its id (None: refused)."""
         try:
             job_id = int(self.call("POST", "job/allocate", job_body(name, partition))["job_id"])
         except (urllib.error.HTTPError, KeyError, ValueError) as e:
             with self.lock:
                 self.refused.append(f"{name}: {e}")
-            return False
+            return None
         try:
             self.call("GET", f"job/{job_id}")
-        finally:
+        except urllib.error.HTTPError:
             self.call("DELETE", f"job/{job_id}")
-        return True
+            raise
+        return job_id
+
+    def end(self, job_id: int) -> None:
+        self.call("DELETE", f"job/{job_id}")
 
     def clean(self) -> None:
         """Cancel the jobs an earlier run left."""
@@ -127,16 +134,29 @@ class Calls:
 def calibrate(
     env: dict[str, str], pids: dict[str, int], idle: sysstats.IdleBaseline | None, jobs: int, concurrency: int
 ) -> dict[str, Any]:
-    """S_ref on the running cluster: ``jobs`` allocated, read and cancelled, ``concurrency`` at a
-    time, with ``pids`` sampled (``idle``: the baseline to subtract, measured by the caller)."""
+    """S_ref on the running cluster, ``concurrency`` calls at a time, with ``pids`` sampled (``idle``:
+    the baseline to subtract, measured by the caller), in two phases as a pod's life has them:
+    ``jobs`` allocated and read back, with their PrologSlurmctld (``s_ref_ms_per_job``: what the
+    pipeline's create -> bound window holds of a bridge pod's job), then all cancelled, with their
+    EpilogSlurmctld (``end``); ``life_ms_per_job`` is the two together."""
     token = Path(env["SLURM_JWT_FILE"]).read_text().strip().removeprefix("SLURM_JWT=")
     calls = Calls(env["SLURM_REST_URL"], token)
     calls.clean()
-    with sysstats.ProcSampler(pids, idle=idle) as procs, ThreadPoolExecutor(concurrency) as pool:
-        done = list(pool.map(lambda i: calls.one(f"{PREFIX}{i}", env["SB_PARTITION"]), range(jobs)))
-        settle(pids.get("slurmctld"))  # the jobs' epilogs are theirs: counted here, not in what follows
-    row = procs.row()
-    result = {**s_ref(row, sum(done)), "refused": len(calls.refused), "seconds": row["seconds"]}
+    ctld = pids.get("slurmctld")
+    with sysstats.ProcSampler(pids, idle=idle) as started, ThreadPoolExecutor(concurrency) as pool:
+        made = [j for j in pool.map(lambda i: calls.start(f"{PREFIX}{i}", env["SB_PARTITION"]), range(jobs)) if j]
+        settle(ctld)  # the jobs' prologs are this phase's
+    with sysstats.ProcSampler(pids, idle=idle) as ended, ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(calls.end, made))
+        settle(ctld)  # and their epilogs the end's
+    first, last = s_ref(started.row(), len(made)), s_ref(ended.row(), len(made))
+    result = {
+        **first,
+        "end": last,
+        "life_ms_per_job": round(first.get("s_ref_ms_per_job", 0.0) + last.get("s_ref_ms_per_job", 0.0), 2),
+        "refused": len(calls.refused),
+        "seconds": round(started.row()["seconds"] + ended.row()["seconds"], 2),
+    }
     if calls.refused:
         print(f"note: Slurm refused {len(calls.refused)} allocations, e.g. {calls.refused[0]}", file=sys.stderr)
     return result
