@@ -222,6 +222,7 @@ class Extra:
     admission_ms: dict[str, float] = field(default_factory=dict)  # sysstats.admission_ms_per_call
     review_ms: dict[str, float] = field(default_factory=dict)  # the webhook's own: sysstats.review_ms
     pod_watchers: int | None = None  # the API server's open pod watches before the run (sysstats.pod_watchers)
+    quiet_wait_s: float = 0.0  # how long the machine took to be quiet before the window (sysstats.wait_quiet)
 
 
 def settle(api: k8s.ApiClient, quiet: float = 1.5, limit: float = 15.0) -> Counter[RequestKey]:
@@ -255,6 +256,9 @@ def measured(
     """``measure`` with the API server's write counters and the processes sampled around it."""
     core = k8s.CoreV1Api(api)
     extra = Extra()
+    # What the phase before set off (the last namespace's deletion: its jobs' cancels, slurmctld's
+    # epilogs, garbage collection) is not this window's.
+    extra.quiet_wait_s = sysstats.wait_quiet(args.idle)
     reviews = sysstats.webhook_reviews(*args.webhook) if args.webhook else {}
     text = sysstats.metrics_text(api)
     before, t0 = sysstats.parse_requests(text), time.monotonic()
@@ -702,6 +706,7 @@ def per_pod(row: dict[str, Any], extra: Extra, pods: int) -> None:
     row["webhook_ms_per_review"] = extra.review_ms
     row["processes"] = extra.procs
     row["pod_watchers"] = extra.pod_watchers
+    row["quiet_wait_s"] = extra.quiet_wait_s
     row["cpu_ms_per_pod_own_children"] = sysstats.cpu_split_ms_per_pod(extra.procs, pods)
     row["operator_cpu_percent"] = extra.procs["cpu_percent"].get("bridge-operator")
     row["operator_peak_rss_mib"] = extra.procs["peak_rss_mib"].get("bridge-operator")

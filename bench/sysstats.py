@@ -328,6 +328,36 @@ def machine_cpu(proc: Path = PROC) -> MachineCpu:
     return parse_machine((proc / "stat").read_text())
 
 
+def is_quiet(busy_per_s: float, idle: IdleBaseline, margin: float) -> bool:
+    """Whether the machine, busy ``busy_per_s`` CPU seconds a second (steal out), is back within
+    ``margin`` cores of its idle baseline."""
+    return busy_per_s <= idle.machine + margin
+
+
+def wait_quiet(
+    idle: IdleBaseline,
+    margin: float = 0.15,
+    window: float = 1.0,
+    timeout: float = 60.0,
+    *,
+    read: Callable[[], MachineCpu] = machine_cpu,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Wait until what the last phase set off has run (a deleted namespace's garbage collection,
+    its jobs' cancels and slurmctld's epilogs): the machine busy no more than its idle baseline
+    plus ``margin`` cores over one ``window``, so that the next phase's window holds only its own
+    pods' work. The seconds waited (``timeout`` when it never got quiet)."""
+    began = clock()
+    while clock() - began < timeout:
+        before, t0 = read(), clock()
+        sleep(window)
+        after, t1 = read(), clock()
+        if is_quiet((after.busy - before.busy) / max(t1 - t0, 1e-6), idle, margin):
+            return round(clock() - began, 2)
+    return round(clock() - began, 2)
+
+
 def local_pids(state_dir: str, names: list[str]) -> dict[str, int]:
     out = {}
     for n in names:

@@ -324,3 +324,38 @@ apiserver_longrunning_requests{component="apiserver",group="",resource="pods",sc
 apiserver_longrunning_requests{component="apiserver",group="",resource="nodes",scope="cluster",subresource="",verb="WATCH",version="v1"} 6
 """  # noqa: E501
     assert sysstats.parse_watchers(text) == {"nodes": 6, "pods": 7}
+
+
+def test_wait_quiet_waits_until_the_machine_is_back_at_its_idle_rate() -> None:
+    """Each window: the machine's busy seconds over it; quiet within the margin of the idle rate."""
+    idle = sysstats.IdleBaseline(machine=0.3, seconds=10)
+    busy_per_window = iter([1.8, 0.9, 0.42])  # CPU seconds a second in three 1 s windows
+    state = {"t": 0.0, "busy": 0.0}
+
+    def read() -> sysstats.MachineCpu:
+        return sysstats.MachineCpu(state["busy"], 0.0, state["t"] * 2)
+
+    def sleep(s: float) -> None:
+        state["busy"] += next(busy_per_window) * s
+        state["t"] += s
+
+    waited = sysstats.wait_quiet(idle, margin=0.15, read=read, clock=lambda: state["t"], sleep=sleep)
+    assert waited == 3.0, "quiet in the third window (0.42 <= 0.3 + 0.15)"
+    assert sysstats.is_quiet(0.44, idle, 0.15) and not sysstats.is_quiet(0.46, idle, 0.15)
+
+
+def test_wait_quiet_gives_up_at_its_timeout() -> None:
+    idle, state = sysstats.IdleBaseline(machine=0.1), {"t": 0.0, "busy": 0.0}
+
+    def sleep(s: float) -> None:
+        state["busy"] += 2.0 * s
+        state["t"] += s
+
+    waited = sysstats.wait_quiet(
+        idle,
+        timeout=5.0,
+        read=lambda: sysstats.MachineCpu(state["busy"], 0.0, 0.0),
+        clock=lambda: state["t"],
+        sleep=sleep,
+    )
+    assert waited == 5.0
