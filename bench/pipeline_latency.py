@@ -59,6 +59,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import signal
 import statistics
 import sys
 import threading
@@ -315,7 +316,15 @@ def make_namespace(core: k8s.CoreV1Api, name: str, managed: bool) -> None:
     raise SystemExit(f"namespace {name}: default ServiceAccount did not appear within 30s")
 
 
+def stop_on_sigterm(*_: object) -> None:
+    """A SIGTERM (``timeout``, ``kill``) ends the run as Ctrl-C would: through the ``with`` blocks,
+    so the second default scheduler it started is stopped and slurm.conf's hooks are put back.
+    (Python's default leaves the scheduler running, to place the next runs' pods beside theirs.)"""
+    raise SystemExit(143)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=16, help="parallel pod creates")

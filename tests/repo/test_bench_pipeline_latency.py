@@ -106,3 +106,10 @@ def test_a_node_guard_stops_a_baseline_run_saying_what_to_run_instead() -> None:
     said = str(stopped.value)
     assert "slurm-bridge-node-guard" in said and "SB_NODE_GUARD=false bash hack/bridge.sh up" in said
     assert "other-policy" not in said
+
+
+def test_a_sigterm_ends_the_run_through_its_with_blocks() -> None:
+    """So the second default scheduler a run started is stopped, not left to race the next run's."""
+    with pytest.raises(SystemExit) as stopped:
+        pipeline_latency.stop_on_sigterm(15, None)
+    assert stopped.value.code == 143
