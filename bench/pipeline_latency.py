@@ -778,9 +778,9 @@ def verdict(rows: list[dict[str, Any]], pods: int) -> str:
         if r.get("machine_cpu_ratio") is not None:
             checks.append(f"machine CPU/pod vs default {cmp(r['machine_cpu_ratio'], t['machine_cpu_ratio'], True)}")
         if r["mode"] == "burst":
-            if r.get("ratio_to_default") is not None:
-                want = t["burst_ratio_1000"] if pods >= 1000 else t["burst_ratio"]
-                checks.insert(0, f"ratio {cmp(r['ratio_to_default'], want, False)}")
+            if r.get("pods_per_s") is not None:
+                want = t["burst_pods_per_s_1000"] if pods >= 1000 else t["burst_pods_per_s"]
+                checks.insert(0, f"pods/s {cmp(r['pods_per_s'], want, False)}")
         else:
             checks += [f"p50 {cmp(r['p50_s'], t['p50_s'], True)} s", f"p99 {cmp(r['p99_s'], t['p99_s'], True)} s"]
         gap = (r.get("breakdown") or {}).get("Slurm's start -> pod released")

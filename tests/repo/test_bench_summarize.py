@@ -70,7 +70,8 @@ def test_each_profiles_table_is_the_runs_min_to_max_with_runs_dates_commits_and_
     assert "| default scheduler (4 runs, 2026-11-26, `d6ae460`, `55757f0`) | 0.004 - 0.007 s | 0.02 - 0.03 s | " \
         "20 - 20.1 | - |" in lines, "the default scheduler's pods of every run at that rate"  # fmt: skip
     assert (
-        "| 200 pods (2 runs, 2026-11-26, `d6ae460`) | 36.4 - 40 | 98 - 99 | **0.37 - 0.4** | ≥ 0.75: not met |" in lines
+        "| 200 pods (2 runs, 2026-11-26, `d6ae460`) | 36.4 - 40 | 98 - 99 | **0.37 - 0.4** | ≥ 75 pods/s: not met |"
+        in lines
     )
     assert "| busy: 20 higher-priority jobs wait in the partition, 20/s (1 run, 2026-11-26, `55757f0`) | 0.1 s | " \
         "0.18 s | 0.75 / 1.3 s | p50 ≤ 0.1 s, p99 ≤ 0.3 s: met |" in lines  # fmt: skip
