@@ -234,7 +234,10 @@ LOG_DIR=/var/log/slurm-bridge
 PROVISIONAL_SECONDS=30   # a candidate's hold until its AdminComment is read (see "The provisional hold")
 PROLOG_POLL_SECONDS=0.5  # how often a waiting prolog looks again
 HOSTLIST_RE='^[][A-Za-z0-9_.,-]+$'
-ENDED='BOOT_FAIL,CANCELLED,COMPLETED,DEADLINE,FAILED,NODE_FAIL,OUT_OF_MEMORY,PREEMPTED,TIMEOUT'
+# The states of a job that ended, for the prolog. COMPLETING too: slurmctld keeps a job COMPLETING
+# while its EpilogSlurmctld runs (this script's epilog, which has not decided yet), and an external
+# job's CPUs are Slurm's to give away from its end on.
+ENDED='BOOT_FAIL,CANCELLED,COMPLETED,COMPLETING,DEADLINE,FAILED,NODE_FAIL,OUT_OF_MEMORY,PREEMPTED,TIMEOUT'
 case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld) context=prolog ;; *) context=epilog ;; esac
 PREFIX='slurm-bridge:'
 log() { [ -w "$LOG_DIR" ] && echo "$(date +%Y-%m-%dT%H:%M:%S.%N) job=${SLURM_JOB_ID:-?} $*" >> "$LOG_DIR/handoff.log"; }
@@ -517,7 +520,7 @@ undecided() {
   for id in "${ids[@]}"; do
     state=${state_of[$id]:-}
     [ -n "$state" ] || { stale+=("$id"); continue; }
-    [[ ,$ENDED, == *,"$state",* ]] || continue   # running, completing, or pending again
+    [[ ,$ENDED, == *,"$state",* ]] || continue   # running, or pending again
     if ! out=$(squeue -h -t all -j "$id" -o '%e' 2>&1); then echo "squeue failed: ${out//$'\n'/ }"; continue; fi
     end=${out%%$'\n'*}
     if [[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$ ]] && [[ $end < $since ]]; then

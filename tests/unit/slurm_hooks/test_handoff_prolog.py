@@ -216,7 +216,6 @@ def test_without_a_state_directory_the_ended_jobs_of_its_nodes_are_read_from_the
     [
         (41, "COMPLETED", 2, True, "its epilog is done"),
         (41, "RUNNING", None, False, "it runs"),
-        (41, "COMPLETING", None, False, "it is completing: its CPUs are still its own"),
         (41, "PENDING", None, False, "requeued"),
         (41, "", None, False, "Slurm no longer knows it"),
         (41, "CANCELLED", 90, False, "it ended long ago (its epilog never ran)"),
@@ -258,10 +257,12 @@ def test_ended_jobs_that_need_no_wait_without_notes(prolog: Prolog, ended: str, 
 
 
 # ---- when it waits ---------------------------------------------------------------------------------------
-def test_a_job_waits_for_the_epilog_of_a_job_that_just_ended_on_its_node(prolog: Prolog) -> None:
+@pytest.mark.parametrize("state", ["COMPLETED", "CANCELLED", "COMPLETING"])
+def test_a_job_waits_for_the_epilog_of_a_job_that_just_ended_on_its_node(prolog: Prolog, state: str) -> None:
     """slurmctld gave the CPUs of job 41 away before 41's epilog ran: the start waits until the
-    epilog has noted its decision (STATE_DIR/41.done), then looks again."""
-    prolog.noted(41, state="COMPLETED", ended_ago=1)
+    epilog has noted its decision (STATE_DIR/41.done), then looks again. COMPLETING too: slurmctld
+    keeps a job so while its EpilogSlurmctld (this script's epilog) runs."""
+    prolog.noted(41, state=state, ended_ago=1)
     prolog.later(1.6, lambda: (prolog.state / "41.done").touch())
     done, took = prolog.timed()
     assert done.returncode == 0, done
