@@ -60,6 +60,15 @@ def module_name(path: Path) -> str:
     return ".".join((best[0], *parts))
 
 
+def module_sources() -> dict[str, Path]:
+    """Every first-party module's file, by its runtime name."""
+    found: dict[str, Path] = {}
+    for folder in package_dirs().values():
+        for path in folder.rglob("*.py"):
+            found.setdefault(module_name(path), path)
+    return found
+
+
 if __name__ == "__main__":
     # For hack/lint.sh: "<path in the typecheck tree> <folder>" of each folder mapped below the root.
     for name, folder in package_dirs().items():

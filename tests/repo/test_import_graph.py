@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packages import module_name, package_dirs
+from tests.packages import module_sources
 
 pytestmark = pytest.mark.unit
 
@@ -50,13 +50,7 @@ FLOORS = (
 Graph = dict[str, set[str]]
 
 
-def sources() -> dict[str, Path]:
-    """Every first-party module, by its runtime name."""
-    found: dict[str, Path] = {}
-    for folder in package_dirs().values():
-        for path in folder.rglob("*.py"):
-            found.setdefault(module_name(path), path)
-    return found
+sources = module_sources  # every first-party module, by its runtime name
 
 
 def imported(module: str, path: Path, known: Iterable[str]) -> set[str]:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from tests.packages import module_name, package_dirs
+from tests.packages import module_sources
 
 pytestmark = pytest.mark.unit
 
@@ -52,20 +51,12 @@ def client_parameters(source: str, filename: str = "<source>") -> list[str]:
     return [text for _, text in sorted(found)]
 
 
-def _sources() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for folder in package_dirs().values():
-        for path in folder.rglob("*.py"):
-            found.setdefault(module_name(path), path)
-    return found
-
-
 def _builds_clients(module: str) -> bool:
     return module == WIRING or module.startswith(WIRING + ".") or module in ENTRY_POINTS
 
 
 def test_only_the_wiring_takes_the_whole_client() -> None:
-    sources = _sources()
+    sources = module_sources()
     assert not ENTRY_POINTS - sources.keys(), "an entry point listed here is gone: update ENTRY_POINTS"
     offending = {
         module: found
