@@ -4,8 +4,11 @@ Each case runs one hook many times as slurmctld runs it (its environment, no arg
 path), every run started straight into a fresh ``cpuacct`` cgroup (v1, as this machine has), so
 every process a run starts is counted, a detached notice sender too; ``cpuacct.usage`` is read
 once every run and sender is done. The hooks are copied with their configuration files into a
-scratch directory (``--rev``: as a git revision had them, to compare before and after). ``/bin/true``
-run the same way is the floor: any program slurmctld starts costs that on this machine.
+scratch directory (``--rev``: as a git revision had them, to compare before and after), and the
+compiled notify hook (slurm-bridge-notify.c) is built there with ``cc -O2``, as the docs say, and
+with ``-static``; the handoff script runs once with the script as its NOTIFY and once with the
+compiled hook. ``/bin/true`` run the same way is the floor: any program slurmctld starts costs that
+on this machine.
 
     sudo .venv/bin/python bench/hook_cost.py [--runs 300] [--rev HEAD~1]
 
@@ -34,6 +37,7 @@ from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_commen
 REPO = Path(__file__).resolve().parents[1]
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 HOOKS = ("slurm-bridge-handoff.sh", "slurm-bridge-notify.sh")
+COMPILED = ("slurm-bridge-notify", "slurm-bridge-notify-static")
 KWOK = "kwok-node-[1-2]"  # the local cluster's nodes without a slurmd: not guarded
 GUARDED = "kwok-hybrid-1,kwok-hybrid-2,kwok-missized-1,real-node-1"
 
@@ -41,8 +45,9 @@ GUARDED = "kwok-hybrid-1,kwok-hybrid-2,kwok-missized-1,real-node-1"
 @dataclass(frozen=True)
 class Case:
     name: str
-    hook: str  # a file of HOOKS, or an absolute path
+    hook: str  # a file of HOOKS or COMPILED, or an absolute path
     env: dict[str, str]
+    etc: str = "etc"  # the handoff's directory: "etc-compiled" names the compiled hook its NOTIFY
 
 
 def job_env(context: str, work_dir: str, nodes: str = KWOK, **extra: str) -> dict[str, str]:
@@ -81,6 +86,15 @@ def cases() -> list[Case]:
         ),
         Case("notify, epilog: a native job", HOOKS[1], job_env("epilog", "/home/alice")),
         Case("notify, prolog: a signed start notice", HOOKS[1], job_env("prolog", "/tmp")),
+        Case(
+            "handoff, prolog: a bridge job on unguarded nodes (NOTIFY compiled)",
+            HOOKS[0],
+            job_env("prolog", "/tmp"),
+            "etc-compiled",
+        ),
+        Case("notify compiled, epilog: a native job", COMPILED[0], job_env("epilog", "/home/alice")),
+        Case("notify compiled, prolog: a signed start notice", COMPILED[0], job_env("prolog", "/tmp")),
+        Case("notify compiled -static, prolog: a signed start notice", COMPILED[1], job_env("prolog", "/tmp")),
     ]
 
 
@@ -119,6 +133,21 @@ def scratch(rev: str | None, into: Path, hashers: list[str], url: str) -> dict[s
     conf = etc / "slurm-bridge-handoff.conf"
     conf.write_text(f"BRIDGE_IDS=slurm-bridge\nNODES={GUARDED}\nNOTIFY={etc / HOOKS[1]}\n")
     conf.chmod(0o644)
+    source = REPO / "slurm-hooks" / "slurm-bridge-notify.c"
+    if rev:  # a revision before the compiled hook has none: its cases print "-"
+        source = into / "slurm-bridge-notify.c"
+        shown = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{rev}:slurm-hooks/{source.name}"], capture_output=True
+        )
+        source.write_bytes(shown.stdout if shown.returncode == 0 else b"")
+    for out, flags in zip(COMPILED, ([], ["-static"]), strict=True):
+        if source.stat().st_size:
+            subprocess.run(["cc", "-O2", *flags, "-o", str(etc / out), str(source)], check=True, capture_output=True)
+    compiled = into / "etc-compiled"
+    compiled.mkdir()
+    shutil.copy(etc / HOOKS[0], compiled / HOOKS[0])
+    (compiled / conf.name).write_text(f"BRIDGE_IDS=slurm-bridge\nNODES={GUARDED}\nNOTIFY={etc / COMPILED[0]}\n")
+    (compiled / conf.name).chmod(0o644)
     token = etc / "hook.token"
     token.write_text("a-shared-secret-of-32-characters\n")
     token.chmod(0o600)
@@ -142,7 +171,7 @@ def measure(case: Case, etc: Path, base_env: dict[str, str], runs: int) -> float
     group = CPUACCT / f"sb-hook-cost-{os.getpid()}"
     group.mkdir()
     try:
-        hook = case.hook if case.hook.startswith("/") else str(etc / case.hook)
+        hook = case.hook if case.hook.startswith("/") else str(etc.parent / case.etc / case.hook)
         subprocess.run(
             ["/bin/sh", "-c", LOOP, "sh", str(group / "cgroup.procs"), str(runs), hook],
             env={**base_env, **case.env},
@@ -170,6 +199,9 @@ def main() -> int:
         print(f"| per run (µs of CPU, {args.runs} runs) | {args.rev or 'working tree'} |")
         print("| --- | --- |")
         for case in cases():
+            if not case.hook.startswith("/") and not (Path(tmp) / case.etc / case.hook).exists():
+                print(f"| {case.name} | - |", flush=True)
+                continue
             print(f"| {case.name} | {measure(case, Path(tmp) / 'etc', base_env, args.runs):,.0f} |", flush=True)
     return 0
 

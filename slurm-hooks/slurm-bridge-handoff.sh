@@ -97,7 +97,9 @@
 # none of its nodes guarded (NODES, its host lists expanded as Slurm does) and no NOTIFY to run
 # (none set, the job's comment says no notice, or the bridge's notify hook would exit at its own
 # front). Then it exits 0 having started nothing, which is all bash would have done (decided
-# on the file's words alone, as below: a refused file makes it do nothing too). Anything else -- a
+# on the file's words alone, as below: a refused file makes it do nothing too). Where the one thing
+# to do is to run the bridge's own notify hook, it runs that itself, once the files pass bash's own
+# checks (fdirect: one stat), and exits 0 whatever the hook does, as bash would. Anything else -- a
 # guarded node, no NODES, a NOTIFY to run, a file or a host list it does not fully understand --
 # goes to bash (`-p`: no BASH_ENV, no functions from the environment), which does all, checks the
 # file and says why it refuses one. bash runs this file from the top and skips the front: its
@@ -158,6 +160,28 @@ case $- in *B*) ;; *)
     IFS=$fifs
     [ -z "$fpart" ] || fb   # a bracket left open
     return 1
+  }
+  # fdirect: the bridge's own notify hook, which exits 0 at once whatever happens (it sends in the
+  # background), run by this small shell itself, without bash, where bash would run it: an absolute
+  # path in NOTIFY's characters, a regular file (no link) it may execute, and this file and the hook
+  # each root's or SlurmUser's and writable by no one else (one stat for both); and no
+  # SLURM_BIN_DIR (bash's to check). Anything else returns, and bash checks, runs or refuses it.
+  fdirect() {
+    case $fnotify in /*) ;; *) return 0 ;; esac
+    case $fnotify in *[!A-Za-z0-9_./+-]*) return 0 ;; esac
+    case $fseen in *" SLURM_BIN_DIR "*) return 0 ;; esac
+    [ -f "$fnotify" ] && [ ! -L "$fnotify" ] && [ -x "$fnotify" ] || return 0
+    fst=$(stat -c '%u %a' -- "$fconf" "$fnotify" 2> /dev/null) || return 0
+    set -f; set -- $fst; set +f
+    [ $# -eq 4 ] && fowned "$1" "$2" "$fconf" && fowned "$3" "$4" "$fnotify" || return 0
+    "$fnotify" < /dev/null > /dev/null 2>&1
+    exit 0
+  }
+  # fowned UID MODE FILE: root's or this user's (the effective uid), and no write bit for group or others
+  fowned() {
+    case $1 in 0) ;; *) [ -O "$3" ] || return 1 ;; esac
+    case $2 in [0-7][0-7][0-7] | [0-7][0-7][0-7][0-7]) ;; *) return 1 ;; esac
+    [ $((0$2 & 022)) -eq 0 ]
   }
   fifs=$IFS
   case ${SLURM_JOB_ID:-} in '' | *[!0-9]*) exit 0 ;; esac
@@ -220,9 +244,10 @@ case $- in *B*) ;; *)
   esac
   # nor the bridge's notify hook where it would exit at its own front: outside slurmctld's prolog
   # and epilog, and for a job not in /tmp (the bridge's working directory)
-  case $fnotify in */slurm-bridge-notify.sh)
+  case $fnotify in */slurm-bridge-notify.sh | */slurm-bridge-notify)
     case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld | epilog_slurmctld) ;; *) exit 0 ;; esac
-    case ${SLURM_JOB_WORK_DIR:-/tmp} in /tmp) ;; *) exit 0 ;; esac ;;
+    case ${SLURM_JOB_WORK_DIR:-/tmp} in /tmp) ;; *) exit 0 ;; esac
+    fdirect ;;   # returns where bash must run it
   esac
   exec /bin/bash -p -- "$0" --no-guarded-node ;;   # bash runs NOTIFY and exits: no node list to expand
 esac
@@ -329,7 +354,7 @@ run_notify() {
   esac
   case $notify in
     '') return 0 ;;
-    */slurm-bridge-notify.sh)
+    */slurm-bridge-notify.sh | */slurm-bridge-notify)
       case ${SLURM_SCRIPT_CONTEXT:-} in prolog_slurmctld | epilog_slurmctld) ;; *) return 0 ;; esac
       [ "${SLURM_JOB_WORK_DIR:-/tmp}" = /tmp ] || return 0 ;;
   esac

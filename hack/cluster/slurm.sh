@@ -29,7 +29,7 @@ install_handoff_script() {
   local etc="$SLURM_ROOT/etc/slurm" shared
   shared=$( { hybrid_node_names; missized_node_names; echo "$SB_REAL_NODE"; } | paste -sd, -)
   install -o root -g root -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-handoff.sh" "$etc/slurm-bridge-handoff.sh"
-  handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm-bridge-handoff.conf.new"
+  handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify > "$etc/slurm-bridge-handoff.conf.new"
   chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644 "$etc/slurm-bridge-handoff.conf.new"
   mv -f "$etc/slurm-bridge-handoff.conf.new" "$etc/slurm-bridge-handoff.conf"
   mkdir -p "$SLURM_ROOT/var/log/slurm-bridge" "$SLURM_ROOT/var/spool/slurm-bridge"
@@ -37,10 +37,22 @@ install_handoff_script() {
   in_root chown slurm:slurm /var/log/slurm-bridge /var/spool/slurm-bridge
 }
 
-# slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks)
-# at the path the handoff's configuration names (its NOTIFY: the handoff script runs it); its URL is
-# the bridge's to write (hack/bridge.sh, hack/deploy.sh): without it, it does nothing.
+# slurmctld's hook that tells the bridge of job starts and ends (slurm-hooks/, docs/configuration.md#slurm-hooks):
+# its compiled form (slurm-bridge-notify.c) at the path the handoff's configuration names (its
+# NOTIFY: the handoff script runs it), built static on this machine (the Slurm root has its own
+# libc and no compiler; the local bridge's URL is an address, so no name lookup) into the cache,
+# once per version of the source; the script beside it, as a site without a compiler would run
+# it. Its URL is the bridge's to write (hack/bridge.sh, hack/deploy.sh): without it, it does nothing.
 install_notify_script() {
+  local src="$REPO_DIR/slurm-hooks/slurm-bridge-notify.c" out
+  out="$CACHE_DIR/notify-hook/slurm-bridge-notify-$(sha1sum < "$src" | cut -c1-12)"
+  if [ ! -x "$out" ]; then
+    command -v gcc >/dev/null || ensure_apt gcc libc6-dev
+    mkdir -p "${out%/*}"
+    gcc -O2 -static -o "$out.tmp" "$src" 2>/dev/null || die "compiling $src failed (gcc -O2 -static)"
+    mv -f "$out.tmp" "$out"
+  fi
+  install -o root -g root -m 0755 "$out" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify"
   install -m 0755 "$REPO_DIR/slurm-hooks/slurm-bridge-notify.sh" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify.sh"
 }
 
@@ -94,7 +106,7 @@ up_slurm() {
   mountpoint -q "$SLURM_ROOT/proc" || mount -t proc proc "$SLURM_ROOT/proc" || die "cannot mount /proc in $SLURM_ROOT"
   alive slurmctld || reset_slurm_state
   install_handoff_script   # the script of this worktree (a running slurmctld reads it at each job end)
-  install_notify_script   # the script of this worktree (a running slurmctld runs it at each job start and end)
+  install_notify_script   # the hook of this worktree (a running slurmctld runs it at each job start and end)
   up_munged
   up_accounting
   up_slurmctld

@@ -38,9 +38,12 @@ HANDOFF_CONF_FILE: Final = "slurm-bridge-handoff.conf"
 # matched by the exact bridgeId (a DNS label: "_" delimits it), one a node (a reservation's CoreCnt
 # list is refused in 26.05; REST shows no reservation comment).
 HANDOFF_RESERVATION_PREFIX: Final = "handoff-"
-# slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh), also an EpilogSlurmctld:
-# the one the handoff does not need to mark a released job for (it reads no job's admin_comment).
+# slurmctld's hook to the operator (slurm-hooks/slurm-bridge-notify.sh, or its compiled form built
+# from slurm-bridge-notify.c), also an EpilogSlurmctld: the one the handoff does not need to mark a
+# released job for (it reads no job's admin_comment).
 NOTIFY_HOOK_SCRIPT: Final = "slurm-bridge-notify.sh"
+NOTIFY_HOOK_COMPILED: Final = "slurm-bridge-notify"
+NOTIFY_HOOKS: Final = (NOTIFY_HOOK_SCRIPT, NOTIFY_HOOK_COMPILED)
 # What that hook tells the operator of a job, in the job's ``comment`` (ADMIN_COMMENT_PREFIX and
 # compact JSON, this key among the marker's when the comment carries it: a job allocated as a
 # tenant), the one field of a job slurmctld gives its hooks that the bridge sets and no one else

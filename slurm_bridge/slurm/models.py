@@ -342,7 +342,7 @@ class SlurmConf(BaseModel):
     def handoff_epilogs(self) -> tuple[str, ...]:
         """The EpilogSlurmctld scripts but slurmctld's hook to the operator, which reads no job's
         admin_comment: the released mark matters only to the others (the handoff's script, a site's own)."""
-        return tuple(e for e in self.epilog_slurmctld if e.rsplit("/", 1)[-1] != names.NOTIFY_HOOK_SCRIPT)
+        return tuple(e for e in self.epilog_slurmctld if e.rsplit("/", 1)[-1] not in names.NOTIFY_HOOKS)
 
 
 class PartitionInfo(BaseModel):

@@ -1,5 +1,5 @@
 """Fast starts (issue 31) on the real cluster and the real Slurm: slurmctld's hook
-(slurm-hooks/slurm-bridge-notify.sh, installed by hack/cluster.sh and run by the handoff script, the
+(slurm-hooks/slurm-bridge-notify.c, installed compiled by hack/cluster.sh and run by the handoff script, the
 one PrologSlurmctld and EpilogSlurmctld, as its NOTIFY)
 tells the operator of a queued job's start and of a job's end, and the operator reads that job at
 once; a tenant's pod is allocated at once, as the tenant.
@@ -40,7 +40,7 @@ def hooked(cluster: dict[str, str]) -> None:
         "EpilogSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in conf.read_text()
         and "PrologSlurmctld=/etc/slurm/slurm-bridge-handoff.sh" in conf.read_text()
         and handoff.exists()
-        and "NOTIFY=/etc/slurm/slurm-bridge-notify.sh" in handoff.read_text()
+        and "NOTIFY=/etc/slurm/slurm-bridge-notify\n" in handoff.read_text()
     )
     if not hooked:
         raise PrerequisiteMissing(

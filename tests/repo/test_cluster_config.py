@@ -381,7 +381,7 @@ def test_the_handoff_conf_names_the_local_bridge_and_is_installed_roots_and_clos
     installer = (HACK / "cluster" / "slurm.sh").read_text()
     # the local cluster's: the nodes with a slurmd guarded, the notify hook run by slurmctld's one hook
     assert (
-        'handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify.sh > "$etc/slurm-bridge-handoff.conf.new"'
+        'handoff_conf nodes="$shared" notify=/etc/slurm/slurm-bridge-notify > "$etc/slurm-bridge-handoff.conf.new"'
         in installer
     )
     assert 'chown root:root "$etc/slurm-bridge-handoff.conf.new"; chmod 0644' in installer

@@ -8,6 +8,8 @@ tests/unit/test_handoff_script.py's, test_handoff_prolog.py's and test_slurm_hoo
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,7 @@ pytestmark = pytest.mark.unit
 
 SH = "/bin/sh"
 NOTIFY_HOOK = "/etc/slurm/slurm-bridge-notify.sh"  # the bridge's notify hook, as installed
+COMPILED_HOOK = "/etc/slurm/slurm-bridge-notify"  # its compiled form (slurm-bridge-notify.c)
 
 
 def decide(root: HandoffRoot, conf: str | None, nodelist: str, **env: str) -> str:
@@ -34,7 +37,8 @@ def decide(root: HandoffRoot, conf: str | None, nodelist: str, **env: str) -> st
 
 
 def traced(script: Path, env: dict[str, str]) -> str:
-    """Run ``script`` under ``sh -x``: "bash" once its front hands over, else "nothing" (exit 0)."""
+    """Run ``script`` under ``sh -x``: "bash" once its front hands over, "direct" where the front ran
+    the bridge's notify hook itself and exited 0, else "nothing" (exit 0)."""
     with subprocess.Popen(
         [SH, "-x", str(script)],
         env={"PATH": "/nonexistent", **env},
@@ -53,7 +57,8 @@ def traced(script: Path, env: dict[str, str]) -> str:
                 trace.append(line.rstrip("\n"))
         assert run.wait(timeout=30) == 0
     assert trace and trace[-1] == "+ exit 0", trace
-    return "nothing"
+    ran = [line for line in trace if re.fullmatch(r"\+ /\S*/slurm-bridge-notify(\.sh)?", line)]
+    return "direct" if ran else "nothing"
 
 
 @pytest.fixture
@@ -144,6 +149,8 @@ NONE = notice_comment(names.NOTIFY_NONE)
     [
         ("", {}, "nothing", "nothing"),
         (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/home/u"}, "nothing", "nothing"),  # the bridge's hook: not its job
+        (COMPILED_HOOK, {"SLURM_JOB_WORK_DIR": "/home/u"}, "nothing", "nothing"),  # its compiled form: the same
+        (COMPILED_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp"}, "bash", "bash"),
         (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp"}, "bash", "bash"),  # perhaps the bridge's: told of
         (NOTIFY_HOOK, {}, "bash", "bash"),  # no working directory: the hook tells
         (NOTIFY_HOOK, {"SLURM_JOB_WORK_DIR": "/tmp", "SLURM_JOB_COMMENT": NONE}, "nothing", "nothing"),
@@ -168,7 +175,7 @@ env > "$0.env"
 
 
 @pytest.mark.parametrize("context", ["prolog_slurmctld", "epilog_slurmctld", "prolog_slurmd"])
-@pytest.mark.parametrize("hook", ["slurm-bridge-notify.sh", "site-notify.sh"])
+@pytest.mark.parametrize("hook", ["slurm-bridge-notify.sh", "slurm-bridge-notify", "site-notify.sh"])
 @pytest.mark.parametrize(
     "env",
     [
@@ -187,13 +194,16 @@ def test_the_fronts_decision_is_bashs(root: HandoffRoot, context: str, hook: str
     recorder = root.fake / hook
     recorder.write_text(RECORDER)
     recorder.chmod(0o755)
+    told = root.fake / f"{hook}.env"
     job = {"SLURM_SCRIPT_CONTEXT": context, **env}
     front = decide(root, f"NODES=n2\nNOTIFY={recorder}\n", "n1", **job)
+    assert told.exists() == (front == "direct"), f"the front: {front}; it ran NOTIFY: {told.exists()}"
+    assert front != "direct" or hook != "site-notify.sh", "a site's own NOTIFY is bash's to run"
+    told.unlink(missing_ok=True)
     full = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n1", **job}
     done = subprocess.run(["/bin/bash", "-p", str(root.etc / SCRIPT.name)], env=full, capture_output=True, text=True)
     assert done.returncode == 0 and not done.stderr, done
-    told = root.fake / f"{hook}.env"
-    assert (front == "bash") == told.exists(), f"the front: {front}; bash ran NOTIFY: {told.exists()}"
+    assert (front != "nothing") == told.exists(), f"the front: {front}; bash ran NOTIFY: {told.exists()}"
     if told.exists() and hook == NOTIFY_HOOK.rsplit("/", 1)[-1]:
         seen = dict(line.split("=", 1) for line in told.read_text().splitlines() if "=" in line)
         assert traced(REPO / "slurm-hooks" / hook, seen) == "bash", "NOTIFY would have done nothing"
@@ -217,3 +227,48 @@ def test_the_notify_hooks_front_starts_bash_only_for_a_notice(env: dict[str, str
     assert traced(REPO / "slurm-hooks" / "slurm-bridge-notify.sh", ended) == "bash"
     started = {**ended, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
     assert traced(REPO / "slurm-hooks" / "slurm-bridge-notify.sh", started) == "nothing"
+
+
+@pytest.mark.parametrize(
+    ("change", "decided"),
+    [
+        ({}, "direct"),
+        ({"hook_mode": 0o775}, "bash"),  # group may write the hook: bash refuses it, saying why
+        ({"hook_mode": 0o757}, "bash"),
+        ({"hook_mode": 0o644}, "bash"),  # not executable
+        ({"conf_mode": 0o664}, "bash"),  # group may write the file that names it
+        ({"hook_owner": 4242}, "bash"),  # neither root's nor this user's
+        ({"conf_owner": 4242}, "bash"),
+        ({"link": True}, "bash"),  # NOTIFY names a link
+        ({"extra": "SLURM_BIN_DIR=/opt/slurm/bin\n"}, "bash"),  # bash checks that directory
+        ({"name": "slurm-bridge-notify.sh"}, "direct"),  # the script form: the same
+        ({"name": "site notify"}, "bash"),  # a path bash refuses
+    ],
+)
+def test_the_front_runs_the_bridges_notify_hook_itself_only_where_bash_would(
+    root: HandoffRoot, change: dict[str, object], decided: str
+) -> None:
+    """A job on no guarded node whose one thing to do is the bridge's notify hook: the small shell
+    runs it (no bash, one stat) when the hook and the file that names it pass bash's checks, and
+    exits 0 whatever the hook does (it always does); anything else goes to bash."""
+    name = str(change.get("name", "slurm-bridge-notify"))
+    hook = root.fake / name
+    hook.write_text(RECORDER + "exit 3\n")  # its status is not the job's
+    hook.chmod(int(str(change.get("hook_mode", 0o755))))
+    os.chown(hook, int(str(change.get("hook_owner", 0))), -1)
+    named = hook
+    if change.get("link"):
+        hook.rename(root.fake / "real")
+        named.symlink_to(root.fake / "real")
+    conf = f"BRIDGE_IDS=slurm-bridge\nNODES=n2\nNOTIFY={named}\n{change.get('extra', '')}"
+    root.write_conf(conf, int(str(change.get("conf_mode", 0o644))))
+    os.chown(root.conf, int(str(change.get("conf_owner", 0))), -1)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_WORK_DIR": "/tmp"}
+    for context in ("prolog_slurmctld", "epilog_slurmctld"):
+        assert traced(root.etc / SCRIPT.name, {**env, "SLURM_SCRIPT_CONTEXT": context}) == decided, context
+        recorded = root.fake / f"{named.name}.env"
+        assert recorded.exists() == (decided == "direct")
+        if decided == "direct":
+            seen = dict(line.split("=", 1) for line in recorded.read_text().splitlines() if "=" in line)
+            assert seen["SLURM_JOB_ID"] == "42" and seen["SLURM_SCRIPT_CONTEXT"] == context, "the job's environment"
+            recorded.unlink()

@@ -1,7 +1,7 @@
-"""slurmctld's hook to the bridge (issue 31): the site script (slurm-hooks/slurm-bridge-notify.sh)
-and the operator's endpoint it posts to (operator/wiring/slurmhook.py). The script runs as bash
-against a local HTTP listener; the endpoint through aiohttp's test server, with the hints it feeds
-recorded."""
+"""slurmctld's hook to the bridge: the site script (slurm-hooks/slurm-bridge-notify.sh), its compiled
+form (slurm-bridge-notify.c), and the operator's endpoint they post to (operator/wiring/slurmhook.py).
+Both hooks run as slurmctld runs them, against a local HTTP listener, through the same tests (the
+``hook`` fixture); the endpoint through aiohttp's test server, with the hints it feeds recorded."""
 
 from __future__ import annotations
 
@@ -39,6 +39,28 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "slurm-hooks" / "slurm-bridge-notify.sh"
+SOURCE = REPO / "slurm-hooks" / "slurm-bridge-notify.c"
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compiled hook, built as the docs say (cc -O2), warnings as errors."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler (cc) is needed to build slurm-hooks/slurm-bridge-notify.c: apt-get install gcc libc6-dev"
+    out = tmp_path_factory.mktemp("compiled") / "slurm-bridge-notify"
+    built = subprocess.run(
+        [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(SOURCE)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+    return out
+
+
+@pytest.fixture(params=["script", "compiled"])
+def hook(request: pytest.FixtureRequest) -> Path:
+    """Each behaviour test runs against both forms of the hook."""
+    return SCRIPT if request.param == "script" else Path(request.getfixturevalue("compiled"))
+
+
 SLURM_CONF_SH = REPO / "hack" / "cluster" / "slurm-conf.sh"
 
 
@@ -87,7 +109,7 @@ def listener() -> Iterator[Listener]:
     served.server.shutdown()
 
 
-def run_hook(tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> float:
+def run_hook(hook: Path, tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> float:
     """Run the script as slurmctld would (its first line: /bin/sh's front, then bash); returns how
     long it took (it must not wait)."""
     if not (tmp / "token").exists():  # not rewritten: an earlier run's child may be reading it
@@ -95,14 +117,16 @@ def run_hook(tmp: Path, url: str, path: str = "/usr/bin:/bin", **env: str) -> fl
     (tmp / "notify.conf").write_text(f"URL={url}\nTOKEN_FILE={tmp / 'token'}  # the secret\nTRIES=3\n")
     full = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp / "notify.conf"), "SLURM_JOB_ID": "42", **env}
     began = time.monotonic()
-    proc = subprocess.run([str(SCRIPT)], env=full, capture_output=True, text=True, timeout=10)
+    proc = subprocess.run([str(hook)], env=full, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     return time.monotonic() - began
 
 
-def test_the_hook_tells_the_bridge_of_a_start_and_an_end_and_never_waits(tmp_path: Path, listener: Listener) -> None:
-    assert run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld") < 1.0
-    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+def test_the_hook_tells_the_bridge_of_a_start_and_an_end_and_never_waits(
+    hook: Path, tmp_path: Path, listener: Listener
+) -> None:
+    assert run_hook(hook, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld") < 1.0
+    run_hook(hook, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     wait_for(lambda: len(listener.got) == 2, 5, "both notices")
     assert sorted(listener.got, key=str) == [
         ("signed", {"event": "ended", "jobId": 42}),
@@ -110,7 +134,7 @@ def test_the_hook_tells_the_bridge_of_a_start_and_an_end_and_never_waits(tmp_pat
     ]
 
 
-def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener: Listener) -> None:
+def test_a_start_says_where_and_when_in_its_signed_body(hook: Path, tmp_path: Path, listener: Listener) -> None:
     """What slurmctld gives the script; names a hostlist cannot hold are left out (the operator
     then reads the job), and a start time that is not a number is the notice's own."""
     where = {
@@ -118,7 +142,7 @@ def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener
         "SLURM_JOB_NODELIST": "kwok-node-[1-2,4]",
         "SLURM_JOB_PARTITION": "topo-block",
     }
-    run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where)
+    run_hook(hook, tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where)
     wait_for(lambda: len(listener.got) == 1, 5, "the start")
     said = {"nodes": "kwok-node-[1-2,4]", "partition": "topo-block", "startTime": 1790000000}
     assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said})
@@ -131,38 +155,48 @@ def test_a_start_says_where_and_when_in_its_signed_body(tmp_path: Path, listener
         "SLURM_JOB_QOS": "normal",
     }
     run_hook(
-        tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", SLURM_JOB_END_TIME="1790000600", **where, **whose
+        hook,
+        tmp_path,
+        listener.url,
+        SLURM_JOB_START_TIME="1790000000",
+        SLURM_JOB_END_TIME="1790000600",
+        **where,
+        **whose,
     )
     wait_for(lambda: len(listener.got) == 1, 5, "the start that says whose")
     owner = {"user": "alice", "uid": 2001, "group": "team-a", "gid": 0, "account": "a.b_c-d", "qos": "normal"}
     assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said, "endTime": 1790000600, **owner})
     for odd in ({"SLURM_JOB_UID": "007"}, {"SLURM_JOB_USER": 'a"b'}, {"SLURM_JOB_QOS": ""}):
-        run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where, **{**whose, **odd})
+        run_hook(hook, tmp_path, listener.url, SLURM_JOB_START_TIME="1790000000", **where, **{**whose, **odd})
         wait_for(lambda: len(listener.got) == 1, 5, f"the start with {odd}")
         assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42, **said}), "whose: all or none"
-    run_hook(tmp_path, listener.url, SLURM_JOB_START_TIME="soon", **where)
+    run_hook(hook, tmp_path, listener.url, SLURM_JOB_START_TIME="soon", **where)
     wait_for(lambda: len(listener.got) == 1, 5, "the start without a start time")
     auth, body = listener.got.pop()
     assert auth == "signed" and abs(body.pop("startTime") - time.time()) < 5 and body["nodes"] == "kwok-node-[1-2,4]"
     for bad in ({"SLURM_JOB_NODELIST": 'n1","jobId":1'}, {"SLURM_JOB_PARTITION": "a b"}, {"SLURM_JOB_NODELIST": ""}):
-        run_hook(tmp_path, listener.url, **{**where, **bad})
+        run_hook(hook, tmp_path, listener.url, **{**where, **bad})
         wait_for(lambda: len(listener.got) == 1, 5, f"the start with {bad}")
         assert listener.got.pop() == ("signed", {"event": "started", "jobId": 42}), bad
-    run_hook(tmp_path, listener.url, **{**where, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"})
+    run_hook(hook, tmp_path, listener.url, **{**where, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"})
     wait_for(lambda: len(listener.got) == 1, 5, "the end")
     assert listener.got.pop() == ("signed", {"event": "ended", "jobId": 42}), "an end says no nodes"
 
 
-@pytest.mark.parametrize("sender", ["curl", "bash+sha256sum", "bash+openssl"])
+@pytest.mark.parametrize("sender", ["curl", "bash+sha256sum", "bash+openssl", "compiled"])
 @pytest.mark.parametrize("secret", ["666\\6%s", "x" * 64, "y" * 65 + "6\\", "  spaced  "])
-def test_the_signature_is_rfc_2104_for_any_secret(tmp_path: Path, listener: Listener, secret: str, sender: str) -> None:
+def test_the_signature_is_rfc_2104_for_any_secret(
+    tmp_path: Path, listener: Listener, secret: str, sender: str, request: pytest.FixtureRequest
+) -> None:
     """Bytes that become NUL once padded ('6' ^ 0x36, '\\' ^ 0x5c), printf's own '%', a secret of
     a whole block and one longer (hashed first), spaces around it (left out, as the operator does);
     sent by curl, and by bash alone (the local cluster's Slurm root has no curl) hashing with
-    sha256sum, or with openssl where coreutils' sha256sum is missing."""
+    sha256sum, or with openssl where coreutils' sha256sum is missing; and by the compiled hook, which
+    hashes itself."""
     (tmp_path / "token").write_text(secret + "\nsecond line, not read\n")
     (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
-    path = "/usr/bin:/bin" if sender == "curl" else str(_bash_only_bin(tmp_path, hasher=sender.removeprefix("bash+")))
+    bash_only = sender.startswith("bash+")
+    path = str(_bash_only_bin(tmp_path, hasher=sender.removeprefix("bash+"))) if bash_only else "/usr/bin:/bin"
     env = {
         "PATH": path,
         "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
@@ -170,26 +204,27 @@ def test_the_signature_is_rfc_2104_for_any_secret(tmp_path: Path, listener: List
         "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld",
     }
     listener.secret = secret.strip().encode()
-    subprocess.run(["bash", str(SCRIPT)], env=env, check=True, timeout=10)
+    argv = [str(request.getfixturevalue("compiled"))] if sender == "compiled" else ["bash", str(SCRIPT)]
+    subprocess.run(argv, env=env, check=True, timeout=10)
     wait_for(lambda: listener.got, 5, "the notice")
     assert listener.got == [("signed", {"event": "ended", "jobId": 7})]
     assert "Authorization" not in listener.headers[0], "the secret never travels"
 
 
-def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(tmp_path: Path, listener: Listener) -> None:
+def test_a_standby_answer_is_tried_again_and_a_refusal_is_not(hook: Path, tmp_path: Path, listener: Listener) -> None:
     listener.answers += [503, 503]
-    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    run_hook(hook, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
     wait_for(lambda: len(listener.got) == 3, 5, "two retries after 503")
     listener.got.clear()
     listener.answers += [401]
-    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    run_hook(hook, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
     wait_for(lambda: len(listener.got) == 1, 5, "the refused notice")
     time.sleep(0.5)
     assert len(listener.got) == 1, "a wrong token is not tried again"
 
 
-def test_without_curl_bash_alone_sends_the_notice(tmp_path: Path, listener: Listener) -> None:
-    run_hook(tmp_path, listener.url, path=str(_bash_only_bin(tmp_path)), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+def test_without_curl_bash_alone_sends_the_notice(hook: Path, tmp_path: Path, listener: Listener) -> None:
+    run_hook(hook, tmp_path, listener.url, path=str(_bash_only_bin(tmp_path)), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     wait_for(lambda: len(listener.got) == 1, 5, "the notice over /dev/tcp")
     assert listener.got == [("signed", {"event": "ended", "jobId": 42})]
 
@@ -221,6 +256,47 @@ def test_a_host_that_cannot_sign_sends_nothing_and_says_why(
     assert proc.returncode == 0 and "not sent" in proc.stderr, "a log directory that is not there: stderr alone"
 
 
+def test_the_compiled_hook_starts_no_program_for_an_http_url(
+    tmp_path: Path, listener: Listener, compiled: Path
+) -> None:
+    """Its PATH holds nothing at all: it hashes and speaks HTTP itself."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    run_hook(compiled, tmp_path, listener.url, path=str(empty), SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    wait_for(lambda: len(listener.got) == 1, 5, "the notice without any program")
+    assert listener.got == [("signed", {"event": "ended", "jobId": 42})]
+
+
+def test_the_compiled_hook_hands_https_to_curl_with_the_signature_on_its_stdin(tmp_path: Path, compiled: Path) -> None:
+    """An https:// URL goes to curl (TLS is curl's), the signature header on curl's stdin, never on
+    its command line; without curl nothing is sent, and it says why on stderr and in LOG."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    said = tmp_path / "curl-said"
+    (fake / "curl").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {said}.args\ncat > {said}.stdin\n')
+    (fake / "curl").chmod(0o755)
+    (tmp_path / "token").write_text("s3cret\n")
+    log = tmp_path / "logs" / "notify.log"
+    log.parent.mkdir()
+    url = "https://bridge.example.internal/slurm/hook"
+    (tmp_path / "notify.conf").write_text(f"URL={url}\nTOKEN_FILE={tmp_path / 'token'}\nTRIES=2\nLOG={log}\n")
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
+           "SLURM_JOB_ID": "9", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}  # fmt: skip
+    proc = subprocess.run([str(compiled)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0 and proc.stdout == proc.stderr == ""
+    wait_for(lambda: Path(f"{said}.stdin").exists() and Path(f"{said}.stdin").read_text(), 5, "curl's run")
+    args = Path(f"{said}.args").read_text().splitlines()
+    body = args[args.index("--data") + 1]
+    assert args[-1] == url and args[args.index("--retry") + 1] == "1" and "-H" in args and "@-" in args
+    assert json.loads(body)["jobId"] == 9 and not [a for a in args if "s3cret" in a or "Signature" in a]
+    want = hmac.new(b"s3cret", body.encode(), hashlib.sha256).hexdigest()
+    assert Path(f"{said}.stdin").read_text() == f"X-Slurm-Bridge-Signature: sha256={want}\n"
+    env["PATH"] = str(tmp_path / "empty-bin")
+    proc = subprocess.run([str(compiled)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0 and "job 9 ended: not sent: the URL is https:// and curl is not on PATH" in proc.stderr
+    assert "curl is not on PATH" in log.read_text() and "s3cret" not in proc.stderr + log.read_text()
+
+
 def _bash_only_bin(tmp: Path, *more: str, hasher: str | None = "sha256sum") -> Path:
     """A PATH of bash alone (it sends the notice itself over /dev/tcp), with the ``hasher`` that
     signs it and ``more`` programs."""
@@ -234,20 +310,21 @@ def _bash_only_bin(tmp: Path, *more: str, hasher: str | None = "sha256sum") -> P
     return bin_dir
 
 
-@pytest.mark.parametrize("with_curl", [True, False])
+@pytest.mark.parametrize("sender", ["curl", "bash", "compiled"])
 def test_the_notice_outlives_slurmctld_killing_the_scripts_process_group(
-    tmp_path: Path, listener: Listener, with_curl: bool
+    tmp_path: Path, listener: Listener, sender: str, request: pytest.FixtureRequest
 ) -> None:
     """slurmctld kills a PrologSlurmctld's process group as soon as the script exits: the child that
     sends the notice must have left it by then (before, most notices on Slurm 26.05.5 were lost)."""
     (tmp_path / "token").write_text("s3cret\n")
     (tmp_path / "notify.conf").write_text(f"URL={listener.url}\nTOKEN_FILE={tmp_path / 'token'}\n")
-    path = "/usr/bin:/bin" if with_curl else str(_bash_only_bin(tmp_path))
+    path = str(_bash_only_bin(tmp_path)) if sender == "bash" else "/usr/bin:/bin"
+    argv = [str(request.getfixturevalue("compiled"))] if sender == "compiled" else ["bash", str(SCRIPT)]
     rounds = 10
     for job in range(rounds):
         env = {"PATH": path, "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"), "SLURM_JOB_ID": str(job),
                "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}  # fmt: skip
-        proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
         proc.wait(timeout=10)
         with contextlib.suppress(ProcessLookupError):  # nothing was left in it
             os.killpg(proc.pid, 9)  # what slurmctld does once the script exited
@@ -265,11 +342,17 @@ def _senders(script: Path) -> list[int]:
     return found
 
 
-def test_a_connect_that_hangs_is_given_up_within_5_seconds_without_curl(tmp_path: Path) -> None:
-    """Without curl bash connects itself, and a connect can hang (here: a listener whose queue is
-    full drops the SYN); a watchdog ends the sender after 5 s, so no hook process lingers."""
-    script = tmp_path / "notify.sh"
-    script.write_bytes(SCRIPT.read_bytes())  # its own path: no other test's sender is counted
+@pytest.mark.parametrize("form", ["script", "compiled"])
+def test_a_connect_that_hangs_is_given_up_within_5_seconds_without_curl(
+    tmp_path: Path, form: str, request: pytest.FixtureRequest
+) -> None:
+    """Without curl bash connects itself, as the compiled hook always does for http://, and a
+    connect can hang (here: a listener whose queue is full drops the SYN); a watchdog ends the
+    sender after 5 s, so no hook process lingers."""
+    source = SCRIPT if form == "script" else Path(request.getfixturevalue("compiled"))
+    script = tmp_path / ("notify.sh" if form == "script" else "notify")
+    script.write_bytes(source.read_bytes())  # its own path: no other test's sender is counted
+    script.chmod(0o755)
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)
@@ -283,7 +366,7 @@ def test_a_connect_that_hangs_is_given_up_within_5_seconds_without_curl(tmp_path
         env = {"PATH": str(_bash_only_bin(tmp_path)), "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
                "SLURM_JOB_ID": "7", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}  # fmt: skip
         began = time.monotonic()
-        subprocess.run(["bash", str(script)], env=env, timeout=10, check=True)
+        subprocess.run(["bash", str(script)] if form == "script" else [str(script)], env=env, timeout=10, check=True)
         assert _senders(script), "the sender runs on after the script exited"
         wait_for(lambda: not _senders(script), 8, "the hanging sender to be ended")
         assert 4 <= time.monotonic() - began < 8
@@ -301,18 +384,20 @@ def test_a_connect_that_hangs_is_given_up_within_5_seconds_without_curl(tmp_path
         {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_BRIDGE_NOTIFY_CONF": "/nonexistent"},
     ],
 )
-def test_anything_else_exits_0_and_sends_nothing(tmp_path: Path, listener: Listener, env: dict[str, str]) -> None:
-    run_hook(tmp_path, listener.url, **env)
+def test_anything_else_exits_0_and_sends_nothing(
+    hook: Path, tmp_path: Path, listener: Listener, env: dict[str, str]
+) -> None:
+    run_hook(hook, tmp_path, listener.url, **env)
     time.sleep(0.5)
     assert listener.got == []
 
 
-def test_the_partition_filter(tmp_path: Path, listener: Listener) -> None:
-    run_hook(tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld", SLURM_JOB_PARTITION="batch")
+def test_the_partition_filter(hook: Path, tmp_path: Path, listener: Listener) -> None:
+    run_hook(hook, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld", SLURM_JOB_PARTITION="batch")
     conf = (tmp_path / "notify.conf").read_text()
     (tmp_path / "notify.conf").write_text(conf + "PARTITIONS=pods,gpu\n")
     subprocess.run(
-        ["bash", str(SCRIPT)],
+        [str(hook)],
         env={
             "PATH": "/usr/bin:/bin",
             "SLURM_BRIDGE_NOTIFY_CONF": str(tmp_path / "notify.conf"),
@@ -350,7 +435,7 @@ def test_slurm_conf_names_the_handoff_as_slurmctlds_one_hook_and_it_runs_the_not
     assert refused.returncode != 0 and "unknown setting 'notify_hook'" in refused.stderr
     installer = (REPO / "hack" / "cluster" / "slurm.sh").read_text()
     assert "notify_hook" not in installer
-    assert "notify=/etc/slurm/slurm-bridge-notify.sh" in installer
+    assert "notify=/etc/slurm/slurm-bridge-notify " in installer  # the compiled form
 
 
 # ---- the operator's endpoint -----------------------------------------------------------------------
@@ -520,18 +605,20 @@ async def test_a_signed_start_says_where_and_when_and_nothing_else_is_taken(tmp_
         await client.close()
 
 
-def test_a_job_outside_the_bridges_working_directory_is_not_told_of(tmp_path: Path, listener: Listener) -> None:
+def test_a_job_outside_the_bridges_working_directory_is_not_told_of(
+    hook: Path, tmp_path: Path, listener: Listener
+) -> None:
     """The bridge's jobs run in /tmp (slurm_bridge/slurm/bodies.py): a native job elsewhere sends
     nothing; one in /tmp, and one whose Slurm gives no working directory, are told of."""
     for job, work_dir in (("43", "/home/alice/run"), ("44", "/tmp"), ("45", None)):
         env = {"SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", "SLURM_JOB_ID": job}
-        run_hook(tmp_path, listener.url, **env, **({"SLURM_JOB_WORK_DIR": work_dir} if work_dir else {}))
+        run_hook(hook, tmp_path, listener.url, **env, **({"SLURM_JOB_WORK_DIR": work_dir} if work_dir else {}))
     wait_for(lambda: len(listener.got) >= 2, 5, "the notices of jobs 44 and 45")
     time.sleep(0.5)
     assert sorted(b["jobId"] for _, b in listener.got) == [44, 45], "job 43 runs outside /tmp"
 
 
-def test_a_notice_the_bridge_asked_not_to_be_sent_is_not_sent(tmp_path: Path, listener: Listener) -> None:
+def test_a_notice_the_bridge_asked_not_to_be_sent_is_not_sent(hook: Path, tmp_path: Path, listener: Listener) -> None:
     """The job's comment (jobref.notice_comment, set by the bridge) says what the bridge needs to be
     told of: an allocated job's start is in the allocation's answer, a job the bridge ends itself
     needs no end notice. Any other comment is told of as before (a user's own comment costs only
@@ -552,7 +639,12 @@ def test_a_notice_the_bridge_asked_not_to_be_sent_is_not_sent(tmp_path: Path, li
         for job, context, comment, tell in cases:
             if tell == told:
                 run_hook(
-                    tmp_path, listener.url, SLURM_SCRIPT_CONTEXT=context, SLURM_JOB_ID=job, SLURM_JOB_COMMENT=comment
+                    hook,
+                    tmp_path,
+                    listener.url,
+                    SLURM_SCRIPT_CONTEXT=context,
+                    SLURM_JOB_ID=job,
+                    SLURM_JOB_COMMENT=comment,
                 )
     wait_for(lambda: len(listener.got) >= 3, 5, "the notices of jobs 55, 56 and 57")
     assert sorted((b["jobId"], b["event"]) for _, b in listener.got) == [

@@ -377,6 +377,7 @@ async def test_a_job_not_read_yet_is_marked_released_with_its_placeholderjobs_re
     [
         ((), False),  # no script to skip
         (("/etc/slurm/slurm-bridge-notify.sh",), False),  # slurmctld's hook to the operator reads no name
+        (("/etc/slurm/slurm-bridge-notify",), False),  # nor does its compiled form
         (("/etc/slurm/slurm-bridge-notify.sh", "/site/handoff.sh"), True),  # another may read it
     ],
 )
