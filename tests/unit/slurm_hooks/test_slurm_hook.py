@@ -267,6 +267,22 @@ def test_the_compiled_hook_starts_no_program_for_an_http_url(
     assert listener.got == [("signed", {"event": "ended", "jobId": 42})]
 
 
+def test_the_compiled_hooks_sha_256_at_every_block_boundary(tmp_path: Path, listener: Listener, compiled: Path) -> None:
+    """Its own SHA-256 (no hasher to lean on): bodies of every length across the padding's edges
+    (the inner hash covers the 64-byte pad and the body: a body of 119, 120, 127 or 128 bytes ends
+    its last block at 55, 56, 63 or 64), each signature checked with Python's hmac."""
+    lengths = set()
+    for extra in range(0, 80):
+        nodes = "n" + "1" * extra
+        run_hook(compiled, tmp_path, listener.url, SLURM_SCRIPT_CONTEXT="prolog_slurmctld",
+                 SLURM_JOB_NODELIST=nodes, SLURM_JOB_PARTITION="p", SLURM_JOB_START_TIME="1790000000")  # fmt: skip
+        wait_for(lambda: len(listener.got) == 1, 5, f"the notice with {nodes}")
+        auth, body = listener.got.pop()
+        assert auth == "signed" and body["nodes"] == nodes, (auth, body)
+        lengths.add(int(listener.headers.pop()["Content-Length"]))
+    assert {119, 120, 127, 128} <= lengths, sorted(lengths)
+
+
 def test_the_compiled_hook_hands_https_to_curl_with_the_signature_on_its_stdin(tmp_path: Path, compiled: Path) -> None:
     """An https:// URL goes to curl (TLS is curl's), the signature header on curl's stdin, never on
     its command line; without curl nothing is sent, and it says why on stderr and in LOG."""
