@@ -46,10 +46,11 @@ install_handoff_script() {
 install_notify_script() {
   local src="$REPO_DIR/slurm-hooks/slurm-bridge-notify.c" out
   out="$CACHE_DIR/notify-hook/slurm-bridge-notify-$(sha1sum < "$src" | cut -c1-12)"
+  ensure_apt gcc libc6-dev   # libc6-dev: the static libc; the unit tests build the hook too
   if [ ! -x "$out" ]; then
-    command -v gcc >/dev/null || ensure_apt gcc libc6-dev
     mkdir -p "${out%/*}"
-    gcc -O2 -static -o "$out.tmp" "$src" 2>/dev/null || die "compiling $src failed (gcc -O2 -static)"
+    # (glibc's linker note on getaddrinfo in a static program is expected: the URL is an address)
+    gcc -O2 -static -o "$out.tmp" "$src" 2> "$out.log" || { cat "$out.log" >&2; die "compiling $src failed (gcc -O2 -static)"; }
     mv -f "$out.tmp" "$out"
   fi
   install -o root -g root -m 0755 "$out" "$SLURM_ROOT/etc/slurm/slurm-bridge-notify"
