@@ -22,6 +22,8 @@ bash hack/setup-python.sh
 # tests/integration/test_image_runtime.py always meets it (buildah prefers crun, which fails on
 # hybrid cgroups: the project names its runtime, hack/lib.sh oci_runtime).
 ensure_apt crun
+# strace: tests/e2e/test_costs.py counts the programs slurmctld's hooks start per job.
+ensure_apt strace
 rc=0
 
 tier_local() {

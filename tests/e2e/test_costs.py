@@ -5,7 +5,8 @@ plain pod, a tenant's pod, a gang's pods, a coResident pod on a hybrid node and 
 Slurm queues.
 
 Counts come from the operator's /stats (``kube_writes_by_kind``, ``slurm_requests_by_kind``,
-``watch_events``), before and after, once they stopped moving. A feature that adds a call or a write
+``watch_events``), before and after, once they stopped moving; and the programs slurmctld's hooks
+start for the pods' jobs, from strace attached to slurmctld's script daemon. A feature that adds a call or a write
 per pod fails here and must change the number below on purpose, in the same commit, with why.
 The polls (job states, nodes, reservations, Slurm's settings, the preemption checks' reads of
 running jobs, the reads of pending jobs for their reason) cost per second, not per pod, and the
@@ -14,11 +15,15 @@ timing decides (the reads of a queued job), the count is a ceiling and a floor."
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import signal
+import subprocess
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,7 @@ from kubernetes import client as k8s
 
 from slurm_bridge import names
 from tests.e2e.util import get_phj, make_pod, read_pod
-from tests.harness import TENANTS, SlurmEnv, wait_for
+from tests.harness import TENANTS, PrerequisiteMissing, SlurmEnv, wait_for
 
 pytestmark = pytest.mark.usefixtures("bridge")
 Obj = dict[str, Any]
@@ -61,6 +66,59 @@ def notices(cluster: dict[str, str], job_ids: list[int]) -> Counter[str]:
             if step in steps.get(str(job_id), {}):
                 c[f"slurm notice {step.removeprefix('hint_')}"] += 1
     return c
+
+
+HOOK_PROGRAMS = "slurmctld hook programs"
+
+
+def script_daemon(cluster: dict[str, str]) -> int:
+    """The local slurmctld's script daemon (slurmscriptd, a child of slurmctld), which starts every
+    PrologSlurmctld and EpilogSlurmctld: not another cluster's (a kind node's slurmctld is in /proc
+    too)."""
+    ctld = int((Path(cluster["SB_STATE_DIR"]) / "pids" / "slurmctld.pid").read_text().strip())
+    for task in Path(f"/proc/{ctld}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if Path(f"/proc/{child}/comm").read_text().strip() == "slurmscriptd":
+                return int(child)
+    raise AssertionError(f"slurmctld ({ctld}) has no slurmscriptd child")
+
+
+@contextlib.contextmanager
+def hook_programs(cluster: dict[str, str]) -> Iterator[Counter[str]]:
+    """Counts the programs slurmctld's hooks start (every successful execve under slurmscriptd,
+    traced by strace; the hook itself is one): each program start costs slurmctld's host about a
+    millisecond of CPU (docs/performance.md#slurmctlds-hooks)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        raise PrerequisiteMissing("strace is not installed (hack/test.sh installs it): apt-get install strace")
+    pid = script_daemon(cluster)
+    out = Path(cluster["SB_STATE_DIR"]) / f"hook-programs-{pid}.trace"
+    tracer = subprocess.Popen(
+        [strace, "-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-o", str(out), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+    def traced() -> bool:  # every thread: slurmscriptd may fork a hook from any of them
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            status = (task / "status").read_text().splitlines()
+            if not any(line.split()[1:] == [str(tracer.pid)] for line in status if line.startswith("TracerPid:")):
+                return False
+        return True
+
+    counted: Counter[str] = Counter()
+    try:
+        wait_for(traced, 10, f"strace attached to slurmscriptd ({pid})")
+        yield counted
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        _, err = tracer.communicate(timeout=30)
+    lines = out.read_text().splitlines() if out.exists() else []
+    out.unlink(missing_ok=True)
+    assert tracer.returncode == 0 or lines, f"strace failed: {err.decode()[-500:]}"
+    # an execve that others interrupted is two lines: "execve(... <unfinished ...>", "<... execve resumed>) = 0"
+    done = [ln for ln in lines if (" execve(" in ln or "<... execve resumed>" in ln) and ln.rstrip().endswith("= 0")]
+    counted[HOOK_PROGRAMS] = len(done)
 
 
 def pod_counts(s: Obj) -> Counter[str]:
@@ -117,15 +175,19 @@ def alone(custom: k8s.CustomObjectsApi) -> None:
     wait_for(none, 180, "the PlaceholderJobs of earlier tests to be gone")
 
 
-def measure(cluster: dict[str, str], custom: k8s.CustomObjectsApi, life: Callable[[], list[int]]) -> dict[str, float]:
+def measure(
+    cluster: dict[str, str], custom: k8s.CustomObjectsApi, life: Callable[[], list[int]], *, trace_hooks: bool = True
+) -> dict[str, float]:
     """Counters per pod over ``life`` (the pods' create to their PlaceholderJobs' end; it returns
     their Slurm jobs), with slurmctld's notices of those jobs, once the PlaceholderJobs of earlier
     tests are gone."""
     alone(custom)
     before = settled(cluster)
-    job_ids = life()
-    after = settled(cluster)
-    delta = after - before + notices(cluster, job_ids)
+    programs: Counter[str] = Counter()
+    with hook_programs(cluster) if trace_hooks else contextlib.nullcontext(programs) as programs:
+        job_ids = life()
+        after = settled(cluster)
+    delta = after - before + notices(cluster, job_ids) + programs
     return {k: round(n / N, 2) for k, n in sorted(delta.items()) if n}
 
 
@@ -199,6 +261,9 @@ def check(
 PLACED: dict[str, float] = {
     "slurm POST /job/allocate": 1, "slurm POST /job/{id}": 1, "slurm jobs cancelled": 1,
     "kube POST placeholderjobs": 1, "kube PATCH pods": 1, "kube POST events": 1, "kube PATCH placeholderjobs": 1,
+    # slurmctld's hooks: the handoff script at the job's start and at its end, each leaving in its
+    # small shell (no guarded node, no notice due), no other program
+    HOOK_PROGRAMS: 2,
 }  # fmt: skip
 # The read after the allocation, and at most one more: a job read while its PrologSlurmctld still
 # runs (CONFIGURING: the handoff's prolog on a node it guards reads the node) is read again once it
@@ -232,8 +297,11 @@ def test_a_coresident_pod_on_a_hybrid_node(
         pod["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "64Mi"}
         return pod
 
-    got = measure(cluster, custom, lambda: singles(custom, core, ns, manifest))
-    check(got, PLACED, WATCH, core, ns)
+    # Not traced: strace stops bash's every system call on a guarded node, which slows the
+    # handoff's prolog and with it the reads this test counts; what the handoff's programs cost
+    # there is bench/hook_cost.py's.
+    got = measure(cluster, custom, lambda: singles(custom, core, ns, manifest), trace_hooks=False)
+    check(got, {k: v for k, v in PLACED.items() if k != HOOK_PROGRAMS}, WATCH, core, ns)
 
 
 def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str, cluster: dict[str, str]) -> None:
@@ -247,6 +315,8 @@ def test_a_queued_pod(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     )
     exact = {k: v for k, v in PLACED.items() if k != "slurm POST /job/allocate"}
     exact["slurm POST /job/submit"] = 1
+    # its start's notice: the handoff's small shell checks the hook and its file (stat) and runs it
+    exact[HOOK_PROGRAMS] = 4
     check(got, exact, WATCH | {"slurm GET /job/{id}": (0, 3), "slurm notice started": (0, 1)}, core, ns)
 
 
@@ -290,7 +360,7 @@ def test_a_gangs_pods(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, ns: str
     exact = {
         "slurm POST /job/allocate": per_job, "slurm POST /job/{id}": per_job, "slurm jobs cancelled": per_job,
         "slurm cancel calls": per_job,
-        "kube POST placeholderjobs": per_job, "kube PATCH pods": 1,
+        "kube POST placeholderjobs": per_job, "kube PATCH pods": 1, HOOK_PROGRAMS: 2 * per_job,
     }  # fmt: skip
     within = {
         "watch pods": (7, 9), "watch placeholderjobs": (1, 4), "slurm GET /job/{id}": (per_job, 2 * per_job),
