@@ -49,6 +49,10 @@ class Case:
     env: dict[str, str]
     etc: str = "etc"  # the handoff's directory: "etc-compiled" names the compiled hook its NOTIFY
 
+    def path(self, scratch_dir: Path) -> Path:
+        """The program slurmctld would start, in the scratch directory ``scratch``() filled."""
+        return Path(self.hook) if self.hook.startswith("/") else scratch_dir / self.etc / self.hook
+
 
 def job_env(context: str, work_dir: str, nodes: str = KWOK, **extra: str) -> dict[str, str]:
     """What slurmctld gives a hook for a two-node job (Slurm 26.05's names)."""
@@ -140,9 +144,8 @@ def scratch(rev: str | None, into: Path, hashers: list[str], url: str) -> dict[s
             ["git", "-C", str(REPO), "show", f"{rev}:slurm-hooks/{source.name}"], capture_output=True
         )
         source.write_bytes(shown.stdout if shown.returncode == 0 else b"")
-    for out, flags in zip(COMPILED, ([], ["-static"]), strict=True):
-        if source.stat().st_size:
-            subprocess.run(["cc", "-O2", *flags, "-o", str(etc / out), str(source)], check=True, capture_output=True)
+    for out, flags in zip(COMPILED, ([], ["-static"]), strict=True) if source.stat().st_size else ():
+        subprocess.run(["cc", "-O2", *flags, "-o", str(etc / out), str(source)], check=True, capture_output=True)
     compiled = into / "etc-compiled"
     compiled.mkdir()
     shutil.copy(etc / HOOKS[0], compiled / HOOKS[0])
@@ -171,7 +174,7 @@ def measure(case: Case, etc: Path, base_env: dict[str, str], runs: int) -> float
     group = CPUACCT / f"sb-hook-cost-{os.getpid()}"
     group.mkdir()
     try:
-        hook = case.hook if case.hook.startswith("/") else str(etc.parent / case.etc / case.hook)
+        hook = str(case.path(etc.parent))
         subprocess.run(
             ["/bin/sh", "-c", LOOP, "sh", str(group / "cgroup.procs"), str(runs), hook],
             env={**base_env, **case.env},
@@ -199,7 +202,7 @@ def main() -> int:
         print(f"| per run (µs of CPU, {args.runs} runs) | {args.rev or 'working tree'} |")
         print("| --- | --- |")
         for case in cases():
-            if not case.hook.startswith("/") and not (Path(tmp) / case.etc / case.hook).exists():
+            if not case.path(Path(tmp)).exists():  # a revision before the compiled hook
                 print(f"| {case.name} | - |", flush=True)
                 continue
             print(f"| {case.name} | {measure(case, Path(tmp) / 'etc', base_env, args.runs):,.0f} |", flush=True)

@@ -231,7 +231,7 @@ static int post_once(const char *host, const char *port, const char *path, const
   freeaddrinfo(found);
   if (fd < 0) return 0;
   len = asprintf(&request,
-                 "POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "POST /%s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                  "Connection: close\r\n\r\n%s",
                  path, host, auth, strlen(body), body);
   while (len > 0 && sent < (size_t)len) {
@@ -254,11 +254,12 @@ static int post_once(const char *host, const char *port, const char *path, const
   return status;
 }
 
-/* http://HOST[:PORT][/PATH] into its parts; 0 when the URL is not of that form */
+/* http://HOST[:PORT][/PATH] into its parts, in place (PATH without its leading '/'); 0 when the URL
+ * is not of that form */
 static int split_url(char *rest, char **host, char **port, char **path) {
-  static char slash[] = "/", eighty[] = "80";
+  static char eighty[] = "80", none[] = "";
   char *p;
-  *host = rest, *port = eighty, *path = slash;
+  *host = rest, *port = eighty, *path = none;
   p = rest + strcspn(rest, ":/");
   if (p == rest) return 0;
   if (*p == ':') {
@@ -266,13 +267,7 @@ static int split_url(char *rest, char **host, char **port, char **path) {
     p += strspn(p, DIGITS);
     if (p == *port || (*p && *p != '/')) return 0;
   }
-  if (*p == '/') {
-    size_t n = strlen(p) + 1;
-    char *copy = malloc(n + 1);
-    if (!copy) return 0;
-    memcpy(copy, p, n);
-    *p = '\0', *path = copy;
-  }
+  if (*p == '/') *p = '\0', *path = p + 1;
   return 1;
 }
 

@@ -6,8 +6,9 @@ Slurm queues.
 
 Counts come from the operator's /stats (``kube_writes_by_kind``, ``slurm_requests_by_kind``,
 ``watch_events``), before and after, once they stopped moving; and the programs slurmctld's hooks
-start for the pods' jobs, from strace attached to slurmctld's script daemon. A feature that adds a call or a write
-per pod fails here and must change the number below on purpose, in the same commit, with why.
+start for the pods' jobs, from strace attached to slurmctld's script daemon. A feature that adds a
+call or a write per pod fails here and must change the number below on purpose, in the same
+commit, with why.
 The polls (job states, nodes, reservations, Slurm's settings, the preemption checks' reads of
 running jobs, the reads of pending jobs for their reason) cost per second, not per pod, and the
 node controller's and the leader lease's writes are not a pod's: they are left out. Where Slurm's
@@ -183,8 +184,8 @@ def measure(
     tests are gone."""
     alone(custom)
     before = settled(cluster)
-    programs: Counter[str] = Counter()
-    with hook_programs(cluster) if trace_hooks else contextlib.nullcontext(programs) as programs:
+    tracing = hook_programs(cluster) if trace_hooks else contextlib.nullcontext(Counter[str]())
+    with tracing as programs:
         job_ids = life()
         after = settled(cluster)
     delta = after - before + notices(cluster, job_ids) + programs
