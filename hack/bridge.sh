@@ -30,6 +30,10 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 # The node guard (webhook/nodeguard.py: no pod but the bridge's tolerates the managed-node taint);
 # false leaves it out, for a benchmark's default-scheduler baseline on the bridge's nodes.
 : "${SB_NODE_GUARD:=true}"
+# The pod policy (webhook/podpolicy.py: a plain pod handed to the bridge in the API server, no
+# webhook call): auto where the cluster serves MutatingAdmissionPolicy v1 (Kubernetes >= 1.36);
+# false leaves it out, for a benchmark of the webhook's path.
+: "${SB_POD_POLICY:=auto}"
 
 write_config() {
   mkdir -p "$BRIDGE_DIR"
@@ -131,13 +135,24 @@ cmd_up() {
     || die "generating the webhook certificates failed"
   for c in extender scheduler webhook operator; do start_component "$c"; done
   # The webhook configurations, then the node guard (the chart's templates/nodeguard.yaml renders the same).
-  local guard=()
+  local guard=() policy=()
   [ "$SB_NODE_GUARD" = true ] || guard=(--without-node-guard)
+  case "$SB_POD_POLICY" in
+    true) policy=(--pod-policy) ;;
+    auto) local served
+          served=$(kubectl_ api-resources --api-group=admissionregistration.k8s.io -o name 2>/dev/null) || served=""
+          case $'\n'"$served"$'\n' in *$'\n'mutatingadmissionpolicies.admissionregistration.k8s.io$'\n'*) policy=(--pod-policy) ;; esac ;;
+    false) ;;
+    *) die "SB_POD_POLICY=$SB_POD_POLICY: expected auto, true or false" ;;
+  esac
   "$VENV_BIN/slurm-bridge-webhook" --config "$CONFIG" render-config --url "https://127.0.0.1:$SB_WEBHOOK_PORT" \
-    --ca-file "$BRIDGE_DIR/tls/ca.crt" "${guard[@]}" > "$BRIDGE_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
-  # A guard left by an earlier `up` with SB_NODE_GUARD=true goes when this one leaves it out.
+    --ca-file "$BRIDGE_DIR/tls/ca.crt" "${guard[@]}" "${policy[@]}" > "$BRIDGE_DIR/webhooks.yaml" \
+    || die "rendering the webhook configurations failed"
+  # A guard or pod policy left by an earlier `up` goes when this one leaves it out.
   [ "$SB_NODE_GUARD" = true ] || kubectl_ delete --ignore-not-found validatingadmissionpolicybinding,validatingadmissionpolicy \
     slurm-bridge-node-guard >/dev/null || die "removing the node guard failed"
+  [ ${#policy[@]} -gt 0 ] || kubectl_ delete --ignore-not-found mutatingadmissionpolicybinding,mutatingadmissionpolicy \
+    slurm-bridge-pods >/dev/null 2>&1 || true
   # Server-side: the rendered objects are the whole truth, whatever an earlier client-side apply left.
   kubectl_ apply --server-side --force-conflicts --field-manager=slurm-bridge-hack -f "$BRIDGE_DIR/webhooks.yaml" >/dev/null \
     || die "applying the webhook configurations and the node guard failed"

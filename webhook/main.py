@@ -25,6 +25,7 @@ from slurm_bridge.kube.clusterapis import Discovery  # noqa: E402
 
 from .certs import DEFAULT_HOSTS, CertError, write_certs  # noqa: E402
 from .nodeguard import node_guard_policy  # noqa: E402
+from .podpolicy import pod_policy  # noqa: E402
 from .render import MAX_NAME, RenderError, ca_bundle, parse_service, render_yaml, webhook_configurations  # noqa: E402
 from .server import WebhookServer  # noqa: E402
 
@@ -42,7 +43,9 @@ def _add_render_config(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         description="Print a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration "
         "(multi-document YAML) scoped by the configured managed namespaces, then the node guard: a "
         "ValidatingAdmissionPolicy and its binding, <name>-node-guard, that refuse every other pod "
-        "tolerating the managed-node taint (docs/security.md).",
+        "tolerating the managed-node taint (docs/security.md); with --pod-policy, the "
+        "MutatingAdmissionPolicy <name>-pods and its binding, which hand a plain pod to the bridge "
+        "without a webhook call (Kubernetes >= 1.36; docs/configuration.md).",
     )
     target = r.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="base URL the apiserver calls, for example https://127.0.0.1:9443")
@@ -60,6 +63,12 @@ def _add_render_config(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--without-node-guard",
         action="store_true",
         help="leave the node guard out (a benchmark's default-scheduler baseline on the bridge's nodes)",
+    )
+    r.add_argument(
+        "--pod-policy",
+        action="store_true",
+        help="add the MutatingAdmissionPolicy for plain pods (the API server must serve "
+        "admissionregistration.k8s.io/v1 MutatingAdmissionPolicy: Kubernetes >= 1.36)",
     )
 
 
@@ -170,6 +179,8 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     )
     if not args.without_node_guard:
         docs += node_guard_policy(config, name=args.name)
+    if args.pod_policy:
+        docs += pod_policy(config, name=args.name)
     sys.stdout.write(render_yaml(docs))
     return 0
 

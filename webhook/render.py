@@ -23,6 +23,7 @@ from slurm_bridge.kube import schedulingapi
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX
 
+from .podpolicy import webhook_skip_condition
 from .validate import PLACEMENT_FIELDS
 
 ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
@@ -262,6 +263,8 @@ def webhook_configurations(
                 "name": f"{MUTATING_PREFIX}{name}{WEBHOOK_SUFFIX}",
                 "clientConfig": _client_config(url, service, "/mutate", bundle),
                 "rules": _mutating_rules(),
+                # A plain pod the pod policy (webhook/podpolicy.py) already handed over is not sent.
+                "matchConditions": [webhook_skip_condition(config.schedulerName)],
                 "reinvocationPolicy": "IfNeeded",
                 **common,
             }

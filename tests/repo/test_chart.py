@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from slurm_bridge.core.cli import LOG_LEVELS
 from slurm_bridge.core.config import Config, parse_config
+from slurm_bridge.webhook.podpolicy import pod_policy, webhook_skip_condition
 from slurm_bridge.webhook.render import ServiceRef, webhook_configurations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -352,7 +353,7 @@ def _strip(obj: Obj) -> Obj:
     out: Obj = json.loads(json.dumps(obj))
     out["metadata"].pop("labels", None)
     out["metadata"].pop("annotations", None)
-    for w in out["webhooks"]:
+    for w in out.get("webhooks", []):
         w["clientConfig"].pop("caBundle", None)
     return out
 
@@ -1032,3 +1033,56 @@ def test_slurm_hooks_off_by_default_and_on_with_the_token_the_service_and_the_co
         for d in render({"slurmHooks": {"enabled": True}})
         if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-slurm-hook")
     ]
+
+
+# ---- the pod policy (webhook/podpolicy.py) ----------------------------------------------------------
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+def _policy_docs(docs: list[Obj]) -> list[Obj]:
+    return [d for d in docs if d["kind"] in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"config": {"schedulerName": "hpc-bridge", "managedNamespaces": ["team-a"]}},
+     {"fullnameOverride": "hpc", "config": {"managedNamespaceSelector": {"matchLabels": {"a": "1"}}}}],
+    ids=["defaults", "scheduler-and-list", "names-and-selector"],
+)  # fmt: skip
+def test_the_chart_renders_the_pod_policy_podpolicy_py_gives(values: Obj) -> None:
+    docs = render(values, "--api-versions", MAP_API, kube_version="1.37.0")
+    fullname = values.get("fullnameOverride", RELEASE)
+    cfg = parse_config(rendered_config(docs, fullname))
+    expected = pod_policy(cfg, name=fullname)
+    assert [_strip(d) for d in _policy_docs(docs)] == [_strip(e) for e in expected]
+    mutating = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert mutating["matchConditions"] == [webhook_skip_condition(cfg.schedulerName)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "apis", "kube", "present"),
+    [
+        ("auto", [MAP_API], "1.37.0", True),
+        ("auto", [MAP_API], "1.36.0", True),
+        ("auto", [], "1.37.0", False),  # `helm template` without the API named: the cluster may not serve it
+        ("auto", [MAP_API], "1.35.0", False),  # 1.35 serves only the beta, if enabled
+        (True, [], "1.34.0", True),
+        (False, [MAP_API], "1.37.0", False),
+    ],
+)
+def test_the_pod_policy_is_rendered_where_the_cluster_serves_it(
+    setting: object, apis: list[str], kube: str, present: bool
+) -> None:
+    extra = [a for api in apis for a in ("--api-versions", api)]
+    docs = render({"webhook": {"podPolicy": setting}}, *extra, kube_version=kube)
+    assert [d["kind"] for d in _policy_docs(docs)] == (
+        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] if present else []
+    )
+    # The webhook's skip is right with or without the policy: it skips only a pod already in its shape.
+    conditions = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+    assert conditions[0]["name"] == "something-to-change"
+
+
+def test_a_pod_policy_setting_that_is_not_one_of_three_is_refused() -> None:
+    proc = render_text({"webhook": {"podPolicy": "sometimes"}})
+    assert proc.returncode != 0 and "podPolicy" in proc.stderr

@@ -3,9 +3,10 @@ rules' own text on tables of objects, with no API server.
 
 The subset: string, bool and list literals; field access and map indexing (a missing field or key
 is an error, as in CEL, so an unguarded access fails the test); ``has()``; ``!``, ``&&``, ``||``
-(commutative over errors, as CEL's), ``==``, ``!=``, ``in``, ``? :``; the ``exists`` macro and
-``startsWith``; ``variables.NAME`` evaluated lazily, in a ValidatingAdmissionPolicy's order. Anything
-else is a syntax error here; the e2e tests run the same rules in a real API server.
+(commutative over errors, as CEL's), ``==``, ``!=``, ``in``, ``? :``; the ``exists`` macro (over a
+list, or a map's keys) and ``startsWith``; ``variables.NAME`` evaluated lazily, in a
+ValidatingAdmissionPolicy's order. Anything else is a syntax error here; the e2e tests run the same
+rules in a real API server.
 """
 
 from __future__ import annotations
@@ -260,6 +261,8 @@ def _and(left: Node, right: Node) -> Node:
 def _exists(obj: Node, var: str, pred: Node) -> Node:
     def run(env: Env) -> bool:
         items = obj(env)
+        if isinstance(items, Mapping):  # a map's exists() ranges over its keys, as CEL's
+            items = list(items)
         if not isinstance(items, list):
             raise CelError(f"exists() on {items!r}")
         return any(_bool(pred({**env, var: item})) for item in items)

@@ -1080,6 +1080,10 @@ def test_render_config_cli(certs: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--config", str(cfg), *without]) == 0
     kinds = [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)]
     assert kinds == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    # With --pod-policy (hack/bridge.sh, where the cluster serves it): the pod policy (webhook/podpolicy.py) too.
+    assert main(["--config", str(cfg), *without, "--pod-policy", "--name", "sb"]) == 0
+    policy = [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(capsys.readouterr().out)][2:]
+    assert policy == [("MutatingAdmissionPolicy", "sb-pods"), ("MutatingAdmissionPolicyBinding", "sb-pods")]
 
 
 @pytest.mark.parametrize(
