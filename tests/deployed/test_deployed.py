@@ -408,6 +408,15 @@ def test_uninstall_leaves_no_webhook_keeps_the_crd_and_live_jobs_and_a_reinstall
     selector = f"app.kubernetes.io/instance={deployed.release}"
     assert not admission.list_mutating_webhook_configuration(label_selector=selector).items
     assert not admission.list_validating_webhook_configuration(label_selector=selector).items
+    assert not admission.list_mutating_admission_policy(label_selector=selector).items
+
+    # The API server drops a deleted admission policy from its cache a moment later: until then a
+    # plain pod would still be handed to the bridge (and wait, gated, for a reinstall).
+    def unmutated() -> bool:
+        probe = core.create_namespaced_pod(ns, make_pod("probe", cpu=POD_CPU), dry_run="All")
+        return probe.spec.scheduler_name == "default-scheduler" and not has_gate(probe)
+
+    wait_for(unmutated, 30, "the API server to drop the uninstalled pod policy")
     # Nothing blocks pod creation, even in a managed namespace: such a pod is now simply unmanaged.
     core.create_namespaced_pod(ns, make_pod("after-uninstall", cpu=POD_CPU))
     pod = read_pod(core, ns, "after-uninstall")
