@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from slurm_bridge import names
 from tests.e2e.util import get_phj, make_pod, read_pod
 from tests.harness import BRIDGE_SH, PrerequisiteMissing, SlurmEnv, wait_for
 
@@ -53,7 +54,9 @@ def test_real_logs_share_one_format_name_their_objects_and_never_hold_the_jwt(
 ) -> None:
     logs = debug_bridge
     offsets = {c: (logs / f"bridge-{c}.log").stat().st_size for c in COMPONENTS}
-    core.create_namespaced_pod(ns, make_pod("logged"))
+    # A Slurm annotation: the validating webhook reviews the create (a plain pod's create reaches no
+    # webhook where the pod policy hands it over: webhook/podpolicy.py), so the webhook has a line.
+    core.create_namespaced_pod(ns, make_pod("logged", annotations={names.ANN_TIMELIMIT: "10"}))
     wait_for(lambda: (p := read_pod(core, ns, "logged")) and p.status.phase == "Running", 60, "pod logged Running")
     job_id = get_phj(custom, ns, "logged")["status"]["jobId"]  # type: ignore[index]
     core.delete_namespaced_pod("logged", ns)

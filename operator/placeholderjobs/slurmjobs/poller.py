@@ -28,7 +28,7 @@ from slurm_bridge.operator.runtime.pollloop import PollLoop
 from slurm_bridge.operator.views.slurmjobs import JobSnapshot, PhjRef
 from slurm_bridge.rules.slurmsetup import rereads_after_move
 from slurm_bridge.slurm.errors import SlurmError
-from slurm_bridge.slurm.models import JobInfo, JobStates
+from slurm_bridge.slurm.models import FINISHED_JOB_STATES, JobInfo, JobStates
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,23 @@ GET_COST_IN_LISTED_JOBS = 4
 # pending job cancelled by someone else).
 STATES_MAX_SECONDS = 10.0
 # Job state flags that change without anything the bridge reads changing: a job is RUNNING with
-# its nodes while a PrologSlurmctld runs (CONFIGURING), and only the flag goes when it ends.
+# its nodes while a PrologSlurmctld runs (CONFIGURING), and only the flag goes when it ends. Slurm
+# lists an ended job COMPLETING for a moment after its end (about 25 ms on Slurm 26.05.5 with the
+# handoff's EpilogSlurmctld): the end is already in the view (the bridge's own cancel, or the read
+# that found it), so neither the flag's coming nor its going is news (seen: a poll that met the
+# bridge's cancelled jobs COMPLETING read each of them twice more).
 _SETTLING_FLAGS = frozenset({"CONFIGURING"})
+_ENDING_FLAGS = frozenset({"COMPLETING"})
 
 
 def _settled_only(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
-    """Whether ``new`` is ``old`` with only settling flags gone (RUNNING,CONFIGURING -> RUNNING)."""
-    return bool(old) and old[0] == new[0] and set(new) < set(old) and set(old) - set(new) <= _SETTLING_FLAGS
+    """Whether ``new`` is ``old`` with only settling flags gone (RUNNING,CONFIGURING -> RUNNING),
+    or, for an ended job, with only COMPLETING come or gone (CANCELLED <-> CANCELLED,COMPLETING)."""
+    if not old or not new or old[0] != new[0]:
+        return False
+    if old[0] in FINISHED_JOB_STATES:
+        return set(old) != set(new) and set(old) ^ set(new) <= _ENDING_FLAGS
+    return set(new) < set(old) and set(old) - set(new) <= _SETTLING_FLAGS
 
 
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:

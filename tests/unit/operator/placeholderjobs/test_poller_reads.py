@@ -1,7 +1,8 @@
 """The poller's reads outside the poll cycle and the polls it skips (issue 31): reads applied as of
 when they were asked (a cancel the bridge made is never undone by an older read), hints from
 slurmctld confirmed with one read of that job, no state poll while Slurm's node table is unchanged,
-and a job's CONFIGURING flag going without a read. Pure logic, a fake Slurm."""
+and a job's CONFIGURING flag going, or an ended job's COMPLETING coming and going, without a
+read. Pure logic, a fake Slurm."""
 
 from __future__ import annotations
 
@@ -114,6 +115,60 @@ async def test_a_hinted_start_is_read_at_once_and_the_next_poll_reads_nothing_mo
     await poller.poll_once()
     assert slurm.calls == ["states"] and changed == []
     assert poller.snapshot.by_id[1].states == ("RUNNING",)
+
+
+async def test_the_bridges_cancelled_job_completing_and_completed_costs_no_read() -> None:
+    """EpilogSlurmctld runs after the bridge's cancel: a poll meets the job CANCELLED,COMPLETING,
+    the next one CANCELLED. The end is already in the view: neither poll reads the job."""
+    slurm, changed = FakeJobReads(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    poller.assume_cancelled(1)
+    for states in (("CANCELLED", "COMPLETING"), ("CANCELLED",)):
+        slurm.set(bridge_job(1, "a", "CANCELLED", ("n1",)).model_copy(update={"states": states}))
+        slurm.calls.clear()
+        changed.clear()
+        await poller.poll_once()
+        assert slurm.calls == ["states"] and changed == [], states
+        assert poller.snapshot is not None and poller.snapshot.by_id[1].states == states
+
+
+async def test_a_job_ended_by_someone_else_is_read_once() -> None:
+    """RUNNING -> CANCELLED,COMPLETING is news (read); its COMPLETING going is not."""
+    slurm, changed = FakeJobReads(), list[str]()
+    poller = _poller(slurm, changed)
+    slurm.set(bridge_job(1, "a", "RUNNING", ("n1",)))
+    await poller.poll_once()
+    slurm.set(bridge_job(1, "a", "CANCELLED", ("n1",)).model_copy(update={"states": ("CANCELLED", "COMPLETING")}))
+    slurm.calls.clear()
+    changed.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states", "get 1"] and changed == ["phj-a"]
+    slurm.set(bridge_job(1, "a", "CANCELLED", ("n1",)))
+    slurm.calls.clear()
+    await poller.poll_once()
+    assert slurm.calls == ["states"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "settled"),
+    [
+        (("RUNNING", "CONFIGURING"), ("RUNNING",), True),
+        (("RUNNING",), ("RUNNING", "CONFIGURING"), False),  # a flag that comes on a live job is read
+        (("RUNNING",), ("RUNNING", "COMPLETING"), False),
+        (("CANCELLED",), ("CANCELLED", "COMPLETING"), True),
+        (("CANCELLED", "COMPLETING"), ("CANCELLED",), True),
+        (("COMPLETED", "COMPLETING"), ("COMPLETED",), True),
+        (("CANCELLED",), ("CANCELLED",), False),  # nothing changed: nothing to settle
+        (("CANCELLED",), ("CANCELLED", "REQUEUED"), False),
+        (("RUNNING",), ("CANCELLED", "COMPLETING"), False),
+        (("CANCELLED",), ("FAILED", "COMPLETING"), False),
+        ((), ("RUNNING",), False),
+    ],
+)
+def test_settled_only(old: tuple[str, ...], new: tuple[str, ...], settled: bool) -> None:
+    assert poller_module._settled_only(old, new) is settled
 
 
 async def test_hints_that_are_no_news_cost_nothing() -> None:
