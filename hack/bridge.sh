@@ -2,7 +2,8 @@
 # The bridge on the local cluster: CRDs, webhook TLS and configurations, and the four processes
 # (operator, webhook, extender, the bridge's kube-scheduler), each a plain local process.
 #
-#   hack/bridge.sh up               install and start everything (cluster must be up)
+#   hack/bridge.sh up               install and start everything (cluster must be up); components
+#                                   already running are restarted when the config it writes changed
 #   hack/bridge.sh down             stop the bridge processes and remove the webhook configurations
 #                                   and the node guard
 #   hack/bridge.sh restart NAME     restart one of operator|webhook|extender|scheduler
@@ -128,7 +129,17 @@ cmd_up() {
   [ "$(kubectl_ get mutatingwebhookconfiguration slurm-bridge -o jsonpath='{.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null)" != Helm ] \
     || die "the Helm release (hack/deploy.sh) is installed and uses the same names; run hack/deploy.sh uninstall first"
   [ -x "$VENV_BIN/slurm-bridge-operator" ] || bash "$HACK_DIR/setup-python.sh"
+  # A component already running keeps the config it started with: where this `up` writes a
+  # different one (another SB_* setting), the running components are restarted on it, so that the
+  # file and the processes never disagree.
+  local before="" c
+  [ -f "$CONFIG" ] && before=$(sha256sum < "$CONFIG")
   write_config
+  if [ -n "$before" ] && [ "$before" != "$(sha256sum < "$CONFIG")" ]; then
+    for c in operator webhook scheduler extender; do
+      if alive "bridge-$c"; then log "the config changed: restarting bridge-$c on it"; stop "bridge-$c"; fi
+    done
+  fi
   kubectl_ apply -f "$REPO_DIR/crds/" >/dev/null || die "applying the CRDs failed"
   kubectl_ wait --for condition=Established --timeout=30s -f "$REPO_DIR/crds/" >/dev/null || die "the CRDs did not become Established"
   "$VENV_BIN/slurm-bridge-webhook" gen-certs --dir "$BRIDGE_DIR/tls" --host 127.0.0.1 --host localhost >/dev/null \

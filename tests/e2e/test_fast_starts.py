@@ -47,7 +47,7 @@ def hooked(cluster: dict[str, str]) -> None:
             f"{conf} and {handoff} run no slurm-bridge hook: restart the cluster (hack/cluster.sh down && up)"
         )
     if "slurm_hints" not in operator(cluster, "/stats"):
-        raise PrerequisiteMissing("the running operator takes no Slurm hooks: hack/bridge.sh down && up")
+        raise PrerequisiteMissing("the running operator takes no Slurm hooks: hack/bridge.sh up (SB_SLURM_HOOKS=true)")
 
 
 def pod_node(core: k8s.CoreV1Api, ns: str, name: str) -> str:
