@@ -79,9 +79,10 @@ def _settled_only(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
     or, for an ended job, with only COMPLETING come or gone (CANCELLED <-> CANCELLED,COMPLETING)."""
     if not old or not new or old[0] != new[0]:
         return False
+    was, now = set(old), set(new)
     if old[0] in FINISHED_JOB_STATES:
-        return set(old) != set(new) and set(old) ^ set(new) <= _ENDING_FLAGS
-    return set(new) < set(old) and set(old) - set(new) <= _SETTLING_FLAGS
+        return bool(was ^ now) and was ^ now <= _ENDING_FLAGS
+    return now < was and was - now <= _SETTLING_FLAGS
 
 
 def _fingerprint(j: JobInfo) -> tuple[object, ...]:
