@@ -9,7 +9,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -24,7 +23,7 @@ from slurm_bridge.extender.protocol import (
     ExtenderFilterResult,
 )
 from slurm_bridge.kube.cache import WatchCache
-from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.client import FAILED
 from slurm_bridge.kube.seams import ExtenderKube
 from slurm_bridge.rules.namespaces import ManagedNamespaces
 
@@ -114,7 +113,7 @@ async def handle_bind(request: web.Request) -> web.Response:
     try:
         # The uid precondition binds only the pod incarnation the scheduler filtered.
         await kube.bind_pod(args.PodNamespace, args.PodName, args.PodUID, args.Node)
-    except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+    except FAILED as e:
         log.warning("bind %s/%s to %s failed: %s", args.PodNamespace, args.PodName, args.Node, e)
         metrics.extender_call("bind", "error", time.monotonic() - started)
         return web.json_response(ExtenderBindingResult(Error=str(e)).model_dump())

@@ -20,11 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from slurm_bridge.core.config import Config
 from slurm_bridge.kube import schedulingapi
-from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.client import FAILED
 from slurm_bridge.kube.clusterapis import Discovery
 from slurm_bridge.rules import workloadkinds
 from slurm_bridge.rules.dra.admission import device_requests
@@ -101,7 +99,7 @@ async def facts(need: Needs, apis: Discovery) -> Facts:
                 f"{', '.join(need.devices)} asks for DRA devices, which slurm-bridge gives the pod as a ResourceClaim, "
                 f"but the API server serves no ResourceClaims at {api}; {schedulingapi.resource_api_needs(kube)}"
             )
-    except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+    except FAILED as e:
         unknown = f"slurm-bridge cannot read the API server's discovery to check this request ({e}); try again"
         return Facts(
             workload_missing=unknown if need.workload else None, resource_missing=unknown if need.devices else None

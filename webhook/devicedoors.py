@@ -18,12 +18,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aiohttp
-
 from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.config import Config
-from slurm_bridge.kube.client import KubeError
+from slurm_bridge.kube.client import FAILED
 from slurm_bridge.rules.dra.classes import EXTENDED_PREFIX, RESOURCE_API
 from slurm_bridge.rules.dra.recorded import claim_name_of, recorded_requests
 from slurm_bridge.rules.dra.userclaims import (
@@ -81,7 +79,7 @@ async def read_claims(request: AdmissionRequest, get: Get) -> PodClaims:
         try:
             async with asyncio.timeout(READ_SECONDS):
                 return await get(path)
-        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+        except FAILED as e:
             return f"slurm-bridge cannot read {what} to check it ({str(e) or 'timed out'}); try again"
 
     got = await asyncio.gather(*(one(p, w) for p, w in wanted))

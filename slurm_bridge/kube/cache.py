@@ -25,17 +25,26 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
-import aiohttp
-
 from slurm_bridge import names
 from slurm_bridge.core import objects
 from slurm_bridge.core.objects import Obj
 from slurm_bridge.core.tasks import cancel_and_wait
-from slurm_bridge.kube.client import Accept, Gone, KubeClient, KubeError, NotFound, resource_path, resource_version
+from slurm_bridge.kube.client import (
+    FAILED,
+    Accept,
+    Gone,
+    KubeClient,
+    KubeError,
+    NotFound,
+    resource_path,
+    resource_version,
+)
 from slurm_bridge.kube.seams import CacheKube, KubeListWatch
 from slurm_bridge.rules.tenancy import TenantIndex
 
 log = logging.getLogger(__name__)
+# A list or watch that failed (an answer refused, none came, or one of a shape that cannot be read).
+_LIST_FAILED = (*FAILED, ValueError)
 
 Key = tuple[str, str]
 Handler = Callable[[str, Obj], None]
@@ -173,7 +182,7 @@ class Informer:
                     log.info("%s: %s; listing again", self.what, e)
                     continue
                 self.last_error = f"cannot list or watch {self.what}: {e}"
-            except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as e:
+            except _LIST_FAILED as e:
                 self.last_error = f"cannot list or watch {self.what}: {str(e) or type(e).__name__}"
             except Exception as e:  # an answer of a shape never seen: the watch must not die of it
                 log.exception("%s: unexpected error in the list or watch", self.what)

@@ -1,10 +1,11 @@
-"""A small async Kubernetes client (aiohttp) for the calls the bridge makes.
+"""A small async Kubernetes client for the calls the bridge makes.
 
 It writes, and lists and watches what the bridge keeps in memory (slurm_bridge/kube/cache.py);
 kopf watches only the rest (nodes). Credentials (kubeconfig, exec plugins, in-cluster) come from
 slurm_bridge.kube.kubeconfig, without the official ``kubernetes`` package (blocking, and large).
-aiohttp is kopf's own HTTP stack; per request it costs a fraction of what httpx does, which
-matters on the operator's hot path (several writes per pod).
+A request goes through the bridge's own HTTP/1.1 exchange (slurm_bridge/core/http1.py: about 100 µs
+of CPU a request over TLS against aiohttp's 260, several writes a pod on the operator's hot path);
+a watch's long-lived stream through aiohttp, kopf's own HTTP stack.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 import pydantic_core
 
 from slurm_bridge import names
-from slurm_bridge.core import objects
+from slurm_bridge.core import http1, objects
 from slurm_bridge.core.kubeformats import MAX_NAME_LENGTH
 from slurm_bridge.kube import kubeconfig as kubeconfig_loader
 from slurm_bridge.kube.kubeconfig import TokenSource
@@ -41,6 +42,38 @@ _CONTENT_TYPES = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
+
+
+# Left as they are in a request's path (with "%": a path is already quoted where it needs to be);
+# anything else (a space, a line break, non-ASCII) is percent-encoded, so a name can never end the
+# request line.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%?"
+
+
+def _origin(server: str) -> tuple[http1.Origin, str, str]:
+    """The (scheme, host, port) to connect to, the Host header and the path every request's
+    starts with (a server behind a proxy's prefix), from the server's URL."""
+    url = urlsplit(server)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"the API server's address {server!r} is not an http(s) URL")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    default = port == (443 if url.scheme == "https" else 80)
+    return (url.scheme, url.hostname, port), host if default else f"{host}:{port}", url.path.rstrip("/")
+
+
+def _target(path: str, params: Mapping[str, str] | None) -> str:
+    """The request line's target: ``path`` with ``params`` as its query."""
+    target = quote(path, safe=_PATH_SAFE)
+    if params:
+        target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
+    return target
+
+
+def _header_value(value: str) -> str:
+    if "\r" in value or "\n" in value:
+        raise ValueError("a header value may not contain a line break")
+    return value
 
 
 class KubeError(Exception):
@@ -68,6 +101,13 @@ class Gone(KubeError):
 
 class Invalid(KubeError):
     """422: the object fails validation (the same object always will), or a JSON patch's test failed."""
+
+
+# What a call raises when no answer came: the API server could not be reached or its answer read
+# (http1's errors for requests, aiohttp's for watches), or the client's timeout passed.
+UNANSWERED = (http1.HttpError, aiohttp.ClientError, TimeoutError)
+# ... and with an answer that says no.
+FAILED = (KubeError, *UNANSWERED)
 
 
 def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, TokenSource | None]:
@@ -174,9 +214,12 @@ class KubeClient:
         self.instance = os.environ.get("POD_NAME") or os.uname().nodename
         self._tls = tls
         self._token = token
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = timeout
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None  # made inside the running loop
+        self._session: aiohttp.ClientSession | None = None  # watches; made inside the running loop
+        self._origin, self._host, self._prefix = _origin(self.server)
+        self._agent = f"{component}/0.1"
+        self._pool: http1.Http11Pool | None = None  # requests; made inside the running loop
         self._event_seq = itertools.count()
         self._event_tasks: set[asyncio.Task[None]] = set()
         self._event_slots = asyncio.Semaphore(EVENT_CONCURRENCY)
@@ -201,14 +244,29 @@ class KubeClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._tls or True)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, headers={"User-Agent": f"{self.component}/0.1"}
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                headers={"User-Agent": self._agent},
             )
         return self._session
+
+    def _requests(self) -> http1.Http11Pool:
+        if self._pool is None:
+            # The API server closes an idle connection after a while; aiohttp's default keep-alive.
+            self._pool = http1.Http11Pool(
+                max_connections=self._max_connections,
+                keepalive_expiry=15.0,
+                ssl_context=self._tls,
+                server="the API server",
+            )
+        return self._pool
 
     async def aclose(self) -> None:
         await self.drain_events()
         if self._session is not None:
             await self._session.close()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     async def request(
         self,
@@ -251,9 +309,18 @@ class KubeClient:
     async def _send(
         self, method: str, path: str, data: bytes | None, params: dict[str, str] | None, headers: dict[str, str]
     ) -> tuple[int, bytes]:
-        """One HTTP exchange: (status, body). bench/replay.py answers here instead of a server."""
-        async with self._http().request(method, self.server + path, data=data, params=params, headers=headers) as resp:
-            return resp.status, await resp.read()
+        """One HTTP exchange: (status, body). bench/replay.py answers here instead of a server.
+        Raises TimeoutError past the client's timeout, :class:`http1.HttpError` when the server
+        cannot be reached or its answer read."""
+        target = _target(self._prefix + path, params)
+        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host}\r\nUser-Agent: {self._agent}\r\n"]
+        head += [f"{k}: {_header_value(v)}\r\n" for k, v in headers.items()]
+        if data is not None:
+            head.append(f"Content-Length: {len(data)}\r\n")
+        payload = "".join(head).encode("latin-1") + b"\r\n" + (data or b"")
+        async with asyncio.timeout(self._timeout):
+            resp = await self._requests().exchange(self._origin, payload, method)
+        return resp.status, resp.body
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
         try:
@@ -389,7 +456,7 @@ class KubeClient:
         try:
             async with self._event_slots:
                 await self.create(f"/api/v1/namespaces/{ns}/events", event)
-        except (TimeoutError, KubeError, aiohttp.ClientError) as e:
+        except FAILED as e:
             # A namespace being deleted takes no new Events (403): the objects' last Events cannot
             # be kept, and one warning per object of the namespace told nobody anything.
             terminating = isinstance(e, KubeError) and e.status == 403 and "being terminated" in str(e)

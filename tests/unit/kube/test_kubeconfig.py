@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import trustme
 import yaml
 from aiohttp import web
 
+from slurm_bridge.core import http1
 from slurm_bridge.kube import kubeconfig
 from slurm_bridge.kube.client import KubeClient, _load_credentials
 from slurm_bridge.operator.runtime.login import login as kopf_login
@@ -322,7 +322,8 @@ async def test_a_server_certificate_from_another_ca_is_refused(tmp_path: Path, s
     )  # fmt: skip
     kube = KubeClient(*_load_credentials(str(path)))
     try:
-        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        with pytest.raises(http1.ConnectFailed, match="CERTIFICATE_VERIFY_FAILED") as refused:
             await kube.get("/api")
+        assert isinstance(refused.value.__cause__, ssl.SSLCertVerificationError)
     finally:
         await kube.aclose()
