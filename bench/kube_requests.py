@@ -30,10 +30,10 @@ import aiohttp
 import pydantic_core
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from clusterenv import cluster_env  # noqa: E402
+from clusterenv import cluster_env
 
-from slurm_bridge.kube import kubeconfig  # noqa: E402
-from slurm_bridge.kube.client import KubeClient  # noqa: E402
+from slurm_bridge.kube import kubeconfig
+from slurm_bridge.kube.client import KubeClient
 
 NAME = "slurm-bridge-bench-kube-requests"
 PATH = f"/api/v1/namespaces/default/configmaps/{NAME}"

@@ -18,7 +18,9 @@ handed to it piece by piece as it is read, and never held whole (a job list of 1
 Failures are :class:`HttpError` subclasses (``ConnectionError``, so an ``OSError``) that say
 whether the request may have reached the server (``sent``): a retry of a write is safe only when
 it did not. A connection is never handed to the next request unless its answer was read whole: an
-exchange cancelled or failed midway closes it.
+exchange cancelled or failed midway closes it. A server may close a kept-alive connection just as
+a request goes out on it; an idempotent request (GET, PUT, DELETE, ...) that met that, with nothing
+read back, is sent once more on a new connection, as aiohttp and Go's client do.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding"})
 
 Origin = tuple[str, str, int]  # scheme, host, port
+# Sent again once when a kept-alive connection was closed under them (RFC 9110, 9.2.2).
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
 class HttpError(ConnectionError):
@@ -73,7 +77,13 @@ class ReadTimedOut(HttpError):
 
 class BadAnswer(HttpError):
     """The server closed the connection without answering, cut the answer short, or answered
-    something that is not HTTP/1.x."""
+    something that is not HTTP/1.x. ``unanswered``: nothing at all came back."""
+
+    unanswered = False
+
+
+class _Unanswered(asyncio.IncompleteReadError):
+    """The connection ended before a single byte of the answer came."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +162,20 @@ class Http11Pool:
         except TimeoutError:
             raise PoolTimedOut(f"no free connection to {self._server} in time") from None
         try:
-            conn = await self._connect(origin, timeouts.connect)
+            conn, reused = await self._connect(origin, timeouts.connect)
             try:
                 resp = await self._exchange(conn, payload, method, timeouts, sink)
+            except (WriteFailed, BadAnswer) as e:
+                conn.close()
+                closed_under_it = not isinstance(e, WriteTimedOut) and (isinstance(e, WriteFailed) or e.unanswered)
+                if not (reused and closed_under_it and method in IDEMPOTENT):
+                    raise
+                conn, _ = await self._connect(origin, timeouts.connect, reuse=False)
+                try:
+                    resp = await self._exchange(conn, payload, method, timeouts, sink)
+                except BaseException:
+                    conn.close()
+                    raise
             except BaseException:
                 conn.close()  # an answer not read whole (failed, cancelled) leaves nothing reusable
                 raise
@@ -185,16 +206,21 @@ class Http11Pool:
             raise ReadTimedOut("timed out waiting for the answer") from None
         except asyncio.IncompleteReadError as e:
             what = "closed the connection without answering" if not e.partial else "sent a truncated answer"
-            raise BadAnswer(f"{self._server} {what}") from None
+            bad = BadAnswer(f"{self._server} {what}")
+            bad.unanswered = isinstance(e, _Unanswered)
+            raise bad from None
         except (OSError, ValueError, asyncio.LimitOverrunError) as e:
             raise BadAnswer(f"unreadable answer: {e}") from None
 
-    async def _connect(self, origin: Origin, connect_timeout: float | None) -> _Conn:
-        idle = self._idle.get(origin, [])
+    async def _connect(
+        self, origin: Origin, connect_timeout: float | None, *, reuse: bool = True
+    ) -> tuple[_Conn, bool]:
+        """A connection to ``origin``, and whether it was kept from an earlier request."""
+        idle = self._idle.get(origin, []) if reuse else []
         while idle:
             conn = idle.pop()
             if conn.usable(self._expiry):
-                return conn
+                return conn, True
             conn.close()
         scheme, host, port = origin
         context = None
@@ -209,7 +235,7 @@ class Http11Pool:
             raise ConnectTimedOut(f"timed out connecting to {host}:{port}") from None
         except OSError as e:  # refused, unreachable, TLS handshake failures (ssl.SSLError)
             raise ConnectFailed(f"cannot connect to {host}:{port}: {e}") from e
-        return _Conn(reader, writer)
+        return _Conn(reader, writer), False
 
     async def aclose(self) -> None:
         self.closed = True
@@ -223,8 +249,15 @@ async def read_response(
     reader: asyncio.StreamReader, method: str, sink: Callable[[bytes], None] | None = None
 ) -> Response:
     """One answer (interim 1xx answers skipped), its body de-chunked."""
+    first = True
     while True:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            if first and not e.partial:
+                raise _Unanswered(b"", None) from None
+            raise
+        first = False
         lines = head[:-4].split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():

@@ -180,3 +180,78 @@ async def test_a_hangup_is_a_bad_answer_that_may_have_been_applied() -> None:
 
 def test_the_scripted_server_is_the_one_shared_with_slurms_transport_tests() -> None:
     assert Server.__module__ == "tests.unit.scriptedhttp"
+
+
+def closes_the_second_request_unanswered() -> tuple[Server, list[int]]:
+    """Answers each connection's first request, then closes it unanswered when the next comes on
+    it: a server that dropped a kept-alive connection just as a request went out."""
+    seen: list[int] = []
+
+    async def answer(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        n = len(seen)
+        seen.append(n)
+        if n % 2 == 1:
+            return False  # the kept connection's second request: closed, nothing sent back
+        w.write(ok({"n": n}))
+        await w.drain()
+        return True
+
+    return Server(answer), seen
+
+
+@pytest.mark.parametrize(("method", "retried"), [("GET", True), ("DELETE", True), ("PATCH", False), ("POST", False)])
+async def test_a_kept_connection_closed_under_a_request_retries_only_an_idempotent_one(
+    method: str, retried: bool
+) -> None:
+    srv, seen = closes_the_second_request_unanswered()
+    srv.server = await asyncio.start_server(srv._serve, "127.0.0.1", 0)
+    kube = KubeClient(srv.url)
+    try:
+        assert await kube.request("GET", "/x") == {"n": 0}
+        if retried:
+            assert await kube.request(method, "/x") == {"n": 2}, "sent again on a new connection"
+        else:
+            with pytest.raises(http1.BadAnswer, match="without answering") as e:
+                await kube.request(method, "/x", body={})
+            assert e.value.unanswered and e.value.sent
+    finally:
+        await kube.aclose()
+        srv.server.close()
+    assert len(seen) == (3 if retried else 2)
+    assert srv.connections == (2 if retried else 1)
+
+
+async def test_a_new_connection_closed_unanswered_is_not_retried() -> None:
+    async def hangup(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        return False
+
+    async with serving(hangup) as srv:
+        kube = KubeClient(srv.url)
+        try:
+            with pytest.raises(http1.BadAnswer):
+                await kube.get("/x")
+        finally:
+            await kube.aclose()
+    assert srv.connections == 1 and len(srv.requests) == 1
+
+
+async def test_a_truncated_answer_on_a_kept_connection_is_not_retried() -> None:
+    count = 0
+
+    async def truncate_second(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        nonlocal count
+        count += 1
+        w.write(ok({"n": count}) if count == 1 else b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
+        await w.drain()
+        return count == 1
+
+    async with serving(truncate_second) as srv:
+        kube = KubeClient(srv.url)
+        try:
+            await kube.get("/x")
+            with pytest.raises(http1.BadAnswer, match="truncated") as e:
+                await kube.get("/x")
+            assert not e.value.unanswered
+        finally:
+            await kube.aclose()
+    assert len(srv.requests) == 2
