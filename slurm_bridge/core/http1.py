@@ -5,8 +5,8 @@ clients, slurmrestd's (:mod:`slurm_bridge.slurm.transport`) and kube-apiserver's
 Why its own: a request is one socket write and its answer is read with a handful of buffer
 operations. httpx's own transport (httpcore) cost about a third of the operator's event loop for
 two Slurm calls a pod (anyio streams, pool bookkeeping that grows with waiting requests, separate
-writes for headers and body); aiohttp's client costs about 260 µs of CPU a request over TLS where
-this costs about 100 (bench/log), and its parser rejects slurmrestd's error answer, which comes as
+writes for headers and body); aiohttp's client costs a third more CPU a request to the API server
+than this (bench/kube_requests.py), and its parser rejects slurmrestd's error answer, which comes as
 *two* responses on a ``Connection: close`` connection ("Data after Connection: close") where
 Slurm's error text is needed. Exactly one response is read per request, and the connection is
 closed when the server says so.
