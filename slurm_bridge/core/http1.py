@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 MAX_HEAD = 1 << 20  # status line and headers (also the socket buffer's size: a streamed body's window)
@@ -163,22 +163,16 @@ class Http11Pool:
             raise PoolTimedOut(f"no free connection to {self._server} in time") from None
         try:
             conn, reused = await self._connect(origin, timeouts.connect)
-            try:
-                resp = await self._exchange(conn, payload, method, timeouts, sink)
-            except (WriteFailed, BadAnswer) as e:
-                conn.close()
-                closed_under_it = not isinstance(e, WriteTimedOut) and (isinstance(e, WriteFailed) or e.unanswered)
-                if not (reused and closed_under_it and method in IDEMPOTENT):
-                    raise
-                conn, _ = await self._connect(origin, timeouts.connect, reuse=False)
+            while True:
                 try:
                     resp = await self._exchange(conn, payload, method, timeouts, sink)
-                except BaseException:
-                    conn.close()
-                    raise
-            except BaseException:
-                conn.close()  # an answer not read whole (failed, cancelled) leaves nothing reusable
-                raise
+                    break
+                except BaseException as e:
+                    conn.close()  # an answer not read whole (failed, cancelled) leaves nothing reusable
+                    if not (reused and method in IDEMPOTENT and _closed_under_it(e)):
+                        raise
+                # once more, on a new connection (which is not retried again)
+                conn, reused = await self._connect(origin, timeouts.connect, reuse=False)
             if resp.keep and not self.closed:
                 conn.idle_since = time.monotonic()
                 self._idle.setdefault(origin, []).append(conn)
@@ -243,6 +237,32 @@ class Http11Pool:
             for conn in conns:
                 conn.close()
         self._idle.clear()
+
+
+def encode_request(method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes = b"") -> bytes:
+    """A whole request, head and body, for one socket write: hop-by-hop headers are the
+    exchange's to decide (left out), Content-Length added for a body that does not say it, and a
+    header value with a line break refused (it would end the head early)."""
+    lines = [f"{method} {target} HTTP/1.1\r\n"]
+    sized = False
+    for name, value in headers:
+        low = name.lower()
+        if low.encode() in HOP_BY_HOP:
+            continue
+        if "\r" in value or "\n" in value:
+            raise ValueError(f"the header {name} may not contain a line break")
+        sized = sized or low == "content-length"
+        lines.append(f"{name}: {value}\r\n")
+    if body and not sized:
+        lines.append(f"Content-Length: {len(body)}\r\n")
+    return "".join(lines).encode("latin-1") + b"\r\n" + body
+
+
+def _closed_under_it(e: BaseException) -> bool:
+    """The server closed the connection before any of the answer came (not a timeout)."""
+    if isinstance(e, WriteFailed):
+        return not isinstance(e, WriteTimedOut)
+    return isinstance(e, BadAnswer) and e.unanswered
 
 
 async def read_response(

@@ -71,12 +71,6 @@ def _target(path: str, params: Mapping[str, str] | None) -> str:
     return target
 
 
-def _header_value(value: str) -> str:
-    if "\r" in value or "\n" in value:
-        raise ValueError("a header value may not contain a line break")
-    return value
-
-
 class KubeError(Exception):
     """An API call failed; ``status`` is the HTTP code, ``reason`` the Status reason."""
 
@@ -104,11 +98,10 @@ class Invalid(KubeError):
     """422: the object fails validation (the same object always will), or a JSON patch's test failed."""
 
 
-# What a call raises when no answer came: the API server could not be reached or its answer read
-# (http1's errors for requests, aiohttp's for watches), or the client's timeout passed.
-UNANSWERED = (http1.HttpError, aiohttp.ClientError, TimeoutError)
-# ... and with an answer that says no.
-FAILED = (KubeError, *UNANSWERED)
+# What a call raises when it failed: an answer that says no (KubeError), or none: the API server
+# could not be reached or its answer read (http1's errors for requests, aiohttp's for watches), or
+# the client's timeout passed.
+FAILED = (KubeError, http1.HttpError, aiohttp.ClientError, TimeoutError)
 
 
 def _load_credentials(kubeconfig: str | None) -> tuple[str, ssl.SSLContext, TokenSource | None]:
@@ -314,11 +307,8 @@ class KubeClient:
         Raises TimeoutError past the client's timeout, :class:`http1.HttpError` when the server
         cannot be reached or its answer read."""
         target = _target(self._prefix + path, params)
-        head = [f"{method} {target} HTTP/1.1\r\nHost: {self._host}\r\nUser-Agent: {self._agent}\r\n"]
-        head += [f"{k}: {_header_value(v)}\r\n" for k, v in headers.items()]
-        if data is not None:
-            head.append(f"Content-Length: {len(data)}\r\n")
-        payload = "".join(head).encode("latin-1") + b"\r\n" + (data or b"")
+        fixed = (("Host", self._host), ("User-Agent", self._agent))
+        payload = http1.encode_request(method, target, (*fixed, *headers.items()), data or b"")
         async with asyncio.timeout(self._timeout):
             resp = await self._requests().exchange(self._origin, payload, method)
         return resp.status, resp.body

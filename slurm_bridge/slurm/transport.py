@@ -51,11 +51,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
         origin: http1.Origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
         t = request.extensions.get("timeout") or {}
         body = await request.aread()
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode("ascii"), url.raw_path)]
-        head += [k + b": " + v + b"\r\n" for k, v in request.headers.raw if k.lower() not in http1.HOP_BY_HOP]
-        if body and b"content-length" not in {k.lower() for k, _ in request.headers.raw}:
-            head.append(b"Content-Length: %d\r\n" % len(body))
-        payload = b"".join(head) + b"\r\n" + body
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]  # as httpx spelt them
+        payload = http1.encode_request(request.method, url.raw_path.decode("ascii"), headers, body)
         timeouts = http1.Timeouts(t.get("pool"), t.get("connect"), t.get("write"), t.get("read"))
         try:
             resp = await self._pool.exchange(

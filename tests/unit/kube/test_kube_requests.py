@@ -10,7 +10,7 @@ import pytest
 
 from slurm_bridge.core import http1
 from slurm_bridge.kube.client import FAILED, KubeClient, NotFound, _origin, _target
-from tests.unit.scriptedhttp import Server, keep, reply, serving
+from tests.unit.scriptedhttp import Answer, Server, keep, reply, serving
 
 
 class Token:
@@ -164,10 +164,12 @@ async def test_an_unreachable_server_is_a_failure_every_caller_handles() -> None
     assert isinstance(failed.value, OSError)
 
 
-async def test_a_hangup_is_a_bad_answer_that_may_have_been_applied() -> None:
-    async def hangup(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
-        return False
+async def hangup(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+    """Closes the connection without a word."""
+    return False
 
+
+async def test_a_hangup_is_a_bad_answer_that_may_have_been_applied() -> None:
     async with serving(hangup) as srv:
         kube = KubeClient(srv.url)
         try:
@@ -182,7 +184,7 @@ def test_the_scripted_server_is_the_one_shared_with_slurms_transport_tests() -> 
     assert Server.__module__ == "tests.unit.scriptedhttp"
 
 
-def closes_the_second_request_unanswered() -> tuple[Server, list[int]]:
+def closes_the_second_request_unanswered() -> tuple[Answer, list[int]]:
     """Answers each connection's first request, then closes it unanswered when the next comes on
     it: a server that dropped a kept-alive connection just as a request went out."""
     seen: list[int] = []
@@ -196,35 +198,31 @@ def closes_the_second_request_unanswered() -> tuple[Server, list[int]]:
         await w.drain()
         return True
 
-    return Server(answer), seen
+    return answer, seen
 
 
 @pytest.mark.parametrize(("method", "retried"), [("GET", True), ("DELETE", True), ("PATCH", False), ("POST", False)])
 async def test_a_kept_connection_closed_under_a_request_retries_only_an_idempotent_one(
     method: str, retried: bool
 ) -> None:
-    srv, seen = closes_the_second_request_unanswered()
-    srv.server = await asyncio.start_server(srv._serve, "127.0.0.1", 0)
-    kube = KubeClient(srv.url)
-    try:
-        assert await kube.request("GET", "/x") == {"n": 0}
-        if retried:
-            assert await kube.request(method, "/x") == {"n": 2}, "sent again on a new connection"
-        else:
-            with pytest.raises(http1.BadAnswer, match="without answering") as e:
-                await kube.request(method, "/x", body={})
-            assert e.value.unanswered and e.value.sent
-    finally:
-        await kube.aclose()
-        srv.server.close()
+    answer, seen = closes_the_second_request_unanswered()
+    async with serving(answer) as srv:
+        kube = KubeClient(srv.url)
+        try:
+            assert await kube.request("GET", "/x") == {"n": 0}
+            if retried:
+                assert await kube.request(method, "/x") == {"n": 2}, "sent again on a new connection"
+            else:
+                with pytest.raises(http1.BadAnswer, match="without answering") as e:
+                    await kube.request(method, "/x", body={})
+                assert e.value.unanswered and e.value.sent
+        finally:
+            await kube.aclose()
     assert len(seen) == (3 if retried else 2)
     assert srv.connections == (2 if retried else 1)
 
 
 async def test_a_new_connection_closed_unanswered_is_not_retried() -> None:
-    async def hangup(req: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
-        return False
-
     async with serving(hangup) as srv:
         kube = KubeClient(srv.url)
         try:
