@@ -64,51 +64,10 @@ _DB_VERSION_IN_PATH = re.compile(r"^/slurmdb/v\d+\.\d+\.\d+/")
 _ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+|/reservation/[^/]+")
 # Answers larger than this are parsed off the event loop (job lists run to megabytes).
 _LARGE_BODY = 512 * 1024
-# How many merged request URLs the client keeps (the paths used last: jobs' own, and the fixed ones).
-_MERGED_URLS = 1024
-
-
-class _NoCookies(httpx.Cookies):
-    """A jar that keeps nothing: slurmrestd sets no cookie and the bridge sends none (its JWT is a
-    header), while httpx parses every answer for ``Set-Cookie`` through urllib's cookie machinery
-    (about 20 us an answer, a quarter of httpx's own cost per request)."""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        return None
-
-
-class _CookielessClient(httpx.AsyncClient):
-    """httpx's client with :class:`_NoCookies` for a jar (an empty jar adds no header either)."""
-
-    _jar = _NoCookies()
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._merged_urls: OrderedDict[str, httpx.URL] = OrderedDict()
-
-    @property
-    def cookies(self) -> httpx.Cookies:
-        return self._jar
-
-    @cookies.setter
-    def cookies(self, cookies: object) -> None:
-        """Nothing is kept: the jar stays empty."""
-
-    def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
-        """httpx's merge of ``url`` with the base URL, kept for the paths used last: it parses the
-        URL twice (about 20 us a request), and a job's paths come again (its read, its released
-        mark, its cancel) while the others are the same few."""
-        if not isinstance(url, str):
-            return super()._merge_url(url)
-        urls = self._merged_urls
-        merged = urls.get(url)
-        if merged is None:
-            merged = urls[url] = super()._merge_url(url)
-            if len(urls) > _MERGED_URLS:
-                urls.popitem(last=False)
-        else:
-            urls.move_to_end(url)
-        return merged
+# How many request URLs the client keeps (the ones used last: jobs' own, and the fixed ones).
+_KEPT_URLS = 1024
+# The requests' User-Agent (slurmrestd logs it).
+_USER_AGENT = "slurm-bridge"
 
 
 class SlurmSession:
@@ -148,15 +107,17 @@ class SlurmSession:
         self._version_lock = asyncio.Lock()
         self._backoff_base = backoff_base
         self._backoff_max = backoff_max
-        self._http = _CookielessClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout),
-            # A lean HTTP/1.1 transport (see .transport); tests pass httpx.MockTransport. slurmctld
-            # serialises job writes anyway: a few kept-alive connections are enough.
-            transport=transport if transport is not None else Http11Transport(max_connections=8, keepalive_expiry=60),
-            headers={"Accept": "application/json"},
-            follow_redirects=False,
+        # httpx's request and response over a transport, without httpx's client around them: the
+        # client's layers (base URL merge, default headers, cookies, auth and redirect flows, event
+        # hooks) did nothing the bridge needs and cost about 40 us a call, a third of what a call
+        # costs the bridge besides the exchange itself (bench/log). A lean HTTP/1.1 transport (see
+        # .transport); tests pass httpx.MockTransport. slurmctld serialises job writes anyway: a
+        # few kept-alive connections are enough.
+        self._transport = (
+            transport if transport is not None else Http11Transport(max_connections=8, keepalive_expiry=60)
         )
+        self._timeouts = httpx.Timeout(timeout).as_dict()
+        self._urls: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], httpx.URL] = OrderedDict()
 
     def __repr__(self) -> str:
         version = self._codec.version if self._codec else "not yet known"
@@ -171,7 +132,7 @@ class SlurmSession:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     # --- version -------------------------------------------------------------------------------
 
@@ -309,7 +270,7 @@ class SlurmSession:
         """One HTTP exchange: counted (``request_count``, ``requests_by_kind``, the metric),
         sent, read and classified. Raises only what ``call.decode`` raises."""
         method, path = call.method, call.path
-        headers = {"X-SLURM-USER-TOKEN": token}
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT, "X-SLURM-USER-TOKEN": token}
         if call.as_user or self.user:
             headers["X-SLURM-USER-NAME"] = call.as_user or self.user or ""
         self.request_count += 1
@@ -320,17 +281,17 @@ class SlurmSession:
         sent = time.monotonic()
         # A list decoded item by item is decoded as it is read (.jsonlist): never held whole.
         stream = StreamedList(*call.listing) if call.listing is not None else None
+        timeouts = self._timeouts if call.time_limit is None else httpx.Timeout(call.time_limit).as_dict()
+        extensions: dict[str, Any] = {"timeout": timeouts}
+        if stream is not None:
+            extensions["body_sink"] = stream.feed
+        request = httpx.Request(
+            method, self._url(path, call.params), headers=headers, json=call.json_body, extensions=extensions
+        )
         try:
             with gc_paused() if stream is not None else contextlib.nullcontext():
-                resp = await self._http.request(
-                    method,
-                    path,
-                    json=call.json_body,
-                    params=call.params,
-                    headers=headers,
-                    timeout=httpx.Timeout(call.time_limit) if call.time_limit is not None else httpx.USE_CLIENT_DEFAULT,
-                    extensions={"body_sink": stream.feed} if stream is not None else None,
-                )
+                resp = await self._transport.handle_async_request(request)
+                await resp.aread()
         except httpx.HTTPError as e:
             metrics.slurm_request(method, endpoint, failure_metric(e), time.monotonic() - sent)
             return classify_failure(what, e, expect, self.base_url, self._scrub)
@@ -345,6 +306,21 @@ class SlurmSession:
             raise
         metrics.slurm_request(method, endpoint, metric_outcome(reply), time.monotonic() - sent)
         return classify_reply(what, reply, expect, self._scrub)
+
+    def _url(self, path: str, params: dict[str, str] | None) -> httpx.URL:
+        """The URL of ``path`` (with ``params``) under the base URL, kept for the ones used last:
+        parsing one costs about 20 us, and a job's come again (its read, its released mark, its
+        cancel) while the others are the same few."""
+        key = (path, tuple(params.items()) if params else ())
+        urls = self._urls
+        url = urls.get(key)
+        if url is None:
+            url = urls[key] = httpx.URL(self.base_url + path, params=params)
+            if len(urls) > _KEPT_URLS:
+                urls.popitem(last=False)
+        else:
+            urls.move_to_end(key)
+        return url
 
     def _token_changed(self, used: str) -> bool:
         self._token.invalidate()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import httpx
 import pytest
@@ -520,31 +521,37 @@ async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> No
             await c.job_states()
 
 
-async def test_each_path_is_merged_with_the_base_url_once_while_it_is_among_the_last_used(
-    token_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """httpx's merge of a path with the base URL (two URL parses) is kept per path: a job's read,
-    released mark and cancel name it again. The URL sent is httpx's own merge, and only the paths
-    used last are kept."""
-    monkeypatch.setattr("slurm_bridge.slurm.session._MERGED_URLS", 2)
-    merged: list[str] = []
-    merge = httpx.AsyncClient._merge_url
-
-    def counted(self: httpx.AsyncClient, url: httpx.URL | str) -> httpx.URL:
-        merged.append(str(url))
-        return merge(self, url)
-
-    monkeypatch.setattr(httpx.AsyncClient, "_merge_url", counted)
+async def test_each_url_is_built_once_while_it_is_among_the_last_used(token_file: Path) -> None:
+    """A request's URL (two parses: the base URL and its path, and the query) is kept per path and
+    query: a job's read, released mark and cancel name it again. Only the ones used last are
+    kept, and every request goes to the base URL's path with its query."""
     fake = FakeSlurmrestd()
     for job_id in (7, 8, 9):
         fake.on("GET", f"/slurm/v0.0.45/job/{job_id}", lambda r: ok({"jobs": [job_json()]}))
     async with client(fake, token_file, api_version="v0.0.45") as c:
-        for job_id in (7, 7, 8, 7, 9, 8, 8):
-            await c.get_job(job_id)
-    # 7 and 8 kept; 9 pushes out 8 (7 was used after it), so 8 is merged again.
-    assert merged == [f"/slurm/v0.0.45/job/{i}" for i in (7, 8, 9, 8)]
+        with patch("slurm_bridge.slurm.session._KEPT_URLS", 2):
+            for job_id in (7, 7, 8, 7, 9):
+                await c.get_job(job_id)
+            built = list(c._urls.values())
+            # 7 and 8 kept; 9 pushed out 8 (7 was used after it)
+            assert [k[0] for k in c._urls] == [f"/slurm/v0.0.45/job/{i}" for i in (7, 9)]
+            await c.get_job(7)
+            assert c._urls[("/slurm/v0.0.45/job/7", (("flags", "ALL"),))] is built[0], "kept, not built again"
     sent = [str(r.url) for r in fake.requests]
-    assert sent == [f"http://slurm.test:6820/slurm/v0.0.45/job/{i}?flags=ALL" for i in (7, 7, 8, 7, 9, 8, 8)]
+    assert sent == [f"http://slurm.test:6820/slurm/v0.0.45/job/{i}?flags=ALL" for i in (7, 7, 8, 7, 9, 7)]
+
+
+async def test_each_request_names_the_bridge_and_asks_for_json(token_file: Path) -> None:
+    """The headers every request carries: JSON asked for, the bridge named (slurmrestd logs it), no
+    compression asked for (slurmrestd answers plain) and no cookie."""
+    fake = FakeSlurmrestd()
+    fake.on("GET", "/slurm/v0.0.45/jobs", lambda r: ok({"jobs": []}))
+    async with client(fake, token_file, api_version="v0.0.45") as c:
+        await c.list_jobs()
+    (sent,) = fake.requests
+    assert sent.headers["Accept"] == "application/json" and sent.headers["User-Agent"] == "slurm-bridge"
+    assert "accept-encoding" not in sent.headers and "cookie" not in sent.headers
+    assert sent.headers["Host"] == "slurm.test:6820"
 
 
 # --- JWT -------------------------------------------------------------------------------------
@@ -1091,6 +1098,6 @@ def test_from_config(token_file: Path) -> None:
     )
     c = SlurmClient.from_config(cfg)
     assert c.base_url == "http://slurmrestd:6820" and c.user == "bridge"
-    assert c._http.timeout.read == 3.5
+    assert c._timeouts["read"] == 3.5
     assert TOKEN not in repr(c)
     asyncio.run(c.aclose())
