@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -48,11 +47,6 @@ from slurm_bridge.kube.client import KubeClient, phj_path, resource_path
 UNMANAGED, MANAGED = "sb-bench-apireq", "sb-bench-apireq-managed"
 CONCURRENCY = 8
 Send = Callable[[int], Awaitable[Any]]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def phj(i: int, partition: str) -> dict[str, Any]:
@@ -96,7 +90,7 @@ class Meter:
         self.idle = dict.fromkeys(pids, 0.0)
 
     def read(self) -> dict[str, float]:
-        return {n: cpu_seconds(p) for n, p in self.pids.items()}
+        return {n: sysstats.cpu_seconds(p) for n, p in self.pids.items()}
 
     async def measure_idle(self, seconds: float) -> None:
         before, t0 = self.read(), time.monotonic()

@@ -64,7 +64,7 @@ _DB_VERSION_IN_PATH = re.compile(r"^/slurmdb/v\d+\.\d+\.\d+/")
 _ID_IN_PATH = re.compile(r"/job/\d+(?=/|$)|/node/[^/]+|/reservation/[^/]+")
 # Answers larger than this are parsed off the event loop (job lists run to megabytes).
 _LARGE_BODY = 512 * 1024
-# How many request URLs the client keeps (the ones used last: jobs' own, and the fixed ones).
+# How many request URLs the client keeps (the paths used last: jobs' own, and the fixed ones).
 _KEPT_URLS = 1024
 # The requests' User-Agent (slurmrestd logs it).
 _USER_AGENT = "slurm-bridge"
@@ -117,7 +117,7 @@ class SlurmSession:
             transport if transport is not None else Http11Transport(max_connections=8, keepalive_expiry=60)
         )
         self._timeouts = httpx.Timeout(timeout).as_dict()
-        self._urls: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], httpx.URL] = OrderedDict()
+        self._urls: OrderedDict[str, httpx.URL] = OrderedDict()
 
     def __repr__(self) -> str:
         version = self._codec.version if self._codec else "not yet known"
@@ -286,7 +286,7 @@ class SlurmSession:
         if stream is not None:
             extensions["body_sink"] = stream.feed
         request = httpx.Request(
-            method, self._url(path, call.params), headers=headers, json=call.json_body, extensions=extensions
+            method, self._url(path), params=call.params, headers=headers, json=call.json_body, extensions=extensions
         )
         try:
             with gc_paused() if stream is not None else contextlib.nullcontext():
@@ -307,19 +307,19 @@ class SlurmSession:
         metrics.slurm_request(method, endpoint, metric_outcome(reply), time.monotonic() - sent)
         return classify_reply(what, reply, expect, self._scrub)
 
-    def _url(self, path: str, params: dict[str, str] | None) -> httpx.URL:
-        """The URL of ``path`` (with ``params``) under the base URL, kept for the ones used last:
-        parsing one costs about 20 us, and a job's come again (its read, its released mark, its
-        cancel) while the others are the same few."""
-        key = (path, tuple(params.items()) if params else ())
+    def _url(self, path: str) -> httpx.URL:
+        """The URL of ``path`` under the base URL, kept for the paths used last: parsing one costs
+        about 20 us, and a job's come again (its read, its released mark, its cancel) while the
+        others are the same few. The query is the request's (a poll's ``update_time`` changes
+        each time: keeping it would crowd out the jobs' paths)."""
         urls = self._urls
-        url = urls.get(key)
+        url = urls.get(path)
         if url is None:
-            url = urls[key] = httpx.URL(self.base_url + path, params=params)
+            url = urls[path] = httpx.URL(self.base_url + path)
             if len(urls) > _KEPT_URLS:
                 urls.popitem(last=False)
         else:
-            urls.move_to_end(key)
+            urls.move_to_end(path)
         return url
 
     def _token_changed(self, used: str) -> bool:

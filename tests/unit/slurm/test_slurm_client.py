@@ -522,9 +522,9 @@ async def test_job_states_rejects_an_answer_without_jobs(token_file: Path) -> No
 
 
 async def test_each_url_is_built_once_while_it_is_among_the_last_used(token_file: Path) -> None:
-    """A request's URL (two parses: the base URL and its path, and the query) is kept per path and
-    query: a job's read, released mark and cancel name it again. Only the ones used last are
-    kept, and every request goes to the base URL's path with its query."""
+    """A request's URL under the base URL is kept per path: a job's read, released mark and cancel
+    name it again. Only the paths used last are kept, and every request goes to the base URL's
+    path with its query."""
     fake = FakeSlurmrestd()
     for job_id in (7, 8, 9):
         fake.on("GET", f"/slurm/v0.0.45/job/{job_id}", lambda r: ok({"jobs": [job_json()]}))
@@ -534,9 +534,9 @@ async def test_each_url_is_built_once_while_it_is_among_the_last_used(token_file
                 await c.get_job(job_id)
             built = list(c._urls.values())
             # 7 and 8 kept; 9 pushed out 8 (7 was used after it)
-            assert [k[0] for k in c._urls] == [f"/slurm/v0.0.45/job/{i}" for i in (7, 9)]
+            assert list(c._urls) == [f"/slurm/v0.0.45/job/{i}" for i in (7, 9)]
             await c.get_job(7)
-            assert c._urls[("/slurm/v0.0.45/job/7", (("flags", "ALL"),))] is built[0], "kept, not built again"
+            assert c._urls["/slurm/v0.0.45/job/7"] is built[0], "kept, not built again"
     sent = [str(r.url) for r in fake.requests]
     assert sent == [f"http://slurm.test:6820/slurm/v0.0.45/job/{i}?flags=ALL" for i in (7, 7, 8, 7, 9, 7)]
 
