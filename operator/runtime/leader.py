@@ -12,7 +12,9 @@ The leader gives up (ends the process) when it has not renewed for ``renew_deadl
 shorter than the lease, as client-go's RenewDeadline: every attempt is cut off at that deadline,
 so a renewal hanging on a dead connection cannot keep a leader working after a standby may have
 taken over. At shutdown (SIGTERM) ``release`` empties the holder so a rollout hands over at once,
-also when the stop cut off an acquisition whose write may have reached the API server.
+also when the stop came while an acquisition's write was in flight: that write is never cut off
+(the API server may apply a request whose client went away), so the release waits for its answer
+and then reads a Lease that no write of this replica can still change.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -86,6 +88,7 @@ class LeaderElector:
         self._stopping = False  # set by release(): never acquire or renew again
         # An acquisition was sent: a stop that cancels it cannot tell whether the API server took it.
         self._sent = False
+        self._write: asyncio.Future[Any] | None = None  # the last acquiring or renewing write
 
     def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         return {
@@ -123,8 +126,9 @@ class LeaderElector:
                 "spec": self._spec(_micro(self._wall()), 0),
             }
             try:
-                self._sent = True
-                await self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
+                await self._send(
+                    lambda: self.kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
+                )
                 return True
             except Conflict:
                 return False
@@ -137,12 +141,28 @@ class LeaderElector:
         acquire = (spec.get("acquireTime") or _micro(self._wall())) if ours else _micro(self._wall())
         lease["spec"] = self._spec(acquire, transitions)
         try:
-            self._sent = True
-            await self.kube.request("PUT", self.path, body=lease)  # resourceVersion guards the race
+            await self._send(lambda: self.kube.request("PUT", self.path, body=lease))  # resourceVersion guards the race
         except Conflict:
             return False
         self._observe(lease["spec"])
         return True
+
+    async def _send(self, write: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Send an acquiring or renewing write that runs to its answer even if its caller is
+        cancelled (a stop, a renew deadline): a request cut off on the client side may still be
+        applied by the API server, after the release has read the Lease. ``release`` waits for it."""
+        await self._settle()  # one write at a time: a renewal never races this replica's last one
+        self._sent = True
+        task = asyncio.ensure_future(write())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its failure is the caller's
+        self._write = task
+        return await asyncio.shield(task)
+
+    async def _settle(self, within: float | None = None) -> None:
+        """Wait for this replica's last write to be answered, whatever its outcome (at most
+        ``within`` seconds: an answer can be lost on a broken connection)."""
+        if self._write is not None and not self._write.done():
+            await asyncio.wait([self._write], timeout=within)
 
     async def release(self, seconds: float = RELEASE_SECONDS) -> None:
         """Give the Lease up at shutdown, so a standby takes over at once rather than after expiry.
@@ -150,7 +170,8 @@ class LeaderElector:
         Called only after this replica has stopped working; from then on it neither acquires nor
         renews. Like client-go, it empties the holder and shortens the duration to one second; a
         failure, or no answer within ``seconds``, just leaves the Lease to expire. A replica that
-        is not leader reads the Lease only if a stop may have cut its acquisition short.
+        is not leader reads the Lease only if it ever sent an acquisition; a write still in flight
+        is waited for first, since the API server may apply it after any earlier read.
         """
         self._stopping = True
         was_leader = self.is_leader.is_set()
@@ -159,6 +180,9 @@ class LeaderElector:
             return
         try:
             async with asyncio.timeout(seconds):
+                # A write the stop came during lands before the Lease is read; an answer that does
+                # not come within half the time was lost, and the Lease shows what the write did.
+                await self._settle(seconds / 2)
                 await self._release()
         except Exception as e:
             log.warning(

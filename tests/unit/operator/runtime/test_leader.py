@@ -29,12 +29,21 @@ class FakeLeases:
         self.hang = asyncio.Event()  # set: PUTs never answer (a dead connection without RST)
         self.target_puts, self.reached = 0, asyncio.Event()  # set once puts >= target_puts
         self.lost_answers = False  # writes are applied, but their answers never come back
+        self.gate: asyncio.Event | None = None  # set to an unset Event: writes wait for it, then apply
+        self.waiting = asyncio.Event()  # set once a write waits at the gate
 
     async def get(self, path: str) -> dict[str, Any] | None:
         assert path == PATH
         return copy.deepcopy(self.lease)
 
+    async def _at_gate(self) -> None:
+        """A write the API server received but has not applied yet."""
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await self._at_gate()
         if self.lease is not None:
             raise Conflict(409, "AlreadyExists", "exists")
         self.version += 1
@@ -47,6 +56,7 @@ class FakeLeases:
         assert (method, path) == ("PUT", PATH) and self.lease is not None
         if self.hang.is_set():
             await asyncio.Event().wait()
+        await self._at_gate()
         if self.fail_puts:
             self.fail_puts -= 1
             raise ConnectionResetError("connection reset by peer")
@@ -220,6 +230,32 @@ async def test_a_stop_that_cuts_an_acquisition_short_still_releases_what_it_took
     assert not e.is_leader.is_set()
     await e.release()
     assert store.holder() is None, "the Lease is free at once, not after its 15 s"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["create", "put"])
+async def test_a_stop_during_an_acquisition_waits_for_its_write_then_releases_what_it_took(existing: bool) -> None:
+    # SIGTERM while the acquiring write is on its way: the API server has not applied it yet when
+    # the stop reads the Lease, and applies it after. The write must not be cut off client-side
+    # (the server may apply it anyway); the release waits for its answer, then empties the Lease.
+    store, lost = FakeLeases(), asyncio.Event()
+    if existing:
+        other = elector(store, "gone", Clocks())
+        assert await other.try_acquire()
+        other.is_leader.set()
+        await other.release()
+    store.gate = asyncio.Event()
+    e = running_elector(store, lost)
+    task = asyncio.create_task(e.run())
+    await asyncio.wait_for(store.waiting.wait(), 5)
+    task.cancel()
+    await asyncio.wait([task])
+    stop = asyncio.create_task(e.release())
+    done, _ = await asyncio.wait([stop], timeout=0.1)
+    assert not done, "the release read the Lease while this replica's write could still land"
+    store.gate.set()
+    await asyncio.wait_for(stop, 5)
+    assert store.holder() is None, "the Lease is free at once, not after its 15 s"
+    assert not lost.is_set() and not e.is_leader.is_set()
 
 
 async def test_a_release_the_api_server_does_not_answer_gives_up_within_its_time() -> None:
