@@ -86,9 +86,8 @@ class LeaderElector:
         self._observed: _Record | None = None
         self._observed_at = 0.0
         self._stopping = False  # set by release(): never acquire or renew again
-        # An acquisition was sent: a stop that cancels it cannot tell whether the API server took it.
-        self._sent = False
-        self._write: asyncio.Future[Any] | None = None  # the last acquiring or renewing write
+        # The last acquiring or renewing write; None: none was ever sent, so no Lease can name this one.
+        self._write: asyncio.Future[Any] | None = None
 
     def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         return {
@@ -152,7 +151,6 @@ class LeaderElector:
         cancelled (a stop, a renew deadline): a request cut off on the client side may still be
         applied by the API server, after the release has read the Lease. ``release`` waits for it."""
         await self._settle()  # one write at a time: a renewal never races this replica's last one
-        self._sent = True
         task = asyncio.ensure_future(write())
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its failure is the caller's
         self._write = task
@@ -176,7 +174,7 @@ class LeaderElector:
         self._stopping = True
         was_leader = self.is_leader.is_set()
         self.is_leader.clear()
-        if not (was_leader or self._sent):
+        if not (was_leader or self._write is not None):
             return
         try:
             async with asyncio.timeout(seconds):

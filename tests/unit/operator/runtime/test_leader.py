@@ -210,16 +210,21 @@ async def test_an_unchanged_renew_time_expires_after_the_duration_even_far_in_th
     assert await candidate.try_acquire()
 
 
+async def leases_left_by_a_gone_replica() -> FakeLeases:
+    """A Lease that exists, released by its last holder: acquiring it is a PUT, not a create."""
+    store = FakeLeases()
+    other = elector(store, "gone", Clocks())
+    assert await other.try_acquire()
+    other.is_leader.set()
+    await other.release()
+    return store
+
+
 @pytest.mark.parametrize("existing", [False, True], ids=["create", "put"])
 async def test_a_stop_that_cuts_an_acquisition_short_still_releases_what_it_took(existing: bool) -> None:
     # SIGTERM while the acquiring write is in flight: the API server applied it, the answer never
     # came. The replica never knew it led, but the Lease names it: release must empty it.
-    store, lost = FakeLeases(), asyncio.Event()
-    if existing:
-        other = elector(store, "gone", Clocks())
-        assert await other.try_acquire()
-        other.is_leader.set()
-        await other.release()
+    store, lost = await leases_left_by_a_gone_replica() if existing else FakeLeases(), asyncio.Event()
     store.lost_answers = True
     e = running_elector(store, lost)
     task = asyncio.create_task(e.run())
@@ -237,12 +242,7 @@ async def test_a_stop_during_an_acquisition_waits_for_its_write_then_releases_wh
     # SIGTERM while the acquiring write is on its way: the API server has not applied it yet when
     # the stop reads the Lease, and applies it after. The write must not be cut off client-side
     # (the server may apply it anyway); the release waits for its answer, then empties the Lease.
-    store, lost = FakeLeases(), asyncio.Event()
-    if existing:
-        other = elector(store, "gone", Clocks())
-        assert await other.try_acquire()
-        other.is_leader.set()
-        await other.release()
+    store, lost = await leases_left_by_a_gone_replica() if existing else FakeLeases(), asyncio.Event()
     store.gate = asyncio.Event()
     e = running_elector(store, lost)
     task = asyncio.create_task(e.run())
