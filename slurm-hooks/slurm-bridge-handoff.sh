@@ -12,8 +12,9 @@
 # pod's CPUs first (tens of milliseconds). The prolog closes that race: a job that starts on a node
 # while a handoff there is unfinished (the epilog of a job that ended on it still running) or
 # overbooked (its CPUs in use plus those held for a stopping pod exceed the node) waits, in
-# CONFIGURING, before anything of it is launched, until the hold is released and its nodes answer
-# slurmctld again (a lifted drain makes Slurm ping a node; "The prolog").
+# CONFIGURING, before anything of it is launched, until the hold is released, no bridge's handoff
+# drain is on its nodes, and they answer slurmctld again (a lifted drain makes Slurm ping a node;
+# "The prolog").
 #
 # Install on the slurmctld host (it runs there, as SlurmUser, for every job start and end):
 #   install -o root -m 0755 slurm-bridge-handoff.sh   /etc/slurm/slurm-bridge-handoff.sh
@@ -617,24 +618,35 @@ guarded_of() {
   mine_i=("${!nodes[@]}")
 }
 
-# unanswered HOSTLIST: one line per node that slurmctld marked NOT_RESPONDING and has not heard from
-# since, as it marks a node whose drain is lifted (Slurm 26.05 pings it again, within a second). A
-# job that waited here must not end its configuration then: slurmctld defers the launch until the
-# node answers, and that answer, which lists no such job on a node given to it more than
-# BatchStartTimeout + MessageTimeout ago, makes slurmctld requeue it as lost ("missing from batch
-# node", then BeginTime for minutes). The handoff's usual end lifts a hold and its drain together.
-unanswered() {
-  local out line node state
+# unsettled HOSTLIST: one line per node a job that waited here must not start on yet. (1) A node a
+# bridge's handoff drained (State has DRAIN, Reason is slurm-bridge-handoff[<a listed id>]: ...,
+# which only a Slurm operator can write): the bridge says a pod still runs there past its hold, so
+# the job goes on waiting even once no reservation holds the node (the hold ended by its EndTime, or
+# the bridge deletes it just before it lifts the drain). (2) A node that slurmctld marked
+# NOT_RESPONDING and has not heard from since, as it marks a node whose drain is lifted (Slurm 26.05
+# pings it again, within a second): slurmctld defers the launch until the node answers, and that
+# answer, which lists no such job on a node given to it more than BatchStartTimeout +
+# MessageTimeout ago, makes slurmctld requeue it as lost ("missing from batch node", then BeginTime
+# for minutes). The handoff's usual end deletes a hold and then lifts its drain: a read between the
+# two found neither reason before (1).
+unsettled() {
+  local out line node state id
   if ! out=$(scontrol show node "$1" -o 2>&1); then echo "scontrol show node $1 failed: ${out//$'\n'/ }"; return; fi
   while IFS= read -r line; do
     [[ $line == NodeName=*' State='* ]] || { echo "scontrol show node $1: no node's State in: $line"; continue; }
     node=${line#NodeName=} node=${node%% *} state=${line#* State=} state=${state%% *}   # the first State=
+    if [[ +$state+ == *+DRAIN+* ]]; then
+      for id in "${bridge_ids[@]}"; do
+        [[ $line != *" Reason=slurm-bridge-handoff[$id]: "* ]] || { echo "node $node is drained by bridge $id's handoff: a pod still runs there"; continue 2; }
+      done
+    fi
     [[ +$state+ != *+NOT_RESPONDING+* ]] || echo "node $node is not responding yet (slurmctld pings it again)"
   done <<< "$out"
 }
 
 # prolog: the job's guarded nodes, then wait while there is a reason (at most PROLOG_WAIT_SECONDS);
-# a job that waited also waits until its nodes answer slurmctld (unanswered).
+# a job that waited also waits until no bridge's handoff drains its nodes and they answer
+# slurmctld (unsettled).
 prolog() {
   local -a mine=() mine_i
   local i why first=1 start=${EPOCHREALTIME/[.,]/}   # microseconds
@@ -644,7 +656,7 @@ prolog() {
   check_conf
   check_state_dir
   note_start "${mine[@]}"
-  while why=$(reasons "${mine[@]}"); [ -n "$why" ] || [ -n "$first" ] || why=$(unanswered "$SLURM_JOB_NODELIST"); [ -n "$why" ]; do
+  while why=$(reasons "${mine[@]}"); [ -n "$why" ] || [ -n "$first" ] || why=$(unsettled "$SLURM_JOB_NODELIST"); [ -n "$why" ]; do
     why=${why//$'\n'/; }
     if [ -n "$first" ]; then
       first=''

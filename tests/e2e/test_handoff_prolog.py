@@ -1,5 +1,5 @@
 """The handoff's PrologSlurmctld on the real Slurm: a native batch job it held starts when the hold
-and a drain of its node are lifted together (docs/design/handoff.md, "The prolog").
+and the bridge's drain of its node are lifted (docs/design/handoff.md, "The prolog").
 
 Slurm 26.05 marks a node whose drain is lifted NOT_RESPONDING and pings it again (its answer comes
 at slurmctld's next whole second). A batch job whose configuration ends meanwhile is not launched
@@ -7,21 +7,28 @@ until the node answers, and that answer, listing no such job on a node given to 
 BatchStartTimeout + MessageTimeout (10 s + 10 s here) ago, makes slurmctld requeue it as lost:
 "missing from batch node", then ``BeginTime`` for minutes (seen in CI, 2026-11-30: the operator
 away test of tests/e2e/test_handoff_failsafe.py). The handoff loop lifts its drain as it deletes the
-reservation, so the prolog lets a job it held go only once its nodes answer.
+reservation, so the prolog lets a job it held go only once no bridge's drain is on its nodes and
+they answer.
 
 The test holds a tenant's job the way the handoff does, on a hybrid node (a real slurmd): a job
 that ended there a moment ago has no epilog's done marker yet (removed, its prolog's note put
 back), so the next job, for the whole node, waits in CONFIGURING; then the "epilog" holds the
 node (a whole-node ``handoff-*`` reservation, made as the script makes it) and notes its
-decision, and the node is drained. Once the held job's allocation is older than Slurm's limit,
-the reservation and the drain go at the same moment, just after a whole second (the longest time
-before slurmctld's ping), as the handoff loop lifts them. The job must run, never requeued.
+decision, and the node gets the handoff loop's drain (its reason names the bridge: a pod outlived
+its hold). Once the held job's allocation is older than Slurm's limit, the loop's end of the hold
+follows: the reservation is deleted, and the drain is lifted just after a whole second (the longest
+time before slurmctld's ping), at once or a second later. While that drain stays, the job stays
+held (a read between the two found no reason before, and the job was requeued: CI, 2026-12-03).
+The job must run, never requeued.
 """
 
 from __future__ import annotations
 
 import time
 
+import pytest
+
+from slurm_bridge.rules.handoff import drain_reason
 from tests.e2e.test_handoff_trust import BRIDGE, Jobs, handoff_installed, jobs
 from tests.e2e.util import job_fields
 from tests.harness import squeue_state, wait_for
@@ -30,7 +37,8 @@ __all__ = ["handoff_installed", "jobs"]  # the fixtures, used by name
 LOST_AFTER = 10 + 10 + 2  # BatchStartTimeout + MessageTimeout of the local slurm.conf, and a margin
 
 
-def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted_together(jobs: Jobs) -> None:
+@pytest.mark.parametrize("apart", [0.0, 1.0], ids=["together", "the-drain-a-second-later"])
+def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted(jobs: Jobs, apart: float) -> None:
     slurm, node = jobs.slurm, jobs.node
     ended = jobs.submit("--job-name=ended-first")
     jobs.ended(ended)
@@ -47,15 +55,28 @@ def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted_together(j
     slurm.scontrol("create", "reservation", f"ReservationName={hold}", f"Nodes={node}", "Flags=IGNORE_JOBS",
                    "StartTime=now", "EndTime=now+600seconds", "Users=slurm")  # fmt: skip
     marker.touch()  # the epilog decided: the job now waits for the hold
+    drained = False
     try:
-        slurm.scontrol("update", f"NodeName={node}", "State=DRAIN", "Reason=e2e: the handoff's drain")
-        wait_for(lambda: time.time() - given > LOST_AFTER and time.time() % 1 < 0.2, LOST_AFTER + 5,
-                 f"job {held}'s allocation older than {LOST_AFTER}s, just after a whole second",
+        # the handoff loop's drain of a node whose pod outlived its hold (its reason, as the loop writes it)
+        reason = drain_reason(BRIDGE, "e2e", "handoff-pod", ended, grace=20, margin=10)
+        slurm.scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+        drained = True
+        # the drain goes just after a whole second (the longest time before slurmctld's ping)
+        wait_for(lambda: time.time() - given > LOST_AFTER and (time.time() - apart) % 1 < 0.2, LOST_AFTER + 5,
+                 f"job {held}'s allocation older than {LOST_AFTER}s, {apart}s before a whole second",
                  interval=0.02)  # fmt: skip
         assert squeue_state(slurm, held) == "CONFIGURING", f"job {held} was not held until now"
-    finally:  # the handoff loop's end of a hold: the reservation and the drain go together
-        slurm.scontrol("delete", f"ReservationName={hold}")
-        slurm.scontrol("update", f"NodeName={node}", "State=UNDRAIN")
+        slurm.scontrol("delete", f"ReservationName={hold}")  # the handoff loop's end of a hold
+        until = time.time() + apart  # the job stays held while the drain stays (the prolog polls every 0.5 s)
+        while time.time() < until:
+            assert squeue_state(slurm, held) == "CONFIGURING", (
+                f"job {held} went on when its hold went while the bridge's drain of {node} stayed (a pod still runs)"
+            )
+            time.sleep(0.1)
+    finally:
+        slurm.slurm("scontrol", "delete", f"ReservationName={hold}", check=False)
+        if drained:
+            slurm.scontrol("update", f"NodeName={node}", "State=UNDRAIN")
     lifted = time.time()
     wait_for(lambda: squeue_state(slurm, held) != "CONFIGURING", 30, f"job {held}'s configuration to end")
     wait_for(lambda: time.time() - lifted > 3, 5, "slurmctld's ping of the node and its answer")

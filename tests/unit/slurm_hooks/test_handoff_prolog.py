@@ -96,10 +96,12 @@ class Prolog(HandoffRoot):
     def write(self, name: str, text: str) -> None:
         (self.fake / name).write_text(text + ("\n" if text else ""))
 
-    def node(self, name: str, alloc: int, tot: int, state: str = "MIXED") -> None:
+    def node(self, name: str, alloc: int, tot: int, state: str = "MIXED", reason: str = "x") -> None:
+        """The node as ``scontrol show node -o`` prints it (a later ``State=`` is not the node's)."""
         self.write(f"node.{name}", f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc={alloc} CPUEfctv={tot} "
                                    f"CPUTot={tot} CPULoad=0.10 AvailableFeatures=real State={state} "
-                                   "ThreadsPerCore=1 NextState=RESUME Reason=x State=IDLE")  # fmt: skip
+                                   f"ThreadsPerCore=1 NextState=RESUME Reason={reason} [slurm@2026-12-03T16:17:59] "
+                                   "State=IDLE")  # fmt: skip
 
     def noted(self, job: int, node: str = "n1", state: str = "RUNNING", ended_ago: float | None = None) -> None:
         """A job whose prolog noted it on ``node`` (STATE_DIR/<node>@<id>.run), as Slurm has it now."""
@@ -333,6 +335,47 @@ def test_a_job_that_waited_starts_only_once_its_node_answers_slurmctld(prolog: P
     assert done.returncode == 0 and took >= 2.1, (
         f"it went on {took:.2f}s after the start; the hold was lifted at 1.0s, the node answered at 2.2s: {done}"
     )
+
+
+HANDOFF_DRAIN = f"slurm-bridge-handoff[{BRIDGE}]: pod ns/p of Slurm job 41 still runs 30s+10s after the job ended"
+
+
+def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_on_its_node(prolog: Prolog) -> None:
+    """The handoff loop deletes a hold and then lifts its drain (and a hold can end by its EndTime while
+    the pod still runs): the drain says a pod still runs there, so a job that waited for the hold
+    waits for the drain too. Before, a read between the two found no reason; the job's configuration
+    ended as the node stopped answering, and slurmctld requeued it as lost (CI, 2026-12-03)."""
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN", reason=HANDOFF_DRAIN)
+    prolog.later(0.6, lambda: prolog.write("res", ""))  # the hold goes; the drain stays
+    prolog.later(1.8, lambda: prolog.node("n1", alloc=2, tot=2, state="MIXED+NOT_RESPONDING"))  # the drain lifted
+    prolog.later(2.6, lambda: prolog.node("n1", alloc=2, tot=2))  # the ping's answer
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took >= 2.5, (
+        f"it went on {took:.2f}s after the start; the hold went at 0.6s, the drain at 1.8s, the answer came "
+        f"at 2.6s: {done}"
+    )
+
+
+@pytest.mark.parametrize(
+    "state,reason",
+    [
+        pytest.param("MIXED+DRAIN", "maintenance [admin]", id="an-administrators-drain"),
+        pytest.param("MIXED+DRAIN", HANDOFF_DRAIN.replace(BRIDGE, "other-bridge"), id="an-unlisted-bridges-drain"),
+        pytest.param("MIXED", HANDOFF_DRAIN, id="a-reason-left-without-the-drain"),
+        pytest.param("MIXED+DRAIN", "e2e slurm-bridge-handoff[slurm-bridge]: x", id="the-prefix-not-at-the-start"),
+    ],
+)
+def test_a_job_that_waited_is_not_held_by_a_drain_that_is_not_a_listed_bridges_handoff(
+    prolog: Prolog, state: str, reason: str
+) -> None:
+    """A node an administrator drained stays allocated to the job (Slurm launches on it): waiting for
+    such a drain would hold the job until the prolog's bound and then requeue it."""
+    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.node("n1", alloc=2, tot=2, state=state, reason=reason)
+    prolog.later(0.6, lambda: prolog.write("res", ""))
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took < 2.0, f"it went on {took:.2f}s after the start; the hold went at 0.6s: {done}"
 
 
 def test_a_job_that_did_not_wait_starts_on_a_node_not_answering_yet(prolog: Prolog) -> None:
