@@ -26,6 +26,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
+from slurm_bridge.rules.handoff import changed_drain_reason, drain_reason, unheld_drain_reason
 from tests.unit.handoffroot import SCRIPT, HandoffRoot
 
 pytestmark = pytest.mark.unit
@@ -337,16 +338,27 @@ def test_a_job_that_waited_starts_only_once_its_node_answers_slurmctld(prolog: P
     )
 
 
-HANDOFF_DRAIN = f"slurm-bridge-handoff[{BRIDGE}]: pod ns/p of Slurm job 41 still runs 30s+10s after the job ended"
+# the handoff loop's drain reasons, as it writes them (the script matches their common prefix)
+HANDOFF_DRAIN = drain_reason(BRIDGE, "ns", "p", 41, grace=30, margin=10)
 
 
-def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_on_its_node(prolog: Prolog) -> None:
+@pytest.mark.parametrize(
+    "reason",
+    [
+        pytest.param(HANDOFF_DRAIN, id="a-pod-outlived-its-hold"),
+        pytest.param(unheld_drain_reason(BRIDGE, "ns", "p", 41), id="nothing-held-its-cpus"),
+        pytest.param(changed_drain_reason(BRIDGE, "ns", "p", 41), id="its-job-was-shrunk-under-it"),
+    ],
+)
+def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_on_its_node(
+    prolog: Prolog, reason: str
+) -> None:
     """The handoff loop deletes a hold and then lifts its drain (and a hold can end by its EndTime while
     the pod still runs): the drain says a pod still runs there, so a job that waited for the hold
     waits for the drain too. Before, a read between the two found no reason; the job's configuration
     ended as the node stopped answering, and slurmctld requeued it as lost (CI, 2026-12-03)."""
     prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
-    prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN", reason=HANDOFF_DRAIN)
+    prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN", reason=reason)
     prolog.later(0.6, lambda: prolog.write("res", ""))  # the hold goes; the drain stays
     prolog.later(1.8, lambda: prolog.node("n1", alloc=2, tot=2, state="MIXED+NOT_RESPONDING"))  # the drain lifted
     prolog.later(2.6, lambda: prolog.node("n1", alloc=2, tot=2))  # the ping's answer
@@ -361,7 +373,9 @@ def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_o
     "state,reason",
     [
         pytest.param("MIXED+DRAIN", "maintenance [admin]", id="an-administrators-drain"),
-        pytest.param("MIXED+DRAIN", HANDOFF_DRAIN.replace(BRIDGE, "other-bridge"), id="an-unlisted-bridges-drain"),
+        pytest.param(
+            "MIXED+DRAIN", drain_reason("other-bridge", "ns", "p", 41, 30, 10), id="an-unlisted-bridges-drain"
+        ),
         pytest.param("MIXED", HANDOFF_DRAIN, id="a-reason-left-without-the-drain"),
         pytest.param("MIXED+DRAIN", "e2e slurm-bridge-handoff[slurm-bridge]: x", id="the-prefix-not-at-the-start"),
     ],
