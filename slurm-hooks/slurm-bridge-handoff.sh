@@ -630,15 +630,14 @@ guarded_of() {
 # for minutes). The handoff's usual end deletes a hold and then lifts its drain: a read between the
 # two found neither reason before (1).
 unsettled() {
-  local out line node state id
+  local out line node state
   if ! out=$(scontrol show node "$1" -o 2>&1); then echo "scontrol show node $1 failed: ${out//$'\n'/ }"; return; fi
   while IFS= read -r line; do
     [[ $line == NodeName=*' State='* ]] || { echo "scontrol show node $1: no node's State in: $line"; continue; }
     node=${line#NodeName=} node=${node%% *} state=${line#* State=} state=${state%% *}   # the first State=
-    if [[ +$state+ == *+DRAIN+* ]]; then
-      for id in "${bridge_ids[@]}"; do
-        [[ $line != *" Reason=slurm-bridge-handoff[$id]: "* ]] || { echo "node $node is drained by bridge $id's handoff: a pod still runs there"; continue 2; }
-      done
+    if [[ +$state+ == *+DRAIN+* && $line =~ \ Reason=slurm-bridge-handoff\[([a-z0-9-]+)\]:\  ]] && listed "${BASH_REMATCH[1]}"; then
+      echo "node $node is drained by bridge ${BASH_REMATCH[1]}'s handoff: a pod still runs there"
+      continue
     fi
     [[ +$state+ != *+NOT_RESPONDING+* ]] || echo "node $node is not responding yet (slurmctld pings it again)"
   done <<< "$out"

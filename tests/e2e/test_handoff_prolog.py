@@ -55,12 +55,10 @@ def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted(jobs: Jobs
     slurm.scontrol("create", "reservation", f"ReservationName={hold}", f"Nodes={node}", "Flags=IGNORE_JOBS",
                    "StartTime=now", "EndTime=now+600seconds", "Users=slurm")  # fmt: skip
     marker.touch()  # the epilog decided: the job now waits for the hold
-    drained = False
+    # the handoff loop's drain of a node whose pod outlived its hold (its reason, as the loop writes it)
+    reason = drain_reason(BRIDGE, "e2e", "handoff-pod", ended, grace=20, margin=10)
+    slurm.scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
     try:
-        # the handoff loop's drain of a node whose pod outlived its hold (its reason, as the loop writes it)
-        reason = drain_reason(BRIDGE, "e2e", "handoff-pod", ended, grace=20, margin=10)
-        slurm.scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
-        drained = True
         # the drain goes just after a whole second (the longest time before slurmctld's ping)
         wait_for(lambda: time.time() - given > LOST_AFTER and (time.time() - apart) % 1 < 0.2, LOST_AFTER + 5,
                  f"job {held}'s allocation older than {LOST_AFTER}s, {apart}s before a whole second",
@@ -73,10 +71,8 @@ def test_a_held_job_runs_when_its_hold_and_its_nodes_drain_are_lifted(jobs: Jobs
                 f"job {held} went on when its hold went while the bridge's drain of {node} stayed (a pod still runs)"
             )
             time.sleep(0.1)
-    finally:
-        slurm.slurm("scontrol", "delete", f"ReservationName={hold}", check=False)
-        if drained:
-            slurm.scontrol("update", f"NodeName={node}", "State=UNDRAIN")
+    finally:  # the hold, if still there, goes with the test's jobs (Jobs.cleanup)
+        slurm.scontrol("update", f"NodeName={node}", "State=UNDRAIN")
     lifted = time.time()
     wait_for(lambda: squeue_state(slurm, held) != "CONFIGURING", 30, f"job {held}'s configuration to end")
     wait_for(lambda: time.time() - lifted > 3, 5, "slurmctld's ping of the node and its answer")

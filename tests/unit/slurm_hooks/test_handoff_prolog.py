@@ -79,6 +79,10 @@ def res_line(name: str, node: str, *, cpus: int = 1, flags: str = "SPEC_NODES", 
             "BurstBuffer=(null) MaxStartDelay=(null)")  # fmt: skip
 
 
+# the epilog's hold of all of n1's 2 CPUs for job 41's stopping pod
+WHOLE_NODE_HOLD = res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES")
+
+
 def job_json(*flags: str, name: str = "native") -> str:
     job = {"account": "team-a", "name": name, "comment": '"EXTERNAL_JOB"', "flags": list(flags), "job_id": JOB}
     return json.dumps({"jobs": [job], "errors": [], "warnings": []}, indent=2)
@@ -191,7 +195,7 @@ def test_an_epilog_removes_its_jobs_notes(prolog: Prolog) -> None:
 def test_a_job_on_no_guarded_node_reads_nothing(prolog: Prolog) -> None:
     prolog.configure("NODES=h[1-2]")
     prolog.hostnames("h[1-2]", "h1", "h2")
-    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", flags="IGNORE_JOBS,SPEC_NODES", cpus=2))
+    prolog.write("res", WHOLE_NODE_HOLD)
     done = prolog.run("n1")
     assert done.returncode == 0 and prolog.reads() == [], prolog.calls
 
@@ -323,7 +327,7 @@ def test_a_job_that_waited_starts_only_once_its_node_answers_slurmctld(prolog: P
     """The bridge lifts a hold and its drain together; Slurm 26.05 marks a node whose drain is lifted
     NOT_RESPONDING until it answers a ping (checked on real-node-1). A held job whose configuration
     ended then would be requeued as lost (tests/e2e/test_handoff_prolog.py): it waits for the answer."""
-    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.write("res", WHOLE_NODE_HOLD)
     prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN")
 
     def lifted() -> None:
@@ -357,7 +361,7 @@ def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_o
     the pod still runs): the drain says a pod still runs there, so a job that waited for the hold
     waits for the drain too. Before, a read between the two found no reason; the job's configuration
     ended as the node stopped answering, and slurmctld requeued it as lost (CI, 2026-12-03)."""
-    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.write("res", WHOLE_NODE_HOLD)
     prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN", reason=reason)
     prolog.later(0.6, lambda: prolog.write("res", ""))  # the hold goes; the drain stays
     prolog.later(1.8, lambda: prolog.node("n1", alloc=2, tot=2, state="MIXED+NOT_RESPONDING"))  # the drain lifted
@@ -385,7 +389,7 @@ def test_a_job_that_waited_is_not_held_by_a_drain_that_is_not_a_listed_bridges_h
 ) -> None:
     """A node an administrator drained stays allocated to the job (Slurm launches on it): waiting for
     such a drain would hold the job until the prolog's bound and then requeue it."""
-    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.write("res", WHOLE_NODE_HOLD)
     prolog.node("n1", alloc=2, tot=2, state=state, reason=reason)
     prolog.later(0.6, lambda: prolog.write("res", ""))
     done, took = prolog.timed()
@@ -410,7 +414,7 @@ def test_a_failed_read_is_a_reason_to_wait(prolog: Prolog) -> None:
 
 def test_the_wait_is_bounded_and_then_the_prolog_fails_naming_why(prolog: Prolog) -> None:
     prolog.configure("PROLOG_WAIT_SECONDS=1")
-    prolog.write("res", res_line(f"handoff-41_{BRIDGE}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    prolog.write("res", WHOLE_NODE_HOLD)
     done, took = prolog.timed()
     assert done.returncode == 1, done
     assert 1 <= took < 5, f"{took:.2f}s"
