@@ -26,7 +26,7 @@ import pytest
 
 from slurm_bridge import names
 from slurm_bridge.operator.placeholderjobs.slurmjobs.jobref import notice_comment
-from slurm_bridge.rules.handoff import changed_drain_reason, drain_reason, unheld_drain_reason
+from slurm_bridge.rules.handoff import changed_drain_reason, drain_prefix, drain_reason, unheld_drain_reason
 from tests.unit.handoffroot import SCRIPT, HandoffRoot
 
 pytestmark = pytest.mark.unit
@@ -378,10 +378,12 @@ def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_o
     [
         pytest.param("MIXED+DRAIN", "maintenance [admin]", id="an-administrators-drain"),
         pytest.param(
-            "MIXED+DRAIN", drain_reason("other-bridge", "ns", "p", 41, 30, 10), id="an-unlisted-bridges-drain"
+            "MIXED+DRAIN",
+            drain_reason("other-bridge", "ns", "p", 41, grace=30, margin=10),
+            id="an-unlisted-bridges-drain",
         ),
         pytest.param("MIXED", HANDOFF_DRAIN, id="a-reason-left-without-the-drain"),
-        pytest.param("MIXED+DRAIN", "e2e slurm-bridge-handoff[slurm-bridge]: x", id="the-prefix-not-at-the-start"),
+        pytest.param("MIXED+DRAIN", f"e2e {drain_prefix(BRIDGE)} x", id="the-prefix-not-at-the-start"),
     ],
 )
 def test_a_job_that_waited_is_not_held_by_a_drain_that_is_not_a_listed_bridges_handoff(
