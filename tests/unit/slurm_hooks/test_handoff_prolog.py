@@ -94,9 +94,9 @@ class Prolog(HandoffRoot):
     def state(self) -> Path:
         return self.root / "state"
 
-    def configure(self, *lines: str, state_dir: Path | None = None) -> None:
+    def configure(self, *lines: str, state_dir: Path | None = None, bridges: str = BRIDGE) -> None:
         state = f"STATE_DIR={state_dir or self.state}"
-        self.write_conf("\n".join([f"BRIDGE_IDS={BRIDGE}", f"SLURM_BIN_DIR={self.fake}", state, *lines]) + "\n")
+        self.write_conf("\n".join([f"BRIDGE_IDS={bridges}", f"SLURM_BIN_DIR={self.fake}", state, *lines]) + "\n")
 
     def write(self, name: str, text: str) -> None:
         (self.fake / name).write_text(text + ("\n" if text else ""))
@@ -370,6 +370,22 @@ def test_a_job_that_waited_goes_on_waiting_while_a_bridges_handoff_drain_stays_o
     assert done.returncode == 0 and took >= 2.5, (
         f"it went on {took:.2f}s after the start; the hold went at 0.6s, the drain at 1.8s, the answer came "
         f"at 2.6s: {done}"
+    )
+
+
+def test_the_drain_of_a_listed_bridge_at_the_limits_holds_a_job_that_waited(prolog: Prolog) -> None:
+    """The second of two listed bridges, its id a 63-character DNS label, drains for a pod with a
+    253-character name in a 63-character namespace: its drain holds the job like the first's."""
+    longest = "b" * 62 + "1"
+    prolog.configure(bridges=f"{BRIDGE},{longest}")
+    prolog.write("res", res_line(f"handoff-41_{longest}_n1", "n1", cpus=2, flags="IGNORE_JOBS,SPEC_NODES"))
+    reason = drain_reason(longest, "n" * 63, "p" * 253, 41, grace=30, margin=10)
+    prolog.node("n1", alloc=2, tot=2, state="MIXED+DRAIN", reason=reason)
+    prolog.later(0.6, lambda: prolog.write("res", ""))  # the hold goes; the drain stays
+    prolog.later(1.8, lambda: prolog.node("n1", alloc=2, tot=2))  # the drain lifted, the node answering
+    done, took = prolog.timed()
+    assert done.returncode == 0 and took >= 1.7, (
+        f"it went on {took:.2f}s after the start; the hold went at 0.6s, the drain at 1.8s: {done}"
     )
 
 
